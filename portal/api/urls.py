@@ -1,0 +1,40 @@
+"""Every route under /api/v1/. Tenant-scoped routes nest under tenants/{tenant_slug}/."""
+
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from approvals.api.views import TenantViewSet
+from quotas.api.views import ClusterViewSet, FlavorViewSet, TenantQuotaViewSet, TierTemplateViewSet
+from tenants.api.views import (
+    ApiTokenViewSet,
+    MembershipViewSet,
+    MeView,
+    NamespaceViewSet,
+    TokenObtainView,
+)
+
+router = DefaultRouter(trailing_slash=True)
+router.include_root_view = False
+router.register("tenants", TenantViewSet, basename="tenant")
+router.register("clusters", ClusterViewSet, basename="cluster")
+router.register("flavors", FlavorViewSet, basename="flavor")
+router.register("tier-templates", TierTemplateViewSet, basename="tier-template")
+router.register("auth/tokens", ApiTokenViewSet, basename="api-token")
+
+tenant_router = DefaultRouter(trailing_slash=True)
+tenant_router.include_root_view = False
+tenant_router.register("namespaces", NamespaceViewSet, basename="tenant-namespace")
+tenant_router.register("members", MembershipViewSet, basename="tenant-member")
+tenant_router.register("quotas", TenantQuotaViewSet, basename="tenant-quota")
+
+app_name = "api"
+urlpatterns = [
+    path("auth/token/", TokenObtainView.as_view(), name="token-obtain"),
+    path("me/", MeView.as_view(), name="me"),
+    path("tenants/<str:tenant_slug>/", include(tenant_router.urls)),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    path("redoc/", SpectacularRedocView.as_view(url_name="api:schema"), name="redoc"),
+    *router.urls,
+]

@@ -1,0 +1,17 @@
+"""The Celery app: all Celery wiring lives here, the beat schedule is defined once."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+
+app = Celery("portal")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+app.conf.beat_schedule = {
+    "worker-heartbeat": {"task": "portal.tasks.worker_heartbeat", "schedule": 30.0},
+}

@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django import template
+
+from quotas.quantity import format_quantity, to_display
+
+register = template.Library()
+
+
+@register.filter
+def quantity(amount: Decimal | None, resource: str) -> str:
+    """``{{ item.limit|quantity:item.resource }}`` -> "64 GiB", "16", "0.5 cores"."""
+    if amount is None:
+        return "—"
+    return to_display(amount, resource)
+
+
+@register.filter
+def k8s_quantity(amount: Decimal | None, resource: str) -> str:
+    return "—" if amount is None else format_quantity(amount, resource)
+
+
+@register.filter
+def units(amount: Decimal | None) -> str:
+    """Normalised GPU units with at most two decimals: "16", "4.57"."""
+    if amount is None:
+        return "—"
+    text = f"{amount.quantize(Decimal('0.01')):f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text

@@ -1,0 +1,162 @@
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from quotas.models import Cluster, ResourceFlavor, TierTemplate
+from quotas.quantity import format_quantity
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class QuantityField(serializers.Field):
+    """A read-only Kubernetes quantity string ("64Gi", "500m", "16") for a given resource."""
+
+    def __init__(self, resource: str = "", resource_attr: str = "resource", **kwargs: Any) -> None:
+        kwargs["read_only"] = True
+        super().__init__(**kwargs)
+        self.resource = resource
+        self.resource_attr = resource_attr
+
+    def get_attribute(self, instance: Any) -> Any:
+        self._current_resource = self.resource or getattr(instance, self.resource_attr, "")
+        return super().get_attribute(instance)
+
+    def to_representation(self, value: Decimal) -> str:
+        return format_quantity(value, self._current_resource)
+
+
+class UnitsField(serializers.DecimalField):
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_digits", 20)
+        kwargs.setdefault("decimal_places", 3)
+        kwargs.setdefault("coerce_to_string", False)
+        kwargs["read_only"] = True
+        super().__init__(**kwargs)
+
+
+class ClusterOutput(serializers.ModelSerializer):
+    class Meta:
+        model = Cluster
+        fields = [
+            "name",
+            "display_name",
+            "api_server",
+            "has_kueue",
+            "has_volcano",
+            "elastic_cap_fraction",
+            "allow_guarantee_overcommit",
+        ]
+
+
+class FlavorResourceOutput(serializers.Serializer):
+    resource = serializers.CharField()
+    capacity = QuantityField()
+
+
+class FlavorOutput(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name")
+    resources = FlavorResourceOutput(many=True)
+    gpu_weight = UnitsField()
+
+    class Meta:
+        model = ResourceFlavor
+        fields = [
+            "cluster",
+            "name",
+            "kind",
+            "gpu_model",
+            "mig_profile",
+            "storage_class",
+            "node_labels",
+            "node_taints",
+            "gpu_weight",
+            "resources",
+        ]
+
+
+class AllocationOutput(serializers.Serializer):
+    flavor = serializers.CharField(source="flavor.name")
+    resource = serializers.CharField()
+    capacity = QuantityField()
+    guaranteed = QuantityField(help_text="Sum of all tenants' guarantees.")
+    free = QuantityField()
+
+
+class ClusterDetailOutput(ClusterOutput):
+    allocations = serializers.SerializerMethodField()
+
+    class Meta(ClusterOutput.Meta):
+        fields = [*ClusterOutput.Meta.fields, "allocations"]
+
+    @extend_schema_field(AllocationOutput(many=True))
+    def get_allocations(self, cluster: Cluster) -> list[dict[str, Any]]:
+        return AllocationOutput(self.context["allocations"], many=True).data
+
+
+class TierTemplateOutput(serializers.ModelSerializer):
+    cpu_guaranteed = QuantityField(resource="cpu")
+    cpu_limit = QuantityField(resource="cpu")
+    memory_guaranteed = QuantityField(resource="memory")
+    memory_limit = QuantityField(resource="memory")
+    storage = QuantityField(resource="storage", source="storage_bytes")
+
+    class Meta:
+        model = TierTemplate
+        fields = [
+            "name",
+            "display_name",
+            "description",
+            "gpus_guaranteed",
+            "gpus_limit",
+            "cpu_guaranteed",
+            "cpu_limit",
+            "memory_guaranteed",
+            "memory_limit",
+            "max_running_jobs",
+            "max_queued_jobs",
+            "max_pods",
+            "storage",
+            "max_pvcs",
+        ]
+
+
+class QuotaItemOutput(serializers.Serializer):
+    flavor = serializers.CharField(source="flavor.name")
+    flavor_kind = serializers.CharField(source="flavor.kind")
+    resource = serializers.CharField()
+    guaranteed = QuantityField()
+    limit = QuantityField()
+    borrowing_limit = QuantityField(help_text="limit - guaranteed (Kueue borrowingLimit).")
+    lending_limit = QuantityField(allow_null=True)
+    guaranteed_gpu_units = UnitsField()
+    limit_gpu_units = UnitsField()
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        if instance.lending_limit is None:
+            data["lending_limit"] = None
+        return data
+
+
+class QuotaSetOutput(serializers.Serializer):
+    cluster = serializers.CharField(source="cluster.name")
+    generation = serializers.IntegerField(source="quota_set.generation")
+    tier = serializers.CharField(source="quota_set.tier.name", allow_null=True, default=None)
+    max_running_jobs = serializers.IntegerField(source="quota_set.max_running_jobs", allow_null=True)
+    max_queued_jobs = serializers.IntegerField(source="quota_set.max_queued_jobs", allow_null=True)
+    max_pods = serializers.IntegerField(source="quota_set.max_pods", allow_null=True)
+    storage = serializers.SerializerMethodField()
+    max_pvcs = serializers.IntegerField(source="quota_set.max_pvcs", allow_null=True)
+    guaranteed_gpu_units = UnitsField()
+    limit_gpu_units = UnitsField()
+    items = QuotaItemOutput(many=True)
+    updated_at = serializers.DateTimeField(source="quota_set.updated_at")
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_storage(self, obj: Any) -> str | None:
+        value = obj.quota_set.storage_bytes
+        return None if value is None else format_quantity(value, "storage")

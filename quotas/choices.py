@@ -1,0 +1,25 @@
+from django.db import models
+
+
+class FlavorKind(models.TextChoices):
+    GPU = "gpu", "Whole GPUs"
+    MIG = "mig", "MIG instances"
+    CPU = "cpu", "CPU nodes"
+    STORAGE = "storage", "Storage class"
+
+
+# Resource names as Kubernetes spells them.
+GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+CPU_RESOURCE = "cpu"
+MEMORY_RESOURCE = "memory"
+STORAGE_RESOURCE = "storage"
+
+
+def mig_resource(profile: str) -> str:
+    return f"{MIG_RESOURCE_PREFIX}{profile}"
+
+
+def is_gpu_resource(resource: str) -> bool:
+    """Resources that count towards normalised GPU units."""
+    return resource == GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX)

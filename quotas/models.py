@@ -1,0 +1,249 @@
+"""How much: clusters, resource flavors and their capacity, tier templates, quota sets."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.db import models
+from django.db.models import F, Q
+
+from quotas.choices import FlavorKind
+from tenants.models import Tenant
+from tenants.validators import DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX, dns1123_label
+
+# Quantities are stored in base units (cores, bytes, counts) with millicore precision.
+QUANTITY_DIGITS = 30
+QUANTITY_PLACES = 3
+
+
+def _quantity_field(**kwargs: object) -> models.DecimalField:
+    return models.DecimalField(
+        max_digits=QUANTITY_DIGITS,
+        decimal_places=QUANTITY_PLACES,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+class Cluster(models.Model):
+    """A Kubernetes cluster the portal manages, with its quota policy knobs."""
+
+    name = models.CharField(max_length=DNS1123_LABEL_MAX, unique=True, validators=[dns1123_label])
+    display_name = models.CharField(max_length=200, blank=True)
+    api_server = models.URLField(
+        blank=True, help_text="Shown to users; the applier reads kubeconfig."
+    )
+    kubeconfig_path = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Path on the worker; credentials never in the database.",
+    )
+    in_cluster = models.BooleanField(default=False)
+    has_kueue = models.BooleanField(default=True)
+    has_volcano = models.BooleanField(default=False)
+    elastic_cap_fraction = models.DecimalField(
+        max_digits=4,
+        decimal_places=3,
+        default=Decimal("0.5"),
+        help_text="A tenant's limit may be at most this fraction of a flavor's capacity (R19).",
+    )
+    allow_guarantee_overcommit = models.BooleanField(
+        default=False, help_text="May the sum of guarantees exceed a flavor's capacity?"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(elastic_cap_fraction__gt=0) & Q(elastic_cap_fraction__lte=1),
+                name="cluster_elastic_cap_fraction_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(name__regex=DNS1123_LABEL_REGEX), name="cluster_name_dns1123"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ResourceFlavor(models.Model):
+    """A kind of resource within a cluster: a GPU model, a MIG profile, CPU nodes, a storage class."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="flavors")
+    name = models.CharField(max_length=DNS1123_LABEL_MAX, validators=[dns1123_label])
+    kind = models.CharField(max_length=20, choices=FlavorKind.choices)
+    gpu_model = models.CharField(
+        max_length=100, blank=True, help_text='As NVML names it: "NVIDIA A100-SXM4-80GB".'
+    )
+    mig_profile = models.CharField(max_length=30, blank=True, help_text='e.g. "1g.10gb".')
+    storage_class = models.CharField(max_length=DNS1123_LABEL_MAX, blank=True)
+    node_labels = models.JSONField(default=dict, blank=True)
+    node_taints = models.JSONField(default=list, blank=True)
+    gpu_weight = models.DecimalField(
+        max_digits=7,
+        decimal_places=3,
+        default=Decimal("1"),
+        help_text="Normalised GPU units per unit of this flavor's GPU resource (R5).",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["cluster__name", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="flavor_unique_per_cluster"),
+            models.CheckConstraint(
+                condition=Q(gpu_weight__gte=0), name="flavor_weight_nonnegative"
+            ),
+            models.CheckConstraint(
+                condition=~Q(kind=FlavorKind.MIG) | ~Q(mig_profile=""),
+                name="flavor_mig_has_profile",
+            ),
+            models.CheckConstraint(
+                condition=~Q(kind__in=[FlavorKind.GPU, FlavorKind.MIG]) | ~Q(gpu_model=""),
+                name="flavor_gpu_has_model",
+            ),
+            models.CheckConstraint(
+                condition=~Q(kind=FlavorKind.STORAGE) | ~Q(storage_class=""),
+                name="flavor_storage_has_class",
+            ),
+            models.CheckConstraint(
+                condition=Q(kind__in=FlavorKind.values), name="flavor_kind_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.name}"
+
+
+class FlavorResource(models.Model):
+    """A resource a flavor covers (Kueue coveredResources) and how much of it the cluster has."""
+
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=models.CASCADE, related_name="resources")
+    resource = models.CharField(max_length=100)
+    capacity = _quantity_field(help_text="Total in base units: GPUs, cores, bytes.")
+
+    class Meta:
+        ordering = ["flavor", "resource"]
+        constraints = [
+            models.UniqueConstraint(fields=["flavor", "resource"], name="flavor_resource_unique"),
+            models.CheckConstraint(
+                condition=Q(capacity__gte=0), name="flavor_resource_capacity_nonnegative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.flavor} {self.resource}"
+
+
+class TierTemplate(models.Model):
+    """A named bundle of quota (R9). Applied to a GPU flavor when a tenant is created."""
+
+    name = models.CharField(max_length=DNS1123_LABEL_MAX, unique=True, validators=[dns1123_label])
+    display_name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    gpus_guaranteed = models.PositiveIntegerField()
+    gpus_limit = models.PositiveIntegerField()
+    cpu_guaranteed = _quantity_field()
+    cpu_limit = _quantity_field()
+    memory_guaranteed = _quantity_field(help_text="Bytes.")
+    memory_limit = _quantity_field(help_text="Bytes.")
+    max_running_jobs = models.PositiveIntegerField()
+    max_queued_jobs = models.PositiveIntegerField()
+    max_pods = models.PositiveIntegerField()
+    storage_bytes = _quantity_field()
+    max_pvcs = models.PositiveIntegerField()
+    sort_order = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["sort_order", "name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(gpus_guaranteed__lte=F("gpus_limit")),
+                name="tier_gpus_guaranteed_lte_limit",
+            ),
+            models.CheckConstraint(
+                condition=Q(cpu_guaranteed__gte=0) & Q(cpu_guaranteed__lte=F("cpu_limit")),
+                name="tier_cpu_guaranteed_lte_limit",
+            ),
+            models.CheckConstraint(
+                condition=Q(memory_guaranteed__gte=0) & Q(memory_guaranteed__lte=F("memory_limit")),
+                name="tier_memory_guaranteed_lte_limit",
+            ),
+            models.CheckConstraint(
+                condition=Q(storage_bytes__gte=0), name="tier_storage_nonnegative"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class QuotaSet(models.Model):
+    """A tenant's quotas on one cluster. ``generation`` increases on every change; the cluster
+    side records the generation it applied (observedGeneration)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="quota_sets")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="quota_sets")
+    generation = models.PositiveBigIntegerField(default=1)
+    tier = models.ForeignKey(
+        TierTemplate, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Scheduling quotas (R4); null means no limit is set.
+    max_running_jobs = models.PositiveIntegerField(null=True, blank=True)
+    max_queued_jobs = models.PositiveIntegerField(null=True, blank=True)
+    max_pods = models.PositiveIntegerField(null=True, blank=True)
+    # Storage quotas (R3, R28).
+    storage_bytes = _quantity_field(null=True, blank=True)
+    max_pvcs = models.PositiveIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["tenant__slug", "cluster__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "cluster"], name="quota_set_unique"),
+            models.CheckConstraint(
+                condition=Q(generation__gte=1), name="quota_set_generation_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(storage_bytes__isnull=True) | Q(storage_bytes__gte=0),
+                name="quota_set_storage_nonnegative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}@{self.cluster.name} gen {self.generation}"
+
+
+class Quota(models.Model):
+    """Per tenant x cluster x flavor x resource: guaranteed (Kueue nominalQuota), limit
+    (nominal + borrowingLimit) and an optional lending limit."""
+
+    quota_set = models.ForeignKey(QuotaSet, on_delete=models.CASCADE, related_name="quotas")
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=models.PROTECT, related_name="quotas")
+    resource = models.CharField(max_length=100)
+    guaranteed = _quantity_field()
+    limit = _quantity_field()
+    lending_limit = _quantity_field(null=True, blank=True)
+
+    class Meta:
+        ordering = ["flavor__name", "resource"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["quota_set", "flavor", "resource"], name="quota_unique_item"
+            ),
+            models.CheckConstraint(
+                condition=Q(guaranteed__gte=0), name="quota_guaranteed_nonnegative"
+            ),
+            models.CheckConstraint(
+                condition=Q(limit__gte=F("guaranteed")), name="quota_guaranteed_lte_limit"
+            ),
+            models.CheckConstraint(
+                condition=Q(lending_limit__isnull=True)
+                | (Q(lending_limit__gte=0) & Q(lending_limit__lte=F("guaranteed"))),
+                name="quota_lending_limit_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.quota_set} {self.flavor.name} {self.resource}"

@@ -1,0 +1,326 @@
+"""Writes for quotas. Quota sets change only through these functions, which validate every
+item against the cluster, bump the generation and audit the change in one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_FLOOR, Decimal
+from typing import Any
+
+from django.db import transaction
+
+from portal.errors import ValidationFailed
+from quotas.choices import (
+    CPU_RESOURCE,
+    GPU_RESOURCE,
+    MEMORY_RESOURCE,
+    FlavorKind,
+    is_gpu_resource,
+)
+from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor, TierTemplate
+from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
+from quotas.selectors import guarantees_by_flavor
+from tenants.models import Tenant, User
+from tenants.services import audit_record
+
+
+@dataclass(frozen=True)
+class QuotaItem:
+    """One desired quota line, amounts in base units."""
+
+    flavor: ResourceFlavor
+    resource: str
+    guaranteed: Decimal
+    limit: Decimal
+    lending_limit: Decimal | None = None
+
+
+@dataclass(frozen=True)
+class SchedulingQuotas:
+    max_running_jobs: int | None = None
+    max_queued_jobs: int | None = None
+    max_pods: int | None = None
+    storage_bytes: Decimal | None = None
+    max_pvcs: int | None = None
+
+
+@dataclass
+class QuotaCheck:
+    """What validation found: errors refuse the change, warnings do not."""
+
+    errors: dict[str, list[str]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def error(self, name: str, message: str) -> None:
+        self.errors.setdefault(name, []).append(message)
+
+    def raise_if_invalid(self) -> None:
+        if self.errors:
+            first = next(iter(self.errors.values()))[0]
+            raise ValidationFailed(first, fields=self.errors)
+
+
+def quota_item_parse(
+    *,
+    flavor: ResourceFlavor,
+    resource: str,
+    guaranteed: Any,
+    limit: Any,
+    lending_limit: Any = None,
+    field_prefix: str = "",
+) -> QuotaItem:
+    """Parse the amounts of one item; QuantityError messages name the field."""
+    amounts: dict[str, Decimal | None] = {}
+    for name, raw in (
+        ("guaranteed", guaranteed),
+        ("limit", limit),
+        ("lending_limit", lending_limit),
+    ):
+        if raw is None:
+            amounts[name] = None
+            continue
+        try:
+            amounts[name] = parse_resource_amount(resource, raw)
+        except QuantityError as exc:
+            raise ValidationFailed.for_field(f"{field_prefix}{name}", str(exc)) from exc
+    if amounts["guaranteed"] is None or amounts["limit"] is None:
+        raise ValidationFailed.for_field(
+            f"{field_prefix}limit", "guaranteed and limit are required."
+        )
+    return QuotaItem(
+        flavor, resource, amounts["guaranteed"], amounts["limit"], amounts["lending_limit"]
+    )
+
+
+def _flavor_label(flavor: ResourceFlavor) -> str:
+    return flavor.gpu_model or flavor.name
+
+
+def quota_items_check(
+    *, cluster: Cluster, items: Sequence[QuotaItem], quota_set: QuotaSet | None = None
+) -> QuotaCheck:
+    """Business rules for a tenant's items on ``cluster``. Errors name the item, the rule and
+    the numbers. Capacity sums exclude ``quota_set`` (the set being replaced)."""
+    check = QuotaCheck()
+    covered = {
+        (fr.flavor_id, fr.resource): fr.capacity
+        for fr in FlavorResource.objects.filter(flavor__cluster=cluster)
+    }
+    guaranteed_elsewhere = guarantees_by_flavor(cluster=cluster, exclude_quota_set=quota_set)
+    seen: set[tuple[int, str]] = set()
+    for index, item in enumerate(items):
+        name = f"items[{index}]"
+        what = f"{item.resource} on {item.flavor.name}"
+        if item.flavor.cluster_id != cluster.pk:
+            check.error(
+                f"{name}.flavor",
+                f"flavor {item.flavor.name!r} belongs to cluster "
+                f"{item.flavor.cluster.name!r}, not {cluster.name!r}",
+            )
+            continue
+        key = (item.flavor.pk, item.resource)
+        if key in seen:
+            check.error(f"{name}.resource", f"{what} is listed twice")
+            continue
+        seen.add(key)
+        if key not in covered:
+            check.error(
+                f"{name}.resource", f"flavor {item.flavor.name!r} does not cover {item.resource!r}"
+            )
+            continue
+        if item.guaranteed > item.limit:
+            check.error(
+                f"{name}.guaranteed",
+                f"{what}: guaranteed {format_quantity(item.guaranteed, item.resource)} "
+                f"is above the limit {format_quantity(item.limit, item.resource)}",
+            )
+        if item.lending_limit is not None and item.lending_limit > item.guaranteed:
+            check.error(
+                f"{name}.lending_limit",
+                f"{what}: lending limit "
+                f"{format_quantity(item.lending_limit, item.resource)} is above guaranteed "
+                f"{format_quantity(item.guaranteed, item.resource)}",
+            )
+        capacity = covered[key]
+        taken = guaranteed_elsewhere.get(key) or Decimal(0)
+        if not cluster.allow_guarantee_overcommit and taken + item.guaranteed > capacity:
+            check.error(
+                f"{name}.guaranteed",
+                (
+                    f"{what}: guaranteed {format_quantity(item.guaranteed, item.resource)} does not fit: "
+                    f"other tenants hold {format_quantity(taken, item.resource)} of "
+                    f"{format_quantity(capacity, item.resource)} {_flavor_label(item.flavor)} on "
+                    f"{cluster.name} and the cluster does not allow overcommitting guarantees"
+                ),
+            )
+        cap = elastic_cap(
+            capacity=capacity, fraction=cluster.elastic_cap_fraction, resource=item.resource
+        )
+        if item.limit > cap:
+            check.error(
+                f"{name}.limit",
+                (
+                    f"limit {format_quantity(item.limit, item.resource)} exceeds the elastic cap of "
+                    f"{format_quantity(cap, item.resource)} ({cluster.elastic_cap_fraction * 100:.0f}% of "
+                    f"{format_quantity(capacity, item.resource)} {_flavor_label(item.flavor)} on {cluster.name})"
+                ),
+            )
+    return check
+
+
+def elastic_cap(*, capacity: Decimal, fraction: Decimal, resource: str) -> Decimal:
+    """The most a single tenant's limit may be (R19); whole units for GPUs and MIG slices."""
+    cap = capacity * fraction
+    return cap.to_integral_value(rounding=ROUND_FLOOR) if is_gpu_resource(resource) else cap
+
+
+def _snapshot(quota_set: QuotaSet) -> dict[str, Any]:
+    return {
+        "generation": quota_set.generation,
+        "max_running_jobs": quota_set.max_running_jobs,
+        "max_queued_jobs": quota_set.max_queued_jobs,
+        "max_pods": quota_set.max_pods,
+        "storage_bytes": None if quota_set.storage_bytes is None else str(quota_set.storage_bytes),
+        "max_pvcs": quota_set.max_pvcs,
+        "items": [
+            {
+                "flavor": q.flavor.name,
+                "resource": q.resource,
+                "guaranteed": format_quantity(q.guaranteed, q.resource),
+                "limit": format_quantity(q.limit, q.resource),
+                "lending_limit": None
+                if q.lending_limit is None
+                else format_quantity(q.lending_limit, q.resource),
+            }
+            for q in quota_set.quotas.select_related("flavor").order_by("flavor__name", "resource")
+        ],
+    }
+
+
+@transaction.atomic
+def quota_set_write(
+    *,
+    tenant: Tenant,
+    cluster: Cluster,
+    items: Sequence[QuotaItem],
+    scheduling: SchedulingQuotas,
+    actor: User | None,
+    tier: TierTemplate | None = None,
+    reason: str = "",
+) -> QuotaSet:
+    """Replace a tenant's quota set on a cluster (creating it if needed) with ``items``.
+
+    Items not listed are removed. The generation increases by one on every write, so the
+    cluster side can tell which version it has applied. Callers that hold an approval pass it
+    through ``reason``; only approved changes may reach this function (approvals issue)."""
+    quota_set, created = QuotaSet.objects.select_for_update().get_or_create(
+        tenant=tenant, cluster=cluster
+    )
+    # Lock the cluster's quota sets of the flavors involved, so two concurrent writes cannot
+    # both pass the capacity check (PostgreSQL; SQLite serialises writers anyway).
+    list(Cluster.objects.select_for_update().filter(pk=cluster.pk))
+    check = quota_items_check(cluster=cluster, items=items, quota_set=quota_set)
+    check.raise_if_invalid()
+    before = None if created else _snapshot(quota_set)
+
+    quota_set.quotas.all().delete()
+    Quota.objects.bulk_create(
+        Quota(
+            quota_set=quota_set,
+            flavor=item.flavor,
+            resource=item.resource,
+            guaranteed=item.guaranteed,
+            limit=item.limit,
+            lending_limit=item.lending_limit,
+        )
+        for item in items
+    )
+    quota_set.max_running_jobs = scheduling.max_running_jobs
+    quota_set.max_queued_jobs = scheduling.max_queued_jobs
+    quota_set.max_pods = scheduling.max_pods
+    quota_set.storage_bytes = scheduling.storage_bytes
+    quota_set.max_pvcs = scheduling.max_pvcs
+    if tier is not None:
+        quota_set.tier = tier
+    if not created:
+        quota_set.generation += 1
+    quota_set.save()
+    after = _snapshot(quota_set)
+    if reason:
+        after["reason"] = reason
+    audit_record(
+        actor=actor,
+        action="quota_set.written",
+        obj=quota_set,
+        tenant=tenant,
+        before=before,
+        after=after,
+    )
+    return quota_set
+
+
+def tier_items(*, tier: TierTemplate, gpu_flavor: ResourceFlavor) -> list[QuotaItem]:
+    """The quota items a tier gives on a GPU flavor: GPUs, and CPU / memory where the flavor
+    covers them."""
+    covered = set(gpu_flavor.resources.values_list("resource", flat=True))
+    amounts = {
+        GPU_RESOURCE: (Decimal(tier.gpus_guaranteed), Decimal(tier.gpus_limit)),
+        CPU_RESOURCE: (tier.cpu_guaranteed, tier.cpu_limit),
+        MEMORY_RESOURCE: (tier.memory_guaranteed, tier.memory_limit),
+    }
+    return [
+        QuotaItem(gpu_flavor, resource, guaranteed, limit)
+        for resource, (guaranteed, limit) in amounts.items()
+        if resource in covered
+    ]
+
+
+def tier_scheduling(tier: TierTemplate) -> SchedulingQuotas:
+    return SchedulingQuotas(
+        max_running_jobs=tier.max_running_jobs,
+        max_queued_jobs=tier.max_queued_jobs,
+        max_pods=tier.max_pods,
+        storage_bytes=tier.storage_bytes,
+        max_pvcs=tier.max_pvcs,
+    )
+
+
+def default_gpu_flavor(*, cluster: Cluster) -> ResourceFlavor:
+    flavor = cluster.flavors.filter(kind=FlavorKind.GPU).order_by("name").first()
+    if flavor is None:
+        raise ValidationFailed.for_field(
+            "cluster", f"cluster {cluster.name!r} has no whole-GPU flavor to apply a tier to"
+        )
+    return flavor
+
+
+def quota_set_create_from_tier(
+    *,
+    tenant: Tenant,
+    cluster: Cluster,
+    tier: TierTemplate,
+    actor: User | None,
+    gpu_flavor: ResourceFlavor | None = None,
+) -> QuotaSet:
+    gpu_flavor = gpu_flavor or default_gpu_flavor(cluster=cluster)
+    if gpu_flavor.cluster_id != cluster.pk:
+        raise ValidationFailed.for_field(
+            "gpu_flavor",
+            f"flavor {gpu_flavor.name!r} belongs to cluster {gpu_flavor.cluster.name!r}, "
+            f"not {cluster.name!r}",
+        )
+    if gpu_flavor.kind != FlavorKind.GPU:
+        raise ValidationFailed.for_field(
+            "gpu_flavor",
+            f"flavor {gpu_flavor.name!r} is a {gpu_flavor.kind} flavor, not whole GPUs",
+        )
+    return quota_set_write(
+        tenant=tenant,
+        cluster=cluster,
+        items=tier_items(tier=tier, gpu_flavor=gpu_flavor),
+        scheduling=tier_scheduling(tier),
+        actor=actor,
+        tier=tier,
+        reason=f"tier {tier.name}",
+    )

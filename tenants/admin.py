@@ -1,0 +1,138 @@
+"""Django admin for tenants. Writes that have business rules go through services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.auth.admin import UserAdmin
+
+from tenants import services
+from tenants.models import ApiToken, AuditEvent, Membership, Namespace, Tenant, User
+
+
+@admin.register(User)
+class PortalUserAdmin(UserAdmin):
+    list_display = ["username", "email", "is_platform_admin", "is_staff", "is_active"]
+    list_filter = ["is_platform_admin", "is_staff", "is_active"]
+    fieldsets = [*UserAdmin.fieldsets, ("Portal", {"fields": ["is_platform_admin"]})]
+
+
+class NamespaceInline(admin.TabularInline):
+    model = Namespace
+    extra = 0
+    readonly_fields = ["name", "purpose", "created_at"]
+    can_delete = False
+
+    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    readonly_fields = ["user", "role", "created_at"]
+    can_delete = False
+
+    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ["slug", "display_name", "parent", "cohort", "state", "created_at"]
+    list_filter = ["state", "default_priority"]
+    search_fields = ["slug", "display_name"]
+    inlines = [NamespaceInline, MembershipInline]
+
+    def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
+        # The slug names namespaces and cluster objects: fixed once created.
+        return ["slug", "parent", "cohort", "created_at", "updated_at"] if obj else []
+
+    def save_model(self, request: Any, obj: Tenant, form: Any, change: bool) -> None:
+        if change:
+            services.tenant_update(
+                tenant=obj,
+                actor=request.user,
+                display_name=obj.display_name,
+                description=obj.description,
+                state=obj.state,
+                default_priority=obj.default_priority,
+            )
+        else:
+            created = services.tenant_create(
+                slug=obj.slug,
+                display_name=obj.display_name,
+                description=obj.description,
+                parent=obj.parent,
+                cohort=obj.cohort,
+                default_priority=obj.default_priority,
+                actor=request.user,
+            )
+            obj.pk = created.pk
+
+
+@admin.register(Namespace)
+class NamespaceAdmin(admin.ModelAdmin):
+    list_display = ["name", "tenant", "purpose", "created_at"]
+    list_filter = ["purpose"]
+    search_fields = ["name", "tenant__slug"]
+
+    def save_model(self, request: Any, obj: Namespace, form: Any, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+        else:
+            obj.pk = services.namespace_create(
+                tenant=obj.tenant, name=obj.name, purpose=obj.purpose, actor=request.user
+            ).pk
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["tenant", "user", "role", "created_at"]
+    list_filter = ["role"]
+    search_fields = ["tenant__slug", "user__username"]
+
+    def save_model(self, request: Any, obj: Membership, form: Any, change: bool) -> None:
+        obj.pk = services.membership_set(
+            tenant=obj.tenant, user=obj.user, role=obj.role, actor=request.user
+        ).pk
+
+    def delete_model(self, request: Any, obj: Membership) -> None:
+        services.membership_remove(tenant=obj.tenant, user=obj.user, actor=request.user)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "user", "name", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    list_filter = ["revoked_at"]
+    search_fields = ["user__username", "prefix", "name"]
+    readonly_fields = ["user", "name", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    exclude = ["digest"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False  # tokens are issued through POST /api/v1/auth/token/
+
+    @admin.action(description="Revoke selected tokens")
+    def revoke(self, request: Any, queryset: Any) -> None:
+        for token in queryset:
+            services.api_token_revoke(token=token, actor=request.user)
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    """Append-only: visible, never editable."""
+
+    list_display = ["created_at", "actor_username", "action", "object_type", "object_id", "tenant_slug"]
+    list_filter = ["action", "object_type"]
+    search_fields = ["object_id", "tenant_slug", "actor_username"]
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False

@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from portal.api.serializers import StrictInputSerializer
+from tenants.choices import MembershipRole, NamespacePurpose, Priority, TenantState
+from tenants.models import ApiToken, Membership, Namespace, Tenant
+from tenants.validators import DNS1123_LABEL_MAX, TENANT_SLUG_MAX, dns1123_label
+
+
+class NamespaceOutput(serializers.ModelSerializer):
+    class Meta:
+        model = Namespace
+        fields = ["name", "purpose", "created_at"]
+
+
+class TenantOutput(serializers.ModelSerializer):
+    parent = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    namespaces = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Tenant
+        fields = [
+            "slug",
+            "display_name",
+            "description",
+            "parent",
+            "cohort",
+            "default_priority",
+            "state",
+            "namespaces",
+            "created_at",
+            "updated_at",
+        ]
+
+    def get_namespaces(self, tenant: Tenant) -> list[str]:
+        return [ns.name for ns in tenant.namespaces.all()]
+
+
+class TenantCreateInput(StrictInputSerializer):
+    slug = serializers.CharField(max_length=TENANT_SLUG_MAX, validators=[dns1123_label])
+    display_name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    tier = serializers.CharField(help_text="Tier template name, e.g. 'medium'.")
+    cluster = serializers.CharField(help_text="Cluster name the tier's quotas apply on.")
+    gpu_flavor = serializers.CharField(
+        required=False, help_text="Whole-GPU flavor on that cluster; default: its first one."
+    )
+    parent = serializers.CharField(required=False, help_text="Parent tenant slug.")
+    cohort = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=DNS1123_LABEL_MAX,
+        validators=[dns1123_label],
+    )
+    default_priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.DEFAULT)
+    leads = serializers.ListField(
+        child=serializers.CharField(), required=False, default=list,
+        help_text="Usernames made leads of the new tenant.",
+    )
+
+
+class TenantUpdateInput(StrictInputSerializer):
+    display_name = serializers.CharField(max_length=200, required=False)
+    description = serializers.CharField(required=False, allow_blank=True)
+    state = serializers.ChoiceField(choices=TenantState.choices, required=False)
+    default_priority = serializers.ChoiceField(choices=Priority.choices, required=False)
+
+
+class NamespaceCreateInput(StrictInputSerializer):
+    name = serializers.CharField(max_length=DNS1123_LABEL_MAX, validators=[dns1123_label])
+    purpose = serializers.ChoiceField(choices=NamespacePurpose.choices, default=NamespacePurpose.GENERAL)
+
+
+class MembershipOutput(serializers.ModelSerializer):
+    username = serializers.CharField(source="user.username", read_only=True)
+    email = serializers.EmailField(source="user.email", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["username", "email", "role", "created_at"]
+
+
+class MembershipSetInput(StrictInputSerializer):
+    username = serializers.CharField(max_length=150)
+    role = serializers.ChoiceField(choices=MembershipRole.choices)
+
+
+class MembershipRoleInput(StrictInputSerializer):
+    role = serializers.ChoiceField(choices=MembershipRole.choices)
+
+
+class TokenObtainInput(StrictInputSerializer):
+    username = serializers.CharField(max_length=150)
+    password = serializers.CharField(max_length=4096, style={"input_type": "password"})
+    name = serializers.CharField(max_length=100, required=False, default="")
+
+
+class TokenObtainOutput(serializers.Serializer):
+    token = serializers.CharField(help_text="Shown once; send as 'Authorization: Token <token>'.")
+    id = serializers.IntegerField()
+    prefix = serializers.CharField()
+    expires_at = serializers.DateTimeField()
+
+
+class ApiTokenOutput(serializers.ModelSerializer):
+    class Meta:
+        model = ApiToken
+        fields = ["id", "name", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+
+
+class MeOutput(serializers.Serializer):
+    username = serializers.CharField()
+    email = serializers.EmailField()
+    is_platform_admin = serializers.BooleanField()
+    memberships = serializers.DictField(child=serializers.CharField(), help_text="slug -> role")

@@ -1,0 +1,209 @@
+"""Thin API views: validate input, call one service or selector, serialize output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import authenticate
+from django.shortcuts import get_object_or_404
+from django_filters import rest_framework as filters
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.permissions import AllowAny, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.throttling import AnonRateThrottle
+from rest_framework.views import APIView
+
+from portal.errors import ApplicationError
+from tenants import selectors, services
+from tenants.api.base import ReadMembersWriteAdmins, TenantScopedMixin
+from tenants.api.serializers import (
+    ApiTokenOutput,
+    MembershipOutput,
+    MembershipRoleInput,
+    MembershipSetInput,
+    MeOutput,
+    NamespaceCreateInput,
+    NamespaceOutput,
+    TenantOutput,
+    TenantUpdateInput,
+    TokenObtainInput,
+    TokenObtainOutput,
+)
+from tenants.choices import TenantState
+from tenants.models import ApiToken, Membership, Namespace, Tenant, User
+
+
+class TenantFilter(filters.FilterSet):
+    state = filters.ChoiceFilter(choices=TenantState.choices)
+    parent = filters.CharFilter(field_name="parent__slug")
+    cohort = filters.CharFilter()
+    search = filters.CharFilter(method="filter_search", help_text="Part of slug or display name.")
+
+    class Meta:
+        model = Tenant
+        fields = ["state", "parent", "cohort"]
+
+    def filter_search(self, queryset: Any, name: str, value: str) -> Any:
+        from django.db.models import Q
+
+        return queryset.filter(Q(slug__icontains=value) | Q(display_name__icontains=value))
+
+
+class TenantViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+):
+    """Tenants the caller may see. Creation (onboarding with a tier) is added by ``approvals``."""
+
+    serializer_class = TenantOutput
+    permission_classes = [ReadMembersWriteAdmins]
+    lookup_field = "slug"
+    lookup_value_regex = "[^/]+"
+    filterset_class = TenantFilter
+
+    def get_queryset(self) -> Any:
+        return selectors.tenant_list_for_user(user=self.request.user)
+
+    def get_object(self) -> Tenant:
+        return selectors.tenant_get_for_user(user=self.request.user, slug=self.kwargs["slug"])
+
+    @extend_schema(request=TenantUpdateInput, responses=TenantOutput)
+    def partial_update(self, request: Request, slug: str) -> Response:
+        data = TenantUpdateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        tenant = services.tenant_update(tenant=self.get_object(), actor=request.user, **data.validated_data)
+        return Response(TenantOutput(selectors.tenant_list_for_user(user=request.user).get(pk=tenant.pk)).data)
+
+
+class NamespaceViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+    serializer_class = NamespaceOutput
+    queryset = Namespace.objects.none()  # for the schema; get_queryset() scopes it
+    permission_classes = [ReadMembersWriteAdmins]
+
+    def get_queryset(self) -> Any:
+        return selectors.namespace_list_for_tenant(tenant=self.tenant)
+
+    @extend_schema(request=NamespaceCreateInput, responses={201: NamespaceOutput})
+    def create(self, request: Request, tenant_slug: str) -> Response:
+        data = NamespaceCreateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        namespace = services.namespace_create(tenant=self.tenant, actor=request.user, **data.validated_data)
+        return Response(NamespaceOutput(namespace).data, status=status.HTTP_201_CREATED)
+
+
+def _user_by_username(username: str, field: str = "username") -> User:
+    user = User.objects.filter(username=username, is_active=True).first()
+    if user is None:
+        raise ApplicationError.for_field(field, f"No active user {username!r}.")
+    return user
+
+
+class MembershipViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Members of a tenant. Members read; only platform admins add, change or remove."""
+
+    serializer_class = MembershipOutput
+    queryset = Membership.objects.none()  # for the schema; get_queryset() scopes it
+    permission_classes = [ReadMembersWriteAdmins]
+    lookup_field = "username"
+    lookup_value_regex = "[^/]+"
+
+    def get_queryset(self) -> Any:
+        return selectors.membership_list_for_tenant(tenant=self.tenant)
+
+    def _membership(self, username: str) -> Membership:
+        return get_object_or_404(self.get_queryset(), user__username=username)
+
+    @extend_schema(responses=MembershipOutput)
+    def retrieve(self, request: Request, tenant_slug: str, username: str) -> Response:
+        return Response(MembershipOutput(self._membership(username)).data)
+
+    @extend_schema(request=MembershipSetInput, responses={201: MembershipOutput})
+    def create(self, request: Request, tenant_slug: str) -> Response:
+        data = MembershipSetInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        user = _user_by_username(data.validated_data["username"])
+        membership = services.membership_set(
+            tenant=self.tenant, user=user, role=data.validated_data["role"], actor=request.user
+        )
+        return Response(MembershipOutput(membership).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=MembershipRoleInput, responses=MembershipOutput)
+    def partial_update(self, request: Request, tenant_slug: str, username: str) -> Response:
+        membership = self._membership(username)
+        data = MembershipRoleInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        membership = services.membership_set(
+            tenant=self.tenant, user=membership.user, role=data.validated_data["role"], actor=request.user
+        )
+        return Response(MembershipOutput(membership).data)
+
+    @extend_schema(responses={204: None})
+    def destroy(self, request: Request, tenant_slug: str, username: str) -> Response:
+        membership = self._membership(username)
+        services.membership_remove(tenant=self.tenant, user=membership.user, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class LoginThrottle(AnonRateThrottle):
+    scope = "login"
+    rate = "20/min"
+
+
+class TokenObtainView(APIView):
+    """Exchange a username and password for an API token (shown once, stored hashed)."""
+
+    permission_classes = [AllowAny]
+    authentication_classes: list[Any] = []
+    throttle_classes = [LoginThrottle]
+
+    @extend_schema(request=TokenObtainInput, responses={201: TokenObtainOutput}, auth=[])
+    def post(self, request: Request) -> Response:
+        data = TokenObtainInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        user = authenticate(
+            request._request,
+            username=data.validated_data["username"],
+            password=data.validated_data["password"],
+        )
+        if user is None:
+            raise ApplicationError(
+                "Unable to log in with these credentials.",
+                fields={"password": ["wrong username or password"]},
+            )
+        token, secret = services.api_token_create(user=user, name=data.validated_data["name"])
+        body = {"token": secret, "id": token.pk, "prefix": token.prefix, "expires_at": token.expires_at}
+        return Response(TokenObtainOutput(body).data, status=status.HTTP_201_CREATED)
+
+
+class ApiTokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.GenericViewSet):
+    """The caller's own API tokens; DELETE revokes one (kept for the record)."""
+
+    serializer_class = ApiTokenOutput
+    queryset = ApiToken.objects.none()  # for the schema; get_queryset() scopes it
+    permission_classes = [IsAuthenticated]
+
+    def get_queryset(self) -> Any:
+        return selectors.api_token_list_for_user(user=self.request.user)
+
+    def perform_destroy(self, instance: Any) -> None:
+        services.api_token_revoke(token=instance, actor=self.request.user)
+
+
+class MeView(APIView):
+    """Who the caller is and their roles. Also the benchmark's baseline endpoint."""
+
+    @extend_schema(responses=MeOutput)
+    def get(self, request: Request) -> Response:
+        user = request.user
+        memberships = dict(user.memberships.values_list("tenant__slug", "role"))
+        return Response(
+            MeOutput(
+                {
+                    "username": user.username,
+                    "email": user.email,
+                    "is_platform_admin": user.is_platform_admin,
+                    "memberships": memberships,
+                }
+            ).data
+        )

@@ -1,0 +1,26 @@
+from django.db import models
+
+
+class TenantState(models.TextChoices):
+    ACTIVE = "active", "Active"
+    SUSPENDED = "suspended", "Suspended"
+
+
+class MembershipRole(models.TextChoices):
+    LEAD = "lead", "Lead"
+    MEMBER = "member", "Member"
+    VIEWER = "viewer", "Viewer"
+
+
+class Priority(models.TextChoices):
+    """The PriorityClass ladder a tenant's workloads default to (R15)."""
+
+    PRODUCTION = "production", "Production inference (high)"
+    DEFAULT = "default", "Default"
+    EXPERIMENT = "experiment", "Experiments (low)"
+
+
+class NamespacePurpose(models.TextChoices):
+    GENERAL = "general", "General"
+    TRAINING = "training", "Training"
+    INFERENCE = "inference", "Inference"

@@ -1,0 +1,167 @@
+"""Who: users, tenants (teams) and their hierarchy, namespaces, memberships, API tokens, audit."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractUser
+from django.db import models
+from django.db.models import F, Q
+
+from tenants.choices import MembershipRole, NamespacePurpose, Priority, TenantState
+from tenants.validators import (
+    DNS1123_LABEL_MAX,
+    DNS1123_LABEL_REGEX,
+    TENANT_SLUG_MAX,
+    dns1123_label,
+)
+
+
+class User(AbstractUser):
+    """A person or automation account. Platform admins approve quotas and manage tenants."""
+
+    is_platform_admin = models.BooleanField(
+        default=False, help_text="May manage every tenant, approve requests and see all data."
+    )
+
+
+class TenantQuerySet(models.QuerySet["Tenant"]):
+    def visible_to(self, user: User) -> TenantQuerySet:
+        """The one tenant-scoping chokepoint: admins see all, others their memberships."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_platform_admin:
+            return self
+        return self.filter(memberships__user=user)
+
+
+class Tenant(models.Model):
+    slug = models.CharField(max_length=TENANT_SLUG_MAX, unique=True, validators=[dns1123_label])
+    display_name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+    )
+    cohort = models.CharField(
+        max_length=DNS1123_LABEL_MAX,
+        blank=True,
+        validators=[dns1123_label],
+        help_text="Kueue cohort it borrows from and lends to; empty means the cluster's default.",
+    )
+    default_priority = models.CharField(
+        max_length=20, choices=Priority.choices, default=Priority.DEFAULT
+    )
+    state = models.CharField(max_length=20, choices=TenantState.choices, default=TenantState.ACTIVE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["slug"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(slug__regex=DNS1123_LABEL_REGEX), name="tenant_slug_dns1123"
+            ),
+            models.CheckConstraint(
+                condition=Q(cohort="") | Q(cohort__regex=DNS1123_LABEL_REGEX),
+                name="tenant_cohort_dns1123",
+            ),
+            models.CheckConstraint(condition=~Q(parent=F("pk")), name="tenant_not_own_parent"),
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Namespace(models.Model):
+    """A Kubernetes namespace a tenant owns; its quota is locked on it (R1)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="namespaces")
+    name = models.CharField(max_length=DNS1123_LABEL_MAX, unique=True, validators=[dns1123_label])
+    purpose = models.CharField(
+        max_length=20, choices=NamespacePurpose.choices, default=NamespacePurpose.GENERAL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(name__regex=DNS1123_LABEL_REGEX), name="namespace_name_dns1123"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=20, choices=MembershipRole.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant__slug", "user__username"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "tenant"], name="membership_unique_user_tenant"
+            ),
+            models.CheckConstraint(
+                condition=Q(role__in=MembershipRole.values), name="membership_role_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.role} of {self.tenant}"
+
+
+class ApiToken(models.Model):
+    """A bearer token for automation. Only a SHA-256 digest of the secret is stored."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=12, db_index=True, help_text="First characters, shown.")
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+
+class AuditEvent(models.Model):
+    """Append-only record of a state change. Lives in the lowest app so every service can write it."""
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_username = models.CharField(max_length=150, blank=True)
+    action = models.CharField(max_length=100)
+    object_type = models.CharField(max_length=100)
+    object_id = models.CharField(max_length=200)
+    tenant = models.ForeignKey(
+        Tenant, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_events"
+    )
+    tenant_slug = models.CharField(max_length=TENANT_SLUG_MAX, blank=True)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tenant", "-created_at"])]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_username} {self.action} {self.object_id}"
+        )

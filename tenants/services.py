@@ -1,0 +1,293 @@
+"""Writes for tenants, namespaces, memberships and API tokens. Every write is audited."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from portal.errors import Conflict, NotFound, ValidationFailed
+from tenants.choices import MembershipRole, NamespacePurpose, Priority, TenantState
+from tenants.models import ApiToken, AuditEvent, Membership, Namespace, Tenant, User
+from tenants.validators import DNS1123_LABEL_MAX, TENANT_SLUG_MAX, dns1123_label
+
+API_TOKEN_BYTES = 30
+API_TOKEN_PREFIX_LEN = 8
+
+
+def audit_record(
+    *,
+    actor: User | None,
+    action: str,
+    obj: Any,
+    tenant: Tenant | None = None,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """Append an audit row; call it inside the transaction of the change it records."""
+    return AuditEvent.objects.create(
+        actor=actor if actor is not None and actor.pk else None,
+        actor_username=actor.get_username() if actor is not None else "system",
+        action=action,
+        object_type=type(obj).__name__,
+        object_id=str(getattr(obj, "slug", None) or getattr(obj, "name", None) or obj.pk),
+        tenant=tenant,
+        tenant_slug=tenant.slug if tenant else "",
+        before=before,
+        after=after,
+    )
+
+
+def _check_label(field: str, value: str, max_length: int) -> None:
+    from django.core.exceptions import ValidationError
+
+    if not value:
+        raise ValidationFailed.for_field(field, "This field is required.")
+    if len(value) > max_length:
+        raise ValidationFailed.for_field(
+            field, f"{value!r} is {len(value)} characters long; at most {max_length} are allowed."
+        )
+    try:
+        dns1123_label(value)
+    except ValidationError as exc:
+        raise ValidationFailed.for_field(field, f"{value!r} {exc.messages[0]}.") from exc
+
+
+def _tenant_snapshot(tenant: Tenant) -> dict[str, Any]:
+    return {
+        "slug": tenant.slug,
+        "display_name": tenant.display_name,
+        "parent": tenant.parent.slug if tenant.parent else None,
+        "cohort": tenant.cohort,
+        "state": tenant.state,
+        "default_priority": tenant.default_priority,
+    }
+
+
+@transaction.atomic
+def tenant_create(
+    *,
+    slug: str,
+    display_name: str,
+    actor: User | None,
+    parent: Tenant | None = None,
+    cohort: str = "",
+    description: str = "",
+    default_priority: str = Priority.DEFAULT,
+    namespaces: Iterable[tuple[str, str]] | None = None,
+) -> Tenant:
+    """Create a tenant and its namespaces (default: ``<slug>-training``, ``<slug>-inference``)."""
+    _check_label("slug", slug, TENANT_SLUG_MAX)
+    if cohort:
+        _check_label("cohort", cohort, DNS1123_LABEL_MAX)
+    if not display_name.strip():
+        raise ValidationFailed.for_field("display_name", "This field may not be blank.")
+    if Tenant.objects.filter(slug=slug).exists():
+        raise ValidationFailed.for_field("slug", f"A tenant with slug {slug!r} already exists.")
+    if namespaces is None:
+        namespaces = [
+            (f"{slug}-training", NamespacePurpose.TRAINING),
+            (f"{slug}-inference", NamespacePurpose.INFERENCE),
+        ]
+    try:
+        with transaction.atomic():
+            tenant = Tenant.objects.create(
+                slug=slug,
+                display_name=display_name.strip(),
+                parent=parent,
+                cohort=cohort,
+                description=description,
+                default_priority=default_priority,
+            )
+    except IntegrityError as exc:  # a concurrent create of the same slug
+        raise ValidationFailed.for_field(
+            "slug", f"A tenant with slug {slug!r} already exists."
+        ) from exc
+    for name, purpose in namespaces:
+        namespace_create(tenant=tenant, name=name, purpose=purpose, actor=actor)
+    audit_record(
+        actor=actor,
+        action="tenant.created",
+        obj=tenant,
+        tenant=tenant,
+        after=_tenant_snapshot(tenant),
+    )
+    return tenant
+
+
+@transaction.atomic
+def tenant_update(
+    *,
+    tenant: Tenant,
+    actor: User | None,
+    display_name: str | None = None,
+    description: str | None = None,
+    state: str | None = None,
+    default_priority: str | None = None,
+) -> Tenant:
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    before = _tenant_snapshot(tenant)
+    if display_name is not None:
+        if not display_name.strip():
+            raise ValidationFailed.for_field("display_name", "This field may not be blank.")
+        tenant.display_name = display_name.strip()
+    if description is not None:
+        tenant.description = description
+    if state is not None:
+        if state not in TenantState.values:
+            raise ValidationFailed.for_field(
+                "state", f"{state!r} is not one of {TenantState.values}."
+            )
+        tenant.state = state
+    if default_priority is not None:
+        if default_priority not in Priority.values:
+            raise ValidationFailed.for_field(
+                "default_priority", f"{default_priority!r} is not one of {Priority.values}."
+            )
+        tenant.default_priority = default_priority
+    tenant.save()
+    after = _tenant_snapshot(tenant)
+    if after != before:
+        audit_record(
+            actor=actor,
+            action="tenant.updated",
+            obj=tenant,
+            tenant=tenant,
+            before=before,
+            after=after,
+        )
+    return tenant
+
+
+@transaction.atomic
+def namespace_create(*, tenant: Tenant, name: str, purpose: str, actor: User | None) -> Namespace:
+    _check_label("name", name, DNS1123_LABEL_MAX)
+    if purpose not in NamespacePurpose.values:
+        raise ValidationFailed.for_field(
+            "purpose", f"{purpose!r} is not one of {NamespacePurpose.values}."
+        )
+    if Namespace.objects.filter(name=name).exists():
+        raise ValidationFailed.for_field("name", f"Namespace {name!r} is already taken.")
+    try:
+        with transaction.atomic():
+            namespace = Namespace.objects.create(tenant=tenant, name=name, purpose=purpose)
+    except IntegrityError as exc:
+        raise ValidationFailed.for_field("name", f"Namespace {name!r} is already taken.") from exc
+    audit_record(
+        actor=actor,
+        action="namespace.created",
+        obj=namespace,
+        tenant=tenant,
+        after={"name": name, "purpose": purpose},
+    )
+    return namespace
+
+
+@transaction.atomic
+def membership_set(*, tenant: Tenant, user: User, role: str, actor: User | None) -> Membership:
+    """Add ``user`` to ``tenant`` with ``role``, or change the role of an existing member."""
+    if role not in MembershipRole.values:
+        raise ValidationFailed.for_field("role", f"{role!r} is not one of {MembershipRole.values}.")
+    membership, created = Membership.objects.select_for_update().get_or_create(
+        tenant=tenant, user=user, defaults={"role": role}
+    )
+    before = None if created else {"user": user.username, "role": membership.role}
+    if not created and membership.role == role:
+        return membership
+    if not created:
+        membership.role = role
+        membership.save(update_fields=["role"])
+    audit_record(
+        actor=actor,
+        action="membership.added" if created else "membership.role_changed",
+        obj=membership,
+        tenant=tenant,
+        before=before,
+        after={"user": user.username, "role": role},
+    )
+    return membership
+
+
+@transaction.atomic
+def membership_remove(*, tenant: Tenant, user: User, actor: User | None) -> None:
+    membership = Membership.objects.select_for_update().filter(tenant=tenant, user=user).first()
+    if membership is None:
+        raise NotFound(f"{user.username} is not a member of {tenant.slug}.")
+    if membership.role == MembershipRole.LEAD:
+        other_leads = Membership.objects.filter(tenant=tenant, role=MembershipRole.LEAD).exclude(
+            pk=membership.pk
+        )
+        if not other_leads.exists() and tenant.state == TenantState.ACTIVE:
+            raise Conflict(
+                f"{user.username} is the only lead of {tenant.slug}; add another lead first.",
+                fields={"user": ["the tenant's only lead cannot be removed"]},
+            )
+    audit_record(
+        actor=actor,
+        action="membership.removed",
+        obj=membership,
+        tenant=tenant,
+        before={"user": user.username, "role": membership.role},
+    )
+    membership.delete()
+
+
+# --- API tokens ---------------------------------------------------------------------------
+
+
+def _digest(secret: str) -> str:
+    # Tokens are 240 random bits, so a fast hash is enough (no dictionary to attack).
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+@transaction.atomic
+def api_token_create(
+    *, user: User, name: str = "", ttl: timedelta | None = None
+) -> tuple[ApiToken, str]:
+    """Issue a token; the secret is returned once and only its digest is stored."""
+    secret = secrets.token_urlsafe(API_TOKEN_BYTES)
+    ttl = ttl or timedelta(days=settings.API_TOKEN_TTL_DAYS)
+    token = ApiToken.objects.create(
+        user=user,
+        name=name[:100],
+        prefix=secret[:API_TOKEN_PREFIX_LEN],
+        digest=_digest(secret),
+        expires_at=timezone.now() + ttl,
+    )
+    audit_record(actor=user, action="api_token.created", obj=token, after={"prefix": token.prefix})
+    return token, secret
+
+
+def api_token_authenticate(*, secret: str) -> ApiToken | None:
+    """The token for ``secret`` if it is valid now (not revoked, not expired), else None."""
+    now = timezone.now()
+    token = (
+        ApiToken.objects.select_related("user")
+        .filter(digest=_digest(secret), revoked_at__isnull=True, expires_at__gt=now)
+        .first()
+    )
+    if token is None or not token.user.is_active:
+        return None
+    if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=5):
+        # Coarse on purpose: a write per request would make every API call a write.
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token
+
+
+@transaction.atomic
+def api_token_revoke(*, token: ApiToken, actor: User) -> ApiToken:
+    updated = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    token.refresh_from_db()
+    if updated:
+        audit_record(
+            actor=actor, action="api_token.revoked", obj=token, after={"prefix": token.prefix}
+        )
+    return token
