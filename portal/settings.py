@@ -155,7 +155,9 @@ USE_TZ = True
 
 # --- Static files, served by the app itself (WhiteNoise) -----------------------------------
 STATIC_URL = "static/"
-STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(DATA_DIR / "static")))
+if DEBUG or TESTING:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns when it is missing
 STATICFILES_DIRS = [BASE_DIR / "portal" / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -184,15 +186,16 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-portal@localhost")
 SERVER_EMAIL = DEFAULT_FROM_EMAIL
 
-# --- Security: strict unless DEBUG ---------------------------------------------------------
-SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
-SECURE_HSTS_PRELOAD = not DEBUG
-SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", not DEBUG)
+# --- Security: strict unless DEBUG (or the test suite, which talks plain HTTP) --------------
+_STRICT = not DEBUG and not TESTING
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if _STRICT else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _STRICT
+SECURE_HSTS_PRELOAD = _STRICT
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _STRICT)
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
-SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", not DEBUG)
-CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", not DEBUG)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _STRICT)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _STRICT)
 SESSION_COOKIE_HTTPONLY = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"

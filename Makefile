@@ -1,0 +1,55 @@
+# The two commands: `make run` (the product, with demo data) and `make test` (the whole suite).
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+# The virtual environment is reused while requirements.lock and pyproject.toml are unchanged.
+STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha1sum | cut -c1-12)
+PORT ?= 8000
+
+.PHONY: venv run test lint bench lock schema clean
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.lock
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+venv: $(STAMP)
+
+# Serves http://127.0.0.1:$(PORT) with a Celery worker and beat beside it. With no
+# DATABASE_URL / REDIS_URL it runs on SQLite and a filesystem broker under .data/.
+run: venv
+	@export DEBUG=$${DEBUG:-true}; \
+	$(PY) manage.py migrate --noinput && \
+	$(PY) manage.py demo && \
+	{ $(VENV)/bin/celery -A portal worker --beat --loglevel=info --concurrency=2 & worker=$$!; \
+	  trap 'kill $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
+	  echo "Portal: http://127.0.0.1:$(PORT)/  (API docs: /api/v1/docs/)"; \
+	  $(VENV)/bin/gunicorn portal.wsgi --bind 127.0.0.1:$(PORT) --workers 2 --access-logfile - ; }
+
+test: venv
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+bench: venv
+	$(PY) bench/api_bench.py
+
+schema: venv
+	DEBUG=true $(PY) manage.py spectacular --validate --fail-on-warn --file .data/openapi.yml
+
+# Re-pin every dependency from requirements.in (mirrors pyproject.toml).
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet -r requirements.in
+	{ echo "# Pinned by 'pip freeze' from requirements.in; 'make lock' regenerates it."; \
+	  .lock-venv/bin/pip freeze | grep -v '^-e'; } > requirements.lock
+	rm -rf .lock-venv
+
+clean:
+	rm -rf $(VENV) .data .pytest_cache .ruff_cache

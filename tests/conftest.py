@@ -1,0 +1,166 @@
+"""Shared fixtures: services that must be real in CI, and the personas every test uses.
+
+Personas (STYLE.md rule 16): ``admin`` (platform admin), ``alice`` (lead of team-a),
+``carol`` (member of team-a), ``victor`` (viewer of team-a) and ``bob`` (lead of team-b, the
+outsider for team-a's data).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from rest_framework.test import APIClient
+
+from approvals.services import tenant_onboard
+from quotas.choices import CPU_RESOURCE, GPU_RESOURCE, MEMORY_RESOURCE
+from quotas.models import Cluster, ResourceFlavor, TierTemplate
+from quotas.services import QuotaItem, SchedulingQuotas, quota_set_write
+from tenants.choices import MembershipRole
+from tenants.models import Tenant, User
+from tenants.services import membership_set
+from tests.factories import GI, ClusterFactory, UserFactory, gpu_flavor, mig_flavor
+
+REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES", "") == "1"
+
+
+def require_service(name: str, available: bool, why: str) -> None:
+    """Skip when a service is absent, except in CI (REQUIRE_SERVICES=1), where it fails."""
+    if available:
+        return
+    message = f"{name} is not available: {why}"
+    if REQUIRE_SERVICES:
+        pytest.fail(f"REQUIRE_SERVICES=1 but {message}", pytrace=False)
+    pytest.skip(message)
+
+
+def chromium_path() -> str | None:
+    return (
+        os.environ.get("CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _database_is_postgres_in_ci(django_db_blocker: object) -> None:
+    if REQUIRE_SERVICES and connection.vendor != "postgresql":
+        pytest.fail(
+            "REQUIRE_SERVICES=1 but the suite is not on PostgreSQL: set DATABASE_URL", pytrace=False
+        )
+
+
+@pytest.fixture
+def on_postgres() -> None:
+    require_service("PostgreSQL", connection.vendor == "postgresql", "DATABASE_URL is not set")
+
+
+@dataclass
+class World:
+    """The demo's shape, small: two clusters, three tenants, five personas."""
+
+    a100: Cluster
+    h100: Cluster
+    a100_gpu: ResourceFlavor
+    h100_gpu: ResourceFlavor
+    h100_mig: ResourceFlavor
+    team_a: Tenant
+    team_b: Tenant
+    team_c: Tenant
+    admin: User
+    alice: User
+    carol: User
+    victor: User
+    bob: User
+    small: TierTemplate
+    medium: TierTemplate
+
+
+def seed_quota(
+    tenant: Tenant,
+    cluster: Cluster,
+    flavor: ResourceFlavor,
+    guaranteed: int,
+    limit: int,
+    actor: User | None = None,
+) -> None:
+    quota_set_write(
+        tenant=tenant,
+        cluster=cluster,
+        actor=actor,
+        items=[
+            QuotaItem(flavor, GPU_RESOURCE, Decimal(guaranteed), Decimal(limit)),
+            QuotaItem(flavor, CPU_RESOURCE, Decimal(guaranteed * 8), Decimal(limit * 8)),
+            QuotaItem(
+                flavor, MEMORY_RESOURCE, Decimal(guaranteed * 64 * GI), Decimal(limit * 64 * GI)
+            ),
+        ],
+        scheduling=SchedulingQuotas(max_running_jobs=5, max_queued_jobs=20, max_pods=20),
+    )
+
+
+@pytest.fixture
+def world(db: None) -> World:
+    admin = UserFactory(username="admin", is_platform_admin=True, is_staff=True, is_superuser=True)
+    alice, carol, victor, bob = (
+        UserFactory(username=n) for n in ("alice", "carol", "victor", "bob")
+    )
+    a100 = ClusterFactory(name="demo-a100", elastic_cap_fraction=Decimal("0.625"))
+    h100 = ClusterFactory(name="demo-h100")
+    a100_gpu = gpu_flavor(a100, "a100-80gb", gpus=16)
+    h100_gpu = gpu_flavor(h100, "h100-80gb", gpus=16, weight="2", gpu_model="NVIDIA H100 80GB HBM3")
+    h100_mig = mig_flavor(h100, "1g.10gb", count=14, weight="0.286")
+    small = TierTemplate.objects.get(name="small")
+    medium = TierTemplate.objects.get(name="medium")
+    teams = {}
+    for slug, lead in (("team-a", alice), ("team-b", bob), ("team-c", None)):
+        teams[slug] = tenant_onboard(
+            slug=slug,
+            display_name=slug.replace("-", " ").title(),
+            tier=small,
+            cluster=h100,
+            gpu_flavor=h100_gpu,
+            actor=admin,
+            leads=[lead] if lead else [],
+        )
+    for slug, g, lim in (("team-a", 6, 10), ("team-b", 4, 6), ("team-c", 2, 4)):
+        seed_quota(teams[slug], a100, a100_gpu, g, lim, actor=admin)
+    membership_set(tenant=teams["team-a"], user=carol, role=MembershipRole.MEMBER, actor=admin)
+    membership_set(tenant=teams["team-a"], user=victor, role=MembershipRole.VIEWER, actor=admin)
+    return World(
+        a100,
+        h100,
+        a100_gpu,
+        h100_gpu,
+        h100_mig,
+        teams["team-a"],
+        teams["team-b"],
+        teams["team-c"],
+        admin,
+        alice,
+        carol,
+        victor,
+        bob,
+        small,
+        medium,
+    )
+
+
+@pytest.fixture
+def api() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def api_as(api: APIClient):  # type: ignore[no-untyped-def]
+    """``api_as(user)`` -> a client authenticated as ``user`` (session-style, no token)."""
+
+    def login(user: User | None) -> APIClient:
+        client = APIClient()
+        if user is not None:
+            client.force_authenticate(user)
+        return client
+
+    return login
