@@ -1,0 +1,92 @@
+"""Configuration from the environment, checked in fresh processes (settings load once)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCTION = {
+    "DEBUG": "false",
+    "SECRET_KEY": "x" * 20 + "a-long-random-production-secret-key-0123456789",
+    "ALLOWED_HOSTS": "portal.example.com",
+    "DATABASE_URL": "postgres://portal:secret@db.example.com:5432/portal",
+    "REDIS_URL": "redis://cache.example.com:6379/0",
+}
+
+
+def manage(*args: str, env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k not in {
+        "DEBUG", "SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS", "TESTING",
+        "PYTEST_CURRENT_TEST", "DJANGO_SETTINGS_MODULE"}}
+    clean.update(env)
+    clean["DATA_DIR"] = str(tmp_path)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=clean, capture_output=True,
+        text=True, timeout=120,
+    )
+
+
+def test_check_deploy_is_clean_for_a_production_configuration(tmp_path):
+    result = manage("check", "--deploy", "--fail-level", "WARNING", env=PRODUCTION, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_production_refuses_to_start_with_the_default_secret_key(tmp_path):
+    env = {k: v for k, v in PRODUCTION.items() if k != "SECRET_KEY"}
+    result = manage("check", env=env, tmp_path=tmp_path)
+    assert result.returncode != 0
+    assert "SECRET_KEY is the built-in default while DEBUG is off" in result.stderr
+
+
+def test_secret_key_can_come_from_a_file(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("file-secret-" + "y" * 50 + "\n")
+    env = {k: v for k, v in PRODUCTION.items() if k != "SECRET_KEY"}
+    env["SECRET_KEY_FILE"] = str(secret)
+    result = manage("shell", "-v", "0", "-c", "from django.conf import settings; print(settings.SECRET_KEY)",
+                    env=env, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "file-secret-" + "y" * 50
+
+
+@pytest.mark.parametrize(("name", "value"), [("DEBUG", "maybe"), ("EMAIL_PORT", "twenty-five")])
+def test_a_bad_value_fails_loudly_naming_the_variable(tmp_path, name, value):
+    result = manage("check", env={**PRODUCTION, name: value}, tmp_path=tmp_path)
+    assert result.returncode != 0
+    assert f"{name}={value!r}" in result.stderr
+
+
+def test_embedded_defaults_need_no_server(tmp_path):
+    """With no DATABASE_URL and no REDIS_URL: SQLite and a filesystem broker under DATA_DIR."""
+    code = (
+        "from django.conf import settings; "
+        "print(settings.DATABASES['default']['ENGINE']); print(settings.CELERY_BROKER_URL); "
+        "print(settings.CACHES['default']['BACKEND'])"
+    )
+    result = manage("shell", "-v", "0", "-c", code, env={"DEBUG": "true"}, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    engine, broker, cache = result.stdout.split()
+    assert engine == "django.db.backends.sqlite3"
+    assert broker == "filesystem://"
+    assert cache.endswith("FileBasedCache")
+    assert (tmp_path / "broker" / "queue").is_dir()
+
+
+def test_production_uses_postgres_and_redis_from_the_environment(tmp_path):
+    code = (
+        "from django.conf import settings; d = settings.DATABASES['default']; "
+        "print(d['ENGINE'], d['HOST'], d['NAME']); print(settings.CELERY_BROKER_URL); "
+        "print(settings.SESSION_COOKIE_SECURE, settings.CSRF_COOKIE_SECURE, settings.SECURE_SSL_REDIRECT)"
+    )
+    result = manage("shell", "-v", "0", "-c", code, env=PRODUCTION, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "django.db.backends.postgresql db.example.com portal"
+    assert lines[1] == "redis://cache.example.com:6379/0"
+    assert lines[2] == "True True True"
