@@ -93,8 +93,12 @@ def quota_item_parse(
     )
 
 
-def _flavor_label(flavor: ResourceFlavor) -> str:
-    return flavor.gpu_model or flavor.name
+def _capacity_label(flavor: ResourceFlavor, resource: str) -> str:
+    """What the capacity counts: "NVIDIA A100-SXM4-80GB" for whole GPUs, "cpu in a100-80gb"
+    for the rest (256 cores of a GPU flavor are not 256 GPUs)."""
+    if resource == GPU_RESOURCE and flavor.gpu_model:
+        return flavor.gpu_model
+    return f"{resource} in {flavor.name}"
 
 
 def quota_items_check(
@@ -150,7 +154,7 @@ def quota_items_check(
                 (
                     f"{what}: guaranteed {format_quantity(item.guaranteed, item.resource)} does not fit: "
                     f"other tenants hold {format_quantity(taken, item.resource)} of "
-                    f"{format_quantity(capacity, item.resource)} {_flavor_label(item.flavor)} on "
+                    f"{format_quantity(capacity, item.resource)} {_capacity_label(item.flavor, item.resource)} on "
                     f"{cluster.name} and the cluster does not allow overcommitting guarantees"
                 ),
             )
@@ -163,7 +167,7 @@ def quota_items_check(
                 (
                     f"limit {format_quantity(item.limit, item.resource)} exceeds the elastic cap of "
                     f"{format_quantity(cap, item.resource)} ({cluster.elastic_cap_fraction * 100:.0f}% of "
-                    f"{format_quantity(capacity, item.resource)} {_flavor_label(item.flavor)} on {cluster.name})"
+                    f"{format_quantity(capacity, item.resource)} {_capacity_label(item.flavor, item.resource)} on {cluster.name})"
                 ),
             )
     return check
@@ -315,12 +319,20 @@ def quota_set_create_from_tier(
             "gpu_flavor",
             f"flavor {gpu_flavor.name!r} is a {gpu_flavor.kind} flavor, not whole GPUs",
         )
-    return quota_set_write(
-        tenant=tenant,
-        cluster=cluster,
-        items=tier_items(tier=tier, gpu_flavor=gpu_flavor),
-        scheduling=tier_scheduling(tier),
-        actor=actor,
-        tier=tier,
-        reason=f"tier {tier.name}",
-    )
+    try:
+        return quota_set_write(
+            tenant=tenant,
+            cluster=cluster,
+            items=tier_items(tier=tier, gpu_flavor=gpu_flavor),
+            scheduling=tier_scheduling(tier),
+            actor=actor,
+            tier=tier,
+            reason=f"tier {tier.name}",
+        )
+    except ValidationFailed as exc:
+        # The caller chose a tier, not items: name the tier and keep every reason.
+        reasons = [message for messages in exc.fields.values() for message in messages]
+        raise ValidationFailed(
+            f"tier {tier.name!r} does not fit on {cluster.name}: {exc.message}",
+            fields={"tier": reasons},
+        ) from exc

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 from django.db.models import Prefetch, QuerySet
 
 from portal.errors import NotFound
 from tenants.choices import MembershipRole
 from tenants.models import ApiToken, Membership, Namespace, Tenant, User
+from tenants.validators import DNS1123_LABEL_REGEX
 
 
 def tenant_list_for_user(*, user: User) -> QuerySet[Tenant]:
@@ -20,10 +23,12 @@ def tenant_list_for_user(*, user: User) -> QuerySet[Tenant]:
 
 def tenant_get_for_user(*, user: User, slug: str) -> Tenant:
     """The tenant, or NotFound (404) when it does not exist *or* the user may not see it, so
-    that tenant names do not leak."""
-    tenant = Tenant.objects.visible_to(user).select_related("parent").filter(slug=slug).first()
+    that tenant names do not leak (the message does not repeat the slug either)."""
+    tenant = None
+    if re.fullmatch(DNS1123_LABEL_REGEX, slug):  # no query for what cannot be a slug ("\x00")
+        tenant = Tenant.objects.visible_to(user).select_related("parent").filter(slug=slug).first()
     if tenant is None:
-        raise NotFound(f"No tenant {slug!r}.")
+        raise NotFound("No such tenant, or it is not yours to see.")
     return tenant
 
 

@@ -25,7 +25,7 @@ from tenants.api.base import TenantScopedMixin
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = ClusterOutput
     lookup_field = "name"
-    lookup_value_regex = "[^/]+"
+    lookup_value_regex = "[a-z0-9-]+"  # DNS-1123 labels
 
     def get_queryset(self) -> Any:
         return selectors.cluster_list()
@@ -58,7 +58,7 @@ class FlavorViewSet(viewsets.ReadOnlyModelViewSet):
 class TierTemplateViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = TierTemplateOutput
     lookup_field = "name"
-    lookup_value_regex = "[^/]+"
+    lookup_value_regex = "[a-z0-9-]+"  # DNS-1123 labels
 
     def get_queryset(self) -> Any:
         return selectors.tier_list()

@@ -1,7 +1,8 @@
 """Base views for routes under ``/api/v1/tenants/{tenant_slug}/``.
 
-The tenant is resolved in ``initial()`` through the scoping selector, so a nested endpoint
-answers 404 for a tenant the caller may not see before any of its own code runs.
+The tenant is resolved through the scoping selector before the permission checks, so a nested
+endpoint answers 404 to every method, reads and writes alike, for a tenant the caller may not
+see ("another tenant's slug answers 404, not 403"), before any of its own code runs.
 """
 
 from __future__ import annotations
@@ -33,11 +34,18 @@ class ReadMembersWriteAdmins(BasePermission):
 
 
 class TenantScopedMixin:
-    """Resolves ``self.tenant`` from the URL's ``tenant_slug`` for the requesting user."""
+    """Resolves ``self.tenant`` from the URL's ``tenant_slug`` for the requesting user.
+
+    Authentication comes first (401 for anonymous callers), then the tenant (404 when the
+    caller may not see it), then the permissions (403 for a member who may not do this)."""
 
     tenant_url_kwarg = "tenant_slug"
     tenant: Tenant
 
-    def initial(self, request: Any, *args: Any, **kwargs: Any) -> None:
-        super().initial(request, *args, **kwargs)  # type: ignore[misc]
-        self.tenant = tenant_get_for_user(user=request.user, slug=kwargs[self.tenant_url_kwarg])
+    def check_permissions(self, request: Any) -> None:
+        slug = self.kwargs.get(self.tenant_url_kwarg)  # type: ignore[attr-defined]
+        if slug is not None and request.user.is_authenticated:
+            self.tenant = tenant_get_for_user(user=request.user, slug=slug)
+        super().check_permissions(request)  # type: ignore[misc]
+        if slug is not None and not hasattr(self, "tenant"):  # a view open to anonymous callers
+            self.tenant = tenant_get_for_user(user=request.user, slug=slug)

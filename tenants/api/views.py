@@ -52,7 +52,7 @@ class TenantFilter(filters.FilterSet):
 
 
 class TenantViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
+    TenantScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
 ):
     """Tenants the caller may see. Creation (onboarding with a tier) is added by ``approvals``."""
 
@@ -60,13 +60,14 @@ class TenantViewSet(
     permission_classes = [ReadMembersWriteAdmins]
     lookup_field = "slug"
     lookup_value_regex = "[^/]+"
+    tenant_url_kwarg = "slug"  # detail routes resolve the tenant like the nested routes do
     filterset_class = TenantFilter
 
     def get_queryset(self) -> Any:
         return selectors.tenant_list_for_user(user=self.request.user)
 
     def get_object(self) -> Tenant:
-        return selectors.tenant_get_for_user(user=self.request.user, slug=self.kwargs["slug"])
+        return self.tenant
 
     @extend_schema(request=TenantUpdateInput, responses=TenantOutput)
     def partial_update(self, request: Request, slug: str) -> Response:
@@ -106,7 +107,7 @@ class MembershipViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.Gener
     queryset = Membership.objects.none()  # for the schema; get_queryset() scopes it
     permission_classes = [ReadMembersWriteAdmins]
     lookup_field = "username"
-    lookup_value_regex = "[^/]+"
+    lookup_value_regex = r"[\w.@+-]+"  # what Django's username validator allows
 
     def get_queryset(self) -> Any:
         return selectors.membership_list_for_tenant(tenant=self.tenant)

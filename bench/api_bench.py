@@ -1,0 +1,299 @@
+"""API benchmark (issue 2, "Speed"): gunicorn, 2 workers, PostgreSQL, 500 tenants x 4 flavors.
+
+Drives three GET endpoints with concurrent clients and compares each with the trivial
+authenticated baseline ``/api/v1/me/``; exit status 0 when all reach the target. See README.md."""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "api_bench.json"
+TARGET = 0.6
+TENANTS, LEAD_TENANTS, ITEMS_PER_TENANT = 500, 50, 9
+GI, TI = 1024**3, 1024**4
+# (name, path); the first is the baseline. "{slug}" becomes a random tenant's slug per request.
+ENDPOINTS = [
+    ("me (baseline)", "/api/v1/me/"),
+    ("tenants page 50", "/api/v1/tenants/?page_size=50"),
+    ("tenant quotas", "/api/v1/tenants/{slug}/quotas/"),
+]
+COLUMNS = "{endpoint:<16} {requests:>8} {errors:>6} {rps:>7} {p50_ms:>7} {p99_ms:>7} {ratio:>6} {target:>7} {result:>6}"
+
+
+def seed() -> tuple[str, list[str], dict[str, dict[str, int]]]:
+    """In this process, on the bench database: a cluster with 4 flavors, 500 tenants (2 namespaces,
+    a quota set with items on all 4 flavors), a platform admin and a lead of 50 tenants."""
+    import django
+
+    sys.path.insert(0, str(ROOT))
+    django.setup()
+    from decimal import Decimal as D
+
+    from quotas.choices import CPU_RESOURCE, GPU_RESOURCE, MEMORY_RESOURCE, FlavorKind, mig_resource
+    from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor, TierTemplate
+    from quotas.services import QuotaItem, quota_items_check
+    from tenants.choices import MembershipRole, NamespacePurpose
+    from tenants.models import Namespace, Tenant, User
+    from tenants.services import api_token_create, membership_set
+
+    gpu, cpu, mem, mig = GPU_RESOURCE, CPU_RESOURCE, MEMORY_RESOURCE, mig_resource("1g.10gb")
+    a100, h100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
+    # Flavor fields, {resource: (capacity, guaranteed, limit)}. The capacities hold all 500
+    # tenants' guarantees and limits, so the data would be valid even with the default policy.
+    specs = [
+        ({"name": "a100-80gb", "kind": FlavorKind.GPU, "gpu_model": a100, "gpu_weight": D(1)},
+         {gpu: (2048, 4, 6), cpu: (8192, 8, 12), mem: (64 * TI, 64 * GI, 96 * GI)}),
+        ({"name": "h100-80gb", "kind": FlavorKind.GPU, "gpu_model": h100, "gpu_weight": D(2)},
+         {gpu: (1024, 2, 4), cpu: (16384, 16, 32), mem: (64 * TI, 128 * GI, 256 * GI)}),
+        ({"name": "h100-mig-1g-10gb", "kind": FlavorKind.MIG, "gpu_model": h100,
+          "mig_profile": "1g.10gb", "gpu_weight": D("0.143")}, {mig: (4096, 7, 14)}),
+        ({"name": "cpu-epyc", "kind": FlavorKind.CPU, "gpu_weight": D(0)},
+         {cpu: (32768, 32, 64), mem: (128 * TI, 128 * GI, 256 * GI)}),
+    ]  # fmt: skip
+    cluster = Cluster.objects.create(
+        name="bench", elastic_cap_fraction=D(1), allow_guarantee_overcommit=True
+    )
+    items: list[QuotaItem] = []
+    for fields, resources in specs:
+        flavor = ResourceFlavor.objects.create(cluster=cluster, **fields)
+        for res, (capacity, guaranteed, limit) in resources.items():
+            FlavorResource.objects.create(flavor=flavor, resource=res, capacity=D(capacity))
+            items.append(QuotaItem(flavor, res, D(guaranteed), D(limit)))
+
+    tier = TierTemplate.objects.get(name="small")
+    scheduling = ("max_running_jobs", "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs")
+    slugs = [f"team-{i:04d}" for i in range(TENANTS)]
+    tenants = Tenant.objects.bulk_create(Tenant(slug=s, display_name=s.title()) for s in slugs)
+    Namespace.objects.bulk_create(
+        Namespace(tenant=t, name=f"{t.slug}-{purpose}", purpose=purpose)
+        for t in tenants
+        for purpose in (NamespacePurpose.TRAINING, NamespacePurpose.INFERENCE)
+    )
+    quota_sets = QuotaSet.objects.bulk_create(
+        QuotaSet(tenant=t, cluster=cluster, tier=tier, **{f: getattr(tier, f) for f in scheduling})
+        for t in tenants
+    )
+    Quota.objects.bulk_create(Quota(quota_set=qs, **vars(i)) for qs in quota_sets for i in items)
+    # The service's own rules accept a tenant's items beside all the other tenants' guarantees.
+    quota_items_check(cluster=cluster, items=items, quota_set=quota_sets[0]).raise_if_invalid()
+
+    admin = User.objects.create_user("bench-admin", is_platform_admin=True)
+    lead = User.objects.create_user("bench-lead")
+    for tenant in tenants[:LEAD_TENANTS]:
+        membership_set(tenant=tenant, user=lead, role=MembershipRole.LEAD, actor=admin)
+    tokens = {u.username: api_token_create(user=u, name="bench")[1] for u in (admin, lead)}
+    return tokens["bench-admin"], slugs, count_queries(tokens, slugs[0])
+
+
+def count_queries(tokens: dict[str, str], slug: str) -> dict[str, dict[str, int]]:
+    """SQL queries per request, per user and endpoint, checking the answers on the way."""
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    visible = {"bench-admin": TENANTS, "bench-lead": LEAD_TENANTS}
+    counts: dict[str, dict[str, int]] = {}
+    for user, token in tokens.items():
+        client = Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Token {token}")
+        client.get("/api/v1/me/")  # the token's first use is recorded: a write, not counted
+        for name, path in ENDPOINTS:
+            with CaptureQueriesContext(connection) as ctx:
+                response = client.get(path.format(slug=slug))
+            body = response.json()
+            if (
+                response.status_code != 200
+                or ("page_size" in path and body["count"] != visible[user])
+                or ("quotas" in path and len(body["results"][0]["items"]) != ITEMS_PER_TENANT)
+            ):
+                raise RuntimeError(f"{user} GET {path}: {response.status_code} {body}")
+            counts.setdefault(user, {})[name] = len(ctx.captured_queries)
+    connection.close()
+    return counts
+
+
+@dataclass
+class Tally:  # one endpoint's requests over all its rounds
+    latencies: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def drive(port: int, token: str, path: str, slugs: list[str], clients: int, seconds: float,
+          tally: Tally) -> None:  # fmt: skip
+    """``clients`` threads, each with its own connection, send requests for ``seconds``."""
+    deadline = time.perf_counter() + seconds
+
+    def client() -> None:  # list.append is atomic in CPython: the threads share the tally
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        while time.perf_counter() < deadline:
+            url = path.format(slug=random.choice(slugs))
+            start = time.perf_counter()
+            try:
+                conn.request("GET", url, headers={"Authorization": f"Token {token}"})
+                response = conn.getresponse()
+                response.read()
+                if response.status != 200:
+                    tally.errors.append(f"GET {url}: HTTP {response.status}")
+            except (OSError, http.client.HTTPException) as exc:
+                tally.errors.append(f"GET {url}: {exc!r}")
+                conn.close()
+            tally.latencies.append(time.perf_counter() - start)
+        conn.close()
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(lambda _: client(), range(clients)))  # re-raises a client's exception
+    tally.seconds += time.perf_counter() - started
+
+
+def summarize(endpoint: str, tally: Tally, baseline_rps: float | None) -> dict[str, Any]:
+    """A row of the table and of the JSON report; no ``baseline_rps`` for the baseline."""
+    lat = sorted(tally.latencies) or [0.0]
+    p50, p99 = (lat[min(len(lat) - 1, int(p * len(lat)))] * 1000 for p in (0.5, 0.99))
+    rps = len(tally.latencies) / tally.seconds
+    ratio = rps / baseline_rps if baseline_rps else 1.0
+    passed = not tally.errors and (baseline_rps is None or ratio >= TARGET)
+    return {
+        "endpoint": endpoint, "requests": len(tally.latencies), "errors": len(tally.errors),
+        "rps": round(rps, 1), "p50_ms": round(p50, 1), "p99_ms": round(p99, 1),
+        "ratio": round(ratio, 2), "target": "-" if baseline_rps is None else f">= {TARGET}",
+        "result": "PASS" if passed else "FAIL",
+        "first_error": tally.errors[0] if tally.errors else "",
+    }  # fmt: skip
+
+
+def database(server_url: str, name: str, *, create: bool) -> str:
+    """Drop database ``name`` (and create it afresh); returns its URL."""
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if create:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    return urlsplit(server_url)._replace(path=f"/{name}").geturl()
+
+
+def bench_env(db_url: str, data_dir: str) -> dict[str, str]:
+    """Production settings (DEBUG off, a random SECRET_KEY) over plain HTTP, without Redis."""
+    unset = {"REDIS_URL", "TESTING", "DATABASE_URL_FILE", "SECRET_KEY_FILE", "REDIS_URL_FILE"}
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    (Path(data_dir) / "static").mkdir()  # STATIC_ROOT, or WhiteNoise warns
+    env.update(DATABASE_URL=db_url, SECRET_KEY=secrets.token_urlsafe(50), DEBUG="false",
+               ALLOWED_HOSTS="127.0.0.1", SECURE_SSL_REDIRECT="false", LOG_LEVEL="WARNING",
+               DATA_DIR=data_dir, DJANGO_SETTINGS_MODULE="portal.settings")  # fmt: skip
+    return env
+
+
+def start_gunicorn(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    gunicorn = str(Path(sys.executable).with_name("gunicorn"))
+    cmd = [gunicorn, "portal.wsgi", "--workers", "2", "--bind", f"127.0.0.1:{port}"]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/healthz")
+            if conn.getresponse().status == 200:
+                return proc, port
+        except OSError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"gunicorn did not become healthy:\n{log.read_text()[-3000:]}")
+
+
+def measure(args: argparse.Namespace, tmp: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Everything between creating the database and dropping it."""
+    env = bench_env(database(args.database_url, args.db_name, create=True), tmp)
+    migrate = [sys.executable, "manage.py", "migrate", "--noinput", "--verbosity=0"]
+    subprocess.run(migrate, cwd=ROOT, env=env, check=True)
+    os.environ.update(env)  # for seed(), which sets up Django in this process
+    started = time.perf_counter()
+    token, slugs, queries = seed()
+    print(f"seeded in {time.perf_counter() - started:.1f} s; SQL queries per request:")
+    for user, counts in queries.items():
+        print(f"  {user:12} " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
+
+    server, port = start_gunicorn(env, Path(tmp) / "gunicorn.log")
+    try:
+        print(f"gunicorn (2 sync workers) on :{port}, {args.clients} client threads. Per endpoint: "
+              f"{args.warmup:g} s warm-up, {args.seconds:g} s in {args.rounds} interleaved rounds.")  # fmt: skip
+        tallies = {name: Tally() for name, _ in ENDPOINTS}
+        cpu, started = time.process_time(), time.perf_counter()
+        for round_ in range(-1, args.rounds):  # round -1 warms up and is not counted
+            for name, path in ENDPOINTS:
+                seconds = args.warmup if round_ < 0 else args.seconds / args.rounds
+                tally = Tally() if round_ < 0 else tallies[name]
+                drive(port, token, path, slugs, args.clients, seconds, tally)
+        client_cpu = round((time.process_time() - cpu) / (time.perf_counter() - started), 2)
+    finally:
+        server.terminate()  # graceful: the workers finish their request and exit
+        server.wait()
+    print(f"client threads used {client_cpu} CPUs on average (machine: {os.cpu_count()})\n")
+    base = tallies[ENDPOINTS[0][0]]
+    base_rps = len(base.latencies) / base.seconds
+    rows = [summarize(name, t, None if t is base else base_rps) for name, t in tallies.items()]
+    return rows, {"sql_queries_per_request": queries, "client_cpu_cores": client_cpu}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add = parser.add_argument
+    add("--database-url", default=os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres",
+        help="PostgreSQL server to use, any database on it (default: $DATABASE_URL or local)")  # fmt: skip
+    add("--db-name", default="portal_bench", help="dropped, created, dropped again")
+    add("--seconds", type=float, default=10, help="per endpoint (default 10)")
+    add("--rounds", type=int, default=5, help="interleaved slices of --seconds (default 5)")
+    add("--warmup", type=float, default=2, help="per endpoint, not counted (default 2)")
+    add("--clients", type=int, default=8, help="concurrent client threads (default 8)")
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the finally blocks run
+
+    with tempfile.TemporaryDirectory(prefix="portal-bench-") as tmp:
+        try:
+            rows, extra = measure(args, tmp)
+        finally:
+            database(args.database_url, args.db_name, create=False)
+    names = {"rps": "req/s", "p50_ms": "p50 ms", "p99_ms": "p99 ms"}
+    for row in [{k: names.get(k, k) for k in rows[0]}, *rows]:  # a header, then the rows
+        print(COLUMNS.format(**row))
+    settings = {k: v for k, v in vars(args).items() if k != "database_url"}
+    config = {**settings, "tenants": TENANTS, "flavors": 4, "cpus": os.cpu_count()}
+    report = {"config": config, "results": rows, **extra}
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwritten to {RESULTS.relative_to(ROOT)}")
+    failed = [r for r in rows if r["result"] != "PASS"]
+    for r in failed:
+        print(f"FAIL {r['endpoint']}: ratio {r['ratio']}, {r['errors']} errors. {r['first_error']}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except (RuntimeError, psycopg.Error, subprocess.CalledProcessError) as exc:
+        sys.exit(f"error: {exc}")
