@@ -213,6 +213,11 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
+    "DEFAULT_PARSER_CLASSES": [
+        "portal.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]
     + ([] if not DEBUG else ["rest_framework.renderers.BrowsableAPIRenderer"]),
     "TEST_REQUEST_DEFAULT_FORMAT": "json",

@@ -12,3 +12,5 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("", include("portal.pages")),
 ]
+
+handler404 = "portal.views.page_not_found"

@@ -18,6 +18,14 @@ from tenants import selectors as tenant_selectors
 from tenants.models import AuditEvent, Tenant
 
 
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """404 handler: JSON in the API's error shape under /api/, the portal's page elsewhere."""
+    if request.path.startswith("/api/"):
+        body = {"detail": "Not found.", "code": "not_found", "fields": {}}
+        return JsonResponse(body, status=404)
+    return render(request, "404.html", status=404)
+
+
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
     with connection.cursor() as cursor:

@@ -93,6 +93,9 @@ class ResourceFlavor(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["cluster", "name"], name="flavor_unique_per_cluster"),
             models.CheckConstraint(
+                condition=Q(name__regex=DNS1123_LABEL_REGEX), name="flavor_name_dns1123"
+            ),
+            models.CheckConstraint(
                 condition=Q(gpu_weight__gte=0), name="flavor_weight_nonnegative"
             ),
             models.CheckConstraint(
@@ -158,6 +161,9 @@ class TierTemplate(models.Model):
     class Meta:
         ordering = ["sort_order", "name"]
         constraints = [
+            models.CheckConstraint(
+                condition=Q(name__regex=DNS1123_LABEL_REGEX), name="tier_name_dns1123"
+            ),
             models.CheckConstraint(
                 condition=Q(gpus_guaranteed__lte=F("gpus_limit")),
                 name="tier_gpus_guaranteed_lte_limit",

@@ -256,6 +256,7 @@ def quota_set_write(
     audit_record(
         actor=actor,
         action="quota_set.written",
+        object_id=f"{tenant.slug}@{cluster.name}",
         obj=quota_set,
         tenant=tenant,
         before=before,

@@ -29,14 +29,17 @@ def audit_record(
     tenant: Tenant | None = None,
     before: dict[str, Any] | None = None,
     after: dict[str, Any] | None = None,
+    object_id: str | None = None,
 ) -> AuditEvent:
-    """Append an audit row; call it inside the transaction of the change it records."""
+    """Append an audit row; call it inside the transaction of the change it records.
+    ``object_id`` defaults to the object's slug, name or primary key."""
     return AuditEvent.objects.create(
         actor=actor if actor is not None and actor.pk else None,
         actor_username=actor.get_username() if actor is not None else "system",
         action=action,
         object_type=type(obj).__name__,
-        object_id=str(getattr(obj, "slug", None) or getattr(obj, "name", None) or obj.pk),
+        object_id=object_id
+        or str(getattr(obj, "slug", None) or getattr(obj, "name", None) or obj.pk),
         tenant=tenant,
         tenant_slug=tenant.slug if tenant else "",
         before=before,
@@ -189,24 +192,41 @@ def namespace_create(*, tenant: Tenant, name: str, purpose: str, actor: User | N
     return namespace
 
 
+def _ensure_another_lead(*, tenant: Tenant, membership: Membership) -> None:
+    """An active tenant keeps at least one lead: someone must be able to file its requests."""
+    if membership.role != MembershipRole.LEAD or tenant.state != TenantState.ACTIVE:
+        return
+    others = Membership.objects.filter(tenant=tenant, role=MembershipRole.LEAD).exclude(
+        pk=membership.pk
+    )
+    if not others.exists():
+        raise Conflict(
+            f"{membership.user.username} is the only lead of {tenant.slug}; add another lead first.",
+            fields={"username": ["the tenant's only lead cannot be removed or demoted"]},
+        )
+
+
 @transaction.atomic
 def membership_set(*, tenant: Tenant, user: User, role: str, actor: User | None) -> Membership:
     """Add ``user`` to ``tenant`` with ``role``, or change the role of an existing member."""
     if role not in MembershipRole.values:
         raise ValidationFailed.for_field("role", f"{role!r} is not one of {MembershipRole.values}.")
-    membership, created = Membership.objects.select_for_update().get_or_create(
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)  # serialises lead changes
+    membership, created = Membership.objects.get_or_create(
         tenant=tenant, user=user, defaults={"role": role}
     )
     before = None if created else {"user": user.username, "role": membership.role}
     if not created and membership.role == role:
         return membership
     if not created:
+        _ensure_another_lead(tenant=tenant, membership=membership)
         membership.role = role
         membership.save(update_fields=["role"])
     audit_record(
         actor=actor,
         action="membership.added" if created else "membership.role_changed",
         obj=membership,
+        object_id=f"{user.username}@{tenant.slug}",
         tenant=tenant,
         before=before,
         after={"user": user.username, "role": role},
@@ -216,22 +236,16 @@ def membership_set(*, tenant: Tenant, user: User, role: str, actor: User | None)
 
 @transaction.atomic
 def membership_remove(*, tenant: Tenant, user: User, actor: User | None) -> None:
-    membership = Membership.objects.select_for_update().filter(tenant=tenant, user=user).first()
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)  # serialises lead changes
+    membership = Membership.objects.filter(tenant=tenant, user=user).first()
     if membership is None:
-        raise NotFound(f"{user.username} is not a member of {tenant.slug}.")
-    if membership.role == MembershipRole.LEAD:
-        other_leads = Membership.objects.filter(tenant=tenant, role=MembershipRole.LEAD).exclude(
-            pk=membership.pk
-        )
-        if not other_leads.exists() and tenant.state == TenantState.ACTIVE:
-            raise Conflict(
-                f"{user.username} is the only lead of {tenant.slug}; add another lead first.",
-                fields={"user": ["the tenant's only lead cannot be removed"]},
-            )
+        raise NotFound(f"{user.username} is not a member of this tenant.")
+    _ensure_another_lead(tenant=tenant, membership=membership)
     audit_record(
         actor=actor,
         action="membership.removed",
         obj=membership,
+        object_id=f"{user.username}@{tenant.slug}",
         tenant=tenant,
         before={"user": user.username, "role": membership.role},
     )
@@ -260,7 +274,13 @@ def api_token_create(
         digest=_digest(secret),
         expires_at=timezone.now() + ttl,
     )
-    audit_record(actor=user, action="api_token.created", obj=token, after={"prefix": token.prefix})
+    audit_record(
+        actor=user,
+        action="api_token.created",
+        obj=token,
+        object_id=token.prefix,
+        after={"prefix": token.prefix, "expires_at": token.expires_at.isoformat()},
+    )
     return token, secret
 
 
@@ -288,6 +308,10 @@ def api_token_revoke(*, token: ApiToken, actor: User) -> ApiToken:
     token.refresh_from_db()
     if updated:
         audit_record(
-            actor=actor, action="api_token.revoked", obj=token, after={"prefix": token.prefix}
+            actor=actor,
+            action="api_token.revoked",
+            obj=token,
+            object_id=token.prefix,
+            after={"prefix": token.prefix},
         )
     return token

@@ -7,12 +7,14 @@ outsider for team-a's data).
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 from dataclasses import dataclass
 from decimal import Decimal
 
 import pytest
+from django.apps import apps as django_apps
 from django.db import connection
 from rest_framework.test import APIClient
 
@@ -101,8 +103,17 @@ def seed_quota(
     )
 
 
+def ensure_tier_templates() -> None:
+    """The tiers come from a data migration; a transactional test's flush removes them, so
+    re-seed them with the migration's own function when they are gone."""
+    if not TierTemplate.objects.exists():
+        seeding = importlib.import_module("quotas.migrations.0002_seed_tier_templates")
+        seeding.seed(django_apps, None)
+
+
 @pytest.fixture
 def world(db: None) -> World:
+    ensure_tier_templates()
     admin = UserFactory(username="admin", is_platform_admin=True, is_staff=True, is_superuser=True)
     alice, carol, victor, bob = (
         UserFactory(username=n) for n in ("alice", "carol", "victor", "bob")

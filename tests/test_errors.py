@@ -119,7 +119,7 @@ def test_409_for_a_conflicting_state(world, api_as):
     body = assert_error(
         api_as(world.admin).delete("/api/v1/tenants/team-a/members/alice/"), 409, "conflict"
     )
-    assert body["fields"] == {"user": ["the tenant's only lead cannot be removed"]}
+    assert body["fields"] == {"username": ["the tenant's only lead cannot be removed or demoted"]}
 
 
 def test_415_for_a_body_that_is_not_json(world, api_as):
@@ -213,3 +213,18 @@ def test_a_nul_character_in_the_url_is_not_a_server_error(world, api_as, subtest
         with subtests.test(url):
             response = client.get(url)
             assert response.status_code in (400, 404), response.content
+
+
+@pytest.mark.parametrize("path", ["/api/v1/no-such-thing/", "/api/v1/clusters/UPPER/", "/api/v2/"])
+def test_unknown_api_urls_answer_json_404(world, api_as, path):
+    response = api_as(world.alice).get(path)
+    assert response.status_code == 404
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"detail": "Not found.", "code": "not_found", "fields": {}}
+
+
+def test_unknown_portal_urls_answer_the_portal_404_page(world, client):
+    client.force_login(world.alice)
+    response = client.get("/no-such-page/")
+    assert response.status_code == 404
+    assert b"Not found" in response.content and b"<html" in response.content

@@ -5,14 +5,12 @@ Shape: ``{"detail": "...", "code": "...", "fields": {"field": ["why"]}}``.
 
 from __future__ import annotations
 
-import traceback
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from rest_framework import exceptions, status
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -43,18 +41,7 @@ def _summary(fields: dict[str, list[str]]) -> str:
     return "; ".join(parts) if parts else "Invalid input."
 
 
-def _nested_too_deeply(exc: Exception) -> bool:
-    """A JSON body nested deeper than Python's recursion limit ("[[[[...]]]]") fails inside
-    the parser with a RecursionError, not the ValueError that DRF turns into a 400."""
-    return isinstance(exc, RecursionError) and any(
-        frame.f_code is JSONParser.parse.__code__
-        for frame, _ in traceback.walk_tb(exc.__traceback__)
-    )
-
-
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    if _nested_too_deeply(exc):
-        exc = exceptions.ParseError("JSON parse error - the document is nested too deeply.")
     if isinstance(exc, ApplicationError):
         body: dict[str, Any] = {"detail": exc.message, "code": exc.code, "fields": exc.fields}
         if exc.extra:

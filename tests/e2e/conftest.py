@@ -24,7 +24,6 @@ makes and each console error; at teardown none may have gone to another host or 
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,7 +31,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from django.apps import apps
 from django.db import connections
 
 from tests.conftest import World, chromium_path, require_service
@@ -131,11 +129,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 @pytest.fixture
 def live_world(transactional_db: None, live_server: Any, request: pytest.FixtureRequest) -> World:
     """The personas' world, committed, so that the live server's thread sees it."""
-    from quotas.models import TierTemplate
-
-    if not TierTemplate.objects.exists():
-        seeding = importlib.import_module("quotas.migrations.0003_seed_tier_templates")
-        seeding.seed(apps, None)
     return request.getfixturevalue("world")
 
 

@@ -294,8 +294,17 @@ def test_the_only_lead_cannot_be_removed(world, api_as):
     body = response.json()
     assert body["code"] == "conflict"
     assert "only lead" in body["detail"]
-    assert "user" in body["fields"]
+    assert "username" in body["fields"]
     assert Membership.objects.filter(tenant=world.team_a, user=world.alice, role="lead").exists()
+
+
+def test_the_only_lead_cannot_be_demoted(world, api_as):
+    response = api_as(world.admin).patch(
+        "/api/v1/tenants/team-a/members/alice/", {"role": "member"}, format="json"
+    )
+    assert response.status_code == 409
+    assert "only lead" in response.json()["detail"]
+    assert Membership.objects.get(tenant=world.team_a, user=world.alice).role == "lead"
 
 
 def test_a_lead_can_be_removed_once_there_is_another(world, api_as):

@@ -49,5 +49,5 @@ def unseed(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("quotas", "0002_initial")]
+    dependencies = [("quotas", "0001_initial")]
     operations = [migrations.RunPython(seed, unseed)]
