@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import Decimal
 
 from django.db.models import Prefetch, QuerySet, Sum
@@ -20,7 +21,11 @@ def gpu_units(amount: Decimal, *, resource: str, weight: Decimal) -> Decimal:
 
 @dataclass(frozen=True)
 class EffectiveQuota:
-    flavor: ResourceFlavor
+    """One quota line as users see it. Plain values: the API's hot path builds these from rows."""
+
+    flavor_name: str
+    flavor_kind: str
+    gpu_weight: Decimal
     resource: str
     guaranteed: Decimal
     limit: Decimal
@@ -32,21 +37,28 @@ class EffectiveQuota:
 
     @property
     def guaranteed_gpu_units(self) -> Decimal:
-        return gpu_units(self.guaranteed, resource=self.resource, weight=self.flavor.gpu_weight)
+        return gpu_units(self.guaranteed, resource=self.resource, weight=self.gpu_weight)
 
     @property
     def limit_gpu_units(self) -> Decimal:
-        return gpu_units(self.limit, resource=self.resource, weight=self.flavor.gpu_weight)
+        return gpu_units(self.limit, resource=self.resource, weight=self.gpu_weight)
 
 
 @dataclass
 class EffectiveQuotaSet:
-    quota_set: QuotaSet
-    items: list[EffectiveQuota] = field(default_factory=list)
+    """A tenant's quota set on one cluster, with its items."""
 
-    @property
-    def cluster(self) -> Cluster:
-        return self.quota_set.cluster
+    tenant_id: int
+    cluster_name: str
+    generation: int
+    tier_name: str | None
+    max_running_jobs: int | None
+    max_queued_jobs: int | None
+    max_pods: int | None
+    storage_bytes: Decimal | None
+    max_pvcs: int | None
+    updated_at: datetime
+    items: list[EffectiveQuota] = field(default_factory=list)
 
     @property
     def guaranteed_gpu_units(self) -> Decimal:
@@ -57,45 +69,45 @@ class EffectiveQuotaSet:
         return sum((i.limit_gpu_units for i in self.items), Decimal(0))
 
 
-def _quota_sets(tenant_ids: Iterable[int]) -> QuerySet[QuotaSet]:
-    return (
-        QuotaSet.objects.filter(tenant_id__in=list(tenant_ids))
-        .select_related("cluster", "tier", "tenant")
-        .prefetch_related(
-            Prefetch(
-                "quotas",
-                queryset=Quota.objects.select_related("flavor").order_by(
-                    "flavor__name", "resource"
-                ),
-            )
-        )
-        .order_by("cluster__name")
-    )
+_SET_FIELDS = (
+    "id", "tenant_id", "cluster__name", "generation", "tier__name", "max_running_jobs",
+    "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs", "updated_at",
+)  # fmt: skip
+_ITEM_FIELDS = (
+    "quotas__flavor__name", "quotas__flavor__kind", "quotas__flavor__gpu_weight",
+    "quotas__resource", "quotas__guaranteed", "quotas__limit", "quotas__lending_limit",
+)  # fmt: skip
 
 
-def _effective(quota_set: QuotaSet) -> EffectiveQuotaSet:
-    return EffectiveQuotaSet(
-        quota_set=quota_set,
-        items=[
-            EffectiveQuota(q.flavor, q.resource, q.guaranteed, q.limit, q.lending_limit)
-            for q in quota_set.quotas.all()
-        ],
+def _effective_quota_sets(tenant_ids: list[int]) -> list[EffectiveQuotaSet]:
+    """One query of plain rows (quota sets LEFT JOIN their items), whatever the number of
+    clusters and flavors; a set with no items comes back as one row with empty item columns."""
+    sets: dict[int, EffectiveQuotaSet] = {}
+    rows = QuotaSet.objects.filter(tenant_id__in=tenant_ids).order_by(
+        "cluster__name", "quotas__flavor__name", "quotas__resource"
     )
+    set_width = len(_SET_FIELDS)
+    for row in rows.values_list(*_SET_FIELDS, *_ITEM_FIELDS):
+        quota_set = sets.get(row[0])
+        if quota_set is None:
+            quota_set = sets[row[0]] = EffectiveQuotaSet(*row[1:set_width])
+        if row[set_width] is not None:
+            quota_set.items.append(EffectiveQuota(*row[set_width:]))
+    return list(sets.values())
 
 
 def tenant_effective_quotas(*, tenant: Tenant) -> list[EffectiveQuotaSet]:
-    """A tenant's quotas per cluster, with normalised GPU units. Constant number of queries."""
-    return [_effective(qs) for qs in _quota_sets([tenant.pk])]
+    """A tenant's quotas per cluster, with normalised GPU units."""
+    return _effective_quota_sets([tenant.pk])
 
 
 def effective_quotas_for_tenants(
     *, tenants: Iterable[Tenant]
 ) -> dict[int, list[EffectiveQuotaSet]]:
     """The same for many tenants at once (cards on "My tenants"), in a constant number of queries."""
-    tenants = list(tenants)
     result: dict[int, list[EffectiveQuotaSet]] = {t.pk: [] for t in tenants}
-    for quota_set in _quota_sets(result):
-        result[quota_set.tenant_id].append(_effective(quota_set))
+    for quota_set in _effective_quota_sets(list(result)):
+        result[quota_set.tenant_id].append(quota_set)
     return result
 
 

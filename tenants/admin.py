@@ -104,10 +104,26 @@ class MembershipAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    list_display = ["prefix", "user", "name", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    list_display = [
+        "prefix",
+        "user",
+        "name",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+    ]
     list_filter = ["revoked_at"]
     search_fields = ["user__username", "prefix", "name"]
-    readonly_fields = ["user", "name", "prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    readonly_fields = [
+        "user",
+        "name",
+        "prefix",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+    ]
     exclude = ["digest"]
     actions = ["revoke"]
 
@@ -124,7 +140,14 @@ class ApiTokenAdmin(admin.ModelAdmin):
 class AuditEventAdmin(admin.ModelAdmin):
     """Append-only: visible, never editable."""
 
-    list_display = ["created_at", "actor_username", "action", "object_type", "object_id", "tenant_slug"]
+    list_display = [
+        "created_at",
+        "actor_username",
+        "action",
+        "object_type",
+        "object_id",
+        "tenant_slug",
+    ]
     list_filter = ["action", "object_type"]
     search_fields = ["object_id", "tenant_slug", "actor_username"]
 

@@ -10,8 +10,8 @@ from portal.errors import ValidationFailed
 from quotas.models import Cluster, ResourceFlavor, TierTemplate
 from tenants.api.serializers import TenantCreateInput, TenantOutput
 from tenants.api.views import TenantViewSet as TenantReadViewSet
+from tenants.api.views import tenant_output
 from tenants.models import Tenant, User
-from tenants.selectors import tenant_list_for_user
 
 
 def _lookup(queryset, field: str, **lookup: str):  # type: ignore[no-untyped-def]
@@ -34,9 +34,13 @@ class TenantViewSet(TenantReadViewSet):
         tier = _lookup(TierTemplate.objects, "tier", name=v["tier"])
         gpu_flavor = None
         if v.get("gpu_flavor"):
-            gpu_flavor = ResourceFlavor.objects.filter(name=v["gpu_flavor"]).select_related("cluster")
+            gpu_flavor = ResourceFlavor.objects.filter(name=v["gpu_flavor"]).select_related(
+                "cluster"
+            )
             gpu_flavor = _lookup(gpu_flavor, "gpu_flavor", name=v["gpu_flavor"])
-            on_cluster = ResourceFlavor.objects.filter(cluster=cluster, name=v["gpu_flavor"]).first()
+            on_cluster = ResourceFlavor.objects.filter(
+                cluster=cluster, name=v["gpu_flavor"]
+            ).first()
             gpu_flavor = on_cluster or gpu_flavor  # the service names the cluster mismatch
         parent = _lookup(Tenant.objects, "parent", slug=v["parent"]) if v.get("parent") else None
         leads = [
@@ -56,5 +60,4 @@ class TenantViewSet(TenantReadViewSet):
             leads=leads,
             actor=request.user,
         )
-        tenant = tenant_list_for_user(user=request.user).get(pk=tenant.pk)
-        return Response(TenantOutput(tenant).data, status=status.HTTP_201_CREATED)
+        return Response(tenant_output(tenant, user=request.user), status=status.HTTP_201_CREATED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from rest_framework import serializers
@@ -18,3 +19,9 @@ class StrictInputSerializer(serializers.Serializer):
                     {name: ["Unknown field: this endpoint does not accept it."] for name in unknown}
                 )
         return super().to_internal_value(data)
+
+
+def utc_iso(value: datetime) -> str:
+    """What DRF's DateTimeField writes for an aware datetime (UTC, "Z"), without its per-call
+    work; for hand-written ``to_representation`` on hot read paths."""
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -7,8 +7,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from portal.api.serializers import utc_iso
 from quotas.models import Cluster, ResourceFlavor, TierTemplate
 from quotas.quantity import format_quantity
+from quotas.selectors import EffectiveQuotaSet
 
 
 @extend_schema_field(OpenApiTypes.STR)
@@ -27,6 +29,9 @@ class QuantityField(serializers.Field):
 
     def to_representation(self, value: Decimal) -> str:
         return format_quantity(value, self._current_resource)
+
+
+UNITS_PLACES = Decimal("0.001")
 
 
 class UnitsField(serializers.DecimalField):
@@ -124,9 +129,17 @@ class TierTemplateOutput(serializers.ModelSerializer):
         ]
 
 
+def _units(value: Decimal) -> float:
+    return float(value.quantize(UNITS_PLACES))
+
+
+def _quantity(value: Decimal | None, resource: str) -> str | None:
+    return None if value is None else format_quantity(value, resource)
+
+
 class QuotaItemOutput(serializers.Serializer):
-    flavor = serializers.CharField(source="flavor.name")
-    flavor_kind = serializers.CharField(source="flavor.kind")
+    flavor = serializers.CharField()
+    flavor_kind = serializers.CharField()
     resource = serializers.CharField()
     guaranteed = QuantityField()
     limit = QuantityField()
@@ -135,28 +148,51 @@ class QuotaItemOutput(serializers.Serializer):
     guaranteed_gpu_units = UnitsField()
     limit_gpu_units = UnitsField()
 
-    def to_representation(self, instance: Any) -> dict[str, Any]:
-        data = super().to_representation(instance)
-        if instance.lending_limit is None:
-            data["lending_limit"] = None
-        return data
-
 
 class QuotaSetOutput(serializers.Serializer):
-    cluster = serializers.CharField(source="cluster.name")
-    generation = serializers.IntegerField(source="quota_set.generation")
-    tier = serializers.CharField(source="quota_set.tier.name", allow_null=True, default=None)
-    max_running_jobs = serializers.IntegerField(source="quota_set.max_running_jobs", allow_null=True)
-    max_queued_jobs = serializers.IntegerField(source="quota_set.max_queued_jobs", allow_null=True)
-    max_pods = serializers.IntegerField(source="quota_set.max_pods", allow_null=True)
-    storage = serializers.SerializerMethodField()
-    max_pvcs = serializers.IntegerField(source="quota_set.max_pvcs", allow_null=True)
+    """A tenant's quota set on one cluster (an ``EffectiveQuotaSet``)."""
+
+    cluster = serializers.CharField()
+    generation = serializers.IntegerField()
+    tier = serializers.CharField(allow_null=True)
+    max_running_jobs = serializers.IntegerField(allow_null=True)
+    max_queued_jobs = serializers.IntegerField(allow_null=True)
+    max_pods = serializers.IntegerField(allow_null=True)
+    storage = QuantityField(allow_null=True)
+    max_pvcs = serializers.IntegerField(allow_null=True)
     guaranteed_gpu_units = UnitsField()
     limit_gpu_units = UnitsField()
     items = QuotaItemOutput(many=True)
-    updated_at = serializers.DateTimeField(source="quota_set.updated_at")
+    updated_at = serializers.DateTimeField()
 
-    @extend_schema_field(serializers.CharField(allow_null=True))
-    def get_storage(self, obj: Any) -> str | None:
-        value = obj.quota_set.storage_bytes
-        return None if value is None else format_quantity(value, "storage")
+    def to_representation(self, qs: EffectiveQuotaSet) -> dict[str, Any]:
+        # Written out by hand, like TenantOutput: this is a hot read path and DRF's nested
+        # per-field machinery cost more than the queries. The declared fields above describe
+        # the same shape for the OpenAPI document; a test keeps the two in step.
+        return {
+            "cluster": qs.cluster_name,
+            "generation": qs.generation,
+            "tier": qs.tier_name,
+            "max_running_jobs": qs.max_running_jobs,
+            "max_queued_jobs": qs.max_queued_jobs,
+            "max_pods": qs.max_pods,
+            "storage": _quantity(qs.storage_bytes, "storage"),
+            "max_pvcs": qs.max_pvcs,
+            "guaranteed_gpu_units": _units(qs.guaranteed_gpu_units),
+            "limit_gpu_units": _units(qs.limit_gpu_units),
+            "items": [
+                {
+                    "flavor": item.flavor_name,
+                    "flavor_kind": item.flavor_kind,
+                    "resource": item.resource,
+                    "guaranteed": format_quantity(item.guaranteed, item.resource),
+                    "limit": format_quantity(item.limit, item.resource),
+                    "borrowing_limit": format_quantity(item.borrowing_limit, item.resource),
+                    "lending_limit": _quantity(item.lending_limit, item.resource),
+                    "guaranteed_gpu_units": _units(item.guaranteed_gpu_units),
+                    "limit_gpu_units": _units(item.limit_gpu_units),
+                }
+                for item in qs.items
+            ],
+            "updated_at": utc_iso(qs.updated_at),
+        }

@@ -19,7 +19,9 @@ class IsPlatformAdmin(BasePermission):
     message = "Only platform admins may do this."
 
     def has_permission(self, request: Any, view: Any) -> bool:
-        return bool(request.user and request.user.is_authenticated and request.user.is_platform_admin)
+        return bool(
+            request.user and request.user.is_authenticated and request.user.is_platform_admin
+        )
 
 
 class ReadMembersWriteAdmins(BasePermission):

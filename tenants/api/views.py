@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
+from portal.api.pagination import WindowCountPagination
 from portal.errors import ApplicationError
 from tenants import selectors, services
 from tenants.api.base import ReadMembersWriteAdmins, TenantScopedMixin
@@ -51,6 +52,13 @@ class TenantFilter(filters.FilterSet):
         return queryset.filter(Q(slug__icontains=value) | Q(display_name__icontains=value))
 
 
+def tenant_output(tenant: Tenant, *, user: User) -> dict[str, Any]:
+    rows = selectors.with_namespace_names(
+        selectors.tenant_rows_for_user(user=user).filter(pk=tenant.pk)
+    )
+    return TenantOutput(rows[0]).data
+
+
 class TenantViewSet(
     TenantScopedMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet
 ):
@@ -61,20 +69,37 @@ class TenantViewSet(
     lookup_field = "slug"
     lookup_value_regex = "[^/]+"
     tenant_url_kwarg = "slug"  # detail routes resolve the tenant like the nested routes do
+    pagination_class = WindowCountPagination
     filterset_class = TenantFilter
 
     def get_queryset(self) -> Any:
-        return selectors.tenant_list_for_user(user=self.request.user)
+        return selectors.tenant_rows_for_user(user=self.request.user)
 
     def get_object(self) -> Tenant:
         return self.tenant
+
+    def filter_queryset(self, queryset: Any) -> Any:
+        # Building a FilterSet costs more than the page query; skip it when nothing filters.
+        if self.request.query_params.keys() & TenantFilter.base_filters.keys():
+            return super().filter_queryset(queryset)
+        return queryset
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        rows = selectors.with_namespace_names(page or [])
+        return self.get_paginated_response(TenantOutput(rows, many=True).data)
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return Response(tenant_output(self.tenant, user=request.user))
 
     @extend_schema(request=TenantUpdateInput, responses=TenantOutput)
     def partial_update(self, request: Request, slug: str) -> Response:
         data = TenantUpdateInput(data=request.data)
         data.is_valid(raise_exception=True)
-        tenant = services.tenant_update(tenant=self.get_object(), actor=request.user, **data.validated_data)
-        return Response(TenantOutput(selectors.tenant_list_for_user(user=request.user).get(pk=tenant.pk)).data)
+        tenant = services.tenant_update(
+            tenant=self.get_object(), actor=request.user, **data.validated_data
+        )
+        return Response(tenant_output(tenant, user=request.user))
 
 
 class NamespaceViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
@@ -89,7 +114,9 @@ class NamespaceViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.Generi
     def create(self, request: Request, tenant_slug: str) -> Response:
         data = NamespaceCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
-        namespace = services.namespace_create(tenant=self.tenant, actor=request.user, **data.validated_data)
+        namespace = services.namespace_create(
+            tenant=self.tenant, actor=request.user, **data.validated_data
+        )
         return Response(NamespaceOutput(namespace).data, status=status.HTTP_201_CREATED)
 
 
@@ -135,7 +162,10 @@ class MembershipViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.Gener
         data = MembershipRoleInput(data=request.data)
         data.is_valid(raise_exception=True)
         membership = services.membership_set(
-            tenant=self.tenant, user=membership.user, role=data.validated_data["role"], actor=request.user
+            tenant=self.tenant,
+            user=membership.user,
+            role=data.validated_data["role"],
+            actor=request.user,
         )
         return Response(MembershipOutput(membership).data)
 
@@ -173,7 +203,12 @@ class TokenObtainView(APIView):
                 fields={"password": ["wrong username or password"]},
             )
         token, secret = services.api_token_create(user=user, name=data.validated_data["name"])
-        body = {"token": secret, "id": token.pk, "prefix": token.prefix, "expires_at": token.expires_at}
+        body = {
+            "token": secret,
+            "id": token.pk,
+            "prefix": token.prefix,
+            "expires_at": token.expires_at,
+        }
         return Response(TokenObtainOutput(body).data, status=status.HTTP_201_CREATED)
 
 
