@@ -13,4 +13,3 @@ HEARTBEAT_CACHE_KEY = "celery:worker-heartbeat"
 def worker_heartbeat() -> None:
     """Beat sends this every 30 s; the admin console shows when a worker last ran it."""
     cache.set(HEARTBEAT_CACHE_KEY, timezone.now(), timeout=24 * 3600)
-

@@ -12,8 +12,14 @@ from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlav
 
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
-    list_display = ["name", "display_name", "has_kueue", "has_volcano", "elastic_cap_fraction",
-                    "allow_guarantee_overcommit"]
+    list_display = [
+        "name",
+        "display_name",
+        "has_kueue",
+        "has_volcano",
+        "elastic_cap_fraction",
+        "allow_guarantee_overcommit",
+    ]
     search_fields = ["name", "display_name"]
 
 

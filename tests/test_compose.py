@@ -41,10 +41,14 @@ def test_compose_declares_the_stack_with_health_checks():
 def test_docker_compose_config_accepts_the_file():
     command = _compose_command()
     if command is None:
-        pytest.skip("no Docker Compose on this machine (the compose plugin is a user tool, not a service)")
+        pytest.skip(
+            "no Docker Compose on this machine (the compose plugin is a user tool, not a service)"
+        )
     result = subprocess.run(
         [*command, "-f", str(COMPOSE), "config", "--quiet"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={**os.environ, "SECRET_KEY": "compose-config-check-" + "z" * 40},
     )
     assert result.returncode == 0, result.stderr

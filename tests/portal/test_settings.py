@@ -20,19 +20,37 @@ PRODUCTION = {
 
 
 def manage(*args: str, env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k not in {
-        "DEBUG", "SECRET_KEY", "DATABASE_URL", "REDIS_URL", "ALLOWED_HOSTS", "TESTING",
-        "PYTEST_CURRENT_TEST", "DJANGO_SETTINGS_MODULE"}}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in {
+            "DEBUG",
+            "SECRET_KEY",
+            "DATABASE_URL",
+            "REDIS_URL",
+            "ALLOWED_HOSTS",
+            "TESTING",
+            "PYTEST_CURRENT_TEST",
+            "DJANGO_SETTINGS_MODULE",
+        }
+    }
     clean.update(env)
     clean["DATA_DIR"] = str(tmp_path)
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=clean, capture_output=True,
-        text=True, timeout=120,
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
 def test_check_deploy_is_clean_for_a_production_configuration(tmp_path):
-    result = manage("check", "--deploy", "--fail-level", "WARNING", env=PRODUCTION, tmp_path=tmp_path)
+    result = manage(
+        "check", "--deploy", "--fail-level", "WARNING", env=PRODUCTION, tmp_path=tmp_path
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
 
@@ -49,8 +67,15 @@ def test_secret_key_can_come_from_a_file(tmp_path):
     secret.write_text("file-secret-" + "y" * 50 + "\n")
     env = {k: v for k, v in PRODUCTION.items() if k != "SECRET_KEY"}
     env["SECRET_KEY_FILE"] = str(secret)
-    result = manage("shell", "-v", "0", "-c", "from django.conf import settings; print(settings.SECRET_KEY)",
-                    env=env, tmp_path=tmp_path)
+    result = manage(
+        "shell",
+        "-v",
+        "0",
+        "-c",
+        "from django.conf import settings; print(settings.SECRET_KEY)",
+        env=env,
+        tmp_path=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "file-secret-" + "y" * 50
 

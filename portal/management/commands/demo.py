@@ -41,10 +41,14 @@ TEAMS = [
 ]
 
 
-def _flavor(cluster: Cluster, name: str, capacity: dict[str, Decimal], **fields: Any) -> ResourceFlavor:
+def _flavor(
+    cluster: Cluster, name: str, capacity: dict[str, Decimal], **fields: Any
+) -> ResourceFlavor:
     flavor, _ = ResourceFlavor.objects.get_or_create(cluster=cluster, name=name, defaults=fields)
     for resource, amount in capacity.items():
-        FlavorResource.objects.get_or_create(flavor=flavor, resource=resource, defaults={"capacity": amount})
+        FlavorResource.objects.get_or_create(
+            flavor=flavor, resource=resource, defaults={"capacity": amount}
+        )
     return flavor
 
 
@@ -57,8 +61,12 @@ class Command(BaseCommand):
         for username, email, is_admin in USERS:
             user, created = User.objects.get_or_create(
                 username=username,
-                defaults={"email": email, "is_platform_admin": is_admin, "is_staff": is_admin,
-                          "is_superuser": is_admin},
+                defaults={
+                    "email": email,
+                    "is_platform_admin": is_admin,
+                    "is_staff": is_admin,
+                    "is_superuser": is_admin,
+                },
             )
             if created:
                 user.set_password(DEMO_PASSWORD)
@@ -69,38 +77,75 @@ class Command(BaseCommand):
         # cluster's elastic cap is 0.625 instead of the default 0.5 (R19: a per-cluster policy).
         a100, _ = Cluster.objects.get_or_create(
             name="demo-a100",
-            defaults={"display_name": "Demo A100 cluster (2 nodes x 8 A100-80GB)",
-                      "api_server": "http://127.0.0.1:8001", "elastic_cap_fraction": Decimal("0.625")},
+            defaults={
+                "display_name": "Demo A100 cluster (2 nodes x 8 A100-80GB)",
+                "api_server": "http://127.0.0.1:8001",
+                "elastic_cap_fraction": Decimal("0.625"),
+            },
         )
         a100_gpu = _flavor(
-            a100, "a100-80gb",
-            {GPU_RESOURCE: Decimal(16), CPU_RESOURCE: Decimal(256), MEMORY_RESOURCE: Decimal(2 * TI)},
-            kind=FlavorKind.GPU, gpu_model="NVIDIA A100-SXM4-80GB", gpu_weight=Decimal("1"),
+            a100,
+            "a100-80gb",
+            {
+                GPU_RESOURCE: Decimal(16),
+                CPU_RESOURCE: Decimal(256),
+                MEMORY_RESOURCE: Decimal(2 * TI),
+            },
+            kind=FlavorKind.GPU,
+            gpu_model="NVIDIA A100-SXM4-80GB",
+            gpu_weight=Decimal("1"),
             node_labels={"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
         )
-        _flavor(a100, "cpu-general", {CPU_RESOURCE: Decimal(128), MEMORY_RESOURCE: Decimal(512 * GI)},
-                kind=FlavorKind.CPU, node_labels={"node-role.example.com/cpu": "true"})
-        _flavor(a100, "fast-ssd", {"storage": Decimal(100 * TI)}, kind=FlavorKind.STORAGE,
-                storage_class="fast-ssd")
+        _flavor(
+            a100,
+            "cpu-general",
+            {CPU_RESOURCE: Decimal(128), MEMORY_RESOURCE: Decimal(512 * GI)},
+            kind=FlavorKind.CPU,
+            node_labels={"node-role.example.com/cpu": "true"},
+        )
+        _flavor(
+            a100,
+            "fast-ssd",
+            {"storage": Decimal(100 * TI)},
+            kind=FlavorKind.STORAGE,
+            storage_class="fast-ssd",
+        )
 
         # 4 H100-80GB nodes: two with whole GPUs, two partitioned with MIG.
         h100, _ = Cluster.objects.get_or_create(
             name="demo-h100",
-            defaults={"display_name": "Demo H100 cluster (MIG)", "api_server": "http://127.0.0.1:8001"},
+            defaults={
+                "display_name": "Demo H100 cluster (MIG)",
+                "api_server": "http://127.0.0.1:8001",
+            },
         )
         h100_gpu = _flavor(
-            h100, "h100-80gb",
-            {GPU_RESOURCE: Decimal(16), CPU_RESOURCE: Decimal(384), MEMORY_RESOURCE: Decimal(3 * TI)},
-            kind=FlavorKind.GPU, gpu_model="NVIDIA H100 80GB HBM3", gpu_weight=Decimal("2"),
+            h100,
+            "h100-80gb",
+            {
+                GPU_RESOURCE: Decimal(16),
+                CPU_RESOURCE: Decimal(384),
+                MEMORY_RESOURCE: Decimal(3 * TI),
+            },
+            kind=FlavorKind.GPU,
+            gpu_model="NVIDIA H100 80GB HBM3",
+            gpu_weight=Decimal("2"),
             node_labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
         )
         mig_flavors = {}
         for profile, weight, count in H100_MIG:
             mig_flavors[profile] = _flavor(
-                h100, f"h100-mig-{profile.replace('.', '-')}", {mig_resource(profile): Decimal(count)},
-                kind=FlavorKind.MIG, gpu_model="NVIDIA H100 80GB HBM3", mig_profile=profile,
+                h100,
+                f"h100-mig-{profile.replace('.', '-')}",
+                {mig_resource(profile): Decimal(count)},
+                kind=FlavorKind.MIG,
+                gpu_model="NVIDIA H100 80GB HBM3",
+                mig_profile=profile,
                 gpu_weight=weight * 2,  # a share of an H100, which weighs 2
-                node_labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/mig.config": "all-balanced"},
+                node_labels={
+                    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                    "nvidia.com/mig.config": "all-balanced",
+                },
             )
 
         tiers = {t.name: t for t in TierTemplate.objects.all()}
@@ -108,28 +153,55 @@ class Command(BaseCommand):
             if Tenant.objects.filter(slug=slug).exists():
                 continue
             tenant = tenant_onboard(
-                slug=slug, display_name=name, tier=tiers[tier], cluster=h100, gpu_flavor=h100_gpu,
-                cohort="demo", actor=users["admin"], leads=[users[lead]] if lead else [],
+                slug=slug,
+                display_name=name,
+                tier=tiers[tier],
+                cluster=h100,
+                gpu_flavor=h100_gpu,
+                cohort="demo",
+                actor=users["admin"],
+                leads=[users[lead]] if lead else [],
             )
             tier_t = tiers[tier]
             quota_set_write(
-                tenant=tenant, cluster=a100, actor=users["admin"],
+                tenant=tenant,
+                cluster=a100,
+                actor=users["admin"],
                 items=[
                     QuotaItem(a100_gpu, GPU_RESOURCE, Decimal(guaranteed), Decimal(limit)),
                     QuotaItem(a100_gpu, CPU_RESOURCE, Decimal(guaranteed * 8), Decimal(limit * 8)),
-                    QuotaItem(a100_gpu, MEMORY_RESOURCE, Decimal(guaranteed * 64 * GI), Decimal(limit * 64 * GI)),
+                    QuotaItem(
+                        a100_gpu,
+                        MEMORY_RESOURCE,
+                        Decimal(guaranteed * 64 * GI),
+                        Decimal(limit * 64 * GI),
+                    ),
                 ],
                 scheduling=SchedulingQuotas(
-                    max_running_jobs=tier_t.max_running_jobs, max_queued_jobs=tier_t.max_queued_jobs,
-                    max_pods=tier_t.max_pods, storage_bytes=tier_t.storage_bytes, max_pvcs=tier_t.max_pvcs,
+                    max_running_jobs=tier_t.max_running_jobs,
+                    max_queued_jobs=tier_t.max_queued_jobs,
+                    max_pods=tier_t.max_pods,
+                    storage_bytes=tier_t.storage_bytes,
+                    max_pvcs=tier_t.max_pvcs,
                 ),
                 reason="seed example (R19): 16 A100, A 6/10, B 4/6, C 2/4",
             )
         team_a = Tenant.objects.get(slug="team-a")
-        membership_set(tenant=team_a, user=users["carol"], role=MembershipRole.MEMBER, actor=users["admin"])
+        membership_set(
+            tenant=team_a, user=users["carol"], role=MembershipRole.MEMBER, actor=users["admin"]
+        )
 
-        self.stdout.write(self.style.SUCCESS("Demo ready. Log in at /login/ with any of these (password 'demo'):"))
+        self.stdout.write(
+            self.style.SUCCESS("Demo ready. Log in at /login/ with any of these (password 'demo'):")
+        )
         for username, _email, is_admin in USERS:
-            role = "platform admin" if is_admin else {
-                "alice": "lead of team-a", "bob": "lead of team-b", "carol": "member of team-a"}[username]
+            role = (
+                "platform admin"
+                if is_admin
+                else {
+                    "alice": "lead of team-a",
+                    "bob": "lead of team-b",
+                    "carol": "member of team-a",
+                }[username]
+            )
             self.stdout.write(f"  {username:<6} / {DEMO_PASSWORD}   {role}")
