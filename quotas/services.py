@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 
 from portal.errors import ValidationFailed
@@ -337,3 +338,90 @@ def quota_set_create_from_tier(
             f"tier {tier.name!r} does not fit on {cluster.name}: {exc.message}",
             fields={"tier": reasons},
         ) from exc
+
+
+TIER_AMOUNT_FIELDS = {
+    "gpus_guaranteed": GPU_RESOURCE,
+    "gpus_limit": GPU_RESOURCE,
+    "cpu_guaranteed": CPU_RESOURCE,
+    "cpu_limit": CPU_RESOURCE,
+    "memory_guaranteed": MEMORY_RESOURCE,
+    "memory_limit": MEMORY_RESOURCE,
+    "storage_bytes": "storage",
+}
+TIER_COUNT_FIELDS = ("max_running_jobs", "max_queued_jobs", "max_pods", "max_pvcs")
+TIER_TEXT_FIELDS = ("display_name", "description", "sort_order")
+
+
+def _tier_snapshot(tier: TierTemplate) -> dict[str, Any]:
+    snapshot: dict[str, Any] = {"name": tier.name, "display_name": tier.display_name}
+    for name, resource in TIER_AMOUNT_FIELDS.items():
+        snapshot[name] = format_quantity(getattr(tier, name), resource)
+    snapshot.update({name: getattr(tier, name) for name in TIER_COUNT_FIELDS})
+    return snapshot
+
+
+@transaction.atomic
+def tier_template_save(
+    *, actor: User | None, tier: TierTemplate | None = None, **fields: Any
+) -> TierTemplate:
+    """Create a tier template (``tier`` None) or change the given fields of one. Amounts are
+    Decimals in base units (serializers parse "64Gi"); the rules: guaranteed <= limit for GPUs,
+    CPU and memory, nothing negative, GPUs whole. Quota sets already made from the tier keep
+    their numbers: a tier is a template, not a live link."""
+    unknown = set(fields) - {"name", *TIER_AMOUNT_FIELDS, *TIER_COUNT_FIELDS, *TIER_TEXT_FIELDS}
+    if unknown:
+        raise ValidationFailed.for_field(sorted(unknown)[0], "not a tier template field")
+    creating = tier is None
+    if tier is None:
+        name = fields.get("name", "")
+        if TierTemplate.objects.filter(name=name).exists():
+            raise ValidationFailed.for_field("name", f"A tier template {name!r} already exists.")
+        tier = TierTemplate(name=name)
+    elif "name" in fields and fields["name"] != tier.name:
+        raise ValidationFailed.for_field("name", "A tier template's name cannot change.")
+    before = None if creating else _tier_snapshot(tier)
+    for name, value in fields.items():
+        setattr(tier, name, value)
+    check = QuotaCheck()
+    for name, resource in TIER_AMOUNT_FIELDS.items():
+        value = getattr(tier, name, None)
+        if value is None:
+            check.error(name, "This field is required.")
+            continue
+        try:
+            setattr(tier, name, parse_resource_amount(resource, value))
+        except QuantityError as exc:
+            check.error(name, str(exc))
+    for name in TIER_COUNT_FIELDS:
+        value = getattr(tier, name, None)
+        if value is None or not isinstance(value, int) or value < 0:
+            check.error(name, f"must be a whole number >= 0, got {value!r}")
+    for what in ("gpus", "cpu", "memory"):
+        guaranteed, limit = getattr(tier, f"{what}_guaranteed"), getattr(tier, f"{what}_limit")
+        if (
+            f"{what}_guaranteed" not in check.errors
+            and f"{what}_limit" not in check.errors
+            and guaranteed > limit
+        ):
+            resource = TIER_AMOUNT_FIELDS[f"{what}_limit"]
+            check.error(
+                f"{what}_guaranteed",
+                f"guaranteed {format_quantity(guaranteed, resource)} is above the limit "
+                f"{format_quantity(limit, resource)}",
+            )
+    check.raise_if_invalid()
+    try:
+        tier.full_clean(exclude=[*TIER_AMOUNT_FIELDS, *TIER_COUNT_FIELDS])
+    except DjangoValidationError as exc:
+        fields = {name: [str(m) for m in messages] for name, messages in exc.message_dict.items()}
+        raise ValidationFailed(next(iter(fields.values()))[0], fields=fields) from exc
+    tier.save()
+    audit_record(
+        actor=actor,
+        action="tier_template.created" if creating else "tier_template.updated",
+        obj=tier,
+        before=before,
+        after=_tier_snapshot(tier),
+    )
+    return tier

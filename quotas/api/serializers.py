@@ -7,7 +7,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.api.serializers import utc_iso
+from portal.api.serializers import StrictInputSerializer, utc_iso
 from quotas.models import Cluster, ResourceFlavor, TierTemplate
 from quotas.quantity import format_quantity
 from quotas.selectors import EffectiveQuotaSet
@@ -135,6 +135,37 @@ def _units(value: Decimal) -> float:
 
 def _quantity(value: Decimal | None, resource: str) -> str | None:
     return None if value is None else format_quantity(value, resource)
+
+
+@extend_schema_field({"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "number"}]})
+class QuantityInput(serializers.Field):
+    """A Kubernetes quantity in a request body: "64Gi", "500m", 16 or 0.5. Passed on as text;
+    the service parses it with the resource's rules and names the field when it cannot."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if isinstance(data, bool) or not isinstance(data, str | int | float):
+            raise serializers.ValidationError("must be a Kubernetes quantity (text or a number)")
+        return str(data)
+
+    def to_representation(self, value: Any) -> str:
+        return str(value)
+
+
+class TierTemplateInput(StrictInputSerializer):
+    name = serializers.CharField(max_length=63)
+    display_name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True)
+    gpus_guaranteed = QuantityInput()
+    gpus_limit = QuantityInput()
+    cpu_guaranteed = QuantityInput()
+    cpu_limit = QuantityInput()
+    memory_guaranteed = QuantityInput()
+    memory_limit = QuantityInput()
+    max_running_jobs = serializers.IntegerField(min_value=0)
+    max_queued_jobs = serializers.IntegerField(min_value=0)
+    max_pods = serializers.IntegerField(min_value=0)
+    storage = QuantityInput(source="storage_bytes")
+    max_pvcs = serializers.IntegerField(min_value=0)
 
 
 class QuotaItemOutput(serializers.Serializer):

@@ -5,21 +5,22 @@ from typing import Any
 from django.shortcuts import get_object_or_404
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, viewsets
+from rest_framework import mixins, status, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from quotas import selectors
+from quotas import selectors, services
 from quotas.api.serializers import (
     ClusterDetailOutput,
     ClusterOutput,
     FlavorOutput,
     QuotaSetOutput,
+    TierTemplateInput,
     TierTemplateOutput,
 )
 from quotas.choices import FlavorKind
 from quotas.models import QuotaSet, ResourceFlavor
-from tenants.api.base import TenantScopedMixin
+from tenants.api.base import ReadMembersWriteAdmins, TenantScopedMixin
 
 
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
@@ -56,12 +57,31 @@ class FlavorViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class TierTemplateViewSet(viewsets.ReadOnlyModelViewSet):
+    """R9's tiers and any an admin adds. Admins create and change them; quota sets already
+    made from a tier keep their numbers."""
+
     serializer_class = TierTemplateOutput
+    permission_classes = [ReadMembersWriteAdmins]
     lookup_field = "name"
     lookup_value_regex = "[a-z0-9-]+"  # DNS-1123 labels
 
     def get_queryset(self) -> Any:
         return selectors.tier_list()
+
+    @extend_schema(request=TierTemplateInput, responses={201: TierTemplateOutput})
+    def create(self, request: Request) -> Response:
+        data = TierTemplateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        tier = services.tier_template_save(actor=request.user, **data.validated_data)
+        return Response(TierTemplateOutput(tier).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=TierTemplateInput(partial=True), responses=TierTemplateOutput)
+    def partial_update(self, request: Request, name: str) -> Response:
+        tier = get_object_or_404(self.get_queryset(), name=name)
+        data = TierTemplateInput(data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        tier = services.tier_template_save(actor=request.user, tier=tier, **data.validated_data)
+        return Response(TierTemplateOutput(tier).data)
 
 
 class TenantQuotaViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
