@@ -5,9 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 
+from portal.errors import ApplicationError
 from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor, TierTemplate
+from quotas.quantity import format_quantity
+from quotas.services import (
+    TIER_AMOUNT_FIELDS,
+    TIER_COUNT_FIELDS,
+    tier_template_prepare,
+    tier_template_save,
+)
 
 
 @admin.register(Cluster)
@@ -36,9 +45,52 @@ class ResourceFlavorAdmin(admin.ModelAdmin):
     inlines = [FlavorResourceInline]
 
 
+class TierTemplateForm(forms.ModelForm):
+    """Amounts typed as Kubernetes quantities ("64Gi", "500m"), checked by the same service
+    the API uses, so the admin and the API refuse the same things with the same words."""
+
+    class Meta:
+        model = TierTemplate
+        fields = ["name", "display_name", "description", *TIER_AMOUNT_FIELDS, *TIER_COUNT_FIELDS,
+                  "sort_order"]  # fmt: skip
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name, resource in TIER_AMOUNT_FIELDS.items():
+            self.fields[name] = forms.CharField(
+                label=self.fields[name].label, help_text=f"A Kubernetes quantity ({resource})."
+            )
+            if self.instance.pk:
+                self.initial[name] = format_quantity(getattr(self.instance, name), resource)
+
+    def _post_clean(self) -> None:
+        data = {k: v for k, v in self.cleaned_data.items() if k in self.Meta.fields}
+        if self.instance.pk:
+            data.pop("name", None)
+        try:
+            self.instance = tier_template_prepare(
+                tier=self.instance if self.instance.pk else None, **data
+            )
+        except ApplicationError as exc:
+            for field, messages in (exc.fields or {None: [exc.message]}).items():
+                for message in messages:
+                    self.add_error(field if field in self.fields else None, message)
+
+
 @admin.register(TierTemplate)
 class TierTemplateAdmin(admin.ModelAdmin):
+    form = TierTemplateForm
     list_display = ["name", "display_name", "gpus_guaranteed", "gpus_limit", "max_running_jobs"]
+
+    def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
+        return ["name"] if obj else []
+
+    def save_model(self, request: Any, obj: TierTemplate, form: Any, change: bool) -> None:
+        data = {k: v for k, v in form.cleaned_data.items() if k in form.Meta.fields}
+        if change:
+            data.pop("name", None)
+        saved = tier_template_save(actor=request.user, tier=obj if change else None, **data)
+        obj.pk = saved.pk
 
 
 class QuotaInline(admin.TabularInline):

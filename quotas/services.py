@@ -361,18 +361,14 @@ def _tier_snapshot(tier: TierTemplate) -> dict[str, Any]:
     return snapshot
 
 
-@transaction.atomic
-def tier_template_save(
-    *, actor: User | None, tier: TierTemplate | None = None, **fields: Any
-) -> TierTemplate:
-    """Create a tier template (``tier`` None) or change the given fields of one. Amounts are
-    Decimals in base units (serializers parse "64Gi"); the rules: guaranteed <= limit for GPUs,
-    CPU and memory, nothing negative, GPUs whole. Quota sets already made from the tier keep
-    their numbers: a tier is a template, not a live link."""
+def tier_template_prepare(*, tier: TierTemplate | None = None, **fields: Any) -> TierTemplate:
+    """The tier with ``fields`` applied and checked, unsaved; ``tier`` None makes a new one.
+    Amounts may be Kubernetes quantities ("64Gi") or numbers. The rules: guaranteed <= limit
+    for GPUs, CPU and memory, nothing negative, GPUs whole, a DNS-1123 name that is free.
+    Raises ValidationFailed naming every field that breaks one."""
     unknown = set(fields) - {"name", *TIER_AMOUNT_FIELDS, *TIER_COUNT_FIELDS, *TIER_TEXT_FIELDS}
     if unknown:
         raise ValidationFailed.for_field(sorted(unknown)[0], "not a tier template field")
-    creating = tier is None
     if tier is None:
         name = fields.get("name", "")
         if TierTemplate.objects.filter(name=name).exists():
@@ -380,13 +376,14 @@ def tier_template_save(
         tier = TierTemplate(name=name)
     elif "name" in fields and fields["name"] != tier.name:
         raise ValidationFailed.for_field("name", "A tier template's name cannot change.")
-    before = None if creating else _tier_snapshot(tier)
+    else:
+        tier = TierTemplate.objects.get(pk=tier.pk)  # never half-apply to the caller's object
     for name, value in fields.items():
         setattr(tier, name, value)
     check = QuotaCheck()
     for name, resource in TIER_AMOUNT_FIELDS.items():
         value = getattr(tier, name, None)
-        if value is None:
+        if value is None or value == "":
             check.error(name, "This field is required.")
             continue
         try:
@@ -398,30 +395,40 @@ def tier_template_save(
         if value is None or not isinstance(value, int) or value < 0:
             check.error(name, f"must be a whole number >= 0, got {value!r}")
     for what in ("gpus", "cpu", "memory"):
-        guaranteed, limit = getattr(tier, f"{what}_guaranteed"), getattr(tier, f"{what}_limit")
-        if (
-            f"{what}_guaranteed" not in check.errors
-            and f"{what}_limit" not in check.errors
-            and guaranteed > limit
-        ):
-            resource = TIER_AMOUNT_FIELDS[f"{what}_limit"]
+        names = (f"{what}_guaranteed", f"{what}_limit")
+        if any(name in check.errors for name in names):
+            continue
+        guaranteed, limit = (getattr(tier, name) for name in names)
+        if guaranteed > limit:
+            resource = TIER_AMOUNT_FIELDS[names[1]]
             check.error(
-                f"{what}_guaranteed",
+                names[0],
                 f"guaranteed {format_quantity(guaranteed, resource)} is above the limit "
                 f"{format_quantity(limit, resource)}",
             )
     check.raise_if_invalid()
     try:
-        tier.full_clean(exclude=[*TIER_AMOUNT_FIELDS, *TIER_COUNT_FIELDS])
+        tier.full_clean(exclude=[*TIER_AMOUNT_FIELDS, *TIER_COUNT_FIELDS], validate_unique=False)
     except DjangoValidationError as exc:
-        fields = {name: [str(m) for m in messages] for name, messages in exc.message_dict.items()}
-        raise ValidationFailed(next(iter(fields.values()))[0], fields=fields) from exc
-    tier.save()
+        errors = {name: [str(m) for m in messages] for name, messages in exc.message_dict.items()}
+        raise ValidationFailed(next(iter(errors.values()))[0], fields=errors) from exc
+    return tier
+
+
+@transaction.atomic
+def tier_template_save(
+    *, actor: User | None, tier: TierTemplate | None = None, **fields: Any
+) -> TierTemplate:
+    """Create a tier template (``tier`` None) or change the given fields of one, audited.
+    Quota sets already made from the tier keep their numbers: a tier is a template."""
+    before = None if tier is None else _tier_snapshot(TierTemplate.objects.get(pk=tier.pk))
+    prepared = tier_template_prepare(tier=tier, **fields)
+    prepared.save()
     audit_record(
         actor=actor,
-        action="tier_template.created" if creating else "tier_template.updated",
-        obj=tier,
+        action="tier_template.created" if tier is None else "tier_template.updated",
+        obj=prepared,
         before=before,
-        after=_tier_snapshot(tier),
+        after=_tier_snapshot(prepared),
     )
-    return tier
+    return prepared
