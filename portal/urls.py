@@ -10,6 +10,8 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", views.healthz, name="healthz"),
+    # Browsers ask for /favicon.ico on pages without a <link rel="icon"> (Django admin's).
+    path("favicon.ico", views.favicon),
     path("", include("portal.pages")),
 ]
 

@@ -6,8 +6,15 @@ from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.db import connection
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponsePermanentRedirect,
+    JsonResponse,
+)
 from django.shortcuts import render
+from django.templatetags.static import static
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
@@ -24,6 +31,11 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
         body = {"detail": "Not found.", "code": "not_found", "fields": {}}
         return JsonResponse(body, status=404)
     return render(request, "404.html", status=404)
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponsePermanentRedirect:
+    return HttpResponsePermanentRedirect(static("portal/favicon.svg"))
 
 
 @require_GET

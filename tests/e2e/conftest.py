@@ -48,9 +48,6 @@ CHROMIUM_ARGS = [
 TIMEOUT_MS = 10_000
 ASYNC_UNSAFE = "DJANGO_ALLOW_ASYNC_UNSAFE"
 
-# Chromium asks every site for /favicon.ico on its own; the portal has none (no <link rel=icon>),
-# so the 404 it logs is not an error of the page under test.
-IGNORED_CONSOLE_SOURCES = ("/favicon.ico",)
 
 
 class _Chromium:
@@ -173,7 +170,6 @@ class Browsing:
             f"{text} ({url})"
             for text, url in self.console_errors
             if not (text.startswith("Failed to load resource") and url in self.expected_error_urls)
-            and not urlsplit(url).path.endswith(IGNORED_CONSOLE_SOURCES)
         ]
 
     def assert_clean(self) -> None:
