@@ -29,13 +29,15 @@ run: venv
 	  echo "Portal: http://127.0.0.1:$(PORT)/  (API docs: /api/v1/docs/)"; \
 	  $(VENV)/bin/gunicorn portal.wsgi --bind 127.0.0.1:$(PORT) --workers 2 --access-logfile - ; }
 
-test: venv
-	$(VENV)/bin/ruff check .
+test: venv lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# Lint, format and types (mypy with django-stubs loads the settings: DEBUG lets it start
+# without a SECRET_KEY).
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	DEBUG=true $(VENV)/bin/mypy
 
 bench: venv
 	$(PY) bench/api_bench.py

@@ -93,7 +93,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": DATA_DIR / "portal.sqlite3",
+            "NAME": str(DATA_DIR / "portal.sqlite3"),
             "OPTIONS": {"timeout": 20},
         }
     }

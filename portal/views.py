@@ -22,6 +22,7 @@ from portal.errors import NotFound
 from portal.tasks import HEARTBEAT_CACHE_KEY
 from quotas import selectors as quota_selectors
 from tenants import selectors as tenant_selectors
+from tenants.api.base import caller
 from tenants.models import AuditEvent, Tenant
 
 
@@ -47,7 +48,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    tenants = list(tenant_selectors.tenant_list_for_user(user=request.user))
+    tenants = list(tenant_selectors.tenant_list_for_user(user=caller(request)))
     quotas = quota_selectors.effective_quotas_for_tenants(tenants=tenants)
     cards = [{"tenant": t, "quota_sets": quotas[t.pk]} for t in tenants]
     return render(request, "portal/home.html", {"cards": cards})
@@ -56,7 +57,7 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
     try:
-        tenant = tenant_selectors.tenant_get_for_user(user=request.user, slug=slug)
+        tenant = tenant_selectors.tenant_get_for_user(user=caller(request), slug=slug)
     except NotFound as exc:
         raise Http404(str(exc)) from exc
     context = {
@@ -64,14 +65,14 @@ def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "namespaces": tenant_selectors.namespace_list_for_tenant(tenant=tenant),
         "members": tenant_selectors.membership_list_for_tenant(tenant=tenant),
         "quota_sets": quota_selectors.tenant_effective_quotas(tenant=tenant),
-        "role": tenant_selectors.membership_role(user=request.user, tenant=tenant),
+        "role": tenant_selectors.membership_role(user=caller(request), tenant=tenant),
     }
     return render(request, "portal/tenant_detail.html", context)
 
 
 @login_required
 def admin_console(request: HttpRequest) -> HttpResponse:
-    if not request.user.is_platform_admin:
+    if not caller(request).is_platform_admin:
         raise PermissionDenied("Platform admins only.")
     clusters = [
         {"cluster": c, "allocations": quota_selectors.cluster_allocations(cluster=c)}

@@ -72,7 +72,9 @@ class TierTemplateForm(forms.ModelForm):
                 tier=self.instance if self.instance.pk else None, **data
             )
         except ApplicationError as exc:
-            for field, messages in (exc.fields or {None: [exc.message]}).items():
+            if not exc.fields:
+                self.add_error(None, exc.message)
+            for field, messages in exc.fields.items():
                 for message in messages:
                     self.add_error(field if field in self.fields else None, message)
 
@@ -96,8 +98,7 @@ class TierTemplateAdmin(admin.ModelAdmin):
 class QuotaInline(admin.TabularInline):
     model = Quota
     extra = 0
-    fields = ["flavor", "resource", "guaranteed", "limit", "lending_limit"]
-    readonly_fields = fields
+    fields = readonly_fields = ("flavor", "resource", "guaranteed", "limit", "lending_limit")
     can_delete = False
 
     def has_add_permission(self, request: Any, obj: Any = None) -> bool:

@@ -15,7 +15,7 @@ from tenants.models import ApiToken, AuditEvent, Membership, Namespace, Tenant, 
 class PortalUserAdmin(UserAdmin):
     list_display = ["username", "email", "is_platform_admin", "is_staff", "is_active"]
     list_filter = ["is_platform_admin", "is_staff", "is_active"]
-    fieldsets = [*UserAdmin.fieldsets, ("Portal", {"fields": ["is_platform_admin"]})]
+    fieldsets = [*(UserAdmin.fieldsets or ()), ("Portal", {"fields": ["is_platform_admin"]})]
 
 
 class NamespaceInline(admin.TabularInline):

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from typing import TypeVar
+
+from django.db.models import Case, Model, QuerySet, When
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.request import Request
@@ -8,13 +11,16 @@ from rest_framework.response import Response
 from approvals.services import tenant_onboard
 from portal.errors import ValidationFailed
 from quotas.models import Cluster, ResourceFlavor, TierTemplate
+from tenants.api.base import caller
 from tenants.api.serializers import TenantCreateInput, TenantOutput
 from tenants.api.views import TenantViewSet as TenantReadViewSet
 from tenants.api.views import tenant_output
 from tenants.models import Tenant, User
 
+M = TypeVar("M", bound=Model)
 
-def _lookup(queryset, field: str, **lookup: str):  # type: ignore[no-untyped-def]
+
+def _lookup(queryset: QuerySet[M], field: str, **lookup: str) -> M:
     obj = queryset.filter(**lookup).first()
     if obj is None:
         value = next(iter(lookup.values()))
@@ -30,19 +36,19 @@ class TenantViewSet(TenantReadViewSet):
         data = TenantCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        cluster = _lookup(Cluster.objects, "cluster", name=v["cluster"])
-        tier = _lookup(TierTemplate.objects, "tier", name=v["tier"])
-        gpu_flavor = None
+        cluster = _lookup(Cluster.objects.all(), "cluster", name=v["cluster"])
+        tier = _lookup(TierTemplate.objects.all(), "tier", name=v["tier"])
+        gpu_flavor: ResourceFlavor | None = None
         if v.get("gpu_flavor"):
-            gpu_flavor = ResourceFlavor.objects.filter(name=v["gpu_flavor"]).select_related(
-                "cluster"
+            # Prefer the flavor on the chosen cluster; one of that name elsewhere still goes to
+            # the service, whose error names the cluster it belongs to.
+            flavors = ResourceFlavor.objects.select_related("cluster").order_by(
+                Case(When(cluster=cluster, then=0), default=1)
             )
-            gpu_flavor = _lookup(gpu_flavor, "gpu_flavor", name=v["gpu_flavor"])
-            on_cluster = ResourceFlavor.objects.filter(
-                cluster=cluster, name=v["gpu_flavor"]
-            ).first()
-            gpu_flavor = on_cluster or gpu_flavor  # the service names the cluster mismatch
-        parent = _lookup(Tenant.objects, "parent", slug=v["parent"]) if v.get("parent") else None
+            gpu_flavor = _lookup(flavors, "gpu_flavor", name=v["gpu_flavor"])
+        parent = (
+            _lookup(Tenant.objects.all(), "parent", slug=v["parent"]) if v.get("parent") else None
+        )
         leads = [
             _lookup(User.objects.filter(is_active=True), "leads", username=name)
             for name in v["leads"]
@@ -58,6 +64,6 @@ class TenantViewSet(TenantReadViewSet):
             cohort=v["cohort"],
             default_priority=v["default_priority"],
             leads=leads,
-            actor=request.user,
+            actor=caller(request),
         )
-        return Response(tenant_output(tenant, user=request.user), status=status.HTTP_201_CREATED)
+        return Response(tenant_output(tenant, user=caller(request)), status=status.HTTP_201_CREATED)

@@ -26,7 +26,7 @@ class WindowCountPagination(PagePagination):
     def paginate_queryset(
         self, queryset: QuerySet[Any, Any], request: Request, view: Any = None
     ) -> list[Any]:
-        self.request = request
+        self._request = request
         size = self.get_page_size(request) or self.page_size
         raw = request.query_params.get(self.page_query_param, "1")
         number = int(raw) if raw.isdigit() else 0
@@ -60,7 +60,7 @@ class WindowCountPagination(PagePagination):
         )
 
     def _link(self, number: int) -> str:
-        url = self.request.build_absolute_uri()
+        url = self._request.build_absolute_uri()
         if number == 1:
             return remove_query_param(url, self.page_query_param)
         return replace_query_param(url, self.page_query_param, number)

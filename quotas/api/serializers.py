@@ -98,7 +98,7 @@ class ClusterDetailOutput(ClusterOutput):
         fields = [*ClusterOutput.Meta.fields, "allocations"]
 
     @extend_schema_field(AllocationOutput(many=True))
-    def get_allocations(self, cluster: Cluster) -> list[dict[str, Any]]:
+    def get_allocations(self, cluster: Cluster) -> Any:
         return AllocationOutput(self.context["allocations"], many=True).data
 
 

@@ -20,7 +20,7 @@ from quotas.api.serializers import (
 )
 from quotas.choices import FlavorKind
 from quotas.models import QuotaSet, ResourceFlavor
-from tenants.api.base import ReadMembersWriteAdmins, TenantScopedMixin
+from tenants.api.base import ReadMembersWriteAdmins, TenantScopedMixin, caller
 
 
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
@@ -72,7 +72,7 @@ class TierTemplateViewSet(viewsets.ReadOnlyModelViewSet):
     def create(self, request: Request) -> Response:
         data = TierTemplateInput(data=request.data)
         data.is_valid(raise_exception=True)
-        tier = services.tier_template_save(actor=request.user, **data.validated_data)
+        tier = services.tier_template_save(actor=caller(request), **data.validated_data)
         return Response(TierTemplateOutput(tier).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=TierTemplateInput(partial=True), responses=TierTemplateOutput)
@@ -80,7 +80,7 @@ class TierTemplateViewSet(viewsets.ReadOnlyModelViewSet):
         tier = get_object_or_404(self.get_queryset(), name=name)
         data = TierTemplateInput(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
-        tier = services.tier_template_save(actor=request.user, tier=tier, **data.validated_data)
+        tier = services.tier_template_save(actor=caller(request), tier=tier, **data.validated_data)
         return Response(TierTemplateOutput(tier).data)
 
 
@@ -94,5 +94,5 @@ class TenantQuotaViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.Gene
 
     def list(self, request: Request, tenant_slug: str) -> Response:
         quota_sets = selectors.tenant_effective_quotas(tenant=self.tenant)
-        page = self.paginate_queryset(quota_sets)
+        page: list[Any] | None = self.paginate_queryset(quota_sets)  # type: ignore[arg-type]  # any sequence pages
         return self.get_paginated_response(QuotaSetOutput(page, many=True).data)

@@ -9,10 +9,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from rest_framework.exceptions import NotAuthenticated
 from rest_framework.permissions import BasePermission
 
-from tenants.models import Tenant
+from tenants.models import Tenant, User
 from tenants.selectors import tenant_get_for_user
+
+
+def caller(request: Any) -> User:
+    """The authenticated user behind ``request`` (API or page). Views call this after their
+    permission checks have refused anonymous callers; it refuses them again if one slips by."""
+    user = request.user
+    if not isinstance(user, User):
+        raise NotAuthenticated()
+    return user
 
 
 class IsPlatformAdmin(BasePermission):

@@ -20,7 +20,8 @@ class TenantOutput(serializers.ModelSerializer):
     """A tenant, from a row of ``selectors.tenant_rows_for_user`` with ``namespaces`` added
     by ``selectors.with_namespace_names``."""
 
-    parent = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    # "parent" shadows Field.parent for mypy only: DRF's metaclass pops declared fields.
+    parent = serializers.SlugRelatedField(slug_field="slug", read_only=True)  # type: ignore[assignment,var-annotated]
     namespaces = serializers.ListField(child=serializers.CharField())
 
     class Meta:
@@ -65,7 +66,7 @@ class TenantCreateInput(StrictInputSerializer):
     gpu_flavor = serializers.CharField(
         required=False, help_text="Whole-GPU flavor on that cluster; default: its first one."
     )
-    parent = serializers.CharField(required=False, help_text="Parent tenant slug.")
+    parent = serializers.CharField(required=False, help_text="Parent tenant slug.")  # type: ignore[assignment]  # see TenantOutput
     cohort = serializers.CharField(
         required=False,
         allow_blank=True,

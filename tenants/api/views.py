@@ -18,7 +18,7 @@ from rest_framework.views import APIView
 from portal.api.pagination import WindowCountPagination
 from portal.errors import ApplicationError
 from tenants import selectors, services
-from tenants.api.base import ReadMembersWriteAdmins, TenantScopedMixin
+from tenants.api.base import ReadMembersWriteAdmins, TenantScopedMixin, caller
 from tenants.api.serializers import (
     ApiTokenOutput,
     MembershipOutput,
@@ -73,7 +73,7 @@ class TenantViewSet(
     filterset_class = TenantFilter
 
     def get_queryset(self) -> Any:
-        return selectors.tenant_rows_for_user(user=self.request.user)
+        return selectors.tenant_rows_for_user(user=caller(self.request))
 
     def get_object(self) -> Tenant:
         return self.tenant
@@ -90,16 +90,16 @@ class TenantViewSet(
         return self.get_paginated_response(TenantOutput(rows, many=True).data)
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return Response(tenant_output(self.tenant, user=request.user))
+        return Response(tenant_output(self.tenant, user=caller(request)))
 
     @extend_schema(request=TenantUpdateInput, responses=TenantOutput)
     def partial_update(self, request: Request, slug: str) -> Response:
         data = TenantUpdateInput(data=request.data)
         data.is_valid(raise_exception=True)
         tenant = services.tenant_update(
-            tenant=self.get_object(), actor=request.user, **data.validated_data
+            tenant=self.get_object(), actor=caller(request), **data.validated_data
         )
-        return Response(tenant_output(tenant, user=request.user))
+        return Response(tenant_output(tenant, user=caller(request)))
 
 
 class NamespaceViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
@@ -115,7 +115,7 @@ class NamespaceViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.Generi
         data = NamespaceCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
         namespace = services.namespace_create(
-            tenant=self.tenant, actor=request.user, **data.validated_data
+            tenant=self.tenant, actor=caller(request), **data.validated_data
         )
         return Response(NamespaceOutput(namespace).data, status=status.HTTP_201_CREATED)
 
@@ -152,7 +152,7 @@ class MembershipViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.Gener
         data.is_valid(raise_exception=True)
         user = _user_by_username(data.validated_data["username"])
         membership = services.membership_set(
-            tenant=self.tenant, user=user, role=data.validated_data["role"], actor=request.user
+            tenant=self.tenant, user=user, role=data.validated_data["role"], actor=caller(request)
         )
         return Response(MembershipOutput(membership).data, status=status.HTTP_201_CREATED)
 
@@ -165,14 +165,14 @@ class MembershipViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.Gener
             tenant=self.tenant,
             user=membership.user,
             role=data.validated_data["role"],
-            actor=request.user,
+            actor=caller(request),
         )
         return Response(MembershipOutput(membership).data)
 
     @extend_schema(responses={204: None})
     def destroy(self, request: Request, tenant_slug: str, username: str) -> Response:
         membership = self._membership(username)
-        services.membership_remove(tenant=self.tenant, user=membership.user, actor=request.user)
+        services.membership_remove(tenant=self.tenant, user=membership.user, actor=caller(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -220,10 +220,10 @@ class ApiTokenViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin, viewsets.
     permission_classes = [IsAuthenticated]
 
     def get_queryset(self) -> Any:
-        return selectors.api_token_list_for_user(user=self.request.user)
+        return selectors.api_token_list_for_user(user=caller(self.request))
 
     def perform_destroy(self, instance: Any) -> None:
-        services.api_token_revoke(token=instance, actor=self.request.user)
+        services.api_token_revoke(token=instance, actor=caller(self.request))
 
 
 class MeView(APIView):
@@ -231,7 +231,7 @@ class MeView(APIView):
 
     @extend_schema(responses=MeOutput)
     def get(self, request: Request) -> Response:
-        user = request.user
+        user = caller(request)
         memberships = dict(user.memberships.values_list("tenant__slug", "role"))
         return Response(
             MeOutput(

@@ -49,7 +49,6 @@ TIMEOUT_MS = 10_000
 ASYNC_UNSAFE = "DJANGO_ALLOW_ASYNC_UNSAFE"
 
 
-
 class _Chromium:
     """The one chromium of the run, started for the first browser test and stopped as soon as
     the next test is not one (see the module docstring for why it must not outlive them)."""
