@@ -65,6 +65,7 @@ class TenantViewSet(
     """Tenants the caller may see. Creation (onboarding with a tier) is added by ``approvals``."""
 
     serializer_class = TenantOutput
+    queryset = Tenant.objects.none()  # for the schema; get_queryset() scopes it
     permission_classes = [ReadMembersWriteAdmins]
     lookup_field = "slug"
     lookup_value_regex = "[^/]+"
