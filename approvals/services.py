@@ -1,22 +1,521 @@
-"""Changes to quotas. This issue's part: onboarding a tenant from a tier (DESIGN flow 1).
+"""Change: quota change requests and their approval (DESIGN flow 2), and onboarding (flow 1).
 
-Onboarding lives here, not in ``tenants``, because it touches tenants *and* quotas and the
-dependencies point ``approvals -> quotas -> tenants``. When quota change requests land, the
-onboarding is recorded as an auto-approved request as well.
+Quotas change only here. Every transition is a conditional update or happens under a row lock;
+approval writes the decision, the new quota set (next generation), the audit rows and the
+outbox row in one transaction, and enqueues the push after commit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
-from portal.errors import ValidationFailed
-from quotas.models import Cluster, ResourceFlavor, TierTemplate
-from quotas.services import quota_set_create_from_tier
-from tenants.choices import MembershipRole, Priority
+from approvals.choices import OPEN_STATUSES, TRANSITIONS, DecisionKind, RequestStatus
+from approvals.models import ApprovalDecision, ApprovalPolicy, QuotaChangeItem, QuotaChangeRequest
+from portal.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
+from quotas.choices import FlavorKind
+from quotas.models import Cluster, FlavorResource, QuotaSet, ResourceFlavor, TierTemplate
+from quotas.quantity import format_quantity
+from quotas.selectors import gpu_units
+from quotas.services import (
+    QuotaItem,
+    SchedulingQuotas,
+    default_gpu_flavor,
+    outbox_record,
+    quota_item_parse,
+    quota_items_check,
+    quota_set_write,
+    tier_items,
+    tier_scheduling,
+)
+from tenants.choices import AuditSource, MembershipRole, Priority
 from tenants.models import Tenant, User
-from tenants.services import audit_record, membership_set, tenant_create
+from tenants.selectors import membership_role
+from tenants.services import audit_record, audit_source, membership_set, tenant_create
+
+SCHEDULING_FIELDS = ("max_running_jobs", "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs")
+Key = tuple[int, str]  # (flavor id, resource)
+
+
+# --- reading what a request would do -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DiffLine:
+    flavor: str
+    resource: str
+    guaranteed_before: Decimal
+    limit_before: Decimal
+    guaranteed_after: Decimal
+    limit_after: Decimal
+    gpu_units_before: Decimal
+    gpu_units_after: Decimal
+
+    @property
+    def changed(self) -> bool:
+        return (self.guaranteed_before, self.limit_before) != (
+            self.guaranteed_after,
+            self.limit_after,
+        )
+
+
+@dataclass
+class RequestCheck:
+    """What a request would do to the quotas in force, and which rules it breaks."""
+
+    errors: dict[str, list[str]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    diff: list[DiffLine] = field(default_factory=list)
+    required_approvals: int = 1
+    base_generation: int = 0
+
+    @property
+    def gpu_units_increase(self) -> Decimal:
+        return sum(
+            (max(Decimal(0), d.gpu_units_after - d.gpu_units_before) for d in self.diff),
+            Decimal(0),
+        )
+
+    def raise_if_invalid(self, error: type[ValidationFailed] = ValidationFailed) -> None:
+        if self.errors:
+            first = next(iter(self.errors.values()))[0]
+            raise error(first, fields=self.errors)
+
+
+def approval_policy() -> ApprovalPolicy:
+    policy, _ = ApprovalPolicy.objects.get_or_create(pk=1)
+    return policy
+
+
+def request_items_parse(
+    *, cluster: Cluster, raw_items: Sequence[Mapping[str, Any]]
+) -> list[QuotaItem]:
+    """Resolve flavor names on ``cluster`` and parse amounts; errors name ``items[i].field``."""
+    names = {str(raw.get("flavor", "")) for raw in raw_items}
+    flavors = {
+        f.name: f for f in ResourceFlavor.objects.filter(name__in=names).select_related("cluster")
+    }
+    on_cluster = {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster, name__in=names)}
+    items: list[QuotaItem] = []
+    errors: dict[str, list[str]] = {}
+    for index, raw in enumerate(raw_items):
+        prefix = f"items[{index}]."
+        name = str(raw.get("flavor", ""))
+        flavor = on_cluster.get(name) or flavors.get(name)
+        if flavor is None:
+            errors[f"{prefix}flavor"] = [f"no flavor {name!r} on cluster {cluster.name!r}"]
+            continue
+        try:
+            items.append(
+                quota_item_parse(
+                    flavor=flavor,
+                    resource=str(raw.get("resource", "")),
+                    guaranteed=raw.get("guaranteed"),
+                    limit=raw.get("limit"),
+                    lending_limit=raw.get("lending_limit"),
+                    field_prefix=prefix,
+                )
+            )
+        except ValidationFailed as exc:
+            for key, messages in exc.fields.items():
+                errors.setdefault(key, []).extend(messages)
+    if errors:
+        raise ValidationFailed(next(iter(errors.values()))[0], fields=errors)
+    return items
+
+
+def _current(tenant: Tenant, cluster: Cluster) -> tuple[QuotaSet | None, dict[Key, QuotaItem]]:
+    quota_set = QuotaSet.objects.filter(tenant=tenant, cluster=cluster).first()
+    current: dict[Key, QuotaItem] = {}
+    if quota_set is not None:
+        for q in quota_set.quotas.select_related("flavor"):
+            current[(q.flavor_id, q.resource)] = QuotaItem(
+                q.flavor, q.resource, q.guaranteed, q.limit, q.lending_limit
+            )
+    return quota_set, current
+
+
+def _merged_scheduling(quota_set: QuotaSet | None, changes: Mapping[str, Any]) -> SchedulingQuotas:
+    values = {name: getattr(quota_set, name, None) for name in SCHEDULING_FIELDS}
+    values.update({k: v for k, v in changes.items() if v is not None})
+    return SchedulingQuotas(**values)
+
+
+def quota_request_check(
+    *,
+    tenant: Tenant,
+    cluster: Cluster,
+    items: Sequence[QuotaItem],
+    scheduling: Mapping[str, Any] | None = None,
+) -> RequestCheck:
+    """The one validation of a change, used at submit, at approval and by the live check of
+    the portal and the API: the merged quota set must pass every rule of
+    ``quotas.services.quota_items_check``; errors are reported against the request's items."""
+    quota_set, current = _current(tenant, cluster)
+    check = RequestCheck(base_generation=quota_set.generation if quota_set else 0)
+    seen: dict[Key, int] = {}
+    for index, item in enumerate(items):
+        key = (item.flavor.pk, item.resource)
+        if key in seen:
+            check.errors.setdefault(f"items[{index}].resource", []).append(
+                f"{item.resource} on {item.flavor.name} is listed twice (items {seen[key]} and {index})"
+            )
+        seen[key] = index
+    if not items and not any(v is not None for v in (scheduling or {}).values()):
+        check.errors["items"] = ["a request must change at least one quota"]
+    if check.errors:
+        return check
+
+    merged = {**current, **{(i.flavor.pk, i.resource): i for i in items}}
+    order = list(merged)
+    rules = quota_items_check(
+        cluster=cluster, items=[merged[k] for k in order], quota_set=quota_set
+    )
+    for name, messages in rules.errors.items():
+        # "items[7].limit" of the merged list -> the request's own index, or the line in force.
+        position, _, attribute = name.partition("].")
+        key = order[int(position.removeprefix("items["))]
+        target = f"items[{seen[key]}].{attribute}" if key in seen else "quota_set"
+        check.errors.setdefault(target, []).extend(messages)
+
+    capacities = {
+        (fr.flavor_id, fr.resource): fr.capacity
+        for fr in FlavorResource.objects.filter(flavor__cluster=cluster)
+    }
+    policy = approval_policy()
+    two_approvers = False
+    for item in items:
+        before = current.get((item.flavor.pk, item.resource))
+        g0 = before.guaranteed if before else Decimal(0)
+        l0 = before.limit if before else Decimal(0)
+        weight = item.flavor.gpu_weight
+        line = DiffLine(
+            item.flavor.name,
+            item.resource,
+            g0,
+            l0,
+            item.guaranteed,
+            item.limit,
+            gpu_units(l0, resource=item.resource, weight=weight),
+            gpu_units(item.limit, resource=item.resource, weight=weight),
+        )
+        check.diff.append(line)
+        capacity = capacities.get((item.flavor.pk, item.resource)) or Decimal(0)
+        increase = max(item.guaranteed - g0, item.limit - l0)
+        if capacity and increase > capacity * policy.two_approvers_above_capacity_fraction:
+            two_approvers = True
+        if item.limit < l0 or item.guaranteed < g0:
+            check.warnings.append(
+                f"{item.resource} on {item.flavor.name} goes down from "
+                f"{format_quantity(g0, item.resource)}/{format_quantity(l0, item.resource)} to "
+                f"{format_quantity(item.guaranteed, item.resource)}/"
+                f"{format_quantity(item.limit, item.resource)}: running work above the new "
+                "limit keeps running, new work waits"
+            )
+    if check.gpu_units_increase > policy.two_approvers_above_gpu_units:
+        two_approvers = True
+    check.required_approvals = 2 if two_approvers else 1
+    return check
+
+
+# --- permissions ----------------------------------------------------------------------------
+
+
+def _ensure_can_file(*, actor: User, tenant: Tenant) -> None:
+    if actor.is_platform_admin:
+        return
+    role = membership_role(user=actor, tenant=tenant)
+    if role is None:
+        raise NotFound("No such tenant, or it is not yours to see.")
+    if role != MembershipRole.LEAD:
+        raise PermissionDenied(
+            f"Only a lead of {tenant.slug} or a platform admin files its requests; you are a {role}."
+        )
+
+
+def _ensure_can_decide(*, actor: User, request: QuotaChangeRequest) -> None:
+    if not actor.is_platform_admin:
+        raise PermissionDenied("Only platform admins approve or reject requests.")
+    if request.requester_id == actor.pk:
+        raise PermissionDenied("Nobody approves or rejects their own request: another admin must.")
+
+
+def _transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **fields: Any) -> None:
+    """Move ``request`` to ``to`` if that is legal from its status now (conditional update)."""
+    if to not in TRANSITIONS[request.status]:
+        raise Conflict(
+            f"Request #{request.pk} is {request.status}; it cannot become {to}.",
+            fields={"status": [f"{request.status} -> {to} is not allowed"]},
+        )
+    updated = QuotaChangeRequest.objects.filter(pk=request.pk, status=request.status).update(
+        status=to, **fields
+    )
+    if updated != 1:
+        request.refresh_from_db()
+        raise Conflict(
+            f"Request #{request.pk} changed meanwhile; it is now {request.status}.",
+            fields={"status": [f"now {request.status}"]},
+        )
+    before = request.status
+    request.status = to
+    for name, value in fields.items():
+        setattr(request, name, value)
+    audit_record(
+        actor=actor,
+        action=f"quota_request.{to}",
+        obj=request,
+        tenant=request.tenant,
+        object_id=f"#{request.pk}",
+        before={"status": before},
+        after={"status": to, **_jsonable(fields)},
+    )
+
+
+def _jsonable(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in fields.items()}
+
+
+# --- writes ---------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def quota_request_create(
+    *,
+    tenant: Tenant,
+    cluster: Cluster,
+    requester: User,
+    reason: str,
+    items: Sequence[QuotaItem],
+    scheduling: Mapping[str, Any] | None = None,
+    submit: bool = False,
+) -> QuotaChangeRequest:
+    """File a request (a draft, or pending with ``submit``). Refused whole, storing nothing,
+    when it breaks a rule."""
+    _ensure_can_file(actor=requester, tenant=tenant)
+    if not reason.strip():
+        raise ValidationFailed.for_field(
+            "reason", "a reason is required: say why the team needs it"
+        )
+    scheduling = dict(scheduling or {})
+    check = quota_request_check(tenant=tenant, cluster=cluster, items=items, scheduling=scheduling)
+    check.raise_if_invalid()
+    request = QuotaChangeRequest.objects.create(
+        tenant=tenant,
+        cluster=cluster,
+        requester=requester,
+        reason=reason.strip(),
+        source=audit_source.get(),
+        base_generation=check.base_generation,
+        required_approvals=check.required_approvals,
+        **{k: v for k, v in scheduling.items() if k in SCHEDULING_FIELDS},
+    )
+    QuotaChangeItem.objects.bulk_create(
+        QuotaChangeItem(
+            request=request,
+            flavor=i.flavor,
+            resource=i.resource,
+            guaranteed=i.guaranteed,
+            limit=i.limit,
+            lending_limit=i.lending_limit,
+        )
+        for i in items
+    )
+    audit_record(
+        actor=requester,
+        action="quota_request.created",
+        obj=request,
+        tenant=tenant,
+        object_id=f"#{request.pk}",
+        after=_request_snapshot(request, check),
+    )
+    if submit:
+        quota_request_submit(request=request, actor=requester)
+    return request
+
+
+def _request_items(request: QuotaChangeRequest) -> list[QuotaItem]:
+    return [
+        QuotaItem(i.flavor, i.resource, i.guaranteed, i.limit, i.lending_limit)
+        for i in request.items.select_related("flavor")
+    ]
+
+
+def _request_scheduling(request: QuotaChangeRequest) -> dict[str, Any]:
+    return {name: getattr(request, name) for name in SCHEDULING_FIELDS}
+
+
+def quota_request_check_stored(*, request: QuotaChangeRequest) -> RequestCheck:
+    return quota_request_check(
+        tenant=request.tenant,
+        cluster=request.cluster,
+        items=_request_items(request),
+        scheduling=_request_scheduling(request),
+    )
+
+
+def _request_snapshot(request: QuotaChangeRequest, check: RequestCheck) -> dict[str, Any]:
+    return {
+        "cluster": request.cluster.name,
+        "reason": request.reason,
+        "items": [
+            {
+                "flavor": d.flavor,
+                "resource": d.resource,
+                "before": f"{format_quantity(d.guaranteed_before, d.resource)}/{format_quantity(d.limit_before, d.resource)}",
+                "after": f"{format_quantity(d.guaranteed_after, d.resource)}/{format_quantity(d.limit_after, d.resource)}",
+            }
+            for d in check.diff
+        ],
+        "required_approvals": check.required_approvals,
+    }
+
+
+def _locked(request: QuotaChangeRequest) -> QuotaChangeRequest:
+    try:
+        return (
+            QuotaChangeRequest.objects.select_for_update(of=("self",))
+            .select_related("tenant", "cluster", "requester")
+            .get(pk=request.pk)
+        )
+    except QuotaChangeRequest.DoesNotExist as exc:
+        raise NotFound("No such request.") from exc
+
+
+@transaction.atomic
+def quota_request_submit(*, request: QuotaChangeRequest, actor: User) -> QuotaChangeRequest:
+    request = _locked(request)
+    if request.requester_id != actor.pk and not actor.is_platform_admin:
+        raise PermissionDenied("Only the requester or a platform admin submits a draft.")
+    check = quota_request_check_stored(request=request)
+    check.raise_if_invalid()
+    _transition(
+        request,
+        RequestStatus.PENDING,
+        actor=actor,
+        submitted_at=timezone.now(),
+        base_generation=check.base_generation,
+        required_approvals=check.required_approvals,
+        needs_revalidation=False,
+    )
+    return request
+
+
+@transaction.atomic
+def quota_request_cancel(*, request: QuotaChangeRequest, actor: User) -> QuotaChangeRequest:
+    request = _locked(request)
+    if request.requester_id != actor.pk:
+        raise PermissionDenied("Only the requester cancels a request; admins reject instead.")
+    _transition(request, RequestStatus.CANCELLED, actor=actor, decided_at=timezone.now())
+    return request
+
+
+def _decide(request: QuotaChangeRequest, approver: User, kind: str, comment: str) -> None:
+    if request.status != RequestStatus.PENDING:
+        raise Conflict(
+            f"Request #{request.pk} is {request.status}; only a pending request can be decided.",
+            fields={"status": [f"{request.status} is already final or not submitted"]},
+        )
+    if request.decisions.filter(approver=approver).exists():
+        raise Conflict(
+            f"You have already decided on request #{request.pk}; a second approver must be someone else.",
+            fields={"approver": ["already decided"]},
+        )
+    ApprovalDecision.objects.create(
+        request=request, approver=approver, decision=kind, comment=comment
+    )
+
+
+@transaction.atomic
+def quota_request_reject(
+    *, request: QuotaChangeRequest, approver: User, comment: str = ""
+) -> QuotaChangeRequest:
+    request = _locked(request)
+    _ensure_can_decide(actor=approver, request=request)
+    _decide(request, approver, DecisionKind.REJECT, comment)
+    _transition(request, RequestStatus.REJECTED, actor=approver, decided_at=timezone.now())
+    return request
+
+
+@transaction.atomic
+def quota_request_approve(
+    *, request: QuotaChangeRequest, approver: User, comment: str = ""
+) -> QuotaChangeRequest:
+    """Record an approval; with enough of them, apply the change: the decision, the next
+    quota set generation, the audit rows and the outbox row commit together or not at all.
+    A rule broken now (capacity taken meanwhile) is a 409 naming it."""
+    request = _locked(request)
+    _ensure_can_decide(actor=approver, request=request)
+    _decide(request, approver, DecisionKind.APPROVE, comment)
+    approvals = request.decisions.filter(decision=DecisionKind.APPROVE).count()
+    if approvals < request.required_approvals:
+        audit_record(
+            actor=approver,
+            action="quota_request.approval_recorded",
+            obj=request,
+            tenant=request.tenant,
+            object_id=f"#{request.pk}",
+            after={"approvals": approvals, "required": request.required_approvals},
+        )
+        return request
+    _apply(request, actor=approver)
+    return request
+
+
+def _apply(request: QuotaChangeRequest, *, actor: User | None) -> None:
+    items = _request_items(request)
+    check = quota_request_check_stored(request=request)
+    check.raise_if_invalid(error=Conflict)
+    quota_set, current = _current(request.tenant, request.cluster)
+    merged = {**current, **{(i.flavor.pk, i.resource): i for i in items}}
+    try:
+        written = quota_set_write(
+            tenant=request.tenant,
+            cluster=request.cluster,
+            items=list(merged.values()),
+            scheduling=_merged_scheduling(quota_set, _request_scheduling(request)),
+            actor=actor,
+            reason=f"request #{request.pk}: {request.reason}",
+        )
+    except ValidationFailed as exc:  # a concurrent approval took the capacity first
+        raise Conflict(exc.message, fields=exc.fields) from exc
+    _transition(
+        request,
+        RequestStatus.APPROVED,
+        actor=actor,
+        decided_at=timezone.now(),
+        applied_generation=written.generation,
+    )
+    outbox_record(quota_set=written)
+    # Older open requests for this tenant and cluster were checked against numbers that are
+    # no longer in force: they must be checked again before anyone approves them.
+    QuotaChangeRequest.objects.filter(
+        tenant=request.tenant, cluster=request.cluster, status__in=OPEN_STATUSES
+    ).exclude(pk=request.pk).update(needs_revalidation=True)
+
+
+@transaction.atomic
+def quota_requests_expire(*, now: Any = None) -> int:
+    """Pending requests older than the policy allows become expired. Safe to run twice."""
+    now = now or timezone.now()
+    cutoff = now - timezone.timedelta(days=approval_policy().pending_expires_after_days)
+    expired = 0
+    for request in QuotaChangeRequest.objects.filter(
+        status=RequestStatus.PENDING, submitted_at__lt=cutoff
+    ).select_related("tenant"):
+        try:
+            _transition(request, RequestStatus.EXPIRED, actor=None, decided_at=now)
+            expired += 1
+        except Conflict:
+            continue  # decided meanwhile
+    return expired
+
+
+# --- onboarding -----------------------------------------------------------------------------
 
 
 @transaction.atomic
@@ -34,8 +533,9 @@ def tenant_onboard(
     default_priority: str = Priority.DEFAULT,
     leads: Sequence[User] = (),
 ) -> Tenant:
-    """Create a tenant with its namespaces, its leads, and the tier's quotas on ``cluster``,
-    all or nothing."""
+    """Create a tenant with its namespaces, its leads and the tier's quotas on ``cluster``, all
+    or nothing. The quotas go through an auto-approved request (source "system"), so the
+    audit trail has no gap."""
     if parent is not None and parent.slug == slug:
         raise ValidationFailed.for_field("parent", "A tenant cannot be its own parent.")
     tenant = tenant_create(
@@ -49,14 +549,62 @@ def tenant_onboard(
     )
     for lead in leads:
         membership_set(tenant=tenant, user=lead, role=MembershipRole.LEAD, actor=actor)
-    quota_set = quota_set_create_from_tier(
-        tenant=tenant, cluster=cluster, tier=tier, gpu_flavor=gpu_flavor, actor=actor
+    gpu_flavor = gpu_flavor or default_gpu_flavor(cluster=cluster)
+    if gpu_flavor.cluster_id != cluster.pk:
+        raise ValidationFailed.for_field(
+            "gpu_flavor",
+            f"flavor {gpu_flavor.name!r} belongs to cluster {gpu_flavor.cluster.name!r}, not {cluster.name!r}",
+        )
+    if gpu_flavor.kind != FlavorKind.GPU:
+        raise ValidationFailed.for_field(
+            "gpu_flavor",
+            f"flavor {gpu_flavor.name!r} is a {gpu_flavor.kind} flavor, not whole GPUs",
+        )
+    request = QuotaChangeRequest.objects.create(
+        tenant=tenant,
+        cluster=cluster,
+        requester=actor,
+        source=AuditSource.SYSTEM,
+        reason=f"onboarding on tier {tier.name}",
+        status=RequestStatus.PENDING,
+        submitted_at=timezone.now(),
+        **_scheduling_fields(tier_scheduling(tier)),
     )
+    items = tier_items(tier=tier, gpu_flavor=gpu_flavor)
+    QuotaChangeItem.objects.bulk_create(
+        QuotaChangeItem(
+            request=request,
+            flavor=i.flavor,
+            resource=i.resource,
+            guaranteed=i.guaranteed,
+            limit=i.limit,
+        )
+        for i in items
+    )
+    try:
+        _apply(request, actor=actor)
+    except Conflict as exc:
+        # The caller chose a tier, not items: name the tier and keep every reason.
+        reasons = [m for messages in exc.fields.values() for m in messages]
+        raise ValidationFailed(
+            f"tier {tier.name!r} does not fit on {cluster.name}: {exc.message}",
+            fields={"tier": reasons},
+        ) from exc
+    QuotaSet.objects.filter(tenant=tenant, cluster=cluster).update(tier=tier)
     audit_record(
         actor=actor,
         action="tenant.onboarded",
         obj=tenant,
         tenant=tenant,
-        after={"tier": tier.name, "cluster": cluster.name, "generation": quota_set.generation},
+        after={
+            "tier": tier.name,
+            "cluster": cluster.name,
+            "generation": request.applied_generation,
+            "request": request.pk,
+        },
     )
     return tenant
+
+
+def _scheduling_fields(scheduling: SchedulingQuotas) -> dict[str, Any]:
+    return {name: getattr(scheduling, name) for name in SCHEDULING_FIELDS}

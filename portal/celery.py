@@ -14,4 +14,6 @@ app.autodiscover_tasks()
 
 app.conf.beat_schedule = {
     "worker-heartbeat": {"task": "portal.tasks.worker_heartbeat", "schedule": 30.0},
+    "sweep-outbox": {"task": "quotas.tasks.sweep_outbox", "schedule": 60.0},
+    "expire-quota-requests": {"task": "approvals.tasks.expire_requests", "schedule": 3600.0},
 }

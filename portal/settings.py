@@ -60,6 +60,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "portal.middleware.AuditSourceMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -128,6 +129,12 @@ else:
         "processed_folder": str(_broker_dir / "processed"),
         "store_processed": False,
     }
+if TESTING:
+    # Tasks the code under test enqueues go to a queue no worker of the developer's reads;
+    # tests that run a real worker name their own queue.
+    CELERY_TASK_DEFAULT_QUEUE = "portal-tests"
+    if not REDIS_URL:
+        CELERY_BROKER_URL = "memory://"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True

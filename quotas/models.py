@@ -253,3 +253,39 @@ class Quota(models.Model):
 
     def __str__(self) -> str:
         return f"{self.quota_set} {self.flavor.name} {self.resource}"
+
+
+class SyncOutbox(models.Model):
+    """ "Sync tenant T on cluster C up to generation G": written in the same transaction as the
+    quota change, so an approved change cannot be lost between the database and the broker.
+    A Celery task takes it (enqueued on commit); a periodic sweep re-sends rows that no worker
+    has taken. The cluster push (cluster-sync issue) completes it."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="+")
+    generation = models.PositiveBigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    dispatched_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a worker last took it."
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "cluster", "generation"], name="outbox_unique_generation"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["created_at"],
+                condition=Q(completed_at__isnull=True),
+                name="outbox_open_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"sync {self.tenant.slug}@{self.cluster.name} to gen {self.generation}"

@@ -3,13 +3,17 @@ item against the cluster, bump the generation and audit the change in one transa
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
 
 from portal.errors import ValidationFailed
 from quotas.choices import (
@@ -19,11 +23,21 @@ from quotas.choices import (
     FlavorKind,
     is_gpu_resource,
 )
-from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor, TierTemplate
+from quotas.models import (
+    Cluster,
+    FlavorResource,
+    Quota,
+    QuotaSet,
+    ResourceFlavor,
+    SyncOutbox,
+    TierTemplate,
+)
 from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
 from quotas.selectors import guarantees_by_flavor
 from tenants.models import Tenant, User
 from tenants.services import audit_record
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -432,3 +446,53 @@ def tier_template_save(
         after=_tier_snapshot(prepared),
     )
     return prepared
+
+
+def outbox_record(*, quota_set: QuotaSet) -> SyncOutbox:
+    """Write "sync this tenant on this cluster up to this generation" in the caller's
+    transaction and enqueue its delivery after commit. If the broker is down then, the row
+    stays and ``outbox_sweep`` sends it later: an approved change is never lost."""
+    row, _ = SyncOutbox.objects.get_or_create(
+        tenant=quota_set.tenant, cluster=quota_set.cluster, generation=quota_set.generation
+    )
+    transaction.on_commit(lambda: _enqueue_outbox(row.pk))
+    return row
+
+
+def _enqueue_outbox(outbox_id: int) -> None:
+    from quotas.tasks import deliver_outbox  # tasks import services: import here, not at the top
+
+    try:
+        deliver_outbox.delay(outbox_id)
+    except Exception:
+        logger.warning(
+            "outbox %s not enqueued now; the sweep will send it", outbox_id, exc_info=True
+        )
+
+
+def outbox_take(*, outbox_id: int) -> SyncOutbox | None:
+    """A worker took the row: count the attempt. The cluster push (cluster-sync issue) then
+    completes it; until then it stays open and the sweep hands it out again after a while."""
+    now = timezone.now()
+    updated = SyncOutbox.objects.filter(pk=outbox_id, completed_at__isnull=True).update(
+        dispatched_at=now, attempts=F("attempts") + 1
+    )
+    return SyncOutbox.objects.filter(pk=outbox_id).first() if updated else None
+
+
+OUTBOX_RESEND_AFTER = timedelta(minutes=10)
+OUTBOX_FIRST_SEND_GRACE = timedelta(seconds=30)
+
+
+def outbox_sweep(*, now: datetime | None = None) -> list[int]:
+    """Re-send open rows no worker took (never taken after a short grace, or taken long ago).
+    Safe to run twice and from several beats: a row sent twice is taken twice, harmlessly."""
+    now = now or timezone.now()
+    due = SyncOutbox.objects.filter(completed_at__isnull=True).filter(
+        Q(dispatched_at__isnull=True, created_at__lt=now - OUTBOX_FIRST_SEND_GRACE)
+        | Q(dispatched_at__lt=now - OUTBOX_RESEND_AFTER)
+    )
+    ids = list(due.values_list("pk", flat=True)[:1000])
+    for outbox_id in ids:
+        _enqueue_outbox(outbox_id)
+    return ids

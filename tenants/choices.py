@@ -24,3 +24,12 @@ class NamespacePurpose(models.TextChoices):
     GENERAL = "general", "General"
     TRAINING = "training", "Training"
     INFERENCE = "inference", "Inference"
+
+
+class AuditSource(models.TextChoices):
+    """Where a change came from."""
+
+    PORTAL = "portal", "Portal"
+    API = "api", "REST API"
+    ADMIN = "admin", "Django admin"
+    SYSTEM = "system", "System"

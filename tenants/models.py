@@ -7,7 +7,7 @@ from django.contrib.auth.models import AbstractUser
 from django.db import models
 from django.db.models import F, Q
 
-from tenants.choices import MembershipRole, NamespacePurpose, Priority, TenantState
+from tenants.choices import AuditSource, MembershipRole, NamespacePurpose, Priority, TenantState
 from tenants.validators import (
     DNS1123_LABEL_MAX,
     DNS1123_LABEL_REGEX,
@@ -154,6 +154,9 @@ class AuditEvent(models.Model):
         Tenant, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_events"
     )
     tenant_slug = models.CharField(max_length=TENANT_SLUG_MAX, blank=True)
+    source = models.CharField(
+        max_length=10, choices=AuditSource.choices, default=AuditSource.SYSTEM
+    )
     before = models.JSONField(null=True, blank=True)
     after = models.JSONField(null=True, blank=True)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from collections.abc import Iterable
+from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any
 
@@ -13,9 +14,13 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from portal.errors import Conflict, NotFound, ValidationFailed
-from tenants.choices import MembershipRole, NamespacePurpose, Priority, TenantState
+from tenants.choices import AuditSource, MembershipRole, NamespacePurpose, Priority, TenantState
 from tenants.models import ApiToken, AuditEvent, Membership, Namespace, Tenant, User
 from tenants.validators import DNS1123_LABEL_MAX, TENANT_SLUG_MAX, dns1123_label
+
+# Where the current change comes from (portal, API, admin); set per request by
+# portal.middleware.AuditSourceMiddleware, "system" elsewhere (Celery, commands).
+audit_source: ContextVar[str] = ContextVar("audit_source", default=AuditSource.SYSTEM)
 
 API_TOKEN_BYTES = 30
 API_TOKEN_PREFIX_LEN = 8
@@ -42,6 +47,7 @@ def audit_record(
         or str(getattr(obj, "slug", None) or getattr(obj, "name", None) or obj.pk),
         tenant=tenant,
         tenant_slug=tenant.slug if tenant else "",
+        source=audit_source.get(),
         before=before,
         after=after,
     )

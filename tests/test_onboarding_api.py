@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from rest_framework.test import APIClient
 
-from quotas.models import Quota, QuotaSet
+from approvals.models import QuotaChangeRequest
+from quotas.models import Quota, QuotaSet, SyncOutbox
 from tenants.models import AuditEvent, Membership, Namespace, Tenant
 from tests.factories import TenantFactory
 
@@ -71,7 +72,17 @@ def test_admin_onboards_a_tenant_from_a_tier(world, api_as):
     )
     onboarded = AuditEvent.objects.get(action="tenant.onboarded", tenant=tenant)
     assert onboarded.actor == world.admin
-    assert onboarded.after == {"tier": "small", "cluster": "demo-h100", "generation": 1}
+    request = QuotaChangeRequest.objects.get(tenant=tenant)
+    assert onboarded.after == {
+        "tier": "small",
+        "cluster": "demo-h100",
+        "generation": 1,
+        "request": request.pk,
+    }
+    # onboarding is an auto-approved request filed by the system, so the trail has no gap
+    assert (request.status, request.source, request.applied_generation) == ("approved", "system", 1)
+    assert request.requester == world.admin and request.items.count() == 3
+    assert SyncOutbox.objects.filter(tenant=tenant, generation=1, completed_at=None).exists()
 
 
 def test_onboarding_with_a_named_flavor_and_a_parent(world, api_as):

@@ -1,0 +1,169 @@
+"""Change: quota change requests, their items, approvers' decisions, the approval policy."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+from approvals.choices import DecisionKind, RequestStatus
+from quotas.models import QUANTITY_DIGITS, QUANTITY_PLACES, Cluster, ResourceFlavor
+from tenants.choices import AuditSource
+from tenants.models import Tenant
+
+
+def _quantity(**kwargs: object) -> models.DecimalField:
+    return models.DecimalField(
+        max_digits=QUANTITY_DIGITS,
+        decimal_places=QUANTITY_PLACES,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+class QuotaChangeRequest(models.Model):
+    """A lead's (or an admin's) ask to change a tenant's quotas on one cluster. Listed items
+    replace the same (flavor, resource) lines of the quota set; scheduling and storage fields
+    left empty stay as they are."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="quota_requests")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="quota_requests")
+    requester = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        related_name="quota_requests", help_text="Empty for requests the system files.",
+    )  # fmt: skip
+    reason = models.TextField()
+    status = models.CharField(
+        max_length=20, choices=RequestStatus.choices, default=RequestStatus.DRAFT, db_index=True
+    )
+    source = models.CharField(max_length=10, choices=AuditSource.choices, default=AuditSource.API)
+    # The quota set's generation the request was last validated against; a newer approved
+    # change to the tenant makes it stale (needs_revalidation).
+    base_generation = models.PositiveBigIntegerField(default=0)
+    needs_revalidation = models.BooleanField(default=False)
+    required_approvals = models.PositiveSmallIntegerField(default=1)
+    applied_generation = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The quota set generation its approval wrote."
+    )
+    failure_message = models.TextField(blank=True)
+    max_running_jobs = models.PositiveIntegerField(null=True, blank=True)
+    max_queued_jobs = models.PositiveIntegerField(null=True, blank=True)
+    max_pods = models.PositiveIntegerField(null=True, blank=True)
+    storage_bytes = _quantity(null=True, blank=True)
+    max_pvcs = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["status", "submitted_at"]),
+            models.Index(fields=["tenant", "-created_at"]),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=RequestStatus.values), name="request_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=~Q(reason__regex=r"^\s*$"), name="request_reason_not_blank"
+            ),
+            models.CheckConstraint(
+                condition=Q(required_approvals__gte=1) & Q(required_approvals__lte=2),
+                name="request_required_approvals_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(storage_bytes__isnull=True) | Q(storage_bytes__gte=0),
+                name="request_storage_nonnegative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.tenant.slug}@{self.cluster.name} ({self.status})"
+
+
+class QuotaChangeItem(models.Model):
+    request = models.ForeignKey(QuotaChangeRequest, on_delete=models.CASCADE, related_name="items")
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=models.PROTECT, related_name="+")
+    resource = models.CharField(max_length=100)
+    guaranteed = _quantity()
+    limit = _quantity()
+    lending_limit = _quantity(null=True, blank=True)
+
+    class Meta:
+        ordering = ["flavor__name", "resource"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["request", "flavor", "resource"], name="request_item_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(guaranteed__gte=0) & Q(limit__gte=F("guaranteed")),
+                name="request_item_guaranteed_lte_limit",
+            ),
+            models.CheckConstraint(
+                condition=Q(lending_limit__isnull=True)
+                | (Q(lending_limit__gte=0) & Q(lending_limit__lte=F("guaranteed"))),
+                name="request_item_lending_limit_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.flavor.name} {self.resource}"
+
+
+class ApprovalDecision(models.Model):
+    request = models.ForeignKey(
+        QuotaChangeRequest, on_delete=models.CASCADE, related_name="decisions"
+    )
+    approver = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approval_decisions"
+    )
+    decision = models.CharField(max_length=10, choices=DecisionKind.choices)
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["request", "approver"], name="decision_one_per_approver"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.approver} {self.decision} #{self.request_id}"
+
+
+class ApprovalPolicy(models.Model):
+    """When one approval is enough and when two distinct approvers are needed; one row."""
+
+    two_approvers_above_gpu_units = models.DecimalField(
+        max_digits=10, decimal_places=3, default=Decimal("8"),
+        help_text="An increase of more normalised GPU units than this needs two approvers.",
+    )  # fmt: skip
+    two_approvers_above_capacity_fraction = models.DecimalField(
+        max_digits=4, decimal_places=3, default=Decimal("0.25"),
+        help_text="An increase of more than this fraction of a flavor's capacity needs two.",
+    )  # fmt: skip
+    pending_expires_after_days = models.PositiveSmallIntegerField(
+        default=14, help_text="A request pending longer than this expires."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "approval policy"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(two_approvers_above_gpu_units__gte=0)
+                & Q(two_approvers_above_capacity_fraction__gte=0)
+                & Q(two_approvers_above_capacity_fraction__lte=1),
+                name="policy_thresholds_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(pending_expires_after_days__gte=1), name="policy_expiry_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return "Approval policy"

@@ -1,0 +1,33 @@
+"""Reads for change requests. Each takes the actor and sees only what the actor may see."""
+
+from __future__ import annotations
+
+from django.db.models import Count, Prefetch, Q, QuerySet
+
+from approvals.choices import DecisionKind
+from approvals.models import ApprovalDecision, QuotaChangeItem, QuotaChangeRequest
+from portal.errors import NotFound
+from tenants.models import Tenant, User
+
+
+def quota_request_list_for_user(*, user: User) -> QuerySet[QuotaChangeRequest]:
+    """Requests of the tenants ``user`` may see (admins: all), newest first, with what a list
+    shows, in a constant number of queries."""
+    return (
+        QuotaChangeRequest.objects.filter(tenant__in=Tenant.objects.visible_to(user))
+        .select_related("tenant", "cluster", "requester")
+        .annotate(approvals=Count("decisions", filter=Q(decisions__decision=DecisionKind.APPROVE)))
+        .prefetch_related(
+            Prefetch("items", queryset=QuotaChangeItem.objects.select_related("flavor")),
+            Prefetch("decisions", queryset=ApprovalDecision.objects.select_related("approver")),
+        )
+        .order_by("-created_at", "-id")
+    )
+
+
+def quota_request_get_for_user(*, user: User, pk: int) -> QuotaChangeRequest:
+    """The request, or 404 when it does not exist or belongs to a tenant ``user`` may not see."""
+    request = quota_request_list_for_user(user=user).filter(pk=pk).first()
+    if request is None:
+        raise NotFound("No such request, or it is not yours to see.")
+    return request
