@@ -36,10 +36,15 @@ from quotas.services import (
 from tenants.choices import AuditSource, MembershipRole, Priority
 from tenants.models import Tenant, User
 from tenants.selectors import membership_role
-from tenants.services import audit_record, audit_source, membership_set, tenant_create
+from tenants.services import audit_record, audit_source, membership_set, notify, tenant_create
 
 SCHEDULING_FIELDS = ("max_running_jobs", "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs")
 Key = tuple[int, str]  # (flavor id, resource)
+DECISION_NOTICES = {
+    RequestStatus.APPROVED: "approved",
+    RequestStatus.REJECTED: "rejected",
+    RequestStatus.EXPIRED: "expired unanswered",
+}
 
 
 # --- reading what a request would do -------------------------------------------------------
@@ -265,6 +270,17 @@ def _transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **f
     request.status = to
     for name, value in fields.items():
         setattr(request, name, value)
+    if (
+        to in DECISION_NOTICES
+        and request.requester_id
+        and request.requester_id != getattr(actor, "pk", None)
+    ):
+        notify(
+            users=[request.requester],
+            subject=f"Request #{request.pk} for {request.tenant.slug} was {DECISION_NOTICES[to]}",
+            body=request.reason,
+            url=f"/requests/{request.pk}/",
+        )
     audit_record(
         actor=actor,
         action=f"quota_request.{to}",
@@ -401,6 +417,15 @@ def quota_request_submit(*, request: QuotaChangeRequest, actor: User) -> QuotaCh
         base_generation=check.base_generation,
         required_approvals=check.required_approvals,
         needs_revalidation=False,
+    )
+    approvers = User.objects.filter(is_platform_admin=True, is_active=True).exclude(
+        pk=request.requester_id
+    )
+    notify(
+        users=approvers,
+        subject=f"Request #{request.pk} for {request.tenant.slug} on {request.cluster.name} awaits approval",
+        body=f"{actor.get_username()} asks: {request.reason}\nIt needs {request.required_approvals} approval(s).",
+        url=f"/requests/{request.pk}/",
     )
     return request
 

@@ -168,3 +168,32 @@ class AuditEvent(models.Model):
         return (
             f"{self.created_at:%Y-%m-%d %H:%M} {self.actor_username} {self.action} {self.object_id}"
         )
+
+
+class Notification(models.Model):
+    """A message for one user: shown in the portal's inbox and sent by email (in Celery,
+    after commit, with retries; a failing mail server delays it, never the change itself)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications"
+    )
+    subject = models.CharField(max_length=200)
+    body = models.TextField(blank=True)
+    url = models.CharField(max_length=500, blank=True, help_text="Portal page it is about.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    read_at = models.DateTimeField(null=True, blank=True)
+    emailed_at = models.DateTimeField(null=True, blank=True)
+    email_attempts = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(
+                fields=["user", "-created_at"],
+                name="notification_unread_idx",
+                condition=Q(read_at__isnull=True),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user}: {self.subject}"

@@ -11,7 +11,15 @@ from django.db.models import OuterRef, QuerySet
 
 from portal.errors import NotFound
 from tenants.choices import MembershipRole
-from tenants.models import ApiToken, Membership, Namespace, Tenant, User
+from tenants.models import (
+    ApiToken,
+    AuditEvent,
+    Membership,
+    Namespace,
+    Notification,
+    Tenant,
+    User,
+)
 from tenants.validators import DNS1123_LABEL_REGEX
 
 
@@ -89,3 +97,19 @@ def membership_list_for_tenant(*, tenant: Tenant) -> QuerySet[Membership]:
 
 def api_token_list_for_user(*, user: User) -> QuerySet[ApiToken]:
     return ApiToken.objects.filter(user=user).order_by("-created_at")
+
+
+def audit_events_for_user(*, user: User) -> QuerySet[AuditEvent]:
+    """Admins see every event; others the events of tenants they belong to."""
+    events = AuditEvent.objects.order_by("-created_at", "-id")
+    if user.is_platform_admin:
+        return events
+    return events.filter(tenant__in=Tenant.objects.visible_to(user))
+
+
+def notifications_for_user(*, user: User) -> QuerySet[Notification]:
+    return Notification.objects.filter(user=user).order_by("-created_at", "-id")
+
+
+def unread_notification_count(*, user: User) -> int:
+    return Notification.objects.filter(user=user, read_at__isnull=True).count()

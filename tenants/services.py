@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from collections.abc import Iterable
 from contextvars import ContextVar
@@ -10,17 +11,29 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from portal.errors import Conflict, NotFound, ValidationFailed
 from tenants.choices import AuditSource, MembershipRole, NamespacePurpose, Priority, TenantState
-from tenants.models import ApiToken, AuditEvent, Membership, Namespace, Tenant, User
+from tenants.models import (
+    ApiToken,
+    AuditEvent,
+    Membership,
+    Namespace,
+    Notification,
+    Tenant,
+    User,
+)
 from tenants.validators import DNS1123_LABEL_MAX, TENANT_SLUG_MAX, dns1123_label
 
 # Where the current change comes from (portal, API, admin); set per request by
 # portal.middleware.AuditSourceMiddleware, "system" elsewhere (Celery, commands).
 audit_source: ContextVar[str] = ContextVar("audit_source", default=AuditSource.SYSTEM)
+
+logger = logging.getLogger(__name__)
 
 API_TOKEN_BYTES = 30
 API_TOKEN_PREFIX_LEN = 8
@@ -321,3 +334,59 @@ def api_token_revoke(*, token: ApiToken, actor: User) -> ApiToken:
             after={"prefix": token.prefix},
         )
     return token
+
+
+# --- notifications --------------------------------------------------------------------------
+
+
+def notify(
+    *, users: Iterable[User], subject: str, body: str = "", url: str = ""
+) -> list[Notification]:
+    """Put a notification in each user's inbox and send it by email after commit. Call it
+    inside the transaction of the change it is about: no change, no notification."""
+    rows = Notification.objects.bulk_create(
+        Notification(user=user, subject=subject[:200], body=body, url=url)
+        for user in {u.pk: u for u in users if u.is_active}.values()
+    )
+    ids = [row.pk for row in rows]
+    if ids:
+        transaction.on_commit(lambda: _enqueue_emails(ids))
+    return rows
+
+
+def _enqueue_emails(ids: list[int]) -> None:
+    from tenants.tasks import send_notification_email  # tasks import services
+
+    for notification_id in ids:
+        try:
+            send_notification_email.delay(notification_id)
+        except Exception:
+            logger.warning("notification %s: email not enqueued", notification_id, exc_info=True)
+
+
+def notification_send_email(*, notification_id: int) -> bool:
+    """Send one notification's email once (a retry after success sends nothing)."""
+    notification = (
+        Notification.objects.select_related("user")
+        .filter(pk=notification_id, emailed_at__isnull=True)
+        .first()
+    )
+    if notification is None or not notification.user.email:
+        return False
+    Notification.objects.filter(pk=notification_id).update(email_attempts=F("email_attempts") + 1)
+    link = f"\n\n{settings.PORTAL_URL.rstrip('/')}{notification.url}" if notification.url else ""
+    send_mail(
+        subject=f"[GPU portal] {notification.subject}",
+        message=f"{notification.body}{link}",
+        from_email=None,
+        recipient_list=[notification.user.email],
+    )
+    Notification.objects.filter(pk=notification_id).update(emailed_at=timezone.now())
+    return True
+
+
+def notifications_mark_read(*, user: User, ids: Iterable[int] | None = None) -> int:
+    rows = Notification.objects.filter(user=user, read_at__isnull=True)
+    if ids is not None:
+        rows = rows.filter(pk__in=list(ids))
+    return rows.update(read_at=timezone.now())

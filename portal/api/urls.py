@@ -6,6 +6,7 @@ from rest_framework.routers import DefaultRouter
 
 from approvals.api.views import TenantViewSet
 from quotas.api.views import ClusterViewSet, FlavorViewSet, TenantQuotaViewSet, TierTemplateViewSet
+from tenants.api.audit import AuditEventViewSet, NotificationViewSet
 from tenants.api.views import (
     ApiTokenViewSet,
     MembershipViewSet,
@@ -21,6 +22,8 @@ router.register("clusters", ClusterViewSet, basename="cluster")
 router.register("flavors", FlavorViewSet, basename="flavor")
 router.register("tier-templates", TierTemplateViewSet, basename="tier-template")
 router.register("auth/tokens", ApiTokenViewSet, basename="api-token")
+router.register("audit-events", AuditEventViewSet, basename="audit-event")
+router.register("notifications", NotificationViewSet, basename="notification")
 
 tenant_router = DefaultRouter(trailing_slash=True)
 tenant_router.include_root_view = False

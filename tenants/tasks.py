@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from celery import shared_task
+
+from tenants import services
+
+
+@shared_task(
+    name="tenants.tasks.send_notification_email",
+    ignore_result=True,
+    autoretry_for=(OSError,),  # SMTP down, connection refused: try again later
+    retry_backoff=30,
+    retry_backoff_max=3600,
+    max_retries=8,
+)
+def send_notification_email(notification_id: int) -> None:
+    services.notification_send_email(notification_id=notification_id)

@@ -1,0 +1,84 @@
+"""Approvers hear of new requests, requesters of decisions: in the inbox, and by email sent in
+Celery after commit. A failing mail server delays an email, never a decision."""
+
+from __future__ import annotations
+
+import pytest
+from django.core import mail
+
+from approvals.services import (
+    quota_request_approve,
+    quota_request_create,
+    quota_request_reject,
+    request_items_parse,
+)
+from portal.celery import app as celery_app
+from tenants.models import Notification
+from tests.factories import UserFactory
+
+
+@pytest.fixture
+def eager_celery():
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = False
+
+
+def _file(world, guaranteed=7, limit=10):
+    items = request_items_parse(
+        cluster=world.a100,
+        raw_items=[{"flavor": "a100-80gb", "resource": "nvidia.com/gpu",
+                    "guaranteed": guaranteed, "limit": limit}],
+    )  # fmt: skip
+    return quota_request_create(
+        tenant=world.team_a, cluster=world.a100, requester=world.alice,
+        reason="bigger runs", items=items, submit=True,
+    )  # fmt: skip
+
+
+def test_approvers_are_told_of_a_new_request_in_the_inbox_and_by_email(
+    world, eager_celery, django_capture_on_commit_callbacks
+):
+    second_admin = UserFactory(username="admin2", is_platform_admin=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        request = _file(world)
+    inbox = Notification.objects.filter(url=f"/requests/{request.pk}/")
+    assert {n.user for n in inbox} == {world.admin, second_admin}  # not alice, not bob
+    assert all("awaits approval" in n.subject and n.read_at is None for n in inbox)
+    assert sorted(m.to[0] for m in mail.outbox) == ["admin2@example.com", "admin@example.com"]
+    assert f"/requests/{request.pk}/" in mail.outbox[0].body
+    assert all(n.emailed_at is not None for n in inbox.all())
+
+
+@pytest.mark.parametrize(("decide", "word"), [(quota_request_approve, "approved"),
+                                              (quota_request_reject, "rejected")])  # fmt: skip
+def test_the_requester_is_told_of_the_decision(
+    world, eager_celery, django_capture_on_commit_callbacks, decide, word
+):
+    request = _file(world)
+    mail.outbox.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        decide(request=request, approver=world.admin, comment="ok")
+    notice = Notification.objects.get(user=world.alice)
+    assert notice.subject == f"Request #{request.pk} for team-a was {word}"
+    assert [m.to for m in mail.outbox] == [["alice@example.com"]]
+
+
+def test_a_failing_mail_server_delays_the_email_not_the_decision(
+    world, eager_celery, django_capture_on_commit_callbacks, settings
+):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", 1, 2
+    request = _file(world)
+    with django_capture_on_commit_callbacks(execute=True):
+        quota_request_approve(request=request, approver=world.admin)
+    request.refresh_from_db()
+    assert request.status == "approved"
+    notice = Notification.objects.get(user=world.alice)
+    assert notice.emailed_at is None and notice.email_attempts >= 1  # the task will retry
+
+
+def test_no_change_no_notification(world, django_capture_on_commit_callbacks):
+    with pytest.raises(Exception), django_capture_on_commit_callbacks(execute=True):  # noqa: B017, PT011
+        _file(world, guaranteed=12, limit=12)  # breaks the elastic cap: nothing is filed
+    assert not Notification.objects.exists()
