@@ -7,7 +7,7 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 from approvals.choices import DecisionKind
 from approvals.models import ApprovalDecision, QuotaChangeItem, QuotaChangeRequest
 from portal.errors import NotFound
-from tenants.models import Tenant, User
+from tenants.models import AuditEvent, Tenant, User
 
 
 def quota_request_list_for_user(*, user: User) -> QuerySet[QuotaChangeRequest]:
@@ -31,3 +31,11 @@ def quota_request_get_for_user(*, user: User, pk: int) -> QuotaChangeRequest:
     if request is None:
         raise NotFound("No such request, or it is not yours to see.")
     return request
+
+
+def quota_request_timeline(*, request: QuotaChangeRequest) -> QuerySet[AuditEvent]:
+    """The request's audit events (filed, submitted, approvals, decision...), oldest first.
+    The caller has already seen ``request`` through ``quota_request_get_for_user``."""
+    return AuditEvent.objects.filter(
+        tenant_id=request.tenant_id, object_id=f"#{request.pk}"
+    ).order_by("created_at", "id")

@@ -9,15 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.utils import timezone
 
 from approvals.choices import OPEN_STATUSES, TRANSITIONS, DecisionKind, RequestStatus
 from approvals.models import ApprovalDecision, ApprovalPolicy, QuotaChangeItem, QuotaChangeRequest
-from portal.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
+from portal.errors import (
+    ApplicationError,
+    Conflict,
+    NotFound,
+    PermissionDenied,
+    ValidationFailed,
+)
 from quotas.choices import FlavorKind
 from quotas.models import Cluster, FlavorResource, QuotaSet, ResourceFlavor, TierTemplate
 from quotas.quantity import format_quantity
@@ -40,7 +48,7 @@ from tenants.services import audit_record, audit_source, membership_set, notify,
 
 SCHEDULING_FIELDS = ("max_running_jobs", "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs")
 Key = tuple[int, str]  # (flavor id, resource)
-DECISION_NOTICES = {
+DECISION_NOTICES: dict[str, str] = {
     RequestStatus.APPROVED: "approved",
     RequestStatus.REJECTED: "rejected",
     RequestStatus.EXPIRED: "expired unanswered",
@@ -86,7 +94,7 @@ class RequestCheck:
             Decimal(0),
         )
 
-    def raise_if_invalid(self, error: type[ValidationFailed] = ValidationFailed) -> None:
+    def raise_if_invalid(self, error: type[ApplicationError] = ValidationFailed) -> None:
         if self.errors:
             first = next(iter(self.errors.values()))[0]
             raise error(first, fields=self.errors)
@@ -94,6 +102,48 @@ class RequestCheck:
 
 def approval_policy() -> ApprovalPolicy:
     policy, _ = ApprovalPolicy.objects.get_or_create(pk=1)
+    return policy
+
+
+POLICY_FIELDS = (
+    "two_approvers_above_gpu_units",
+    "two_approvers_above_capacity_fraction",
+    "pending_expires_after_days",
+)
+
+
+def _policy_snapshot(policy: ApprovalPolicy) -> dict[str, Any]:
+    return {name: str(getattr(policy, name)) for name in POLICY_FIELDS}
+
+
+@transaction.atomic
+def approval_policy_update(*, actor: User | None, **fields: Any) -> ApprovalPolicy:
+    """Change the approval policy (Django admin), audited. Applies to requests submitted from
+    now on; pending ones keep the number of approvals they were filed with."""
+    unknown = set(fields) - set(POLICY_FIELDS)
+    if unknown:
+        raise ValidationFailed.for_field(sorted(unknown)[0], "not an approval policy field")
+    approval_policy()
+    policy = ApprovalPolicy.objects.select_for_update().get(pk=1)
+    before = _policy_snapshot(policy)
+    for name, value in fields.items():
+        setattr(policy, name, value)
+    try:
+        policy.full_clean()
+    except DjangoValidationError as exc:
+        errors = {name: [str(m) for m in messages] for name, messages in exc.message_dict.items()}
+        raise ValidationFailed(next(iter(errors.values()))[0], fields=errors) from exc
+    policy.save()
+    after = _policy_snapshot(policy)
+    if after != before:
+        audit_record(
+            actor=actor,
+            action="approval_policy.updated",
+            obj=policy,
+            object_id="approval-policy",
+            before=before,
+            after=after,
+        )
     return policy
 
 
@@ -231,7 +281,9 @@ def quota_request_check(
 # --- permissions ----------------------------------------------------------------------------
 
 
-def _ensure_can_file(*, actor: User, tenant: Tenant) -> None:
+def quota_request_ensure_can_file(*, actor: User, tenant: Tenant) -> None:
+    """A lead of ``tenant`` or a platform admin files its requests: 404 for a tenant the
+    actor cannot see, 403 for a member or viewer."""
     if actor.is_platform_admin:
         return
     role = membership_role(user=actor, tenant=tenant)
@@ -272,7 +324,7 @@ def _transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **f
         setattr(request, name, value)
     if (
         to in DECISION_NOTICES
-        and request.requester_id
+        and request.requester is not None
         and request.requester_id != getattr(actor, "pk", None)
     ):
         notify(
@@ -296,6 +348,32 @@ def _jsonable(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in fields.items()}
 
 
+REASON_REQUIRED = "a reason is required: say why the team needs it"
+
+
+def quota_request_validate(
+    *,
+    actor: User,
+    tenant: Tenant,
+    cluster: Cluster,
+    reason: str,
+    raw_items: Sequence[Mapping[str, Any]],
+    scheduling: Mapping[str, Any] | None = None,
+) -> RequestCheck:
+    """What filing this request would answer, storing nothing (the API's and the portal's
+    live check). Who may file is enforced as for ``quota_request_create`` (404 / 403); every
+    rule the request breaks comes back in ``errors`` instead of being raised."""
+    quota_request_ensure_can_file(actor=actor, tenant=tenant)
+    errors: dict[str, list[str]] = {} if reason.strip() else {"reason": [REASON_REQUIRED]}
+    try:
+        items = request_items_parse(cluster=cluster, raw_items=raw_items)
+    except ValidationFailed as exc:
+        return RequestCheck(errors={**errors, **exc.fields})
+    check = quota_request_check(tenant=tenant, cluster=cluster, items=items, scheduling=scheduling)
+    check.errors = {**errors, **check.errors}
+    return check
+
+
 # --- writes ---------------------------------------------------------------------------------
 
 
@@ -312,11 +390,9 @@ def quota_request_create(
 ) -> QuotaChangeRequest:
     """File a request (a draft, or pending with ``submit``). Refused whole, storing nothing,
     when it breaks a rule."""
-    _ensure_can_file(actor=requester, tenant=tenant)
+    quota_request_ensure_can_file(actor=requester, tenant=tenant)
     if not reason.strip():
-        raise ValidationFailed.for_field(
-            "reason", "a reason is required: say why the team needs it"
-        )
+        raise ValidationFailed.for_field("reason", REASON_REQUIRED)
     scheduling = dict(scheduling or {})
     check = quota_request_check(tenant=tenant, cluster=cluster, items=items, scheduling=scheduling)
     check.raise_if_invalid()
@@ -419,7 +495,7 @@ def quota_request_submit(*, request: QuotaChangeRequest, actor: User) -> QuotaCh
         needs_revalidation=False,
     )
     approvers = User.objects.filter(is_platform_admin=True, is_active=True).exclude(
-        pk=request.requester_id
+        pk=actor.pk if request.requester_id is None else request.requester_id
     )
     notify(
         users=approvers,
@@ -507,7 +583,10 @@ def _apply(request: QuotaChangeRequest, *, actor: User | None) -> None:
             reason=f"request #{request.pk}: {request.reason}",
         )
     except ValidationFailed as exc:  # a concurrent approval took the capacity first
-        raise Conflict(exc.message, fields=exc.fields) from exc
+        # Checked again under the cluster lock, the errors name the request's own items
+        # (``exc`` numbers the merged quota set's lines).
+        errors = quota_request_check_stored(request=request).errors or exc.fields
+        raise Conflict(next(iter(errors.values()))[0], fields=errors) from exc
     _transition(
         request,
         RequestStatus.APPROVED,
@@ -527,7 +606,7 @@ def _apply(request: QuotaChangeRequest, *, actor: User | None) -> None:
 def quota_requests_expire(*, now: Any = None) -> int:
     """Pending requests older than the policy allows become expired. Safe to run twice."""
     now = now or timezone.now()
-    cutoff = now - timezone.timedelta(days=approval_policy().pending_expires_after_days)
+    cutoff = now - timedelta(days=approval_policy().pending_expires_after_days)
     expired = 0
     for request in QuotaChangeRequest.objects.filter(
         status=RequestStatus.PENDING, submitted_at__lt=cutoff

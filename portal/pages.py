@@ -2,11 +2,24 @@
 
 from django.urls import path
 
-from portal import views
+from portal import views, views_requests
 
 app_name = "portal"
 urlpatterns = [
     path("", views.home, name="home"),
     path("tenants/<str:slug>/", views.tenant_detail, name="tenant-detail"),
+    path("tenants/<str:slug>/requests/new/", views_requests.request_new, name="request-new"),
+    path(
+        "tenants/<str:slug>/requests/validate/",
+        views_requests.RequestValidateView.as_view(),
+        name="request-validate",
+    ),
+    path("requests/", views_requests.request_list, name="request-list"),
+    path("requests/<int:pk>/", views_requests.request_detail, name="request-detail"),
+    path("requests/<int:pk>/submit/", views_requests.request_submit, name="request-submit"),
+    path("requests/<int:pk>/cancel/", views_requests.request_cancel, name="request-cancel"),
+    path("requests/<int:pk>/approve/", views_requests.request_approve, name="request-approve"),
+    path("requests/<int:pk>/reject/", views_requests.request_reject, name="request-reject"),
     path("console/", views.admin_console, name="console"),
+    path("console/approvals/", views_requests.approvals_queue, name="approvals-queue"),
 ]

@@ -1,21 +1,40 @@
+"""The approvals app's API: tenant onboarding (POST /api/v1/tenants/) and quota change
+requests (/api/v1/quota-requests/). Thin: validate input, call one service or selector,
+serialize output."""
+
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.db.models import Case, Model, QuerySet, When
-from drf_spectacular.utils import extend_schema
-from rest_framework import status
+from django_filters import rest_framework as filters
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from approvals import selectors, services
+from approvals.api.serializers import (
+    DecisionInput,
+    NoInput,
+    QuotaRequestDetailOutput,
+    QuotaRequestInput,
+    QuotaRequestOutput,
+    QuotaRequestValidationOutput,
+)
+from approvals.choices import RequestStatus
+from approvals.models import QuotaChangeRequest
 from approvals.services import tenant_onboard
 from portal.errors import ValidationFailed
 from quotas.models import Cluster, ResourceFlavor, TierTemplate
+from quotas.selectors import cluster_list
 from tenants.api.base import caller
 from tenants.api.serializers import TenantCreateInput, TenantOutput
 from tenants.api.views import TenantViewSet as TenantReadViewSet
 from tenants.api.views import tenant_output
 from tenants.models import Tenant, User
+from tenants.selectors import tenant_get_for_user
 
 M = TypeVar("M", bound=Model)
 
@@ -67,3 +86,168 @@ class TenantViewSet(TenantReadViewSet):
             actor=caller(request),
         )
         return Response(tenant_output(tenant, user=caller(request)), status=status.HTTP_201_CREATED)
+
+
+# --- quota change requests ------------------------------------------------------------------
+
+
+class QuotaRequestFilter(filters.FilterSet):
+    status = filters.ChoiceFilter(choices=RequestStatus.choices)
+    tenant = filters.CharFilter(field_name="tenant__slug", help_text="Tenant slug.")
+    cluster = filters.CharFilter(field_name="cluster__name", help_text="Cluster name.")
+
+    class Meta:
+        model = QuotaChangeRequest
+        fields = ["status", "tenant", "cluster"]
+
+
+def _detail(quota_request: QuotaChangeRequest) -> dict[str, Any]:
+    """The detail representation: the request, its diff against the quotas in force now and
+    its timeline (a constant number of queries)."""
+    context = {
+        "check": services.quota_request_check_stored(request=quota_request),
+        "timeline": selectors.quota_request_timeline(request=quota_request),
+    }
+    return QuotaRequestDetailOutput(quota_request, context=context).data
+
+
+ERRORS = {
+    400: OpenApiResponse(description="Bad input; the fields say which and why."),
+    403: OpenApiResponse(description="The caller may not do this; the detail says why."),
+    404: OpenApiResponse(description="No such request, or not the caller's to see."),
+    409: OpenApiResponse(
+        description="Not in a state that allows this, or a rule is broken now (named)."
+    ),
+}
+
+
+class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Quota change requests of the tenants the caller may see (platform admins: all).
+    Leads file them for their tenants, platform admins for any; only platform admins approve
+    or reject, never their own; the requester cancels while it is open."""
+
+    serializer_class = QuotaRequestOutput
+    queryset = QuotaChangeRequest.objects.none()  # for the schema; get_queryset() scopes it
+    filterset_class = QuotaRequestFilter
+    lookup_value_regex = "[0-9]{1,18}"
+
+    def get_queryset(self) -> Any:
+        return selectors.quota_request_list_for_user(user=caller(self.request))
+
+    def get_object(self) -> QuotaChangeRequest:
+        return selectors.quota_request_get_for_user(
+            user=caller(self.request), pk=int(self.kwargs["pk"])
+        )
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(QuotaRequestOutput(page, many=True).data)
+
+    @extend_schema(responses={200: QuotaRequestDetailOutput, 404: ERRORS[404]})
+    def retrieve(self, request: Request, pk: str) -> Response:
+        return Response(_detail(self.get_object()))
+
+    def _filing(self, request: Request) -> tuple[dict[str, Any], Tenant, Cluster]:
+        """The validated body, its tenant (404 when not visible; 403 when the caller may not
+        file for it) and its cluster (400 when unknown)."""
+        data = QuotaRequestInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        user = caller(request)
+        tenant = tenant_get_for_user(user=user, slug=v["tenant"])
+        services.quota_request_ensure_can_file(actor=user, tenant=tenant)
+        return v, tenant, _lookup(cluster_list(), "cluster", name=v["cluster"])
+
+    @extend_schema(
+        request=QuotaRequestInput,
+        responses={201: QuotaRequestDetailOutput, **ERRORS},
+        description="File a request: a draft, or pending at once with `submit: true`. "
+        "Refused whole (400, naming `items[i].field` and the rule) when it breaks a rule.",
+    )
+    def create(self, request: Request) -> Response:
+        v, tenant, cluster = self._filing(request)
+        quota_request = services.quota_request_create(
+            tenant=tenant,
+            cluster=cluster,
+            requester=caller(request),
+            reason=v["reason"],
+            items=services.request_items_parse(cluster=cluster, raw_items=v.get("items", [])),
+            scheduling=_scheduling(v),
+            submit=v["submit"],
+        )
+        return Response(self._fresh(quota_request), status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=QuotaRequestInput,
+        responses={200: QuotaRequestValidationOutput, **ERRORS},
+        description="What filing this request would answer, without storing anything: 200 "
+        "with `valid` false and the broken rules in `errors`, or `valid` true with the diff "
+        "and the number of approvals it needs. A malformed body, an unknown cluster (400) and "
+        "the permission rules of filing (403 / 404) answer as they do for create.",
+    )
+    @action(detail=False, methods=["post"])
+    def validate(self, request: Request) -> Response:
+        v, tenant, cluster = self._filing(request)
+        check = services.quota_request_validate(
+            actor=caller(request),
+            tenant=tenant,
+            cluster=cluster,
+            reason=v["reason"],
+            raw_items=v.get("items", []),
+            scheduling=_scheduling(v),
+        )
+        return Response(QuotaRequestValidationOutput(check).data)
+
+    def _fresh(self, quota_request: QuotaChangeRequest) -> dict[str, Any]:
+        """The detail of ``quota_request`` as the caller sees it after a change."""
+        return _detail(
+            selectors.quota_request_get_for_user(user=caller(self.request), pk=quota_request.pk)
+        )
+
+    @extend_schema(request=None, responses={200: QuotaRequestDetailOutput, **ERRORS})
+    @action(detail=True, methods=["post"])
+    def submit(self, request: Request, pk: str) -> Response:
+        """Submit a draft for approval (the requester or a platform admin)."""
+        quota_request = self.get_object()
+        NoInput(data=request.data).is_valid(raise_exception=True)
+        quota_request = services.quota_request_submit(request=quota_request, actor=caller(request))
+        return Response(self._fresh(quota_request))
+
+    @extend_schema(request=DecisionInput, responses={200: QuotaRequestDetailOutput, **ERRORS})
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, pk: str) -> Response:
+        """Approve (platform admins, not their own request). With enough approvals the change
+        applies: the new quota set generation, the audit rows and the outbox row for the
+        cluster push are written together, or nothing is (409 naming the broken rule)."""
+        quota_request = self.get_object()
+        data = DecisionInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        quota_request = services.quota_request_approve(
+            request=quota_request, approver=caller(request), **data.validated_data
+        )
+        return Response(self._fresh(quota_request))
+
+    @extend_schema(request=DecisionInput, responses={200: QuotaRequestDetailOutput, **ERRORS})
+    @action(detail=True, methods=["post"])
+    def reject(self, request: Request, pk: str) -> Response:
+        """Reject (platform admins, not their own request)."""
+        quota_request = self.get_object()
+        data = DecisionInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        quota_request = services.quota_request_reject(
+            request=quota_request, approver=caller(request), **data.validated_data
+        )
+        return Response(self._fresh(quota_request))
+
+    @extend_schema(request=None, responses={200: QuotaRequestDetailOutput, **ERRORS})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        """Cancel a draft or pending request (its requester only; admins reject instead)."""
+        quota_request = self.get_object()
+        NoInput(data=request.data).is_valid(raise_exception=True)
+        quota_request = services.quota_request_cancel(request=quota_request, actor=caller(request))
+        return Response(self._fresh(quota_request))
+
+
+def _scheduling(validated: dict[str, Any]) -> dict[str, Any]:
+    return {name: validated[name] for name in services.SCHEDULING_FIELDS if name in validated}

@@ -4,7 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from approvals.api.views import TenantViewSet
+from approvals.api.views import QuotaRequestViewSet, TenantViewSet
 from quotas.api.views import ClusterViewSet, FlavorViewSet, TenantQuotaViewSet, TierTemplateViewSet
 from tenants.api.audit import AuditEventViewSet, NotificationViewSet
 from tenants.api.views import (
@@ -21,6 +21,7 @@ router.register("tenants", TenantViewSet, basename="tenant")
 router.register("clusters", ClusterViewSet, basename="cluster")
 router.register("flavors", FlavorViewSet, basename="flavor")
 router.register("tier-templates", TierTemplateViewSet, basename="tier-template")
+router.register("quota-requests", QuotaRequestViewSet, basename="quota-request")
 router.register("auth/tokens", ApiTokenViewSet, basename="api-token")
 router.register("audit-events", AuditEventViewSet, basename="audit-event")
 router.register("notifications", NotificationViewSet, basename="notification")

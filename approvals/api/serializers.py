@@ -1,0 +1,325 @@
+"""Input and output of /api/v1/quota-requests/.
+
+Inputs check shape only; the services check the rules. Outputs are written out by hand
+(``to_representation``), like the tenants' and quotas': the declared fields describe the same
+shape for the OpenAPI document, and a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from decimal import Decimal
+from typing import Any
+
+from rest_framework import serializers
+
+from approvals.choices import DecisionKind, RequestStatus
+from approvals.models import QuotaChangeRequest
+from approvals.services import DiffLine, RequestCheck
+from portal.api.serializers import StrictInputSerializer, utc_iso
+from quotas.api.serializers import QuantityInput, UnitsField
+from quotas.choices import STORAGE_RESOURCE
+from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
+from tenants.choices import AuditSource
+from tenants.models import AuditEvent
+
+MAX_ITEMS = 100
+MAX_TEXT = 4000
+MAX_COUNT = 2**31 - 1  # the database's positive integer columns
+UNITS_PLACES = Decimal("0.001")
+
+# --- input ------------------------------------------------------------------------------------
+
+
+class QuotaRequestItemInput(StrictInputSerializer):
+    flavor = serializers.CharField(max_length=100, help_text="Flavor name on the cluster.")
+    resource = serializers.CharField(
+        max_length=100, help_text='As Kubernetes spells it: "nvidia.com/gpu", "cpu", "memory".'
+    )
+    guaranteed = QuantityInput(help_text="New guaranteed amount (Kueue nominalQuota).")
+    limit = QuantityInput(help_text="New limit (nominal + borrowingLimit).")
+    lending_limit = QuantityInput(required=False, allow_null=True)
+
+
+class QuotaRequestInput(StrictInputSerializer):
+    """A change request. Listed items replace the same (flavor, resource) lines of the quota
+    set in force; scheduling and storage fields left out or null stay as they are."""
+
+    tenant = serializers.CharField(max_length=200, help_text="Tenant slug.")
+    cluster = serializers.CharField(max_length=200, help_text="Cluster name.")
+    reason = serializers.CharField(
+        max_length=MAX_TEXT, allow_blank=True, trim_whitespace=False, help_text="Required."
+    )
+    # many=True passes max_length on to the ListSerializer; the stubs do not know it.
+    items = QuotaRequestItemInput(many=True, required=False, max_length=MAX_ITEMS)  # type: ignore[call-arg]
+    max_running_jobs = serializers.IntegerField(
+        min_value=0, max_value=MAX_COUNT, required=False, allow_null=True
+    )
+    max_queued_jobs = serializers.IntegerField(
+        min_value=0, max_value=MAX_COUNT, required=False, allow_null=True
+    )
+    max_pods = serializers.IntegerField(
+        min_value=0, max_value=MAX_COUNT, required=False, allow_null=True
+    )
+    storage = QuantityInput(
+        source="storage_bytes", required=False, allow_null=True, help_text='e.g. "2Ti".'
+    )
+    max_pvcs = serializers.IntegerField(
+        min_value=0, max_value=MAX_COUNT, required=False, allow_null=True
+    )
+    submit = serializers.BooleanField(
+        default=False, help_text="File it as pending at once instead of as a draft."
+    )
+
+    def to_internal_value(self, data: Any) -> Any:
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            # DRF reports a list's errors as {index: errors}; name them "items[i].field", as
+            # the services do, so that a client finds the same names whoever refused it.
+            detail = exc.detail
+            items = detail.get("items") if isinstance(detail, dict) else None
+            if (
+                isinstance(detail, dict)
+                and isinstance(items, dict)
+                and all(isinstance(i, int) for i in items)
+            ):
+                rest = {k: v for k, v in detail.items() if k != "items"}
+                raise serializers.ValidationError(
+                    {**rest, **{f"items[{i}]": errors for i, errors in items.items()}}
+                ) from exc
+            raise
+
+    def validate_storage(self, value: str | None) -> Decimal | None:
+        if value is None:
+            return None
+        try:
+            return parse_resource_amount(STORAGE_RESOURCE, value)
+        except QuantityError as exc:
+            raise serializers.ValidationError(str(exc)) from exc
+
+
+class DecisionInput(StrictInputSerializer):
+    comment = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=MAX_TEXT
+    )
+
+
+class NoInput(StrictInputSerializer):
+    """A transition that takes no fields (``{}`` or no body); anything else is refused."""
+
+
+# --- output -----------------------------------------------------------------------------------
+
+
+def _quantity(value: Decimal | None, resource: str) -> str | None:
+    return None if value is None else format_quantity(value, resource)
+
+
+def _units(value: Decimal) -> float:
+    return float(value.quantize(UNITS_PLACES))
+
+
+def _time(value: Any) -> str | None:
+    return None if value is None else utc_iso(value)
+
+
+class QuotaRequestItemOutput(serializers.Serializer):
+    flavor = serializers.CharField()
+    resource = serializers.CharField()
+    guaranteed = serializers.CharField(help_text="A Kubernetes quantity.")
+    limit = serializers.CharField(help_text="A Kubernetes quantity.")
+    lending_limit = serializers.CharField(allow_null=True)
+
+
+class DecisionOutput(serializers.Serializer):
+    approver = serializers.CharField(help_text="Username.")
+    decision = serializers.ChoiceField(choices=DecisionKind.choices)
+    comment = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class QuotaRequestOutput(serializers.Serializer):
+    """A change request, as lists show it."""
+
+    id = serializers.IntegerField()
+    tenant = serializers.CharField(help_text="Tenant slug.")
+    cluster = serializers.CharField(help_text="Cluster name.")
+    status = serializers.ChoiceField(choices=RequestStatus.choices)
+    requester = serializers.CharField(
+        allow_null=True, help_text="Username; null for requests the system filed."
+    )
+    # "source" shadows Field.source for mypy only: DRF's metaclass pops declared fields.
+    source = serializers.ChoiceField(choices=AuditSource.choices)  # type: ignore[assignment]
+    reason = serializers.CharField()
+    required_approvals = serializers.IntegerField()
+    approvals = serializers.IntegerField(help_text="Approvals recorded so far.")
+    needs_revalidation = serializers.BooleanField(
+        help_text="A newer approved change to the tenant's quotas on this cluster came after "
+        "this request was checked: read its diff again before approving."
+    )
+    base_generation = serializers.IntegerField(
+        help_text="The quota set generation it was last checked against."
+    )
+    applied_generation = serializers.IntegerField(
+        allow_null=True, help_text="The quota set generation its approval wrote."
+    )
+    failure_message = serializers.CharField()
+    max_running_jobs = serializers.IntegerField(allow_null=True)
+    max_queued_jobs = serializers.IntegerField(allow_null=True)
+    max_pods = serializers.IntegerField(allow_null=True)
+    storage = serializers.CharField(allow_null=True, help_text="A Kubernetes quantity.")
+    max_pvcs = serializers.IntegerField(allow_null=True)
+    items = QuotaRequestItemOutput(many=True)
+    decisions = DecisionOutput(many=True)
+    created_at = serializers.DateTimeField()
+    submitted_at = serializers.DateTimeField(allow_null=True)
+    decided_at = serializers.DateTimeField(allow_null=True)
+
+    def to_representation(self, request: QuotaChangeRequest) -> dict[str, Any]:
+        decisions = list(request.decisions.all())  # prefetched by the selector
+        approvals = getattr(request, "approvals", None)
+        if approvals is None:
+            approvals = sum(1 for d in decisions if d.decision == DecisionKind.APPROVE)
+        return {
+            "id": request.pk,
+            "tenant": request.tenant.slug,
+            "cluster": request.cluster.name,
+            "status": request.status,
+            "requester": request.requester.get_username() if request.requester else None,
+            "source": request.source,
+            "reason": request.reason,
+            "required_approvals": request.required_approvals,
+            "approvals": approvals,
+            "needs_revalidation": request.needs_revalidation,
+            "base_generation": request.base_generation,
+            "applied_generation": request.applied_generation,
+            "failure_message": request.failure_message,
+            "max_running_jobs": request.max_running_jobs,
+            "max_queued_jobs": request.max_queued_jobs,
+            "max_pods": request.max_pods,
+            "storage": _quantity(request.storage_bytes, STORAGE_RESOURCE),
+            "max_pvcs": request.max_pvcs,
+            "items": [
+                {
+                    "flavor": item.flavor.name,
+                    "resource": item.resource,
+                    "guaranteed": format_quantity(item.guaranteed, item.resource),
+                    "limit": format_quantity(item.limit, item.resource),
+                    "lending_limit": _quantity(item.lending_limit, item.resource),
+                }
+                for item in request.items.all()  # prefetched by the selector
+            ],
+            "decisions": [
+                {
+                    "approver": d.approver.get_username(),
+                    "decision": d.decision,
+                    "comment": d.comment,
+                    "created_at": utc_iso(d.created_at),
+                }
+                for d in decisions
+            ],
+            "created_at": utc_iso(request.created_at),
+            "submitted_at": _time(request.submitted_at),
+            "decided_at": _time(request.decided_at),
+        }
+
+
+class DiffLineOutput(serializers.Serializer):
+    """One item: the quota in force (before) and what the request asks (after)."""
+
+    flavor = serializers.CharField()
+    resource = serializers.CharField()
+    guaranteed_before = serializers.CharField()
+    guaranteed_after = serializers.CharField()
+    limit_before = serializers.CharField()
+    limit_after = serializers.CharField()
+    gpu_units_before = UnitsField(help_text="Normalised GPU units of the limit in force.")
+    gpu_units_after = UnitsField(help_text="Normalised GPU units of the requested limit.")
+    changed = serializers.BooleanField()
+
+
+def diff_representation(lines: Iterable[DiffLine]) -> list[dict[str, Any]]:
+    return [
+        {
+            "flavor": d.flavor,
+            "resource": d.resource,
+            "guaranteed_before": format_quantity(d.guaranteed_before, d.resource),
+            "guaranteed_after": format_quantity(d.guaranteed_after, d.resource),
+            "limit_before": format_quantity(d.limit_before, d.resource),
+            "limit_after": format_quantity(d.limit_after, d.resource),
+            "gpu_units_before": _units(d.gpu_units_before),
+            "gpu_units_after": _units(d.gpu_units_after),
+            "changed": d.changed,
+        }
+        for d in lines
+    ]
+
+
+class TimelineEventOutput(serializers.Serializer):
+    time = serializers.DateTimeField()
+    actor = serializers.CharField(help_text='Username, or "system".')
+    action = serializers.CharField(help_text='e.g. "quota_request.approved".')
+    # "source" shadows Field.source for mypy only: DRF's metaclass pops declared fields.
+    source = serializers.ChoiceField(choices=AuditSource.choices)  # type: ignore[assignment]
+    before = serializers.JSONField(allow_null=True)
+    after = serializers.JSONField(allow_null=True)
+
+
+class QuotaRequestDetailOutput(QuotaRequestOutput):
+    """A change request with what it would do to the quotas in force now, and its history.
+    Context: ``check`` (a ``RequestCheck`` of the stored request) and ``timeline`` (its
+    audit events, oldest first)."""
+
+    diff = DiffLineOutput(many=True)
+    # "errors" shadows Serializer.errors for mypy only: DRF's metaclass pops declared fields.
+    errors = serializers.DictField(  # type: ignore[assignment]
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text="Rules it breaks against the quotas in force now (field -> reasons).",
+    )
+    warnings = serializers.ListField(child=serializers.CharField())
+    timeline = TimelineEventOutput(many=True)
+
+    def to_representation(self, request: QuotaChangeRequest) -> dict[str, Any]:
+        check: RequestCheck = self.context["check"]
+        timeline: Iterable[AuditEvent] = self.context["timeline"]
+        return {
+            **super().to_representation(request),
+            "diff": diff_representation(check.diff),
+            "errors": check.errors,
+            "warnings": check.warnings,
+            "timeline": [
+                {
+                    "time": utc_iso(event.created_at),
+                    "actor": event.actor_username,
+                    "action": event.action,
+                    "source": event.source,
+                    "before": event.before,
+                    "after": event.after,
+                }
+                for event in timeline
+            ],
+        }
+
+
+class QuotaRequestValidationOutput(serializers.Serializer):
+    """What filing the request would answer, without storing it."""
+
+    valid = serializers.BooleanField()
+    # "errors" shadows Serializer.errors for mypy only: DRF's metaclass pops declared fields.
+    errors = serializers.DictField(  # type: ignore[assignment]
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text='Field -> reasons, e.g. {"items[0].limit": ["limit 12 exceeds ..."]}.',
+    )
+    warnings = serializers.ListField(child=serializers.CharField())
+    diff = DiffLineOutput(many=True)
+    required_approvals = serializers.IntegerField()
+
+    def to_representation(self, check: RequestCheck) -> dict[str, Any]:
+        return {
+            "valid": not check.errors,
+            "errors": check.errors,
+            "warnings": check.warnings,
+            "diff": diff_representation(check.diff),
+            "required_approvals": check.required_approvals,
+        }

@@ -1,0 +1,261 @@
+"""Forms of the portal's pages. They check the shape of what a browser sends (a number is a
+number, a reason is there); the services check the rules (capacity, caps, guaranteed <= limit)
+and name the fields that break them, which the views put back next to these forms' fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, cast
+
+from django import forms
+
+from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
+from quotas.selectors import EffectiveQuota, EffectiveQuotaSet, FlavorAllocation
+from quotas.services import QuotaItem
+
+AMOUNT_FIELDS = ("guaranteed", "limit", "lending_limit")
+SCHEDULING_COUNT_FIELDS = ("max_running_jobs", "max_queued_jobs", "max_pods", "max_pvcs")
+STORAGE_RESOURCE_NAME = "storage"
+POSITIVE_INTEGER_MAX = 2**31 - 1  # PositiveIntegerField's range on every database
+REASON_REQUIRED = "a reason is required: say why the team needs it"
+
+
+@dataclass(frozen=True)
+class QuotaRow:
+    """One line of the request form: a flavor x resource the cluster has, its capacity and
+    the most one tenant's limit may be, and the tenant's quota in force on it (if any)."""
+
+    allocation: FlavorAllocation
+    elastic_cap: Decimal
+    current: EffectiveQuota | None
+
+    @property
+    def flavor_name(self) -> str:
+        return self.allocation.flavor.name
+
+    @property
+    def resource(self) -> str:
+        return self.allocation.resource
+
+    def initial(self, item: QuotaItem | None = None) -> dict[str, str]:
+        """Form values, as Kubernetes quantities, of ``item`` or else of the quota in force."""
+        source: Any = item or self.current
+        if source is None:
+            return {}
+        return {
+            name: format_quantity(getattr(source, name), self.resource)
+            for name in AMOUNT_FIELDS
+            if getattr(source, name) is not None
+        }
+
+
+class QuotaRowForm(forms.Form):
+    """Guaranteed, limit and lending limit of one row, as typed (Kubernetes quantities)."""
+
+    guaranteed = forms.CharField(required=False, max_length=64)
+    limit = forms.CharField(required=False, max_length=64)
+    lending_limit = forms.CharField(required=False, max_length=64)
+
+    def __init__(self, *args: Any, row: QuotaRow, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.row = row
+        labels = {"guaranteed": "Guaranteed", "limit": "Limit", "lending_limit": "Lending limit"}
+        for name in AMOUNT_FIELDS:
+            self.fields[name].widget.attrs.update(
+                {
+                    "aria-label": f"{labels[name]}: {row.resource} on {row.flavor_name}",
+                    "autocomplete": "off",
+                    "spellcheck": "false",
+                    "size": 8,
+                }
+            )
+
+    def raw_item(self) -> dict[str, Any] | None:
+        """The item this row asks for, as ``request_items_parse`` takes it, or None when the
+        row leaves the quota in force as it is (or was empty and stays empty). Only changed
+        rows go into a request: an unchanged line sent along would overwrite a newer approved
+        change to it with stale numbers."""
+        values = {name: self.cleaned_data.get(name) or "" for name in AMOUNT_FIELDS}
+        if self.row.current is None and not any(values.values()):
+            return None
+        if self.row.current is not None and self._unchanged(values):
+            return None
+        return {
+            "flavor": self.row.flavor_name,
+            "resource": self.row.resource,
+            **{name: value or None for name, value in values.items()},
+        }
+
+    def _unchanged(self, values: dict[str, str]) -> bool:
+        current = self.row.current
+        if current is None:
+            return False
+        try:
+            amounts = {
+                name: parse_resource_amount(self.row.resource, value) if value else None
+                for name, value in values.items()
+            }
+        except QuantityError:
+            return False  # a typo is a change: the service names it
+        return (amounts["guaranteed"], amounts["limit"], amounts["lending_limit"]) == (
+            current.guaranteed,
+            current.limit,
+            current.lending_limit,
+        )
+
+
+class QuotaRequestForm(forms.Form):
+    """The rest of a request: why, and the scheduling and storage quotas. A scheduling field
+    left as it is (or emptied) keeps the value in force."""
+
+    reason = forms.CharField(
+        required=False,
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text="Why does the team need it? Required to save or submit; the approvers read it.",
+    )
+    max_running_jobs = forms.IntegerField(
+        required=False, min_value=0, max_value=POSITIVE_INTEGER_MAX, label="Max running jobs"
+    )
+    max_queued_jobs = forms.IntegerField(
+        required=False, min_value=0, max_value=POSITIVE_INTEGER_MAX, label="Max queued jobs"
+    )
+    max_pods = forms.IntegerField(
+        required=False, min_value=0, max_value=POSITIVE_INTEGER_MAX, label="Max pods"
+    )
+    storage_bytes = forms.CharField(
+        required=False, max_length=64, label="Storage", help_text='A quantity such as "5Ti".'
+    )
+    max_pvcs = forms.IntegerField(
+        required=False, min_value=0, max_value=POSITIVE_INTEGER_MAX, label="Max PVCs"
+    )
+
+    def __init__(
+        self,
+        *args: Any,
+        quota_set: EffectiveQuotaSet | None,
+        reason_required: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.quota_set = quota_set
+        self.reason_required = reason_required
+        self.fields["storage_bytes"].widget.attrs.update({"size": 8, "spellcheck": "false"})
+        for name in SCHEDULING_COUNT_FIELDS:
+            self.fields[name].widget.attrs.update({"min": 0, "class": "count"})
+
+    @staticmethod
+    def initial_from(source: Any) -> dict[str, Any]:
+        """Initial scheduling values of a quota set or a tier (storage as a quantity)."""
+        if source is None:
+            return {}
+        initial: dict[str, Any] = {name: getattr(source, name) for name in SCHEDULING_COUNT_FIELDS}
+        if source.storage_bytes is not None:
+            initial["storage_bytes"] = format_quantity(source.storage_bytes, STORAGE_RESOURCE_NAME)
+        return initial
+
+    def clean_reason(self) -> str:
+        reason: str = self.cleaned_data["reason"]
+        if self.reason_required and not reason:
+            raise forms.ValidationError(REASON_REQUIRED, code="required")
+        return reason
+
+    def clean_storage_bytes(self) -> Decimal | None:
+        text: str = self.cleaned_data["storage_bytes"]
+        if not text:
+            return None
+        try:
+            return parse_resource_amount(STORAGE_RESOURCE_NAME, text)
+        except QuantityError as exc:
+            raise forms.ValidationError(str(exc), code="quantity") from exc
+
+    def scheduling_fields(self) -> list[tuple[forms.BoundField, str]]:
+        """Each scheduling field with the value in force, as the page shows it."""
+        shown = []
+        for name in (*SCHEDULING_COUNT_FIELDS[:3], "storage_bytes", "max_pvcs"):
+            value = getattr(self.quota_set, name, None)
+            if value is not None and name == "storage_bytes":
+                value = format_quantity(value, STORAGE_RESOURCE_NAME)
+            shown.append((self[name], "not set" if value is None else str(value)))
+        return shown
+
+    def scheduling_changes(self) -> dict[str, Any]:
+        """The scheduling fields that differ from the quota set in force."""
+        changes = {}
+        for name in (*SCHEDULING_COUNT_FIELDS, "storage_bytes"):
+            value = self.cleaned_data.get(name)
+            if value is not None and value != getattr(self.quota_set, name, None):
+                changes[name] = value
+        return changes
+
+
+def _choices(form: forms.Form, name: str, choices: list[tuple[str, str]]) -> None:
+    cast(forms.ChoiceField, form.fields[name]).choices = choices
+
+
+class RequestListFilterForm(forms.Form):
+    """Filters of "My requests"."""
+
+    status = forms.ChoiceField(required=False)
+    tenant = forms.CharField(required=False, max_length=63)
+    mine = forms.BooleanField(required=False, label="Only mine")
+
+    def __init__(self, *args: Any, statuses: list[tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _choices(self, "status", [("", "Any status"), *statuses])
+
+
+class ApprovalQueueFilterForm(forms.Form):
+    """Filters of the approvals queue: cluster, tenant, and size (the increase in normalised
+    GPU units)."""
+
+    SIZE_NONE = "none"
+    SIZE_SMALL = "small"
+    SIZE_LARGE = "large"
+
+    cluster = forms.ChoiceField(required=False)
+    tenant = forms.ChoiceField(required=False)
+    size = forms.ChoiceField(required=False)
+
+    def __init__(
+        self,
+        *args: Any,
+        clusters: list[str],
+        tenants: list[str],
+        threshold: Decimal,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.threshold = threshold
+        shown = f"{threshold.normalize():f}"
+        _choices(self, "cluster", [("", "All clusters"), *((c, c) for c in clusters)])
+        _choices(self, "tenant", [("", "All tenants"), *((t, t) for t in tenants)])
+        _choices(
+            self,
+            "size",
+            [
+                ("", "Any size"),
+                (self.SIZE_NONE, "No GPU increase"),
+                (self.SIZE_SMALL, f"Up to {shown} GPU units"),
+                (self.SIZE_LARGE, f"More than {shown} GPU units"),
+            ],
+        )
+
+    def size_matches(self, increase: Decimal) -> bool:
+        self.is_valid()
+        size = self.cleaned_data.get("size", "")
+        if size == self.SIZE_NONE:
+            return increase <= 0
+        if size == self.SIZE_SMALL:
+            return Decimal(0) < increase <= self.threshold
+        if size == self.SIZE_LARGE:
+            return increase > self.threshold
+        return True
+
+
+class DecisionForm(forms.Form):
+    comment = forms.CharField(
+        required=False, max_length=4000, widget=forms.Textarea(attrs={"rows": 2, "cols": 40})
+    )
+    next = forms.CharField(required=False, max_length=2000, widget=forms.HiddenInput)
