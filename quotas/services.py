@@ -181,7 +181,7 @@ def quota_items_check(
                 f"{name}.limit",
                 (
                     f"limit {format_quantity(item.limit, item.resource)} exceeds the elastic cap of "
-                    f"{format_quantity(cap, item.resource)} ({cluster.elastic_cap_fraction * 100:.0f}% of "
+                    f"{format_quantity(cap, item.resource)} ({(cluster.elastic_cap_fraction * 100).normalize():f}% of "
                     f"{format_quantity(capacity, item.resource)} {_capacity_label(item.flavor, item.resource)} on {cluster.name})"
                 ),
             )

@@ -488,7 +488,7 @@ def test_a_tier_change_small_to_medium_is_a_request_like_any_other(world, api_as
 # --- bad input --------------------------------------------------------------------------------
 
 CAP_MESSAGE = (
-    "limit 12 exceeds the elastic cap of 10 (62% of 16 NVIDIA A100-SXM4-80GB on demo-a100)"
+    "limit 12 exceeds the elastic cap of 10 (62.5% of 16 NVIDIA A100-SXM4-80GB on demo-a100)"
 )
 
 BAD_INPUT = [

@@ -158,7 +158,7 @@ def test_the_form_shows_the_elastic_cap_error_while_alice_types(live_world, brow
 
     errors = gpu_errors(alice, "limit")
     errors.locator("p", has_text=ELASTIC_CAP_ERROR).wait_for()
-    assert "62% of 16 NVIDIA A100-SXM4-80GB on demo-a100" in errors.inner_text()
+    assert "62.5% of 16 NVIDIA A100-SXM4-80GB on demo-a100" in errors.inner_text()
     assert limit.get_attribute("aria-invalid") == "true"
     assert "1 problem" in alice.page.locator("#check-panel .verdict").inner_text()
     assert QuotaChangeRequest.objects.filter(requester=live_world.alice).count() == 0

@@ -302,7 +302,7 @@ def test_a_broken_rule_is_shown_next_to_its_field_and_nothing_is_stored(world):
     assert response.status_code == 200
     assert stored() == before
     assert slot(response, "items-0-limit") == (
-        f"{ELASTIC_CAP_ERROR} (62% of 16 NVIDIA A100-SXM4-80GB on demo-a100)"
+        f"{ELASTIC_CAP_ERROR} (62.5% of 16 NVIDIA A100-SXM4-80GB on demo-a100)"
     )
     assert slot(response, "items-0-guaranteed") == ""
     assert input_value(response, "items-0-limit") == "12"  # what was typed stays

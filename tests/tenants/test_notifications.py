@@ -79,6 +79,6 @@ def test_a_failing_mail_server_delays_the_email_not_the_decision(
 
 
 def test_no_change_no_notification(world, django_capture_on_commit_callbacks):
-    with pytest.raises(Exception), django_capture_on_commit_callbacks(execute=True):  # noqa: B017, PT011
+    with pytest.raises(Exception), django_capture_on_commit_callbacks(execute=True):  # noqa: B017
         _file(world, guaranteed=12, limit=12)  # breaks the elastic cap: nothing is filed
     assert not Notification.objects.exists()
