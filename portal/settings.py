@@ -121,12 +121,13 @@ else:
     }
     CELERY_BROKER_URL = "filesystem://"
     _broker_dir = DATA_DIR / "broker"
-    for _folder in (_broker_dir / "queue", _broker_dir / "processed"):
+    for _folder in (_broker_dir / "queue", _broker_dir / "processed", _broker_dir / "control"):
         _folder.mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),  # else kombu writes ./control
         "store_processed": False,
     }
 if TESTING:
