@@ -406,17 +406,7 @@ def quota_request_create(
         required_approvals=check.required_approvals,
         **{k: v for k, v in scheduling.items() if k in SCHEDULING_FIELDS},
     )
-    QuotaChangeItem.objects.bulk_create(
-        QuotaChangeItem(
-            request=request,
-            flavor=i.flavor,
-            resource=i.resource,
-            guaranteed=i.guaranteed,
-            limit=i.limit,
-            lending_limit=i.lending_limit,
-        )
-        for i in items
-    )
+    _store_items(request, items)
     audit_record(
         actor=requester,
         action="quota_request.created",
@@ -428,6 +418,20 @@ def quota_request_create(
     if submit:
         quota_request_submit(request=request, actor=requester)
     return request
+
+
+def _store_items(request: QuotaChangeRequest, items: Sequence[QuotaItem]) -> None:
+    QuotaChangeItem.objects.bulk_create(
+        QuotaChangeItem(
+            request=request,
+            flavor=i.flavor,
+            resource=i.resource,
+            guaranteed=i.guaranteed,
+            limit=i.limit,
+            lending_limit=i.lending_limit,
+        )
+        for i in items
+    )
 
 
 def _request_items(request: QuotaChangeRequest) -> list[QuotaItem]:
@@ -675,16 +679,7 @@ def tenant_onboard(
         **_scheduling_fields(tier_scheduling(tier)),
     )
     items = tier_items(tier=tier, gpu_flavor=gpu_flavor)
-    QuotaChangeItem.objects.bulk_create(
-        QuotaChangeItem(
-            request=request,
-            flavor=i.flavor,
-            resource=i.resource,
-            guaranteed=i.guaranteed,
-            limit=i.limit,
-        )
-        for i in items
-    )
+    _store_items(request, items)
     try:
         _apply(request, actor=actor)
     except Conflict as exc:
