@@ -1,0 +1,99 @@
+"""What the compiler reads: plain, frozen data describing a cluster and its tenants.
+
+`quotas.kube.load` builds these from the database; tests and the benchmark build them by hand.
+Nothing here imports Django, so the compiler stays pure: data in, dicts out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+# Labels and annotations the portal puts on everything it owns.
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "gpu-quota-portal"
+LABEL_TENANT = "portal.gpu-quota.io/tenant"
+LABEL_CLUSTER = "portal.gpu-quota.io/cluster"
+ANNOTATION_GENERATION = "portal.gpu-quota.io/generation"
+FIELD_MANAGER = "gpu-quota-portal"
+
+
+@dataclass(frozen=True)
+class FlavorSpec:
+    """A ResourceFlavor of the cluster. ``capacity`` maps each covered resource (Kubernetes
+    name, e.g. ``nvidia.com/gpu``, ``cpu``, ``memory``, ``nvidia.com/mig-1g.10gb``,
+    ``storage``) to the cluster's total in base units (GPUs, cores, bytes)."""
+
+    name: str
+    kind: str  # "gpu" | "mig" | "cpu" | "storage"
+    capacity: dict[str, Decimal]
+    gpu_model: str = ""
+    mig_profile: str = ""
+    storage_class: str = ""
+    node_labels: dict[str, str] = field(default_factory=dict)
+    # Kubernetes taints ({"key", "value", "effect"}) of a dedicated pool (R26).
+    node_taints: tuple[dict[str, str], ...] = ()
+    # Time-sliced sharing (R25): replicas per physical GPU; None means not shared.
+    time_slicing_replicas: int | None = None
+
+
+@dataclass(frozen=True)
+class QuotaItem:
+    """Guaranteed = Kueue nominalQuota; limit = nominal + borrowingLimit (base units)."""
+
+    flavor: str
+    resource: str
+    guaranteed: Decimal
+    limit: Decimal
+    lending_limit: Decimal | None = None
+
+
+@dataclass(frozen=True)
+class NamespaceSpec:
+    name: str
+    purpose: str = "general"  # "general" | "training" | "inference"
+
+
+@dataclass(frozen=True)
+class TenantSpec:
+    """One tenant's quotas on one cluster, at one quota generation."""
+
+    slug: str
+    generation: int
+    namespaces: tuple[NamespaceSpec, ...]
+    quotas: tuple[QuotaItem, ...] = ()
+    display_name: str = ""
+    parent: str | None = None  # parent tenant slug (hierarchy becomes the cohort tree, R14)
+    cohort: str = ""  # explicit cohort name; empty means derived from the hierarchy/cluster
+    state: str = "active"  # "active" | "suspended"
+    default_priority: str = "default"  # "production" | "default" | "experiment"
+    # Scheduling and storage quotas (None: not limited).
+    max_running_jobs: int | None = None
+    max_queued_jobs: int | None = None
+    max_pods: int | None = None
+    storage_bytes: Decimal | None = None
+    max_pvcs: int | None = None
+    # Separate quotas for batch and inference by PriorityClass scope (R17).
+    split_by_priority: bool = False
+    # Per-pod caps for the LimitRange (R16); None: derived by the compiler.
+    max_gpus_per_pod: int | None = None
+    max_cpu_per_pod: Decimal | None = None
+    max_memory_per_pod: Decimal | None = None
+    # RBAC (R29): Kubernetes users bound to the built-in ClusterRoles in every namespace.
+    editors: tuple[str, ...] = ()
+    viewers: tuple[str, ...] = ()
+    # Flavors whose use reached 100% of the limit: new work is held (R11, alerts issue).
+    blocked: bool = False
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    flavors: tuple[FlavorSpec, ...]
+    kubernetes_version: str = "1.33"
+    has_kueue: bool = True
+    has_volcano: bool = False
+    # Volcano hierarchical queues need the capacity plugin with enableHierarchy.
+    volcano_hierarchy: bool = False
+    # The cohort every tenant without a parent joins, so borrowing works.
+    root_cohort: str = "portal-root"
