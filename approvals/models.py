@@ -9,7 +9,13 @@ from django.db import models
 from django.db.models import F, Q
 
 from approvals.choices import DecisionKind, RequestStatus
-from quotas.models import QUANTITY_DIGITS, QUANTITY_PLACES, Cluster, ResourceFlavor
+from quotas.models import (
+    QUANTITY_DIGITS,
+    QUANTITY_PLACES,
+    Cluster,
+    ResourceFlavor,
+    TierTemplate,
+)
 from tenants.choices import AuditSource
 from tenants.models import Tenant
 
@@ -47,6 +53,10 @@ class QuotaChangeRequest(models.Model):
         null=True, blank=True, help_text="The quota set generation its approval wrote."
     )
     failure_message = models.TextField(blank=True)
+    tier = models.ForeignKey(
+        TierTemplate, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="A tier change (small -> medium): the quota set takes this tier when applied.",
+    )  # fmt: skip
     max_running_jobs = models.PositiveIntegerField(null=True, blank=True)
     max_queued_jobs = models.PositiveIntegerField(null=True, blank=True)
     max_pods = models.PositiveIntegerField(null=True, blank=True)

@@ -15,7 +15,7 @@ def quota_request_list_for_user(*, user: User) -> QuerySet[QuotaChangeRequest]:
     shows, in a constant number of queries."""
     return (
         QuotaChangeRequest.objects.filter(tenant__in=Tenant.objects.visible_to(user))
-        .select_related("tenant", "cluster", "requester")
+        .select_related("tenant", "cluster", "requester", "tier")
         .annotate(approvals=Count("decisions", filter=Q(decisions__decision=DecisionKind.APPROVE)))
         .prefetch_related(
             Prefetch("items", queryset=QuotaChangeItem.objects.select_related("flavor")),

@@ -60,14 +60,45 @@ DECISION_NOTICES: dict[str, str] = {
 
 @dataclass(frozen=True)
 class DiffLine:
+    """One quota line before -> after; ``weight`` converts its GPU resource to normalised
+    GPU units (R5)."""
+
     flavor: str
     resource: str
     guaranteed_before: Decimal
     limit_before: Decimal
     guaranteed_after: Decimal
     limit_after: Decimal
-    gpu_units_before: Decimal
-    gpu_units_after: Decimal
+    weight: Decimal = Decimal(1)
+
+    def _units(self, amount: Decimal) -> Decimal:
+        return gpu_units(amount, resource=self.resource, weight=self.weight)
+
+    @property
+    def gpu_units_before(self) -> Decimal:
+        return self._units(self.limit_before)
+
+    @property
+    def gpu_units_after(self) -> Decimal:
+        return self._units(self.limit_after)
+
+    @property
+    def guaranteed_units_before(self) -> Decimal:
+        return self._units(self.guaranteed_before)
+
+    @property
+    def guaranteed_units_after(self) -> Decimal:
+        return self._units(self.guaranteed_after)
+
+    @property
+    def units_increase(self) -> Decimal:
+        """The larger rise, of the guarantee or of the limit, in normalised GPU units: raising
+        only the guarantee under the same limit takes capacity from everyone else too."""
+        return max(
+            Decimal(0),
+            self.guaranteed_units_after - self.guaranteed_units_before,
+            self.gpu_units_after - self.gpu_units_before,
+        )
 
     @property
     def changed(self) -> bool:
@@ -75,6 +106,20 @@ class DiffLine:
             self.guaranteed_after,
             self.limit_after,
         )
+
+
+def diff_line(item: QuotaItem | QuotaChangeItem, before: Any | None) -> DiffLine:
+    """``item`` against the line in force (anything with ``guaranteed`` and ``limit``; None
+    when the tenant has none)."""
+    return DiffLine(
+        item.flavor.name,
+        item.resource,
+        before.guaranteed if before else Decimal(0),
+        before.limit if before else Decimal(0),
+        item.guaranteed,
+        item.limit,
+        item.flavor.gpu_weight,
+    )
 
 
 @dataclass
@@ -89,10 +134,7 @@ class RequestCheck:
 
     @property
     def gpu_units_increase(self) -> Decimal:
-        return sum(
-            (max(Decimal(0), d.gpu_units_after - d.gpu_units_before) for d in self.diff),
-            Decimal(0),
-        )
+        return sum((d.units_increase for d in self.diff), Decimal(0))
 
     def raise_if_invalid(self, error: type[ApplicationError] = ValidationFailed) -> None:
         if self.errors:
@@ -145,6 +187,26 @@ def approval_policy_update(*, actor: User | None, **fields: Any) -> ApprovalPoli
             after=after,
         )
     return policy
+
+
+def request_changes(
+    *,
+    cluster: Cluster,
+    raw_items: Sequence[Mapping[str, Any]],
+    scheduling: Mapping[str, Any],
+    tier: TierTemplate | None,
+) -> dict[str, Any]:
+    """The ``items``, ``scheduling`` and ``tier`` of a request from its raw body. A tier change
+    with no items is prefilled from the template (GPU, CPU and memory on the cluster's first
+    whole-GPU flavor; scheduling and storage quotas the body leaves empty)."""
+    items = request_items_parse(cluster=cluster, raw_items=raw_items)
+    scheduling = dict(scheduling)
+    if tier is not None and not raw_items:
+        items = tier_items(tier=tier, gpu_flavor=default_gpu_flavor(cluster=cluster))
+        for name, value in _scheduling_fields(tier_scheduling(tier)).items():
+            if scheduling.get(name) is None:
+                scheduling[name] = value
+    return {"items": items, "scheduling": scheduling, "tier": tier}
 
 
 def request_items_parse(
@@ -248,17 +310,7 @@ def quota_request_check(
         before = current.get((item.flavor.pk, item.resource))
         g0 = before.guaranteed if before else Decimal(0)
         l0 = before.limit if before else Decimal(0)
-        weight = item.flavor.gpu_weight
-        line = DiffLine(
-            item.flavor.name,
-            item.resource,
-            g0,
-            l0,
-            item.guaranteed,
-            item.limit,
-            gpu_units(l0, resource=item.resource, weight=weight),
-            gpu_units(item.limit, resource=item.resource, weight=weight),
-        )
+        line = diff_line(item, before)
         check.diff.append(line)
         capacity = capacities.get((item.flavor.pk, item.resource)) or Decimal(0)
         increase = max(item.guaranteed - g0, item.limit - l0)
@@ -359,6 +411,7 @@ def quota_request_validate(
     reason: str,
     raw_items: Sequence[Mapping[str, Any]],
     scheduling: Mapping[str, Any] | None = None,
+    tier: TierTemplate | None = None,
 ) -> RequestCheck:
     """What filing this request would answer, storing nothing (the API's and the portal's
     live check). Who may file is enforced as for ``quota_request_create`` (404 / 403); every
@@ -366,10 +419,14 @@ def quota_request_validate(
     quota_request_ensure_can_file(actor=actor, tenant=tenant)
     errors: dict[str, list[str]] = {} if reason.strip() else {"reason": [REASON_REQUIRED]}
     try:
-        items = request_items_parse(cluster=cluster, raw_items=raw_items)
+        changes = request_changes(
+            cluster=cluster, raw_items=raw_items, scheduling=scheduling or {}, tier=tier
+        )
     except ValidationFailed as exc:
         return RequestCheck(errors={**errors, **exc.fields})
-    check = quota_request_check(tenant=tenant, cluster=cluster, items=items, scheduling=scheduling)
+    check = quota_request_check(
+        tenant=tenant, cluster=cluster, items=changes["items"], scheduling=changes["scheduling"]
+    )
     check.errors = {**errors, **check.errors}
     return check
 
@@ -387,6 +444,7 @@ def quota_request_create(
     items: Sequence[QuotaItem],
     scheduling: Mapping[str, Any] | None = None,
     submit: bool = False,
+    tier: TierTemplate | None = None,
 ) -> QuotaChangeRequest:
     """File a request (a draft, or pending with ``submit``). Refused whole, storing nothing,
     when it breaks a rule."""
@@ -404,6 +462,7 @@ def quota_request_create(
         source=audit_source.get(),
         base_generation=check.base_generation,
         required_approvals=check.required_approvals,
+        tier=tier,
         **{k: v for k, v in scheduling.items() if k in SCHEDULING_FIELDS},
     )
     _store_items(request, items)
@@ -468,6 +527,7 @@ def _request_snapshot(request: QuotaChangeRequest, check: RequestCheck) -> dict[
             for d in check.diff
         ],
         "required_approvals": check.required_approvals,
+        **({"tier": request.tier.name} if request.tier else {}),
     }
 
 
@@ -584,6 +644,7 @@ def _apply(request: QuotaChangeRequest, *, actor: User | None) -> None:
             items=list(merged.values()),
             scheduling=_merged_scheduling(quota_set, _request_scheduling(request)),
             actor=actor,
+            tier=request.tier,
             reason=f"request #{request.pk}: {request.reason}",
         )
     except ValidationFailed as exc:  # a concurrent approval took the capacity first
@@ -668,20 +729,16 @@ def tenant_onboard(
             "gpu_flavor",
             f"flavor {gpu_flavor.name!r} is a {gpu_flavor.kind} flavor, not whole GPUs",
         )
-    request = QuotaChangeRequest.objects.create(
-        tenant=tenant,
-        cluster=cluster,
-        requester=actor,
-        source=AuditSource.SYSTEM,
-        reason=f"onboarding on tier {tier.name}",
-        status=RequestStatus.PENDING,
-        submitted_at=timezone.now(),
-        **_scheduling_fields(tier_scheduling(tier)),
-    )
-    items = tier_items(tier=tier, gpu_flavor=gpu_flavor)
-    _store_items(request, items)
     try:
-        _apply(request, actor=actor)
+        request = quota_request_grant(
+            tenant=tenant,
+            cluster=cluster,
+            items=tier_items(tier=tier, gpu_flavor=gpu_flavor),
+            scheduling=_scheduling_fields(tier_scheduling(tier)),
+            reason=f"onboarding on tier {tier.name}",
+            actor=actor,
+            tier=tier,
+        )
     except Conflict as exc:
         # The caller chose a tier, not items: name the tier and keep every reason.
         reasons = [m for messages in exc.fields.values() for m in messages]
@@ -689,7 +746,6 @@ def tenant_onboard(
             f"tier {tier.name!r} does not fit on {cluster.name}: {exc.message}",
             fields={"tier": reasons},
         ) from exc
-    QuotaSet.objects.filter(tenant=tenant, cluster=cluster).update(tier=tier)
     audit_record(
         actor=actor,
         action="tenant.onboarded",
@@ -703,6 +759,36 @@ def tenant_onboard(
         },
     )
     return tenant
+
+
+@transaction.atomic
+def quota_request_grant(
+    *,
+    tenant: Tenant,
+    cluster: Cluster,
+    items: Sequence[QuotaItem],
+    scheduling: Mapping[str, Any],
+    reason: str,
+    actor: User | None,
+    tier: TierTemplate | None = None,
+) -> QuotaChangeRequest:
+    """A change the system makes (onboarding, seed data): an auto-approved request with
+    source "system", applied like any approval (generation, audit, outbox), so the audit trail
+    has no gap. Raises Conflict, naming the rule, when it does not fit."""
+    request = QuotaChangeRequest.objects.create(
+        tenant=tenant,
+        cluster=cluster,
+        requester=actor,
+        source=AuditSource.SYSTEM,
+        reason=reason,
+        status=RequestStatus.PENDING,
+        submitted_at=timezone.now(),
+        tier=tier,
+        **{k: v for k, v in scheduling.items() if k in SCHEDULING_FIELDS},
+    )
+    _store_items(request, items)
+    _apply(request, actor=actor)
+    return request
 
 
 def _scheduling_fields(scheduling: SchedulingQuotas) -> dict[str, Any]:

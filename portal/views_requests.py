@@ -43,6 +43,7 @@ from approvals.services import (
     DiffLine,
     RequestCheck,
     approval_policy,
+    diff_line,
     quota_request_approve,
     quota_request_cancel,
     quota_request_check,
@@ -65,7 +66,7 @@ from quotas import selectors as quota_selectors
 from quotas.choices import FlavorKind, is_gpu_resource
 from quotas.models import Cluster, TierTemplate
 from quotas.quantity import format_quantity
-from quotas.selectors import EffectiveQuota, EffectiveQuotaSet, FlavorAllocation, gpu_units
+from quotas.selectors import EffectiveQuota, EffectiveQuotaSet, FlavorAllocation
 from quotas.services import QuotaItem, elastic_cap, tier_items
 from tenants import selectors as tenant_selectors
 from tenants.api.base import caller
@@ -146,11 +147,7 @@ class ChangeLine:
     cluster's capacity for it after approval (None when the cluster has no such line)."""
 
     diff: DiffLine
-    gpu_weight: Decimal
     capacity: CapacityLine | None
-
-    def _units(self, amount: Decimal) -> Decimal:
-        return gpu_units(amount, resource=self.diff.resource, weight=self.gpu_weight)
 
     @property
     def counts_gpus(self) -> bool:
@@ -158,20 +155,15 @@ class ChangeLine:
 
     @property
     def guaranteed_units_before(self) -> Decimal:
-        return self._units(self.diff.guaranteed_before)
+        return self.diff.guaranteed_units_before
 
     @property
     def guaranteed_units_after(self) -> Decimal:
-        return self._units(self.diff.guaranteed_after)
+        return self.diff.guaranteed_units_after
 
     @property
     def units_increase(self) -> Decimal:
-        """The larger increase, of the guarantee or of the limit, in normalised GPU units."""
-        return max(
-            Decimal(0),
-            self.guaranteed_units_after - self.guaranteed_units_before,
-            self.diff.gpu_units_after - self.diff.gpu_units_before,
-        )
+        return self.diff.units_increase
 
     @property
     def fits(self) -> bool:
@@ -186,11 +178,7 @@ def _change_lines(
         (line.allocation.flavor.name, line.resource): line
         for line in _capacity_lines(cluster, allocations, diff)
     }
-    weights = {a.flavor.name: a.flavor.gpu_weight for a in allocations}
-    return [
-        ChangeLine(d, weights.get(d.flavor, Decimal(0)), capacity.get((d.flavor, d.resource)))
-        for d in diff
-    ]
+    return [ChangeLine(d, capacity.get((d.flavor, d.resource))) for d in diff]
 
 
 def _units_increase(lines: Iterable[ChangeLine]) -> Decimal:
@@ -505,6 +493,8 @@ def request_new(request: HttpRequest, slug: str) -> HttpResponse:
         )
 
     action = request.POST.get("action", "check")
+    # A form started from a tier files a tier change: the quota set takes the tier.
+    tier = quota_selectors.tier_list().filter(name=request.POST.get("tier", "")).first()
     draft = _draft(
         tenant=tenant,
         cluster=cluster,
@@ -522,6 +512,7 @@ def request_new(request: HttpRequest, slug: str) -> HttpResponse:
                 items=draft.items,
                 scheduling=draft.scheduling,
                 submit=action == "submit",
+                tier=tier,
             )
         except errors.ValidationFailed as exc:
             draft.show_errors(exc.fields)
@@ -533,7 +524,8 @@ def request_new(request: HttpRequest, slug: str) -> HttpResponse:
             done = "submitted for approval" if action == "submit" else "saved as a draft"
             messages.success(request, f"Request #{change.pk} {done}.")
             return redirect("portal:request-detail", pk=change.pk)
-    return render(request, "portal/requests/new.html", _form_context(draft, caller(request)))
+    context = _form_context(draft, caller(request)) | {"tier": tier}
+    return render(request, "portal/requests/new.html", context)
 
 
 class RequestValidateView(LoginRequiredMixin, View):
@@ -754,21 +746,7 @@ def _queue_entries(changes: list[QuotaChangeRequest], user: User) -> list[QueueE
             before = in_force.get(
                 (change.tenant_id, change.cluster.name, item.flavor.name, item.resource)
             )
-            g0 = before.guaranteed if before else Decimal(0)
-            l0 = before.limit if before else Decimal(0)
-            weight = item.flavor.gpu_weight
-            diff.append(
-                DiffLine(
-                    item.flavor.name,
-                    item.resource,
-                    g0,
-                    l0,
-                    item.guaranteed,
-                    item.limit,
-                    gpu_units(l0, resource=item.resource, weight=weight),
-                    gpu_units(item.limit, resource=item.resource, weight=weight),
-                )
-            )
+            diff.append(diff_line(item, before))
         lines = _change_lines(change.cluster, allocations[change.cluster_id], diff)
         entries.append(QueueEntry(change, lines, change.requester_id == user.pk))
     return entries

@@ -70,25 +70,14 @@ class QuotaRequestInput(StrictInputSerializer):
     submit = serializers.BooleanField(
         default=False, help_text="File it as pending at once instead of as a draft."
     )
-
-    def to_internal_value(self, data: Any) -> Any:
-        try:
-            return super().to_internal_value(data)
-        except serializers.ValidationError as exc:
-            # DRF reports a list's errors as {index: errors}; name them "items[i].field", as
-            # the services do, so that a client finds the same names whoever refused it.
-            detail = exc.detail
-            items = detail.get("items") if isinstance(detail, dict) else None
-            if (
-                isinstance(detail, dict)
-                and isinstance(items, dict)
-                and all(isinstance(i, int) for i in items)
-            ):
-                rest = {k: v for k, v in detail.items() if k != "items"}
-                raise serializers.ValidationError(
-                    {**rest, **{f"items[{i}]": errors for i, errors in items.items()}}
-                ) from exc
-            raise
+    tier = serializers.CharField(
+        max_length=100,
+        required=False,
+        allow_null=True,
+        help_text="A tier change (small -> medium): the quota set takes this tier when the "
+        "request is applied. With no `items`, the items and the scheduling and storage quotas "
+        "are the tier template's, on the cluster's first whole-GPU flavor.",
+    )
 
     def validate_storage(self, value: str | None) -> Decimal | None:
         if value is None:
@@ -165,6 +154,7 @@ class QuotaRequestOutput(serializers.Serializer):
         allow_null=True, help_text="The quota set generation its approval wrote."
     )
     failure_message = serializers.CharField()
+    tier = serializers.CharField(allow_null=True, help_text="The tier it moves the tenant to.")
     max_running_jobs = serializers.IntegerField(allow_null=True)
     max_queued_jobs = serializers.IntegerField(allow_null=True)
     max_pods = serializers.IntegerField(allow_null=True)
@@ -195,6 +185,7 @@ class QuotaRequestOutput(serializers.Serializer):
             "base_generation": request.base_generation,
             "applied_generation": request.applied_generation,
             "failure_message": request.failure_message,
+            "tier": request.tier.name if request.tier else None,
             "max_running_jobs": request.max_running_jobs,
             "max_queued_jobs": request.max_queued_jobs,
             "max_pods": request.max_pods,

@@ -158,6 +158,21 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         services.quota_request_ensure_can_file(actor=user, tenant=tenant)
         return v, tenant, _lookup(cluster_list(), "cluster", name=v["cluster"])
 
+    def _changes(self, v: dict[str, Any], cluster: Cluster) -> dict[str, Any]:
+        """Items, scheduling quotas and tier of the body; a tier with no items is prefilled
+        from its template."""
+        return services.request_changes(
+            cluster=cluster,
+            raw_items=v.get("items", []),
+            scheduling=_scheduling(v),
+            tier=self._tier(v),
+        )
+
+    def _tier(self, v: dict[str, Any]) -> TierTemplate | None:
+        if not v.get("tier"):
+            return None
+        return _lookup(TierTemplate.objects.all(), "tier", name=v["tier"])
+
     @extend_schema(
         request=QuotaRequestInput,
         responses={201: QuotaRequestDetailOutput, **ERRORS},
@@ -171,9 +186,8 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             cluster=cluster,
             requester=caller(request),
             reason=v["reason"],
-            items=services.request_items_parse(cluster=cluster, raw_items=v.get("items", [])),
-            scheduling=_scheduling(v),
             submit=v["submit"],
+            **self._changes(v, cluster),
         )
         return Response(self._fresh(quota_request), status=status.HTTP_201_CREATED)
 
@@ -195,6 +209,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             reason=v["reason"],
             raw_items=v.get("items", []),
             scheduling=_scheduling(v),
+            tier=self._tier(v),
         )
         return Response(QuotaRequestValidationOutput(check).data)
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from django.db.models import F
 from drf_spectacular.generators import SchemaGenerator
 
 from approvals.models import ApprovalDecision, QuotaChangeRequest
 from approvals.services import approval_policy_update, quota_request_approve
 from quotas.choices import CPU_RESOURCE, GPU_RESOURCE, MEMORY_RESOURCE
-from quotas.models import Quota, QuotaSet, SyncOutbox
+from quotas.models import FlavorResource, Quota, QuotaSet, SyncOutbox
 from quotas.services import quota_set_create_from_tier
 from tenants.models import AuditEvent
 from tests.approvals.conftest import (
@@ -699,3 +700,41 @@ def test_anonymous_callers_are_refused(world, api):
     assert post(api, URL, body()).status_code in (401, 403)
     assert post(api, f"{URL}{request.pk}/approve/").status_code in (401, 403)
     assert ApprovalDecision.objects.count() == 0
+
+
+def test_a_tier_change_is_prefilled_from_the_template_and_moves_the_quota_set_to_it(
+    world, api_as, admin2
+):
+    # demo-h100 grows so that medium (16 / 24 GPUs) fits next to the other small tenants.
+    FlavorResource.objects.filter(flavor=world.h100_gpu).update(capacity=F("capacity") * 4)
+    filed = api_as(world.alice).post(
+        URL,
+        {
+            "tenant": "team-a",
+            "cluster": "demo-h100",
+            "reason": "moving to medium",
+            "tier": "medium",
+            "submit": True,
+        },
+        format="json",
+    )
+    assert filed.status_code == 201, filed.json()
+    data = filed.json()
+    assert data["tier"] == "medium"
+    gpus = next(i for i in data["items"] if i["resource"] == GPU_RESOURCE)
+    assert (gpus["flavor"], gpus["guaranteed"], gpus["limit"]) == ("h100-80gb", "16", "24")
+    assert data["max_running_jobs"] == world.medium.max_running_jobs
+    for admin in (world.admin, admin2):  # +12 GPUs (24 units): two approvers
+        decided = api_as(admin).post(f"{URL}{data['id']}/approve/", {}, format="json")
+        assert decided.status_code == 200, decided.json()
+    quota_set = QuotaSet.objects.get(tenant=world.team_a, cluster=world.h100)
+    assert quota_set.tier == world.medium
+    assert quota_set.max_running_jobs == world.medium.max_running_jobs
+
+
+def test_an_unknown_tier_is_refused_naming_the_field(world, api_as):
+    before = QuotaChangeRequest.objects.count()
+    response = api_as(world.alice).post(URL, body(tier="enormous", items=[]), format="json")
+    assert response.status_code == 400
+    assert "tier" in response.json()["fields"]
+    assert QuotaChangeRequest.objects.count() == before

@@ -131,3 +131,18 @@ def test_the_stored_check_reports_the_diff_against_the_quotas_in_force(world):
     assert (line.guaranteed_after, line.limit_after) == (7, 9)
     assert (line.gpu_units_before, line.gpu_units_after) == (10, 9)
     assert check.warnings and "goes down" in check.warnings[0]
+
+
+def test_raising_only_the_guarantee_counts_towards_the_two_approver_threshold(world):
+    # team-a on demo-h100: 4 / 6 H100 (weight 2). Guarantee 4 -> 6 under the same limit is
+    # +4 GPU units; with the threshold at 3 units it needs two approvers.
+    approval_policy_update(actor=world.admin, two_approvers_above_gpu_units=Decimal("3"))
+    approval_policy_update(actor=world.admin, two_approvers_above_capacity_fraction=Decimal("1"))
+    request = file(
+        world,
+        cluster=world.h100,
+        items=[item(flavor="h100-80gb", guaranteed=6, limit=6)],
+    )
+    check = quota_request_check_stored(request=request)
+    assert check.gpu_units_increase == 4
+    assert request.required_approvals == 2

@@ -749,3 +749,22 @@ def test_navigation_links_lead_to_the_pages(world):
     assert "Request a change" not in carol
     assert 'href="/console/approvals/"' in admin
     assert 'href="/console/approvals/"' not in alice
+
+
+def test_a_form_started_from_a_tier_files_a_tier_change(world):
+    alice = logged_in(world.alice)
+    page = alice.get(NEW + "&tier=small")
+    assert 'name="tier" value="small"' in page.content.decode()
+
+    response = alice.post(
+        NEW,
+        a100_form(
+            tier="small",
+            **{"items-0-guaranteed": "4", "items-0-limit": "6"},
+            reason="back to the small tier",
+        ),
+    )
+
+    assert response.status_code == 302
+    change = QuotaChangeRequest.objects.get(requester=world.alice)
+    assert change.tier == world.small

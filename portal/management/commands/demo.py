@@ -11,10 +11,10 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from approvals.services import tenant_onboard
+from approvals.services import quota_request_grant, tenant_onboard
 from quotas.choices import CPU_RESOURCE, GPU_RESOURCE, MEMORY_RESOURCE, FlavorKind, mig_resource
 from quotas.models import Cluster, FlavorResource, ResourceFlavor, TierTemplate
-from quotas.services import QuotaItem, SchedulingQuotas, quota_set_write
+from quotas.services import QuotaItem
 from tenants.choices import MembershipRole
 from tenants.models import Tenant, User
 from tenants.services import membership_set
@@ -163,7 +163,7 @@ class Command(BaseCommand):
                 leads=[users[lead]] if lead else [],
             )
             tier_t = tiers[tier]
-            quota_set_write(
+            quota_request_grant(
                 tenant=tenant,
                 cluster=a100,
                 actor=users["admin"],
@@ -177,13 +177,13 @@ class Command(BaseCommand):
                         Decimal(limit * 64 * GI),
                     ),
                 ],
-                scheduling=SchedulingQuotas(
-                    max_running_jobs=tier_t.max_running_jobs,
-                    max_queued_jobs=tier_t.max_queued_jobs,
-                    max_pods=tier_t.max_pods,
-                    storage_bytes=tier_t.storage_bytes,
-                    max_pvcs=tier_t.max_pvcs,
-                ),
+                scheduling={
+                    "max_running_jobs": tier_t.max_running_jobs,
+                    "max_queued_jobs": tier_t.max_queued_jobs,
+                    "max_pods": tier_t.max_pods,
+                    "storage_bytes": tier_t.storage_bytes,
+                    "max_pvcs": tier_t.max_pvcs,
+                },
                 reason="seed example (R19): 16 A100, A 6/10, B 4/6, C 2/4",
             )
         team_a = Tenant.objects.get(slug="team-a")
