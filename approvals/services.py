@@ -7,6 +7,7 @@ outbox row in one transaction, and enqueues the push after commit.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -26,14 +27,24 @@ from portal.errors import (
     PermissionDenied,
     ValidationFailed,
 )
-from quotas.choices import FlavorKind
-from quotas.models import Cluster, FlavorResource, QuotaSet, ResourceFlavor, TierTemplate
+from quotas import sync
+from quotas.choices import FlavorKind, SyncBackend
+from quotas.kube.applier import RetryableError
+from quotas.models import (
+    Cluster,
+    FlavorResource,
+    QuotaSet,
+    ResourceFlavor,
+    SyncOutbox,
+    TierTemplate,
+)
 from quotas.quantity import format_quantity
 from quotas.selectors import gpu_units
 from quotas.services import (
     QuotaItem,
     SchedulingQuotas,
     default_gpu_flavor,
+    enqueue_outbox,
     outbox_record,
     quota_item_parse,
     quota_items_check,
@@ -53,6 +64,9 @@ DECISION_NOTICES: dict[str, str] = {
     RequestStatus.REJECTED: "rejected",
     RequestStatus.EXPIRED: "expired unanswered",
 }
+
+
+logger = logging.getLogger(__name__)
 
 
 # --- reading what a request would do -------------------------------------------------------
@@ -793,3 +807,121 @@ def quota_request_grant(
 
 def _scheduling_fields(scheduling: SchedulingQuotas) -> dict[str, Any]:
     return {name: getattr(scheduling, name) for name in SCHEDULING_FIELDS}
+
+
+# --- the push to the cluster ----------------------------------------------------------------
+
+
+def _requests_pushed(
+    tenant: Tenant, cluster: Cluster, generation: int, statuses: Sequence[str]
+) -> list[QuotaChangeRequest]:
+    return list(
+        QuotaChangeRequest.objects.filter(
+            tenant=tenant,
+            cluster=cluster,
+            status__in=statuses,
+            applied_generation__lte=generation,
+        ).select_related("tenant", "requester")
+    )
+
+
+def _move(requests: Sequence[QuotaChangeRequest], to: str, **fields: Any) -> None:
+    for request in requests:
+        try:
+            _transition(request, to, actor=None, **fields)
+        except Conflict:
+            continue  # another worker moved it first: fine, it is where it should be
+
+
+def outbox_deliver(*, outbox_id: int) -> sync.PushOutcome | None:
+    """Take an outbox row and push the tenant's quotas to the cluster: approved requests
+    become applying, then applied (or failed with the cluster's message). Idempotent and safe
+    under duplicate delivery: the push is a server-side apply of the state in force, and a row
+    already completed is skipped. Raises ``RetryableError`` when the cluster was
+    unreachable, so that the task retries with backoff."""
+    row = sync.outbox_claim(outbox_id=outbox_id)
+    if row is None:
+        return None
+    tenant, cluster = row.tenant, row.cluster
+    with transaction.atomic():
+        _move(
+            _requests_pushed(tenant, cluster, row.generation, [RequestStatus.APPROVED]),
+            RequestStatus.APPLYING,
+        )
+    outcome = sync.tenant_push(tenant=tenant, cluster=cluster)
+    with transaction.atomic():
+        if outcome.ok:
+            _move(
+                _requests_pushed(
+                    tenant,
+                    cluster,
+                    outcome.generation,
+                    [RequestStatus.APPROVED, RequestStatus.APPLYING, RequestStatus.FAILED],
+                ),
+                RequestStatus.APPLIED,
+                failure_message="",
+            )
+        elif not outcome.retryable:
+            _move(
+                _requests_pushed(
+                    tenant,
+                    cluster,
+                    outcome.generation,
+                    [RequestStatus.APPROVED, RequestStatus.APPLYING],
+                ),
+                RequestStatus.FAILED,
+                failure_message=outcome.message[:2000],
+            )
+    if outcome.retryable:
+        raise RetryableError(outcome.message)
+    return outcome
+
+
+@transaction.atomic
+def quota_request_retry(*, request: QuotaChangeRequest, actor: User) -> QuotaChangeRequest:
+    """Push a failed request's quota set again (after the cluster or the portal was fixed)."""
+    if not actor.is_platform_admin:
+        raise PermissionDenied("Only platform admins retry a push.")
+    request = _locked(request)
+    if request.status != RequestStatus.FAILED:
+        raise Conflict(
+            f"Request #{request.pk} is {request.status}; only a failed push is retried.",
+            fields={"status": [f"{request.status} cannot be retried"]},
+        )
+    row = (
+        SyncOutbox.objects.filter(tenant=request.tenant, cluster=request.cluster)
+        .order_by("-generation")
+        .first()
+    )
+    if row is None:  # pragma: no cover - an approval always writes one
+        raise Conflict(f"Request #{request.pk} has nothing to push.")
+    SyncOutbox.objects.filter(pk=row.pk).update(completed_at=None, last_error="")
+    transaction.on_commit(lambda: enqueue_outbox(row.pk))
+    audit_record(
+        actor=actor,
+        action="quota_request.retried",
+        obj=request,
+        tenant=request.tenant,
+        object_id=f"#{request.pk}",
+        before={"status": request.status, "failure_message": request.failure_message},
+    )
+    return request
+
+
+def clusters_to_reconcile() -> list[int]:
+    return list(
+        Cluster.objects.exclude(backend=SyncBackend.NONE)
+        .order_by("name")
+        .values_list("pk", flat=True)
+    )
+
+
+def cluster_reconcile(*, cluster_id: int) -> sync.PushOutcome | None:
+    """Drift repair of one cluster (Celery beat, one task per cluster)."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return None
+    outcome = sync.cluster_reconcile(cluster=cluster)
+    if outcome.error:
+        logger.warning("reconcile of %s failed: %s", cluster.name, outcome.error)
+    return outcome

@@ -8,6 +8,20 @@ class FlavorKind(models.TextChoices):
     STORAGE = "storage", "Storage class"
 
 
+class SyncBackend(models.TextChoices):
+    KUBERNETES = "kubernetes", "Kubernetes API (kubeconfig or in-cluster)"
+    MANIFESTS = "manifests", "GitOps directory of YAML"
+    NONE = "none", "None (quotas are kept in the portal only)"
+
+
+class SyncState(models.TextChoices):
+    PENDING = "pending", "Not pushed yet"
+    APPLYING = "applying", "Applying"
+    IN_SYNC = "in_sync", "In sync"
+    FAILED = "failed", "Failed"
+    DRIFTED = "drifted", "Drifted and repaired"
+
+
 # Resource names as Kubernetes spells them.
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"

@@ -7,7 +7,7 @@ from decimal import Decimal
 from django.db import models
 from django.db.models import F, Q
 
-from quotas.choices import FlavorKind
+from quotas.choices import FlavorKind, SyncBackend, SyncState
 from tenants.models import Tenant
 from tenants.validators import DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX, dns1123_label
 
@@ -38,8 +38,23 @@ class Cluster(models.Model):
         help_text="Path on the worker; credentials never in the database.",
     )
     in_cluster = models.BooleanField(default=False)
+    backend = models.CharField(
+        max_length=20,
+        choices=SyncBackend.choices,
+        default=SyncBackend.KUBERNETES,
+        help_text="Where approved quotas go: the Kubernetes API, a GitOps directory, or nowhere.",
+    )
+    manifests_dir = models.CharField(
+        max_length=500, blank=True, help_text="GitOps backend: the directory the YAML goes to."
+    )
+    kubernetes_version = models.CharField(
+        max_length=10, default="1.33", help_text="Compiled objects are validated for it."
+    )
     has_kueue = models.BooleanField(default=True)
     has_volcano = models.BooleanField(default=False)
+    volcano_hierarchy = models.BooleanField(
+        default=False, help_text="Volcano's capacity plugin runs with enableHierarchy."
+    )
     elastic_cap_fraction = models.DecimalField(
         max_digits=4,
         decimal_places=3,
@@ -289,3 +304,32 @@ class SyncOutbox(models.Model):
 
     def __str__(self) -> str:
         return f"sync {self.tenant.slug}@{self.cluster.name} to gen {self.generation}"
+
+
+class TenantSync(models.Model):
+    """Where a tenant's quotas stand in one cluster: the generation applied there (observed),
+    the last pass's outcome, and drift repaired."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="syncs")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="tenant_syncs")
+    state = models.CharField(max_length=20, choices=SyncState.choices, default=SyncState.PENDING)
+    desired_generation = models.PositiveBigIntegerField(default=0)
+    applied_generation = models.PositiveBigIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0, help_text="Failed attempts in a row.")
+    message = models.TextField(blank=True)
+    last_result = models.JSONField(default=dict, blank=True)
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_applied_at = models.DateTimeField(null=True, blank=True)
+    drift_repaired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["tenant__slug", "cluster__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "cluster"], name="tenant_sync_unique"),
+            models.CheckConstraint(
+                condition=Q(state__in=SyncState.values), name="tenant_sync_state_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}@{self.cluster.name}: {self.state}"

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from portal.errors import ValidationFailed
@@ -455,31 +455,25 @@ def outbox_record(*, quota_set: QuotaSet) -> SyncOutbox:
     row, _ = SyncOutbox.objects.get_or_create(
         tenant=quota_set.tenant, cluster=quota_set.cluster, generation=quota_set.generation
     )
-    transaction.on_commit(lambda: _enqueue_outbox(row.pk))
+    transaction.on_commit(lambda: enqueue_outbox(row.pk))
     return row
 
 
-def _enqueue_outbox(outbox_id: int) -> None:
-    from quotas.tasks import deliver_outbox  # tasks import services: import here, not at the top
+def enqueue_outbox(outbox_id: int) -> None:
+    """Send the row to a worker (``approvals.tasks.deliver_outbox``, by name: the push
+    updates request statuses, which live above this app). A broker that is down is logged,
+    not raised: the row stays and the sweep sends it later."""
+    from portal.celery import app
 
     try:
-        deliver_outbox.delay(outbox_id)
+        app.send_task(DELIVER_OUTBOX_TASK, args=[outbox_id])
     except Exception:
         logger.warning(
             "outbox %s not enqueued now; the sweep will send it", outbox_id, exc_info=True
         )
 
 
-def outbox_take(*, outbox_id: int) -> SyncOutbox | None:
-    """A worker took the row: count the attempt. The cluster push (cluster-sync issue) then
-    completes it; until then it stays open and the sweep hands it out again after a while."""
-    now = timezone.now()
-    updated = SyncOutbox.objects.filter(pk=outbox_id, completed_at__isnull=True).update(
-        dispatched_at=now, attempts=F("attempts") + 1
-    )
-    return SyncOutbox.objects.filter(pk=outbox_id).first() if updated else None
-
-
+DELIVER_OUTBOX_TASK = "approvals.tasks.deliver_outbox"
 OUTBOX_RESEND_AFTER = timedelta(minutes=10)
 OUTBOX_FIRST_SEND_GRACE = timedelta(seconds=30)
 
@@ -494,5 +488,5 @@ def outbox_sweep(*, now: datetime | None = None) -> list[int]:
     )
     ids = list(due.values_list("pk", flat=True)[:1000])
     for outbox_id in ids:
-        _enqueue_outbox(outbox_id)
+        enqueue_outbox(outbox_id)
     return ids

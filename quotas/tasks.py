@@ -7,11 +7,6 @@ from celery import shared_task
 from quotas import services
 
 
-@shared_task(name="quotas.tasks.deliver_outbox", ignore_result=True, acks_late=True)
-def deliver_outbox(outbox_id: int) -> None:
-    services.outbox_take(outbox_id=outbox_id)
-
-
 @shared_task(name="quotas.tasks.sweep_outbox", ignore_result=True)
 def sweep_outbox() -> None:
     services.outbox_sweep()

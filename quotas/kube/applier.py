@@ -1,0 +1,446 @@
+"""Push desired objects into a cluster: server-side apply, one field manager, write only what
+differs, prune what the portal owns and no longer wants. No Django here.
+
+A pass is: one LIST per kind (labels select what the portal owns in the pass's scope), then an
+apply for each desired object whose portal-owned fields differ from the live ones, then a
+delete for each owned object no longer desired. Backends:
+
+- ``KubernetesBackend``: the official ``kubernetes`` client over HTTP (a real cluster from a
+  kubeconfig or the in-cluster service account, or the local stand-in in ``devcluster/``).
+- ``ManifestsBackend``: a directory of YAML for GitOps, one file per tenant plus the
+  cluster-wide objects, in a stable order so diffs stay small.
+
+Errors: 422 and other 4xx are permanent (the object is wrong: retrying will not help); 409,
+429, 5xx, timeouts and connection errors are retryable (``RetryableError``), and the caller
+retries the whole pass with backoff. Applies are idempotent, so a retried pass is safe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from quotas.kube.diff import differences, needs_write
+from quotas.kube.resources import KINDS, ORDER, Kind, key_of, kind_of
+from quotas.kube.spec import (
+    FIELD_MANAGER,
+    LABEL_CLUSTER,
+    LABEL_MANAGED_BY,
+    LABEL_TENANT,
+    MANAGED_BY,
+)
+
+logger = logging.getLogger(__name__)
+
+Key = tuple[str, str, str, str]
+LIST_PAGE = 500
+TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
+RETRYABLE_STATUSES = {409, 429, 500, 502, 503, 504}
+
+
+class ApplyError(Exception):
+    """The API server refused a write for good (422 Invalid, 403, ...): the message is its own."""
+
+    def __init__(self, message: str, *, status: int | None = None, key: Key | None = None):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.key = key
+
+
+class RetryableError(ApplyError):
+    """The server was down, busy, conflicting or slow: try the pass again later."""
+
+
+class KindNotServed(ApplyError):
+    """The cluster does not serve this kind (no Kueue or Volcano installed)."""
+
+
+@dataclass
+class Scope:
+    """What a pass owns: objects labelled as the portal's on ``cluster`` (and of ``tenant``
+    for a tenant pass). ``prune`` deletes owned objects in scope that are no longer desired;
+    cluster-wide objects are pruned only by a full pass."""
+
+    cluster: str
+    tenant: str | None = None
+    prune: bool = True
+
+    def selectors(self, wanted: Sequence[dict[str, Any]]) -> list[str]:
+        """Label selectors of one kind's LIST: everything the portal owns on the cluster for a
+        full pass; for a tenant pass, the tenant's objects and, where the pass also wants
+        cluster-wide objects of the kind, those (one LIST each)."""
+        base = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_CLUSTER}={self.cluster}"
+        if self.tenant is None:
+            return [base]
+        owners = {_tenant_owned(o) for o in wanted} or {True}
+        return [
+            f"{base},{LABEL_TENANT}={self.tenant}" if tenant_owned else f"{base},!{LABEL_TENANT}"
+            for tenant_owned in sorted(owners, reverse=True)
+        ]
+
+
+@dataclass
+class Change:
+    key: Key
+    fields: list[str] = field(default_factory=list)
+    # For a changed object: {path: {"desired": ..., "live": ...}} (the drift it repaired).
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        _api_version, kind, namespace, name = self.key
+        where = f"{namespace}/{name}" if namespace else name
+        return f"{kind} {where}"
+
+
+@dataclass
+class ApplyResult:
+    created: list[Change] = field(default_factory=list)
+    changed: list[Change] = field(default_factory=list)
+    pruned: list[Change] = field(default_factory=list)
+    unchanged: int = 0
+    failed: list[tuple[Key, str]] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # kinds the cluster does not serve
+
+    @property
+    def writes(self) -> int:
+        return len(self.created) + len(self.changed) + len(self.pruned)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "created": [c.describe() for c in self.created],
+            "changed": [{"object": c.describe(), "fields": c.fields} for c in self.changed],
+            "pruned": [c.describe() for c in self.pruned],
+            "unchanged": self.unchanged,
+            "failed": [
+                {"object": Change(key).describe(), "message": message}
+                for key, message in self.failed
+            ],
+            "skipped": self.skipped,
+        }
+
+
+class Backend(Protocol):
+    def list_owned(self, kind: Kind, selector: str) -> list[dict[str, Any]]: ...
+
+    def apply(self, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]: ...
+
+    def delete(self, kind: Kind, *, namespace: str | None, name: str) -> None: ...
+
+
+def _tenant_owned(obj: dict[str, Any]) -> bool:
+    return LABEL_TENANT in (obj.get("metadata", {}).get("labels") or {})
+
+
+def sort_for_apply(objects: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(objects, key=lambda o: (ORDER[(o["apiVersion"], o["kind"])], key_of(o)))
+
+
+def apply_objects(
+    backend: Backend,
+    desired: Sequence[dict[str, Any]],
+    scope: Scope,
+    *,
+    kinds: Sequence[Kind] = KINDS,
+    dry_run: bool = False,
+) -> ApplyResult:
+    """One pass: LIST per kind, apply what differs, prune what is no longer desired.
+    Raises ``RetryableError`` at the first retryable failure (nothing is lost: the next pass
+    starts over); a permanent failure of one object is recorded and the others go on."""
+    result = ApplyResult()
+    by_kind: dict[Kind, list[dict[str, Any]]] = {}
+    for obj in sort_for_apply(desired):
+        by_kind.setdefault(kind_of(obj), []).append(obj)
+
+    live: dict[Key, dict[str, Any]] = {}
+    served: set[Kind] = set()
+    for kind in kinds:
+        wanted = by_kind.get(kind, [])
+        try:
+            for selector in scope.selectors(wanted):
+                for obj in backend.list_owned(kind, selector):
+                    live[key_of(obj)] = obj
+            served.add(kind)
+        except KindNotServed as exc:
+            if wanted:
+                result.skipped.append(exc.message)
+                result.failed.extend((key_of(obj), exc.message) for obj in wanted)
+
+    for kind in kinds:
+        if kind not in served:
+            continue
+        for obj in by_kind.get(kind, []):
+            key = key_of(obj)
+            current = live.get(key)
+            reasons = needs_write(obj, current, FIELD_MANAGER)
+            if not reasons:
+                result.unchanged += 1
+                continue
+            try:
+                backend.apply(obj, dry_run=dry_run)
+            except RetryableError:
+                raise
+            except ApplyError as exc:
+                result.failed.append((key, exc.message))
+                continue
+            if current is None:
+                result.created.append(Change(key))
+            else:
+                result.changed.append(Change(key, reasons, drift(obj, current)))
+
+    if scope.prune:
+        wanted_keys = {key_of(o) for o in desired}
+        for kind in reversed(kinds):
+            if kind not in served or kind.never_prune:
+                continue
+            for key, obj in list(live.items()):
+                if key[:2] != (kind.api_version, kind.kind) or key in wanted_keys:
+                    continue
+                if scope.tenant is not None and not _tenant_owned(obj):
+                    continue  # cluster-wide objects are pruned by the full pass only
+                if not dry_run:
+                    try:
+                        backend.delete(kind, namespace=key[2] or None, name=key[3])
+                    except RetryableError:
+                        raise
+                    except ApplyError as exc:
+                        result.failed.append((key, exc.message))
+                        continue
+                result.pruned.append(Change(key))
+    return result
+
+
+def drift(desired: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:
+    """The fields a hand edit changed: {path: {"desired": ..., "live": ...}}."""
+    out: dict[str, Any] = {}
+    for path in differences(desired, live):
+        out[path] = {"desired": _at(desired, path), "live": _at(live, path)}
+    return out
+
+
+def _at(obj: Any, path: str) -> Any:
+    current = obj
+    for part in path.strip(".").replace("[", ".[").split("."):
+        if not part:
+            continue
+        try:
+            current = current[int(part[1:-1])] if part.startswith("[") else current[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return current
+
+
+# --- the Kubernetes API ---------------------------------------------------------------------
+
+
+class KubernetesBackend:
+    """A cluster through the official client. ``api_client`` comes from a kubeconfig
+    (``from_kubeconfig``) or the in-cluster service account (``in_cluster``)."""
+
+    def __init__(self, api_client: Any, *, field_manager: str = FIELD_MANAGER) -> None:
+        self.api = api_client
+        self.field_manager = field_manager
+
+    @classmethod
+    def from_kubeconfig(cls, path: str, *, context: str | None = None) -> KubernetesBackend:
+        from kubernetes import config
+
+        return cls(config.new_client_from_config(config_file=path, context=context))
+
+    @classmethod
+    def in_cluster(cls) -> KubernetesBackend:
+        from kubernetes import client, config
+
+        configuration = client.Configuration()
+        config.load_incluster_config(client_configuration=configuration)
+        return cls(client.ApiClient(configuration))
+
+    def close(self) -> None:
+        self.api.close()
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        request = self.api.param_serialize(
+            method,
+            path,
+            query_params=query or [],
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body,
+            auth_settings=["BearerToken"],
+        )
+        try:
+            response = self.api.call_api(*request, _request_timeout=TIMEOUT)
+            response.read()
+        except ApiException as exc:
+            raise _error(exc.status, exc.body, path) from exc
+        except (HTTPError, OSError) as exc:
+            raise RetryableError(f"{method} {path}: {exc}") from exc
+        if not 200 <= response.status <= 299:
+            raise _error(response.status, response.data, path)
+        return json.loads(response.data) if response.data else None
+
+    def list_owned(self, kind: Kind, selector: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            query = [("labelSelector", selector), ("limit", str(LIST_PAGE))]
+            if token:
+                query.append(("continue", token))
+            try:
+                page = self._call("GET", kind.path(), query=query)
+            except ApplyError as exc:
+                if exc.status == 404:
+                    raise KindNotServed(
+                        f"the cluster does not serve {kind.kind} ({kind.api_version}): "
+                        f"is {kind.group or 'core'} installed?",
+                        status=404,
+                    ) from exc
+                raise
+            for obj in page.get("items") or []:
+                obj.setdefault("apiVersion", kind.api_version)
+                obj.setdefault("kind", kind.kind)
+                items.append(obj)
+            token = (page.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items
+
+    def apply(self, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        kind = kind_of(obj)
+        meta = obj["metadata"]
+        query = [("fieldManager", self.field_manager), ("force", "true")]
+        if dry_run:
+            query.append(("dryRun", "All"))
+        # The portal owns these fields: force takes them back from a hand edit (drift repair).
+        return self._call(
+            "PATCH",
+            kind.path(namespace=meta.get("namespace"), name=meta["name"]),
+            query=query,
+            body=obj,
+            content_type="application/apply-patch+yaml",
+        )
+
+    def delete(self, kind: Kind, *, namespace: str | None, name: str) -> None:
+        try:
+            self._call("DELETE", kind.path(namespace=namespace, name=name))
+        except ApplyError as exc:
+            if exc.status != 404:  # already gone: what a delete wanted
+                raise
+
+
+def _error(status: int | None, body: Any, path: str) -> ApplyError:
+    message = ""
+    try:
+        data = json.loads(body) if body else {}
+        message = data.get("message", "")
+    except (TypeError, ValueError):
+        message = body.decode() if isinstance(body, bytes) else str(body or "")
+    message = message or f"HTTP {status}"
+    if status is None or status in RETRYABLE_STATUSES:
+        return RetryableError(f"{path}: {message}", status=status)
+    return ApplyError(message, status=status)
+
+
+# --- GitOps: a directory of YAML ------------------------------------------------------------
+
+
+class ManifestsBackend:
+    """Writes desired objects as YAML files: ``cluster.yaml`` for cluster-wide objects and
+    ``tenants/<slug>.yaml`` per tenant, each sorted in apply order. What it reads back is what
+    it wrote, so a no-op pass writes nothing."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.root = Path(directory)
+
+    def _file(self, obj: dict[str, Any]) -> Path:
+        tenant = (obj.get("metadata", {}).get("labels") or {}).get(LABEL_TENANT)
+        return self.root / "tenants" / f"{tenant}.yaml" if tenant else self.root / "cluster.yaml"
+
+    def _read(self, path: Path) -> list[dict[str, Any]]:
+        if not path.exists():
+            return []
+        return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+    def _all(self) -> list[tuple[Path, dict[str, Any]]]:
+        files = [self.root / "cluster.yaml", *sorted((self.root / "tenants").glob("*.yaml"))]
+        return [(path, obj) for path in files for obj in self._read(path)]
+
+    def list_owned(self, kind: Kind, selector: str) -> list[dict[str, Any]]:
+        wanted = _parse_selector(selector)
+        return [
+            obj
+            for _, obj in self._all()
+            if (obj["apiVersion"], obj["kind"]) == (kind.api_version, kind.kind)
+            and _matches(obj.get("metadata", {}).get("labels") or {}, wanted)
+        ]
+
+    def apply(self, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        if not dry_run:
+            path = self._file(obj)
+            others = [o for o in self._read(path) if key_of(o) != key_of(obj)]
+            self._write(path, [*others, obj])
+        return obj
+
+    def delete(self, kind: Kind, *, namespace: str | None, name: str) -> None:
+        for path, obj in self._all():
+            if key_of(obj) == (kind.api_version, kind.kind, namespace or "", name):
+                self._write(path, [o for o in self._read(path) if key_of(o) != key_of(obj)])
+
+    def _write(self, path: Path, objects: list[dict[str, Any]]) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not objects:
+            path.unlink(missing_ok=True)
+            return
+        text = yaml.safe_dump_all(sort_for_apply(objects), sort_keys=True, default_flow_style=False)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+
+
+def write_manifests(directory: str | Path, objects: Sequence[dict[str, Any]]) -> list[Path]:
+    """The whole desired state as files (``manage.py export_manifests``): stable order, one
+    file per tenant, so a diff between two exports shows only what changed."""
+    root = Path(directory)
+    groups: dict[Path, list[dict[str, Any]]] = {}
+    backend = ManifestsBackend(root)
+    for obj in objects:
+        groups.setdefault(backend._file(obj), []).append(obj)
+    for path, group in groups.items():
+        backend._write(path, group)
+    return sorted(groups)
+
+
+def _parse_selector(selector: str) -> list[tuple[str, str | None, bool]]:
+    """``a=b,!c`` -> [(a, b, True), (c, None, False)] (only the forms the applier writes)."""
+    out: list[tuple[str, str | None, bool]] = []
+    for part in filter(None, selector.split(",")):
+        if part.startswith("!"):
+            out.append((part[1:], None, False))
+        else:
+            name, _, value = part.partition("=")
+            out.append((name, value, True))
+    return out
+
+
+def _matches(labels: dict[str, str], wanted: list[tuple[str, str | None, bool]]) -> bool:
+    for name, value, present in wanted:
+        if not present and name in labels:
+            return False
+        if present and labels.get(name) != value:
+            return False
+    return True

@@ -1,0 +1,123 @@
+"""Does a live object still hold what the portal applied? Pure functions, no I/O.
+
+The applier writes an object only when its portal-owned fields differ from the desired ones.
+It compares the fields themselves (a hash annotation alone would miss a hand edit made with
+kubectl) and the set of fields the portal's field manager owns (a field the portal set before
+and no longer wants must be removed by a new apply).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quotas.kube.spec import ANNOTATION_GENERATION
+from quotas.quantity import QuantityError, parse_quantity
+
+# Written by the API server, never by the portal: not part of what is compared.
+SERVER_METADATA = {
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+}
+
+
+def _same_scalar(desired: Any, live: Any) -> bool:
+    if desired == live:
+        return True
+    # The API server canonicalises quantities ("1024Mi" -> "1Gi", 16 -> "16").
+    if isinstance(desired, (str, int)) and isinstance(live, (str, int)):
+        if isinstance(desired, bool) or isinstance(live, bool):
+            return False
+        try:
+            return parse_quantity(desired) == parse_quantity(live)
+        except (QuantityError, TypeError, ValueError):
+            return False
+    return False
+
+
+def differences(desired: Any, live: Any, path: str = "") -> list[str]:
+    """Paths where ``live`` does not hold ``desired`` (extra live fields are fine: defaults
+    the server fills in, or fields other managers own). Lists must match element by element."""
+    if isinstance(desired, dict):
+        if not isinstance(live, dict):
+            return [path or "."]
+        found = []
+        for key, value in desired.items():
+            if not path and key == "status":
+                continue
+            if path == ".metadata" and key in SERVER_METADATA:
+                continue
+            if path == ".metadata.annotations" and key == ANNOTATION_GENERATION:
+                continue  # the generation an object last changed at, not a reason to write
+            sub = f"{path}.{key}"
+            if key not in live:
+                found.append(sub)
+            else:
+                found.extend(differences(value, live[key], sub))
+        return found
+    if isinstance(desired, list):
+        if not isinstance(live, list) or len(desired) != len(live):
+            return [path]
+        found = []
+        for index, (d, v) in enumerate(zip(desired, live, strict=True)):
+            found.extend(differences(d, v, f"{path}[{index}]"))
+        return found
+    return [] if _same_scalar(desired, live) else [path]
+
+
+def _desired_paths(obj: Any, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """Field paths of ``obj`` down to scalars or lists (a list counts as one field)."""
+    if isinstance(obj, dict) and obj:
+        paths: set[tuple[str, ...]] = set()
+        for key, value in obj.items():
+            paths |= _desired_paths(value, (*prefix, key))
+        return paths
+    return {prefix}
+
+
+def _owned_paths(fields: dict[str, Any], prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
+    """Paths in a managedFields ``fieldsV1`` set, truncated at lists (``k:``/``i:``/``v:``
+    entries) like ``_desired_paths``."""
+    keys = [k for k in fields if k.startswith("f:")]
+    if not keys:
+        return {prefix} if prefix else set()
+    if any(not k.startswith("f:") and k != "." for k in fields):
+        return {prefix}
+    paths: set[tuple[str, ...]] = set()
+    for key in keys:
+        value = fields[key]
+        sub = (*prefix, key[2:])
+        paths |= _owned_paths(value, sub) if isinstance(value, dict) and value else {sub}
+    return paths
+
+
+def owned_field_paths(live: dict[str, Any], manager: str) -> set[tuple[str, ...]]:
+    owned: set[tuple[str, ...]] = set()
+    for entry in live.get("metadata", {}).get("managedFields") or []:
+        if entry.get("manager") == manager and entry.get("operation") == "Apply":
+            owned |= _owned_paths(entry.get("fieldsV1") or {})
+    return owned
+
+
+def stale_owned_fields(desired: dict[str, Any], live: dict[str, Any], manager: str) -> list[str]:
+    """Fields ``manager`` applied before that ``desired`` no longer has."""
+    wanted = _desired_paths({k: v for k, v in desired.items() if k not in ("apiVersion", "kind")})
+    stale = []
+    for path in owned_field_paths(live, manager):
+        if path[:1] == ("status",):
+            continue
+        if not any(path[: len(w)] == w or w[: len(path)] == path for w in wanted):
+            stale.append("." + ".".join(path))
+    return sorted(stale)
+
+
+def needs_write(desired: dict[str, Any], live: dict[str, Any] | None, manager: str) -> list[str]:
+    """Why ``desired`` must be applied over ``live`` ([] when it need not be)."""
+    if live is None:
+        return ["missing"]
+    return differences(desired, live) + stale_owned_fields(desired, live, manager)

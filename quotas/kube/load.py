@@ -1,0 +1,86 @@
+"""The compiler's input from the database: a cluster and its tenants' quota sets as plain
+specs (``quotas.kube.spec``). A fixed number of queries, whatever the number of tenants."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaItem, TenantSpec
+from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor
+from tenants.choices import MembershipRole
+from tenants.models import Membership, Namespace
+
+
+def cluster_spec(cluster: Cluster) -> ClusterSpec:
+    capacities: dict[int, dict[str, object]] = defaultdict(dict)
+    for fr in FlavorResource.objects.filter(flavor__cluster=cluster):
+        capacities[fr.flavor_id][fr.resource] = fr.capacity
+    flavors = tuple(
+        FlavorSpec(
+            name=f.name,
+            kind=f.kind,
+            capacity=dict(capacities[f.pk]),  # type: ignore[arg-type]
+            gpu_model=f.gpu_model,
+            mig_profile=f.mig_profile,
+            storage_class=f.storage_class,
+            node_labels=dict(f.node_labels or {}),
+            node_taints=tuple(f.node_taints or ()),
+        )
+        for f in ResourceFlavor.objects.filter(cluster=cluster).order_by("name")
+    )
+    return ClusterSpec(
+        name=cluster.name,
+        flavors=flavors,
+        kubernetes_version=cluster.kubernetes_version,
+        has_kueue=cluster.has_kueue,
+        has_volcano=cluster.has_volcano,
+        volcano_hierarchy=cluster.volcano_hierarchy,
+    )
+
+
+def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -> list[TenantSpec]:
+    """Every tenant with a quota set on ``cluster`` (or only ``tenant_ids``), at the quota
+    generation in force."""
+    query = QuotaSet.objects.filter(cluster=cluster).select_related("tenant__parent")
+    if tenant_ids is not None:
+        query = query.filter(tenant_id__in=list(tenant_ids))
+    quota_sets = list(query)
+    ids = [qs.tenant_id for qs in quota_sets]
+    items: dict[int, list[QuotaItem]] = defaultdict(list)
+    for q in Quota.objects.filter(quota_set__in=quota_sets).select_related("flavor"):
+        items[q.quota_set_id].append(
+            QuotaItem(q.flavor.name, q.resource, q.guaranteed, q.limit, q.lending_limit)
+        )
+    namespaces: dict[int, list[NamespaceSpec]] = defaultdict(list)
+    for ns in Namespace.objects.filter(tenant_id__in=ids).order_by("name"):
+        namespaces[ns.tenant_id].append(NamespaceSpec(ns.name, ns.purpose))
+    editors: dict[int, list[str]] = defaultdict(list)
+    viewers: dict[int, list[str]] = defaultdict(list)
+    for m in Membership.objects.filter(tenant_id__in=ids).select_related("user"):
+        target = viewers if m.role == MembershipRole.VIEWER else editors
+        target[m.tenant_id].append(m.user.get_username())
+    specs = []
+    for qs in quota_sets:
+        tenant = qs.tenant
+        specs.append(
+            TenantSpec(
+                slug=tenant.slug,
+                generation=qs.generation,
+                namespaces=tuple(namespaces[tenant.pk]),
+                quotas=tuple(sorted(items[qs.pk], key=lambda i: (i.flavor, i.resource))),
+                display_name=tenant.display_name,
+                parent=tenant.parent.slug if tenant.parent else None,
+                cohort=tenant.cohort,
+                state=tenant.state,
+                default_priority=tenant.default_priority,
+                max_running_jobs=qs.max_running_jobs,
+                max_queued_jobs=qs.max_queued_jobs,
+                max_pods=qs.max_pods,
+                storage_bytes=qs.storage_bytes,
+                max_pvcs=qs.max_pvcs,
+                editors=tuple(sorted(editors[tenant.pk])),
+                viewers=tuple(sorted(viewers[tenant.pk])),
+            )
+        )
+    return sorted(specs, key=lambda s: s.slug)

@@ -1,0 +1,1151 @@
+"""Check compiled Kubernetes objects the way the API server and the admission webhooks would.
+
+Pure Python, no Django: the compiler, the local API stand-in and the tests call it alike.
+
+* Built-in kinds (Namespace, ResourceQuota, LimitRange, NetworkPolicy, ServiceAccount,
+  RoleBinding, PriorityClass, ConfigMap, ...) are checked against the OpenAPI schemas that the
+  ``kubernetes-validate`` package ships, in their *strict* form (an unknown field is an error).
+  We load its files and run jsonschema ourselves rather than call
+  ``kubernetes_validate.validate()``, which stops at the first error, re-reads the 1.5 MB
+  definitions file on every call and compares versions as strings. Its schemas accept any
+  string as a Quantity; here a quantity must parse (``quotas.quantity.parse_quantity``).
+* Kueue and Volcano objects are checked against the ``openAPIV3Schema`` of the version they
+  name, from the CRDs in ``quotas/kube/crds/``. The schema is closed first
+  (``additionalProperties: false`` wherever it lists properties and does not say
+  ``x-kubernetes-preserve-unknown-fields``) because the API server would prune an unknown field
+  silently and the portal's intent would be lost. ``x-kubernetes-int-or-string`` quantities
+  accept ``16`` and ``"16"`` and must parse; ``x-kubernetes-list-type: map|set`` entries must be
+  unique; ``null`` in a non-nullable field is dropped first, as the API server does. Kueue's
+  deprecated ``v1beta1`` is refused: the portal writes ``v1beta2`` only.
+* Every object: ``apiVersion``, ``kind`` and ``metadata.name`` are present; names, namespaces,
+  label keys and values and annotation keys are well formed; a namespaced kind has
+  ``metadata.namespace`` and a cluster-scoped one does not.
+
+CEL rules (``x-kubernetes-validations``) and webhook rules checked in code (Kueue v1beta2,
+Volcano v1beta1), because jsonschema does not run CEL:
+
+* ClusterQueue and Cohort ``resourceGroups``: every flavor lists as many resources as
+  ``coveredResources`` (CEL), with the same names in the same order (webhook: "must match the
+  name in coveredResources"); a resource and a flavor appear in one resource group only;
+  resource names are qualified names; ``nominalQuota``, ``borrowingLimit`` and ``lendingLimit``
+  are >= 0; at most 256 flavors and 256 covered resources in all, 512 flavor-resource pairs
+  per group.
+* ClusterQueue: ``borrowingLimit`` must be nil when ``cohortName`` is empty (CEL; the webhook
+  says the same of ``lendingLimit``); ``lendingLimit`` <= ``nominalQuota``;
+  ``reclaimWithinCohort=Never`` with ``borrowWithinCohort.policy != Never`` is refused;
+  ``flavorFungibility.preference`` needs both ``whenCanBorrow`` and ``whenCanPreempt`` at
+  ``TryNextFlavor`` (defaults applied); ``fairSharing.weight`` >= 0 and, when not 0, > 1n;
+  ``admissionChecksStrategy`` ``onFlavors`` name flavors of this ClusterQueue;
+  ``namespaceSelector`` is a valid label selector. Portal rule: a null or absent
+  ``namespaceSelector`` (selects no namespace) and ``{}`` (selects every namespace) are errors.
+* Cohort: ``borrowingLimit`` / ``lendingLimit`` need ``parentName``; ``fairSharing.weight``.
+* LocalQueue: ``spec.clusterQueue`` must be set (portal rule); ``fairSharing.weight``.
+* ResourceFlavor: ``topologyName`` needs at least one nodeLabel; nodeTaints effects; the five
+  toleration rules (operator Exists without key, tolerationSeconds only with NoExecute,
+  operator Equal|Exists, no value with Exists, effect values).
+* Volcano Queue (webhook): quantities >= 0 (whole numbers for extended resources);
+  deserved <= capability and guarantee <= capability when capability is set, guarantee <=
+  deserved when guarantee is set, a resource missing from the larger list counting as 0, as
+  Volcano's ``LessPartly(..., Zero)`` does; a queue is not its own parent. ``weight`` 1..65535
+  is in the schema.
+* PriorityClass (API server): the name does not start with ``system-`` and ``value`` <= 1e9.
+* A batch (``validate_objects``) holds each object once.
+
+Skipped, and why:
+
+* Transition rules, which need the stored object (``oldSelf``): LocalQueue ``clusterQueue`` is
+  immutable; ResourceFlavor ``nodeLabels``, ``tolerations`` and ``topologyName`` are immutable
+  once ``topologyName`` is set; the webhook's ClusterQueue ``concurrentAdmissionPolicy``
+  immutability.
+* ClusterQueue ``concurrentAdmissionPolicy`` rules (feature-gated ConcurrentAdmission; the
+  portal does not set it).
+* Rules that need other objects: Volcano hierarchy (parent exists, children's guarantee and
+  deserved sums, child capability <= parent's), Volcano hierarchy annotations; whether flavors,
+  cohorts and ClusterQueues that objects name exist.
+* Workload and WorkloadPriorityClass rules, and every rule under ``status``: Kueue writes
+  those, not the portal (their schemas are still checked).
+* Semantic quota rules Kubernetes does not enforce at this layer, such as ``limits.`` keys for
+  extended resources in a ResourceQuota: the compiler's job.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from decimal import Decimal
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+import jsonschema
+import yaml
+from referencing import Registry, Resource
+
+from quotas.quantity import QuantityError, parse_quantity
+
+__all__ = [
+    "core_schema_version",
+    "crd_versions",
+    "find_crd",
+    "is_namespaced",
+    "load_crds",
+    "shipped_kubernetes_versions",
+    "validate_object",
+    "validate_objects",
+]
+
+CRD_DIR: Final = Path(__file__).resolve().parent / "crds"
+PORTAL_KUEUE_VERSION: Final = "v1beta2"
+
+_SCHEMA_ROOT: Final = resources.files("kubernetes_validate") / "kubernetes-json-schema"
+_DEFINITIONS_URI: Final = "https://kubernetes.io/api/_definitions.json"
+_QUANTITY_DEF: Final = "io.k8s.apimachinery.pkg.api.resource.Quantity"
+_OBJECT_META_DEF: Final = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+_LOADER: Final = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+_VERSION_RE: Final = re.compile(r"v?(\d+)\.(\d+)(?:[.+-].*)?")
+_SHIPPED_DIR_RE: Final = re.compile(r"v(\d+)\.(\d+)\.\d+-local-strict")
+_KIND_RE: Final = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+_API_VERSION_RE: Final = re.compile(r"(?:[a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?v[0-9]+[a-z0-9]*")
+_DNS1123_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN: Final = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
+_QUALIFIED_NAME_PART: Final = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_LABEL_VALUE: Final = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_PLAIN_KEY: Final = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]*")
+_QUANTITY_PATTERN_MARK: Final = "[KMGTPE]i"
+_ANNOTATIONS_MAX_BYTES: Final = 256 * 1024
+
+# Built-in kinds that are cluster-scoped; every other built-in kind is namespaced.
+_CLUSTER_SCOPED_BUILTINS: Final = frozenset(
+    {
+        "APIService",
+        "CertificateSigningRequest",
+        "ClusterCIDR",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ClusterTrustBundle",
+        "ComponentStatus",
+        "CSIDriver",
+        "CSINode",
+        "CustomResourceDefinition",
+        "DeviceClass",
+        "DeviceTaintRule",
+        "FlowSchema",
+        "IngressClass",
+        "IPAddress",
+        "MutatingAdmissionPolicy",
+        "MutatingAdmissionPolicyBinding",
+        "MutatingWebhookConfiguration",
+        "Namespace",
+        "Node",
+        "PersistentVolume",
+        "PodSecurityPolicy",
+        "PriorityClass",
+        "PriorityLevelConfiguration",
+        "ResourceSlice",
+        "RuntimeClass",
+        "SelfSubjectAccessReview",
+        "SelfSubjectReview",
+        "SelfSubjectRulesReview",
+        "ServiceCIDR",
+        "StorageClass",
+        "StorageVersion",
+        "StorageVersionMigration",
+        "SubjectAccessReview",
+        "TokenReview",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "ValidatingWebhookConfiguration",
+        "VolumeAttachment",
+        "VolumeAttributesClass",
+    }
+)
+_RBAC_KINDS: Final = frozenset({"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"})
+# Names used as label values (kueue.x-k8s.io/queue-name, kueue.x-k8s.io/priority-class).
+_LABEL_VALUE_NAMED_KINDS: Final = frozenset({"LocalQueue", "WorkloadPriorityClass"})
+_HIGHEST_USER_PRIORITY: Final = 1_000_000_000
+# Fields renamed or moved between API versions: (kind, path without indexes) -> hint.
+_RENAMED_FIELDS: Final = {
+    ("ClusterQueue", "spec.cohort"): "v1beta2 calls it spec.cohortName",
+    ("ClusterQueue", "spec.admissionChecks"): (
+        "v1beta2 moved it to spec.admissionChecksStrategy.admissionChecks[].name"
+    ),
+    ("Cohort", "spec.parent"): "v1beta2 calls it spec.parentName",
+    ("Workload", "spec.priorityClassName"): "v1beta2 uses spec.priorityClassRef",
+    ("Workload", "spec.priorityClassSource"): "v1beta2 uses spec.priorityClassRef",
+}
+_TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+FieldPath = tuple[str | int, ...]
+Issue = tuple[FieldPath, str]
+
+
+class _Key(str):
+    """A map key (label, resource name) in a field path: always shown in brackets."""
+
+    __slots__ = ()
+
+
+# --------------------------------------------------------------------------- versions
+
+
+@functools.cache
+def shipped_kubernetes_versions() -> tuple[str, ...]:
+    """Kubernetes minor versions ("1.25", ...) whose strict schemas kubernetes-validate ships."""
+    found = set()
+    for entry in _SCHEMA_ROOT.iterdir():
+        if match := _SHIPPED_DIR_RE.fullmatch(entry.name):
+            found.add((int(match.group(1)), int(match.group(2))))
+    if not found:
+        raise RuntimeError("kubernetes-validate ships no strict schemas: is it installed?")
+    return tuple(f"{major}.{minor}" for major, minor in sorted(found))
+
+
+def _minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")
+    return int(major), int(minor)
+
+
+@functools.cache
+def core_schema_version(kubernetes_version: str) -> str:
+    """The shipped schema version used for a cluster running ``kubernetes_version``.
+
+    The same minor when it is shipped; the newest shipped one for a newer cluster (new fields
+    of the newer release then read as unknown, and the message says which schemas were used);
+    the oldest shipped one for an older cluster; for a minor missing in between, the closest
+    older one. ``"1.33"``, ``"v1.33.4"`` and ``"1.33.4-gke.1200"`` all mean 1.33.
+    """
+    match = _VERSION_RE.fullmatch(kubernetes_version.strip())
+    if match is None:
+        raise ValueError(f"{kubernetes_version!r} is not a Kubernetes version such as '1.33'")
+    wanted = (int(match.group(1)), int(match.group(2)))
+    shipped = [_minor(version) for version in shipped_kubernetes_versions()]
+    if wanted >= shipped[-1]:
+        chosen = shipped[-1]
+    elif wanted <= shipped[0]:
+        chosen = shipped[0]
+    else:
+        chosen = max(version for version in shipped if version <= wanted)
+    return f"{chosen[0]}.{chosen[1]}"
+
+
+def _version_note(kubernetes_version: str, schema_version: str) -> str:
+    match = _VERSION_RE.fullmatch(kubernetes_version.strip())
+    wanted = f"{match.group(1)}.{match.group(2)}" if match else kubernetes_version
+    if wanted == schema_version:
+        return ""
+    return (
+        f" (checked against the Kubernetes {schema_version} schemas, the closest that "
+        f"kubernetes-validate ships, for a {wanted} cluster)"
+    )
+
+
+# --------------------------------------------------------------------------- jsonschema glue
+
+
+def _short(value: object, limit: int = 60) -> str:
+    try:
+        text = json.dumps(value, default=str, sort_keys=True)
+    except TypeError:  # keys of mixed types cannot be sorted
+        text = json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _quantity_keyword(validator: Any, enabled: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """``x-portal-quantity``: strings and numbers must be Kubernetes quantities."""
+    if not enabled or isinstance(instance, bool):
+        return
+    if isinstance(instance, float):
+        instance = Decimal(repr(instance))
+    if isinstance(instance, str | int | Decimal):
+        try:
+            parse_quantity(instance)
+        except QuantityError as error:
+            yield jsonschema.ValidationError(str(error))
+
+
+def _list_type_keyword(validator: Any, list_type: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """``x-kubernetes-list-type``: map entries are unique by their keys, set items unique."""
+    if not isinstance(instance, list) or list_type not in ("map", "set"):
+        return
+    keys = schema.get("x-kubernetes-list-map-keys") or []
+    seen: dict[str, int] = {}
+    for index, item in enumerate(instance):
+        if list_type == "map":
+            if not isinstance(item, dict):
+                continue
+            identity = {key: item.get(key) for key in keys}
+            shown = ", ".join(f"{key}={_short(value)}" for key, value in identity.items())
+        else:
+            identity, shown = item, _short(item)
+        fingerprint = _short(identity, limit=1 << 20)
+        if fingerprint in seen:
+            yield jsonschema.ValidationError(
+                f"duplicate entry {shown}: already at index {seen[fingerprint]}", path=(index,)
+            )
+        else:
+            seen[fingerprint] = index
+
+
+_CoreValidator: Final[Any] = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator, {"x-portal-quantity": _quantity_keyword}
+)
+# OpenAPI v3.0 schemas are closest to draft 4 (boolean exclusiveMinimum, no 1.0 integers).
+_CrdValidator: Final[Any] = jsonschema.validators.extend(
+    jsonschema.Draft4Validator,
+    {"x-portal-quantity": _quantity_keyword, "x-kubernetes-list-type": _list_type_keyword},
+)
+
+
+def _is_quantity_schema(schema: Mapping[str, Any]) -> bool:
+    return bool(schema.get("x-kubernetes-int-or-string")) and _QUANTITY_PATTERN_MARK in str(
+        schema.get("pattern", "")
+    )
+
+
+def _close_schema(node: Any) -> Any:
+    """A copy of a structural schema as strict JSON Schema (see the module docstring)."""
+    if isinstance(node, list):
+        return [_close_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("properties", "patternProperties"):
+            out[key] = {name: _close_schema(sub) for name, sub in value.items()}
+        elif key in ("description", "x-kubernetes-validations"):
+            continue
+        else:
+            out[key] = _close_schema(value)
+    if node.get("x-kubernetes-embedded-resource"):
+        # apiVersion, kind and metadata are implied; metadata is ObjectMeta, left open here.
+        properties = out.setdefault("properties", {})
+        properties.setdefault("apiVersion", {"type": "string"})
+        properties.setdefault("kind", {"type": "string"})
+        if "properties" not in properties.get("metadata", {}):
+            properties["metadata"] = {"type": "object"}
+    if node.get("x-kubernetes-int-or-string") and "anyOf" not in node and "type" not in node:
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if _is_quantity_schema(node):
+        del out["pattern"]  # replaced by a parser whose messages say what is wrong
+        out["x-portal-quantity"] = True
+    if node.get("type") == "integer" and node.get("format") in ("int32", "int64"):
+        bits = 31 if node["format"] == "int32" else 63
+        out.setdefault("minimum", -(2**bits))
+        out.setdefault("maximum", 2**bits - 1)
+    if node.get("nullable"):
+        if "type" in out:
+            out["type"] = [out["type"], "null"]
+        elif "anyOf" in out:
+            out["anyOf"] = [*out["anyOf"], {"type": "null"}]
+    is_object = node.get("type") == "object" or "properties" in node
+    if (
+        is_object
+        and "additionalProperties" not in node
+        and not node.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+def _drop_nulls(data: Any, schema: Any) -> Any:
+    """A copy of ``data`` without nulls where the schema is not nullable (the API server prunes
+    them before validation)."""
+    schema = schema if isinstance(schema, dict) else {}
+    if isinstance(data, dict):
+        properties = schema.get("properties") or {}
+        additional = schema.get("additionalProperties")
+        out = {}
+        for key, value in data.items():
+            sub = properties.get(key, additional if isinstance(additional, dict) else None)
+            if value is None and sub is not None and not sub.get("nullable"):
+                continue
+            out[key] = _drop_nulls(value, sub)
+        return out
+    if isinstance(data, list):
+        return [_drop_nulls(item, schema.get("items")) for item in data]
+    return data
+
+
+def _join(path: Iterable[str | int]) -> str:
+    """Kubernetes field-path text: ``spec.hard[requests.nvidia.com/gpu]``, ``a.b[0].c``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int | _Key):
+            out += f"[{part}]"
+        elif not isinstance(part, str):
+            out += f"[{part!r}]"
+        elif _PLAIN_KEY.fullmatch(part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{part}]"
+    return out
+
+
+def _unknown_field(kind: str, path: Sequence[str | int], key: str, known: Iterable[str]) -> str:
+    reason = f'unknown field "{key}": the API server would drop it silently'
+    plain = ".".join(str(part) for part in (*path, key) if isinstance(part, str))
+    if hint := _RENAMED_FIELDS.get((kind, plain)):
+        return f"{reason} ({hint})"
+    if close := difflib.get_close_matches(key, list(known), n=1, cutoff=0.7):
+        return f'{reason} (did you mean "{close[0]}"?)'
+    return reason
+
+
+def _schema_issues(error: Any, kind: str, note: str = "") -> Iterator[Issue]:
+    """Plain messages for one jsonschema error."""
+    path: FieldPath = tuple(error.absolute_path)
+    validator, value, instance = error.validator, error.validator_value, error.instance
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    if validator == "additionalProperties" and value is False and isinstance(instance, dict):
+        known = schema.get("properties") or {}
+        patterns = schema.get("patternProperties") or {}
+        for key in instance:
+            if key not in known and not any(re.search(pattern, key) for pattern in patterns):
+                yield (*path, key), _unknown_field(kind, path, key, known) + note
+    elif validator == "required" and isinstance(instance, dict):
+        for name in value:
+            if name not in instance:
+                yield (*path, name), "required field is missing"
+    elif validator == "enum":
+        allowed = ", ".join(str(option) for option in value)
+        yield path, f"unsupported value {_short(instance)}: must be one of {allowed}"
+    elif validator == "type":
+        wanted = " or ".join(value) if isinstance(value, list) else value
+        yield path, f"must be of type {wanted}, got {_short(instance)}"
+    elif validator == "anyOf" and schema.get("x-kubernetes-int-or-string"):
+        yield (
+            path,
+            f'must be an integer or a string such as "500m" or "64Gi", got {_short(instance)}',
+        )
+    elif validator == "pattern" and value == "^" + _DNS1123_SUBDOMAIN.pattern + "$":
+        yield (
+            path,
+            f"{_short(instance)} is not a valid name: use lowercase letters, digits, '-' and '.' "
+            "(an RFC 1123 subdomain), starting and ending with a letter or digit",
+        )
+    else:
+        yield path, str(error.message)
+
+
+# --------------------------------------------------------------------------- core kinds
+
+
+@functools.lru_cache(maxsize=8)
+def _core_registry(schema_version: str) -> Any:
+    folder = _SCHEMA_ROOT / f"v{schema_version}.0-local-strict"
+    definitions = json.loads((folder / "_definitions.json").read_text(encoding="utf-8"))
+    definitions["$defs"][_QUANTITY_DEF] = {
+        "type": ["string", "number", "null"],
+        "x-portal-quantity": True,
+    }
+    return Resource.from_contents(definitions) @ Registry()
+
+
+@functools.lru_cache(maxsize=256)
+def _core_validator(schema_version: str, api_version: str, kind: str) -> Any | None:
+    if not (_KIND_RE.fullmatch(kind) and _API_VERSION_RE.fullmatch(api_version)):
+        return None
+    # The package's file naming: rbac.authorization.k8s.io/v1 -> rbac-v1, v1 -> v1.
+    api = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+    schema_file = _SCHEMA_ROOT / f"v{schema_version}.0-local-strict" / f"{kind.lower()}-{api}.json"
+    if not schema_file.is_file():
+        return None
+    schema = json.loads(schema_file.read_text(encoding="utf-8"))
+    return _CoreValidator(schema, registry=_core_registry(schema_version))
+
+
+@functools.lru_cache(maxsize=8)
+def _object_meta_validator(schema_version: str) -> Any:
+    schema = {"$ref": f"{_DEFINITIONS_URI}#/$defs/{_OBJECT_META_DEF}"}
+    return _CoreValidator(schema, registry=_core_registry(schema_version))
+
+
+# --------------------------------------------------------------------------- CRDs
+
+
+@functools.cache
+def _crd_index() -> dict[tuple[str, str], Path]:
+    """(group, kind) -> CRD file, read from each file's head so nothing large is parsed."""
+    index: dict[tuple[str, str], Path] = {}
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        text = path.read_text(encoding="utf-8")
+        cut = text.find("\n  versions:")
+        head = yaml.load(text[:cut] if cut > 0 else text, Loader=_LOADER)  # noqa: S506  # safe
+        spec = head["spec"]
+        index[(spec["group"], spec["names"]["kind"])] = path
+    return index
+
+
+@functools.lru_cache(maxsize=16)
+def _load_crd_file(path: Path) -> dict[str, Any]:
+    with path.open(encoding="utf-8") as stream:
+        document: dict[str, Any] = yaml.load(stream, Loader=_LOADER)  # noqa: S506  # safe
+    return document
+
+
+def load_crds() -> list[dict[str, Any]]:
+    """Every CRD in ``quotas/kube/crds/``, parsed (cached: do not mutate the documents)."""
+    return [_load_crd_file(path) for path in _crd_index().values()]
+
+
+def find_crd(group: str, kind: str) -> dict[str, Any] | None:
+    """The CRD for (group, kind), parsing only that file; None when the portal has none."""
+    path = _crd_index().get((group, kind))
+    return _load_crd_file(path) if path is not None else None
+
+
+@functools.cache
+def crd_versions() -> dict[tuple[str, str], dict[str, Any]]:
+    """(``group/version`` apiVersion, kind) -> openAPIV3Schema, for every served version."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for crd in load_crds():
+        spec = crd["spec"]
+        for version in spec["versions"]:
+            if version.get("served"):
+                key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
+                out[key] = version["schema"]["openAPIV3Schema"]
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _crd_validator(group: str, version: str, kind: str) -> Any:
+    crd = find_crd(group, kind)
+    assert crd is not None  # callers look the CRD up first
+    served = next(v for v in crd["spec"]["versions"] if v["name"] == version)
+    raw = served["schema"]["openAPIV3Schema"]
+    closed = _close_schema(raw)
+    closed["properties"]["metadata"] = {"type": "object"}  # checked against ObjectMeta instead
+    return _CrdValidator(closed)
+
+
+def _split_api_version(api_version: str) -> tuple[str, str]:
+    group, _, version = api_version.rpartition("/")
+    return group, version
+
+
+def is_namespaced(api_version: str, kind: str) -> bool | None:
+    """Whether objects of this kind live in a namespace: from the CRD's scope for Kueue and
+    Volcano kinds (None for a kind their groups do not have); for built-in kinds, True unless
+    the kind is one of the cluster-scoped ones (Namespace, PriorityClass, ClusterRole, ...)."""
+    group, _ = _split_api_version(api_version)
+    if (group, kind) in _crd_index():
+        crd = find_crd(group, kind)
+        return crd is not None and crd["spec"]["scope"] == "Namespaced"
+    if any(known_group == group for known_group, _ in _crd_index()):
+        return None
+    return kind not in _CLUSTER_SCOPED_BUILTINS
+
+
+# --------------------------------------------------------------------------- metadata
+
+
+def _qualified_name_problems(value: str) -> list[str]:
+    prefix, slash, name = value.rpartition("/")
+    problems = []
+    if slash and (not prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
+        problems.append(f"the prefix {prefix!r} must be a lowercase RFC 1123 subdomain")
+    if not name or len(name) > 63 or not _QUALIFIED_NAME_PART.fullmatch(name):
+        problems.append(
+            "the name part must be 1-63 characters of letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit"
+        )
+    return problems
+
+
+def _label_value_problem(value: str) -> str | None:
+    if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+        return (
+            "must be at most 63 characters of letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit"
+        )
+    return None
+
+
+def _name_issues(kind: str, name: str) -> Iterator[Issue]:
+    path: FieldPath = ("metadata", "name")
+    if kind == "Namespace":
+        if len(name) > 63 or not _DNS1123_LABEL.fullmatch(name):
+            yield (
+                path,
+                f'"{name}" must be a DNS-1123 label (lowercase letters, digits and "-", at most 63)',
+            )
+        return
+    if kind in _RBAC_KINDS:
+        if name in (".", "..") or "/" in name or "%" in name:
+            yield path, f'"{name}" may not be "." or ".." nor contain "/" or "%"'
+        return
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
+        yield (
+            path,
+            f'"{name}" must be a DNS-1123 subdomain (lowercase letters, digits, "-" and ".", '
+            "starting and ending with a letter or digit, at most 253)",
+        )
+    elif kind in _LABEL_VALUE_NAMED_KINDS and len(name) > 63:
+        yield path, f"must be at most 63 characters: a {kind} name is used as a label value"
+    if kind == "PriorityClass" and name.startswith("system-"):
+        yield path, 'the "system-" prefix is reserved for Kubernetes\' own PriorityClasses'
+
+
+def _metadata_issues(obj: Mapping[str, Any], kind: str, namespaced: bool | None) -> Iterator[Issue]:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        yield ("metadata",), "required field is missing (metadata.name at least)"
+        return
+    name = metadata.get("name")
+    if not name:
+        yield ("metadata", "name"), "required field is missing"
+    elif isinstance(name, str):
+        yield from _name_issues(kind, name)
+    namespace = metadata.get("namespace")
+    if namespaced is True and not namespace:
+        yield ("metadata", "namespace"), f"required: {kind} is namespaced"
+    elif namespaced is False and namespace:
+        yield ("metadata", "namespace"), f"must not be set: {kind} is cluster-scoped"
+    if isinstance(namespace, str) and namespace and not _DNS1123_LABEL.fullmatch(namespace):
+        yield ("metadata", "namespace"), f'"{namespace}" must be a DNS-1123 label'
+    labels = metadata.get("labels")
+    for key, value in labels.items() if isinstance(labels, dict) else ():
+        for problem in _qualified_name_problems(str(key)):
+            yield ("metadata", "labels", _Key(key)), f"invalid label key: {problem}"
+        if isinstance(value, str) and (bad := _label_value_problem(value)):
+            yield ("metadata", "labels", _Key(key)), f"invalid label value {_short(value)}: {bad}"
+    annotations = metadata.get("annotations")
+    if isinstance(annotations, dict):
+        for key in annotations:
+            for problem in _qualified_name_problems(str(key)):
+                yield ("metadata", "annotations", _Key(key)), f"invalid annotation key: {problem}"
+        size = sum(len(str(k)) + len(str(v or "")) for k, v in annotations.items())
+        if size > _ANNOTATIONS_MAX_BYTES:
+            yield ("metadata", "annotations"), f"total size {size} B is over the 256 KiB limit"
+
+
+# --------------------------------------------------------------------------- CEL and webhooks
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _quantity(value: Any) -> Decimal | None:
+    """A parsed quantity, or None when absent or malformed (the schema reports those)."""
+    if value is None or isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return None
+
+
+def _label_selector_issues(selector: dict[str, Any], path: FieldPath) -> Iterator[Issue]:
+    for key, value in _dict(selector.get("matchLabels")).items():
+        for problem in _qualified_name_problems(str(key)):
+            yield (*path, "matchLabels", _Key(key)), f"invalid label key: {problem}"
+        if isinstance(value, str) and (bad := _label_value_problem(value)):
+            yield (*path, "matchLabels", _Key(key)), f"invalid label value {_short(value)}: {bad}"
+    for index, expression in enumerate(_list(selector.get("matchExpressions"))):
+        expression, where = _dict(expression), (*path, "matchExpressions", index)
+        match_key, operator = expression.get("key"), expression.get("operator")
+        values = expression.get("values")
+        if isinstance(match_key, str):
+            for problem in _qualified_name_problems(match_key):
+                yield (*where, "key"), f"invalid label key: {problem}"
+        if operator in ("In", "NotIn") and not values:
+            yield (*where, "values"), f"must be specified when operator is {operator}"
+        elif operator in ("Exists", "DoesNotExist") and values:
+            yield (*where, "values"), f"may not be specified when operator is {operator}"
+        elif operator not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            yield (
+                (*where, "operator"),
+                f"{_short(operator)} is not a valid label selector operator (In, NotIn, Exists, DoesNotExist)",
+            )
+
+
+def _namespace_selector_issues(spec: dict[str, Any]) -> Iterator[Issue]:
+    path: FieldPath = ("spec", "namespaceSelector")
+    pin = "select the tenant's namespace, e.g. matchLabels: {kubernetes.io/metadata.name: <namespace>}"
+    selector = spec.get("namespaceSelector")
+    if selector is None:
+        yield (
+            path,
+            "must be set: a null namespaceSelector selects no namespace, so no LocalQueue "
+            f"could submit workloads to this ClusterQueue; {pin}",
+        )
+    elif isinstance(selector, dict):
+        if not selector.get("matchLabels") and not selector.get("matchExpressions"):
+            yield (
+                path,
+                "{} selects every namespace, so any tenant could submit workloads to this "
+                f"ClusterQueue and spend its quota; {pin}",
+            )
+        else:
+            yield from _label_selector_issues(selector, path)
+
+
+def _resource_group_issues(spec: dict[str, Any], *, is_cohort: bool) -> Iterator[Issue]:
+    parent_field, parent_word = ("parentName", "parent") if is_cohort else ("cohortName", "cohort")
+    has_parent = bool(spec.get(parent_field))
+    groups = _list(spec.get("resourceGroups"))
+    seen_resources: dict[str, int] = {}
+    seen_flavors: dict[str, int] = {}
+    total_flavors = total_covered = 0
+    for i, group in enumerate(groups):
+        group, base = _dict(group), ("spec", "resourceGroups", i)
+        covered = [name for name in _list(group.get("coveredResources")) if isinstance(name, str)]
+        total_covered += len(covered)
+        for j, name in enumerate(covered):
+            for problem in _qualified_name_problems(name):
+                yield (*base, "coveredResources", j), f"invalid resource name {name!r}: {problem}"
+            if name in seen_resources:
+                where = (
+                    "this group"
+                    if seen_resources[name] == i
+                    else f"resourceGroups[{seen_resources[name]}]"
+                )
+                yield (
+                    (*base, "coveredResources", j),
+                    f'duplicate resource "{name}", already covered in {where}: each resource '
+                    "may appear in only one resource group",
+                )
+            else:
+                seen_resources[name] = i
+        flavors = _list(group.get("flavors"))
+        total_flavors += len(flavors)
+        pairs = 0
+        for j, flavor in enumerate(flavors):
+            flavor, fpath = _dict(flavor), (*base, "flavors", j)
+            flavor_name = flavor.get("name")
+            if isinstance(flavor_name, str):
+                first = seen_flavors.setdefault(flavor_name, i)
+                if first != i:
+                    yield (
+                        (*fpath, "name"),
+                        f'flavor "{flavor_name}" already appears in resourceGroups[{first}]: '
+                        "each flavor may appear in only one resource group",
+                    )
+            entries = [_dict(entry) for entry in _list(flavor.get("resources"))]
+            pairs += len(entries)
+            names = [str(entry.get("name")) for entry in entries]
+            if len(entries) != len(covered):
+                missing = [name for name in covered if name not in names]
+                extra = [name for name in names if name not in covered]
+                detail = f"flavor {_short(flavor_name)} lists {len(entries)} ({', '.join(names) or 'none'}) but coveredResources has {len(covered)} ({', '.join(covered)})"
+                if missing:
+                    detail += f"; missing: {', '.join(missing)} (give a flavor that does not offer a resource nominalQuota: 0)"
+                if extra:
+                    detail += f"; not covered: {', '.join(extra)}"
+                yield (
+                    (*fpath, "resources"),
+                    f"flavors must have the same number of resources as the coveredResources: {detail}",
+                )
+            for k, entry in enumerate(entries):
+                rpath = (*fpath, "resources", k)
+                if k < len(covered) and entry.get("name") != covered[k]:
+                    yield (
+                        (*rpath, "name"),
+                        f'must match the name in coveredResources: expected "{covered[k]}" '
+                        f"(coveredResources[{k}]), got {_short(entry.get('name'))}; Kueue pairs "
+                        "them by position",
+                    )
+                amounts = {
+                    f: _quantity(entry.get(f))
+                    for f in ("nominalQuota", "borrowingLimit", "lendingLimit")
+                }
+                for field_name, amount in amounts.items():
+                    if amount is not None and amount < 0:
+                        yield (
+                            (*rpath, field_name),
+                            f"must be greater than or equal to 0, got {entry[field_name]}",
+                        )
+                for field_name, action in (
+                    ("borrowingLimit", "borrow from"),
+                    ("lendingLimit", "lend to"),
+                ):
+                    if entry.get(field_name) is not None and not has_parent:
+                        yield (
+                            (*rpath, field_name),
+                            f"{field_name} must be nil when {parent_word} is empty: spec.{parent_field} "
+                            f"is not set, so there is no {parent_word} to {action}",
+                        )
+                nominal, lending = amounts["nominalQuota"], amounts["lendingLimit"]
+                if (
+                    not is_cohort
+                    and nominal is not None
+                    and lending is not None
+                    and lending > nominal
+                ):
+                    yield (
+                        (*rpath, "lendingLimit"),
+                        f"must be less than or equal to the nominalQuota ({entry['lendingLimit']} > {entry['nominalQuota']})",
+                    )
+        if pairs > 512:
+            yield (
+                base,
+                f"number of flavor-resource combinations in a resourceGroup must be <= 512, got {pairs}",
+            )
+    if total_flavors > 256:
+        yield (
+            ("spec", "resourceGroups"),
+            f"total number of flavors across all resourceGroups must be <= 256, got {total_flavors}",
+        )
+    if total_covered > 256:
+        yield (
+            ("spec", "resourceGroups"),
+            f"total number of covered resources across all resourceGroups must be <= 256, got {total_covered}",
+        )
+
+
+def _fair_sharing_issues(spec: dict[str, Any]) -> Iterator[Issue]:
+    weight = _quantity(_dict(spec.get("fairSharing")).get("weight"))
+    path: FieldPath = ("spec", "fairSharing", "weight")
+    if weight is not None and weight < 0:
+        yield path, "must be greater than or equal to 0"
+    elif weight is not None and 0 < weight <= Decimal("1e-9"):
+        yield path, "When not 0, weight must be > 10e-9"
+
+
+def _cluster_queue_issues(spec: dict[str, Any]) -> Iterator[Issue]:
+    yield from _namespace_selector_issues(spec)
+    yield from _resource_group_issues(spec, is_cohort=False)
+    preemption = spec.get("preemption")
+    if isinstance(preemption, dict):
+        reclaim = preemption.get("reclaimWithinCohort") or "Never"
+        borrow = preemption.get("borrowWithinCohort")
+        policy = _dict(borrow).get("policy") or "Never"
+        if reclaim == "Never" and borrow is not None and policy != "Never":
+            yield (
+                ("spec", "preemption"),
+                f"reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never (policy is {policy}): "
+                "preempting to borrow needs reclaimWithinCohort LowerPriority or Any",
+            )
+    fungibility = spec.get("flavorFungibility")
+    if isinstance(fungibility, dict) and fungibility.get("preference") is not None:
+        when_borrow = fungibility.get("whenCanBorrow") or "MayStopSearch"
+        when_preempt = fungibility.get("whenCanPreempt") or "TryNextFlavor"
+        if when_borrow != "TryNextFlavor" or when_preempt != "TryNextFlavor":
+            yield (
+                ("spec", "flavorFungibility", "preference"),
+                "preference can only be set when both whenCanBorrow and whenCanPreempt are "
+                f"TryNextFlavor (whenCanBorrow is {when_borrow}, whenCanPreempt is {when_preempt})",
+            )
+    yield from _fair_sharing_issues(spec)
+    flavors = {
+        str(_dict(flavor).get("name"))
+        for group in _list(spec.get("resourceGroups"))
+        for flavor in _list(_dict(group).get("flavors"))
+    }
+    checks = _list(_dict(spec.get("admissionChecksStrategy")).get("admissionChecks"))
+    for i, check in enumerate(checks):
+        for j, flavor in enumerate(_list(_dict(check).get("onFlavors"))):
+            if isinstance(flavor, str) and flavor not in flavors:
+                yield (
+                    ("spec", "admissionChecksStrategy", "admissionChecks", i, "onFlavors", j),
+                    f"{_short(flavor)} is not a flavor of this ClusterQueue",
+                )
+
+
+def _resource_flavor_issues(spec: dict[str, Any]) -> Iterator[Issue]:
+    if spec.get("topologyName") is not None and not _dict(spec.get("nodeLabels")):
+        yield ("spec", "nodeLabels"), "at least one nodeLabel is required when topology is set"
+    effects = "supported taint effect values: 'NoSchedule', 'PreferNoSchedule', 'NoExecute'"
+    for i, taint in enumerate(_list(spec.get("nodeTaints"))):
+        effect = _dict(taint).get("effect")
+        if effect is not None and effect not in _TAINT_EFFECTS:
+            yield ("spec", "nodeTaints", i, "effect"), f"{effects}, got {_short(effect)}"
+    for i, toleration in enumerate(_list(spec.get("tolerations"))):
+        toleration, path = _dict(toleration), ("spec", "tolerations", i)
+        operator = toleration.get("operator")
+        if toleration.get("key") is None and operator != "Exists":
+            yield (
+                (*path, "operator"),
+                "operator must be Exists when 'key' is empty, which means 'match all values and all keys'",
+            )
+        if (
+            toleration.get("tolerationSeconds") is not None
+            and toleration.get("effect") != "NoExecute"
+        ):
+            yield (*path, "effect"), "effect must be 'NoExecute' when 'tolerationSeconds' is set"
+        if operator is not None and operator not in ("Equal", "Exists"):
+            yield (
+                (*path, "operator"),
+                f"supported toleration values: 'Equal'(default), 'Exists', got {_short(operator)}",
+            )
+        if operator == "Exists" and toleration.get("value") is not None:
+            yield (*path, "value"), "a value must be empty when 'operator' is 'Exists'"
+        effect = toleration.get("effect")
+        if effect is not None and effect not in _TAINT_EFFECTS:
+            yield (*path, "effect"), f"{effects}, got {_short(effect)}"
+
+
+def _is_integer_resource(name: str) -> bool:
+    """Kubernetes' IsIntegerResourceName: object counts and extended resources."""
+    if name in (
+        "pods",
+        "services",
+        "replicationcontrollers",
+        "resourcequotas",
+        "secrets",
+        "configmaps",
+        "persistentvolumeclaims",
+    ):
+        return True
+    domain = name.split("/", 1)[0] if "/" in name else ""
+    return (
+        bool(domain) and not domain.endswith("kubernetes.io") and not name.startswith("requests.")
+    )
+
+
+def _volcano_queue_issues(obj: Mapping[str, Any], spec: dict[str, Any]) -> Iterator[Issue]:
+    lists: dict[str, tuple[FieldPath, dict[str, Any]]] = {
+        "capability": (("spec", "capability"), _dict(spec.get("capability"))),
+        "deserved": (("spec", "deserved"), _dict(spec.get("deserved"))),
+        "guarantee": (
+            ("spec", "guarantee", "resource"),
+            _dict(_dict(spec.get("guarantee")).get("resource")),
+        ),
+    }
+    amounts: dict[str, dict[str, Decimal]] = {}
+    for label, (path, raw) in lists.items():
+        amounts[label] = {}
+        for resource, value in raw.items():
+            amount = _quantity(value)
+            if amount is None:
+                continue
+            amounts[label][resource] = amount
+            if amount < 0:
+                yield (*path, _Key(resource)), f"must be greater than or equal to 0, got {value}"
+            elif _is_integer_resource(resource) and amount != amount.to_integral_value():
+                yield (*path, _Key(resource)), f"must be an integer, got {value}"
+    for lower, upper, applies in (
+        ("deserved", "capability", bool(lists["capability"][1])),
+        ("guarantee", "capability", bool(lists["capability"][1])),
+        ("guarantee", "deserved", bool(lists["guarantee"][1])),
+    ):
+        if not applies:
+            continue
+        for resource, amount in amounts[lower].items():
+            limit = amounts[upper].get(resource, Decimal(0))
+            if amount > limit:
+                shown = lists[upper][1].get(
+                    resource, f"not set (Volcano counts a resource missing from {upper} as 0)"
+                )
+                yield (
+                    (*lists[lower][0], _Key(resource)),
+                    f"{lower} should less equal than {upper}: {resource} {lower} is "
+                    f"{lists[lower][1][resource]}, {upper} is {shown}",
+                )
+    parent = spec.get("parent")
+    if parent and parent == _dict(obj.get("metadata")).get("name"):
+        yield ("spec", "parent"), "a queue cannot use itself as parent"
+
+
+def _custom_issues(group: str, version: str, kind: str, obj: Mapping[str, Any]) -> Iterator[Issue]:
+    spec = _dict(obj.get("spec"))
+    if group == "kueue.x-k8s.io" and version == PORTAL_KUEUE_VERSION:
+        if kind == "ClusterQueue":
+            yield from _cluster_queue_issues(spec)
+        elif kind == "Cohort":
+            yield from _resource_group_issues(spec, is_cohort=True)
+            yield from _fair_sharing_issues(spec)
+        elif kind == "LocalQueue":
+            if not spec.get("clusterQueue"):
+                yield (
+                    ("spec", "clusterQueue"),
+                    "must be set: a LocalQueue submits its workloads to this ClusterQueue, and "
+                    "the field cannot be changed later",
+                )
+            yield from _fair_sharing_issues(spec)
+        elif kind == "ResourceFlavor":
+            yield from _resource_flavor_issues(spec)
+    elif group == "scheduling.volcano.sh" and kind == "Queue":
+        yield from _volcano_queue_issues(obj, spec)
+
+
+def _core_rule_issues(kind: str, obj: Mapping[str, Any]) -> Iterator[Issue]:
+    if kind == "PriorityClass":
+        value = obj.get("value")
+        name = str(_dict(obj.get("metadata")).get("name", ""))
+        if (
+            isinstance(value, int)
+            and value > _HIGHEST_USER_PRIORITY
+            and not name.startswith("system-")
+        ):
+            yield (
+                ("value",),
+                f"must be at most {_HIGHEST_USER_PRIORITY} for a user-defined PriorityClass, got {value}",
+            )
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def _describe(obj: Mapping[str, Any]) -> str:
+    kind = obj.get("kind") if isinstance(obj.get("kind"), str) and obj.get("kind") else "<no kind>"
+    metadata = _dict(obj.get("metadata"))
+    name = (
+        metadata.get("name")
+        if isinstance(metadata.get("name"), str) and metadata.get("name")
+        else "<no name>"
+    )
+    namespace = metadata.get("namespace")
+    return (
+        f"{kind} {namespace}/{name}"
+        if isinstance(namespace, str) and namespace
+        else f"{kind} {name}"
+    )
+
+
+def _shape_issues(data: Any, path: FieldPath, ancestors: set[int]) -> Iterator[Issue]:
+    """Keys JSON cannot carry, and cycles (a YAML alias inside itself) JSON cannot encode."""
+    if not isinstance(data, dict | list):
+        return
+    if id(data) in ancestors:
+        yield path, "contains itself (a YAML alias cycle): it cannot be sent as JSON"
+        return
+    ancestors.add(id(data))
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if not isinstance(key, str):
+                yield (*path, str(key)), f"the key {key!r} is not a string (JSON keys are strings)"
+            else:
+                yield from _shape_issues(value, (*path, key), ancestors)
+    else:
+        for index, item in enumerate(data):
+            yield from _shape_issues(item, (*path, index), ancestors)
+    ancestors.discard(id(data))
+
+
+def _issues(obj: Mapping[str, Any], kubernetes_version: str) -> Iterator[Issue]:
+    schema_version = core_schema_version(kubernetes_version)
+    if shape := list(_shape_issues(obj, (), set())):
+        yield from shape
+        return
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    if not isinstance(api_version, str) or not api_version:
+        yield ("apiVersion",), "required field is missing"
+    if not isinstance(kind, str) or not kind:
+        yield ("kind",), "required field is missing"
+    if not isinstance(api_version, str) or not api_version or not isinstance(kind, str) or not kind:
+        if not _dict(obj.get("metadata")).get("name"):
+            yield ("metadata", "name"), "required field is missing"
+        return
+    group, version = _split_api_version(api_version)
+    crd_groups = {known_group for known_group, _ in _crd_index()}
+    if group in crd_groups:
+        yield from _crd_issues(obj, group, version, kind, schema_version)
+        return
+    validator = _core_validator(schema_version, api_version, kind)
+    note = _version_note(kubernetes_version, schema_version)
+    if validator is None:
+        yield (
+            (),
+            f"no schema for kind {kind} in {api_version} (Kubernetes {schema_version}): not a "
+            f"built-in kind, and quotas/kube/crds has no CRD for it{note}",
+        )
+        yield from _metadata_issues(obj, kind, None)
+        return
+    for error in validator.iter_errors(obj):
+        yield from _schema_issues(error, kind, note)
+    yield from _metadata_issues(obj, kind, kind not in _CLUSTER_SCOPED_BUILTINS)
+    yield from _core_rule_issues(kind, obj)
+
+
+def _crd_issues(
+    obj: Mapping[str, Any], group: str, version: str, kind: str, schema_version: str
+) -> Iterator[Issue]:
+    crd = find_crd(group, kind)
+    if crd is None:
+        kinds = sorted(
+            known_kind for known_group, known_kind in _crd_index() if known_group == group
+        )
+        yield ("kind",), f"{kind} is not a {group} kind (known: {', '.join(kinds)})"
+        yield from _metadata_issues(obj, kind, None)
+        return
+    versions = {entry["name"]: entry for entry in crd["spec"]["versions"]}
+    served = [name for name, entry in versions.items() if entry.get("served")]
+    entry = versions.get(version)
+    if entry is None or not entry.get("served"):
+        yield (
+            ("apiVersion",),
+            f"{group}/{version} is not served by the {kind} CRD (served: {', '.join(served)}); "
+            f"the portal writes {group}/{_portal_version(crd)}",
+        )
+        yield from _metadata_issues(obj, kind, crd["spec"]["scope"] == "Namespaced")
+        return
+    if entry.get("deprecated"):
+        warning = entry.get("deprecationWarning") or f"{group}/{version} {kind} is deprecated"
+        yield (
+            ("apiVersion",),
+            f'{group}/{version} is deprecated ("{warning}"); the portal writes '
+            f"{group}/{_portal_version(crd)} only",
+        )
+    raw_schema = entry["schema"]["openAPIV3Schema"]
+    pruned = _drop_nulls(dict(obj), raw_schema)
+    for error in _crd_validator(group, version, kind).iter_errors(pruned):
+        yield from _schema_issues(error, kind)
+    metadata = pruned.get("metadata")
+    if isinstance(metadata, dict):
+        for error in _object_meta_validator(schema_version).iter_errors(metadata):
+            for path, reason in _schema_issues(error, kind):
+                yield ("metadata", *path), reason
+    yield from _metadata_issues(pruned, kind, crd["spec"]["scope"] == "Namespaced")
+    yield from _custom_issues(group, version, kind, pruned)
+
+
+def _portal_version(crd: Mapping[str, Any]) -> str:
+    versions = crd["spec"]["versions"]
+    storage = next((v["name"] for v in versions if v.get("storage")), versions[-1]["name"])
+    return str(storage)
+
+
+def validate_object(obj: Mapping[str, Any], *, kubernetes_version: str = "1.33") -> list[str]:
+    """Every problem with one object, as ``"Kind namespace/name: field.path: reason"`` lines;
+    [] when the API server and the webhooks would accept it and nothing would be lost."""
+    if not isinstance(obj, Mapping):
+        return [f"<not an object>: expected a mapping, got {type(obj).__name__}"]
+    obj = obj if isinstance(obj, dict) else dict(obj)
+    described = _describe(obj)
+    messages: list[str] = []
+    for path, reason in _issues(obj, kubernetes_version):
+        text = _join(path)
+        message = f"{described}: {text}: {reason}" if text else f"{described}: {reason}"
+        if message not in messages:
+            messages.append(message)
+    return messages
+
+
+def validate_objects(
+    objs: Iterable[Mapping[str, Any]], *, kubernetes_version: str = "1.33"
+) -> list[str]:
+    """``validate_object`` for each object, plus one error per object repeated in the batch."""
+    messages: list[str] = []
+    seen: dict[tuple[str, str, str, str], int] = {}
+    for position, obj in enumerate(objs):
+        messages.extend(validate_object(obj, kubernetes_version=kubernetes_version))
+        if not isinstance(obj, Mapping):
+            continue
+        metadata = _dict(obj.get("metadata"))
+        group = _split_api_version(str(obj.get("apiVersion", "")))[0]
+        identity = (
+            group,
+            str(obj.get("kind")),
+            str(metadata.get("namespace") or ""),
+            str(metadata.get("name")),
+        )
+        if identity in seen:
+            messages.append(
+                f"{_describe(obj)}: duplicate object: objects {seen[identity]} and {position} "
+                "of this batch have the same kind and name; the second would overwrite the first"
+            )
+        else:
+            seen[identity] = position
+    return messages
