@@ -26,8 +26,9 @@ from typing import Any, Protocol
 
 import yaml
 
+from quotas.kube import compiler
 from quotas.kube.diff import differences, needs_write
-from quotas.kube.resources import KINDS, ORDER, Kind, key_of, kind_of
+from quotas.kube.resources import KINDS, Kind, key_of, kind_of
 from quotas.kube.spec import (
     FIELD_MANAGER,
     LABEL_CLUSTER,
@@ -139,7 +140,7 @@ def _tenant_owned(obj: dict[str, Any]) -> bool:
 
 
 def sort_for_apply(objects: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    return sorted(objects, key=lambda o: (ORDER[(o["apiVersion"], o["kind"])], key_of(o)))
+    return sorted(objects, key=compiler.sort_key)
 
 
 def apply_objects(
@@ -218,22 +219,10 @@ def apply_objects(
 
 def drift(desired: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:
     """The fields a hand edit changed: {path: {"desired": ..., "live": ...}}."""
-    out: dict[str, Any] = {}
-    for path in differences(desired, live):
-        out[path] = {"desired": _at(desired, path), "live": _at(live, path)}
-    return out
-
-
-def _at(obj: Any, path: str) -> Any:
-    current = obj
-    for part in path.strip(".").replace("[", ".[").split("."):
-        if not part:
-            continue
-        try:
-            current = current[int(part[1:-1])] if part.startswith("[") else current[part]
-        except (KeyError, IndexError, TypeError):
-            return None
-    return current
+    return {
+        path: {"desired": want, "live": have}
+        for path, (want, have) in differences(desired, live).items()
+    }
 
 
 # --- the Kubernetes API ---------------------------------------------------------------------

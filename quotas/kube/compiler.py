@@ -19,9 +19,12 @@ Design choices, each one also explained where it is made:
 * Accelerators are denied unless granted: the quota holds ``requests.<gpu resource>: 0`` for
   every GPU/MIG resource of the cluster the tenant has no quota for.
 * The NetworkPolicy denies all traffic except within the tenant's own namespaces and DNS.
+* The LimitRange caps GPUs per container and per pod without giving any pod a GPU: the API
+  server turns a bare ``max`` into a ``default``, so the GPU default is written as 0.
 * PriorityClasses and Kueue WorkloadPriorityClasses form one ladder with the same names and
-  values; Kubernetes has no per-namespace default PriorityClass, so the tenant's default
-  priority is recorded on its namespaces and used by the split quotas' scopes.
+  values; the split quotas are scoped by its classes. Kubernetes has no per-namespace default
+  PriorityClass (and a LocalQueue has no priority), so the tenant's default priority is
+  recorded on its namespaces, for clients and admission policies to apply.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ __all__ = [
     "compile_cluster_wide",
     "compile_tenant",
     "object_key",
+    "quantity",
     "sort_key",
 ]
 
@@ -106,10 +110,7 @@ DERIVED_MAX_GPUS_PER_POD: Final = 8
 DEFAULT_CPU_REQUEST: Final = Decimal("0.1")
 DEFAULT_MEMORY_REQUEST: Final = Decimal(256 * 1024**2)
 
-# Allowed in a PriorityClass-scoped ResourceQuota: compute requests only. The API server
-# refuses storage and object-count keys (persistentvolumeclaims, requests.storage, count/*)
-# under a PriorityClass scope, so those stay in the unscoped quota.
-_MILLI: Final = Decimal("0.001")
+_MILLI: Final = Decimal("0.001")  # the finest cpu amount Kubernetes keeps (1m)
 
 
 @dataclass(frozen=True)
@@ -813,11 +814,17 @@ def _cluster_queue(context: _TenantContext) -> KubeObject:
     borrowingLimit, in a cohort (always: Kueue refuses borrowing and lending limits without
     one), selecting exactly the tenant's namespaces (a null selector selects none and ``{}``
     all, so neither is ever written). One resource group holds every flavor the tenant has
-    quota on, in the cluster's flavor order (Kueue tries them in list order), and each flavor
-    lists every covered resource, as Kueue's CEL rule requires."""
+    quota on and each flavor lists every covered resource, as Kueue's CEL rule requires.
+
+    Kueue tries flavors in list order: CPU flavors come first, so CPU-only work uses CPU nodes
+    before the CPUs of GPU nodes (a GPU or MIG pod cannot fit a CPU flavor, whose accelerator
+    quota is 0), then the cluster's own order."""
     tenant = context.tenant
     used = {flavor for flavor, _resource in context.items}
-    flavors = [f for f in context.cluster.flavors if f.name in used]
+    flavors = sorted(
+        (flavor for flavor in context.cluster.flavors if flavor.name in used),
+        key=lambda flavor: flavor.kind != "cpu",  # stable: the cluster's order otherwise
+    )
     resource_groups = []
     if flavors:
         covered = _covered_resources(flavors, context)

@@ -40,34 +40,44 @@ def _same_scalar(desired: Any, live: Any) -> bool:
     return False
 
 
-def differences(desired: Any, live: Any, path: str = "") -> list[str]:
-    """Paths where ``live`` does not hold ``desired`` (extra live fields are fine: defaults
-    the server fills in, or fields other managers own). Lists must match element by element."""
+def differences(desired: Any, live: Any) -> dict[str, tuple[Any, Any]]:
+    """Paths where ``live`` does not hold ``desired``, with both values (extra live fields are
+    fine: defaults the server fills in, or fields other managers own). Lists must match
+    element by element."""
+    found: dict[str, tuple[Any, Any]] = {}
+    _walk(desired, live, (), found)
+    return found
+
+
+def _walk(
+    desired: Any, live: Any, path: tuple[str, ...], found: dict[str, tuple[Any, Any]]
+) -> None:
+    shown = "." + ".".join(path)
     if isinstance(desired, dict):
         if not isinstance(live, dict):
-            return [path or "."]
-        found = []
+            found[shown] = (desired, live)
+            return
         for key, value in desired.items():
             if not path and key == "status":
                 continue
-            if path == ".metadata" and key in SERVER_METADATA:
+            if path == ("metadata",) and key in SERVER_METADATA:
                 continue
-            if path == ".metadata.annotations" and key == ANNOTATION_GENERATION:
+            if path == ("metadata", "annotations") and key == ANNOTATION_GENERATION:
                 continue  # the generation an object last changed at, not a reason to write
-            sub = f"{path}.{key}"
             if key not in live:
-                found.append(sub)
+                found["." + ".".join((*path, key))] = (value, None)
             else:
-                found.extend(differences(value, live[key], sub))
-        return found
+                _walk(value, live[key], (*path, key), found)
+        return
     if isinstance(desired, list):
         if not isinstance(live, list) or len(desired) != len(live):
-            return [path]
-        found = []
+            found[shown] = (desired, live)
+            return
         for index, (d, v) in enumerate(zip(desired, live, strict=True)):
-            found.extend(differences(d, v, f"{path}[{index}]"))
-        return found
-    return [] if _same_scalar(desired, live) else [path]
+            _walk(d, v, (*path[:-1], f"{path[-1]}[{index}]") if path else (f"[{index}]",), found)
+        return
+    if not _same_scalar(desired, live):
+        found[shown] = (desired, live)
 
 
 def _desired_paths(obj: Any, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
@@ -120,4 +130,4 @@ def needs_write(desired: dict[str, Any], live: dict[str, Any] | None, manager: s
     """Why ``desired`` must be applied over ``live`` ([] when it need not be)."""
     if live is None:
         return ["missing"]
-    return differences(desired, live) + stale_owned_fields(desired, live, manager)
+    return list(differences(desired, live)) + stale_owned_fields(desired, live, manager)

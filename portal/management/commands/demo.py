@@ -5,14 +5,23 @@ Safe to run twice: what exists is left as it is. The demo users are created only
 
 from __future__ import annotations
 
+import os
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from approvals.services import quota_request_grant, tenant_onboard
-from quotas.choices import CPU_RESOURCE, GPU_RESOURCE, MEMORY_RESOURCE, FlavorKind, mig_resource
+from quotas.choices import (
+    CPU_RESOURCE,
+    GPU_RESOURCE,
+    MEMORY_RESOURCE,
+    FlavorKind,
+    SyncBackend,
+    mig_resource,
+)
 from quotas.models import Cluster, FlavorResource, ResourceFlavor, TierTemplate
 from quotas.services import QuotaItem
 from tenants.choices import MembershipRole
@@ -52,6 +61,17 @@ def _flavor(
     return flavor
 
 
+def _connect(cluster: Cluster, kube_dir: str) -> None:
+    """Point a demo cluster at its stand-in's kubeconfig, or keep its quotas in the portal."""
+    if kube_dir:
+        cluster.backend = SyncBackend.KUBERNETES
+        cluster.kubeconfig_path = str(Path(kube_dir) / f"{cluster.name}.kubeconfig")
+    else:
+        cluster.backend = SyncBackend.NONE
+        cluster.kubeconfig_path = ""
+    cluster.save(update_fields=["backend", "kubeconfig_path"])
+
+
 class Command(BaseCommand):
     help = "Seed demo clusters, flavors, tenants and users (password 'demo'). Idempotent."
 
@@ -73,6 +93,9 @@ class Command(BaseCommand):
                 user.save()
             users[username] = user
 
+        # Each demo cluster is a local API stand-in (devcluster/) when `make run` started them.
+        kube_dir = os.environ.get("DEMO_KUBECONFIG_DIR", "")
+
         # 16 A100-80GB; the seed's own example gives team A a limit of 10 (62.5% of 16), so this
         # cluster's elastic cap is 0.625 instead of the default 0.5 (R19: a per-cluster policy).
         a100, _ = Cluster.objects.get_or_create(
@@ -83,6 +106,7 @@ class Command(BaseCommand):
                 "elastic_cap_fraction": Decimal("0.625"),
             },
         )
+        _connect(a100, kube_dir)
         a100_gpu = _flavor(
             a100,
             "a100-80gb",
@@ -117,8 +141,10 @@ class Command(BaseCommand):
             defaults={
                 "display_name": "Demo H100 cluster (MIG)",
                 "api_server": "http://127.0.0.1:8001",
+                "has_volcano": True,
             },
         )
+        _connect(h100, kube_dir)
         h100_gpu = _flavor(
             h100,
             "h100-80gb",
