@@ -114,6 +114,11 @@ def tenant_push(*, tenant: Tenant, cluster: Cluster, dry_run: bool = False) -> P
     every older one). Records the outcome in ``TenantSync`` (not for a dry run)."""
     generation = _generation(tenant, cluster)
     outcome = PushOutcome(generation=generation)
+    if cluster.backend == SyncBackend.NONE:
+        # Quotas kept in the portal only: the quota set in force is all there is to apply.
+        if not dry_run:
+            _record(tenant, cluster, outcome)
+        return outcome
     try:
         desired = desired_objects(cluster, tenant=tenant)
         errors = validate_objects(desired, kubernetes_version=cluster.kubernetes_version)
@@ -150,7 +155,9 @@ def _record(tenant: Tenant, cluster: Cluster, outcome: PushOutcome) -> TenantSyn
         sync.state = SyncState.IN_SYNC
         sync.applied_generation = max(sync.applied_generation, outcome.generation)
         sync.attempts = 0
-        sync.message = ""
+        sync.message = (
+            "kept in the portal only (backend none)" if cluster.backend == SyncBackend.NONE else ""
+        )
         sync.last_applied_at = now
         SyncOutbox.objects.filter(
             tenant=tenant,

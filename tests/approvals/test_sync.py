@@ -1,0 +1,194 @@
+"""An approved change reaches the cluster (the local API stand-in, over HTTP): the request
+goes approved -> applying -> applied, or failed with the server's message; faults are
+retried; a duplicate delivery does nothing; drift is repaired and audited."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from approvals.choices import RequestStatus
+from approvals.services import (
+    cluster_reconcile,
+    outbox_deliver,
+    quota_request_approve,
+    quota_request_retry,
+)
+from devcluster.runner import Handle, start_in_thread
+from quotas.choices import SyncBackend, SyncState
+from quotas.kube.applier import RetryableError
+from quotas.models import Cluster, SyncOutbox, TenantSync
+from tenants.models import AuditEvent
+from tests.approvals.conftest import file, item
+
+KUBECTL = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "kubectl"
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Handle]:
+    with start_in_thread(kubeconfig_path=tmp_path_factory.mktemp("a100") / "kc") as handle:
+        yield handle
+
+
+@pytest.fixture
+def standin(running: Handle, world: Any) -> Handle:
+    running.reset()
+    Cluster.objects.filter(pk=world.a100.pk).update(
+        backend=SyncBackend.KUBERNETES, kubeconfig_path=str(running.kubeconfig_path)
+    )
+    world.a100.refresh_from_db()
+    return running
+
+
+def kubectl(handle: Handle, *args: str) -> Any:
+    done = subprocess.run(
+        [str(KUBECTL), "--kubeconfig", str(handle.kubeconfig_path), *args, "-o", "json"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(done.stdout)
+
+
+def gpu_quota_in(cq: dict[str, Any]) -> dict[str, Any]:
+    for group in cq["spec"]["resourceGroups"]:
+        for flavor in group["flavors"]:
+            for resource in flavor["resources"]:
+                if flavor["name"] == "a100-80gb" and resource["name"] == "nvidia.com/gpu":
+                    return resource
+    raise AssertionError("no a100 GPU quota in the ClusterQueue")
+
+
+def approved(world: Any, **changes: Any) -> tuple[Any, SyncOutbox]:
+    request = file(world, items=[item(**changes)] if changes else None)
+    quota_request_approve(request=request, approver=world.admin)
+    request.refresh_from_db()
+    row = SyncOutbox.objects.get(
+        tenant=world.team_a, cluster=world.a100, generation=request.applied_generation
+    )
+    return request, row
+
+
+def test_an_approved_change_lands_in_the_cluster_and_the_request_is_applied(world, standin):
+    request, row = approved(world)
+
+    outbox_deliver(outbox_id=row.pk)
+
+    request.refresh_from_db()
+    assert request.status == RequestStatus.APPLIED
+    sync = TenantSync.objects.get(tenant=world.team_a, cluster=world.a100)
+    assert (sync.state, sync.applied_generation) == (SyncState.IN_SYNC, request.applied_generation)
+    row.refresh_from_db()
+    assert row.completed_at is not None
+    cq = kubectl(standin, "get", "clusterqueue", "team-a")
+    assert gpu_quota_in(cq) == {
+        "name": "nvidia.com/gpu",
+        "nominalQuota": "8",
+        "borrowingLimit": "2",
+    }
+    rq = kubectl(standin, "get", "resourcequota", "gpu-portal-quota", "-n", "team-a-training")
+    assert rq["spec"]["hard"]["requests.nvidia.com/gpu"] == "10"
+    actions = list(
+        AuditEvent.objects.filter(object_id=f"#{request.pk}").values_list("action", flat=True)
+    )
+    assert "quota_request.applying" in actions and "quota_request.applied" in actions
+
+
+def test_a_duplicate_delivery_writes_nothing(world, standin):
+    _, row = approved(world)
+    outbox_deliver(outbox_id=row.pk)
+    standin.reset_stats()
+
+    assert outbox_deliver(outbox_id=row.pk) is None
+    assert standin.stats()["total"] == 0
+
+
+def test_an_unreachable_cluster_is_retried_and_converges(world, standin):
+    request, row = approved(world)
+    standin.fail_next(None, 503)  # every request fails until cleared
+
+    with pytest.raises(RetryableError):
+        outbox_deliver(outbox_id=row.pk)
+
+    request.refresh_from_db()
+    assert request.status == RequestStatus.APPLYING
+    sync = TenantSync.objects.get(tenant=world.team_a, cluster=world.a100)
+    assert (sync.state, sync.attempts) == (SyncState.APPLYING, 1)
+    row.refresh_from_db()
+    assert row.completed_at is None and "unable to handle" in row.last_error
+
+    standin.clear_faults()
+    outbox_deliver(outbox_id=row.pk)  # the task's retry
+    request.refresh_from_db()
+    assert request.status == RequestStatus.APPLIED
+    assert gpu_quota_in(kubectl(standin, "get", "clusterqueue", "team-a"))["nominalQuota"] == "8"
+
+
+def test_an_object_the_server_refuses_fails_the_request_with_its_message(world, tmp_path, settings):
+    def refuse_cluster_queues(obj: dict[str, Any]) -> list[str]:
+        return ["spec.resourceGroups: refused by policy"] if obj["kind"] == "ClusterQueue" else []
+
+    with start_in_thread(kubeconfig_path=tmp_path / "kc", validator=refuse_cluster_queues) as h:
+        Cluster.objects.filter(pk=world.a100.pk).update(
+            backend=SyncBackend.KUBERNETES, kubeconfig_path=str(h.kubeconfig_path)
+        )
+        request, row = approved(world)
+
+        outbox_deliver(outbox_id=row.pk)
+
+        request.refresh_from_db()
+        assert request.status == RequestStatus.FAILED
+        assert "refused by policy" in request.failure_message
+        sync = TenantSync.objects.get(tenant=world.team_a, cluster=world.a100)
+        assert sync.state == SyncState.FAILED
+        # The other objects went in; the last good ClusterQueue (none here) is untouched.
+        assert kubectl(h, "get", "resourcequota", "-n", "team-a-training")["items"]
+
+    # Fixed (here: a cluster that accepts it), an admin retries.
+    with start_in_thread(kubeconfig_path=tmp_path / "kc2") as fixed:
+        Cluster.objects.filter(pk=world.a100.pk).update(kubeconfig_path=str(fixed.kubeconfig_path))
+        quota_request_retry(request=request, actor=world.admin)
+        row.refresh_from_db()
+        assert row.completed_at is None
+        outbox_deliver(outbox_id=row.pk)
+        request.refresh_from_db()
+        assert request.status == RequestStatus.APPLIED
+
+
+def test_a_hand_edit_is_repaired_by_the_reconcile_and_audited(world, standin):
+    _, row = approved(world)
+    outbox_deliver(outbox_id=row.pk)
+    subprocess.run(
+        [str(KUBECTL), "--kubeconfig", str(standin.kubeconfig_path), "patch", "clusterqueue",
+         "team-a", "--type", "json", "-p",
+         json.dumps([{"op": "replace", "path": "/spec/stopPolicy", "value": "HoldAndDrain"}])],
+        check=True, capture_output=True,
+    )  # fmt: skip
+
+    outcome = cluster_reconcile(cluster_id=world.a100.pk)
+
+    assert outcome is not None and not outcome.error
+    assert [d["object"] for d in outcome.drifted] == ["ClusterQueue team-a"]
+    assert kubectl(standin, "get", "clusterqueue", "team-a")["spec"]["stopPolicy"] == "None"
+    event = AuditEvent.objects.get(action="cluster.drift_repaired")
+    assert event.before == {".spec.stopPolicy": "HoldAndDrain"}
+    assert event.after == {".spec.stopPolicy": "None"}
+    assert event.tenant == world.team_a
+    sync = TenantSync.objects.get(tenant=world.team_a, cluster=world.a100)
+    assert sync.state == SyncState.DRIFTED
+
+
+def test_one_unreachable_cluster_does_not_hold_up_the_others(world, standin):
+    Cluster.objects.filter(pk=world.h100.pk).update(
+        backend=SyncBackend.KUBERNETES, kubeconfig_path="/nonexistent/kubeconfig"
+    )
+    broken = cluster_reconcile(cluster_id=world.h100.pk)
+    fine = cluster_reconcile(cluster_id=world.a100.pk)
+    assert broken is not None and "kubeconfig" in broken.error
+    assert fine is not None and not fine.error and fine.result is not None
+    assert fine.result.created  # every tenant's objects on demo-a100
