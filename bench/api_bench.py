@@ -1,7 +1,9 @@
 """API benchmark (issue 2, "Speed"): gunicorn, 2 workers, PostgreSQL, 500 tenants x 4 flavors.
 
 Drives three GET endpoints with concurrent clients and compares each with the trivial
-authenticated baseline ``/api/v1/me/``; exit status 0 when all reach the target. See README.md."""
+authenticated baseline ``/api/v1/me/``; then 4 concurrent approvers approve 400 pending quota
+requests over HTTP and the result is checked (each approved exactly once). Exit status 0 when
+every GET endpoint reaches the target and every approval succeeded once. See README.md."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import argparse
 import http.client
 import json
 import os
+import queue
 import random
 import secrets
 import signal
@@ -36,6 +39,10 @@ ENDPOINTS = [
     ("tenants page 50", "/api/v1/tenants/?page_size=50"),
     ("tenant quotas", "/api/v1/tenants/{slug}/quotas/"),
 ]
+# The approvals case: requests counted, approved first to warm the workers up (not counted),
+# one more approved in this process to count its SQL queries; concurrent approvers.
+APPROVALS, APPROVAL_WARMUP, APPROVERS = 400, 20, 4
+APPROVE_PATH = "/api/v1/quota-requests/{pk}/approve/"
 COLUMNS = "{endpoint:<16} {requests:>8} {errors:>6} {rps:>7} {p50_ms:>7} {p99_ms:>7} {ratio:>6} {target:>7} {result:>6}"
 
 
@@ -169,17 +176,162 @@ def drive(port: int, token: str, path: str, slugs: list[str], clients: int, seco
     tally.seconds += time.perf_counter() - started
 
 
-def summarize(endpoint: str, tally: Tally, baseline_rps: float | None) -> dict[str, Any]:
-    """A row of the table and of the JSON report; no ``baseline_rps`` for the baseline."""
+# --- approvals: concurrent approvers over HTTP, each request approved exactly once ------------
+
+
+@dataclass
+class ApprovalRun:
+    tokens: list[str]  # one per approver, each a platform admin of its own
+    warmup: list[int]  # request ids approved first, not counted
+    measured: list[int]  # request ids approved and counted
+    all_ids: list[int]  # every seeded request, checked at the end
+    queries: int  # SQL queries of one approval, counted in this process
+
+
+def seed_approvals(count: int, warmup: int, approvers: int) -> ApprovalRun:
+    """In this process, after ``seed()``: ``approvers`` more platform admins with API tokens and
+    ``count + warmup + 1`` pending requests, each filed through the services by a lead of its
+    own (distinct) tenant: the A100 guarantee 4 -> 5 and limit 6 -> 7, an increase of 1 GPU
+    unit, under the policy's 8 units and 25% of capacity, so one approval applies it. The last
+    one is approved here with Django's test client, counting its SQL queries."""
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from approvals.choices import RequestStatus
+    from approvals.services import quota_request_create, request_items_parse
+    from quotas.choices import GPU_RESOURCE
+    from quotas.models import Cluster
+    from tenants.choices import MembershipRole
+    from tenants.models import Tenant, User
+    from tenants.services import api_token_create, membership_set
+
+    total = count + warmup + 1
+    # Past the bench lead's 50 tenants, so that the GET endpoints' answers stay as they were.
+    tenants = list(Tenant.objects.order_by("slug")[LEAD_TENANTS : LEAD_TENANTS + total])
+    if len(tenants) < total:
+        raise RuntimeError(f"--approvals {count}: only {TENANTS - LEAD_TENANTS - warmup - 1} fit")
+    admin = User.objects.get(username="bench-admin")
+    cluster = Cluster.objects.get(name="bench")
+    names = [f"bench-approver-{i}" for i in range(approvers)]
+    users = [User.objects.create_user(name, is_platform_admin=True) for name in names]
+    tokens = [api_token_create(user=user, name="bench")[1] for user in users]
+    raw = [{"flavor": "a100-80gb", "resource": GPU_RESOURCE, "guaranteed": 5, "limit": 7}]
+    ids = []
+    for tenant in tenants:
+        lead = User.objects.create_user(f"lead-of-{tenant.slug}")
+        membership_set(tenant=tenant, user=lead, role=MembershipRole.LEAD, actor=admin)
+        request = quota_request_create(
+            tenant=tenant, cluster=cluster, requester=lead, reason="bench: one more A100",
+            items=request_items_parse(cluster=cluster, raw_items=raw), submit=True,
+        )  # fmt: skip
+        request.refresh_from_db()  # submitting worked on its own copy
+        if request.status != RequestStatus.PENDING or request.required_approvals != 1:
+            raise RuntimeError(f"request #{request.pk}: {request.status}, "
+                               f"{request.required_approvals} approvals needed, not 1")  # fmt: skip
+        ids.append(request.pk)
+
+    client = Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION=f"Token {tokens[0]}")
+    client.get("/api/v1/me/")  # the token's first use is recorded: a write, not counted
+    with CaptureQueriesContext(connection) as ctx:
+        response = client.post(APPROVE_PATH.format(pk=ids[-1]), {}, content_type="application/json")
+    if response.status_code != 200 or response.json()["status"] != RequestStatus.APPROVED:
+        raise RuntimeError(f"POST {APPROVE_PATH.format(pk=ids[-1])}: {response.status_code} "
+                           f"{response.content[:300]!r}")  # fmt: skip
+    connection.close()
+    return ApprovalRun(tokens, ids[:warmup], ids[warmup:-1], ids, len(ctx.captured_queries))
+
+
+def drive_approvals(port: int, tokens: list[str], ids: list[int], tally: Tally) -> None:
+    """One thread per token, each with its own connection, takes request ids from a shared
+    queue and POSTs their approval until none is left: each request is posted once."""
+    todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for pk in ids:
+        todo.put(pk)
+
+    def approver(token: str) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+        while True:
+            try:
+                pk = todo.get_nowait()
+            except queue.Empty:
+                break
+            url = APPROVE_PATH.format(pk=pk)
+            start = time.perf_counter()
+            try:
+                conn.request("POST", url, body=b"{}", headers=headers)
+                response = conn.getresponse()
+                body = response.read()
+                if response.status != 200:
+                    tally.errors.append(f"POST {url}: HTTP {response.status} {body[:300]!r}")
+            except (OSError, http.client.HTTPException) as exc:
+                tally.errors.append(f"POST {url}: {exc!r}")
+                conn.close()
+            tally.latencies.append(time.perf_counter() - start)
+        conn.close()
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(len(tokens)) as pool:
+        list(pool.map(approver, tokens))  # re-raises an approver's exception
+    tally.seconds += time.perf_counter() - started
+
+
+def check_approvals(ids: list[int]) -> dict[str, Any]:
+    """Every request ended approved exactly once: approved at a generation, one decision (an
+    approval), and one outbox row for its tenant and cluster, at that generation."""
+    from django.db import connection
+    from django.db.models import Count, Q
+
+    from approvals.choices import DecisionKind, RequestStatus
+    from approvals.models import QuotaChangeRequest
+    from quotas.models import SyncOutbox
+
+    rows = list(
+        QuotaChangeRequest.objects.filter(pk__in=ids)
+        .annotate(
+            decided=Count("decisions"),
+            approved=Count("decisions", filter=Q(decisions__decision=DecisionKind.APPROVE)),
+        )
+        .values_list(
+            "tenant_id", "cluster_id", "status", "applied_generation", "decided", "approved"
+        )
+    )
+    outbox: dict[tuple[int, int], list[int]] = {}
+    for tenant_id, cluster_id, generation in SyncOutbox.objects.filter(
+        tenant_id__in={row[0] for row in rows}
+    ).values_list("tenant_id", "cluster_id", "generation"):
+        outbox.setdefault((tenant_id, cluster_id), []).append(generation)
+    connection.close()
+    result = {
+        "requests": len(ids),
+        "approved": sum(r[2] == RequestStatus.APPROVED and r[3] is not None for r in rows),
+        "decisions": sum(r[4] for r in rows),
+        "one_approval_each": sum(r[4] == r[5] == 1 for r in rows),
+        "outbox_rows": sum(len(generations) for generations in outbox.values()),
+        "one_outbox_row_each": sum(outbox.get((r[0], r[1])) == [r[3]] for r in rows),
+    }
+    result["ok"] = len(rows) == len(ids) and all(
+        result[k] == len(ids) for k in ("approved", "decisions", "one_approval_each",
+                                        "outbox_rows", "one_outbox_row_each")
+    )  # fmt: skip
+    return result
+
+
+def summarize(endpoint: str, tally: Tally, baseline_rps: float | None,
+              target: float | None = TARGET) -> dict[str, Any]:  # fmt: skip
+    """A row of the table and of the JSON report; no ``baseline_rps`` for the baseline, no
+    ``target`` for a case that is reported against the baseline without one."""
     lat = sorted(tally.latencies) or [0.0]
     p50, p99 = (lat[min(len(lat) - 1, int(p * len(lat)))] * 1000 for p in (0.5, 0.99))
     rps = len(tally.latencies) / tally.seconds
     ratio = rps / baseline_rps if baseline_rps else 1.0
-    passed = not tally.errors and (baseline_rps is None or ratio >= TARGET)
+    has_target = baseline_rps is not None and target is not None
+    passed = not tally.errors and (not has_target or ratio >= (target or 0))
     return {
         "endpoint": endpoint, "requests": len(tally.latencies), "errors": len(tally.errors),
         "rps": round(rps, 1), "p50_ms": round(p50, 1), "p99_ms": round(p99, 1),
-        "ratio": round(ratio, 2), "target": "-" if baseline_rps is None else f">= {TARGET}",
+        "ratio": round(ratio, 2), "target": f">= {target}" if has_target else "-",
         "result": "PASS" if passed else "FAIL",
         "first_error": tally.errors[0] if tally.errors else "",
     }  # fmt: skip
@@ -238,6 +390,13 @@ def measure(args: argparse.Namespace, tmp: str) -> tuple[list[dict[str, Any]], d
     print(f"seeded in {time.perf_counter() - started:.1f} s; SQL queries per request:")
     for user, counts in queries.items():
         print(f"  {user:12} " + ", ".join(f"{k}: {v}" for k, v in counts.items()))
+    run = None
+    if args.approvals:
+        started = time.perf_counter()
+        run = seed_approvals(args.approvals, APPROVAL_WARMUP, args.approvers)
+        print(f"filed {len(run.all_ids)} pending requests (one approval each) through the "
+              f"services in {time.perf_counter() - started:.1f} s; "
+              f"SQL queries per approval: {run.queries}")  # fmt: skip
 
     server, port = start_gunicorn(env, Path(tmp) / "gunicorn.log")
     try:
@@ -251,6 +410,12 @@ def measure(args: argparse.Namespace, tmp: str) -> tuple[list[dict[str, Any]], d
                 tally = Tally() if round_ < 0 else tallies[name]
                 drive(port, token, path, slugs, args.clients, seconds, tally)
         client_cpu = round((time.process_time() - cpu) / (time.perf_counter() - started), 2)
+        approvals = Tally()
+        if run is not None:
+            print(f"approvals: {len(run.tokens)} approvers (platform admins, a token each), "
+                  f"{len(run.warmup)} warm-up approvals, then {len(run.measured)} counted.")  # fmt: skip
+            drive_approvals(port, run.tokens, run.warmup, Tally())
+            drive_approvals(port, run.tokens, run.measured, approvals)
     finally:
         server.terminate()  # graceful: the workers finish their request and exit
         server.wait()
@@ -258,7 +423,32 @@ def measure(args: argparse.Namespace, tmp: str) -> tuple[list[dict[str, Any]], d
     base = tallies[ENDPOINTS[0][0]]
     base_rps = len(base.latencies) / base.seconds
     rows = [summarize(name, t, None if t is base else base_rps) for name, t in tallies.items()]
-    return rows, {"sql_queries_per_request": queries, "client_cpu_cores": client_cpu}
+    extra: dict[str, Any] = {"sql_queries_per_request": queries, "client_cpu_cores": client_cpu}
+    if run is not None:
+        row, check = approval_summary(run, approvals, base_rps)
+        rows.append(row)
+        extra["approvals"] = {"sql_queries_per_approval": run.queries, "check": check}
+    return rows, extra
+
+
+def approval_summary(
+    run: ApprovalRun, tally: Tally, base_rps: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The approvals' row: approvals/s against the baseline's req/s (no target), failing when
+    a request was not approved exactly once."""
+    check = check_approvals(run.all_ids)
+    row = summarize(f"approvals x{len(run.tokens)}", tally, base_rps, target=None)
+    print(f"approvals: {len(tally.latencies) - len(tally.errors)} in {tally.seconds:.1f} s = "
+          f"{row['rps']} approvals/s; baseline /me/ {base_rps:.1f} req/s; ratio {row['ratio']}")  # fmt: skip
+    print(f"approvals check ({'OK' if check['ok'] else 'FAILED'}): {check['approved']} of "
+          f"{check['requests']} requests approved; {check['decisions']} decisions, "
+          f"{check['one_approval_each']} with exactly one approval; {check['outbox_rows']} "
+          f"outbox rows, {check['one_outbox_row_each']} with exactly one at the approved "
+          "generation\n")  # fmt: skip
+    if not check["ok"]:
+        row["result"] = "FAIL"
+        row["first_error"] = row["first_error"] or f"not approved exactly once: {check}"
+    return row, check
 
 
 def main() -> int:
@@ -271,7 +461,13 @@ def main() -> int:
     add("--rounds", type=int, default=5, help="interleaved slices of --seconds (default 5)")
     add("--warmup", type=float, default=2, help="per endpoint, not counted (default 2)")
     add("--clients", type=int, default=8, help="concurrent client threads (default 8)")
+    add("--approvals", type=int, default=APPROVALS,
+        help=f"pending requests approved over HTTP, counted (default {APPROVALS}; 0 skips)")  # fmt: skip
+    add("--approvers", type=int, default=APPROVERS,
+        help=f"concurrent approvers, each a platform admin (default {APPROVERS})")  # fmt: skip
     args = parser.parse_args()
+    if args.approvals < 0 or args.approvers < 1:
+        parser.error("--approvals must be 0 or more and --approvers 1 or more")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the finally blocks run
 
     with tempfile.TemporaryDirectory(prefix="portal-bench-") as tmp:

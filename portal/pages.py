@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from portal import views, views_requests
+from portal import views, views_inbox, views_requests
 
 app_name = "portal"
 urlpatterns = [
@@ -20,6 +20,9 @@ urlpatterns = [
     path("requests/<int:pk>/cancel/", views_requests.request_cancel, name="request-cancel"),
     path("requests/<int:pk>/approve/", views_requests.request_approve, name="request-approve"),
     path("requests/<int:pk>/reject/", views_requests.request_reject, name="request-reject"),
+    path("inbox/", views_inbox.inbox, name="inbox"),
+    path("inbox/read/", views_inbox.inbox_mark_all_read, name="inbox-read-all"),
+    path("inbox/<int:pk>/read/", views_inbox.inbox_mark_read, name="inbox-read"),
     path("console/", views.admin_console, name="console"),
     path("console/approvals/", views_requests.approvals_queue, name="approvals-queue"),
 ]

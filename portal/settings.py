@@ -80,6 +80,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "portal.context_processors.inbox",  # the header's unread count, lazily
             ],
         },
     },
@@ -137,6 +138,8 @@ if TESTING:
     if not REDIS_URL:
         CELERY_BROKER_URL = "memory://"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+# The queue cluster pushes go to (empty: the default queue). Tests with a real worker set it.
+SYNC_QUEUE = env_str("SYNC_QUEUE", "")
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -111,5 +111,14 @@ def notifications_for_user(*, user: User) -> QuerySet[Notification]:
     return Notification.objects.filter(user=user).order_by("-created_at", "-id")
 
 
+def notification_get_for_user(*, user: User, pk: int) -> Notification:
+    """One of the user's own notifications, or NotFound (404): another user's answers the same
+    as one that does not exist."""
+    notification = notifications_for_user(user=user).filter(pk=pk).first()
+    if notification is None:
+        raise NotFound("No such notification, or it is not yours.")
+    return notification
+
+
 def unread_notification_count(*, user: User) -> int:
     return Notification.objects.filter(user=user, read_at__isnull=True).count()

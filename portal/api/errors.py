@@ -17,15 +17,21 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from portal.errors import ApplicationError
 
 
+def _field_name(prefix: str, key: object) -> str:
+    """A nested field's path as the services name it: ``items[0].limit``. DRF reports a list's
+    errors (nested serializers with ``many=True``, ``ListField``) as ``{index: errors}`` with
+    int keys; a dict's keys (``DictField``, from JSON) are strings and join with a dot."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return f"{prefix}[{key}]"
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
 def _flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
-    """Turn DRF's nested error detail into {"items[0].limit": ["..."]}."""
+    """Turn DRF's nested error detail into {"items[0].limit": ["..."]}, for every endpoint."""
     out: dict[str, list[str]] = {}
     if isinstance(detail, dict):
         for key, value in detail.items():
-            name = f"{prefix}.{key}" if prefix else str(key)
-            if key == "non_field_errors" and not prefix:
-                name = "non_field_errors"
-            out.update(_flatten(value, name))
+            out.update(_flatten(value, _field_name(prefix, key)))
     elif isinstance(detail, list) and detail and all(isinstance(d, dict | list) for d in detail):
         for index, value in enumerate(detail):
             out.update(_flatten(value, f"{prefix}[{index}]"))
