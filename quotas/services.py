@@ -11,6 +11,7 @@ from decimal import ROUND_FLOOR, Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -466,7 +467,7 @@ def enqueue_outbox(outbox_id: int) -> None:
     from portal.celery import app
 
     try:
-        app.send_task(DELIVER_OUTBOX_TASK, args=[outbox_id])
+        app.send_task(DELIVER_OUTBOX_TASK, args=[outbox_id], queue=settings.SYNC_QUEUE or None)
     except Exception:
         logger.warning(
             "outbox %s not enqueued now; the sweep will send it", outbox_id, exc_info=True
