@@ -7,6 +7,7 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 from approvals.choices import DecisionKind
 from approvals.models import ApprovalDecision, QuotaChangeItem, QuotaChangeRequest
 from portal.errors import NotFound
+from quotas.models import TenantSync
 from tenants.models import AuditEvent, Tenant, User
 
 
@@ -39,3 +40,10 @@ def quota_request_timeline(*, request: QuotaChangeRequest) -> QuerySet[AuditEven
     return AuditEvent.objects.filter(
         tenant_id=request.tenant_id, object_id=f"#{request.pk}"
     ).order_by("created_at", "id")
+
+
+def quota_request_push(*, request: QuotaChangeRequest) -> TenantSync | None:
+    """Where the request's tenant stands on its cluster (the push's state and attempts)."""
+    return TenantSync.objects.filter(
+        tenant_id=request.tenant_id, cluster_id=request.cluster_id
+    ).first()

@@ -30,6 +30,7 @@ from portal.errors import (
 from quotas import sync
 from quotas.choices import FlavorKind, SyncBackend
 from quotas.kube.applier import RetryableError
+from quotas.kube.spec import QuotaItem as KubeQuotaItem
 from quotas.models import (
     Cluster,
     FlavorResource,
@@ -925,3 +926,18 @@ def cluster_reconcile(*, cluster_id: int) -> sync.PushOutcome | None:
     if outcome.error:
         logger.warning("reconcile of %s failed: %s", cluster.name, outcome.error)
     return outcome
+
+
+def quota_request_dry_run(*, request: QuotaChangeRequest, server: bool = True) -> sync.DryRun:
+    """What approving ``request`` would change in the cluster, object by object (computed
+    from the compiler), and the cluster's own verdict from a server-side dry run."""
+    return sync.change_dry_run(
+        tenant=request.tenant,
+        cluster=request.cluster,
+        items=[
+            KubeQuotaItem(i.flavor.name, i.resource, i.guaranteed, i.limit, i.lending_limit)
+            for i in request.items.select_related("flavor")
+        ],
+        scheduling=_request_scheduling(request),
+        server=server,
+    )

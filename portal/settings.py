@@ -244,6 +244,10 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "ENUM_NAME_OVERRIDES": {
+        "TenantStateEnum": "tenants.choices.TenantState",
+        "SyncStateEnum": "quotas.choices.SyncState",
+    },
 }
 
 LOGGING = {

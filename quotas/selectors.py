@@ -6,11 +6,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from django.db.models import Prefetch, QuerySet, Sum
 
 from quotas.choices import is_gpu_resource
-from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor, TierTemplate
+from quotas.models import (
+    Cluster,
+    FlavorResource,
+    Quota,
+    QuotaSet,
+    ResourceFlavor,
+    TenantSync,
+    TierTemplate,
+)
 from tenants.models import Tenant
 
 
@@ -163,4 +172,24 @@ def cluster_allocations(*, cluster: Cluster) -> list[FlavorAllocation]:
         for fr in FlavorResource.objects.filter(flavor__cluster=cluster)
         .select_related("flavor")
         .order_by("flavor__name", "resource")
+    ]
+
+
+@dataclass
+class TenantSyncRow:
+    cluster: Cluster
+    generation: int
+    sync: TenantSync | None
+    in_cluster: Any = None
+
+
+def tenant_sync_rows(*, tenant: Tenant) -> list[TenantSyncRow]:
+    """One row per cluster the tenant has quotas on: the generation in force and the push's
+    state (two queries)."""
+    syncs = {s.cluster_id: s for s in TenantSync.objects.filter(tenant=tenant)}
+    return [
+        TenantSyncRow(qs.cluster, qs.generation, syncs.get(qs.cluster_id))
+        for qs in QuotaSet.objects.filter(tenant=tenant)
+        .select_related("cluster")
+        .order_by("cluster__name")
     ]

@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone

@@ -9,10 +9,12 @@ the approvals app's business (``approvals.services.outbox_deliver``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -23,14 +25,20 @@ from quotas.kube.applier import (
     ApplyError,
     ApplyResult,
     Backend,
+    Change,
     KubernetesBackend,
     ManifestsBackend,
     RetryableError,
     Scope,
     apply_objects,
 )
+from quotas.kube.applier import (
+    sort_for_apply as apply_sort,
+)
+from quotas.kube.diff import differences
 from quotas.kube.load import cluster_spec, tenant_specs
-from quotas.kube.spec import LABEL_TENANT
+from quotas.kube.resources import BY_TYPE, KUEUE, Kind
+from quotas.kube.spec import LABEL_TENANT, NamespaceSpec, QuotaItem, TenantSpec
 from quotas.kube.validate import validate_objects
 from quotas.models import Cluster, QuotaSet, SyncOutbox, TenantSync
 from tenants.models import Tenant
@@ -258,3 +266,171 @@ def outbox_claim(*, outbox_id: int) -> SyncOutbox | None:
     if not updated:
         return None
     return SyncOutbox.objects.select_related("tenant", "cluster").get(pk=outbox_id)
+
+
+# --- reading: what the portal owns, what a change would do, what the cluster says -----------
+
+
+def tenant_manifests(*, tenant: Tenant, cluster: Cluster) -> str:
+    """The YAML the portal owns for ``tenant`` on ``cluster`` (its objects and the
+    cluster-wide objects they need), in apply order: what a GitOps repository would hold."""
+    objects = apply_sort(desired_objects(cluster, tenant=tenant))
+    return yaml.safe_dump_all(objects, sort_keys=True, default_flow_style=False)
+
+
+@dataclass(frozen=True)
+class ObjectDiff:
+    object: str
+    change: str  # "created" | "changed" | "deleted"
+    fields: dict[str, dict[str, Any]]
+
+
+def object_diff(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[ObjectDiff]:
+    """Object by object, what ``after`` changes against ``before`` (the generation annotation
+    aside): the offline dry run of a change (R21)."""
+    old = {compiler.object_key(o): o for o in before}
+    new = {compiler.object_key(o): o for o in after}
+    diffs = []
+    for key in sorted(old.keys() | new.keys(), key=lambda k: (compiler_order(k), k)):
+        shown = Change(key).describe()
+        if key not in old:
+            diffs.append(ObjectDiff(shown, "created", {}))
+        elif key not in new:
+            diffs.append(ObjectDiff(shown, "deleted", {}))
+        else:
+            fields = {
+                path: {"before": have, "after": want}
+                for path, (want, have) in differences(new[key], old[key]).items()
+            }
+            fields.update(
+                {
+                    path: {"before": have, "after": None}
+                    for path, (have, _) in differences(old[key], new[key]).items()
+                    if path not in fields
+                }
+            )
+            if fields:
+                diffs.append(ObjectDiff(shown, "changed", fields))
+    return diffs
+
+
+def compiler_order(key: tuple[str, str, str, str]) -> int:
+    return compiler.apply_order({"apiVersion": key[0], "kind": key[1], "metadata": {}})
+
+
+@dataclass
+class DryRun:
+    objects: list[ObjectDiff]
+    server_checked: bool = False
+    server_errors: list[str] = field(default_factory=list)
+    server_message: str = ""
+
+
+def change_dry_run(
+    *,
+    tenant: Tenant,
+    cluster: Cluster,
+    items: list[QuotaItem],
+    scheduling: dict[str, Any],
+    server: bool = True,
+) -> DryRun:
+    """What approving a change would do in the cluster: the object-level diff computed from
+    the compiler (quotas in force -> quotas with ``items`` replacing their lines), and, where
+    the backend is a Kubernetes API, its server-side dry run (``dryRun=All``) of the objects
+    that would be written."""
+    spec = cluster_spec(cluster)
+    current = tenant_specs(cluster, tenant_ids=[tenant.pk])
+    base = current[0] if current else TenantSpec(slug=tenant.slug, generation=0, namespaces=())
+    if not current:
+        base = dataclasses.replace(base, namespaces=_namespaces(tenant))
+    merged = {(q.flavor, q.resource): q for q in base.quotas}
+    merged.update({(q.flavor, q.resource): q for q in items})
+    proposed = dataclasses.replace(
+        base,
+        generation=base.generation + 1,
+        quotas=tuple(sorted(merged.values(), key=lambda q: (q.flavor, q.resource))),
+        **{k: v for k, v in scheduling.items() if v is not None},
+    )
+    before = compiler.compile_tenant(spec, base) if current else []
+    after = compiler.compile_tenant(spec, proposed)
+    result = DryRun(object_diff(before, after))
+    if not server or cluster.backend != SyncBackend.KUBERNETES:
+        result.server_message = f"no Kubernetes API to ask (backend {cluster.backend})"
+        return result
+    errors = validate_objects(after, kubernetes_version=cluster.kubernetes_version)
+    if errors:
+        result.server_errors = errors
+        return result
+    try:
+        backend = backend_for(cluster)
+        try:
+            applied = apply_objects(
+                backend, after, Scope(cluster.name, tenant=tenant.slug, prune=False), dry_run=True
+            )
+        finally:
+            _close(backend)
+    except ApplyError as exc:
+        result.server_message = f"the cluster could not be asked: {exc.message}"
+        return result
+    result.server_checked = True
+    result.server_errors = [f"{Change(k).describe()}: {m}" for k, m in applied.failed]
+    return result
+
+
+def _namespaces(tenant: Tenant) -> tuple[NamespaceSpec, ...]:
+    return tuple(NamespaceSpec(ns.name, ns.purpose) for ns in tenant.namespaces.order_by("name"))
+
+
+@dataclass
+class InCluster:
+    """What the cluster says about a tenant: ResourceQuota use and ClusterQueue status
+    (admitted / pending workloads, use and borrowing per flavor). The usage issue stores it."""
+
+    reachable: bool
+    message: str = ""
+    resource_quotas: list[dict[str, Any]] = field(default_factory=list)
+    cluster_queue: dict[str, Any] | None = None
+
+
+def resource_kind(api_version: str, kind: str) -> Kind:
+    return BY_TYPE[(api_version, kind)]
+
+
+def in_cluster(*, tenant: Tenant, cluster: Cluster) -> InCluster:
+    if cluster.backend != SyncBackend.KUBERNETES:
+        return InCluster(False, f"no Kubernetes API to read (backend {cluster.backend})")
+    selector = Scope(cluster.name, tenant=tenant.slug).selectors([])[0]
+    try:
+        backend = backend_for(cluster)
+        try:
+            quotas = backend.list_owned(resource_kind("v1", "ResourceQuota"), selector)
+            queues = (
+                backend.list_owned(resource_kind(KUEUE, "ClusterQueue"), selector)
+                if cluster.has_kueue
+                else []
+            )
+        finally:
+            _close(backend)
+    except ApplyError as exc:
+        return InCluster(False, exc.message)
+    out = InCluster(True)
+    for rq in sorted(quotas, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"])):
+        status = rq.get("status") or {}
+        out.resource_quotas.append(
+            {
+                "namespace": rq["metadata"]["namespace"],
+                "name": rq["metadata"]["name"],
+                "hard": (rq.get("spec") or {}).get("hard") or {},
+                "used": status.get("used") or {},
+            }
+        )
+    if queues:
+        status = queues[0].get("status") or {}
+        out.cluster_queue = {
+            "name": queues[0]["metadata"]["name"],
+            "pending_workloads": status.get("pendingWorkloads", 0),
+            "admitted_workloads": status.get("admittedWorkloads", 0),
+            "reserving_workloads": status.get("reservingWorkloads", 0),
+            "flavors_usage": status.get("flavorsUsage") or [],
+        }
+    return out

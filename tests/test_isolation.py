@@ -40,7 +40,13 @@ class Route:
     def url(self, *, tenant: str, member: str) -> str:
         """A concrete URL; a parameter this does not know fails here, so that a new kind of
         route gets a sample value rather than being skipped."""
-        samples = {"tenant_slug": tenant, "slug": tenant, "username": member, "format": "json"}
+        samples = {
+            "tenant_slug": tenant,
+            "slug": tenant,
+            "username": member,
+            "cluster": "demo-a100",
+            "format": "json",
+        }
         url = re.sub(r"\(\?P<(\w+)>(?:\[[^\]]*\]|[^)])*\)", lambda m: samples[m[1]], self.route)
         url = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: samples[m[1]], url)
         url = "/" + url.replace("^", "").replace("$", "")
@@ -103,6 +109,7 @@ def test_every_tenant_route_in_the_openapi_document_is_tested():
         path.replace("{tenant_slug}", "team-a")
         .replace("{slug}", "team-a")
         .replace("{username}", "alice")
+        .replace("{cluster}", "demo-a100")
         for path in schema["paths"]
         if "{tenant_slug}" in path or "{slug}" in path
     }

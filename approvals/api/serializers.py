@@ -17,9 +17,11 @@ from approvals.choices import DecisionKind, RequestStatus
 from approvals.models import QuotaChangeRequest
 from approvals.services import DiffLine, RequestCheck
 from portal.api.serializers import StrictInputSerializer, utc_iso
-from quotas.api.serializers import QuantityInput, UnitsField
+from quotas.api.serializers import PushOutput, QuantityInput, UnitsField, push_representation
 from quotas.choices import STORAGE_RESOURCE
+from quotas.models import TenantSync
 from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
+from quotas.sync import DryRun
 from tenants.choices import AuditSource
 from tenants.models import AuditEvent
 
@@ -257,6 +259,44 @@ class TimelineEventOutput(serializers.Serializer):
     after = serializers.JSONField(allow_null=True)
 
 
+class FieldChangeOutput(serializers.Serializer):
+    before = serializers.JSONField(allow_null=True)
+    after = serializers.JSONField(allow_null=True)
+
+
+class ObjectDiffOutput(serializers.Serializer):
+    object = serializers.CharField(help_text='"Kind namespace/name".')
+    change = serializers.ChoiceField(choices=["created", "changed", "deleted"])
+    # "fields" shadows Serializer.fields for mypy only: DRF's metaclass pops declared fields.
+    fields = serializers.DictField(  # type: ignore[assignment]
+        child=FieldChangeOutput(), help_text="Field path -> before and after."
+    )
+
+
+class DryRunOutput(serializers.Serializer):
+    """What approving the request would change in the cluster (R21)."""
+
+    objects = ObjectDiffOutput(many=True, help_text="Computed offline from the compiler.")
+    server_checked = serializers.BooleanField(
+        help_text="Whether the cluster's API server dry-ran the writes (dryRun=All)."
+    )
+    server_errors = serializers.ListField(
+        child=serializers.CharField(), help_text="What the cluster would refuse."
+    )
+    server_message = serializers.CharField(help_text="Why the server was not asked, if not.")
+
+    def to_representation(self, dry_run: DryRun) -> dict[str, Any]:
+        return {
+            "objects": [
+                {"object": o.object, "change": o.change, "fields": o.fields}
+                for o in dry_run.objects
+            ],
+            "server_checked": dry_run.server_checked,
+            "server_errors": dry_run.server_errors,
+            "server_message": dry_run.server_message,
+        }
+
+
 class QuotaRequestDetailOutput(QuotaRequestOutput):
     """A change request with what it would do to the quotas in force now, and its history.
     Context: ``check`` (a ``RequestCheck`` of the stored request) and ``timeline`` (its
@@ -270,12 +310,18 @@ class QuotaRequestDetailOutput(QuotaRequestOutput):
     )
     warnings = serializers.ListField(child=serializers.CharField())
     timeline = TimelineEventOutput(many=True)
+    push = PushOutput(
+        allow_null=True,
+        help_text="Where the tenant's quotas on the cluster stand (null before any push).",
+    )
 
     def to_representation(self, request: QuotaChangeRequest) -> dict[str, Any]:
         check: RequestCheck = self.context["check"]
         timeline: Iterable[AuditEvent] = self.context["timeline"]
+        push: TenantSync | None = self.context.get("push")
         return {
             **super().to_representation(request),
+            "push": push_representation(push),
             "diff": diff_representation(check.diff),
             "errors": check.errors,
             "warnings": check.warnings,

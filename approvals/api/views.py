@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from approvals import selectors, services
 from approvals.api.serializers import (
     DecisionInput,
+    DryRunOutput,
     NoInput,
     QuotaRequestDetailOutput,
     QuotaRequestInput,
@@ -107,6 +108,7 @@ def _detail(quota_request: QuotaChangeRequest) -> dict[str, Any]:
     context = {
         "check": services.quota_request_check_stored(request=quota_request),
         "timeline": selectors.quota_request_timeline(request=quota_request),
+        "push": selectors.quota_request_push(request=quota_request),
     }
     return QuotaRequestDetailOutput(quota_request, context=context).data
 
@@ -261,6 +263,25 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         quota_request = self.get_object()
         NoInput(data=request.data).is_valid(raise_exception=True)
         quota_request = services.quota_request_cancel(request=quota_request, actor=caller(request))
+        return Response(self._fresh(quota_request))
+
+    @extend_schema(responses={200: DryRunOutput, 404: ERRORS[404]})
+    @action(detail=True, methods=["get"], url_path="dry-run")
+    def dry_run(self, request: Request, pk: str) -> Response:
+        """What approving the request would change in the cluster, object by object (from the
+        compiler), and the cluster's own verdict from a server-side dry run where the cluster
+        is a Kubernetes API (R21). Changes nothing."""
+        dry_run = services.quota_request_dry_run(request=self.get_object())
+        return Response(DryRunOutput(dry_run).data)
+
+    @extend_schema(request=None, responses={200: QuotaRequestDetailOutput, **ERRORS})
+    @action(detail=True, methods=["post"])
+    def retry(self, request: Request, pk: str) -> Response:
+        """Push a failed request's quotas to the cluster again (platform admins), after the
+        cause was fixed."""
+        quota_request = self.get_object()
+        NoInput(data=request.data).is_valid(raise_exception=True)
+        quota_request = services.quota_request_retry(request=quota_request, actor=caller(request))
         return Response(self._fresh(quota_request))
 
 

@@ -5,7 +5,13 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from approvals.api.views import QuotaRequestViewSet, TenantViewSet
-from quotas.api.views import ClusterViewSet, FlavorViewSet, TenantQuotaViewSet, TierTemplateViewSet
+from quotas.api.views import (
+    ClusterViewSet,
+    FlavorViewSet,
+    TenantQuotaViewSet,
+    TenantSyncViewSet,
+    TierTemplateViewSet,
+)
 from tenants.api.audit import AuditEventViewSet, NotificationViewSet
 from tenants.api.views import (
     ApiTokenViewSet,
@@ -31,6 +37,7 @@ tenant_router.include_root_view = False
 tenant_router.register("namespaces", NamespaceViewSet, basename="tenant-namespace")
 tenant_router.register("members", MembershipViewSet, basename="tenant-member")
 tenant_router.register("quotas", TenantQuotaViewSet, basename="tenant-quota")
+tenant_router.register("sync", TenantSyncViewSet, basename="tenant-sync")
 
 app_name = "api"
 urlpatterns = [

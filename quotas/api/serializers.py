@@ -8,9 +8,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.api.serializers import StrictInputSerializer, utc_iso
-from quotas.models import Cluster, ResourceFlavor, TierTemplate
+from quotas.choices import SyncState
+from quotas.models import Cluster, ResourceFlavor, TenantSync, TierTemplate
 from quotas.quantity import format_quantity
-from quotas.selectors import EffectiveQuotaSet
+from quotas.selectors import EffectiveQuotaSet, TenantSyncRow
 
 
 @extend_schema_field(OpenApiTypes.STR)
@@ -227,3 +228,71 @@ class QuotaSetOutput(serializers.Serializer):
             ],
             "updated_at": utc_iso(qs.updated_at),
         }
+
+
+class PushOutput(serializers.Serializer):
+    """The cluster side of a tenant's quotas on one cluster."""
+
+    state = serializers.ChoiceField(choices=SyncState.choices)
+    applied_generation = serializers.IntegerField(
+        help_text="The quota generation the cluster has (observedGeneration)."
+    )
+    attempts = serializers.IntegerField(help_text="Failed attempts in a row.")
+    message = serializers.CharField(help_text="The cluster's message when it failed.")
+    last_attempt_at = serializers.DateTimeField(allow_null=True)
+    last_applied_at = serializers.DateTimeField(allow_null=True)
+
+
+def push_representation(push: TenantSync | None) -> dict[str, Any] | None:
+    if push is None:
+        return None
+    return {
+        "state": push.state,
+        "applied_generation": push.applied_generation,
+        "attempts": push.attempts,
+        "message": push.message,
+        "last_attempt_at": _time(push.last_attempt_at),
+        "last_applied_at": _time(push.last_applied_at),
+    }
+
+
+class InClusterOutput(serializers.Serializer):
+    reachable = serializers.BooleanField()
+    message = serializers.CharField()
+    resource_quotas = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="Per namespace: name, hard and used (ResourceQuota status).",
+    )
+    cluster_queue = serializers.DictField(
+        allow_null=True,
+        help_text="pending_workloads, admitted_workloads, reserving_workloads, flavors_usage.",
+    )
+
+
+class TenantSyncOutput(serializers.Serializer):
+    cluster = serializers.CharField()
+    generation = serializers.IntegerField(help_text="The quota generation in force.")
+    push = PushOutput(allow_null=True, help_text="Null before the first push.")
+    in_cluster = InClusterOutput(
+        allow_null=True, required=False, help_text="With ?live=true: what the cluster reports."
+    )
+
+    def to_representation(self, row: TenantSyncRow) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "cluster": row.cluster.name,
+            "generation": row.generation,
+            "push": push_representation(row.sync),
+        }
+        if row.in_cluster is not None:
+            ic = row.in_cluster
+            out["in_cluster"] = {
+                "reachable": ic.reachable,
+                "message": ic.message,
+                "resource_quotas": ic.resource_quotas,
+                "cluster_queue": ic.cluster_queue,
+            }
+        return out
+
+
+def _time(value: Any) -> str | None:
+    return utc_iso(value) if value else None

@@ -4,17 +4,21 @@ from typing import Any
 
 from django.shortcuts import get_object_or_404
 from django_filters import rest_framework as filters
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from quotas import selectors, services
+from portal.api.renderers import YamlTextRenderer
+from quotas import selectors, services, sync
 from quotas.api.serializers import (
     ClusterDetailOutput,
     ClusterOutput,
     FlavorOutput,
     QuotaSetOutput,
+    TenantSyncOutput,
     TierTemplateInput,
     TierTemplateOutput,
 )
@@ -96,3 +100,49 @@ class TenantQuotaViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.Gene
         quota_sets = selectors.tenant_effective_quotas(tenant=self.tenant)
         page: list[Any] | None = self.paginate_queryset(quota_sets)  # type: ignore[arg-type]  # any sequence pages
         return self.get_paginated_response(QuotaSetOutput(page, many=True).data)
+
+
+class TenantSyncViewSet(TenantScopedMixin, viewsets.GenericViewSet):
+    """Where a tenant's quotas stand in each cluster: the push's state (in sync, applying with
+    its attempts, failed with the cluster's message, drift repaired), the generation the
+    cluster has, what the cluster reports (``?live=true``: ResourceQuota use, ClusterQueue
+    workloads), and the YAML the portal owns for the tenant."""
+
+    serializer_class = TenantSyncOutput
+    queryset = QuotaSet.objects.none()  # for the schema
+    lookup_field = "cluster"
+    lookup_value_regex = "[a-z0-9-]+"
+    pagination_class = None
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "live", bool, description="Also read what the cluster reports (slower)."
+            )
+        ],
+        responses={200: TenantSyncOutput(many=True)},
+    )
+    def list(self, request: Request, tenant_slug: str) -> Response:
+        live = request.query_params.get("live", "").lower() in ("1", "true", "yes")
+        rows = selectors.tenant_sync_rows(tenant=self.tenant)
+        if live:
+            for row in rows:
+                row.in_cluster = sync.in_cluster(tenant=self.tenant, cluster=row.cluster)
+        return Response(TenantSyncOutput(rows, many=True).data)
+
+    @extend_schema(
+        responses={(200, "application/yaml"): OpenApiTypes.STR, 404: None},
+        description="The objects the portal owns for the tenant on this cluster, as YAML "
+        "(multi-document, apply order): what `kubectl apply -f` or a GitOps repository takes.",
+    )
+    @action(detail=True, methods=["get"], renderer_classes=[YamlTextRenderer])
+    def manifests(self, request: Request, tenant_slug: str, cluster: str) -> Response:
+        target = get_object_or_404(
+            selectors.cluster_list(), name=cluster, quota_sets__tenant=self.tenant
+        )
+        text = sync.tenant_manifests(tenant=self.tenant, cluster=target)
+        response = Response(text, content_type="application/yaml")
+        response["Content-Disposition"] = (
+            f'attachment; filename="{self.tenant.slug}-{target.name}.yaml"'
+        )
+        return response

@@ -192,3 +192,57 @@ def test_one_unreachable_cluster_does_not_hold_up_the_others(world, standin):
     assert broken is not None and "kubeconfig" in broken.error
     assert fine is not None and not fine.error and fine.result is not None
     assert fine.result.created  # every tenant's objects on demo-a100
+
+
+def test_the_dry_run_shows_the_object_diff_and_the_servers_verdict(world, standin, api_as):
+    _, row = approved(world)
+    outbox_deliver(outbox_id=row.pk)  # team-a at 8 / 10 in the cluster
+    pending = file(world, items=[item(guaranteed=9, limit=10)])
+
+    response = api_as(world.alice).get(f"/api/v1/quota-requests/{pending.pk}/dry-run/")
+
+    assert response.status_code == 200, response.json()
+    data = response.json()
+    assert data["server_checked"] is True and data["server_errors"] == []
+    changed = {o["object"]: o for o in data["objects"]}
+    cq = changed["ClusterQueue team-a"]
+    assert cq["change"] == "changed"
+    assert any(f == {"before": "8", "after": "9"} for f in cq["fields"].values())
+    # A dry run writes nothing.
+    assert gpu_quota_in(kubectl(standin, "get", "clusterqueue", "team-a"))["nominalQuota"] == "8"
+    assert api_as(world.bob).get(f"/api/v1/quota-requests/{pending.pk}/dry-run/").status_code == 404
+
+
+def test_the_tenant_sync_api_shows_state_cluster_usage_and_the_yaml(world, standin, api_as):
+    _, row = approved(world)
+    outbox_deliver(outbox_id=row.pk)
+    alice = api_as(world.alice)
+
+    rows = alice.get("/api/v1/tenants/team-a/sync/?live=true").json()
+
+    a100 = next(r for r in rows if r["cluster"] == "demo-a100")
+    assert a100["push"]["state"] == "in_sync"
+    assert a100["push"]["applied_generation"] == a100["generation"]
+    assert a100["in_cluster"]["reachable"] is True
+    assert {q["namespace"] for q in a100["in_cluster"]["resource_quotas"]} == {
+        "team-a-inference",
+        "team-a-training",
+    }
+    yaml_text = alice.get("/api/v1/tenants/team-a/sync/demo-a100/manifests/")
+    assert yaml_text.status_code == 200
+    assert yaml_text["Content-Type"].startswith("application/yaml")
+    assert "kind: ClusterQueue" in yaml_text.content.decode()
+    assert "team-b" not in yaml_text.content.decode()
+    bob = api_as(world.bob)
+    assert bob.get("/api/v1/tenants/team-a/sync/").status_code == 404
+    assert bob.get("/api/v1/tenants/team-a/sync/demo-a100/manifests/").status_code == 404
+
+
+def test_only_admins_retry_and_only_failed_pushes(world, standin, api_as):
+    request, row = approved(world)
+    outbox_deliver(outbox_id=row.pk)
+    url = f"/api/v1/quota-requests/{request.pk}/retry/"
+    assert api_as(world.alice).post(url, {}, format="json").status_code == 403
+    refused = api_as(world.admin).post(url, {}, format="json")
+    assert refused.status_code == 409
+    assert "only a failed push is retried" in refused.json()["detail"]

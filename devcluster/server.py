@@ -1,0 +1,529 @@
+"""The aiohttp application: authentication, routing, discovery, OpenAPI, watch, faults and
+stats around :class:`devcluster.objects.Objects`.
+
+Development and test infrastructure only; see ``devcluster/README.md`` for what it implements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from devcluster import discovery, tables
+from devcluster.errors import ApiError, bad_request
+from devcluster.faults import FaultRule, Faults, Stats, fault_error
+from devcluster.objects import (
+    JSON_PATCH,
+    Objects,
+    Target,
+    Validator,
+    quotas_validator,
+    read_only_error,
+)
+from devcluster.resources import Registry
+from devcluster.selectors import labels_match, parse_field_selector, parse_label_selector
+from devcluster.store import Store
+
+logger = logging.getLogger("devcluster")
+
+JSON = "application/json"
+APPLY_PATCH = "application/apply-patch+yaml"
+NOT_FOUND = "the server could not find the requested resource"
+NOT_ALLOWED = "the server does not allow this method on the requested resource"
+
+
+class DevCluster:
+    """One stand-in API server: its objects, faults, stats and request handling."""
+
+    def __init__(
+        self,
+        *,
+        crds: list[dict[str, Any]],
+        token: str,
+        kubernetes_version: str = "1.33",
+        validator: Validator | None = None,
+        state_file: Path | None = None,
+        allow_anonymous: bool = False,
+    ) -> None:
+        self.token = token
+        self.allow_anonymous = allow_anonymous
+        self.git_version = _git_version(kubernetes_version)
+        self.registry = Registry.with_crds(crds)
+        self.store = Store(state_file)
+        self.store.load({t.key for t in self.registry.types})
+        self.objects = Objects(
+            self.registry, self.store, validator or quotas_validator(kubernetes_version), crds
+        )
+        self.objects.seed()
+        self.faults = Faults()
+        self.stats = Stats()
+        self.server_address = "127.0.0.1:0"
+        self._save_handle: asyncio.TimerHandle | None = None
+
+    def reset(self) -> None:
+        """Wipe every object (the default namespaces and the CRDs come back)."""
+        self.objects.reset()
+        self._schedule_save()
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=16 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        app.on_shutdown.append(self._on_shutdown)
+        return app
+
+    async def _on_shutdown(self, _app: web.Application) -> None:
+        self.store.save()
+
+    def _schedule_save(self) -> None:
+        """Save the state file shortly after a write (writes in a burst share one save)."""
+        if self.store.state_file is None or self._save_handle is not None:
+            return
+
+        def save() -> None:
+            self._save_handle = None
+            try:
+                self.store.save()
+            except OSError:
+                logger.exception("devcluster: could not save state")
+
+        self._save_handle = asyncio.get_running_loop().call_later(0.2, save)
+
+    # Entry point -----------------------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._dispatch(request)
+        except ApiError as error:
+            return _json_response(error.status(), status=error.code, headers=_retry_after(error))
+        except Exception as error:  # every failure is answered as a Status, as a server does
+            logger.exception("devcluster: %s %s failed", request.method, request.path_qs)
+            failure = ApiError(500, f"Internal error occurred: {error}")
+            return _json_response(failure.status(), status=500)
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        path = request.path.rstrip("/") or "/"
+        if path.startswith("/_devcluster"):
+            return await self._admin(request, path)
+        if path in ("/healthz", "/livez", "/readyz"):
+            return web.Response(text="ok")
+        self._authenticate(request)
+        if request.method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
+            raise ApiError(405, NOT_ALLOWED)
+        segments = [s for s in path.split("/") if s]
+        if path == "/version":
+            return _json_response(discovery.version_document(self.git_version))
+        if segments and segments[0] == "openapi":
+            return self._openapi(segments)
+        if not segments or segments[0] not in ("api", "apis"):
+            raise ApiError(404, NOT_FOUND)
+        discovered = self._discovery(request, segments)
+        if discovered is not None:
+            return discovered
+        target = self._target(segments)
+        verb = self._verb(request, target)
+        fault = self.faults.take(request.method, verb, request.path_qs)
+        self.stats.count(
+            verb, target.resource_type.kind + ("/status" if target.subresource else "")
+        )
+        if fault is not None:
+            self.stats.faults_injected += 1
+            if fault.delay_s:
+                await asyncio.sleep(fault.delay_s)
+            if fault.status is not None:
+                raise fault_error(fault.status, fault.retry_after_s)
+        if verb == "watch":
+            return await self._watch(request, target)
+        response = self._serve(request, target, verb, await request.read())
+        if request.method != "GET":
+            self._schedule_save()
+        return response
+
+    def _authenticate(self, request: web.Request) -> None:
+        """The static token; without any credentials, the anonymous user if allowed (kubectl
+        and client-go never send credentials over plain http)."""
+        header = request.headers.get("Authorization", "")
+        if not header and self.allow_anonymous:
+            return
+        scheme, _, presented = header.partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(presented.strip(), self.token):
+            raise ApiError(401, "Unauthorized")
+
+    # Discovery and OpenAPI -------------------------------------------------------------------
+
+    def _discovery(self, request: web.Request, segments: list[str]) -> web.Response | None:
+        accept = request.headers.get("Accept", "")
+        if request.method != "GET":
+            if len(segments) <= 3 - (segments[0] == "api"):
+                raise ApiError(405, NOT_ALLOWED)
+            return None
+        document: dict[str, Any] | None
+        if segments in (["api"], ["apis"]):
+            self.stats.discovery += 1
+            if discovery.wants_aggregated(accept):
+                document = discovery.aggregated_discovery(self.registry, core=segments == ["api"])
+                return _json_response(document, content_type=discovery.AGGREGATED_V2)
+            if segments == ["api"]:
+                return _json_response(discovery.api_versions(self.server_address))
+            return _json_response(discovery.api_group_list(self.registry))
+        if segments[0] == "api" and len(segments) == 2:
+            document = discovery.api_resource_list(self.registry, "", segments[1])
+        elif segments[0] == "apis" and len(segments) == 2:
+            document = discovery.api_group(self.registry, segments[1])
+        elif segments[0] == "apis" and len(segments) == 3:
+            document = discovery.api_resource_list(self.registry, segments[1], segments[2])
+        else:
+            return None
+        self.stats.discovery += 1
+        if document is None:
+            raise ApiError(404, NOT_FOUND)
+        return _json_response(document)
+
+    def _openapi(self, segments: list[str]) -> web.Response:
+        self.stats.discovery += 1
+        if segments == ["openapi", "v3"]:
+            return _json_response(discovery.openapi_v3_root(self.registry, self.git_version))
+        if len(segments) >= 4 and segments[1] == "v3":
+            group, version = (
+                ("", segments[3])
+                if segments[2] == "api"
+                else (segments[3], segments[4] if len(segments) > 4 else "")
+            )
+            document = discovery.openapi_v3_group_version(
+                self.registry, group, version, self.git_version
+            )
+            if document is not None:
+                return _json_response(document)
+        # /openapi/v2 is protobuf-only for kubectl; the v3 documents answer what it needs.
+        raise ApiError(404, NOT_FOUND)
+
+    # Routing ---------------------------------------------------------------------------------
+
+    def _target(self, segments: list[str]) -> Target:
+        if segments[0] == "api":
+            group, version, rest = "", segments[1], segments[2:]
+        else:
+            group, version, rest = segments[1], segments[2], segments[3:]
+        namespace: str | None = None
+        if (
+            len(rest) >= 3
+            and rest[0] == "namespaces"
+            and not (len(rest) == 3 and rest[2] in ("status", "finalize"))
+        ):
+            namespace, rest = rest[1], rest[2:]
+        if not rest or len(rest) > 3:
+            raise ApiError(404, NOT_FOUND)
+        plural, name = rest[0], rest[1] if len(rest) > 1 else None
+        subresource = rest[2] if len(rest) > 2 else ""
+        resource_type = self.registry.lookup(group, version, plural)
+        if (
+            resource_type is None
+            or (namespace is not None and not resource_type.namespaced)
+            or (resource_type.namespaced and name is not None and namespace is None)
+            or (subresource and (subresource != "status" or not resource_type.has_status))
+        ):
+            raise ApiError(404, NOT_FOUND)
+        return Target(resource_type, version, namespace, name, subresource)
+
+    def _verb(self, request: web.Request, target: Target) -> str:
+        method, named = request.method, target.name is not None
+        verb = {
+            ("GET", True): "get",
+            ("GET", False): "watch" if _truthy(request.query.get("watch")) else "list",
+            ("POST", False): "create",
+            ("PUT", True): "update",
+            ("PATCH", True): "apply" if _media_type(request) == APPLY_PATCH else "patch",
+            ("DELETE", True): "delete",
+            ("DELETE", False): "deletecollection",
+        }.get((method, named))
+        if verb is None or (target.subresource and verb not in ("get", "update", "patch", "apply")):
+            raise ApiError(405, NOT_ALLOWED)
+        if target.resource_type.read_only and verb not in ("get", "list", "watch"):
+            raise read_only_error(target.resource_type)
+        return verb
+
+    def _serve(self, request: web.Request, target: Target, verb: str, raw: bytes) -> web.Response:
+        query = request.query
+        objects = self.objects
+        dry_run = _dry_run(query)
+        _field_validation(query)
+        deprecation = target.resource_type.deprecated_versions.get(target.version)
+        warnings = [deprecation] if deprecation else []
+        manager = query.get("fieldManager") or _manager_from_user_agent(request)
+        if len(manager) > 128:
+            raise bad_request("fieldManager: Too long: may not be more than 128 bytes")
+        table = tables.wants_table(request.headers.get("Accept", ""))
+        body: dict[str, Any]
+        status = 200
+        if verb == "get":
+            body = objects.get(target)
+            if table:
+                list_meta = {"resourceVersion": body["metadata"]["resourceVersion"]}
+                body = tables.table(target.resource_type, target.version, [body], list_meta)
+        elif verb == "list":
+            items, list_meta = objects.select(
+                target,
+                label_selector=query.get("labelSelector"),
+                field_selector=query.get("fieldSelector"),
+                limit=_positive_int(query.get("limit"), "limit"),
+                continue_token=query.get("continue"),
+            )
+            if table:
+                body = tables.table(target.resource_type, target.version, items, list_meta)
+            else:
+                body = _list_body(target, items, list_meta)
+        elif verb == "create":
+            body = objects.create(
+                target, _parse_body(request, raw), manager=manager, dry_run=dry_run
+            )
+            status = 201
+        elif verb == "update":
+            body = objects.update(
+                target, _parse_body(request, raw), manager=manager, dry_run=dry_run
+            )
+        elif verb == "patch":
+            body = objects.patch(
+                target,
+                _media_type(request),
+                _parse_body(request, raw),
+                manager=manager,
+                dry_run=dry_run,
+            )
+        elif verb == "apply":
+            if not query.get("fieldManager"):
+                raise bad_request("PATCH, application/apply-patch+yaml, requires fieldManager")
+            body, created = objects.apply(
+                target,
+                _parse_body(request, raw, yaml_ok=True),
+                manager=manager,
+                force=_truthy(query.get("force")),
+                dry_run=dry_run,
+            )
+            status = 201 if created else 200
+        elif verb == "delete":
+            options = _parse_body(request, raw) if raw.strip() else {}
+            body = objects.delete(target, options, dry_run=dry_run or _dry_run_options(options))
+        else:  # deletecollection
+            options = _parse_body(request, raw) if raw.strip() else {}
+            items, list_meta = objects.delete_collection(
+                target,
+                label_selector=query.get("labelSelector"),
+                field_selector=query.get("fieldSelector"),
+                dry_run=dry_run or _dry_run_options(options),
+            )
+            body = _list_body(target, items, list_meta)
+        return _json_response(body, status=status, warnings=warnings)
+
+    async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
+        """A minimal watch: the current objects as ADDED (unless a resourceVersion is given),
+        then changes as they happen, until ``timeoutSeconds`` (default 30 min) or disconnect."""
+        requirements = parse_label_selector(request.query.get("labelSelector"))
+        fields = parse_field_selector(request.query.get("fieldSelector"), target.resource_type.kind)
+        timeout = _positive_int(request.query.get("timeoutSeconds"), "timeoutSeconds") or 1800
+        queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        table = tables.wants_table(request.headers.get("Accept", ""))
+
+        def matches(obj: dict[str, Any]) -> bool:
+            namespace = obj["metadata"].get("namespace", "")
+            return (
+                (target.namespace is None or namespace == target.namespace)
+                and labels_match(requirements, obj)
+                and fields(obj)
+            )
+
+        def listener(type_key: str, event: str, obj: dict[str, Any]) -> None:
+            if type_key == target.resource_type.key and matches(obj):
+                queue.put_nowait((event, obj))
+
+        response = web.StreamResponse(headers={"Content-Type": JSON})
+        await response.prepare(request)
+        self.store.listeners.append(listener)
+        try:
+            if request.query.get("resourceVersion", "0") in ("", "0"):
+                for obj in self.store.list(target.resource_type.key, target.namespace):
+                    if matches(obj):
+                        queue.put_nowait(("ADDED", obj))
+            deadline = asyncio.get_running_loop().time() + timeout
+            while True:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    break
+                try:
+                    event, obj = await asyncio.wait_for(queue.get(), timeout=left)
+                except TimeoutError:
+                    break
+                shown = self.objects.present(target, obj)
+                if table:
+                    list_meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+                    shown = tables.table(target.resource_type, target.version, [shown], list_meta)
+                line = json.dumps({"type": event, "object": shown}) + "\n"
+                await response.write(line.encode())
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass
+        finally:
+            self.store.listeners.remove(listener)
+        return response
+
+    # Admin API (not Kubernetes) --------------------------------------------------------------
+
+    async def _admin(self, request: web.Request, path: str) -> web.Response:
+        method = request.method
+        if path == "/_devcluster/faults":
+            if method == "POST":
+                rules = await _admin_json(request)
+                for data in rules if isinstance(rules, list) else [rules]:
+                    self.faults.add(FaultRule.from_json(data))
+                return _json_response(
+                    {"faults": [r.describe() for r in self.faults.rules]}, status=201
+                )
+            if method == "DELETE":
+                self.faults.clear()
+                return _json_response({"faults": []})
+            if method == "GET":
+                return _json_response({"faults": [r.describe() for r in self.faults.rules]})
+        elif path == "/_devcluster/stats" and method == "GET":
+            return _json_response(self.stats.snapshot())
+        elif path == "/_devcluster/stats/reset" and method == "POST":
+            self.stats.reset()
+            return _json_response(self.stats.snapshot())
+        elif path == "/_devcluster/reset" and method == "POST":
+            self.reset()
+            self.faults.clear()
+            self.stats.reset()
+            return _json_response({"reset": True})
+        elif path == "/_devcluster/objects" and method == "GET":
+            return _json_response(
+                {
+                    key: self.store.list(key)
+                    for key in self.store.type_keys()
+                    if self.store.list(key)
+                }
+            )
+        raise ApiError(404, f"no admin endpoint {method} {path}")
+
+
+# Helpers -----------------------------------------------------------------------------------------
+
+
+def _git_version(kubernetes_version: str) -> str:
+    parts = kubernetes_version.lstrip("v").split(".")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts):
+        raise ValueError(
+            f"kubernetes version must look like 1.33 or 1.33.2, not {kubernetes_version!r}"
+        )
+    return "v" + ".".join([*parts, "0"][:3])
+
+
+def _json_response(
+    body: Any,
+    *,
+    status: int = 200,
+    content_type: str = JSON,
+    headers: dict[str, str] | None = None,
+    warnings: list[str] | None = None,
+) -> web.Response:
+    response = web.Response(
+        body=json.dumps(body, separators=(",", ":")).encode(),
+        status=status,
+        headers={"Content-Type": content_type, **(headers or {})},
+    )
+    for warning in warnings or []:
+        response.headers.add("Warning", f'299 - "{warning}"')
+    return response
+
+
+def _retry_after(error: ApiError) -> dict[str, str] | None:
+    seconds = (error.details or {}).get("retryAfterSeconds")
+    return {"Retry-After": str(seconds)} if seconds is not None else None
+
+
+def _media_type(request: web.Request) -> str:
+    return request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+
+
+def _parse_body(request: web.Request, raw: bytes, *, yaml_ok: bool = False) -> Any:
+    media_type = _media_type(request)
+    if media_type.startswith("application/vnd.kubernetes.protobuf"):
+        raise ApiError(
+            415,
+            "devcluster speaks JSON (and YAML for apply), not protobuf: kubectl's generator "
+            "commands (kubectl create namespace, ...) send protobuf; use kubectl create -f or "
+            "kubectl apply -f",
+        )
+    try:
+        if yaml_ok or media_type in ("application/yaml", "application/x-yaml"):
+            body = yaml.safe_load(raw.decode() or "null")
+        else:
+            body = json.loads(raw.decode() or "null")
+    except (ValueError, yaml.YAMLError) as error:
+        raise bad_request(f"the request body could not be decoded: {error}") from error
+    if media_type == JSON_PATCH:
+        return body
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be an object")
+    return body
+
+
+async def _admin_json(request: web.Request) -> Any:
+    raw = await request.read()
+    try:
+        return json.loads(raw.decode() or "{}")
+    except ValueError as error:
+        raise bad_request(f"invalid JSON: {error}") from error
+
+
+def _list_body(
+    target: Target, items: list[dict[str, Any]], list_meta: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": target.api_version,
+        "kind": f"{target.resource_type.kind}List",
+        "metadata": list_meta,
+        "items": items,
+    }
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").lower() in ("true", "1")
+
+
+def _dry_run(query: Any) -> bool:
+    values = query.getall("dryRun", [])
+    for value in values:
+        if value != "All":
+            raise bad_request(f'Invalid dry run value: supported values are ["All"], got "{value}"')
+    return bool(values)
+
+
+def _dry_run_options(options: dict[str, Any]) -> bool:
+    return "All" in (options.get("dryRun") or [])
+
+
+def _field_validation(query: Any) -> None:
+    value = query.get("fieldValidation")
+    if value and value not in ("Strict", "Warn", "Ignore"):
+        raise bad_request(f"fieldValidation {value!r} is invalid: use Ignore, Warn or Strict")
+
+
+def _manager_from_user_agent(request: web.Request) -> str:
+    """What a real server names a manager that gave no fieldManager: the user agent's prefix."""
+    agent = request.headers.get("User-Agent", "unknown")
+    return agent.split("/")[0][:128] or "unknown"
+
+
+def _positive_int(value: str | None, name: str) -> int:
+    if not value:
+        return 0
+    try:
+        number = int(value)
+    except ValueError as error:
+        raise bad_request(f"{name} must be an integer") from error
+    if number < 0:
+        raise bad_request(f"{name} must not be negative")
+    return number

@@ -1,0 +1,126 @@
+"""The stand-in through the real kubectl (discovery, OpenAPI v3, client- and server-side apply,
+patch, label, edit, delete)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tests.devcluster.conftest import Kubectl
+
+MANIFEST = """\
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: team-a
+  labels:
+    portal.gpu-quota.io/tenant: team-a
+---
+apiVersion: v1
+kind: ResourceQuota
+metadata:
+  name: gpu
+  namespace: team-a
+spec:
+  hard:
+    requests.nvidia.com/gpu: "4"
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata:
+  name: team-a
+spec:
+  namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: team-a
+  resourceGroups:
+  - coveredResources: ["nvidia.com/gpu"]
+    flavors:
+    - name: a100
+      resources:
+      - name: nvidia.com/gpu
+        nominalQuota: 4
+"""
+
+
+def get_json(kubectl: Kubectl, *args: str) -> dict[str, Any]:
+    return json.loads(kubectl("get", *args, "-o", "json").stdout)
+
+
+def test_get_on_an_empty_cluster(kubectl: Kubectl) -> None:
+    result = kubectl("get", "clusterqueues")
+    assert result.stdout == "" and "No resources found" in result.stderr
+    assert "No resources found" in kubectl("get", "-A", "resourcequotas").stderr
+    namespaces = kubectl("get", "namespaces").stdout
+    assert "default" in namespaces and "kube-system" in namespaces
+    resources = kubectl("api-resources").stdout
+    assert "clusterqueues" in resources and "scheduling.volcano.sh/v1beta1" in resources
+    assert "kueue.x-k8s.io/v1beta2" in kubectl("api-versions").stdout
+
+
+def test_apply_get_patch_label_delete(kubectl: Kubectl, tmp_path: Path) -> None:
+    manifest = tmp_path / "team-a.yaml"
+    manifest.write_text(MANIFEST)
+    applied = kubectl("apply", "-f", str(manifest)).stdout
+    assert "namespace/team-a created" in applied
+    assert "resourcequota/gpu created" in applied
+    assert "clusterqueue.kueue.x-k8s.io/team-a created" in applied
+
+    cq = get_json(kubectl, "clusterqueue", "team-a")
+    assert cq["spec"]["resourceGroups"][0]["flavors"][0]["resources"][0]["nominalQuota"] == 4
+    assert "kubectl.kubernetes.io/last-applied-configuration" in cq["metadata"]["annotations"]
+    quotas = get_json(kubectl, "-A", "resourcequotas")
+    assert [q["metadata"]["namespace"] for q in quotas["items"]] == ["team-a"]
+    table = kubectl("get", "cq").stdout.splitlines()
+    assert table[0].split()[:2] == ["NAME", "COHORT"] and table[1].startswith("team-a")
+
+    # A second client-side apply patches (strategic merge for built-ins, merge for CRDs).
+    manifest.write_text(
+        MANIFEST.replace('"4"', '"8"').replace("nominalQuota: 4", "nominalQuota: 6")
+    )
+    again = kubectl("apply", "-f", str(manifest)).stdout
+    assert "namespace/team-a unchanged" in again and "resourcequota/gpu configured" in again
+    assert get_json(kubectl, "-n", "team-a", "quota", "gpu")["spec"]["hard"] == {
+        "requests.nvidia.com/gpu": "8"
+    }
+
+    kubectl("patch", "cq", "team-a", "--type", "merge", "-p", '{"spec":{"cohortName":"gpus"}}')
+    kubectl("label", "cq", "team-a", "tier=gold")
+    kubectl("label", "ns", "team-a", "tier=gold")
+    cq = get_json(kubectl, "cq", "team-a")
+    assert cq["spec"]["cohortName"] == "gpus" and cq["metadata"]["labels"] == {"tier": "gold"}
+    assert cq["metadata"]["generation"] == 3
+    assert [n["metadata"]["name"] for n in get_json(kubectl, "ns", "-l", "tier=gold")["items"]] == [
+        "team-a"
+    ]
+    assert "team-a" in kubectl("get", "cq", "-l", "tier in (gold, silver)").stdout
+    assert "No resources found" in kubectl("get", "cq", "-l", "!tier").stderr
+
+    # kubectl edit sends a merge patch for a custom resource.
+    editor = f"{sys.executable} -c \"import sys,pathlib; p=pathlib.Path(sys.argv[1]); p.write_text(p.read_text().replace('cohortName: gpus', 'cohortName: shared'))\""
+    kubectl("edit", "cq", "team-a", KUBE_EDITOR=editor)
+    assert get_json(kubectl, "cq", "team-a")["spec"]["cohortName"] == "shared"
+
+    deleted = kubectl("delete", "-f", str(manifest), "--ignore-not-found").stdout
+    assert 'namespace "team-a" deleted' in deleted
+    assert "No resources found" in kubectl("get", "cq").stderr
+    assert "No resources found" in kubectl("get", "-A", "quota").stderr
+
+
+def test_server_side_apply_conflicts_and_force(kubectl: Kubectl, tmp_path: Path) -> None:
+    manifest = tmp_path / "team-a.yaml"
+    manifest.write_text(MANIFEST)
+    assert "serverside-applied" in kubectl("apply", "--server-side", "-f", str(manifest)).stdout
+    kubectl("patch", "cq", "team-a", "--type", "merge", "-p", '{"spec":{"stopPolicy":"Hold"}}')
+    manifest.write_text(MANIFEST + "  stopPolicy: None\n")
+    refused = kubectl("apply", "--server-side", "-f", str(manifest), check=False)
+    assert refused.returncode != 0
+    assert (
+        'conflict with "kubectl-patch"' in refused.stderr and ".spec.stopPolicy" in refused.stderr
+    )
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifest))
+    cq = get_json(kubectl, "cq", "team-a", "--show-managed-fields")
+    assert cq["spec"]["stopPolicy"] == "None"
+    assert {e["manager"] for e in cq["metadata"]["managedFields"]} == {"kubectl"}
