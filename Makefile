@@ -18,15 +18,22 @@ $(STAMP): requirements.lock pyproject.toml
 
 venv: $(STAMP)
 
-# Serves http://127.0.0.1:$(PORT) with a Celery worker and beat beside it. With no
-# DATABASE_URL / REDIS_URL it runs on SQLite and a filesystem broker under .data/.
+# Serves http://127.0.0.1:$(PORT) with a Celery worker and beat beside it, and a local
+# Kubernetes API stand-in per demo cluster (devcluster/, development only) that approved quotas
+# are pushed to: `kubectl --kubeconfig .run/kubeconfig get clusterqueues,resourcequotas -A`.
+# With no DATABASE_URL / REDIS_URL it runs on SQLite and a filesystem broker under .data/.
 run: venv
-	@export DEBUG=$${DEBUG:-true}; \
+	@export DEBUG=$${DEBUG:-true} DEMO_KUBECONFIG_DIR=$(CURDIR)/.run; \
+	rm -f .run/kubeconfig; \
+	$(PY) -m devcluster.demo --run-dir .run --state-dir .data/devcluster demo-a100 demo-h100 & clusters=$$!; \
+	trap 'kill $$worker $$clusters 2>/dev/null; wait $$worker $$clusters 2>/dev/null' EXIT INT TERM; \
+	for _ in $$(seq 1 120); do test -s .run/kubeconfig && break; sleep 0.5; done; \
+	test -s .run/kubeconfig || { echo "the local clusters did not start"; exit 1; }; \
 	$(PY) manage.py migrate --noinput && \
 	$(PY) manage.py demo && \
 	{ $(VENV)/bin/celery -A portal worker --beat --loglevel=info --concurrency=2 & worker=$$!; \
-	  trap 'kill $$worker 2>/dev/null; wait $$worker 2>/dev/null' EXIT INT TERM; \
 	  echo "Portal: http://127.0.0.1:$(PORT)/  (API docs: /api/v1/docs/)"; \
+	  echo "Clusters: $(VENV)/bin/kubectl --kubeconfig .run/kubeconfig get clusterqueues,resourcequotas -A"; \
 	  $(VENV)/bin/gunicorn portal.wsgi --bind 127.0.0.1:$(PORT) --workers 2 --access-logfile - ; }
 
 test: venv lint
@@ -54,4 +61,4 @@ lock:
 	rm -rf .lock-venv
 
 clean:
-	rm -rf $(VENV) .data .pytest_cache .ruff_cache
+	rm -rf $(VENV) .data .run .pytest_cache .ruff_cache

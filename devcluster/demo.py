@@ -1,0 +1,92 @@
+"""The demo's clusters: one stand-in per named cluster, beside the portal (``make run``).
+
+Development infrastructure, never for production. Each cluster gets its own API server
+process (a tenant's ClusterQueue is named after the tenant, so two clusters cannot share one),
+its kubeconfig at ``RUN_DIR/<name>.kubeconfig`` (what the portal's Cluster rows point at) and
+a context in ``RUN_DIR/kubeconfig``, so that a user sees an approval land with::
+
+    kubectl --kubeconfig .run/kubeconfig get clusterqueues,resourcequotas -A
+    kubectl --kubeconfig .run/kubeconfig --context demo-h100 get queues
+
+Objects are kept under the state directory, so a restart keeps what was applied.
+
+    python -m devcluster.demo --run-dir .run --state-dir .data/devcluster demo-a100 demo-h100
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from devcluster.runner import ProcessHandle, start_in_subprocess
+
+logger = logging.getLogger("devcluster.demo")
+
+
+def merged_kubeconfig(files: dict[str, Path]) -> dict[str, Any]:
+    """One kubeconfig with a context per cluster (named after it); the first is current."""
+    clusters, users, contexts = [], [], []
+    for name, path in files.items():
+        config = yaml.safe_load(path.read_text())
+        clusters.append({"name": name, "cluster": config["clusters"][0]["cluster"]})
+        users.append({"name": name, "user": config["users"][0]["user"]})
+        contexts.append({"name": name, "context": {"cluster": name, "user": name}})
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": clusters,
+        "users": users,
+        "contexts": contexts,
+        "current-context": next(iter(files)),
+        "preferences": {},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devcluster.demo", description=__doc__)
+    parser.add_argument("--run-dir", type=Path, default=Path(".run"))
+    parser.add_argument("--state-dir", type=Path, default=Path(".data/devcluster"))
+    parser.add_argument("clusters", nargs="+")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+
+    args.run_dir.mkdir(parents=True, exist_ok=True)
+    handles: list[ProcessHandle] = []
+    files: dict[str, Path] = {}
+    try:
+        for name in args.clusters:
+            files[name] = args.run_dir / f"{name}.kubeconfig"
+            handles.append(
+                start_in_subprocess(kubeconfig_path=files[name], state_dir=args.state_dir / name)
+            )
+            logger.warning(
+                "%s: local API stand-in at %s (not for production)", name, handles[-1].url
+            )
+        merged = args.run_dir / "kubeconfig"
+        merged.write_text(yaml.safe_dump(merged_kubeconfig(files), sort_keys=False))
+        merged.chmod(0o600)
+        print(
+            f"devcluster demo ready: kubectl --kubeconfig {merged} get clusterqueues -A", flush=True
+        )
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        while not stop.wait(1):
+            for handle, name in zip(handles, args.clusters, strict=True):
+                if handle.process.poll() is not None:
+                    logger.error("%s stand-in exited with %s", name, handle.process.returncode)
+                    return 1
+        return 0
+    finally:
+        for handle in handles:
+            handle.stop()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
