@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from celery import Task, shared_task
+from django.db import InterfaceError, OperationalError
 
 from approvals import services
 from quotas.kube.applier import RetryableError
@@ -30,7 +31,9 @@ def expire_requests() -> None:
 def deliver_outbox(self: Task, outbox_id: int) -> None:
     try:
         services.outbox_deliver(outbox_id=outbox_id)
-    except RetryableError as exc:
+    except (RetryableError, OperationalError, InterfaceError) as exc:
+        # The cluster or the database was unreachable for a moment: nothing was lost (the
+        # outbox row is still open), so try again later.
         delay = min(PUSH_BACKOFF_CAP_S, 2**self.request.retries)
         jitter = random.uniform(0.5, 1.5)  # noqa: S311 - spreading retries, not a secret
         raise self.retry(exc=exc, countdown=delay * jitter) from exc

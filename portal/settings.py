@@ -96,7 +96,14 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": str(DATA_DIR / "portal.sqlite3"),
-            "OPTIONS": {"timeout": 20},
+            # The demo's gunicorn, worker and beat write at once: writers queue up (IMMEDIATE
+            # takes the write lock at BEGIN, so a reader never deadlocks upgrading), readers
+            # do not wait for writers (WAL).
+            "OPTIONS": {
+                "timeout": 20,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
