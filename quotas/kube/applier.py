@@ -197,11 +197,14 @@ def apply_objects(
 
     if scope.prune:
         wanted_keys = {key_of(o) for o in desired}
+        live_by_kind: dict[tuple[str, str], list[tuple[Key, dict[str, Any]]]] = {}
+        for key, obj in live.items():
+            live_by_kind.setdefault(key[:2], []).append((key, obj))
         for kind in reversed(kinds):
             if kind not in served or kind.never_prune:
                 continue
-            for key, obj in list(live.items()):
-                if key[:2] != (kind.api_version, kind.kind) or key in wanted_keys:
+            for key, obj in live_by_kind.get((kind.api_version, kind.kind), []):
+                if key in wanted_keys:
                     continue
                 if scope.tenant is not None and not _tenant_owned(obj):
                     continue  # cluster-wide objects are pruned by the full pass only

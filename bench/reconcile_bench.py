@@ -1,0 +1,511 @@
+"""Reconcile benchmark: the compiler and the applier against the local API stand-in, 1,000
+tenants x 2 namespaces on one cluster (two GPU flavors and a CPU flavor, cohorts, Kueue on).
+
+The stand-in runs in a child process with validation on (its default), so its CPU time does
+not share the GIL with the client. Four passes, each counted with the stand-in's own stats:
+
+(a) first sync: one write per object, no per-object GET, one LIST per kind;
+(b) no-op: no write, one LIST per kind plus its pagination pages (500 items a page);
+(c) one tenant changed (a GPU guarantee +1, generation +1), applied by a tenant pass; then
+    another tenant changed the same way, applied by a full pass: the writes are exactly the
+    objects whose content changed (the generation annotation aside).
+
+The figure is the no-op pass's wall time as a ratio of the first sync's (target <= 0.10).
+Exit status 0 only when that target and every exact count hold. See README.md."""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import dataclasses
+import io
+import json
+import math
+import os
+import pstats
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from devcluster.runner import ProcessHandle, start_in_subprocess  # noqa: E402
+from quotas.kube import compiler  # noqa: E402
+from quotas.kube.applier import (  # noqa: E402
+    LIST_PAGE,
+    ApplyError,
+    ApplyResult,
+    KubernetesBackend,
+    Scope,
+    apply_objects,
+)
+from quotas.kube.resources import KINDS, Kind, key_of  # noqa: E402
+from quotas.kube.spec import (  # noqa: E402
+    ANNOTATION_GENERATION,
+    ClusterSpec,
+    FlavorSpec,
+    NamespaceSpec,
+    QuotaItem,
+    TenantSpec,
+)
+
+TARGET = 0.10  # no-op pass wall time / first sync wall time, at most
+CLUSTER = "bench"
+GPU, CPU, MEM = "nvidia.com/gpu", "cpu", "memory"
+GI, TI = 1024**3, 1024**4
+WRITE_VERBS = ("create", "update", "patch", "apply", "delete")
+Key = tuple[str, str, str, str]
+Objects = list[dict[str, Any]]
+
+
+# --- the data -----------------------------------------------------------------------------------
+
+
+def cluster_spec() -> ClusterSpec:
+    """Two GPU flavors and a CPU flavor, capacities that hold every tenant's limits."""
+    d = Decimal
+    return ClusterSpec(
+        name=CLUSTER,
+        flavors=(
+            FlavorSpec(
+                "a100-80gb",
+                "gpu",
+                {GPU: d(8192), CPU: d(65536), MEM: d(512 * TI)},
+                gpu_model="NVIDIA A100-SXM4-80GB",
+                node_labels={"accelerator": "a100"},
+            ),
+            FlavorSpec(
+                "h100-80gb",
+                "gpu",
+                {GPU: d(4096), CPU: d(65536), MEM: d(512 * TI)},
+                gpu_model="NVIDIA H100 80GB HBM3",
+                node_labels={"accelerator": "h100"},
+            ),
+            FlavorSpec(
+                "cpu-epyc",
+                "cpu",
+                {CPU: d(131072), MEM: d(1024 * TI)},
+                node_labels={"node-pool": "cpu"},
+            ),
+        ),
+        has_kueue=True,
+    )
+
+
+def tenant_specs(count: int, namespaces: int) -> list[TenantSpec]:
+    """``count`` tenants. Every 10th is a parent (its children share a cohort named after it);
+    the next 5 are its children; the other 4 join the root cohort. Every tenant has A100 and
+    CPU quotas, every other one H100 too; every 4th splits its quota by priority (two more
+    ResourceQuotas per namespace); each has an editor and every 3rd a viewer."""
+    d = Decimal
+    purposes = ("training", "inference")
+    tenants = []
+    for i in range(count):
+        slug = f"team-{i:04d}"
+        parent = f"team-{i - i % 10:04d}" if 1 <= i % 10 <= 5 else None
+        a100 = 2 + i % 5
+        quotas = [
+            QuotaItem("a100-80gb", GPU, d(a100), d(a100 + 2)),
+            QuotaItem("a100-80gb", CPU, d(8 * a100), d(8 * a100 + 16)),
+            QuotaItem("a100-80gb", MEM, d(64 * GI * a100), d(64 * GI * (a100 + 2))),
+            QuotaItem("cpu-epyc", CPU, d(32), d(64)),
+            QuotaItem("cpu-epyc", MEM, d(128 * GI), d(256 * GI)),
+        ]
+        if i % 2 == 0:
+            quotas += [
+                QuotaItem("h100-80gb", GPU, d(2), d(4)),
+                QuotaItem("h100-80gb", CPU, d(16), d(32)),
+                QuotaItem("h100-80gb", MEM, d(128 * GI), d(256 * GI)),
+            ]
+        tenants.append(
+            TenantSpec(
+                slug=slug,
+                generation=1,
+                namespaces=tuple(
+                    NamespaceSpec(f"{slug}-ns{n}", purposes[n] if n < 2 else "general")
+                    for n in range(namespaces)
+                ),
+                quotas=tuple(quotas),
+                display_name=f"Team {i:04d}",
+                parent=parent,
+                max_running_jobs=20,
+                max_queued_jobs=100,
+                max_pods=200,
+                storage_bytes=d(TI),
+                max_pvcs=20,
+                split_by_priority=i % 4 == 0,
+                editors=(f"{slug}-lead",),
+                viewers=(f"{slug}-viewer",) if i % 3 == 0 else (),
+            )
+        )
+    return tenants
+
+
+def bump(tenant: TenantSpec) -> TenantSpec:
+    """The tenant's A100 guarantee +1 (its limit too, so limit >= guarantee), generation +1."""
+    quotas = tuple(
+        dataclasses.replace(q, guaranteed=q.guaranteed + 1, limit=q.limit + 1)
+        if (q.flavor, q.resource) == ("a100-80gb", GPU)
+        else q
+        for q in tenant.quotas
+    )
+    return dataclasses.replace(tenant, quotas=quotas, generation=tenant.generation + 1)
+
+
+def tenant_desired(spec: ClusterSpec, tenant: TenantSpec) -> Objects:
+    """What a tenant pass applies (as ``quotas.sync.desired_objects(tenant=...)``): the
+    cluster-wide objects the tenant needs and its own."""
+    return [*compiler.compile_cluster_wide(spec, [tenant]), *compiler.compile_tenant(spec, tenant)]
+
+
+def content(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without the generation annotation, which is no reason to write."""
+    annotations = dict(obj["metadata"].get("annotations") or {})
+    annotations.pop(ANNOTATION_GENERATION, None)
+    return {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
+
+
+def changed_keys(before: Objects, after: Objects) -> set[Key]:
+    old = {key_of(o): content(o) for o in before}
+    return {key_of(o) for o in after if old.get(key_of(o)) != content(o)}
+
+
+# --- expected LIST requests ---------------------------------------------------------------------
+
+
+def selector_matches(selector: str, labels: dict[str, str]) -> bool:
+    """The two forms the applier writes: ``a=b`` and ``!a``."""
+    for part in filter(None, selector.split(",")):
+        if part.startswith("!"):
+            if part[1:] in labels:
+                return False
+        else:
+            name, _, value = part.partition("=")
+            if labels.get(name) != value:
+                return False
+    return True
+
+
+def expected_lists(live: Objects, desired: Objects, scope: Scope) -> int:
+    """One LIST request per kind and selector, plus one per further page of LIST_PAGE items
+    (``live`` is what the stand-in holds before the pass)."""
+    by_kind: dict[tuple[str, str], Objects] = {}
+    for obj in live:
+        by_kind.setdefault((obj["apiVersion"], obj["kind"]), []).append(obj)
+    total = 0
+    for kind in KINDS:
+        wanted = [o for o in desired if (o["apiVersion"], o["kind"]) == _type(kind)]
+        for selector in scope.selectors(wanted):
+            matching = sum(
+                selector_matches(selector, o["metadata"].get("labels") or {})
+                for o in by_kind.get(_type(kind), [])
+            )
+            total += max(1, math.ceil(matching / LIST_PAGE))
+    return total
+
+
+def _type(kind: Kind) -> tuple[str, str]:
+    return (kind.api_version, kind.kind)
+
+
+# --- a pass ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Pass:
+    name: str
+    wall_s: float
+    client_cpu_s: float
+    server_cpu_s: float
+    verbs: dict[str, int]
+    result: ApplyResult
+    checks: list[tuple[str, bool, str]] = dataclasses.field(default_factory=list)
+    expected: list[str] = dataclasses.field(default_factory=list)  # objects it should change
+
+    @property
+    def writes(self) -> int:
+        return sum(self.verbs.get(v, 0) for v in WRITE_VERBS)
+
+    def check(self, what: str, got: Any, expected: Any) -> None:
+        if isinstance(expected, list) and isinstance(got, list) and expected and got == expected:
+            detail = f"{len(got)} as expected"
+        elif isinstance(expected, list) and isinstance(got, list) and expected:
+            extra = [describe(k) for k in got if k not in expected]
+            missing = [describe(k) for k in expected if k not in got]
+            detail = (
+                f"{len(got)}, expected {len(expected)}; extra {extra[:5]}, missing {missing[:5]}"
+            )
+        else:
+            detail = f"{got} (expected {expected})"
+        self.checks.append((what, got == expected, detail))
+
+    def row(self) -> dict[str, Any]:
+        r = self.result
+        return {
+            "pass": self.name,
+            "wall_s": round(self.wall_s, 3),
+            "client_cpu_s": round(self.client_cpu_s, 3),
+            "server_cpu_s": round(self.server_cpu_s, 3),
+            "requests": dict(sorted(self.verbs.items())),
+            "writes": self.writes,
+            "created": len(r.created),
+            "changed": len(r.changed),
+            "pruned": len(r.pruned),
+            "unchanged": r.unchanged,
+            "failed": len(r.failed),
+            "checks": {what: ok for what, ok, _ in self.checks},
+            **({"expected_changes": self.expected} if self.expected else {}),
+        }
+
+
+def server_cpu(standin: ProcessHandle) -> float:
+    """User + system CPU seconds of the stand-in's process (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{standin.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_pass(
+    name: str,
+    standin: ProcessHandle,
+    backend: KubernetesBackend,
+    desired: Objects,
+    scope: Scope,
+    profile: cProfile.Profile | None,
+) -> Pass:
+    standin.reset_stats()
+    cpu0, server0, wall0 = time.process_time(), server_cpu(standin), time.perf_counter()
+    if profile is not None:
+        profile.enable()
+    result = apply_objects(backend, desired, scope)
+    if profile is not None:
+        profile.disable()
+    wall = time.perf_counter() - wall0
+    cpu, server = time.process_time() - cpu0, server_cpu(standin) - server0
+    stats = standin.stats()
+    done = Pass(name, wall, cpu, server, dict(stats["verbs"]), result)
+    done.check("no failed objects", [f"{k[1]} {k[3]}: {m}" for k, m in result.failed][:3], [])
+    done.check("no per-object GETs", done.verbs.get("get", 0), 0)
+    return done
+
+
+def show(p: Pass) -> None:
+    r = p.result
+    verbs = " ".join(f"{v}={n}" for v, n in sorted(p.verbs.items()))
+    print(
+        f"\n[{p.name}] wall {p.wall_s:.2f} s (client CPU {p.client_cpu_s:.2f} s, "
+        f"stand-in CPU {p.server_cpu_s:.2f} s)"
+    )
+    print(f"  requests: {sum(p.verbs.values())} ({verbs})")
+    print(
+        f"  objects: created {len(r.created)}, changed {len(r.changed)}, "
+        f"pruned {len(r.pruned)}, unchanged {r.unchanged}, failed {len(r.failed)}"
+    )
+    for what, ok, detail in p.checks:
+        print(f"  {'PASS' if ok else 'FAIL'} {what}: {detail}")
+    if p.expected:
+        print(f"  expected changes: {', '.join(p.expected)}")
+
+
+def describe(key: Key) -> str:
+    return f"{key[1]} {key[2] + '/' if key[2] else ''}{key[3]}"
+
+
+def keys(changes: Sequence[Any]) -> list[Key]:
+    return sorted(c.key for c in changes)
+
+
+# --- the run --------------------------------------------------------------------------------------
+
+
+def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    spec = cluster_spec()
+    tenants = tenant_specs(args.tenants, args.namespaces)
+    t0 = time.perf_counter()
+    before = compiler.compile_cluster(spec, tenants)
+    compile_s = time.perf_counter() - t0
+    per_kind = Counter(o["kind"] for o in before)
+    print(
+        f"{len(before)} objects for {len(tenants)} tenants x {args.namespaces} namespaces, "
+        f"compiled in {compile_s:.2f} s: "
+        + ", ".join(f"{k} {n}" for k, n in sorted(per_kind.items()))
+    )
+
+    extra = ["--ephemeral", "--log-level", "ERROR"]  # no banner; errors still show
+    if args.no_validation:
+        extra.append("--no-validation")
+    standin = start_in_subprocess(
+        kubeconfig_path=tmp / "kubeconfig", state_dir=tmp / "state", extra_args=extra
+    )
+    print(
+        f"stand-in: pid {standin.process.pid}, {standin.url}, "
+        f"validation {'off' if args.no_validation else 'on'}"
+    )
+    profile = cProfile.Profile() if args.profile else None
+    backend = KubernetesBackend.from_kubeconfig(str(standin.kubeconfig_path))
+    passes: list[Pass] = []
+    try:
+        full = Scope(CLUSTER)
+        # (a) first sync
+        first = run_pass("a: first sync", standin, backend, before, full, profile)
+        first.check("created = objects", len(first.result.created), len(before))
+        first.check("writes = objects", first.writes, len(before))
+        first.check("all server-side applies", first.verbs.get("apply", 0), len(before))
+        first.check("LIST requests", first.verbs.get("list", 0), expected_lists([], before, full))
+        passes.append(first)
+        show(first)
+
+        # (b) no-op
+        noop = run_pass("b: no-op", standin, backend, before, full, None)
+        noop.check("writes", noop.writes, 0)
+        noop.check("unchanged = objects", noop.result.unchanged, len(before))
+        noop.check("LIST requests", noop.verbs.get("list", 0), expected_lists(before, before, full))
+        passes.append(noop)
+        show(noop)
+
+        # (c1) one tenant changed, a tenant pass
+        a_index = 1 if len(tenants) > 1 else 0  # a child of team-0000: in a parent's cohort
+        tenants[a_index] = changed_a = bump(tenants[a_index])
+        after_a = compiler.compile_cluster(spec, tenants)
+        expected_a = changed_keys(before, after_a)
+        scope_a = Scope(CLUSTER, tenant=changed_a.slug)
+        own_a = tenant_desired(spec, changed_a)
+        tenant_pass = run_pass(
+            f"c1: {changed_a.slug} changed, tenant pass", standin, backend, own_a, scope_a, None
+        )
+        tenant_pass.check("its objects as in the full compile", changed_keys(after_a, own_a), set())
+        tenant_pass.check(
+            "changed = expected objects", keys(tenant_pass.result.changed), sorted(expected_a)
+        )
+        tenant_pass.check("writes = expected objects", tenant_pass.writes, len(expected_a))
+        tenant_pass.check(
+            "created, pruned",
+            (len(tenant_pass.result.created), len(tenant_pass.result.pruned)),
+            (0, 0),
+        )
+        tenant_pass.check(
+            "LIST requests",
+            tenant_pass.verbs.get("list", 0),
+            expected_lists(before, own_a, scope_a),
+        )
+        tenant_pass.expected = [describe(k) for k in sorted(expected_a)]
+        passes.append(tenant_pass)
+        show(tenant_pass)
+
+        # (c2) another tenant changed the same way, a full pass
+        b_index = 4 if len(tenants) > 4 else a_index  # also a child; split by priority
+        tenants[b_index] = changed_b = bump(tenants[b_index])
+        after_b = compiler.compile_cluster(spec, tenants)
+        expected_b = changed_keys(after_a, after_b)
+        full_pass = run_pass(
+            f"c2: {changed_b.slug} changed, full pass", standin, backend, after_b, full, None
+        )
+        full_pass.check(
+            "changed = expected objects", keys(full_pass.result.changed), sorted(expected_b)
+        )
+        full_pass.check("writes = expected objects", full_pass.writes, len(expected_b))
+        full_pass.check(
+            "created, pruned", (len(full_pass.result.created), len(full_pass.result.pruned)), (0, 0)
+        )
+        full_pass.check(
+            "unchanged = the others", full_pass.result.unchanged, len(after_b) - len(expected_b)
+        )
+        full_pass.check(
+            "LIST requests", full_pass.verbs.get("list", 0), expected_lists(after_a, after_b, full)
+        )
+        full_pass.expected = [describe(k) for k in sorted(expected_b)]
+        passes.append(full_pass)
+        show(full_pass)
+    finally:
+        backend.close()
+        standin.stop()
+
+    if profile is not None:
+        out = io.StringIO()
+        pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(40)
+        print("\nclient profile of the first sync (cumulative):\n" + out.getvalue())
+
+    ratio = noop.wall_s / first.wall_s
+    return {
+        "config": {
+            "tenants": args.tenants,
+            "namespaces": args.namespaces,
+            "validation": not args.no_validation,
+            "cpus": os.cpu_count(),
+        },
+        "objects": len(before),
+        "objects_by_kind": dict(sorted(per_kind.items())),
+        "compile_s": round(compile_s, 3),
+        "passes": [p.row() for p in passes],
+        "ratio_noop_to_first": round(ratio, 4),
+        "target": TARGET,
+        "ratio_ok": ratio <= TARGET,
+        "failed_checks": [
+            f"{p.name}: {what}: {detail}" for p in passes for what, ok, detail in p.checks if not ok
+        ],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tenants", type=int, default=1000, help="default 1000")
+    parser.add_argument("--namespaces", type=int, default=2, help="per tenant (default 2)")
+    parser.add_argument(
+        "--no-validation",
+        action="store_true",
+        help="run the stand-in without quotas.kube.validate (for comparison)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile the client during the first sync and print the top",
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args()
+    if args.tenants < 1 or args.namespaces < 1:
+        parser.error("--tenants and --namespaces must be 1 or more")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the stand-in stops
+
+    with tempfile.TemporaryDirectory(prefix="reconcile-bench-") as tmp:
+        report = measure(args, Path(tmp))
+    first, noop = report["passes"][0], report["passes"][1]
+    print(
+        f"\nsummary: {report['objects']} objects; first sync {first['wall_s']:.2f} s "
+        f"({1e3 * first['wall_s'] / report['objects']:.2f} ms/object), "
+        f"no-op {noop['wall_s']:.2f} s ({1e6 * noop['wall_s'] / report['objects']:.0f} µs/object)"
+    )
+    verdict = "PASS" if report["ratio_ok"] else "FAIL"
+    print(
+        f"  {verdict} ratio no-op / first sync = {report['ratio_noop_to_first']:.3f} "
+        f"(target <= {TARGET})"
+    )
+    for p in report["passes"]:
+        for what, ok in p["checks"].items():
+            print(f"  {'PASS' if ok else 'FAIL'} {p['pass']}: {what}")
+    print("BENCH_JSON " + json.dumps(report, sort_keys=True))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    for failure in report["failed_checks"]:
+        print(f"FAIL {failure}")
+    return 0 if report["ratio_ok"] and not report["failed_checks"] else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except ApplyError as exc:  # a pass failed for good or the stand-in stopped answering
+        sys.exit(f"error: {exc.message}")
+    except RuntimeError as exc:
+        sys.exit(f"error: {exc}")
