@@ -460,6 +460,19 @@ def outbox_record(*, quota_set: QuotaSet) -> SyncOutbox:
     return row
 
 
+@transaction.atomic
+def quota_sets_resync(*, tenant: Tenant, actor: User | None) -> list[QuotaSet]:
+    """The tenant changed in a way its clusters see (state, namespaces, members): each of its
+    quota sets takes the next generation and an outbox row, so the change is pushed like an
+    approved one (and the reconcile does not mistake it for a hand edit)."""
+    quota_sets = list(QuotaSet.objects.select_for_update().filter(tenant=tenant))
+    for quota_set in quota_sets:
+        quota_set.generation += 1
+        quota_set.save(update_fields=["generation", "updated_at"])
+        outbox_record(quota_set=quota_set)
+    return quota_sets
+
+
 def enqueue_outbox(outbox_id: int) -> None:
     """Send the row to a worker (``approvals.tasks.deliver_outbox``, by name: the push
     updates request statuses, which live above this app). A broker that is down is logged,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from datetime import timedelta
 from typing import Any
@@ -37,6 +37,18 @@ logger = logging.getLogger(__name__)
 
 API_TOKEN_BYTES = 30
 API_TOKEN_PREFIX_LEN = 8
+
+
+# What other apps keep derived from a tenant (quotas: the objects pushed to its clusters) is
+# refreshed through these, called inside the writing transaction when a tenant, its
+# namespaces or its members change. Registered in the other apps' AppConfig.ready(), so this
+# app imports none of them.
+TENANT_CHANGED: list[Callable[..., object]] = []
+
+
+def _tenant_changed(tenant: Tenant, actor: User | None) -> None:
+    for hook in TENANT_CHANGED:
+        hook(tenant=tenant, actor=actor)
 
 
 def audit_record(
@@ -184,6 +196,7 @@ def tenant_update(
             before=before,
             after=after,
         )
+        _tenant_changed(tenant, actor)
     return tenant
 
 
@@ -208,6 +221,7 @@ def namespace_create(*, tenant: Tenant, name: str, purpose: str, actor: User | N
         tenant=tenant,
         after={"name": name, "purpose": purpose},
     )
+    _tenant_changed(tenant, actor)
     return namespace
 
 
@@ -250,6 +264,7 @@ def membership_set(*, tenant: Tenant, user: User, role: str, actor: User | None)
         before=before,
         after={"user": user.username, "role": role},
     )
+    _tenant_changed(tenant, actor)  # RBAC bindings follow the members
     return membership
 
 
@@ -269,6 +284,7 @@ def membership_remove(*, tenant: Tenant, user: User, actor: User | None) -> None
         before={"user": user.username, "role": membership.role},
     )
     membership.delete()
+    _tenant_changed(tenant, actor)
 
 
 # --- API tokens ---------------------------------------------------------------------------

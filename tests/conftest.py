@@ -136,10 +136,12 @@ def world(db: None) -> World:
             actor=admin,
             leads=[lead] if lead else [],
         )
-    for slug, g, lim in (("team-a", 6, 10), ("team-b", 4, 6), ("team-c", 2, 4)):
-        seed_quota(teams[slug], a100, a100_gpu, g, lim, actor=admin)
+    # Members first: a membership change pushes the tenant's quota sets again (RBAC follows
+    # the members), which takes a generation; the A100 sets below start at generation 1.
     membership_set(tenant=teams["team-a"], user=carol, role=MembershipRole.MEMBER, actor=admin)
     membership_set(tenant=teams["team-a"], user=victor, role=MembershipRole.VIEWER, actor=admin)
+    for slug, g, lim in (("team-a", 6, 10), ("team-b", 4, 6), ("team-c", 2, 4)):
+        seed_quota(teams[slug], a100, a100_gpu, g, lim, actor=admin)
     return World(
         a100,
         h100,

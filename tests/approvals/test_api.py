@@ -109,7 +109,9 @@ def test_a_lead_files_a_draft_submits_it_and_an_admin_approves(world, api_as):
     assert SyncOutbox.objects.filter(
         tenant=world.team_a, cluster=world.a100, generation=before_generation + 1
     ).exists()
-    written = AuditEvent.objects.get(action="quota_set.written", after__generation=2)
+    written = AuditEvent.objects.get(
+        action="quota_set.written", after__generation=before_generation + 1
+    )
     assert written.actor == world.admin and written.source == "api"
     assert written.after["reason"] == f"request #{request_id}: bigger training runs"
 

@@ -246,3 +246,26 @@ def test_only_admins_retry_and_only_failed_pushes(world, standin, api_as):
     refused = api_as(world.admin).post(url, {}, format="json")
     assert refused.status_code == 409
     assert "only a failed push is retried" in refused.json()["detail"]
+
+
+def test_a_tenant_change_is_pushed_like_an_approval_and_not_taken_for_drift(world, standin):
+    from tenants.services import membership_set, tenant_update
+
+    _, row = approved(world)
+    outbox_deliver(outbox_id=row.pk)
+    tenant_update(tenant=world.team_a, actor=world.admin, state="suspended")
+    membership_set(tenant=world.team_a, user=world.bob, role="viewer", actor=world.admin)
+
+    for open_row in SyncOutbox.objects.filter(
+        tenant=world.team_a, cluster=world.a100, completed_at__isnull=True
+    ):
+        outbox_deliver(outbox_id=open_row.pk)
+
+    assert kubectl(standin, "get", "clusterqueue", "team-a")["spec"]["stopPolicy"] == "Hold"
+    view = kubectl(standin, "get", "rolebinding", "gpu-portal-view", "-n", "team-a-training")
+    assert {"kind": "User", "name": "bob", "apiGroup": "rbac.authorization.k8s.io"} in view[
+        "subjects"
+    ]
+    outcome = cluster_reconcile(cluster_id=world.a100.pk)
+    assert outcome is not None and outcome.drifted == []
+    assert not AuditEvent.objects.filter(action="cluster.drift_repaired").exists()
