@@ -64,6 +64,7 @@ DECISION_NOTICES: dict[str, str] = {
     RequestStatus.APPROVED: "approved",
     RequestStatus.REJECTED: "rejected",
     RequestStatus.EXPIRED: "expired unanswered",
+    RequestStatus.FAILED: "approved but could not be applied to the cluster",
 }
 
 

@@ -479,8 +479,13 @@ def enqueue_outbox(outbox_id: int) -> None:
     not raised: the row stays and the sweep sends it later."""
     from portal.celery import app
 
+    queue = settings.SYNC_QUEUE or None
     try:
-        app.send_task(DELIVER_OUTBOX_TASK, args=[outbox_id], queue=settings.SYNC_QUEUE or None)
+        task = app.tasks.get(DELIVER_OUTBOX_TASK)
+        if task is not None:  # registered here: honours eager mode like any task
+            task.apply_async(args=[outbox_id], queue=queue)
+        else:
+            app.send_task(DELIVER_OUTBOX_TASK, args=[outbox_id], queue=queue)
     except Exception:
         logger.warning(
             "outbox %s not enqueued now; the sweep will send it", outbox_id, exc_info=True

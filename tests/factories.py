@@ -6,7 +6,14 @@ from decimal import Decimal
 
 import factory
 
-from quotas.choices import CPU_RESOURCE, GPU_RESOURCE, MEMORY_RESOURCE, FlavorKind, mig_resource
+from quotas.choices import (
+    CPU_RESOURCE,
+    GPU_RESOURCE,
+    MEMORY_RESOURCE,
+    FlavorKind,
+    SyncBackend,
+    mig_resource,
+)
 from quotas.models import Cluster, FlavorResource, ResourceFlavor
 from tenants.models import Tenant, User
 
@@ -39,6 +46,8 @@ class ClusterFactory(factory.django.DjangoModelFactory):
     name = factory.Sequence(lambda n: f"cluster-{n}")
     display_name = factory.LazyAttribute(lambda c: c.name.title())
     elastic_cap_fraction = Decimal("0.5")
+    # Tests that push to a cluster point it at the local API stand-in themselves.
+    backend = SyncBackend.NONE
 
 
 def gpu_flavor(
