@@ -2,12 +2,22 @@
 
 from django.urls import path
 
-from portal import views, views_inbox, views_requests
+from portal import views, views_inbox, views_requests, views_sync
 
 app_name = "portal"
 urlpatterns = [
     path("", views.home, name="home"),
     path("tenants/<str:slug>/", views.tenant_detail, name="tenant-detail"),
+    path(
+        "tenants/<str:slug>/clusters/<str:cluster>/",
+        views_sync.tenant_cluster,
+        name="tenant-cluster",
+    ),
+    path(
+        "tenants/<str:slug>/clusters/<str:cluster>/manifests.yaml",
+        views_sync.tenant_cluster_manifests,
+        name="tenant-cluster-manifests",
+    ),
     path("tenants/<str:slug>/requests/new/", views_requests.request_new, name="request-new"),
     path(
         "tenants/<str:slug>/requests/validate/",
@@ -20,6 +30,7 @@ urlpatterns = [
     path("requests/<int:pk>/cancel/", views_requests.request_cancel, name="request-cancel"),
     path("requests/<int:pk>/approve/", views_requests.request_approve, name="request-approve"),
     path("requests/<int:pk>/reject/", views_requests.request_reject, name="request-reject"),
+    path("requests/<int:pk>/retry/", views_requests.request_retry, name="request-retry"),
     path("inbox/", views_inbox.inbox, name="inbox"),
     path("inbox/read/", views_inbox.inbox_mark_all_read, name="inbox-read-all"),
     path("inbox/<int:pk>/read/", views_inbox.inbox_mark_read, name="inbox-read"),

@@ -18,6 +18,7 @@ from django.templatetags.static import static
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from portal import views_sync
 from portal.errors import NotFound
 from portal.tasks import HEARTBEAT_CACHE_KEY
 from quotas import selectors as quota_selectors
@@ -66,6 +67,8 @@ def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "members": tenant_selectors.membership_list_for_tenant(tenant=tenant),
         "quota_sets": quota_selectors.tenant_effective_quotas(tenant=tenant),
         "role": tenant_selectors.membership_role(user=caller(request), tenant=tenant),
+        # Where its quotas stand in each cluster (no live read: "In the cluster" does that).
+        "cluster_syncs": views_sync.cluster_syncs(tenant=tenant),
     }
     return render(request, "portal/tenant_detail.html", context)
 
@@ -87,4 +90,5 @@ def admin_console(request: HttpRequest) -> HttpResponse:
             None if heartbeat is None else int((timezone.now() - heartbeat).total_seconds())
         ),
     }
+    context |= views_sync.console_sync_panel(user=caller(request))
     return render(request, "portal/console.html", context)

@@ -49,7 +49,9 @@ from approvals.services import (
     quota_request_check,
     quota_request_check_stored,
     quota_request_create,
+    quota_request_dry_run,
     quota_request_reject,
+    quota_request_retry,
     quota_request_submit,
     request_items_parse,
 )
@@ -62,12 +64,14 @@ from portal.forms import (
     QuotaRowForm,
     RequestListFilterForm,
 )
+from portal.views_sync import FieldChange, value_shown
 from quotas import selectors as quota_selectors
-from quotas.choices import FlavorKind, is_gpu_resource
-from quotas.models import Cluster, TierTemplate
+from quotas.choices import FlavorKind, SyncBackend, SyncState, is_gpu_resource
+from quotas.models import Cluster, TenantSync, TierTemplate
 from quotas.quantity import format_quantity
 from quotas.selectors import EffectiveQuota, EffectiveQuotaSet, FlavorAllocation
 from quotas.services import QuotaItem, elastic_cap, tier_items
+from quotas.sync import DryRun
 from tenants import selectors as tenant_selectors
 from tenants.api.base import caller
 from tenants.models import AuditEvent, Tenant, User
@@ -76,6 +80,12 @@ ITEM_FIELD = re.compile(r"^items\[(\d+)\]\.(\w+)$")
 LIST_PAGE_SIZE = 50
 QUEUE_PAGE_SIZE = 100
 ACTIONS_THAT_STORE = ("draft", "submit")
+PUSHED_STATUSES = (
+    RequestStatus.APPROVED,
+    RequestStatus.APPLYING,
+    RequestStatus.APPLIED,
+    RequestStatus.FAILED,
+)
 
 
 # --- shared pieces --------------------------------------------------------------------------
@@ -594,13 +604,70 @@ def request_list(request: HttpRequest) -> HttpResponse:
     )
 
 
+@dataclass(frozen=True)
+class PushState:
+    """Where an approved request stands in its cluster, in words."""
+
+    kind: str  # the request's status
+    text: str
+
+
+def _push_state(change: QuotaChangeRequest, push: TenantSync | None) -> PushState:
+    status = change.status
+    portal_only = change.cluster.backend == SyncBackend.NONE
+    if status == RequestStatus.APPLIED:
+        text = f"Applied at generation {change.applied_generation}"
+        return PushState(status, text + (" (kept in the portal only)" if portal_only else ""))
+    if status == RequestStatus.FAILED:
+        message = change.failure_message or (push.message if push else "")
+        return PushState(status, f"Failed: {message}" if message else "Failed")
+    if status == RequestStatus.APPLYING:
+        if push is not None and push.state == SyncState.APPLYING and push.attempts:
+            # ``attempts`` counts the failed ones: the one under way is the next.
+            return PushState(status, f"Applying, attempt {push.attempts + 1}: {push.message}")
+        return PushState(status, "Applying")
+    return PushState(status, f"Approved, waiting for the push to {change.cluster.name}")
+
+
+@dataclass(frozen=True)
+class ObjectChange:
+    """One object of a dry run: created, deleted, or changed with its fields before -> after."""
+
+    object: str
+    change: str
+    fields: list[FieldChange]
+
+
+def _dry_run_objects(dry_run: DryRun) -> list[ObjectChange]:
+    return [
+        ObjectChange(
+            o.object,
+            o.change,
+            [
+                FieldChange(path, value_shown(d.get("before")), value_shown(d.get("after")))
+                for path, d in sorted(o.fields.items())
+            ],
+        )
+        for o in dry_run.objects
+    ]
+
+
 @login_required
 def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """A request: its items, the diff against the quotas in force (while it is open), its
-    decisions and timeline, and what the caller may do with it."""
+    decisions and timeline, and what the caller may do with it. Once approved, where its
+    push to the cluster stands; while pending, what the cluster would see (the dry run:
+    object by object, and the cluster's own verdict where it can be asked; a cluster that
+    cannot be reached or is kept in the portal only says why it was not asked)."""
     user = caller(request)
     change = _visible_request(user, pk)
     is_open = change.status in OPEN_STATUSES
+    pending = change.status == RequestStatus.PENDING
+    push = None
+    if change.status in PUSHED_STATUSES:
+        push = _push_state(change, approval_selectors.quota_request_push(request=change))
+    dry_run = quota_request_dry_run(request=change) if pending else None
+    dry_run_objects = _dry_run_objects(dry_run) if dry_run else []
     check = quota_request_check_stored(request=change) if is_open else None
     lines = (
         _change_lines(
@@ -610,7 +677,6 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
         else []
     )
     own = change.requester_id == user.pk
-    pending = change.status == RequestStatus.PENDING
     context = {
         "change": change,
         "check": check,
@@ -621,6 +687,12 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_submit": change.status == RequestStatus.DRAFT and (own or user.is_platform_admin),
         "can_cancel": is_open and own,
         "can_decide": pending and user.is_platform_admin and not own,
+        "push": push,
+        "can_retry": change.status == RequestStatus.FAILED and user.is_platform_admin,
+        "dry_run": dry_run,
+        "dry_run_changed": [o for o in dry_run_objects if o.change == "changed"],
+        "dry_run_created": [o for o in dry_run_objects if o.change == "created"],
+        "dry_run_deleted": [o for o in dry_run_objects if o.change == "deleted"],
     }
     return render(request, "portal/requests/detail.html", context)
 
@@ -648,6 +720,25 @@ def request_cancel(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, f"Request #{pk} was not cancelled: {_error_text(exc)}")
     else:
         messages.success(request, f"Request #{pk} cancelled.")
+    return redirect("portal:request-detail", pk=pk)
+
+
+@login_required
+@require_POST
+def request_retry(request: HttpRequest, pk: int) -> HttpResponse:
+    """Push a failed request's quotas again (platform admins), once the cause is fixed."""
+    user = caller(request)
+    change = _visible_request(user, pk)
+    try:
+        quota_request_retry(request=change, actor=user)
+    except errors.PermissionDenied as exc:
+        raise PermissionDenied(exc.message) from exc
+    except errors.ApplicationError as exc:
+        messages.error(request, f"Request #{pk} was not retried: {_error_text(exc)}")
+    else:
+        messages.success(
+            request, f"Request #{pk}: the push to {change.cluster.name} is queued again."
+        )
     return redirect("portal:request-detail", pk=pk)
 
 

@@ -8,9 +8,10 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet, Sum
+from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 
-from quotas.choices import is_gpu_resource
+from quotas.choices import SyncBackend, SyncState, is_gpu_resource
 from quotas.models import (
     Cluster,
     FlavorResource,
@@ -193,3 +194,37 @@ def tenant_sync_rows(*, tenant: Tenant) -> list[TenantSyncRow]:
         .select_related("cluster")
         .order_by("cluster__name")
     ]
+
+
+def sync_state_counts() -> list[tuple[Cluster, dict[str, int]]]:
+    """Per cluster, how many tenants' quota sets stand in each sync state (one query); a quota
+    set never pushed counts as pending."""
+    state = Coalesce(
+        Subquery(
+            TenantSync.objects.filter(
+                tenant_id=OuterRef("tenant_id"), cluster_id=OuterRef("cluster_id")
+            ).values("state")[:1]
+        ),
+        Value(SyncState.PENDING.value),
+    )
+    rows = (
+        QuotaSet.objects.annotate(sync_state=state)
+        .values("cluster_id", "sync_state")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    clusters = {c.pk: c for c in Cluster.objects.all()}
+    counts: dict[int, dict[str, int]] = {}
+    for row in rows:
+        counts.setdefault(row["cluster_id"], {})[row["sync_state"]] = row["n"]
+    return [(clusters[pk], counts[pk]) for pk in sorted(counts, key=lambda pk: clusters[pk].name)]
+
+
+def syncs_needing_attention() -> QuerySet[TenantSync]:
+    """Pushes that failed or are being retried, on clusters the portal pushes to."""
+    return (
+        TenantSync.objects.filter(state__in=(SyncState.FAILED, SyncState.APPLYING))
+        .exclude(cluster__backend=SyncBackend.NONE)
+        .select_related("tenant", "cluster")
+        .order_by("state", "tenant__slug", "cluster__name")
+    )

@@ -374,6 +374,8 @@ def change_dry_run(
         return result
     result.server_checked = True
     result.server_errors = [f"{Change(k).describe()}: {m}" for k, m in applied.failed]
+    if applied.skipped:
+        result.server_message = "; ".join(applied.skipped)
     return result
 
 

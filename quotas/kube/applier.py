@@ -173,6 +173,7 @@ def apply_objects(
                 result.skipped.append(exc.message)
                 result.failed.extend((key_of(obj), exc.message) for obj in wanted)
 
+    new_namespaces: set[str] = set()  # a dry run creates nothing: what goes in them waits
     for kind in kinds:
         if kind not in served:
             continue
@@ -183,6 +184,13 @@ def apply_objects(
             if not reasons:
                 result.unchanged += 1
                 continue
+            if dry_run and key[2] in new_namespaces:
+                result.skipped.append(
+                    f"{Change(key).describe()} not checked: its namespace does not exist yet"
+                )
+                continue
+            if dry_run and current is None and kind.kind == "Namespace":
+                new_namespaces.add(key[3])
             try:
                 backend.apply(obj, dry_run=dry_run)
             except RetryableError:
@@ -241,9 +249,13 @@ class KubernetesBackend:
 
     @classmethod
     def from_kubeconfig(cls, path: str, *, context: str | None = None) -> KubernetesBackend:
-        from kubernetes import config
+        from kubernetes import client, config
 
-        return cls(config.new_client_from_config(config_file=path, context=context))
+        configuration = client.Configuration()
+        config.load_kube_config(
+            config_file=path, context=context, client_configuration=configuration
+        )
+        return cls(client.ApiClient(_no_client_retries(configuration)))
 
     @classmethod
     def in_cluster(cls) -> KubernetesBackend:
@@ -251,7 +263,7 @@ class KubernetesBackend:
 
         configuration = client.Configuration()
         config.load_incluster_config(client_configuration=configuration)
-        return cls(client.ApiClient(configuration))
+        return cls(client.ApiClient(_no_client_retries(configuration)))
 
     def close(self) -> None:
         self.api.close()
@@ -333,6 +345,13 @@ class KubernetesBackend:
         except ApplyError as exc:
             if exc.status != 404:  # already gone: what a delete wanted
                 raise
+
+
+def _no_client_retries(configuration: Any) -> Any:
+    """The pass retries as a whole, with backoff (the task); urllib3's own silent retries would
+    only stretch a page view's dry run against a cluster that drops connections."""
+    configuration.retries = False
+    return configuration
 
 
 def _error(status: int | None, body: Any, path: str) -> ApplyError:

@@ -269,3 +269,16 @@ def test_a_tenant_change_is_pushed_like_an_approval_and_not_taken_for_drift(worl
     outcome = cluster_reconcile(cluster_id=world.a100.pk)
     assert outcome is not None and outcome.drifted == []
     assert not AuditEvent.objects.filter(action="cluster.drift_repaired").exists()
+
+
+def test_a_dry_run_before_the_first_push_does_not_report_missing_namespaces(world, standin):
+    from approvals.services import quota_request_dry_run
+
+    pending = file(world, items=[item(guaranteed=7, limit=10)])  # nothing pushed yet
+
+    dry_run = quota_request_dry_run(request=pending)
+
+    assert dry_run.server_checked and dry_run.server_errors == []
+    assert "namespace does not exist yet" in dry_run.server_message
+    namespaces = {ns["metadata"]["name"] for ns in kubectl(standin, "get", "namespaces")["items"]}
+    assert not {n for n in namespaces if n.startswith("team-a")}  # a dry run created nothing
