@@ -19,7 +19,7 @@ import threading
 import urllib.request
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import yaml
 from aiohttp import web
@@ -148,10 +148,25 @@ async def _serve(
 
 
 class _AdminClient:
-    """The ``/_devcluster/`` admin API, shared by both kinds of handle."""
+    """The ``/_devcluster/`` admin API, shared by both kinds of handle (each a context manager
+    that stops its stand-in)."""
 
     url: str
     ca_file: Path | None = None
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
 
     def _admin(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -240,17 +255,6 @@ class Handle(_AdminClient):
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
 
-    def __enter__(self) -> Handle:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 def start_in_thread(
     *,
@@ -328,17 +332,6 @@ class ProcessHandle(_AdminClient):
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-
-    def __enter__(self) -> ProcessHandle:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def start_in_subprocess(

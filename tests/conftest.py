@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -19,6 +20,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from approvals.services import tenant_onboard
+from devcluster.runner import Handle, start_in_thread
 from quotas.choices import CPU_RESOURCE, GPU_RESOURCE, MEMORY_RESOURCE
 from quotas.models import Cluster, ResourceFlavor, TierTemplate
 from quotas.services import QuotaItem, SchedulingQuotas, quota_set_write
@@ -177,3 +179,20 @@ def api_as(api: APIClient):  # type: ignore[no-untyped-def]
         return client
 
     return login
+
+
+@pytest.fixture(scope="session")
+def standin_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Handle]:
+    """One local Kubernetes API stand-in (in a thread) for the session."""
+    with start_in_thread(kubeconfig_path=tmp_path_factory.mktemp("standin") / "kc") as handle:
+        yield handle
+
+
+@pytest.fixture
+def standin(standin_server: Handle, world: World) -> Handle:
+    """The stand-in, emptied, with demo-a100 pushing to it."""
+    from tests.standin import point_at
+
+    standin_server.reset()
+    point_at(world.a100, standin_server.kubeconfig_path)
+    return standin_server

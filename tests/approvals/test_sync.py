@@ -5,9 +5,6 @@ retried; a duplicate delivery does nothing; drift is repaired and audited."""
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,62 +13,15 @@ from approvals.choices import RequestStatus
 from approvals.services import (
     cluster_reconcile,
     outbox_deliver,
-    quota_request_approve,
     quota_request_retry,
 )
-from devcluster.runner import Handle, start_in_thread
+from devcluster.runner import start_in_thread
 from quotas.choices import SyncBackend, SyncState
 from quotas.kube.applier import RetryableError
 from quotas.models import Cluster, SyncOutbox, TenantSync
 from tenants.models import AuditEvent
 from tests.approvals.conftest import file, item
-
-KUBECTL = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "kubectl"
-
-
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Handle]:
-    with start_in_thread(kubeconfig_path=tmp_path_factory.mktemp("a100") / "kc") as handle:
-        yield handle
-
-
-@pytest.fixture
-def standin(running: Handle, world: Any) -> Handle:
-    running.reset()
-    Cluster.objects.filter(pk=world.a100.pk).update(
-        backend=SyncBackend.KUBERNETES, kubeconfig_path=str(running.kubeconfig_path)
-    )
-    world.a100.refresh_from_db()
-    return running
-
-
-def kubectl(handle: Handle, *args: str) -> Any:
-    done = subprocess.run(
-        [str(KUBECTL), "--kubeconfig", str(handle.kubeconfig_path), *args, "-o", "json"],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return json.loads(done.stdout)
-
-
-def gpu_quota_in(cq: dict[str, Any]) -> dict[str, Any]:
-    for group in cq["spec"]["resourceGroups"]:
-        for flavor in group["flavors"]:
-            for resource in flavor["resources"]:
-                if flavor["name"] == "a100-80gb" and resource["name"] == "nvidia.com/gpu":
-                    return resource
-    raise AssertionError("no a100 GPU quota in the ClusterQueue")
-
-
-def approved(world: Any, **changes: Any) -> tuple[Any, SyncOutbox]:
-    request = file(world, items=[item(**changes)] if changes else None)
-    quota_request_approve(request=request, approver=world.admin)
-    request.refresh_from_db()
-    row = SyncOutbox.objects.get(
-        tenant=world.team_a, cluster=world.a100, generation=request.applied_generation
-    )
-    return request, row
+from tests.standin import a100_gpu_quota, approved, kubectl, kubectl_json, point_at
 
 
 def test_an_approved_change_lands_in_the_cluster_and_the_request_is_applied(world, standin):
@@ -85,13 +35,13 @@ def test_an_approved_change_lands_in_the_cluster_and_the_request_is_applied(worl
     assert (sync.state, sync.applied_generation) == (SyncState.IN_SYNC, request.applied_generation)
     row.refresh_from_db()
     assert row.completed_at is not None
-    cq = kubectl(standin, "get", "clusterqueue", "team-a")
-    assert gpu_quota_in(cq) == {
+    cq = kubectl_json(standin, "get", "clusterqueue", "team-a")
+    assert a100_gpu_quota(cq) == {
         "name": "nvidia.com/gpu",
         "nominalQuota": "8",
         "borrowingLimit": "2",
     }
-    rq = kubectl(standin, "get", "resourcequota", "gpu-portal-quota", "-n", "team-a-training")
+    rq = kubectl_json(standin, "get", "resourcequota", "gpu-portal-quota", "-n", "team-a-training")
     assert rq["spec"]["hard"]["requests.nvidia.com/gpu"] == "10"
     actions = list(
         AuditEvent.objects.filter(object_id=f"#{request.pk}").values_list("action", flat=True)
@@ -126,7 +76,10 @@ def test_an_unreachable_cluster_is_retried_and_converges(world, standin):
     outbox_deliver(outbox_id=row.pk)  # the task's retry
     request.refresh_from_db()
     assert request.status == RequestStatus.APPLIED
-    assert gpu_quota_in(kubectl(standin, "get", "clusterqueue", "team-a"))["nominalQuota"] == "8"
+    assert (
+        a100_gpu_quota(kubectl_json(standin, "get", "clusterqueue", "team-a"))["nominalQuota"]
+        == "8"
+    )
 
 
 def test_an_object_the_server_refuses_fails_the_request_with_its_message(world, tmp_path, settings):
@@ -134,9 +87,7 @@ def test_an_object_the_server_refuses_fails_the_request_with_its_message(world, 
         return ["spec.resourceGroups: refused by policy"] if obj["kind"] == "ClusterQueue" else []
 
     with start_in_thread(kubeconfig_path=tmp_path / "kc", validator=refuse_cluster_queues) as h:
-        Cluster.objects.filter(pk=world.a100.pk).update(
-            backend=SyncBackend.KUBERNETES, kubeconfig_path=str(h.kubeconfig_path)
-        )
+        point_at(world.a100, h.kubeconfig_path)
         request, row = approved(world)
 
         outbox_deliver(outbox_id=row.pk)
@@ -147,11 +98,11 @@ def test_an_object_the_server_refuses_fails_the_request_with_its_message(world, 
         sync = TenantSync.objects.get(tenant=world.team_a, cluster=world.a100)
         assert sync.state == SyncState.FAILED
         # The other objects went in; the last good ClusterQueue (none here) is untouched.
-        assert kubectl(h, "get", "resourcequota", "-n", "team-a-training")["items"]
+        assert kubectl_json(h, "get", "resourcequota", "-n", "team-a-training")["items"]
 
     # Fixed (here: a cluster that accepts it), an admin retries.
     with start_in_thread(kubeconfig_path=tmp_path / "kc2") as fixed:
-        Cluster.objects.filter(pk=world.a100.pk).update(kubeconfig_path=str(fixed.kubeconfig_path))
+        point_at(world.a100, fixed.kubeconfig_path)
         quota_request_retry(request=request, actor=world.admin)
         row.refresh_from_db()
         assert row.completed_at is None
@@ -163,18 +114,16 @@ def test_an_object_the_server_refuses_fails_the_request_with_its_message(world, 
 def test_a_hand_edit_is_repaired_by_the_reconcile_and_audited(world, standin):
     _, row = approved(world)
     outbox_deliver(outbox_id=row.pk)
-    subprocess.run(
-        [str(KUBECTL), "--kubeconfig", str(standin.kubeconfig_path), "patch", "clusterqueue",
-         "team-a", "--type", "json", "-p",
-         json.dumps([{"op": "replace", "path": "/spec/stopPolicy", "value": "HoldAndDrain"}])],
-        check=True, capture_output=True,
+    kubectl(
+        standin, "patch", "clusterqueue", "team-a", "--type", "json", "-p",
+        json.dumps([{"op": "replace", "path": "/spec/stopPolicy", "value": "HoldAndDrain"}]),
     )  # fmt: skip
 
     outcome = cluster_reconcile(cluster_id=world.a100.pk)
 
     assert outcome is not None and not outcome.error
     assert [d["object"] for d in outcome.drifted] == ["ClusterQueue team-a"]
-    assert kubectl(standin, "get", "clusterqueue", "team-a")["spec"]["stopPolicy"] == "None"
+    assert kubectl_json(standin, "get", "clusterqueue", "team-a")["spec"]["stopPolicy"] == "None"
     event = AuditEvent.objects.get(action="cluster.drift_repaired")
     assert event.before == {".spec.stopPolicy": "HoldAndDrain"}
     assert event.after == {".spec.stopPolicy": "None"}
@@ -209,7 +158,10 @@ def test_the_dry_run_shows_the_object_diff_and_the_servers_verdict(world, standi
     assert cq["change"] == "changed"
     assert any(f == {"before": "8", "after": "9"} for f in cq["fields"].values())
     # A dry run writes nothing.
-    assert gpu_quota_in(kubectl(standin, "get", "clusterqueue", "team-a"))["nominalQuota"] == "8"
+    assert (
+        a100_gpu_quota(kubectl_json(standin, "get", "clusterqueue", "team-a"))["nominalQuota"]
+        == "8"
+    )
     assert api_as(world.bob).get(f"/api/v1/quota-requests/{pending.pk}/dry-run/").status_code == 404
 
 
@@ -261,8 +213,8 @@ def test_a_tenant_change_is_pushed_like_an_approval_and_not_taken_for_drift(worl
     ):
         outbox_deliver(outbox_id=open_row.pk)
 
-    assert kubectl(standin, "get", "clusterqueue", "team-a")["spec"]["stopPolicy"] == "Hold"
-    view = kubectl(standin, "get", "rolebinding", "gpu-portal-view", "-n", "team-a-training")
+    assert kubectl_json(standin, "get", "clusterqueue", "team-a")["spec"]["stopPolicy"] == "Hold"
+    view = kubectl_json(standin, "get", "rolebinding", "gpu-portal-view", "-n", "team-a-training")
     assert {"kind": "User", "name": "bob", "apiGroup": "rbac.authorization.k8s.io"} in view[
         "subjects"
     ]
@@ -280,5 +232,7 @@ def test_a_dry_run_before_the_first_push_does_not_report_missing_namespaces(worl
 
     assert dry_run.server_checked and dry_run.server_errors == []
     assert "namespace does not exist yet" in dry_run.server_message
-    namespaces = {ns["metadata"]["name"] for ns in kubectl(standin, "get", "namespaces")["items"]}
+    namespaces = {
+        ns["metadata"]["name"] for ns in kubectl_json(standin, "get", "namespaces")["items"]
+    }
     assert not {n for n in namespaces if n.startswith("team-a")}  # a dry run created nothing

@@ -4,9 +4,7 @@ the cluster converges."""
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -20,14 +18,13 @@ from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeRequest
 from approvals.services import quota_request_approve
 from devcluster.runner import Handle, start_in_subprocess
-from quotas.choices import SyncBackend
-from quotas.models import Cluster, SyncOutbox
+from quotas.models import SyncOutbox
 from quotas.services import outbox_sweep
 from tests.approvals.conftest import file
+from tests.standin import point_at, team_a_gpu_nominal
 
 pytestmark = [pytest.mark.integration]
 
-KUBECTL = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "kubectl"
 CONVERGE_TIMEOUT_S = 30
 
 
@@ -42,9 +39,7 @@ def standin(tmp_path: Path) -> Iterator[Handle]:
 @pytest.fixture
 def synced_world(start_worker, isolation, settings, standin, world) -> Any:
     settings.SYNC_QUEUE = isolation
-    Cluster.objects.filter(pk=world.a100.pk).update(
-        backend=SyncBackend.KUBERNETES, kubeconfig_path=str(standin.kubeconfig_path)
-    )
+    point_at(world.a100, standin.kubeconfig_path)
     return world
 
 
@@ -62,22 +57,6 @@ def status(request: QuotaChangeRequest) -> str:
     return QuotaChangeRequest.objects.get(pk=request.pk).status
 
 
-def cq_gpu_nominal(handle: Handle) -> str | None:
-    done = subprocess.run(
-        [str(KUBECTL), "--kubeconfig", str(handle.kubeconfig_path), "get", "clusterqueue",
-         "team-a", "-o", "json"],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    if done.returncode:
-        return None
-    for group in json.loads(done.stdout)["spec"]["resourceGroups"]:
-        for flavor in group["flavors"]:
-            for resource in flavor["resources"]:
-                if resource["name"] == "nvidia.com/gpu" and flavor["name"] == "a100-80gb":
-                    return str(resource["nominalQuota"])
-    return None
-
-
 def test_an_approval_reaches_the_cluster_through_a_real_worker(
     synced_world,
     start_worker,
@@ -89,7 +68,7 @@ def test_an_approval_reaches_the_cluster_through_a_real_worker(
     quota_request_approve(request=request, approver=synced_world.admin)
 
     wait_for(lambda: status(request) == RequestStatus.APPLIED, "applied", worker_log)
-    assert cq_gpu_nominal(standin) == "8"
+    assert team_a_gpu_nominal(standin) == "8"
 
 
 def test_a_worker_killed_mid_push_loses_nothing(
@@ -117,6 +96,6 @@ def test_a_worker_killed_mid_push_loses_nothing(
     assert row.pk in sent
 
     wait_for(lambda: status(request) == RequestStatus.APPLIED, "applied after the kill", worker_log)
-    assert cq_gpu_nominal(standin) == "8"
+    assert team_a_gpu_nominal(standin) == "8"
     row.refresh_from_db()
     assert row.completed_at is not None

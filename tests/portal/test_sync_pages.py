@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import subprocess
-from collections.abc import Iterator
 from html import unescape
 from pathlib import Path
 from typing import Any
@@ -25,43 +23,23 @@ from django.test.utils import CaptureQueriesContext
 
 from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeRequest
-from approvals.services import cluster_reconcile, outbox_deliver, quota_request_approve
-from devcluster.runner import Handle, start_in_thread
+from approvals.services import cluster_reconcile, outbox_deliver
+from devcluster.runner import start_in_thread
 from quotas import sync
 from quotas.choices import SyncBackend
 from quotas.kube.applier import RetryableError
-from quotas.models import Cluster, SyncOutbox
+from quotas.models import Cluster
 from tenants.models import User
 from tenants.services import audit_record
 from tests.approvals.conftest import file, item
 from tests.conftest import World
 from tests.factories import ClusterFactory, gpu_flavor
+from tests.standin import approved, kubectl, point_at, team_a_gpu_nominal
 
-KUBECTL = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "kubectl"
 TENANT = "/tenants/team-a/"
 IN_CLUSTER = "/tenants/team-a/clusters/demo-a100/"
 YAML = "/tenants/team-a/clusters/demo-a100/manifests.yaml"
 CONSOLE = "/console/"
-
-
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Handle]:
-    with start_in_thread(kubeconfig_path=tmp_path_factory.mktemp("a100") / "kc") as handle:
-        yield handle
-
-
-def point_at(world: World, kubeconfig: Path, **fields: Any) -> None:
-    Cluster.objects.filter(pk=world.a100.pk).update(
-        backend=SyncBackend.KUBERNETES, kubeconfig_path=str(kubeconfig), **fields
-    )
-    world.a100.refresh_from_db()
-
-
-@pytest.fixture
-def standin(running: Handle, world: World) -> Handle:
-    running.reset()
-    point_at(world, running.kubeconfig_path)
-    return running
 
 
 def logged_in(user: User | None) -> Client:
@@ -91,41 +69,6 @@ def element(html: str, tag: str, marker: str) -> str:
 def without_csrf(content: bytes) -> bytes:
     """Pages carry a CSRF token (the log-out form) masked differently in every response."""
     return re.sub(rb'name="csrfmiddlewaretoken" value="[^"]*"', b"", content)
-
-
-def kubectl(handle: Handle, *args: str) -> None:
-    subprocess.run(
-        [str(KUBECTL), "--kubeconfig", str(handle.kubeconfig_path), *args],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-
-
-def a100_gpu_nominal_quota(handle: Handle) -> str:
-    done = subprocess.run(
-        [str(KUBECTL), "--kubeconfig", str(handle.kubeconfig_path),
-         "get", "clusterqueue", "team-a", "-o", "json"],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
-    for group in json.loads(done.stdout)["spec"]["resourceGroups"]:
-        for flavor in group["flavors"]:
-            for resource in flavor["resources"]:
-                if flavor["name"] == "a100-80gb" and resource["name"] == "nvidia.com/gpu":
-                    return str(resource["nominalQuota"])
-    raise AssertionError("no a100 GPU quota in the ClusterQueue")
-
-
-def approved(world: World, **changes: Any) -> tuple[QuotaChangeRequest, SyncOutbox]:
-    """team-a's request on demo-a100 (8/10 unless ``changes``), approved: the outbox row to
-    deliver."""
-    request = file(world, items=[item(**changes)] if changes else None)
-    quota_request_approve(request=request, approver=world.admin)
-    request.refresh_from_db()
-    row = SyncOutbox.objects.get(
-        tenant=world.team_a, cluster=world.a100, generation=request.applied_generation
-    )
-    return request, row
 
 
 def delivered(world: World) -> QuotaChangeRequest:
@@ -253,7 +196,7 @@ def test_the_in_cluster_page_reads_the_quotas_and_the_queue_live(world, standin)
 
 
 def test_an_unreachable_or_portal_only_cluster_says_why_it_was_not_read(world, tmp_path):
-    point_at(world, closed_port_kubeconfig(tmp_path))
+    point_at(world.a100, closed_port_kubeconfig(tmp_path))
     client = logged_in(world.alice)
 
     response = client.get(IN_CLUSTER)
@@ -321,7 +264,7 @@ def test_a_failed_push_shows_the_clusters_message_and_admins_retry_it(world, tmp
         return ["spec.resourceGroups: refused by policy"] if obj["kind"] == "ClusterQueue" else []
 
     with start_in_thread(kubeconfig_path=tmp_path / "kc", validator=refuse_cluster_queues) as h:
-        point_at(world, h.kubeconfig_path)
+        point_at(world.a100, h.kubeconfig_path)
         request, row = approved(world)
         outbox_deliver(outbox_id=row.pk)
     request.refresh_from_db()
@@ -354,7 +297,7 @@ def test_a_failed_push_shows_the_clusters_message_and_admins_retry_it(world, tmp
 
     # Fixed (a cluster that accepts it): the worker delivers, the page says applied.
     with start_in_thread(kubeconfig_path=tmp_path / "kc2") as fixed:
-        point_at(world, fixed.kubeconfig_path)
+        point_at(world.a100, fixed.kubeconfig_path)
         outbox_deliver(outbox_id=row.pk)
     page = main(admin.get(url))
     assert 'data-push="applied"' in page and "Retry push" not in page
@@ -387,7 +330,7 @@ def test_a_pending_request_shows_what_the_cluster_would_see(world, standin):
     assert any(line.endswith(" 8 9") for line in nominal), nominal  # path, before, after
     assert standin.stats()["total"] > 0  # the cluster was asked (a server-side dry run)
     # ...and wrote nothing: the queue still guarantees 8.
-    assert a100_gpu_nominal_quota(standin) == "8"
+    assert team_a_gpu_nominal(standin) == "8"
 
 
 def test_quotas_on_a_new_cluster_list_the_objects_they_would_create(world):
@@ -409,7 +352,7 @@ def test_the_dry_run_says_why_the_cluster_was_not_asked(world, tmp_path, backend
     if backend == "none":
         Cluster.objects.filter(pk=world.a100.pk).update(backend=SyncBackend.NONE)
     else:
-        point_at(world, closed_port_kubeconfig(tmp_path))
+        point_at(world.a100, closed_port_kubeconfig(tmp_path))
     pending = file(world)
 
     response = logged_in(world.carol).get(f"/requests/{pending.pk}/")
@@ -472,7 +415,7 @@ def test_the_console_is_for_platform_admins_only(world):
 
 
 def test_the_console_panel_runs_a_constant_number_of_queries(world):
-    point_at(world, Path("/nonexistent/kubeconfig"))  # every push fails
+    point_at(world.a100, Path("/nonexistent/kubeconfig"))  # every push fails
 
     def count() -> int:
         client = logged_in(world.admin)
