@@ -69,3 +69,8 @@ def approved(world: Any, **changes: Any) -> tuple[QuotaChangeRequest, SyncOutbox
         tenant=world.team_a, cluster=world.a100, generation=request.applied_generation
     )
     return request, row
+
+
+def refuse_cluster_queues(obj: dict[str, Any]) -> list[str]:
+    """A stand-in validator that refuses every ClusterQueue (a server's 422)."""
+    return ["spec.resourceGroups: refused by policy"] if obj["kind"] == "ClusterQueue" else []

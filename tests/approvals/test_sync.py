@@ -5,7 +5,6 @@ retried; a duplicate delivery does nothing; drift is repaired and audited."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
@@ -21,7 +20,14 @@ from quotas.kube.applier import RetryableError
 from quotas.models import Cluster, SyncOutbox, TenantSync
 from tenants.models import AuditEvent
 from tests.approvals.conftest import file, item
-from tests.standin import a100_gpu_quota, approved, kubectl, kubectl_json, point_at
+from tests.standin import (
+    a100_gpu_quota,
+    approved,
+    kubectl,
+    kubectl_json,
+    point_at,
+    refuse_cluster_queues,
+)
 
 
 def test_an_approved_change_lands_in_the_cluster_and_the_request_is_applied(world, standin):
@@ -83,9 +89,6 @@ def test_an_unreachable_cluster_is_retried_and_converges(world, standin):
 
 
 def test_an_object_the_server_refuses_fails_the_request_with_its_message(world, tmp_path, settings):
-    def refuse_cluster_queues(obj: dict[str, Any]) -> list[str]:
-        return ["spec.resourceGroups: refused by policy"] if obj["kind"] == "ClusterQueue" else []
-
     with start_in_thread(kubeconfig_path=tmp_path / "kc", validator=refuse_cluster_queues) as h:
         point_at(world.a100, h.kubeconfig_path)
         request, row = approved(world)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from html import unescape
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from django.utils import timezone
 from portal.context_processors import inbox as inbox_context
 from tenants.models import Notification, User
 from tenants.services import notify
+from tests.portal.pages import logged_in, text
 
 INBOX = "/inbox/"
 READ_ALL = "/inbox/read/"
@@ -25,16 +25,6 @@ READ_ALL = "/inbox/read/"
 
 def read_url(notification: Notification) -> str:
     return f"/inbox/{notification.pk}/read/"
-
-
-def logged_in(user: User, *, csrf: bool = False) -> Client:
-    client = Client(enforce_csrf_checks=csrf)
-    client.force_login(user)
-    return client
-
-
-def text(response: Any) -> str:
-    return unescape(response.content.decode())
 
 
 def listed(response: Any) -> list[int]:

@@ -29,6 +29,7 @@ from quotas.services import QuotaItem
 from tenants.models import AuditEvent, Tenant, User
 from tests.conftest import World
 from tests.factories import ClusterFactory, UserFactory, gpu_flavor
+from tests.portal.pages import logged_in, main, text
 
 NEW = "/tenants/team-a/requests/new/?cluster=demo-a100"
 VALIDATE = "/tenants/team-a/requests/validate/?cluster=demo-a100"
@@ -58,21 +59,6 @@ def a100_form(**changes: str) -> dict[str, str]:
     }
     data.update(changes)
     return data
-
-
-def logged_in(user: User | None) -> Client:
-    client = Client()
-    if user is not None:
-        client.force_login(user)
-    return client
-
-
-def text(response: Any) -> str:
-    return unescape(response.content.decode())
-
-
-def main(response: Any) -> str:
-    return text(response).split("<main>")[1].split("</main>")[0]
 
 
 def slot(response: Any, name: str) -> str:

@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import re
 import socket
-from html import unescape
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -29,29 +27,17 @@ from quotas import sync
 from quotas.choices import SyncBackend
 from quotas.kube.applier import RetryableError
 from quotas.models import Cluster
-from tenants.models import User
 from tenants.services import audit_record
 from tests.approvals.conftest import file, item
 from tests.conftest import World
 from tests.factories import ClusterFactory, gpu_flavor
-from tests.standin import approved, kubectl, point_at, team_a_gpu_nominal
+from tests.portal.pages import logged_in, main
+from tests.standin import approved, kubectl, point_at, refuse_cluster_queues, team_a_gpu_nominal
 
 TENANT = "/tenants/team-a/"
 IN_CLUSTER = "/tenants/team-a/clusters/demo-a100/"
 YAML = "/tenants/team-a/clusters/demo-a100/manifests.yaml"
 CONSOLE = "/console/"
-
-
-def logged_in(user: User | None) -> Client:
-    client = Client()
-    if user is not None:
-        client.force_login(user)
-    return client
-
-
-def main(response: Any) -> str:
-    """The page's <main>, unescaped, with its tags' attributes kept (tests look for data-*)."""
-    return unescape(response.content.decode()).split("<main>")[1].split("</main>")[0]
 
 
 def words(html: str) -> str:
@@ -260,9 +246,6 @@ def test_a_request_shows_where_its_push_stands(world, standin):
 
 
 def test_a_failed_push_shows_the_clusters_message_and_admins_retry_it(world, tmp_path):
-    def refuse_cluster_queues(obj: dict[str, Any]) -> list[str]:
-        return ["spec.resourceGroups: refused by policy"] if obj["kind"] == "ClusterQueue" else []
-
     with start_in_thread(kubeconfig_path=tmp_path / "kc", validator=refuse_cluster_queues) as h:
         point_at(world.a100, h.kubeconfig_path)
         request, row = approved(world)
