@@ -145,6 +145,11 @@ if TESTING:
     if not REDIS_URL:
         CELERY_BROKER_URL = "memory://"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+# GPU node agents: a node is stale after this long without a report; a desired MIG layout
+# not applied by its deadline fails with the reason; join tokens expire.
+AGENT_STALE_AFTER_S = env_int("AGENT_STALE_AFTER_S", 60)
+AGENT_LAYOUT_DEADLINE_S = env_int("AGENT_LAYOUT_DEADLINE_S", 600)
+AGENT_JOIN_TOKEN_TTL_S = env_int("AGENT_JOIN_TOKEN_TTL_S", 3600)
 # The queue cluster pushes go to (empty: the default queue). Tests with a real worker set it.
 SYNC_QUEUE = env_str("SYNC_QUEUE", "")
 CELERY_TASK_IGNORE_RESULT = True

@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from approvals.api.views import QuotaRequestViewSet, TenantViewSet
+from gpu_agent.agent_api import urls as gpu_agent_urls
 from quotas.api.views import (
     ClusterViewSet,
     FlavorViewSet,
@@ -44,6 +45,8 @@ urlpatterns = [
     path("auth/token/", TokenObtainView.as_view(), name="token-obtain"),
     path("me/", MeView.as_view(), name="me"),
     path("tenants/<str:tenant_slug>/", include(tenant_router.urls)),
+    path("mig/", include("gpu_agent.api.urls")),  # MIG catalogue and layout check
+    path("", include(gpu_agent_urls)),  # agent/..., nodes/..., gpus/{uuid}/layout/
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # Swagger UI from drf-spectacular-sidecar's static files. No ReDoc: its page loads web
     # fonts from Google, and the portal must work offline (no CDN anywhere).

@@ -1,0 +1,58 @@
+"""``Authorization: Bearer <node token>`` for the agents' endpoints, and nowhere else.
+
+Node tokens live in their own table: the API's default authentication (user tokens sent as
+``Token <secret>``, sessions) never finds them, and the agents' endpoints use only this class,
+so a user's token or session is refused there (401 / 403) and a node's token elsewhere (401).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AnonymousUser
+from rest_framework import authentication, exceptions
+from rest_framework.permissions import BasePermission
+
+from gpu_agent.models import Node, NodeToken
+from gpu_agent.services import node_token_authenticate
+
+
+class NodeTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request: Any) -> tuple[Any, Any] | None:
+        header = authentication.get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword.lower().encode():
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed(
+                "Invalid Authorization header: expected 'Bearer <node token>'."
+            )
+        try:
+            secret = header[1].decode()
+        except UnicodeError as exc:
+            raise exceptions.AuthenticationFailed("Invalid token characters.") from exc
+        token = node_token_authenticate(secret=secret)
+        if token is None:
+            raise exceptions.AuthenticationFailed("Invalid or revoked node token.")
+        # No user: the request is bound to the node (request.auth); every user-facing
+        # permission (IsAuthenticated, IsPlatformAdmin) refuses it.
+        return AnonymousUser(), token
+
+    def authenticate_header(self, request: Any) -> str:
+        return 'Bearer realm="agent"'
+
+
+class IsNodeAgent(BasePermission):
+    message = "Only a node's agent (with its node token) may call this."
+
+    def has_permission(self, request: Any, view: Any) -> bool:
+        return isinstance(request.auth, NodeToken)
+
+
+def calling_node(request: Any) -> Node:
+    """The node whose token authenticated ``request`` (after ``IsNodeAgent``)."""
+    token = request.auth
+    if not isinstance(token, NodeToken):
+        raise exceptions.NotAuthenticated()
+    return token.node

@@ -1,0 +1,18 @@
+"""OpenAPI description of the node token authentication (loaded by GpuAgentConfig.ready)."""
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+
+
+class NodeTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "gpu_agent.agent_api.authentication.NodeTokenAuthentication"
+    name = "nodeToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "Node token from POST /api/v1/agent/register/, sent as "
+            '"Bearer <node token>". Accepted by the agent endpoints only.',
+        }

@@ -1,0 +1,27 @@
+"""Routes of the agents (``agent/...``) and of the admins' fleet endpoints, included under
+``/api/v1/`` by ``portal/api/urls.py``."""
+
+from django.urls import path
+from rest_framework.routers import DefaultRouter
+
+from gpu_agent.agent_api.views import (
+    AgentDesiredView,
+    AgentRegisterView,
+    AgentReportView,
+    AgentResultView,
+    GpuLayoutView,
+    NodeViewSet,
+)
+
+router = DefaultRouter(trailing_slash=True)
+router.include_root_view = False
+router.register("nodes", NodeViewSet, basename="node")
+
+urlpatterns = [
+    path("agent/register/", AgentRegisterView.as_view(), name="agent-register"),
+    path("agent/report/", AgentReportView.as_view(), name="agent-report"),
+    path("agent/desired/", AgentDesiredView.as_view(), name="agent-desired"),
+    path("agent/result/", AgentResultView.as_view(), name="agent-result"),
+    path("gpus/<str:uuid>/layout/", GpuLayoutView.as_view(), name="gpu-layout"),
+    *router.urls,
+]

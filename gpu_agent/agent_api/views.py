@@ -1,0 +1,263 @@
+"""Thin views: validate the body, call one service or selector, serialize the answer.
+
+Agents (``agent/...``) authenticate with their node token only; admins' fleet endpoints
+(``nodes/...``, ``gpus/...``) take the API's usual user authentication and platform admins only.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django_filters import rest_framework as filters
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from gpu_agent import selectors, services
+from gpu_agent.agent_api.authentication import IsNodeAgent, NodeTokenAuthentication, calling_node
+from gpu_agent.agent_api.parsers import LimitedJSONParser, check_content_length
+from gpu_agent.agent_api.serializers import (
+    DesiredOutput,
+    JoinTokenInput,
+    JoinTokenOutput,
+    LayoutInput,
+    LayoutOutput,
+    NodeDetailOutput,
+    NodeOutput,
+    RegisterInput,
+    RegisterOutput,
+    ReportInput,
+    ReportOutput,
+    ResultInput,
+    ResultOutput,
+    TokenRevokeOutput,
+)
+from gpu_agent.models import Node
+from portal.api.serializers import StrictInputSerializer
+from portal.errors import NotFound, ValidationFailed
+from quotas.models import Cluster
+from tenants.api.base import IsPlatformAdmin, caller
+
+AGENT_ERRORS = {
+    400: OpenApiResponse(description="Malformed body; the fields say which and why."),
+    401: OpenApiResponse(description="Unknown or revoked node token."),
+    403: OpenApiResponse(description="The token's node is not the one named (node or GPU)."),
+    413: OpenApiResponse(description="The body is larger than 1 MiB; nothing was stored."),
+}
+ADMIN_ERRORS = {
+    400: OpenApiResponse(description="Bad input; the fields say which and why."),
+    401: OpenApiResponse(description="Not signed in."),
+    403: OpenApiResponse(description="Only platform admins may do this."),
+    404: OpenApiResponse(description="No such node or GPU."),
+}
+
+
+class NoInput(StrictInputSerializer):
+    """An action that takes no fields (``{}`` or no body); anything else is refused."""
+
+
+class AgentView(APIView):
+    """Base of the agent endpoints: node tokens only, JSON bodies of at most 1 MiB."""
+
+    authentication_classes = [NodeTokenAuthentication]
+    permission_classes = [IsNodeAgent]
+    parser_classes = [LimitedJSONParser]
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        check_content_length(request)  # before anything reads the body
+        super().initial(request, *args, **kwargs)
+
+
+class AgentRegisterView(AgentView):
+    """Exchange a one-time join token for the node's token (shown once, stored hashed)."""
+
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+
+    @extend_schema(
+        request=RegisterInput,
+        responses={
+            201: RegisterOutput,
+            400: AGENT_ERRORS[400],
+            401: OpenApiResponse(description="Unknown, used or expired join token."),
+            413: AGENT_ERRORS[413],
+        },
+        auth=[],
+    )
+    def post(self, request: Request) -> Response:
+        data = RegisterInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        node, secret = services.agent_register(
+            join_secret=data.validated_data["join_token"],
+            hostname=data.validated_data["hostname"],
+            agent_version=data.validated_data["agent_version"],
+        )
+        return Response(
+            RegisterOutput({"node": node.name, "node_token": secret}).data,
+            status=status.HTTP_201_CREATED,
+        )
+
+
+class AgentReportView(AgentView):
+    """What the node has: GPUs, MIG instances, processes. Stored whole or not at all."""
+
+    @extend_schema(request=ReportInput, responses={200: ReportOutput, **AGENT_ERRORS})
+    def post(self, request: Request) -> Response:
+        data = ReportInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        generation = services.agent_report_ingest(
+            node=calling_node(request), report=data.validated_data
+        )
+        return Response(ReportOutput({"desired_generation": generation}).data)
+
+
+class AgentDesiredView(AgentView):
+    """The node's GPUs with a desired MIG layout to apply (pending, not draining)."""
+
+    @extend_schema(responses={200: DesiredOutput, 401: AGENT_ERRORS[401], 403: AGENT_ERRORS[403]})
+    def get(self, request: Request) -> Response:
+        node = calling_node(request)
+        gpus = services.agent_desired(node=node)
+        return Response(DesiredOutput({"node": node.name, "gpus": gpus}).data)
+
+
+class AgentResultView(AgentView):
+    """The outcome of applying a desired layout. Results for older generations are ignored."""
+
+    @extend_schema(
+        request=ResultInput,
+        responses={
+            200: ResultOutput,
+            **AGENT_ERRORS,
+            404: OpenApiResponse(description="No such GPU has been reported."),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        data = ResultInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        outcome = services.agent_result(node=calling_node(request), **data.validated_data)
+        return Response(ResultOutput(outcome).data)
+
+
+class NodeFilter(filters.FilterSet):
+    cluster = filters.CharFilter(field_name="cluster__name")
+    stale = filters.BooleanFilter()
+
+    class Meta:
+        model = Node
+        fields = ["cluster", "stale"]
+
+
+class NodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """GPU nodes and their agents (platform admins only)."""
+
+    serializer_class = NodeOutput
+    queryset = Node.objects.none()  # for the schema; get_queryset() reads through the selector
+    permission_classes = [IsPlatformAdmin]
+    lookup_field = "name"
+    lookup_value_regex = "[a-z0-9-]+"  # DNS-1123 labels
+    filterset_class = NodeFilter
+
+    def get_queryset(self) -> Any:
+        return selectors.node_list(user=caller(self.request))
+
+    @extend_schema(responses={200: NodeDetailOutput, **ADMIN_ERRORS})
+    def retrieve(self, request: Request, name: str) -> Response:
+        """A node with its GPUs, their MIG instances and current desired layouts."""
+        node = selectors.node_get(user=caller(request), name=name)
+        return Response(NodeDetailOutput(node).data)
+
+    @extend_schema(
+        request=JoinTokenInput,
+        responses={201: JoinTokenOutput, **ADMIN_ERRORS},
+        description="A one-time join token for a node name (a new node, or one re-installing "
+        "its agent: registering again revokes the node's earlier tokens). Shown once.",
+    )
+    @action(detail=False, methods=["post"], url_path="join-tokens")
+    def join_tokens(self, request: Request) -> Response:
+        data = JoinTokenInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        cluster = None
+        if "cluster" in v:
+            cluster = Cluster.objects.filter(name=v["cluster"]).first()
+            if cluster is None:
+                raise ValidationFailed.for_field("cluster", f"No cluster {v['cluster']!r}.")
+        token, secret = services.join_token_create(
+            node_name=v["node"],
+            actor=caller(request),
+            ttl=timedelta(seconds=v["ttl_s"]) if "ttl_s" in v else None,
+            cluster=cluster,
+        )
+        body = {
+            "node": token.node_name,
+            "join_token": secret,
+            "prefix": token.prefix,
+            "expires_at": token.expires_at,
+        }
+        return Response(JoinTokenOutput(body).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: TokenRevokeOutput, **ADMIN_ERRORS})
+    @action(detail=True, methods=["post"], url_path="tokens/revoke")
+    def revoke_tokens(self, request: Request, name: str) -> Response:
+        """Revoke every token of the node: its agent answers 401 until it registers again."""
+        NoInput(data=request.data).is_valid(raise_exception=True)
+        node = selectors.node_get(user=caller(request), name=name)
+        count = services.node_token_revoke(node=node, actor=caller(request))
+        return Response(TokenRevokeOutput({"node": node.name, "revoked": count}).data)
+
+
+UUID_PARAMETER = OpenApiParameter(
+    "uuid", str, OpenApiParameter.PATH, description="The GPU's NVML UUID (GPU-...)."
+)
+
+
+class GpuLayoutView(APIView):
+    """A GPU's desired MIG layout (platform admins only)."""
+
+    permission_classes = [IsPlatformAdmin]
+
+    @extend_schema(
+        parameters=[UUID_PARAMETER],
+        responses={200: LayoutOutput, **ADMIN_ERRORS},
+        description="The GPU's latest desired layout and its state (404 when none was set).",
+    )
+    def get(self, request: Request, uuid: str) -> Response:
+        gpu = selectors.gpu_get(user=caller(request), uuid=uuid)
+        layout = gpu.current_layout  # type: ignore[attr-defined]
+        if layout is None:
+            raise NotFound(f"No desired layout has been set for GPU {gpu.uuid}.")
+        return Response(LayoutOutput(layout).data)
+
+    @extend_schema(
+        parameters=[UUID_PARAMETER],
+        request=LayoutInput,
+        responses={
+            200: LayoutOutput,
+            **ADMIN_ERRORS,
+            409: OpenApiResponse(
+                description="The layout would destroy a busy instance (named, with its "
+                "processes); send drain: true to queue it until they are idle."
+            ),
+        },
+        description="Set the GPU's desired layout: checked against the GPU model's MIG "
+        "placement rules (400 naming instances[i].field and the rule), then pending for the "
+        "node's agent with the next generation and a deadline.",
+    )
+    def put(self, request: Request, uuid: str) -> Response:
+        gpu = selectors.gpu_get(user=caller(request), uuid=uuid)
+        data = LayoutInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        layout = services.layout_set(
+            gpu=gpu,
+            instances=data.validated_data["instances"],
+            actor=caller(request),
+            drain=data.validated_data["drain"],
+            mig_enabled=data.validated_data["mig_enabled"],
+        )
+        return Response(LayoutOutput(layout).data)

@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class GpuAgentConfig(AppConfig):
+    name = "gpu_agent"
+    verbose_name = "GPU fleet"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from gpu_agent.agent_api import schema  # noqa: F401 - registers the OpenAPI auth extension

@@ -1,0 +1,261 @@
+"""The GPU fleet as the portal sees it.
+
+Observed (written only from agents' reports): ``Node``, ``Gpu``, ``MigInstance``.
+Desired (written by admins through services): ``MigLayout``, one row per generation per GPU;
+the highest generation is the one in force. Credentials: ``NodeJoinToken`` (one-time, for the
+first contact) and ``NodeToken`` (the agent's bearer token); only SHA-256 digests are stored.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from tenants.validators import DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX, dns1123_label
+
+GPU_UUID_MAX = 100
+GPU_NAME_MAX = 100
+MIG_PROFILE_MAX = 32
+VERSION_MAX = 50
+HOSTNAME_MAX = 253  # a DNS name
+TOKEN_PREFIX_MAX = 12
+
+
+class LayoutState(models.TextChoices):
+    """Mirrors the GPU Operator's ``nvidia.com/mig.config.state`` label."""
+
+    PENDING = "pending", "Pending"
+    APPLYING = "applying", "Applying"
+    SUCCESS = "success", "Success"
+    FAILED = "failed", "Failed"
+    REBOOT_REQUIRED = "reboot-required", "Reboot required"
+
+
+# A layout in one of these is still to be done by the agent (and has a deadline).
+OPEN_LAYOUT_STATES = (LayoutState.PENDING, LayoutState.APPLYING)
+
+
+class Node(models.Model):
+    """A GPU node running the agent. Created when the agent registers with a join token."""
+
+    name = models.CharField(max_length=DNS1123_LABEL_MAX, unique=True, validators=[dns1123_label])
+    cluster = models.ForeignKey(
+        "quotas.Cluster",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="nodes",
+        help_text="The Kubernetes cluster the node belongs to, if known.",
+    )
+    hostname = models.CharField(max_length=HOSTNAME_MAX, blank=True)
+    agent_version = models.CharField(max_length=VERSION_MAX, blank=True)
+    driver_version = models.CharField(max_length=VERSION_MAX, blank=True)
+    last_report_at = models.DateTimeField(null=True, blank=True)
+    stale = models.BooleanField(
+        default=False,
+        help_text="Set by a periodic task when reports stop (AGENT_STALE_AFTER_S); "
+        "cleared by the next report.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(name__regex=DNS1123_LABEL_REGEX), name="node_name_dns1123"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Gpu(models.Model):
+    """A physical GPU, identified by its NVML UUID, as last reported."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    uuid = models.CharField(max_length=GPU_UUID_MAX, unique=True)
+    index = models.PositiveSmallIntegerField()
+    name = models.CharField(max_length=GPU_NAME_MAX, help_text="Model name as NVML reports it.")
+    memory_total_mib = models.PositiveIntegerField()
+    memory_used_mib = models.PositiveIntegerField(default=0)
+    utilization_pct = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="Null in MIG mode: NVML does not report it."
+    )
+    mig_mode_current = models.BooleanField(default=False)
+    mig_mode_pending = models.BooleanField(default=False)
+    applied_generation = models.PositiveIntegerField(
+        default=0, help_text="The desired layout generation the agent last applied."
+    )
+    processes = models.JSONField(
+        default=list, blank=True, help_text="Processes on the GPU outside MIG instances."
+    )
+    last_seen_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["node_id", "index"]
+        verbose_name = "GPU"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(utilization_pct__isnull=True)
+                | Q(utilization_pct__gte=0, utilization_pct__lte=100),
+                name="gpu_utilization_pct_range",
+            ),
+            models.CheckConstraint(condition=Q(index__gte=0), name="gpu_index_non_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return self.uuid
+
+
+class MigInstance(models.Model):
+    """A MIG GPU instance as last reported. Replaced wholesale by every report."""
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="instances")
+    gi_id = models.PositiveSmallIntegerField(help_text="GPU instance id (NVML).")
+    profile = models.CharField(max_length=MIG_PROFILE_MAX, help_text="e.g. 3g.40gb")
+    start = models.PositiveSmallIntegerField(help_text="First memory slice of the placement.")
+    size = models.PositiveSmallIntegerField(help_text="Memory slices of the placement.")
+    ci_ids = models.JSONField(default=list, blank=True)
+    memory_used_mib = models.PositiveIntegerField(default=0)
+    utilization_pct = models.PositiveSmallIntegerField(null=True, blank=True)
+    busy = models.BooleanField(default=False, help_text="Has at least one process.")
+    processes = models.JSONField(
+        default=list, blank=True, help_text='[{"pid", "used_memory_mib", "pod_uid"}]'
+    )
+    tenant = models.ForeignKey(
+        "tenants.Tenant",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The tenant whose pod runs on it (from the pod's namespace), when known.",
+    )
+    observed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["gpu_id", "start"]
+        verbose_name = "MIG instance"
+        constraints = [
+            models.UniqueConstraint(fields=["gpu", "gi_id"], name="mig_instance_unique_gi"),
+            models.CheckConstraint(condition=Q(start__gte=0), name="mig_instance_start_gte_0"),
+            models.CheckConstraint(condition=Q(size__gte=1), name="mig_instance_size_gte_1"),
+            models.CheckConstraint(
+                condition=Q(utilization_pct__isnull=True)
+                | Q(utilization_pct__gte=0, utilization_pct__lte=100),
+                name="mig_instance_utilization_pct_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.profile}@{self.start} (gi {self.gi_id})"
+
+
+class MigLayout(models.Model):
+    """A desired MIG layout of one GPU. Each change is a new row with the next generation;
+    the highest generation is in force and older open ones are failed as superseded."""
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="layouts")
+    generation = models.PositiveIntegerField()
+    mig_enabled = models.BooleanField(default=True)
+    instances = models.JSONField(default=list, blank=True, help_text='[{"profile", "start"}]')
+    state = models.CharField(
+        max_length=20, choices=LayoutState.choices, default=LayoutState.PENDING
+    )
+    message = models.TextField(blank=True)
+    waiting_for = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Drain: GPU instance ids (gi_id) that must go idle before the agent is told.",
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+    deadline = models.DateTimeField(
+        null=True, blank=True, help_text="Failed when still open after this (null: draining)."
+    )
+
+    class Meta:
+        ordering = ["gpu_id", "-generation"]
+        verbose_name = "MIG layout"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu", "generation"], name="mig_layout_unique_generation"
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=LayoutState.values), name="mig_layout_state_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(generation__gte=1), name="mig_layout_generation_gte_1"
+            ),
+        ]
+        indexes = [models.Index(fields=["state", "deadline"], name="mig_layout_open_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.gpu_id} generation {self.generation} ({self.state})"
+
+
+class NodeJoinToken(models.Model):
+    """A one-time secret an agent exchanges for its node token. Only the digest is stored."""
+
+    node_name = models.CharField(max_length=DNS1123_LABEL_MAX, validators=[dns1123_label])
+    cluster = models.ForeignKey(
+        "quotas.Cluster", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    prefix = models.CharField(max_length=TOKEN_PREFIX_MAX, help_text="First characters, shown.")
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    node = models.ForeignKey(
+        Node,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The node that registered with it.",
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(node_name__regex=DNS1123_LABEL_REGEX),
+                name="node_join_token_name_dns1123",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.node_name})"
+
+
+class NodeToken(models.Model):
+    """The bearer token of one node's agent. Only the digest is stored."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="tokens")
+    prefix = models.CharField(max_length=TOKEN_PREFIX_MAX, help_text="First characters, shown.")
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.node_id})"

@@ -1,0 +1,160 @@
+"""Reads of the GPU fleet. Fleet data is for platform admins: every selector takes the actor
+and shows nothing (or 404) to anyone else."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.utils import timezone
+
+from gpu_agent.models import OPEN_LAYOUT_STATES, Gpu, LayoutState, MigInstance, MigLayout, Node
+from gpu_agent.services import stale_after
+from portal.errors import NotFound
+from tenants.models import User
+
+
+def _is_admin(user: User) -> bool:
+    return bool(user.is_authenticated and user.is_platform_admin)
+
+
+def node_is_stale(node: Node) -> bool:
+    """Stale when the periodic task said so, or when its last report is older than the limit
+    (the task runs every 30 s; this answers right away)."""
+    if node.stale:
+        return True
+    seen = node.last_report_at or node.created_at
+    return seen < timezone.now() - stale_after()
+
+
+def node_list(*, user: User) -> QuerySet[Node]:
+    """Nodes with their GPU and MIG instance counts."""
+    if not _is_admin(user):
+        return Node.objects.none()
+    return (
+        Node.objects.select_related("cluster")
+        .annotate(
+            gpu_count=Count("gpus", distinct=True),
+            mig_gpu_count=Count("gpus", filter=Q(gpus__mig_mode_current=True), distinct=True),
+            instance_count=Count("gpus__instances", distinct=True),
+            busy_instance_count=Count(
+                "gpus__instances", filter=Q(gpus__instances__busy=True), distinct=True
+            ),
+        )
+        .order_by("name")
+    )
+
+
+def _latest_layout_ids() -> Subquery:
+    return Subquery(
+        MigLayout.objects.filter(gpu=OuterRef("pk")).order_by("-generation").values("pk")[:1]
+    )
+
+
+def _attach_layouts(gpus: Sequence[Any]) -> None:
+    """Set ``gpu.current_layout`` (the latest generation, or None) in one query."""
+    ids = [g.latest_layout_id for g in gpus if g.latest_layout_id]
+    layouts = {
+        layout.pk: layout
+        for layout in MigLayout.objects.filter(pk__in=ids).select_related("requested_by")
+    }
+    for gpu in gpus:
+        layout = layouts.get(gpu.latest_layout_id)
+        if layout is not None:
+            layout.gpu = gpu
+        gpu.current_layout = layout
+
+
+def node_get(*, user: User, name: str) -> Node:
+    """A node with its GPUs (``node.gpu_rows``), their instances and current layouts; 404 for
+    anyone but platform admins. Four queries whatever the node's size."""
+    node = Node.objects.select_related("cluster").filter(name=name).first()
+    if node is None or not _is_admin(user):
+        raise NotFound("No such node.")
+    gpus = list(
+        Gpu.objects.filter(node=node)
+        .annotate(latest_layout_id=_latest_layout_ids())
+        .prefetch_related(Prefetch("instances", queryset=MigInstance.objects.order_by("start")))
+        .order_by("index")
+    )
+    _attach_layouts(gpus)
+    node.gpu_rows = gpus  # type: ignore[attr-defined]
+    return node
+
+
+def gpu_get(*, user: User, uuid: str) -> Gpu:
+    """A GPU with its node and its current layout (``gpu.current_layout``); 404 for anyone but
+    platform admins."""
+    gpu = (
+        Gpu.objects.select_related("node")
+        .annotate(latest_layout_id=_latest_layout_ids())
+        .filter(uuid=uuid)
+        .first()
+    )
+    if gpu is None or not _is_admin(user):
+        raise NotFound("No such GPU.")
+    _attach_layouts([gpu])
+    return gpu
+
+
+@dataclass(frozen=True)
+class FleetOverview:
+    nodes: int
+    nodes_stale: int
+    gpus: int
+    gpus_mig_enabled: int
+    instances: int
+    instances_busy: int
+    layouts_open: int
+    layouts_draining: int
+    layouts_reboot_required: int
+    layouts_failed: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+def fleet_overview(*, user: User) -> FleetOverview:
+    """Counts for a fleet dashboard, in four queries."""
+    if not _is_admin(user):
+        raise NotFound("No such fleet.")
+    cutoff = timezone.now() - stale_after()
+    nodes = Node.objects.aggregate(
+        total=Count("pk"),
+        stale=Count(
+            "pk",
+            filter=Q(stale=True)
+            | Q(last_report_at__lt=cutoff)
+            | Q(last_report_at__isnull=True, created_at__lt=cutoff),
+        ),
+    )
+    gpus = Gpu.objects.aggregate(
+        total=Count("pk"), mig=Count("pk", filter=Q(mig_mode_current=True))
+    )
+    instances = MigInstance.objects.aggregate(
+        total=Count("pk"), busy=Count("pk", filter=Q(busy=True))
+    )
+    # Only the latest generation of a GPU can be open; failed counts the latest ones only.
+    latest = MigLayout.objects.filter(
+        pk__in=Gpu.objects.annotate(latest=_latest_layout_ids()).values("latest")
+    )
+    layouts = latest.aggregate(
+        open=Count("pk", filter=Q(state__in=OPEN_LAYOUT_STATES) & Q(waiting_for=[])),
+        draining=Count("pk", filter=Q(state=LayoutState.PENDING) & ~Q(waiting_for=[])),
+        reboot=Count("pk", filter=Q(state=LayoutState.REBOOT_REQUIRED)),
+        failed=Count("pk", filter=Q(state=LayoutState.FAILED)),
+    )
+    return FleetOverview(
+        nodes=nodes["total"],
+        nodes_stale=nodes["stale"],
+        gpus=gpus["total"],
+        gpus_mig_enabled=gpus["mig"],
+        instances=instances["total"],
+        instances_busy=instances["busy"],
+        layouts_open=layouts["open"],
+        layouts_draining=layouts["draining"],
+        layouts_reboot_required=layouts["reboot"],
+        layouts_failed=layouts["failed"],
+    )
