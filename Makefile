@@ -20,18 +20,21 @@ venv: $(STAMP)
 
 # Serves http://127.0.0.1:$(PORT) with a Celery worker and beat beside it, and a local
 # Kubernetes API stand-in per demo cluster (devcluster/, development only) that approved quotas
-# are pushed to: `kubectl --kubeconfig .run/kubeconfig get clusterqueues,resourcequotas -A`.
+# are pushed to: `kubectl --kubeconfig .run/kubeconfig get clusterqueues,resourcequotas -A`,
+# and simulated GPU node agents (fake backend) for the demo clusters' nodes.
 # With no DATABASE_URL / REDIS_URL it runs on SQLite and a filesystem broker under .data/.
 run: venv
-	@export DEBUG=$${DEBUG:-true} DEMO_KUBECONFIG_DIR=$(CURDIR)/.run; \
+	@export DEBUG=$${DEBUG:-true} DEMO_KUBECONFIG_DIR=$(CURDIR)/.run DEMO_AGENT_DIR=$(CURDIR)/.run/agents; \
 	rm -f .run/kubeconfig; \
 	$(PY) -m devcluster.demo --run-dir .run --state-dir .data/devcluster demo-a100 demo-h100 & clusters=$$!; \
-	trap 'kill $$worker $$clusters 2>/dev/null; wait $$worker $$clusters 2>/dev/null' EXIT INT TERM; \
+	trap 'kill $$worker $$clusters $$agents 2>/dev/null; wait $$worker $$clusters $$agents 2>/dev/null' EXIT INT TERM; \
 	for _ in $$(seq 1 120); do test -s .run/kubeconfig && break; sleep 0.5; done; \
 	test -s .run/kubeconfig || { echo "the local clusters did not start"; exit 1; }; \
 	$(PY) manage.py migrate --noinput && \
 	$(PY) manage.py demo && \
 	{ $(VENV)/bin/celery -A portal worker --beat --loglevel=info --concurrency=2 & worker=$$!; \
+	  $(PY) -m gpu_agent.agent.demo --portal http://127.0.0.1:$(PORT) --dir .run/agents \
+	    --state-dir .data/agents & agents=$$!; \
 	  echo "Portal: http://127.0.0.1:$(PORT)/  (API docs: /api/v1/docs/)"; \
 	  echo "Clusters: $(VENV)/bin/kubectl --kubeconfig .run/kubeconfig get clusterqueues,resourcequotas -A"; \
 	  $(VENV)/bin/gunicorn portal.wsgi --bind 127.0.0.1:$(PORT) --workers 2 --access-logfile - ; }

@@ -5,7 +5,9 @@ Safe to run twice: what exists is left as it is. The demo users are created only
 
 from __future__ import annotations
 
+import json
 import os
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,8 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from approvals.services import quota_request_grant, tenant_onboard
+from gpu_agent.models import Node
+from gpu_agent.services import join_token_create
 from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,
@@ -70,6 +74,39 @@ def _connect(cluster: Cluster, kube_dir: str) -> None:
         cluster.backend = SyncBackend.NONE
         cluster.kubeconfig_path = ""
     cluster.save(update_fields=["backend", "kubeconfig_path"])
+
+
+# Simulated GPU nodes (fake backend) per demo cluster: (node, cluster, --fake-gpus spec).
+DEMO_NODES = [
+    ("a100-node-1", "demo-a100", "NVIDIA A100-SXM4-80GB:8:nomig"),
+    ("a100-node-2", "demo-a100", "NVIDIA A100-SXM4-80GB:8:nomig"),
+    ("h100-node-1", "demo-h100", "NVIDIA H100 80GB HBM3:8:nomig"),
+    ("h100-node-2", "demo-h100", "NVIDIA H100 80GB HBM3:8:nomig"),
+    ("h100-mig-1", "demo-h100", "NVIDIA H100 80GB HBM3:4"),
+    ("h100-mig-2", "demo-h100", "NVIDIA H100 80GB HBM3:4"),
+]
+
+
+def _agent_join_tokens(agent_dir: Path, admin: User) -> int:
+    """A one-time join token and a spec file per demo node not registered yet, for
+    ``gpu_agent.agent.demo`` to start its simulated agent with."""
+    agent_dir.mkdir(parents=True, exist_ok=True)
+    made = 0
+    for name, cluster_name, gpus in DEMO_NODES:
+        (agent_dir / f"{name}.json").write_text(json.dumps({"node": name, "gpus": gpus}))
+        if Node.objects.filter(name=name).exists():
+            continue  # registered: its agent uses the node token kept in its state dir
+        _token, secret = join_token_create(
+            node_name=name,
+            actor=admin,
+            ttl=timedelta(days=7),
+            cluster=Cluster.objects.get(name=cluster_name),
+        )
+        join = agent_dir / f"{name}.join"
+        join.write_text(secret)
+        join.chmod(0o600)
+        made += 1
+    return made
 
 
 class Command(BaseCommand):
@@ -212,6 +249,9 @@ class Command(BaseCommand):
                 },
                 reason="seed example (R19): 16 A100, A 6/10, B 4/6, C 2/4",
             )
+        if agent_dir := os.environ.get("DEMO_AGENT_DIR", ""):
+            made = _agent_join_tokens(Path(agent_dir), users["admin"])
+            self.stdout.write(f"Simulated GPU nodes: {made} new join token(s) in {agent_dir}")
         team_a = Tenant.objects.get(slug="team-a")
         membership_set(
             tenant=team_a, user=users["carol"], role=MembershipRole.MEMBER, actor=users["admin"]
