@@ -52,6 +52,7 @@ lint: venv
 bench: venv
 	$(PY) bench/api_bench.py
 	$(PY) bench/reconcile_bench.py
+	$(PY) bench/mig_bench.py
 
 schema: venv
 	DEBUG=true $(PY) manage.py spectacular --validate --fail-on-warn --file .data/openapi.yml
