@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from portal import views, views_inbox, views_requests, views_sync
+from portal import views, views_fleet, views_inbox, views_requests, views_sync
 
 app_name = "portal"
 urlpatterns = [
@@ -36,4 +36,13 @@ urlpatterns = [
     path("inbox/<int:pk>/read/", views_inbox.inbox_mark_read, name="inbox-read"),
     path("console/", views.admin_console, name="console"),
     path("console/approvals/", views_requests.approvals_queue, name="approvals-queue"),
+    path("fleet/", views_fleet.fleet, name="fleet"),
+    path("fleet/plan/", views_fleet.fleet_plan, name="fleet-plan"),
+    path("fleet/gpus/<str:uuid>/", views_fleet.gpu_detail, name="fleet-gpu"),
+    path("fleet/gpus/<str:uuid>/layout/", views_fleet.gpu_layout, name="fleet-gpu-layout"),
+    path(
+        "fleet/gpus/<str:uuid>/layout/validate/",
+        views_fleet.GpuLayoutValidateView.as_view(),
+        name="fleet-gpu-layout-validate",
+    ),
 ]
