@@ -622,10 +622,12 @@ def _error_field(message: str) -> str:
     return match.group(0) if match else "instances"
 
 
-def _busy_destroyed(
+def busy_destroyed_by(
     *, gpu: Gpu, keep: set[tuple[str, int]], mig_enabled: bool
 ) -> list[tuple[int, str]]:
-    """(gi_id or WHOLE_GPU, why) for every busy thing the new layout would destroy."""
+    """(gi_id or WHOLE_GPU, why) for every busy thing a layout keeping ``keep`` (profile,
+    start) would destroy: what makes ``layout_set`` answer 409 unless drained. The portal's
+    live check asks the same question here, so the two cannot disagree."""
     found: list[tuple[int, str]] = []
     resets = mig_enabled != gpu.mig_mode_current
     if resets and gpu.processes:
@@ -672,7 +674,7 @@ def layout_set(
             "instances", "A GPU with MIG disabled has no MIG instances; send an empty list."
         )
     placements = _validate_placements(gpu=gpu, instances=instances) if mig_enabled else []
-    busy = _busy_destroyed(
+    busy = busy_destroyed_by(
         gpu=gpu,
         keep={(profile, start) for profile, start, _ in placements},
         mig_enabled=mig_enabled,

@@ -51,7 +51,7 @@ from gpu_agent.mig.layout import (
 )
 from gpu_agent.mig.planner import CurrentInstance, Demand, GpuPlan, GpuState, Plan, plan
 from gpu_agent.models import OPEN_LAYOUT_STATES, Gpu, LayoutState, MigInstance, MigLayout, Node
-from gpu_agent.services import layout_deadline, layout_set
+from gpu_agent.services import busy_destroyed_by, layout_deadline, layout_set
 from portal import errors
 from quotas.choices import MIG_RESOURCE_PREFIX, FlavorKind, mig_resource
 from quotas.models import Cluster, Quota
@@ -606,25 +606,14 @@ class LayoutDraft:
 
     def busy_destroyed(self) -> list[str]:
         """The busy instances (and whole-GPU processes) the layout would destroy: what makes
-        ``layout_set`` answer 409 unless drained. Mirrors its rule: an instance is kept only
-        when the layout has its profile at its start and MIG mode does not change."""
+        ``layout_set`` answer 409 unless drained (the service's own rule)."""
         if self.result is None or not self.result.ok:
             return []
         keep = {(p.profile, p.start) for p in self.result.placements}
-        resets = self.mig_enabled != self.gpu.mig_mode_current
-        found = []
-        if resets and self.gpu.processes:
-            found.append(
-                f"the MIG mode change resets the GPU, which runs "
-                f"{', '.join(_processes_text(self.gpu.processes))}"
-            )
-        for i in self.observed:
-            if i.busy and (resets or not self.mig_enabled or (i.profile, i.start) not in keep):
-                found.append(
-                    f"instance {i.gi_id} ({i.profile} at slice {i.start}) is busy: "
-                    f"{', '.join(_processes_text(i.processes))}"
-                )
-        return found
+        return [
+            why
+            for _, why in busy_destroyed_by(gpu=self.gpu, keep=keep, mig_enabled=self.mig_enabled)
+        ]
 
     @property
     def drain(self) -> bool:

@@ -442,7 +442,7 @@ def test_the_validate_endpoint_names_every_broken_rule_by_input(world, fleet):
     # The busy instances a valid layout would destroy, before anyone presses "Set layout".
     busy = client.post(VALIDATE, layout_form(("7g.80gb", 0))).json()
     assert busy["valid"] is True
-    assert busy["busy"] == ["instance 1 (3g.40gb at slice 0) is busy: pid 4242 · pod pod-4242"]
+    assert busy["busy"] == ["instance 1 (3g.40gb at slice 0) is busy: pid 4242 (pod pod-4242)"]
     assert "409" in words(busy["panel"])
     # The form's shape: a start with no profile, a start that is not a number.
     shape = client.post(VALIDATE, layout_form(("", 3), ("1g.10gb", None))).json()
