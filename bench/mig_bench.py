@@ -1,7 +1,7 @@
-"""MIG planner benchmark (gpu_agent/mig/planner.py): a large cluster, and the heuristic's gap to
-the optimum on small ones.
+"""MIG benchmark: the planner (gpu_agent/mig/planner.py) and 1,000 agents reporting to the portal.
 
-No Django, no database, no GPU: the planner is pure Python.
+Part (a) needs no Django, no database and no GPU: the planner is pure Python. Part (b) needs
+PostgreSQL; neither needs a GPU (the agents use the ``fake`` backend).
 
 (a) Part one, the large cluster: 1,000 nodes x 8 GPUs (``--nodes``, ``--gpus-per-node``), each
     node one model at random (A100-80GB, H100 80GB HBM3, H200, A30), each GPU with a layout a
@@ -19,16 +19,26 @@ No Django, no database, no GPU: the planner is pure Python.
     ``plan_exhaustive``, in compute slices: instances equal, average and worst gap, and each
     solver's time.
 
-(b) TODO (another session): agents reporting through gunicorn. N simulated node agents (the
-    ``fake`` backend) POST their GPU state to the portal under gunicorn while the planner runs
-    for the cluster; measure reports/s, the p50/p99 latency of a report and the plan's wall
-    time under that load, against ``GET /api/v1/me/`` as the baseline like bench/api_bench.py.
+(b) 1,000 agents reporting inventory and metrics every 10 s, through gunicorn (2 sync workers) on
+    PostgreSQL: bench/agent_report_bench.py, which this script runs (``--part b``; it also runs
+    alone). 1,000 fake nodes (``--agents``; the agent's ``fake`` backend and its own report
+    code, 8 GPUs of two models, MIG instances and processes) register through the services,
+    each with its own node token; client threads then post each node's report in turn to
+    ``POST /api/v1/agent/report/`` for a fixed time, in rounds alternating with the trivial
+    authenticated ``GET /api/v1/me/`` of the same run. It prints req/s, p50/p99, the ratio
+    report / baseline (target >= 0.5), the SQL queries of one report, the server CPU per
+    request (gunicorn, PostgreSQL), what 1,000 agents every 10 s need (100 reports/s) against
+    the measured capacity, and checks that the reports landed (GPU and MIG instance rows).
+    Needs the PostgreSQL server of ``--database-url``; it uses a database of its own
+    (``--db-name``, dropped afterwards).
 
-Exit status 0 when every plan keeps every busy instance where it was and the heuristic never
-meets more than the optimum (which would mean the "optimum" is not one); 1 otherwise. A
-``BENCH_JSON {...}`` line carries all figures; ``--json PATH`` also writes them to a file.
+Exit status 0 when every plan keeps every busy instance where it was, the heuristic never
+meets more than the optimum (which would mean the "optimum" is not one), and (b) reaches its
+target with every report answered 200 and stored; 1 otherwise. A ``BENCH_JSON {...}`` line
+carries all figures; ``--json PATH`` also writes them to a file.
 
-    .venv/bin/python bench/mig_bench.py [--nodes 1000] [--gpus-per-node 8] [--instances 200]
+    .venv/bin/python bench/mig_bench.py [--part all|a|b] [--nodes 1000] [--gpus-per-node 8]
+        [--instances 200] [--agents 1000] [--seconds 10] [--database-url URL]
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import signal
 import statistics
 import sys
 import time
@@ -301,28 +312,48 @@ def measure_gap(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[st
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--part",
+        choices=("all", "a", "b"),
+        default="all",
+        help="(a) the planner, (b) agents reporting through gunicorn; default all",
+    )
     parser.add_argument("--nodes", type=int, default=1000, help="default 1000")
     parser.add_argument("--gpus-per-node", type=int, default=8, help="default 8")
     parser.add_argument("--instances", type=int, default=200, help="small instances, default 200")
     parser.add_argument("--repeat", type=int, default=3, help="warm runs per scenario, default 3")
     parser.add_argument("--seed", type=int, default=1, help="of the large cluster, default 1")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    group = parser.add_argument_group("part (b), agents reporting (bench/agent_report_bench.py)")
+    sys.path.insert(0, str(ROOT / "bench"))
+    import agent_report_bench  # here: part (a) needs neither Django nor PostgreSQL
+
+    agent_report_bench.add_arguments(group)
     args = parser.parse_args()
     if min(args.nodes, args.gpus_per_node, args.instances, args.repeat) < 1:
         parser.error("--nodes, --gpus-per-node, --instances and --repeat must be 1 or more")
 
-    print(f"(a) the planner on {args.nodes} nodes x {args.gpus_per_node} GPUs")
-    cluster, cluster_failures = measure_cluster(args)
-    print(f"\n(a) the heuristic against the exhaustive optimum, {args.instances} instances a set")
-    gap, gap_failures = measure_gap(args)
-    failures = cluster_failures + gap_failures
-    report = {
-        "benchmark": "mig_planner",
-        "cluster": cluster,
-        "gap": gap,
-        "failed_checks": failures,
-        "python": sys.version.split()[0],
-    }
+    report: dict[str, Any] = {"benchmark": "mig_planner", "python": sys.version.split()[0]}
+    failures: list[str] = []
+    if args.part in ("all", "a"):
+        print(f"(a) the planner on {args.nodes} nodes x {args.gpus_per_node} GPUs")
+        report["cluster"], cluster_failures = measure_cluster(args)
+        print(
+            f"\n(a) the heuristic against the exhaustive optimum, {args.instances} instances a set"
+        )
+        report["gap"], gap_failures = measure_gap(args)
+        failures += cluster_failures + gap_failures
+    if args.part in ("all", "b"):
+        print(f"\n(b) {args.agents} agents reporting every 10 s through gunicorn")
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that the finally blocks run
+        try:
+            report["agents"], agent_failures = agent_report_bench.run(args)
+        except ValueError as exc:
+            parser.error(str(exc))
+        except agent_report_bench.ERRORS as exc:
+            agent_failures = [f"error: {exc}"]
+        failures += [f"(b) {failure}" for failure in agent_failures]
+    report["failed_checks"] = failures
     print("BENCH_JSON " + json.dumps(report, sort_keys=True))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
