@@ -10,9 +10,12 @@ from typing import Any
 from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.utils import timezone
 
+from gpu_agent.mig.planner import Demand
 from gpu_agent.models import OPEN_LAYOUT_STATES, Gpu, LayoutState, MigInstance, MigLayout, Node
 from gpu_agent.services import stale_after
 from portal.errors import NotFound
+from quotas.choices import MIG_RESOURCE_PREFIX, FlavorKind, mig_resource
+from quotas.models import Cluster, Quota
 from tenants.models import User
 
 
@@ -158,3 +161,85 @@ def fleet_overview(*, user: User) -> FleetOverview:
         layouts_reboot_required=layouts["reboot"],
         layouts_failed=layouts["failed"],
     )
+
+
+# --- for the fleet pages --------------------------------------------------------------------
+
+
+def gpus_with_instances() -> QuerySet[Gpu]:
+    """GPUs with their node and observed instances (with the tenant, where known)."""
+    return (
+        Gpu.objects.select_related("node", "node__cluster")
+        .prefetch_related(
+            Prefetch(
+                "instances",
+                queryset=MigInstance.objects.select_related("tenant").order_by("start"),
+            )
+        )
+        .order_by("node__name", "index")
+    )
+
+
+def latest_layouts(gpus: QuerySet[Gpu]) -> dict[int, MigLayout]:
+    """The latest desired layout of each GPU of ``gpus``, by GPU id, in one query."""
+    latest = Subquery(
+        MigLayout.objects.filter(gpu=OuterRef("gpu")).order_by("-generation").values("pk")[:1]
+    )
+    rows = MigLayout.objects.filter(gpu__in=gpus.values("pk"), pk=latest).select_related(
+        "requested_by"
+    )
+    return {layout.gpu_id: layout for layout in rows}
+
+
+def layout_history(gpu: Gpu, *, limit: int = 10) -> list[MigLayout]:
+    """The latest ``limit`` desired layouts of ``gpu``, newest first."""
+    return list(
+        MigLayout.objects.filter(gpu=gpu)
+        .select_related("requested_by")
+        .order_by("-generation")[:limit]
+    )
+
+
+@dataclass(frozen=True)
+class QuotaDemand:
+    """A tenant's guaranteed MIG instances on a cluster, as the planner's demand."""
+
+    tenant: str
+    cluster: str
+    flavor: str
+    demand: Demand
+
+
+def quota_demand(*, cluster: Cluster | None) -> list[QuotaDemand]:
+    """Demand from the tenants' quotas on MIG flavors: ``count`` = guaranteed instances of
+    the flavor's profile, on the flavor's GPU model. One query."""
+    quotas = (
+        Quota.objects.filter(
+            flavor__kind=FlavorKind.MIG,
+            resource__startswith=MIG_RESOURCE_PREFIX,
+            guaranteed__gt=0,
+        )
+        .select_related("flavor", "quota_set__tenant", "quota_set__cluster")
+        .order_by("quota_set__cluster__name", "quota_set__tenant__slug", "flavor__name")
+    )
+    if cluster is not None:
+        quotas = quotas.filter(quota_set__cluster=cluster)
+    found = []
+    for quota in quotas:
+        flavor = quota.flavor
+        if quota.resource != mig_resource(flavor.mig_profile):
+            continue
+        found.append(
+            QuotaDemand(
+                tenant=quota.quota_set.tenant.slug,
+                cluster=quota.quota_set.cluster.name,
+                flavor=flavor.name,
+                demand=Demand(
+                    profile=flavor.mig_profile,
+                    count=int(quota.guaranteed),
+                    tenant=quota.quota_set.tenant.slug,
+                    model=flavor.gpu_model or None,
+                ),
+            )
+        )
+    return found

@@ -27,7 +27,6 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -53,8 +52,7 @@ from gpu_agent.mig.planner import CurrentInstance, Demand, GpuPlan, GpuState, Pl
 from gpu_agent.models import OPEN_LAYOUT_STATES, Gpu, LayoutState, MigInstance, MigLayout, Node
 from gpu_agent.services import busy_destroyed_by, layout_deadline, layout_set
 from portal import errors
-from quotas.choices import MIG_RESOURCE_PREFIX, FlavorKind, mig_resource
-from quotas.models import Cluster, Quota
+from quotas.models import Cluster
 from tenants.api.base import caller
 from tenants.models import User
 
@@ -314,42 +312,6 @@ def drawing_plan(
     return SliceDrawing(_width(model, (p.end for p in placements)), tuple(blocks), note)
 
 
-# --- fleet reads the selectors do not offer -------------------------------------------------
-
-
-def _gpu_queryset() -> QuerySet[Gpu]:
-    """GPUs with their node and observed instances (with the tenant, where known)."""
-    return (
-        Gpu.objects.select_related("node", "node__cluster")
-        .prefetch_related(
-            Prefetch(
-                "instances",
-                queryset=MigInstance.objects.select_related("tenant").order_by("start"),
-            )
-        )
-        .order_by("node__name", "index")
-    )
-
-
-def latest_layouts(gpus: QuerySet[Gpu]) -> dict[int, MigLayout]:
-    """The latest desired layout of each GPU of ``gpus``, by GPU id, in one query."""
-    latest = Subquery(
-        MigLayout.objects.filter(gpu=OuterRef("gpu")).order_by("-generation").values("pk")[:1]
-    )
-    rows = MigLayout.objects.filter(gpu__in=gpus.values("pk"), pk=latest).select_related(
-        "requested_by"
-    )
-    return {layout.gpu_id: layout for layout in rows}
-
-
-def layout_history(gpu: Gpu, *, limit: int = HISTORY_LENGTH) -> list[MigLayout]:
-    return list(
-        MigLayout.objects.filter(gpu=gpu)
-        .select_related("requested_by")
-        .order_by("-generation")[:limit]
-    )
-
-
 # --- "Fleet" --------------------------------------------------------------------------------
 
 
@@ -410,8 +372,8 @@ def fleet(request: HttpRequest) -> HttpResponse:
         request.GET.get("page")
     )
     nodes: list[Node] = list(page.object_list)
-    gpus = _gpu_queryset().filter(node__in=[n.pk for n in nodes])
-    layouts = latest_layouts(gpus) if nodes else {}
+    gpus = fleet_selectors.gpus_with_instances().filter(node__in=[n.pk for n in nodes])
+    layouts = fleet_selectors.latest_layouts(gpus) if nodes else {}
     by_node: dict[int, list[GpuRow]] = {}
     for gpu in gpus if nodes else []:
         row = GpuRow(gpu, model_of(gpu), layouts.get(gpu.pk), list(gpu.instances.all()))
@@ -670,7 +632,7 @@ def _gpu_context(
     gpu: Gpu, draft: LayoutDraft | None, observed: list[MigInstance]
 ) -> dict[str, Any]:
     model = model_of(gpu)
-    history = layout_history(gpu)
+    history = fleet_selectors.layout_history(gpu, limit=HISTORY_LENGTH)
     desired = history[0] if history else None
     if model is not None and draft is None:
         draft = layout_draft(gpu=gpu, model=model, observed=observed, layout=desired)
@@ -727,7 +689,7 @@ def gpu_layout(request: HttpRequest, uuid: str) -> HttpResponse:
         )
         return redirect("portal:fleet-gpu", uuid=gpu.uuid)
     observed = _observed(gpu)
-    history = layout_history(gpu, limit=1)
+    history = fleet_selectors.layout_history(gpu, limit=1)
     draft = layout_draft(
         gpu=gpu,
         model=model,
@@ -877,51 +839,6 @@ class DemandRowForm(forms.Form):
         return Demand(profile=data["profile"], count=data["count"], model=data.get("model") or None)
 
 
-@dataclass(frozen=True)
-class QuotaDemand:
-    """A tenant's guaranteed MIG instances on a cluster, as the planner's demand."""
-
-    tenant: str
-    cluster: str
-    flavor: str
-    demand: Demand
-
-
-def quota_demand(*, cluster: Cluster | None) -> list[QuotaDemand]:
-    """Demand from the tenants' quotas on MIG flavors: ``count`` = guaranteed instances of
-    the flavor's profile, on the flavor's GPU model. One query."""
-    quotas = (
-        Quota.objects.filter(
-            flavor__kind=FlavorKind.MIG,
-            resource__startswith=MIG_RESOURCE_PREFIX,
-            guaranteed__gt=0,
-        )
-        .select_related("flavor", "quota_set__tenant", "quota_set__cluster")
-        .order_by("quota_set__cluster__name", "quota_set__tenant__slug", "flavor__name")
-    )
-    if cluster is not None:
-        quotas = quotas.filter(quota_set__cluster=cluster)
-    found = []
-    for quota in quotas:
-        flavor = quota.flavor
-        if quota.resource != mig_resource(flavor.mig_profile):
-            continue
-        found.append(
-            QuotaDemand(
-                tenant=quota.quota_set.tenant.slug,
-                cluster=quota.quota_set.cluster.name,
-                flavor=flavor.name,
-                demand=Demand(
-                    profile=flavor.mig_profile,
-                    count=int(quota.guaranteed),
-                    tenant=quota.quota_set.tenant.slug,
-                    model=flavor.gpu_model or None,
-                ),
-            )
-        )
-    return found
-
-
 def gpu_state(gpu: Gpu) -> GpuState:
     """The planner's view of a GPU: model, MIG mode, observed instances and which are busy."""
     return GpuState(
@@ -996,7 +913,7 @@ class Proposal:
     plan: Plan
     rows: list[PlanRow]
     demand: list[Demand]
-    quota_lines: list[QuotaDemand]
+    quota_lines: list[fleet_selectors.QuotaDemand]
 
     @property
     def changed(self) -> list[PlanRow]:
@@ -1027,15 +944,15 @@ class Proposal:
 
 
 def propose(
-    *, cluster: Cluster | None, demand: list[Demand], quota_lines: list[QuotaDemand]
+    *, cluster: Cluster | None, demand: list[Demand], quota_lines: list[fleet_selectors.QuotaDemand]
 ) -> Proposal:
     """Run the planner over the fleet's GPUs (those of ``cluster``'s nodes, when given):
     three queries (GPUs with nodes, their instances, their latest layouts)."""
-    gpus_qs = _gpu_queryset()
+    gpus_qs = fleet_selectors.gpus_with_instances()
     if cluster is not None:
         gpus_qs = gpus_qs.filter(node__cluster=cluster)
     gpus = list(gpus_qs)
-    layouts = latest_layouts(gpus_qs) if gpus else {}
+    layouts = fleet_selectors.latest_layouts(gpus_qs) if gpus else {}
     result = plan([gpu_state(g) for g in gpus], demand)
     by_uuid = {g.uuid: g for g in gpus}
     rows = []
@@ -1098,14 +1015,14 @@ class PlanDraft:
     clusters: dict[str, Cluster]
     cluster: Cluster | None = None
 
-    def demand(self) -> tuple[list[Demand], list[QuotaDemand]] | None:
+    def demand(self) -> tuple[list[Demand], list[fleet_selectors.QuotaDemand]] | None:
         """The demand the form asks for; None (errors on the inputs) when it is not usable."""
         valid = [self.form.is_valid(), *[row.is_valid() for row in self.rows]]
         if not all(valid):
             return None
         self.cluster = self.clusters.get(self.form.cleaned_data.get("cluster") or "")
         if self.form.cleaned_data["source"] == "quotas":
-            lines = quota_demand(cluster=self.cluster)
+            lines = fleet_selectors.quota_demand(cluster=self.cluster)
             return [line.demand for line in lines], lines
         demand = [d for row in self.rows if (d := row.demand()) is not None]
         if not demand:
