@@ -5,6 +5,7 @@ audited, except a stale node coming back)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import secrets
 from collections.abc import Mapping, Sequence
@@ -14,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
@@ -378,23 +379,78 @@ def agent_report_ingest(*, node: Node, report: Mapping[str, Any]) -> int:
             "; ".join(f"{path}: {msgs[0]}" for path, msgs in problems.items()), fields=problems
         )
     now = timezone.now()
+    if connection.vendor == "postgresql":
+        was_stale, busy, layouts_open = _ingest_postgresql(node=node, report=report, now=now)
+    else:
+        was_stale, busy = _ingest_orm(node=node, report=report, now=now)
+        layouts_open = True
+    if was_stale:
+        audit_record(
+            actor=None,
+            action="node.reporting",
+            obj=node,
+            before={"stale": True},
+            after={"stale": False, "last_report_at": _iso(now)},
+        )
+    if not layouts_open:
+        # No pending, applying or reboot-required layout on the node (the usual case): nothing
+        # to confirm, release or reopen, and nothing for the agent to apply.
+        return 0
+    _confirm_applied(node=node, now=now)
+    # After a reset, a GPU whose MIG mode is now the layout's gets its layout applied.
+    MigLayout.objects.filter(
+        gpu__node_id=node.pk,
+        state=LayoutState.REBOOT_REQUIRED,
+        mig_enabled=F("gpu__mig_mode_current"),
+    ).update(
+        state=LayoutState.PENDING,
+        message="MIG mode changed after the reset; applying the layout.",
+        deadline=now + layout_deadline(),
+        updated_at=now,
+    )
+    _release_drained(node=node, busy=busy, now=now)
+    return agent_desired_generation(node=node)
+
+
+def _foreign_gpus(uuids: Sequence[str], foreign: Sequence[str]) -> PermissionDenied:
+    return PermissionDenied(
+        "A node may only report its own GPUs.",
+        fields={
+            f"gpus[{uuids.index(u)}].uuid": [f"{u} is registered to another node"]
+            for u in sorted(foreign)
+        },
+    )
+
+
+def _busy(gpus: Sequence[Mapping[str, Any]], ids: Mapping[str, int]) -> dict[int, set[int]]:
+    """GPU id -> gi_ids with processes (WHOLE_GPU: processes outside MIG)."""
+    busy: dict[int, set[int]] = {}
+    for g in gpus:
+        gpu_id = ids[g["uuid"]]
+        if g.get("processes"):
+            busy.setdefault(gpu_id, set()).add(WHOLE_GPU)
+        for inst in g.get("instances") or []:
+            if inst.get("processes"):
+                busy.setdefault(gpu_id, set()).add(inst["gi_id"])
+    return busy
+
+
+def _ingest_orm(
+    *, node: Node, report: Mapping[str, Any], now: datetime
+) -> tuple[bool, dict[int, set[int]]]:
+    """The portable path (SQLite): GPUs, instances and the node through the ORM. Returns
+    whether the node was stale and the busy instances."""
     gpus = list(report.get("gpus") or [])
     locked = Node.objects.select_for_update().only("pk", "stale", "name").get(pk=node.pk)
     uuids = [g["uuid"] for g in gpus]
-    foreign = sorted(
+    foreign = list(
         Gpu.objects.filter(uuid__in=uuids)
         .exclude(node_id=node.pk)
         .order_by()
         .values_list("uuid", flat=True)
     )
     if foreign:
-        raise PermissionDenied(
-            "A node may only report its own GPUs.",
-            fields={
-                f"gpus[{uuids.index(u)}].uuid": [f"{u} is registered to another node"]
-                for u in foreign
-            },
-        )
+        raise _foreign_gpus(uuids, foreign)
     rows = [
         Gpu(
             node_id=node.pk,
@@ -425,60 +481,137 @@ def agent_report_ingest(*, node: Node, report: Mapping[str, Any]) -> int:
     else:
         ids = {}
     MigInstance.objects.filter(gpu__node_id=node.pk).delete()
-    busy: dict[int, set[int]] = {}  # gpu id -> gi_ids with processes (WHOLE_GPU: outside MIG)
-    instances = []
-    for g in gpus:
-        gpu_id = ids[g["uuid"]]
-        if g.get("processes"):
-            busy.setdefault(gpu_id, set()).add(WHOLE_GPU)
-        for inst in g.get("instances") or []:
-            processes = _processes(inst.get("processes") or [])
-            if processes:
-                busy.setdefault(gpu_id, set()).add(inst["gi_id"])
-            instances.append(
-                MigInstance(
-                    gpu_id=gpu_id,
-                    gi_id=inst["gi_id"],
-                    profile=inst["profile"],
-                    start=inst["start"],
-                    size=inst["size"],
-                    ci_ids=list(inst.get("ci_ids") or []),
-                    memory_used_mib=inst.get("memory_used_mib") or 0,
-                    utilization_pct=inst.get("utilization_pct"),
-                    busy=bool(processes),
-                    processes=processes,
-                    observed_at=now,
-                )
-            )
-    MigInstance.objects.bulk_create(instances)
+    MigInstance.objects.bulk_create(
+        [
+            MigInstance(gpu_id=ids[g["uuid"]], observed_at=now, **_instance_fields(inst))
+            for g in gpus
+            for inst in g.get("instances") or []
+        ]
+    )
     Node.objects.filter(pk=node.pk).update(
         last_report_at=now,
         stale=False,
         agent_version=report.get("agent_version") or F("agent_version"),
         driver_version=report.get("driver_version") or F("driver_version"),
     )
-    if locked.stale:
-        audit_record(
-            actor=None,
-            action="node.reporting",
-            obj=locked,
-            before={"stale": True},
-            after={"stale": False, "last_report_at": _iso(now)},
+    return locked.stale, _busy(gpus, ids)
+
+
+def _instance_fields(inst: Mapping[str, Any]) -> dict[str, Any]:
+    processes = _processes(inst.get("processes") or [])
+    return {
+        "gi_id": inst["gi_id"],
+        "profile": inst["profile"],
+        "start": inst["start"],
+        "size": inst["size"],
+        "ci_ids": list(inst.get("ci_ids") or []),
+        "memory_used_mib": inst.get("memory_used_mib") or 0,
+        "utilization_pct": inst.get("utilization_pct"),
+        "busy": bool(processes),
+        "processes": processes,
+    }
+
+
+# PostgreSQL: the node locked and updated in one statement (the old ``stale`` comes back).
+_PG_NODE_UPDATE = """
+UPDATE gpu_agent_node n SET last_report_at = %s, stale = false,
+  agent_version = COALESCE(NULLIF(%s, ''), n.agent_version),
+  driver_version = COALESCE(NULLIF(%s, ''), n.driver_version)
+FROM (SELECT id, stale FROM gpu_agent_node WHERE id = %s FOR UPDATE) o
+WHERE n.id = o.id
+RETURNING o.stale"""
+
+# GPUs upserted from one JSON parameter; a GPU registered to another node is neither updated
+# nor returned (fewer rows back than sent: the report is refused, the transaction rolls back).
+_PG_GPU_UPSERT = """
+INSERT INTO gpu_agent_gpu (node_id, uuid, index, name, memory_total_mib, memory_used_mib,
+  utilization_pct, mig_mode_current, mig_mode_pending, applied_generation, processes,
+  last_seen_at)
+SELECT %s, r.uuid, r.index, r.name, r.memory_total_mib, r.memory_used_mib, r.utilization_pct,
+  r.mig_mode_current, r.mig_mode_pending, r.applied_generation, r.processes, %s
+FROM jsonb_to_recordset(%s::jsonb) AS r(uuid text, index int, name text,
+  memory_total_mib bigint, memory_used_mib bigint, utilization_pct int, mig_mode_current bool,
+  mig_mode_pending bool, applied_generation bigint, processes jsonb)
+ON CONFLICT (uuid) DO UPDATE SET index = EXCLUDED.index, name = EXCLUDED.name,
+  memory_total_mib = EXCLUDED.memory_total_mib, memory_used_mib = EXCLUDED.memory_used_mib,
+  utilization_pct = EXCLUDED.utilization_pct, mig_mode_current = EXCLUDED.mig_mode_current,
+  mig_mode_pending = EXCLUDED.mig_mode_pending,
+  applied_generation = EXCLUDED.applied_generation, processes = EXCLUDED.processes,
+  last_seen_at = EXCLUDED.last_seen_at
+WHERE gpu_agent_gpu.node_id = EXCLUDED.node_id
+RETURNING uuid, id"""
+
+_PG_INSTANCES_DELETE = """
+DELETE FROM gpu_agent_miginstance
+WHERE gpu_id IN (SELECT id FROM gpu_agent_gpu WHERE node_id = %s)"""
+
+_PG_INSTANCES_INSERT = """
+INSERT INTO gpu_agent_miginstance (gpu_id, gi_id, profile, start, size, ci_ids,
+  memory_used_mib, utilization_pct, busy, processes, observed_at)
+SELECT r.gpu_id, r.gi_id, r.profile, r.start, r.size, r.ci_ids, r.memory_used_mib,
+  r.utilization_pct, r.busy, r.processes, %s
+FROM jsonb_to_recordset(%s::jsonb) AS r(gpu_id bigint, gi_id int, profile text, start int,
+  size int, ci_ids jsonb, memory_used_mib bigint, utilization_pct int, busy bool,
+  processes jsonb)"""
+
+_PG_LAYOUTS_OPEN = """
+SELECT EXISTS (
+  SELECT 1 FROM gpu_agent_miglayout l JOIN gpu_agent_gpu g ON g.id = l.gpu_id
+  WHERE g.node_id = %s AND l.state IN (%s, %s, %s))"""
+
+
+def _ingest_postgresql(
+    *, node: Node, report: Mapping[str, Any], now: datetime
+) -> tuple[bool, dict[int, set[int]], bool]:
+    """The same writes as ``_ingest_orm`` in at most five statements (every value a bound
+    parameter). Returns whether the node was stale, the busy instances and whether the node
+    has a layout open (pending, applying, reboot-required)."""
+    gpus = list(report.get("gpus") or [])
+    uuids = [g["uuid"] for g in gpus]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _PG_NODE_UPDATE,
+            [now, report.get("agent_version") or "", report.get("driver_version") or "", node.pk],
         )
-    _confirm_applied(node=node, now=now)
-    # After a reset, a GPU whose MIG mode is now the layout's gets its layout applied.
-    MigLayout.objects.filter(
-        gpu__node_id=node.pk,
-        state=LayoutState.REBOOT_REQUIRED,
-        mig_enabled=F("gpu__mig_mode_current"),
-    ).update(
-        state=LayoutState.PENDING,
-        message="MIG mode changed after the reset; applying the layout.",
-        deadline=now + layout_deadline(),
-        updated_at=now,
-    )
-    _release_drained(node=node, busy=busy, now=now)
-    return agent_desired_generation(node=node)
+        row = cursor.fetchone()
+        if row is None:
+            raise Node.DoesNotExist("Node matching query does not exist.")
+        was_stale = bool(row[0])
+        ids: dict[str, int] = {}
+        if gpus:
+            rows = [
+                {
+                    "uuid": g["uuid"],
+                    "index": g["index"],
+                    "name": g["name"],
+                    "memory_total_mib": g["memory_total_mib"],
+                    "memory_used_mib": g["memory_used_mib"],
+                    "utilization_pct": g.get("utilization_pct"),
+                    "mig_mode_current": g["mig_mode_current"],
+                    "mig_mode_pending": g["mig_mode_pending"],
+                    "applied_generation": g.get("applied_generation") or 0,
+                    "processes": _processes(g.get("processes") or []),
+                }
+                for g in gpus
+            ]
+            cursor.execute(_PG_GPU_UPSERT, [node.pk, now, json.dumps(rows)])
+            ids = dict(cursor.fetchall())
+            if len(ids) < len(uuids):
+                raise _foreign_gpus(uuids, [u for u in uuids if u not in ids])
+        cursor.execute(_PG_INSTANCES_DELETE, [node.pk])
+        instances = [
+            {"gpu_id": ids[g["uuid"]], **_instance_fields(inst)}
+            for g in gpus
+            for inst in g.get("instances") or []
+        ]
+        if instances:
+            cursor.execute(_PG_INSTANCES_INSERT, [now, json.dumps(instances)])
+        cursor.execute(
+            _PG_LAYOUTS_OPEN,
+            [node.pk, *(s.value for s in (*OPEN_LAYOUT_STATES, LayoutState.REBOOT_REQUIRED))],
+        )
+        layouts_open = bool(cursor.fetchone()[0])
+    return was_stale, _busy(gpus, ids), layouts_open
 
 
 def _confirm_applied(*, node: Node, now: datetime) -> None:

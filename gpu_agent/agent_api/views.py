@@ -36,6 +36,7 @@ from gpu_agent.agent_api.serializers import (
     ResultInput,
     ResultOutput,
     TokenRevokeOutput,
+    validate_report,
 )
 from gpu_agent.models import Node
 from portal.api.serializers import StrictInputSerializer
@@ -108,11 +109,8 @@ class AgentReportView(AgentView):
 
     @extend_schema(request=ReportInput, responses={200: ReportOutput, **AGENT_ERRORS})
     def post(self, request: Request) -> Response:
-        data = ReportInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        generation = services.agent_report_ingest(
-            node=calling_node(request), report=data.validated_data
-        )
+        report = validate_report(request.data)  # ReportInput's checks, by hand when clean
+        generation = services.agent_report_ingest(node=calling_node(request), report=report)
         return Response(ReportOutput({"desired_generation": generation}).data)
 
 

@@ -197,7 +197,9 @@ def test_a_report_takes_the_same_few_queries_whatever_its_size(admin):
     assert MigInstance.objects.filter(gpu__node=big_node).count() == 56
     # Again (every GPU exists now: the upsert path), still the same number.
     assert _ingest_queries(small_node, one) == _ingest_queries(big_node, eight) == first_big
-    assert first_big <= 12
+    # PostgreSQL: 5 statements (node, GPU upsert, instances deleted and inserted, open layouts)
+    # in a savepoint; other databases: the ORM path.
+    assert first_big <= (7 if connection.vendor == "postgresql" else 12)
     print("ingest queries", first_big)
 
 
