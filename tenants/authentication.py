@@ -6,6 +6,7 @@ from typing import Any
 
 from rest_framework import authentication, exceptions
 
+from portal.api.authentication import header_secret
 from tenants.services import api_token_authenticate
 
 
@@ -13,17 +14,9 @@ class HashedTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Token"
 
     def authenticate(self, request: Any) -> tuple[Any, Any] | None:
-        header = authentication.get_authorization_header(request).split()
-        if not header or header[0].lower() != self.keyword.lower().encode():
+        secret = header_secret(request, self.keyword, shape="Token <secret>")
+        if secret is None:
             return None
-        if len(header) != 2:
-            raise exceptions.AuthenticationFailed(
-                "Invalid Authorization header: expected 'Token <secret>'."
-            )
-        try:
-            secret = header[1].decode()
-        except UnicodeError as exc:
-            raise exceptions.AuthenticationFailed("Invalid token characters.") from exc
         token = api_token_authenticate(secret=secret)
         if token is None:
             raise exceptions.AuthenticationFailed("Invalid, expired or revoked token.")

@@ -15,23 +15,16 @@ from rest_framework.permissions import BasePermission
 
 from gpu_agent.models import Node, NodeToken
 from gpu_agent.services import node_token_authenticate
+from portal.api.authentication import header_secret
 
 
 class NodeTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 
     def authenticate(self, request: Any) -> tuple[Any, Any] | None:
-        header = authentication.get_authorization_header(request).split()
-        if not header or header[0].lower() != self.keyword.lower().encode():
+        secret = header_secret(request, self.keyword, shape="Bearer <node token>")
+        if secret is None:
             return None
-        if len(header) != 2:
-            raise exceptions.AuthenticationFailed(
-                "Invalid Authorization header: expected 'Bearer <node token>'."
-            )
-        try:
-            secret = header[1].decode()
-        except UnicodeError as exc:
-            raise exceptions.AuthenticationFailed("Invalid token characters.") from exc
         token = node_token_authenticate(secret=secret)
         if token is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked node token.")
