@@ -866,6 +866,48 @@ def layout_set(
 
 # --- results --------------------------------------------------------------------------------
 
+
+@dataclass(frozen=True)
+class MigPlan:
+    """A confirmed planner proposal, as the audit trail names it."""
+
+    gpus: int
+
+
+@dataclass(frozen=True)
+class PlanRefusal:
+    gpu: Gpu
+    message: str
+    status: int
+
+
+def plan_apply(
+    *, layouts: Sequence[tuple[Gpu, Sequence[Mapping[str, Any]]]], actor: User
+) -> tuple[list[MigLayout], list[PlanRefusal]]:
+    """A confirmed planner proposal: ``layout_set`` for each GPU it changes (each GPU all or
+    nothing; a refused GPU keeps its layout and its reason), and one audit event for the plan
+    as a whole."""
+    done: list[MigLayout] = []
+    refused: list[PlanRefusal] = []
+    for gpu, instances in layouts:
+        try:
+            done.append(layout_set(gpu=gpu, instances=list(instances), actor=actor))
+        except ApplicationError as exc:
+            details = [m for ms in exc.fields.values() for m in ms if m not in exc.message]
+            refused.append(PlanRefusal(gpu, " ".join([exc.message, *details]), exc.status_code))
+    audit_record(
+        actor=actor,
+        action="mig_plan.applied",
+        obj=MigPlan(len(layouts)),
+        object_id=f"{len(done)} of {len(layouts)} GPU(s)",
+        after={
+            "applied": [layout.gpu.uuid for layout in done],
+            "refused": {r.gpu.uuid: r.message for r in refused},
+        },
+    )
+    return done, refused
+
+
 RESULT_STATES = (
     LayoutState.APPLYING,
     LayoutState.SUCCESS,

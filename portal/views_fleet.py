@@ -49,7 +49,7 @@ from gpu_agent.mig.layout import (
 )
 from gpu_agent.mig.planner import CurrentInstance, Demand, GpuPlan, GpuState, Plan, plan
 from gpu_agent.models import OPEN_LAYOUT_STATES, Gpu, LayoutState, MigInstance, MigLayout, Node
-from gpu_agent.services import busy_destroyed_by, layout_deadline, layout_set
+from gpu_agent.services import busy_destroyed_by, layout_deadline, layout_set, plan_apply
 from portal import errors
 from portal.fleet_drawing import (
     SliceDrawing,
@@ -833,17 +833,16 @@ class Refusal:
 
 
 def apply_proposal(*, proposal: Proposal, actor: User) -> tuple[list[MigLayout], list[Refusal]]:
-    """``layout_set`` for every GPU the plan changes: each GPU all or nothing (the service is
-    atomic), every refusal kept with its reason."""
-    done: list[MigLayout] = []
-    refused: list[Refusal] = []
-    for row in proposal.to_apply:
-        instances = [{"profile": p.profile, "start": p.start} for p in row.plan.layout]
-        try:
-            done.append(layout_set(gpu=row.gpu, instances=instances, actor=actor))
-        except errors.ApplicationError as exc:
-            refused.append(Refusal(row, _error_text(exc), exc.status_code))
-    return done, refused
+    """The service applies the plan; refusals come back with the row they belong to."""
+    rows = {row.gpu.pk: row for row in proposal.to_apply}
+    done, refused = plan_apply(
+        layouts=[
+            (row.gpu, [{"profile": p.profile, "start": p.start} for p in row.plan.layout])
+            for row in proposal.to_apply
+        ],
+        actor=actor,
+    )
+    return done, [Refusal(rows[r.gpu.pk], r.message, r.status) for r in refused]
 
 
 def _fleet_profiles_and_models() -> tuple[list[str], list[str]]:

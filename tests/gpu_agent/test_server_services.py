@@ -485,3 +485,29 @@ def test_a_report_of_the_applied_generation_confirms_a_lost_result(admin, node, 
     layout.refresh_from_db()
     assert layout.state == LayoutState.SUCCESS and layout.applied_at is not None
     assert AuditEvent.objects.filter(action="mig_layout.success").count() == 1
+
+
+def test_a_plan_applies_each_gpu_on_its_own_and_is_audited_as_a_whole(admin, node, a100):
+    services.agent_report_ingest(
+        node=node,
+        report=report(
+            node.name,
+            [gpu(node.name, 0, instances=[instance(1, "3g.40gb", 0, 4, 4242)]), gpu(node.name, 1)],
+        ),
+    )
+    idle = Gpu.objects.get(node=node, index=1)
+
+    done, refused = services.plan_apply(
+        layouts=[
+            (a100, [{"profile": "7g.80gb", "start": 0}]),  # would destroy pid 4242's instance
+            (idle, [{"profile": "3g.40gb", "start": 4}]),
+        ],
+        actor=admin,
+    )
+
+    assert [layout.gpu for layout in done] == [idle]
+    assert [(r.gpu, r.status) for r in refused] == [(a100, 409)]
+    assert "pid 4242" in refused[0].message
+    assert not MigLayout.objects.filter(gpu=a100).exists()  # the refused GPU kept its layout
+    event = AuditEvent.objects.get(action="mig_plan.applied")
+    assert event.after == {"applied": [idle.uuid], "refused": {a100.uuid: refused[0].message}}
