@@ -410,6 +410,7 @@ def test_the_simulator_offers_every_name_the_backend_uses() -> None:
 
 def test_the_simulator_matches_the_real_pynvml_module() -> None:
     import pynvml  # a project dependency: its absence is a broken install, not a skip
+
     names = _names_the_backend_uses()
     assert sorted(n for n in names if not hasattr(pynvml, n)) == []
     sim = SimulatedNvml([A100])
@@ -432,6 +433,7 @@ def test_the_simulator_matches_the_real_pynvml_module() -> None:
 
 def test_the_real_pynvml_without_a_driver_fails_clearly() -> None:
     import pynvml  # a project dependency: its absence is a broken install, not a skip
+
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
