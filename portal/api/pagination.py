@@ -9,11 +9,42 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
+from portal.errors import ValidationFailed
+
 
 class PagePagination(PageNumberPagination):
+    """Pages of 50 (``page_size`` above 200 is capped at 200). A page or size that is not a
+    positive whole number is a 400 naming the parameter; a page past the end is a 404."""
+
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 200
+
+    def _check_params(self, request: Request) -> None:
+        for name in (self.page_query_param, self.page_size_query_param):
+            raw = request.query_params.get(name)
+            if raw is None:
+                continue
+            if not raw.isdigit() or int(raw) < 1:
+                raise ValidationFailed.for_field(
+                    name, f"{name} must be a whole number of 1 or more."
+                )
+
+    def paginate_queryset(
+        self, queryset: Any, request: Request, view: Any = None
+    ) -> list[Any] | None:
+        self._check_params(request)
+        return super().paginate_queryset(queryset, request, view)
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            parameter["schema"]["minimum"] = 1
+            if parameter["name"] == self.page_size_query_param:
+                parameter["description"] = (
+                    f"Results per page, at most {self.max_page_size} (larger values are capped)."
+                )
+        return parameters
 
 
 TOTAL = "page_total_count"
@@ -26,6 +57,7 @@ class WindowCountPagination(PagePagination):
     def paginate_queryset(
         self, queryset: QuerySet[Any, Any], request: Request, view: Any = None
     ) -> list[Any]:
+        self._check_params(request)
         self._request = request
         size = self.get_page_size(request) or self.page_size
         raw = request.query_params.get(self.page_query_param, "1")

@@ -16,6 +16,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from portal.api.filters import UtcIsoDateTimeFilter
 from portal.api.serializers import StrictInputSerializer
 from tenants import selectors, services
 from tenants.api.base import caller
@@ -40,8 +41,8 @@ class AuditEventFilter(filters.FilterSet):
     action = filters.CharFilter()
     object_id = filters.CharFilter()
     source = filters.ChoiceFilter(choices=AuditSource.choices)
-    since = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    since = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = AuditEvent

@@ -21,7 +21,7 @@ class TenantOutput(serializers.ModelSerializer):
     by ``selectors.with_namespace_names``."""
 
     # "parent" shadows Field.parent for mypy only: DRF's metaclass pops declared fields.
-    parent = serializers.SlugRelatedField(slug_field="slug", read_only=True)  # type: ignore[assignment,var-annotated]
+    parent = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)  # type: ignore[assignment,var-annotated]
     namespaces = serializers.ListField(child=serializers.CharField())
 
     class Meta:
@@ -99,7 +99,7 @@ class NamespaceCreateInput(StrictInputSerializer):
 
 class MembershipOutput(serializers.ModelSerializer):
     username = serializers.CharField(source="user.username", read_only=True)
-    email = serializers.EmailField(source="user.email", read_only=True)
+    email = serializers.CharField(source="user.email", read_only=True, help_text="May be empty.")
 
     class Meta:
         model = Membership
@@ -136,6 +136,6 @@ class ApiTokenOutput(serializers.ModelSerializer):
 
 class MeOutput(serializers.Serializer):
     username = serializers.CharField()
-    email = serializers.EmailField()
+    email = serializers.CharField(help_text="May be empty.")
     is_platform_admin = serializers.BooleanField()
     memberships = serializers.DictField(child=serializers.CharField(), help_text="slug -> role")
