@@ -49,10 +49,10 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 	DEBUG=true $(VENV)/bin/mypy
 
+# Every bench/*_bench.py, then one table (figure, value, baseline, ratio, target, pass) in
+# .data/bench/ (Markdown and JSON); `bench/run.py --compare A.json B.json` compares two runs.
 bench: venv
-	$(PY) bench/api_bench.py
-	$(PY) bench/reconcile_bench.py
-	$(PY) bench/mig_bench.py
+	$(PY) bench/run.py $(BENCH_ARGS)
 
 schema: venv
 	DEBUG=true $(PY) manage.py spectacular --validate --fail-on-warn --file .data/openapi.yml

@@ -838,12 +838,23 @@ def _move(requests: Sequence[QuotaChangeRequest], to: str, **fields: Any) -> Non
 def outbox_deliver(*, outbox_id: int) -> sync.PushOutcome | None:
     """Take an outbox row and push the tenant's quotas to the cluster: approved requests
     become applying, then applied (or failed with the cluster's message). Idempotent and safe
-    under duplicate delivery: the push is a server-side apply of the state in force, and a row
-    already completed is skipped. Raises ``RetryableError`` when the cluster was
-    unreachable, so that the task retries with backoff."""
+    under duplicate delivery: the push is a server-side apply of the state in force, a row
+    already completed is skipped, and one tenant's pushes to one cluster run one at a time (a
+    second delivery arriving during a push is retried, and finds the row completed). Raises
+    ``RetryableError`` when the cluster was unreachable or another push of the tenant was
+    under way, so that the task retries with backoff."""
     row = sync.outbox_claim(outbox_id=outbox_id)
     if row is None:
         return None
+    with sync.tenant_push_lock(tenant=row.tenant, cluster=row.cluster) as held:
+        if not held:
+            raise RetryableError(
+                f"a push of {row.tenant.slug} to {row.cluster.name} is already under way"
+            )
+        return _outbox_push(row)
+
+
+def _outbox_push(row: SyncOutbox) -> sync.PushOutcome:
     tenant, cluster = row.tenant, row.cluster
     with transaction.atomic():
         _move(

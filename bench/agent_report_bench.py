@@ -66,6 +66,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import api_bench  # noqa: E402 - the harness: database, settings, gunicorn, tallies
+from figures import emit  # noqa: E402 - the line bench/run.py reads
 from mig_bench import MODELS, typical_layouts  # noqa: E402
 
 from gpu_agent.agent import AGENT_VERSION  # noqa: E402
@@ -224,7 +225,7 @@ def inprocess(nodes: list[SimNode], count: int, profile: bool) -> dict[str, Any]
     client = Client(HTTP_HOST="127.0.0.1")
     with CaptureQueriesContext(connection) as ctx:
         response = _post(client, nodes[0])
-    if response.status_code != 200 or response.json() != {"desired_generation": 0}:
+    if response.status_code != 200 or response.json().get("desired_generation") != 0:
         raise RuntimeError(f"POST {REPORT_PATH}: {response.status_code} {response.content[:300]!r}")
     queries = [q["sql"] for q in ctx.captured_queries]
 
@@ -625,6 +626,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     print("BENCH_JSON " + json.dumps({"benchmark": "agent_report", **report}, sort_keys=True))
+    emit("agent_report", api_bench.row_figures(report["results"]))
     for failure in failures:
         print(f"FAIL {failure}")
     return 1 if failures else 0

@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
+from figures import emit, figure
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "api_bench.json"
@@ -353,7 +354,10 @@ def bench_env(db_url: str, data_dir: str) -> dict[str, str]:
     (Path(data_dir) / "static").mkdir()  # STATIC_ROOT, or WhiteNoise warns
     env.update(DATABASE_URL=db_url, SECRET_KEY=secrets.token_urlsafe(50), DEBUG="false",
                ALLOWED_HOSTS="127.0.0.1", SECURE_SSL_REDIRECT="false", LOG_LEVEL="WARNING",
-               DATA_DIR=data_dir, DJANGO_SETTINGS_MODULE="portal.settings")  # fmt: skip
+               DATA_DIR=data_dir, DJANGO_SETTINGS_MODULE="portal.settings",
+               # The API's rate limits would refuse a benchmark's clients (one token, hundreds of
+               # requests a second): measured without them.
+               API_THROTTLE="false")  # fmt: skip
     return env
 
 
@@ -484,10 +488,23 @@ def main() -> int:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwritten to {RESULTS.relative_to(ROOT)}")
+    emit("api", row_figures(rows))
     failed = [r for r in rows if r["result"] != "PASS"]
     for r in failed:
         print(f"FAIL {r['endpoint']}: ratio {r['ratio']}, {r['errors']} errors. {r['first_error']}")
     return 1 if failed else 0
+
+
+def row_figures(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows after the baseline (the first) as figures: req/s against the baseline's."""
+    base = rows[0]["rps"]
+    return [
+        figure(f"{r['endpoint']}: req/s vs {rows[0]['endpoint']}", r["rps"], "req/s",
+               baseline=base, ratio=r["ratio"],
+               target=float(r["target"][3:]) if r["target"].startswith(">= ") else None,
+               passed=None if r["target"] == "-" and r["result"] == "PASS" else r["result"] == "PASS")
+        for r in rows[1:]
+    ]  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -56,6 +56,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from figures import emit, figure  # noqa: E402 - bench/figures.py, the line bench/run.py reads
+
 from gpu_agent.mig.catalogue import GpuModel, load_catalogue  # noqa: E402
 from gpu_agent.mig.layout import (  # noqa: E402
     InstanceRequest,
@@ -72,6 +74,8 @@ from gpu_agent.mig.planner import (  # noqa: E402
     plan_exhaustive,
 )
 
+# bench/run.py runs part (a) here; part (b) is bench/agent_report_bench.py, which it runs alone.
+BENCH_RUNNER = {"args": ["--part", "a"]}
 MODELS = ("NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA A30")
 BUSY_FRACTION = 0.3
 TENANTS = 300
@@ -310,6 +314,32 @@ def measure_gap(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[st
     return rows, failures
 
 
+def planner_figures(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Part (a): time per GPU against the trivial loop (no target), demand met, and the gap to
+    the optimum (0 expected); part (b): agents' reports against /me/."""
+    figures = []
+    for row in report.get("cluster", []):
+        figures.append(
+            figure(f"planner {row['scenario']}: µs per GPU vs validate loop", row["per_gpu_us"],
+                   "µs", baseline=row["baseline_per_gpu_us"], ratio=row["ratio_to_baseline"],
+                   better="lower")
+        )  # fmt: skip
+        figures.append(
+            figure(f"planner {row['scenario']}: instances met", row["met_instances"], "instances",
+                   baseline=row["wanted_instances"])
+        )  # fmt: skip
+    for row in report.get("gap", []):
+        figures.append(
+            figure(f"planner gap {row['set']}: instances at the optimum", row["met_equal"],
+                   "instances", baseline=row["instances"], target=1.0)
+        )  # fmt: skip
+    if "agents" in report:
+        import api_bench
+
+        figures += api_bench.row_figures(report["agents"]["results"])
+    return figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -355,6 +385,7 @@ def main() -> int:
         failures += [f"(b) {failure}" for failure in agent_failures]
     report["failed_checks"] = failures
     print("BENCH_JSON " + json.dumps(report, sort_keys=True))
+    emit("mig", planner_figures(report))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -36,6 +36,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from figures import emit, figure  # noqa: E402 - bench/figures.py, the line bench/run.py reads
+
 from devcluster.runner import ProcessHandle, start_in_subprocess  # noqa: E402
 from quotas.kube import compiler  # noqa: E402
 from quotas.kube.applier import (  # noqa: E402
@@ -492,6 +494,13 @@ def main() -> int:
         for what, ok in p["checks"].items():
             print(f"  {'PASS' if ok else 'FAIL'} {p['pass']}: {what}")
     print("BENCH_JSON " + json.dumps(report, sort_keys=True))
+    first_s, noop_s = report["passes"][0]["wall_s"], report["passes"][1]["wall_s"]
+    emit("reconcile", [
+        figure(f"no-op pass vs first sync, {report['objects']} objects", noop_s, "s",
+               baseline=first_s, ratio=report["ratio_noop_to_first"], target=TARGET,
+               better="lower"),
+        figure("first sync per object", round(1e3 * first_s / report["objects"], 3), "ms"),
+    ])  # fmt: skip
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")

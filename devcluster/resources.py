@@ -126,6 +126,18 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         validated=True,
         printer_columns={"v1": (PrinterColumn("Status", "string", ".status.phase"),)},
     ),
+    # Cluster-scoped; the portal reads Nodes and patches their labels (MIG through the GPU
+    # Operator), and tests create them and play the MIG manager by setting its state label.
+    _core(
+        "Node",
+        "nodes",
+        False,
+        ("no",),
+        has_status=True,
+        printer_columns={
+            "v1": (PrinterColumn("Version", "string", ".status.nodeInfo.kubeletVersion"),)
+        },
+    ),
     _core("ResourceQuota", "resourcequotas", True, ("quota",), has_status=True, validated=True),
     _core("LimitRange", "limitranges", True, ("limits",), validated=True),
     _core("ServiceAccount", "serviceaccounts", True, ("sa",), validated=True),

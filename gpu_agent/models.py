@@ -36,6 +36,16 @@ class LayoutState(models.TextChoices):
 OPEN_LAYOUT_STATES = (LayoutState.PENDING, LayoutState.APPLYING)
 
 
+class DevicePlugin(models.TextChoices):
+    """Whether the NVIDIA device plugin has re-advertised the node's devices after the agent
+    changed MIG instances (it lists them only when it starts)."""
+
+    NOT_NEEDED = "not-needed", "Not needed"
+    RESTART_NEEDED = "restart-needed", "Restart needed"
+    RESTARTED = "restarted", "Restarted"
+    RESTART_FAILED = "restart-failed", "Restart failed"
+
+
 class Node(models.Model):
     """A GPU node running the agent. Created when the agent registers with a join token."""
 
@@ -182,6 +192,14 @@ class MigLayout(models.Model):
     deadline = models.DateTimeField(
         null=True, blank=True, help_text="Failed when still open after this (null: draining)."
     )
+    device_plugin = models.CharField(
+        max_length=20,
+        choices=DevicePlugin.choices,
+        blank=True,
+        help_text="After the agent changed instances: has the device plugin re-advertised "
+        "them (blank: not reported).",
+    )
+    device_plugin_message = models.TextField(blank=True)
 
     class Meta:
         ordering = ["gpu_id", "-generation"]
@@ -201,6 +219,106 @@ class MigLayout(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu_id} generation {self.generation} ({self.state})"
+
+
+class ProbeState(models.TextChoices):
+    REQUESTED = "requested", "Requested"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    SKIPPED = "skipped", "Skipped"
+    FAILED = "failed", "Failed"
+
+
+OPEN_PROBE_STATES = (ProbeState.REQUESTED, ProbeState.RUNNING)
+
+# R30: a neighbour slowing a tenant's work down by more than this is not isolation.
+ISOLATION_SLOWDOWN_LIMIT_PCT = 5.0
+
+
+class IsolationProbe(models.Model):
+    """An isolation check (R30) of one GPU: a compute-bound kernel on ``target`` alone, then
+    beside a saturating ``neighbour``; slowdown = (t_together / t_alone - 1) * 100. On a MIG
+    GPU the two are GPU instances (``gi_id``), on a GPU without MIG two processes (null)."""
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="probes")
+    mig = models.BooleanField(help_text="Probed two MIG instances (else two processes).")
+    target_gi_id = models.PositiveSmallIntegerField(null=True, blank=True)
+    neighbour_gi_id = models.PositiveSmallIntegerField(null=True, blank=True)
+    target_profile = models.CharField(max_length=MIG_PROFILE_MAX, blank=True)
+    neighbour_profile = models.CharField(max_length=MIG_PROFILE_MAX, blank=True)
+    state = models.CharField(
+        max_length=20, choices=ProbeState.choices, default=ProbeState.REQUESTED
+    )
+    t_alone_s = models.FloatField(null=True, blank=True)
+    t_together_s = models.FloatField(null=True, blank=True)
+    slowdown_pct = models.FloatField(null=True, blank=True)
+    simulated = models.BooleanField(default=False)
+    library = models.CharField(max_length=40, blank=True, help_text="cupy, torch or simulated.")
+    message = models.TextField(blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    requested_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["gpu_id", "-requested_at"]
+        verbose_name = "isolation probe"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=ProbeState.values), name="isolation_probe_state_valid"
+            ),
+            models.CheckConstraint(
+                condition=~Q(state="done") | Q(slowdown_pct__isnull=False),
+                name="isolation_probe_done_has_slowdown",
+            ),
+        ]
+        indexes = [models.Index(fields=["gpu", "state"], name="isolation_probe_open_idx")]
+
+    def __str__(self) -> str:
+        return f"probe {self.pk} of {self.gpu_id} ({self.state})"
+
+    @property
+    def passed(self) -> bool | None:
+        """Within the 5 % line (None until done)."""
+        if self.slowdown_pct is None:
+            return None
+        return self.slowdown_pct <= ISOLATION_SLOWDOWN_LIMIT_PCT
+
+
+class PlanProposal(models.Model):
+    """The MIG planner's latest proposal for a cluster's GPUs (``cluster`` null: GPUs of nodes
+    without a cluster), computed periodically from the tenants' MIG quotas. A new row only
+    when the proposal changed (``digest``); ``state_digest`` is the GPUs' state it was made
+    from: a proposal whose GPUs changed since is stale and is not applied."""
+
+    cluster = models.ForeignKey(
+        "quotas.Cluster", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    checked_at = models.DateTimeField(help_text="Last time the planner found the same proposal.")
+    digest = models.CharField(max_length=64)
+    state_digest = models.CharField(max_length=64)
+    gpus = models.JSONField(
+        default=list,
+        help_text='[{"uuid", "node", "model", "changed", "current": [{"profile", "start"}], '
+        '"layout": [...], "destroy": [...], "create": [...], "kept_busy": [...]}]',
+    )
+    demand = models.JSONField(default=list, help_text='[{"profile", "count", "tenant", "model"}]')
+    unmet = models.JSONField(default=list, help_text='[{"profile", "wanted", "placed", "why"}]')
+    explanation = models.JSONField(default=list, help_text="The planner's lines, in order.")
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["cluster", "-created_at"], name="plan_proposal_latest")]
+
+    def __str__(self) -> str:
+        return f"proposal {self.pk} ({self.cluster_id or 'no cluster'})"
 
 
 class NodeJoinToken(models.Model):

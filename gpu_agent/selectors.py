@@ -14,8 +14,8 @@ from gpu_agent.mig.planner import Demand
 from gpu_agent.models import OPEN_LAYOUT_STATES, Gpu, LayoutState, MigInstance, MigLayout, Node
 from gpu_agent.services import stale_after
 from portal.errors import NotFound
-from quotas.choices import MIG_RESOURCE_PREFIX, FlavorKind, mig_resource
-from quotas.models import Cluster, Quota
+from quotas.choices import MIG_RESOURCE_PREFIX, FlavorKind, MigDriver, mig_resource
+from quotas.models import Cluster, MigOperatorNode, Quota
 from tenants.models import User
 
 
@@ -91,7 +91,7 @@ def gpu_get(*, user: User, uuid: str) -> Gpu:
     """A GPU with its node and its current layout (``gpu.current_layout``); 404 for anyone but
     platform admins."""
     gpu = (
-        Gpu.objects.select_related("node")
+        Gpu.objects.select_related("node__cluster")
         .annotate(latest_layout_id=_latest_layout_ids())
         .filter(uuid=uuid)
         .first()
@@ -243,3 +243,25 @@ def quota_demand(*, cluster: Cluster | None) -> list[QuotaDemand]:
             )
         )
     return found
+
+
+def mig_operator_states(*, user: User, nodes: Sequence[Node]) -> dict[int, MigOperatorNode]:
+    """For nodes of ``gpu-operator`` clusters: what their MIG labels said when last read
+    (node pk -> row), in one query. Nodes of agent clusters have none."""
+    if not _is_admin(user):
+        return {}
+    wanted = {
+        (n.cluster_id, n.name): n.pk
+        for n in nodes
+        if n.cluster is not None and n.cluster.mig_driver == MigDriver.GPU_OPERATOR
+    }
+    if not wanted:
+        return {}
+    rows = MigOperatorNode.objects.filter(
+        cluster_id__in={c for c, _ in wanted}, node_name__in={n for _, n in wanted}
+    )
+    return {
+        wanted[(row.cluster_id, row.node_name)]: row
+        for row in rows
+        if (row.cluster_id, row.node_name) in wanted
+    }

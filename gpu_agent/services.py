@@ -8,9 +8,10 @@ import hashlib
 import json
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -35,6 +36,7 @@ from gpu_agent.models import (
     NodeToken,
 )
 from portal.errors import ApplicationError, Conflict, NotFound, PermissionDenied, ValidationFailed
+from quotas.choices import MigDriver
 from quotas.models import Cluster
 from tenants.models import User
 from tenants.services import audit_record
@@ -53,6 +55,12 @@ MESSAGE_MAX = 2000
 # The agent reports this gi_id in ``MigLayout.waiting_for`` for processes on a GPU outside MIG
 # instances (a MIG mode change resets the whole GPU).
 WHOLE_GPU = -1
+
+# Called with (node=, report=, now=) once a report is ingested and committed, each in its own
+# transaction (a failing hook is logged; the report stands and the agent reports again soon).
+# Registered in other apps' AppConfig.ready() (usage: samples per GPU and MIG instance), so
+# this app imports none of them and the report's transaction stays short.
+REPORT_INGESTED: list[Callable[..., object]] = []
 
 JOIN_TOKEN_TTL_MIN = timedelta(minutes=1)
 JOIN_TOKEN_TTL_MAX = timedelta(days=7)
@@ -392,6 +400,8 @@ def agent_report_ingest(*, node: Node, report: Mapping[str, Any]) -> int:
             before={"stale": True},
             after={"stale": False, "last_report_at": _iso(now)},
         )
+    for hook in REPORT_INGESTED:
+        transaction.on_commit(partial(hook, node=node, report=report, now=now), robust=True)
     if not layouts_open:
         # No pending, applying or reboot-required layout on the node (the usual case): nothing
         # to confirm, release or reopen, and nothing for the agent to apply.
@@ -614,6 +624,31 @@ def _ingest_postgresql(
     return was_stale, _busy(gpus, ids), layouts_open
 
 
+_PG_INSTANCES_ATTRIBUTE = """
+UPDATE gpu_agent_miginstance m SET tenant_id = r.tenant_id
+FROM gpu_agent_gpu g, jsonb_to_recordset(%s::jsonb) AS r(uuid text, gi_id int, tenant_id bigint)
+WHERE g.id = m.gpu_id AND g.node_id = %s AND g.uuid = r.uuid AND m.gi_id = r.gi_id"""
+
+
+def instances_attribute(*, node: Node, tenants: Mapping[tuple[str, int], int | None]) -> int:
+    """Set ``MigInstance.tenant`` of ``node``'s instances from (GPU uuid, gi_id) -> tenant id
+    (the tenant whose pod runs on it; None: unknown). One statement on PostgreSQL. Returns
+    the rows updated."""
+    if not tenants:
+        return 0
+    if connection.vendor == "postgresql":
+        rows = [{"uuid": u, "gi_id": gi, "tenant_id": t} for (u, gi), t in tenants.items()]
+        with connection.cursor() as cursor:
+            cursor.execute(_PG_INSTANCES_ATTRIBUTE, [json.dumps(rows), node.pk])
+            return cursor.rowcount
+    updated = 0
+    for (uuid, gi_id), tenant_id in tenants.items():
+        updated += MigInstance.objects.filter(
+            gpu__node_id=node.pk, gpu__uuid=uuid, gi_id=gi_id
+        ).update(tenant_id=tenant_id)
+    return updated
+
+
 def _confirm_applied(*, node: Node, now: datetime) -> None:
     """A layout whose generation the agent reports as applied (``applied_generation``) is a
     success even when its result never arrived (a lost POST, an agent restart)."""
@@ -678,6 +713,7 @@ def agent_desired_generation(*, node: Node) -> int:
     value = (
         MigLayout.objects.filter(gpu__node_id=node.pk, state__in=OPEN_LAYOUT_STATES)
         .filter(waiting_for=[])
+        .exclude(gpu__node__cluster__mig_driver=MigDriver.GPU_OPERATOR)  # the operator applies
         .aggregate(top=Max("generation"))["top"]
     )
     return int(value or 0)
@@ -699,6 +735,7 @@ def agent_desired(*, node: Node) -> list[DesiredGpu]:
     layouts = (
         MigLayout.objects.filter(gpu__node_id=node.pk, state__in=OPEN_LAYOUT_STATES)
         .filter(waiting_for=[])
+        .exclude(gpu__node__cluster__mig_driver=MigDriver.GPU_OPERATOR)  # the operator applies
         .select_related("gpu")
         .order_by("gpu__index", "gpu_id")
     )
@@ -861,6 +898,10 @@ def layout_set(
             "superseded": superseded,
         },
     )
+    # A gpu-operator cluster: push the ConfigMap and node label on commit (no agent applies).
+    from gpu_agent.operator_services import operator_layout_changed
+
+    operator_layout_changed(gpu=gpu)
     return layout
 
 
@@ -927,10 +968,18 @@ class ResultOutcome:
 
 @transaction.atomic
 def agent_result(
-    *, node: Node, uuid: str, generation: int, state: str, message: str = ""
+    *,
+    node: Node,
+    uuid: str,
+    generation: int,
+    state: str,
+    message: str = "",
+    device_plugin: str = "",
+    device_plugin_message: str = "",
 ) -> ResultOutcome:
     """Record the agent's result for a GPU's layout. Results for a generation that is not the
-    GPU's latest, or for a layout already applied, are ignored (``accepted`` false)."""
+    GPU's latest, or for a layout already applied, are ignored (``accepted`` false), except
+    the device plugin's state of the applied one (restarted later)."""
     if state not in RESULT_STATES:
         raise ValidationFailed.for_field(
             "state", f"{state!r} is not one of {[str(s) for s in RESULT_STATES]}."
@@ -957,6 +1006,12 @@ def agent_result(
     if layout.waiting_for:
         return ignored(f"generation {generation} is still draining; ignored")
     if layout.state == LayoutState.SUCCESS:
+        if device_plugin and (device_plugin, device_plugin_message) != (
+            layout.device_plugin,
+            layout.device_plugin_message,
+        ):
+            _device_plugin_record(layout, device_plugin, device_plugin_message, node)
+            return ResultOutcome(uuid, generation, True, layout.state, "device plugin recorded")
         return ignored(f"generation {generation} is already applied; ignored")
     before = {"state": layout.state, "message": layout.message}
     now = timezone.now()
@@ -964,7 +1019,19 @@ def agent_result(
     layout.message = message
     if state == LayoutState.SUCCESS:
         layout.applied_at = now
-    layout.save(update_fields=["state", "message", "applied_at", "updated_at"])
+    if device_plugin:
+        layout.device_plugin = device_plugin
+        layout.device_plugin_message = device_plugin_message
+    layout.save(
+        update_fields=[
+            "state",
+            "message",
+            "applied_at",
+            "device_plugin",
+            "device_plugin_message",
+            "updated_at",
+        ]
+    )
     if before["state"] != state or before["message"] != message:
         audit_record(
             actor=None,
@@ -975,6 +1042,20 @@ def agent_result(
             after={"state": state, "message": message, "node": node.name},
         )
     return ResultOutcome(uuid, generation, True, layout.state, "recorded")
+
+
+def _device_plugin_record(layout: MigLayout, state: str, message: str, node: Node) -> None:
+    before = {"device_plugin": layout.device_plugin}
+    layout.device_plugin, layout.device_plugin_message = state, message
+    layout.save(update_fields=["device_plugin", "device_plugin_message", "updated_at"])
+    audit_record(
+        actor=None,
+        action=f"mig_layout.device_plugin_{state}",
+        obj=layout,
+        object_id=f"{layout.gpu.uuid}@{layout.generation}",
+        before=before,
+        after={"device_plugin": state, "message": message, "node": node.name},
+    )
 
 
 # --- periodic -------------------------------------------------------------------------------
@@ -1016,6 +1097,8 @@ def layouts_fail_overdue(*, now: datetime | None = None) -> list[MigLayout]:
     overdue = list(
         MigLayout.objects.select_for_update(skip_locked=True, of=("self",))
         .filter(state__in=OPEN_LAYOUT_STATES, deadline__lt=now)
+        # The GPU Operator's layouts: operator_services.operator_layouts_fail_overdue.
+        .exclude(gpu__node__cluster__mig_driver=MigDriver.GPU_OPERATOR)
         .select_related("gpu__node")
     )
     failed = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from gpu_agent import services
+from gpu_agent import probes, proposals, services
 
 
 @shared_task(name="gpu_agent.tasks.mark_stale_nodes", ignore_result=True)
@@ -17,3 +17,48 @@ def mark_stale_nodes() -> int:
 def fail_overdue_layouts() -> int:
     """Desired layouts not applied by their deadline fail, with the reason."""
     return len(services.layouts_fail_overdue())
+
+
+@shared_task(
+    name="gpu_agent.tasks.operator_push_cluster",
+    ignore_result=True,
+    autoretry_for=(Exception,),
+    retry_backoff=True,
+    max_retries=5,
+)
+def operator_push_cluster(cluster_id: int) -> None:
+    """MIG through the GPU Operator: write the mig-parted ConfigMap and node labels of one
+    cluster (queued by ``layout_set``)."""
+    from gpu_agent import operator_services
+    from quotas.models import Cluster
+
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is not None:
+        operator_services.operator_push(cluster=cluster)
+
+
+@shared_task(name="gpu_agent.tasks.operator_sync", ignore_result=True)
+def operator_sync() -> int:
+    """Every ``gpu-operator`` cluster: push, read the MIG manager's state labels back, and fail
+    layouts past their deadline. Returns the clusters whose pass failed."""
+    from gpu_agent import operator_services
+
+    failures = 0
+    for cluster in operator_services.operator_clusters():
+        if not operator_services.operator_sync(cluster=cluster).ok:
+            failures += 1
+    operator_services.operator_layouts_fail_overdue()
+    return failures
+
+
+@shared_task(name="gpu_agent.tasks.refresh_plan_proposals", ignore_result=True)
+def refresh_plan_proposals() -> int:
+    """The MIG planner over each cluster's GPUs and its tenants' MIG quotas; a proposal is
+    stored only when it changed. Admins apply it from /fleet/plan/."""
+    return len(proposals.plan_proposals_refresh_all())
+
+
+@shared_task(name="gpu_agent.tasks.fail_overdue_probes", ignore_result=True)
+def fail_overdue_probes() -> int:
+    """Isolation probes without a result by the deadline fail, with the reason."""
+    return len(probes.probes_fail_overdue())

@@ -24,4 +24,19 @@ app.conf.beat_schedule = {
         "task": "gpu_agent.tasks.fail_overdue_layouts",
         "schedule": 60.0,
     },
+    # The MIG planner's proposal per cluster (stored only when it changed); stuck probes.
+    "gpu-agent-refresh-plan-proposals": {
+        "task": "gpu_agent.tasks.refresh_plan_proposals",
+        "schedule": 60.0,
+    },
+    "gpu-agent-fail-overdue-probes": {
+        "task": "gpu_agent.tasks.fail_overdue_probes",
+        "schedule": 60.0,
+    },
+    # MIG through the GPU Operator: ConfigMap and node labels out, state labels back.
+    "gpu-agent-operator-sync": {"task": "gpu_agent.tasks.operator_sync", "schedule": 30.0},
+    # Usage: the clusters' state as samples, rollups of what changed, retention + partitions.
+    "usage-collect-clusters": {"task": "usage.tasks.collect_clusters", "schedule": 60.0},
+    "usage-roll-up": {"task": "usage.tasks.roll_up", "schedule": 60.0},
+    "usage-enforce-retention": {"task": "usage.tasks.enforce_retention", "schedule": 3600.0},
 }

@@ -2,7 +2,15 @@
 
 from django.urls import path
 
-from portal import views, views_fleet, views_inbox, views_requests, views_sync
+from portal import (
+    views,
+    views_fleet,
+    views_inbox,
+    views_plan,
+    views_probe,
+    views_requests,
+    views_sync,
+)
 
 app_name = "portal"
 urlpatterns = [
@@ -38,8 +46,10 @@ urlpatterns = [
     path("console/approvals/", views_requests.approvals_queue, name="approvals-queue"),
     path("fleet/", views_fleet.fleet, name="fleet"),
     path("fleet/plan/", views_fleet.fleet_plan, name="fleet-plan"),
+    path("fleet/plan/proposals/<int:pk>/", views_plan.plan_proposal, name="fleet-plan-proposal"),
     path("fleet/gpus/<str:uuid>/", views_fleet.gpu_detail, name="fleet-gpu"),
     path("fleet/gpus/<str:uuid>/layout/", views_fleet.gpu_layout, name="fleet-gpu-layout"),
+    path("fleet/gpus/<str:uuid>/probes/", views_probe.gpu_probe, name="fleet-gpu-probes"),
     path(
         "fleet/gpus/<str:uuid>/layout/validate/",
         views_fleet.GpuLayoutValidateView.as_view(),

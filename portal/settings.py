@@ -7,7 +7,9 @@ Production sets DATABASE_URL, REDIS_URL, SECRET_KEY, ALLOWED_HOSTS and DEBUG=fal
 
 from __future__ import annotations
 
+import re
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -44,15 +46,19 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",  # login lockouts (django-axes)
     "tenants",
     "quotas",
     "approvals",
     "gpu_agent",
+    "usage",
+    "advice",
     "portal",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "portal.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -61,6 +67,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "portal.middleware.AuditSourceMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a lockout into the lockout page
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -149,9 +156,24 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # not applied by its deadline fails with the reason; join tokens expire.
 AGENT_STALE_AFTER_S = env_int("AGENT_STALE_AFTER_S", 60)
 AGENT_LAYOUT_DEADLINE_S = env_int("AGENT_LAYOUT_DEADLINE_S", 600)
+# MIG through the GPU Operator: a node label follows its config into the ConfigMap this long
+# later (the kubelet refreshes a mounted ConfigMap only after its sync period, ~1 min).
+MIG_OPERATOR_SETTLE_S = env_int("MIG_OPERATOR_SETTLE_S", 90)
 AGENT_JOIN_TOKEN_TTL_S = env_int("AGENT_JOIN_TOKEN_TTL_S", 3600)
 # The queue cluster pushes go to (empty: the default queue). Tests with a real worker set it.
 SYNC_QUEUE = env_str("SYNC_QUEUE", "")
+# Usage store: how long each resolution is kept, in days (raw samples, 5-minute, hourly and
+# daily rollups); raw partitions created this many days ahead.
+USAGE_RETENTION_DAYS = {
+    "raw": env_int("USAGE_RETENTION_RAW_DAYS", 3),
+    "5m": env_int("USAGE_RETENTION_5M_DAYS", 30),
+    "1h": env_int("USAGE_RETENTION_1H_DAYS", 400),
+    "1d": env_int("USAGE_RETENTION_1D_DAYS", 5 * 366),
+}
+USAGE_PARTITIONS_AHEAD_DAYS = env_int("USAGE_PARTITIONS_AHEAD_DAYS", 3)
+# /metrics (Prometheus): a bearer token, and/or client networks allowed without one.
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+METRICS_ALLOWED_CIDRS = env_list("METRICS_ALLOWED_CIDRS", [])
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -169,6 +191,25 @@ AUTH_PASSWORD_VALIDATORS = [
 API_TOKEN_TTL_DAYS = env_int("API_TOKEN_TTL_DAYS", 90)
 if TESTING:
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# Login lockouts (django-axes, failures kept in the database): LOGIN_FAILURE_LIMIT wrong
+# passwords for one username from one address lock that pair out for LOGIN_COOLOFF_MINUTES,
+# on the login page, Django admin and POST /api/v1/auth/token/ alike (they all authenticate
+# through these backends); a successful login clears the count.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_DISABLE_ACCESS_LOG = True  # successful logins are not logged by axes
+AXES_LOCKOUT_CALLABLE = "portal.middleware.lockout_response"  # JSON under /api/, else a page
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_CLIENT_IP_CALLABLE = "portal.middleware.client_ip"
+# Behind reverse proxies: how many, so the client address is read from X-Forwarded-For (the
+# proxies' own entries, counted from the right); 0 (direct) uses the socket's address.
+TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)
 
 # --- Internationalisation: UTC everywhere --------------------------------------------------
 LANGUAGE_CODE = "en-us"
@@ -216,16 +257,53 @@ SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if _STRICT else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = _STRICT
 SECURE_HSTS_PRELOAD = _STRICT
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _STRICT)
+# A request is HTTPS when the reverse proxy in front says so: the proxy must set (and never
+# pass on from the client) X-Forwarded-Proto. Without a proxy, gunicorn serves TLS itself.
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _STRICT)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _STRICT)
 SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = True  # page scripts read the token from the form, never the cookie
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy (portal.middleware): scripts only from the portal itself, never
+# inline; styles may be inline (Swagger UI and chart libraries set style attributes).
+CONTENT_SECURITY_POLICY = {
+    "default-src": ["'self'"],
+    "script-src": ["'self'"],
+    "style-src": ["'self'", "'unsafe-inline'"],
+    "img-src": ["'self'", "data:"],
+    "font-src": ["'self'", "data:"],
+    "connect-src": ["'self'"],
+    "object-src": ["'none'"],
+    "frame-ancestors": ["'none'"],
+    "base-uri": ["'self'"],
+    "form-action": ["'self'"],
+}
+CONTENT_SECURITY_POLICY_REPORT_ONLY = env_bool("CSP_REPORT_ONLY", False)
 
 # --- REST API --------------------------------------------------------------------------------
+# Rate limits per caller (portal.api.throttling), counted in the cache. A GPU node's agent
+# calls once per 10 s (its report; about a dozen calls in a cycle that changes layouts): 120/min
+# per node token is ample, and nodes never share a bucket, so 1,000 agents fit. The test suite runs without
+# them (shared counters would make unrelated tests flaky); tests of the limits turn them on.
+API_THROTTLE_ENABLED = env_bool("API_THROTTLE", not TESTING)
+API_THROTTLE_RATES = {
+    "anon": env_str("API_THROTTLE_ANON", "60/min"),  # by address: join tokens, docs, schema
+    "user": env_str("API_THROTTLE_USER", "600/min"),  # a signed-in browser session
+    "token": env_str("API_THROTTLE_TOKEN", "600/min"),  # one automation token
+    "agent": env_str("API_THROTTLE_AGENT", "120/min"),  # one node token
+}
+API_THROTTLE_AUTH_SCOPES = {"tenants.ApiToken": "token", "gpu_agent.NodeToken": "agent"}
+for _scope, _rate in API_THROTTLE_RATES.items():
+    if not re.fullmatch(r"[1-9]\d*/(s|sec|second|m|min|minute|h|hour|d|day)", _rate):
+        raise ImproperlyConfigured(
+            f"API_THROTTLE_{_scope.upper()}={_rate!r} is not a rate (e.g. 600/min, 10/s, 5000/h)"
+        )
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "tenants.authentication.HashedTokenAuthentication",
@@ -237,6 +315,8 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.ApiRateThrottle"],
+    "NUM_PROXIES": TRUSTED_PROXY_COUNT or None,
     "DEFAULT_PARSER_CLASSES": [
         "portal.api.parsers.JSONParser",
         "rest_framework.parsers.FormParser",
@@ -256,9 +336,14 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "portal.api.schema.add_error_responses",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "TenantStateEnum": "tenants.choices.TenantState",
         "SyncStateEnum": "quotas.choices.SyncState",
+        "ProbeStateEnum": "gpu_agent.models.ProbeState",
     },
 }
 

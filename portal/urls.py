@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from portal import views
+from usage import metrics as usage_metrics
 
 urlpatterns = [
     path("api/v1/", include("portal.api.urls")),
@@ -10,6 +11,7 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", usage_metrics.metrics, name="metrics"),  # Prometheus (token or networks)
     # Browsers ask for /favicon.ico on pages without a <link rel="icon"> (Django admin's).
     path("favicon.ico", views.favicon),
     path("", include("portal.pages")),

@@ -47,8 +47,10 @@ from gpu_agent.mig.layout import (
     free_slices,
     validate_layout,
 )
-from gpu_agent.mig.planner import CurrentInstance, Demand, GpuPlan, GpuState, Plan, plan
+from gpu_agent.mig.planner import Demand, GpuPlan, Plan, plan
 from gpu_agent.models import OPEN_LAYOUT_STATES, Gpu, LayoutState, MigInstance, MigLayout, Node
+from gpu_agent.operator_services import is_operator_driven
+from gpu_agent.proposals import gpu_state, planner_gpus
 from gpu_agent.services import busy_destroyed_by, layout_deadline, layout_set, plan_apply
 from portal import errors
 from portal.fleet_drawing import (
@@ -57,7 +59,9 @@ from portal.fleet_drawing import (
     drawing_observed,
     drawing_plan,
 )
-from quotas.models import Cluster
+from portal.views_plan import stored_proposals
+from portal.views_probe import isolation_context
+from quotas.models import Cluster, MigOperatorNode
 from tenants.api.base import caller
 from tenants.models import User
 
@@ -216,6 +220,7 @@ class NodeRow:
     stale: bool
     last_report: str
     gpus: list[GpuRow]
+    mig_operator: MigOperatorNode | None = None  # gpu-operator clusters: the labels as read
 
 
 @login_required
@@ -233,12 +238,14 @@ def fleet(request: HttpRequest) -> HttpResponse:
     for gpu in gpus if nodes else []:
         row = GpuRow(gpu, model_of(gpu), layouts.get(gpu.pk), list(gpu.instances.all()))
         by_node.setdefault(gpu.node_id, []).append(row)
+    operator_states = fleet_selectors.mig_operator_states(user=user, nodes=nodes)
     rows = [
         NodeRow(
             n,
             fleet_selectors.node_is_stale(n),
             ago(n.last_report_at, now),
             by_node.get(n.pk, []),
+            operator_states.get(n.pk),
         )
         for n in nodes
     ]
@@ -513,6 +520,7 @@ def _gpu_context(
         "deadline_minutes": round(layout_deadline().total_seconds() / 60),
         "validate_url": reverse("portal:fleet-gpu-layout-validate", args=[gpu.uuid]),
         "layout_url": reverse("portal:fleet-gpu-layout", args=[gpu.uuid]),
+        **isolation_context(gpu, desired),
     }
 
 
@@ -524,9 +532,17 @@ def _observed(gpu: Gpu) -> list[MigInstance]:
 def gpu_detail(request: HttpRequest, uuid: str) -> HttpResponse:
     """A GPU: its layout observed and desired, side by side, the history of its desired
     layouts, and the form that sets the next one."""
-    gpu = _gpu(_admin(request), uuid)
+    user = _admin(request)
+    gpu = _gpu(user, uuid)
     observed = _observed(gpu)
-    return render(request, "portal/fleet/gpu.html", _gpu_context(gpu, None, observed))
+    context = {**_gpu_context(gpu, None, observed), **_mig_operator_context(user, gpu)}
+    return render(request, "portal/fleet/gpu.html", context)
+
+
+def _mig_operator_context(user: User, gpu: Gpu) -> dict[str, Any]:
+    """For the MIG driver block (``_mig_driver.html``): the node's GPU Operator labels."""
+    states = fleet_selectors.mig_operator_states(user=user, nodes=[gpu.node])
+    return {"mig_operator": states.get(gpu.node.pk)}
 
 
 @login_required
@@ -578,7 +594,7 @@ def gpu_layout(request: HttpRequest, uuid: str) -> HttpResponse:
         else:
             messages.success(request, _layout_message(gpu, layout))
             return redirect("portal:fleet-gpu", uuid=gpu.uuid)
-    context = _gpu_context(gpu, draft, observed)
+    context = {**_gpu_context(gpu, draft, observed), **_mig_operator_context(user, gpu)}
     return render(request, "portal/fleet/gpu.html", context, status=status)
 
 
@@ -589,6 +605,8 @@ def _layout_message(gpu: Gpu, layout: MigLayout) -> str:
     )
     if layout.waiting_for:
         return f"{text}: {layout.message}; the agent gets it once they are idle."
+    if is_operator_driven(gpu):
+        return f"{text}; the GPU Operator's MIG manager on {gpu.node.name} applies it."
     return f"{text}; the agent on {gpu.node.name} applies it at its next poll."
 
 
@@ -694,20 +712,6 @@ class DemandRowForm(forms.Form):
         return Demand(profile=data["profile"], count=data["count"], model=data.get("model") or None)
 
 
-def gpu_state(gpu: Gpu) -> GpuState:
-    """The planner's view of a GPU: model, MIG mode, observed instances and which are busy."""
-    return GpuState(
-        uuid=gpu.uuid,
-        node=gpu.node.name,
-        model_name=gpu.name,
-        instances=tuple(
-            CurrentInstance(profile=i.profile, start=i.start, busy=i.busy)
-            for i in gpu.instances.all()
-        ),
-        mig_enabled=gpu.mig_mode_current,
-    )
-
-
 @dataclass(frozen=True)
 class PlanRow:
     """One GPU of a plan, with what the pages draw and what applying it would do."""
@@ -803,9 +807,7 @@ def propose(
 ) -> Proposal:
     """Run the planner over the fleet's GPUs (those of ``cluster``'s nodes, when given):
     three queries (GPUs with nodes, their instances, their latest layouts)."""
-    gpus_qs = fleet_selectors.gpus_with_instances()
-    if cluster is not None:
-        gpus_qs = gpus_qs.filter(node__cluster=cluster)
+    gpus_qs = planner_gpus(cluster=cluster)
     gpus = list(gpus_qs)
     layouts = fleet_selectors.latest_layouts(gpus_qs) if gpus else {}
     result = plan([gpu_state(g) for g in gpus], demand)
@@ -908,7 +910,11 @@ def fleet_plan(request: HttpRequest) -> HttpResponse:
     user = _admin(request)
     asked = "source" in request.GET
     draft = _plan_draft(request.GET if asked else None)
-    context: dict[str, Any] = {"draft": draft, "query": request.GET.urlencode()}
+    context: dict[str, Any] = {
+        "draft": draft,
+        "query": request.GET.urlencode(),
+        "stored": stored_proposals(user),
+    }
     found = draft.demand() if asked else None
     if found is None:
         if request.method == "POST":

@@ -14,6 +14,14 @@ class SyncBackend(models.TextChoices):
     NONE = "none", "None (quotas are kept in the portal only)"
 
 
+class MigDriver(models.TextChoices):
+    """Who repartitions a cluster's MIG GPUs: the portal's node agent, or NVIDIA's GPU Operator
+    (its MIG manager, driven by a node label and a mig-parted ConfigMap)."""
+
+    AGENT = "agent", "Portal node agent"
+    GPU_OPERATOR = "gpu-operator", "NVIDIA GPU Operator MIG manager"
+
+
 class SyncState(models.TextChoices):
     PENDING = "pending", "Not pushed yet"
     APPLYING = "applying", "Applying"

@@ -7,7 +7,7 @@ from decimal import Decimal
 from django.db import models
 from django.db.models import F, Q
 
-from quotas.choices import FlavorKind, SyncBackend, SyncState
+from quotas.choices import FlavorKind, MigDriver, SyncBackend, SyncState
 from tenants.models import Tenant
 from tenants.validators import DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX, dns1123_label
 
@@ -64,6 +64,43 @@ class Cluster(models.Model):
     allow_guarantee_overcommit = models.BooleanField(
         default=False, help_text="May the sum of guarantees exceed a flavor's capacity?"
     )
+    # MIG through NVIDIA's GPU Operator (``gpu_agent/operator.py``). The operator's MIG manager
+    # reads a mig-parted config file mounted from the ConfigMap that ClusterPolicy
+    # ``spec.migManager.config.name`` (helm ``migManager.config.name``) names, under the key
+    # ``config.yaml``, in the operator's namespace (``gpu-operator`` in NVIDIA's install
+    # guide); each node applies the config its ``nvidia.com/mig.config`` label names and
+    # reports ``nvidia.com/mig.config.state`` (pending, rebooting, success, failed).
+    # References: NVIDIA GPU Operator docs "GPU Operator with MIG" (custom MIG configuration);
+    # gpu-operator ``deployments/gpu-operator/values.yaml`` (migManager.config),
+    # ``assets/state-mig-manager/0400_configmap.yaml`` (default-mig-parted-config, key
+    # config.yaml); mig-parted ``pkg/mig/reconfigure/reconfigure.go`` (the state label);
+    # ../shared/reference/notes-mig.md sections 2 and 3.1.
+    mig_driver = models.CharField(
+        max_length=20,
+        choices=MigDriver.choices,
+        default=MigDriver.AGENT,
+        help_text="Who repartitions MIG GPUs: the portal's node agent, or the GPU Operator's "
+        "MIG manager (node label nvidia.com/mig.config + a mig-parted ConfigMap).",
+    )
+    mig_operator_namespace = models.CharField(
+        max_length=DNS1123_LABEL_MAX,
+        default="gpu-operator",
+        validators=[dns1123_label],
+        help_text="GPU Operator: the namespace it runs in (where the MIG ConfigMap goes).",
+    )
+    mig_operator_configmap = models.CharField(
+        max_length=DNS1123_LABEL_MAX,
+        default="gpu-portal-mig-parted-config",
+        validators=[dns1123_label],
+        help_text="GPU Operator: the mig-parted ConfigMap the portal writes; set ClusterPolicy "
+        "spec.migManager.config.name to it (not default-mig-parted-config, which the operator "
+        "owns).",
+    )
+    mig_operator_config_key = models.CharField(
+        max_length=253,
+        default="config.yaml",
+        help_text="GPU Operator: the ConfigMap key the MIG manager reads (config.yaml).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -72,6 +109,9 @@ class Cluster(models.Model):
             models.CheckConstraint(
                 condition=Q(elastic_cap_fraction__gt=0) & Q(elastic_cap_fraction__lte=1),
                 name="cluster_elastic_cap_fraction_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(mig_driver__in=MigDriver.values), name="cluster_mig_driver_valid"
             ),
             models.CheckConstraint(
                 condition=Q(name__regex=DNS1123_LABEL_REGEX), name="cluster_name_dns1123"
@@ -333,3 +373,36 @@ class TenantSync(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}@{self.cluster.name}: {self.state}"
+
+
+class MigOperatorNode(models.Model):
+    """What the GPU Operator's MIG manager says about one node of a ``gpu-operator`` cluster,
+    as last read from the node's labels: the config the portal asked for, the config the
+    node's ``nvidia.com/mig.config`` label names, and its ``nvidia.com/mig.config.state``."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="mig_nodes")
+    node_name = models.CharField(max_length=253)
+    desired_config = models.CharField(max_length=253, blank=True)
+    label_config = models.CharField(
+        max_length=253, blank=True, help_text="nvidia.com/mig.config as read."
+    )
+    label_state = models.CharField(
+        max_length=63, blank=True, help_text="nvidia.com/mig.config.state as read."
+    )
+    present = models.BooleanField(
+        default=True, help_text="The Node exists in the cluster (the portal never creates one)."
+    )
+    message = models.TextField(blank=True)
+    label_set_at = models.DateTimeField(null=True, blank=True)
+    observed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster__name", "node_name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "node_name"], name="mig_operator_node_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.node_name}: {self.label_state or '-'}"

@@ -9,13 +9,15 @@ the approvals app's business (``approvals.services.outbox_deliver``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -266,6 +268,34 @@ def outbox_claim(*, outbox_id: int) -> SyncOutbox | None:
     if not updated:
         return None
     return SyncOutbox.objects.select_related("tenant", "cluster").get(pk=outbox_id)
+
+
+# "push": the namespace of the advisory locks of tenant pushes (usage uses "usag").
+PUSH_LOCK_NAMESPACE = 0x70757368
+
+
+@contextlib.contextmanager
+def tenant_push_lock(*, tenant: Tenant, cluster: Cluster) -> Iterator[bool]:
+    """Whether this process may push ``tenant`` to ``cluster`` now: one pass at a time, so
+    that two deliveries (of one outbox row or of two) neither write the same objects twice nor
+    write an older generation after a newer one. A PostgreSQL session advisory lock, released
+    at the end, or by the server with the connection of a worker that died; on other databases
+    (SQLite: one process) always granted."""
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    key = (cluster.pk * 1_000_003 + tenant.pk) % 2**31
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [PUSH_LOCK_NAMESPACE, key])
+        row = cursor.fetchone()
+    held = bool(row and row[0])
+    try:
+        yield held
+    finally:
+        if held:
+            # A connection lost meanwhile took the lock with it.
+            with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [PUSH_LOCK_NAMESPACE, key])
 
 
 # --- reading: what the portal owns, what a change would do, what the cluster says -----------

@@ -144,14 +144,21 @@ class ApplyResult:
     state: str
     message: str
     attempted_changes: bool = False  # some step ran (a failure after that is not retried)
+    # After instances changed: restart-needed, restarted or restart-failed (device_plugin.py).
+    device_plugin: str = ""
+    device_plugin_message: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "uuid": self.uuid,
             "generation": self.generation,
             "state": self.state,
             "message": self.message,
         }
+        if self.device_plugin:
+            body["device_plugin"] = self.device_plugin
+            body["device_plugin_message"] = self.device_plugin_message
+        return body
 
 
 def _gpu_label(gpu: Gpu) -> str:

@@ -458,6 +458,18 @@ class NvmlBackend:
             found.setdefault(gi_id, []).append((ci_id, mig))
         return found
 
+    def mig_device_uuids(self, gpu_index: int) -> dict[int, str]:
+        """The MIG device UUID (``MIG-...``, what ``CUDA_VISIBLE_DEVICES`` takes) of each GPU
+        instance's first compute instance, by GPU-instance id."""
+        handle = self._handle(gpu_index)
+        found = {}
+        for gi_id, devices in self._mig_devices(handle, gpu_index).items():
+            _, mig = min(devices, key=lambda device: device[0])
+            found[gi_id] = _text(
+                self._call("reading a MIG device UUID", self._nvml.nvmlDeviceGetUUID, mig)
+            )
+        return found
+
     def _processes_of(self, handle: Any, gi_id: int | None, ci_id: int | None) -> list[Process]:
         nvml = self._nvml
         raw = self._call(

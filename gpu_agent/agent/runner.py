@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -40,7 +41,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from gpu_agent.agent import AGENT_VERSION
 from gpu_agent.agent.apply import (
@@ -56,7 +57,23 @@ from gpu_agent.agent.apply import (
     plan_gpu,
 )
 from gpu_agent.agent.backend import Backend, BackendError
+from gpu_agent.agent.device_plugin import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_SELECTOR,
+    RESTART_NEEDED,
+    DevicePluginError,
+    DevicePluginRestarter,
+)
 from gpu_agent.agent.pods import pod_uid_for_pid
+from gpu_agent.agent.probe import (
+    STATE_RUNNING,
+    CudaProber,
+    ProbeOutcome,
+    Prober,
+    ProbeRequest,
+    ProbeRequestError,
+    SimulatedProber,
+)
 from gpu_agent.mig.catalogue import Catalogue, load_catalogue
 
 logger = logging.getLogger("gpu_agent")
@@ -87,6 +104,11 @@ class PortalAuthError(PortalError):
 
 class PortalRejected(PortalError):
     """Another 4xx: the portal refused the request itself (its detail says why)."""
+
+
+class ReportAnswer(NamedTuple):
+    desired_generation: int
+    probes: int  # isolation probes to run (0 from a portal that predates them)
 
 
 class PortalClient:
@@ -163,10 +185,30 @@ class PortalClient:
             raise PortalRejected(f"register: unexpected answer {answer!r}")
         return str(answer["node"]), str(answer["node_token"])
 
-    def report(self, body: dict[str, Any]) -> int:
+    def report(self, body: dict[str, Any]) -> ReportAnswer:
         answer = self._request("POST", "report/", body)
-        generation = answer.get("desired_generation") if isinstance(answer, dict) else None
-        return generation if isinstance(generation, int) else 0
+        answer = answer if isinstance(answer, dict) else {}
+        generation, probes = answer.get("desired_generation"), answer.get("probes")
+        return ReportAnswer(
+            generation if isinstance(generation, int) else 0,
+            probes if isinstance(probes, int) else 0,
+        )
+
+    def probes(self) -> list[ProbeRequest]:
+        answer = self._request("GET", "probes/")
+        raw = answer.get("probes") if isinstance(answer, dict) else None
+        if not isinstance(raw, list):
+            raise PortalRejected(f"probes: unexpected answer {answer!r}")
+        found = []
+        for entry in raw:
+            try:
+                found.append(ProbeRequest.from_json(entry))
+            except ProbeRequestError as error:
+                logger.error("ignoring a malformed probe: %s", error)
+        return found
+
+    def probe_result(self, probe_id: int, outcome: ProbeOutcome) -> Any:
+        return self._request("POST", f"probes/{probe_id}/result/", outcome.to_json())
 
     def desired(self) -> list[DesiredGpu]:
         answer = self._request("GET", "desired/")
@@ -319,6 +361,8 @@ class Agent:
         random: Callable[[], float] = random.random,
         now: Callable[[], str] = _utc_now,
         out: TextIO | None = None,
+        prober: Prober | None = None,
+        device_plugin: DevicePluginRestarter | None = None,
     ) -> None:
         self.backend = backend
         self.client = client
@@ -337,6 +381,10 @@ class Agent:
         self.failures = 0
         self._restored = False
         self._gave_up: set[tuple[str, int]] = set()
+        self.prober: Prober = prober if prober is not None else CudaProber()
+        self.device_plugin = device_plugin
+        self._changed: list[ApplyResult] = []  # successes waiting for the device plugin
+        self._probe_outcomes: dict[int, ProbeOutcome] = {}  # run, not posted yet
 
     # -- inventory --------------------------------------------------------------------------------
 
@@ -400,11 +448,15 @@ class Agent:
         if self.dry_run:
             self.print_plans()
             return
-        if self.client.report(self.inventory()) == 0:
-            return  # the portal has no layout for this node to apply
+        answer = self.client.report(self.inventory())
         changed = False
-        for desired in self.client.desired():
-            changed = self.handle(desired) or changed
+        if answer.desired_generation:
+            for desired in self.client.desired():
+                changed = self.handle(desired) or changed
+        self.post_changed()
+        if answer.probes:
+            for probe in self.client.probes():
+                self.probe(probe)
         if changed:
             self.client.report(self.inventory())
 
@@ -466,8 +518,56 @@ class Agent:
             self.state.record_applied(desired)
         elif result.state == STATE_FAILED and result.attempted_changes:
             self._gave_up.add(key)
-        self.post(result)
+        if result.state == STATE_SUCCESS and result.attempted_changes:
+            self._changed.append(result)  # posted by post_changed, after the device plugin
+        else:
+            self.post(result)
         return result.attempted_changes
+
+    def post_changed(self) -> None:
+        """Post the successes that changed instances, with the device plugin's state: restarted
+        once for all of them (it lists devices when it starts) with ``--restart-device-plugin``,
+        else ``restart-needed``."""
+        changed, self._changed = self._changed, []
+        if not changed:
+            return
+        gpus = ", ".join(r.uuid for r in changed)
+        if self.device_plugin is None:
+            state = RESTART_NEEDED
+            message = (
+                f"the NVIDIA device plugin on {self.node} still advertises the old devices of "
+                f"{gpus}: restart its pod (or start the agent with --restart-device-plugin)"
+            )
+        else:
+            outcome = self.device_plugin.restart()
+            state, message = outcome.state, outcome.message
+            log = logger.info if state != "restart-failed" else logger.error
+            log("device plugin: %s: %s", state, message)
+        for result in changed:
+            self.post(
+                dataclasses.replace(result, device_plugin=state, device_plugin_message=message)
+            )
+
+    def probe(self, request: ProbeRequest) -> None:
+        """Run one isolation probe (``running`` posted first) and post its outcome; an
+        outcome the portal did not get is posted again, not measured again."""
+        outcome = self._probe_outcomes.get(request.id)
+        if outcome is None:
+            self.client.probe_result(request.id, ProbeOutcome(STATE_RUNNING))
+            try:
+                outcome = self.prober.run(self.backend, request)
+            except BackendError as error:
+                outcome = ProbeOutcome("failed", f"NVML: {error.message}")
+            logger.info(
+                "probe %s of GPU %s: %s %s",
+                request.id,
+                request.uuid,
+                outcome.state,
+                outcome.message,
+            )
+            self._probe_outcomes[request.id] = outcome
+        self.client.probe_result(request.id, outcome)
+        del self._probe_outcomes[request.id]
 
     def post(self, result: ApplyResult) -> None:
         """Post a result unless this very result was posted already (restarts, re-checks)."""
@@ -663,6 +763,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="print what the pending layouts would change; change nothing, post nothing",
     )
     parser.add_argument(
+        "--restart-device-plugin",
+        action="store_true",
+        default=env("GPU_AGENT_RESTART_DEVICE_PLUGIN", "") in ("1", "true", "yes"),
+        help="after changing MIG instances, delete the NVIDIA device plugin's pod on this node "
+        "(in-cluster credentials; its DaemonSet starts a new one that advertises the new "
+        "devices); without it the agent only reports restart-needed "
+        "(GPU_AGENT_RESTART_DEVICE_PLUGIN=1)",
+    )
+    parser.add_argument(
+        "--device-plugin-namespace",
+        default=env("GPU_AGENT_DEVICE_PLUGIN_NAMESPACE", DEFAULT_NAMESPACE),
+        help=f"(default {DEFAULT_NAMESPACE}) (GPU_AGENT_DEVICE_PLUGIN_NAMESPACE)",
+    )
+    parser.add_argument(
+        "--device-plugin-selector",
+        default=env("GPU_AGENT_DEVICE_PLUGIN_SELECTOR", DEFAULT_SELECTOR),
+        help=f"label selector of its pods (default {DEFAULT_SELECTOR}) "
+        "(GPU_AGENT_DEVICE_PLUGIN_SELECTOR)",
+    )
+    parser.add_argument(
+        "--kubernetes-node",
+        default=env("GPU_AGENT_KUBERNETES_NODE") or env("NODE_NAME"),
+        help="this node's Kubernetes name, for the device plugin's pod (default: NODE_NAME, "
+        "else the agent's node name) (GPU_AGENT_KUBERNETES_NODE)",
+    )
+    parser.add_argument(
         "--log-level",
         default=env("GPU_AGENT_LOG_LEVEL", "INFO"),
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -757,6 +883,18 @@ def main(argv: Sequence[str] | None = None, *, sleep: Callable[[float], None] = 
     client.token = token
 
     pod_lookup: PodLookup = pod_uid_for_pid
+    restarter = None
+    if args.restart_device_plugin:
+        try:
+            restarter = DevicePluginRestarter.in_cluster(
+                node=args.kubernetes_node or node,
+                namespace=args.device_plugin_namespace,
+                selector=args.device_plugin_selector,
+            )
+        except DevicePluginError as error:
+            logger.error("%s", error)
+            return 2
+    prober: Prober = CudaProber()
     try:
         backend: Backend
         if args.backend == "fake":
@@ -767,6 +905,7 @@ def main(argv: Sequence[str] | None = None, *, sleep: Callable[[float], None] = 
                 args.fake_gpus, state_path=Path(args.state_dir) / FAKE_STATE_FILE, seed=node
             )
             backend, pod_lookup = fake.backend, fake.pod_uid_for_pid
+            prober = SimulatedProber(seed=node)
         else:
             from gpu_agent.agent.nvml import NvmlBackend, load_pynvml
 
@@ -786,6 +925,8 @@ def main(argv: Sequence[str] | None = None, *, sleep: Callable[[float], None] = 
         pod_lookup=pod_lookup,
         join_token=join_token,
         sleep=sleep,
+        prober=prober,
+        device_plugin=restarter,
     )
     previous: Any = None
     with contextlib.suppress(ValueError):  # only the main thread may set handlers

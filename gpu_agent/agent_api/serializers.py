@@ -15,9 +15,12 @@ from gpu_agent.models import (
     HOSTNAME_MAX,
     MIG_PROFILE_MAX,
     VERSION_MAX,
+    DevicePlugin,
     LayoutState,
     Node,
+    ProbeState,
 )
+from gpu_agent.probes import MAX_PROBE_SECONDS
 from gpu_agent.selectors import node_is_stale
 from gpu_agent.services import (
     MAX_GPUS_PER_REPORT,
@@ -131,6 +134,9 @@ class ReportOutput(serializers.Serializer):
         help_text="The highest layout generation the agent has to apply (GET agent/desired/); "
         "0 when there is nothing to do."
     )
+    probes = serializers.IntegerField(
+        help_text="Isolation probes the agent has to run (GET agent/probes/); 0: none."
+    )
 
 
 # --- agent: desired and result --------------------------------------------------------------
@@ -158,6 +164,15 @@ class ResultInput(StrictInputSerializer):
     generation = serializers.IntegerField(min_value=1, max_value=INT32_MAX)
     state = serializers.ChoiceField(choices=[(s.value, s.label) for s in RESULT_STATES])
     message = serializers.CharField(
+        max_length=MESSAGE_MAX, allow_blank=True, default="", trim_whitespace=False
+    )
+    device_plugin = serializers.ChoiceField(
+        choices=DevicePlugin.choices,
+        required=False,
+        help_text="After changing instances: restart-needed (the device plugin still "
+        "advertises the old devices), restarted, restart-failed, or not-needed.",
+    )
+    device_plugin_message = serializers.CharField(
         max_length=MESSAGE_MAX, allow_blank=True, default="", trim_whitespace=False
     )
 
@@ -254,6 +269,10 @@ class LayoutOutput(serializers.Serializer):
     created_at = serializers.DateTimeField()
     applied_at = serializers.DateTimeField(allow_null=True)
     deadline = serializers.DateTimeField(allow_null=True)
+    device_plugin = serializers.CharField(
+        help_text="restart-needed, restarted, restart-failed, not-needed; blank: not reported."
+    )
+    device_plugin_message = serializers.CharField()
 
 
 class GpuOutput(serializers.Serializer):
@@ -440,3 +459,89 @@ def validate_report(data: Any) -> dict[str, Any]:
         serializer = ReportInput(data=data)
         serializer.is_valid(raise_exception=True)
         return dict(serializer.validated_data)
+
+
+# --- isolation probes -------------------------------------------------------------------------
+
+
+class ProbeRequestInput(StrictInputSerializer):
+    target_gi_id = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_GI_ID,
+        required=False,
+        help_text="MIG GPUs: the GPU instance probed (default: the first idle one).",
+    )
+    neighbour_gi_id = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_GI_ID,
+        required=False,
+        help_text="MIG GPUs: the GPU instance saturated meanwhile (default: the next idle one).",
+    )
+
+
+class ProbeOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    uuid = serializers.CharField(source="gpu.uuid")
+    mig = serializers.BooleanField(help_text="Two MIG instances (else two processes).")
+    target_gi_id = serializers.IntegerField(allow_null=True)
+    neighbour_gi_id = serializers.IntegerField(allow_null=True)
+    target_profile = serializers.CharField()
+    neighbour_profile = serializers.CharField()
+    state = serializers.ChoiceField(choices=ProbeState.choices)
+    t_alone_s = serializers.FloatField(allow_null=True)
+    t_together_s = serializers.FloatField(allow_null=True)
+    slowdown_pct = serializers.FloatField(
+        allow_null=True, help_text="(t_together / t_alone - 1) * 100; null until done."
+    )
+    passed = serializers.BooleanField(
+        allow_null=True, help_text="slowdown_pct <= 5 (R30); null until done."
+    )
+    simulated = serializers.BooleanField()
+    library = serializers.CharField()
+    message = serializers.CharField()
+    requested_by = serializers.CharField(source="requested_by.username", allow_null=True)
+    requested_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class AgentProbeOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    uuid = serializers.CharField(source="gpu.uuid")
+    mig = serializers.BooleanField()
+    target_gi_id = serializers.IntegerField(allow_null=True)
+    neighbour_gi_id = serializers.IntegerField(allow_null=True)
+    state = serializers.ChoiceField(choices=ProbeState.choices)
+
+
+class AgentProbesOutput(serializers.Serializer):
+    node = serializers.CharField()
+    probes = AgentProbeOutput(many=True)
+
+
+def _probe_seconds() -> serializers.FloatField:
+    return serializers.FloatField(
+        min_value=0, max_value=MAX_PROBE_SECONDS, required=False, allow_null=True, default=None
+    )
+
+
+class ProbeResultInput(StrictInputSerializer):
+    state = serializers.ChoiceField(
+        choices=ProbeState.choices,
+        help_text="running, then done (with both times), skipped or failed.",
+    )
+    t_alone_s = _probe_seconds()
+    t_together_s = _probe_seconds()
+    simulated = serializers.BooleanField(default=False)
+    library = serializers.CharField(max_length=40, allow_blank=True, default="")
+    message = serializers.CharField(
+        max_length=MESSAGE_MAX, allow_blank=True, default="", trim_whitespace=False
+    )
+
+
+class ProbeResultOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    accepted = serializers.BooleanField(help_text="False when ignored (the probe is finished).")
+    state = serializers.ChoiceField(choices=ProbeState.choices)
+    slowdown_pct = serializers.FloatField(allow_null=True)
+    detail = serializers.CharField()

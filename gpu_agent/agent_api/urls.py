@@ -6,10 +6,13 @@ from rest_framework.routers import DefaultRouter
 
 from gpu_agent.agent_api.views import (
     AgentDesiredView,
+    AgentProbeResultView,
+    AgentProbesView,
     AgentRegisterView,
     AgentReportView,
     AgentResultView,
     GpuLayoutView,
+    GpuProbeView,
     NodeViewSet,
 )
 
@@ -22,6 +25,13 @@ urlpatterns = [
     path("agent/report/", AgentReportView.as_view(), name="agent-report"),
     path("agent/desired/", AgentDesiredView.as_view(), name="agent-desired"),
     path("agent/result/", AgentResultView.as_view(), name="agent-result"),
+    path("agent/probes/", AgentProbesView.as_view(), name="agent-probes"),
+    path(
+        "agent/probes/<int:id>/result/",
+        AgentProbeResultView.as_view(),
+        name="agent-probe-result",
+    ),
     path("gpus/<str:uuid>/layout/", GpuLayoutView.as_view(), name="gpu-layout"),
+    path("gpus/<str:uuid>/probes/", GpuProbeView.as_view(), name="gpu-probes"),
     *router.urls,
 ]

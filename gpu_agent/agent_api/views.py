@@ -22,6 +22,7 @@ from gpu_agent import selectors, services
 from gpu_agent.agent_api.authentication import IsNodeAgent, NodeTokenAuthentication, calling_node
 from gpu_agent.agent_api.parsers import LimitedJSONParser, check_content_length
 from gpu_agent.agent_api.serializers import (
+    AgentProbesOutput,
     DesiredOutput,
     JoinTokenInput,
     JoinTokenOutput,
@@ -29,6 +30,10 @@ from gpu_agent.agent_api.serializers import (
     LayoutOutput,
     NodeDetailOutput,
     NodeOutput,
+    ProbeOutput,
+    ProbeRequestInput,
+    ProbeResultInput,
+    ProbeResultOutput,
     RegisterInput,
     RegisterOutput,
     ReportInput,
@@ -39,6 +44,13 @@ from gpu_agent.agent_api.serializers import (
     validate_report,
 )
 from gpu_agent.models import Node
+from gpu_agent.probes import (
+    agent_probe_count,
+    agent_probe_result,
+    agent_probes,
+    probe_list,
+    probe_request,
+)
 from portal.api.serializers import StrictInputSerializer
 from portal.errors import NotFound, ValidationFailed
 from quotas.models import Cluster
@@ -110,8 +122,10 @@ class AgentReportView(AgentView):
     @extend_schema(request=ReportInput, responses={200: ReportOutput, **AGENT_ERRORS})
     def post(self, request: Request) -> Response:
         report = validate_report(request.data)  # ReportInput's checks, by hand when clean
-        generation = services.agent_report_ingest(node=calling_node(request), report=report)
-        return Response(ReportOutput({"desired_generation": generation}).data)
+        node = calling_node(request)
+        generation = services.agent_report_ingest(node=node, report=report)
+        probes = agent_probe_count(node=node)
+        return Response(ReportOutput({"desired_generation": generation, "probes": probes}).data)
 
 
 class AgentDesiredView(AgentView):
@@ -140,6 +154,38 @@ class AgentResultView(AgentView):
         data.is_valid(raise_exception=True)
         outcome = services.agent_result(node=calling_node(request), **data.validated_data)
         return Response(ResultOutput(outcome).data)
+
+
+class AgentProbesView(AgentView):
+    """The isolation probes the node's agent has to run (requested or running)."""
+
+    @extend_schema(
+        responses={200: AgentProbesOutput, 401: AGENT_ERRORS[401], 403: AGENT_ERRORS[403]}
+    )
+    def get(self, request: Request) -> Response:
+        node = calling_node(request)
+        return Response(
+            AgentProbesOutput({"node": node.name, "probes": agent_probes(node=node)}).data
+        )
+
+
+class AgentProbeResultView(AgentView):
+    """A probe's progress (running) or outcome (done with both times, skipped, failed)."""
+
+    @extend_schema(
+        parameters=[OpenApiParameter("id", int, OpenApiParameter.PATH, description="Probe id.")],
+        request=ProbeResultInput,
+        responses={
+            200: ProbeResultOutput,
+            **AGENT_ERRORS,
+            404: OpenApiResponse(description="No such probe."),
+        },
+    )
+    def post(self, request: Request, id: int) -> Response:
+        data = ProbeResultInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        outcome = agent_probe_result(node=calling_node(request), probe_id=id, **data.validated_data)
+        return Response(ProbeResultOutput(outcome).data)
 
 
 class NodeFilter(filters.FilterSet):
@@ -259,3 +305,39 @@ class GpuLayoutView(APIView):
             mig_enabled=data.validated_data["mig_enabled"],
         )
         return Response(LayoutOutput(layout).data)
+
+
+class GpuProbeView(APIView):
+    """A GPU's isolation probes (R30; platform admins only)."""
+
+    permission_classes = [IsPlatformAdmin]
+
+    @extend_schema(
+        parameters=[UUID_PARAMETER],
+        responses={200: ProbeOutput(many=True), **ADMIN_ERRORS},
+        description="The GPU's latest isolation probes, newest first.",
+    )
+    def get(self, request: Request, uuid: str) -> Response:
+        gpu = selectors.gpu_get(user=caller(request), uuid=uuid)
+        return Response(ProbeOutput(probe_list(gpu=gpu), many=True).data)
+
+    @extend_schema(
+        parameters=[UUID_PARAMETER],
+        request=ProbeRequestInput,
+        responses={
+            201: ProbeOutput,
+            **ADMIN_ERRORS,
+            409: OpenApiResponse(
+                description="The node is stale, or a probe of the GPU is still open."
+            ),
+        },
+        description="Ask the node's agent to probe the GPU's isolation: a compute-bound kernel "
+        "on one MIG instance alone, then beside a saturating neighbour on another (two "
+        "processes on a GPU without MIG). 400 for a MIG GPU with fewer than two instances.",
+    )
+    def post(self, request: Request, uuid: str) -> Response:
+        gpu = selectors.gpu_get(user=caller(request), uuid=uuid)
+        data = ProbeRequestInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        probe = probe_request(gpu=gpu, actor=caller(request), **data.validated_data)
+        return Response(ProbeOutput(probe).data, status=status.HTTP_201_CREATED)

@@ -1,7 +1,7 @@
 """Every route under /api/v1/. Tenant-scoped routes nest under tenants/{tenant_slug}/."""
 
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from approvals.api.views import QuotaRequestViewSet, TenantViewSet
@@ -21,6 +21,7 @@ from tenants.api.views import (
     NamespaceViewSet,
     TokenObtainView,
 )
+from usage.api.views import SamplesView, TenantUsageView
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
@@ -44,12 +45,15 @@ app_name = "api"
 urlpatterns = [
     path("auth/token/", TokenObtainView.as_view(), name="token-obtain"),
     path("me/", MeView.as_view(), name="me"),
+    path("tenants/<str:tenant_slug>/usage/", TenantUsageView.as_view(), name="tenant-usage"),
     path("tenants/<str:tenant_slug>/", include(tenant_router.urls)),
+    path("usage/samples/", SamplesView.as_view(), name="usage-samples"),
     path("mig/", include("gpu_agent.api.urls")),  # MIG catalogue and layout check
     path("", include(gpu_agent_urls)),  # agent/..., nodes/..., gpus/{uuid}/layout/
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # Swagger UI from drf-spectacular-sidecar's static files. No ReDoc: its page loads web
-    # fonts from Google, and the portal must work offline (no CDN anywhere).
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    # fonts from Google, and the portal must work offline (no CDN anywhere). The split view
+    # serves the start-up script as a file (?script=): the CSP allows no inline script.
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
     *router.urls,
 ]

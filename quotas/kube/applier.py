@@ -72,12 +72,15 @@ class Scope:
     cluster: str
     tenant: str | None = None
     prune: bool = True
+    # The owner label value: the quota sync owns ``gpu-quota-portal``; the MIG push through the
+    # GPU Operator owns its ConfigMap under a value of its own, so neither prunes the other's.
+    managed_by: str = MANAGED_BY
 
     def selectors(self, wanted: Sequence[dict[str, Any]]) -> list[str]:
         """Label selectors of one kind's LIST: everything the portal owns on the cluster for a
         full pass; for a tenant pass, the tenant's objects and, where the pass also wants
         cluster-wide objects of the kind, those (one LIST each)."""
-        base = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_CLUSTER}={self.cluster}"
+        base = f"{LABEL_MANAGED_BY}={self.managed_by},{LABEL_CLUSTER}={self.cluster}"
         if self.tenant is None:
             return [base]
         owners = {_tenant_owned(o) for o in wanted} or {True}
@@ -323,6 +326,34 @@ class KubernetesBackend:
             token = (page.get("metadata") or {}).get("continue") or ""
             if not token:
                 return items
+
+    def list_all(self, kind: Kind, selector: str = "") -> list[dict[str, Any]]:
+        """Every object of ``kind`` (optionally matching ``selector``), owned or not: for
+        objects the portal reads but does not own, such as Nodes."""
+        return self.list_owned(kind, selector)
+
+    def read(self, kind: Kind, *, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """One object, or None when there is none."""
+        try:
+            return self._call("GET", kind.path(namespace=namespace, name=name))
+        except ApplyError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def merge_patch(
+        self, kind: Kind, *, namespace: str | None, name: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386) of an existing object: never creates one (a missing
+        object answers 404, an ``ApplyError``), and a ``metadata.resourceVersion`` in ``body``
+        is a precondition (409, retryable)."""
+        return self._call(
+            "PATCH",
+            kind.path(namespace=namespace, name=name),
+            query=[("fieldManager", self.field_manager)],
+            body=body,
+            content_type="application/merge-patch+json",
+        )
 
     def apply(self, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
         kind = kind_of(obj)

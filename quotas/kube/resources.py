@@ -51,6 +51,10 @@ KINDS: tuple[Kind, ...] = (
     Kind(KUEUE, "LocalQueue", "localqueues", True),
 )
 BY_TYPE: dict[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in KINDS}
+CONFIG_MAP: Kind = BY_TYPE[("v1", "ConfigMap")]
+# Read and label-patched (MIG through the GPU Operator), never applied, created or pruned:
+# not in KINDS on purpose.
+NODE = Kind("v1", "Node", "nodes", False, never_prune=True)
 ORDER: dict[tuple[str, str], int] = {(k.api_version, k.kind): i for i, k in enumerate(KINDS)}
 
 

@@ -126,6 +126,10 @@ class FakePortal:
             "instances": [{"profile": p, "start": s} for p, s in pairs],
         }
 
+    def report_answer(self) -> dict[str, Any]:
+        top = max((layout["generation"] for layout in self.layouts.values()), default=0)
+        return {"desired_generation": top}
+
     def paths(self) -> list[str]:
         return [f"{method} {path.removeprefix('/api/v1/agent/')}" for method, path in self.requests]
 
@@ -163,8 +167,7 @@ class FakePortal:
             if body["node"] != node:
                 return answer(403, {"detail": "Not your node."})
             self.reports.append(body)
-            top = max((layout["generation"] for layout in self.layouts.values()), default=0)
-            return answer(200, {"desired_generation": top})
+            return answer(200, self.report_answer())
         if route == ("GET", "/api/v1/agent/desired/"):
             return answer(200, {"node": node, "gpus": list(self.layouts.values())})
         if route == ("POST", "/api/v1/agent/result/"):

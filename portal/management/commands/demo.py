@@ -31,6 +31,7 @@ from quotas.services import QuotaItem
 from tenants.choices import MembershipRole
 from tenants.models import Tenant, User
 from tenants.services import membership_set
+from usage.demo import demo_month_fill
 
 GI = 1024**3
 TI = 1024**4
@@ -256,6 +257,8 @@ class Command(BaseCommand):
         membership_set(
             tenant=team_a, user=users["carol"], role=MembershipRole.MEMBER, actor=users["admin"]
         )
+        if samples := demo_month_fill():  # a simulated month of usage, once
+            self.stdout.write(f"Usage: a simulated month, {samples} samples, rolled up")
 
         self.stdout.write(
             self.style.SUCCESS("Demo ready. Log in at /login/ with any of these (password 'demo'):")

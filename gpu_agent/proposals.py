@@ -1,0 +1,223 @@
+"""The MIG planner run periodically (Celery beat): its latest proposal per cluster, stored,
+and applied only when an admin confirms and the GPUs are still as the planner saw them.
+
+- ``gpu_state`` / ``planner_gpus``: the planner's input from the fleet's reports (the
+  ``/fleet/plan/`` page uses the same).
+- ``plan_proposal_refresh``: run the planner for one cluster over the tenants' MIG quotas
+  (what each is guaranteed); a new ``PlanProposal`` only when the proposal or the GPUs
+  changed (``digest``), else the latest one is marked checked.
+- ``plan_proposal_apply``: refuses (409) a proposal that is not the cluster's latest or whose
+  GPUs changed since (``state_digest``), then ``plan_apply`` (each GPU on its own, audited).
+
+Kept apart from ``services.py`` (already large); same rules: keyword-only, atomic, audited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from gpu_agent.mig.layout import Placement
+from gpu_agent.mig.planner import CurrentInstance, GpuPlan, GpuState, Plan, plan
+from gpu_agent.models import Gpu, MigLayout, PlanProposal
+from gpu_agent.selectors import gpus_with_instances, latest_layouts, quota_demand
+from gpu_agent.services import PlanRefusal, plan_apply
+from portal.errors import Conflict, NotFound
+from quotas.models import Cluster
+from tenants.models import User
+
+
+def gpu_state(gpu: Gpu) -> GpuState:
+    """The planner's view of a GPU: model, MIG mode, observed instances and which are busy."""
+    return GpuState(
+        uuid=gpu.uuid,
+        node=gpu.node.name,
+        model_name=gpu.name,
+        instances=tuple(
+            CurrentInstance(profile=i.profile, start=i.start, busy=i.busy)
+            for i in gpu.instances.all()
+        ),
+        mig_enabled=gpu.mig_mode_current,
+    )
+
+
+def planner_gpus(*, cluster: Cluster | None) -> QuerySet[Gpu]:
+    """The GPUs the planner plans over: those of ``cluster``'s nodes (every GPU for None),
+    with their nodes and observed instances."""
+    gpus = gpus_with_instances()
+    return gpus.filter(node__cluster=cluster) if cluster is not None else gpus
+
+
+def state_digest(gpus: Sequence[Gpu], layouts: dict[int, MigLayout]) -> str:
+    """What the planner's answer depends on, per GPU: MIG mode, observed instances (and
+    which are busy), the latest desired layout's generation and state."""
+    data = []
+    for gpu in sorted(gpus, key=lambda g: g.uuid):
+        layout = layouts.get(gpu.pk)
+        data.append(
+            [
+                gpu.uuid,
+                gpu.mig_mode_current,
+                sorted([i.profile, i.start, i.busy] for i in gpu.instances.all()),
+                [layout.generation, layout.state] if layout is not None else None,
+            ]
+        )
+    return hashlib.sha256(json.dumps(data).encode()).hexdigest()
+
+
+def _placements(items: Sequence[Placement]) -> list[dict[str, Any]]:
+    return [{"profile": p.profile, "start": p.start} for p in items]
+
+
+def _gpu_json(gpu_plan: GpuPlan) -> dict[str, Any]:
+    return {
+        "uuid": gpu_plan.uuid,
+        "node": gpu_plan.node,
+        "model": gpu_plan.model_name,
+        "changed": gpu_plan.changed,
+        "current": _placements(gpu_plan.current),
+        "layout": _placements(gpu_plan.layout),
+        "destroy": _placements(gpu_plan.destroy),
+        "create": _placements(gpu_plan.create),
+        "kept_busy": _placements(gpu_plan.kept_busy),
+        "note": gpu_plan.note,
+    }
+
+
+def _proposal_json(result: Plan) -> dict[str, Any]:
+    return {
+        "gpus": [_gpu_json(g) for g in result.gpus],
+        "unmet": [
+            {
+                "profile": u.profile,
+                "wanted": u.wanted,
+                "placed": u.placed,
+                "why": u.reason,
+                "model": u.model,
+                "tenants": list(u.tenants),
+            }
+            for u in result.unmet
+        ],
+        "explanation": list(result.explanation),
+    }
+
+
+@transaction.atomic
+def plan_proposal_refresh(
+    *, cluster: Cluster, now: datetime | None = None
+) -> tuple[PlanProposal | None, bool]:
+    """Run the planner over ``cluster``'s GPUs for its tenants' MIG quotas. Returns (the
+    latest proposal, whether it is new); (None, False) when the cluster has no GPU."""
+    now = now or timezone.now()
+    gpus_qs = planner_gpus(cluster=cluster)
+    gpus = list(gpus_qs)
+    if not gpus:
+        return None, False
+    layouts = latest_layouts(gpus_qs)
+    lines = quota_demand(cluster=cluster)
+    demand = [line.demand for line in lines]
+    result = plan([gpu_state(g) for g in gpus], demand)
+    body = _proposal_json(result)
+    demand_json = [
+        {"profile": d.profile, "count": d.count, "tenant": d.tenant, "model": d.model}
+        for d in demand
+    ]
+    gpu_digest = state_digest(gpus, layouts)
+    digest = hashlib.sha256(
+        json.dumps([body, demand_json, gpu_digest], sort_keys=True).encode()
+    ).hexdigest()
+    latest = (
+        PlanProposal.objects.select_for_update()
+        .filter(cluster=cluster)
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+    if latest is not None and latest.digest == digest:
+        PlanProposal.objects.filter(pk=latest.pk).update(checked_at=now)
+        latest.checked_at = now
+        return latest, False
+    proposal = PlanProposal.objects.create(
+        cluster=cluster,
+        checked_at=now,
+        digest=digest,
+        state_digest=gpu_digest,
+        gpus=body["gpus"],
+        demand=demand_json,
+        unmet=body["unmet"],
+        explanation=body["explanation"],
+    )
+    return proposal, True
+
+
+def plan_proposals_refresh_all(*, now: datetime | None = None) -> list[PlanProposal]:
+    """``plan_proposal_refresh`` for every cluster with GPU nodes; the new proposals."""
+    clusters = Cluster.objects.filter(nodes__gpus__isnull=False).distinct().order_by("name")
+    fresh = []
+    for cluster in clusters:
+        proposal, new = plan_proposal_refresh(cluster=cluster, now=now)
+        if proposal is not None and new:
+            fresh.append(proposal)
+    return fresh
+
+
+def plan_proposal_latest_list(*, user: User) -> list[PlanProposal]:
+    """The latest proposal of each cluster, by cluster name (platform admins only)."""
+    if not (user.is_authenticated and user.is_platform_admin):
+        return []
+    latest = (
+        PlanProposal.objects.order_by("cluster_id", "-created_at", "-pk")
+        .distinct("cluster_id")
+        .values_list("pk", flat=True)
+    )
+    return list(
+        PlanProposal.objects.filter(pk__in=list(latest))
+        .select_related("cluster")
+        .order_by("cluster__name")
+    )
+
+
+def plan_proposal_get(*, user: User, pk: int) -> PlanProposal:
+    proposal = PlanProposal.objects.select_related("cluster").filter(pk=pk).first()
+    if proposal is None or not (user.is_authenticated and user.is_platform_admin):
+        raise NotFound("No such proposal.")
+    return proposal
+
+
+def plan_proposal_stale_reason(*, proposal: PlanProposal) -> str:
+    """Why the proposal must not be applied now ("" when it may): a newer one exists, or its
+    GPUs changed since it was made."""
+    newer = (
+        PlanProposal.objects.filter(cluster=proposal.cluster, created_at__gt=proposal.created_at)
+        .order_by("-created_at")
+        .first()
+    )
+    if newer is not None:
+        return f"proposal {newer.pk} replaced it at {newer.created_at:%Y-%m-%d %H:%M} UTC"
+    gpus_qs = planner_gpus(cluster=proposal.cluster)
+    gpus = list(gpus_qs)
+    if state_digest(gpus, latest_layouts(gpus_qs) if gpus else {}) != proposal.state_digest:
+        return (
+            "the GPUs changed since it was made (instances, busy processes or desired "
+            "layouts); the planner makes a new proposal within a minute"
+        )
+    return ""
+
+
+def plan_proposal_apply(
+    *, proposal: PlanProposal, actor: User
+) -> tuple[list[MigLayout], list[PlanRefusal]]:
+    """Apply a stored proposal: 409 when it is stale (nothing applied), else ``layout_set``
+    for each GPU it changes (``plan_apply``: each GPU all or nothing, audited)."""
+    reason = plan_proposal_stale_reason(proposal=proposal)
+    if reason:
+        raise Conflict(f"Proposal {proposal.pk} is stale: {reason}. Nothing was applied.")
+    changed = {g["uuid"]: g for g in proposal.gpus if g["changed"]}
+    gpus = Gpu.objects.filter(uuid__in=list(changed)).select_related("node").order_by("uuid")
+    return plan_apply(layouts=[(gpu, changed[gpu.uuid]["layout"]) for gpu in gpus], actor=actor)

@@ -1,0 +1,142 @@
+"""Fixtures of the fault-injection suite: the stand-in API server in a subprocess with a watch
+on it, demo-a100 pushing to it, real Celery workers on the test's own queue (the integration
+fixtures), and the session's table of faults (printed at the end and written to
+``.data/faults/summary.json``).
+
+The long variants (``@pytest.mark.long``) are deselected unless the ``-m`` expression asks for
+``long`` (not ``not long``) or ``FAULTS_LONG=1`` is set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devcluster.runner import ProcessHandle, start_in_subprocess
+from tests.conftest import World
+from tests.faults.invariants import RESULTS, Watch
+from tests.integration.conftest import (  # noqa: F401 - fixtures used by the fault tests
+    isolation,
+    redis_url,
+    worker_log,
+)
+from tests.integration.conftest import start_worker as _integration_start_worker  # noqa: F401
+from tests.standin import point_at
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+SUMMARY = BASE_DIR / ".data" / "faults" / "summary.json"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    asked = re.search(r"(?<!not )\blong\b", config.option.markexpr or "") is not None
+    wanted = asked or os.environ.get("FAULTS_LONG") == "1"
+    if wanted:
+        return
+    long = [item for item in items if item.get_closest_marker("long")]
+    if long:
+        config.hook.pytest_deselected(items=long)
+        items[:] = [item for item in items if not item.get_closest_marker("long")]
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not RESULTS:
+        return
+    header = ("fault", "faults injected", "approvals made", "approvals lost", "converge (s)")
+    rows = [
+        (
+            r["fault"],
+            str(r["faults_injected"]),
+            str(r["approvals_made"]),
+            str(r["approvals_lost"]),
+            f"{r['converge_s']:.1f}",
+        )
+        for r in RESULTS
+    ]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    line = " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    terminalreporter.section("fault injection")
+    terminalreporter.write_line(line)
+    terminalreporter.write_line("-+-".join("-" * w for w in widths))
+    for row in rows:
+        terminalreporter.write_line(
+            " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+        )
+    total_lost = sum(r["approvals_lost"] for r in RESULTS)
+    total_made = sum(r["approvals_made"] for r in RESULTS)
+    terminalreporter.write_line(f"approvals lost over all faults: {total_lost} of {total_made}")
+    SUMMARY.parent.mkdir(parents=True, exist_ok=True)
+    SUMMARY.write_text(json.dumps({"faults": RESULTS}, indent=1) + "\n", encoding="utf-8")
+    terminalreporter.write_line(f"written to {SUMMARY}")
+
+
+@pytest.fixture
+def start_worker(
+    _integration_start_worker: Callable[[], subprocess.Popen[bytes]],  # noqa: F811 - the fixture
+) -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
+    """The integration suite's ``start_worker``; at teardown every worker gets SIGTERM at
+    once (a test may run several), then SIGKILL after 3 s."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start() -> subprocess.Popen[bytes]:
+        started.append(_integration_start_worker())
+        return started[-1]
+
+    yield start
+    running = [w for w in started if w.poll() is None]
+    for worker in running:
+        worker.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 3
+    for worker in running:
+        try:
+            worker.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(timeout=10)
+
+
+@pytest.fixture
+def standin(tmp_path: Path) -> Iterator[ProcessHandle]:
+    """The Kubernetes API stand-in, in its own process (``--ephemeral``: nothing on disk)."""
+    with start_in_subprocess(
+        kubeconfig_path=tmp_path / "kubeconfig",
+        state_dir=tmp_path / "standin",
+        extra_args=["--ephemeral"],
+    ) as handle:
+        yield handle
+
+
+@pytest.fixture
+def watch(standin: ProcessHandle) -> Watch:
+    return Watch(standin).start()
+
+
+@pytest.fixture
+def synced(start_worker, isolation, settings, standin, watch, world: World) -> World:  # type: ignore[no-untyped-def]  # noqa: F811 - the imported fixtures
+    """demo-a100 pushing to the stand-in, the pushes on the test's queue, its objects in place
+    (one push per tenant, in the test process) before any fault."""
+    from quotas.sync import tenant_push
+
+    settings.SYNC_QUEUE = isolation
+    point_at(world.a100, standin.kubeconfig_path)
+    for tenant in (world.team_a, world.team_b, world.team_c):
+        assert tenant_push(tenant=tenant, cluster=world.a100).ok
+    return world
+
+
+@pytest.fixture
+def leads(world: World) -> dict[str, Any]:
+    """Who files each tenant's requests: its lead, and for team-c (no lead) a second platform
+    admin (nobody approves their own request; ``world.admin`` approves)."""
+    from tests.factories import UserFactory
+
+    second_admin = UserFactory(username="admin2", is_platform_admin=True, is_staff=True)
+    return {"team-a": world.alice, "team-b": world.bob, "team-c": second_admin}

@@ -1,0 +1,50 @@
+"""The load test's short variant in CI: people and agents against gunicorn, PostgreSQL, Redis,
+a Celery worker and the stand-in cluster, with no error and no approval lost.
+
+The full run (50 users, 1,000 agents, 2 minutes) is ``bench/load_bench.py`` without arguments
+(``make bench`` runs it too); its figures are in README's Benchmarks section.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tests.conftest import require_service
+
+ROOT = Path(settings.BASE_DIR)
+
+
+@pytest.mark.integration
+def test_a_short_crowd_gets_no_errors_and_loses_no_approval() -> None:
+    require_service(
+        "PostgreSQL", connection.vendor == "postgresql", "DATABASE_URL is not PostgreSQL"
+    )
+    redis_url = os.environ.get("REDIS_URL", "")
+    require_service("Redis", bool(redis_url), "REDIS_URL is not set")
+    params = connection.get_connection_params()
+    server = f"postgres://{params.get('user', 'postgres')}@{params.get('host', '127.0.0.1')}:{params.get('port', 5432)}/postgres"
+    # A Redis database of its own (the load test empties it), next to the suite's.
+    base, _, db = redis_url.rpartition("/")
+    own = f"{base}/{14 if db == '15' else 15}"
+    done = subprocess.run(
+        [sys.executable, "bench/load_bench.py", "--users", "12", "--agents", "100",
+         "--seconds", "15", "--db-name", f"load_ci_{os.getpid()}", "--database-url", server,
+         "--redis-url", own],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    line = next((x for x in done.stdout.splitlines() if x.startswith("BENCH_FIGURES ")), None)
+    assert line, out[-4000:]
+    figures = {f["figure"]: f for f in json.loads(line.removeprefix("BENCH_FIGURES "))["figures"]}
+    assert figures["errors"]["value"] == 0, out[-4000:]
+    assert figures["approvals lost"]["value"] == 0, out[-4000:]
+    assert figures["approvals applied"]["value"] > 0, out[-4000:]
+    assert done.returncode == 0, out[-4000:]

@@ -1,0 +1,94 @@
+"""Input and output serializers of the usage API."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.utils.dateparse import parse_duration
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from portal.api.serializers import StrictInputSerializer
+from tenants.validators import DNS1123_LABEL_MAX
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class StepField(serializers.Field):
+    """Seconds (``3600``) or an ISO 8601 duration (``PT1H``, ``P1D``)."""
+
+    default_error_messages = {
+        "invalid": "a number of seconds or an ISO 8601 duration (PT5M, PT1H, P1D) is required."
+    }
+
+    def to_internal_value(self, data: Any) -> timedelta:
+        text = str(data).strip()
+        if text.isdigit():
+            return timedelta(seconds=int(text))
+        parsed = parse_duration(text) if text.upper().startswith("P") else None
+        if parsed is None:
+            self.fail("invalid")
+        return parsed
+
+    def to_representation(self, value: timedelta) -> int:
+        return int(value.total_seconds())
+
+
+class UsageQueryInput(StrictInputSerializer):
+    cluster = serializers.CharField(required=False, max_length=DNS1123_LABEL_MAX)
+    flavor = serializers.CharField(required=False, max_length=DNS1123_LABEL_MAX)
+    start = serializers.DateTimeField(required=False, help_text="ISO 8601; default end - 24 h.")
+    end = serializers.DateTimeField(required=False, help_text="ISO 8601; default now.")
+    step = StepField(
+        required=False,
+        help_text="Seconds or ISO 8601 duration; default: 5 min up to a day, 1 h up to 60 days, "
+        "then 1 day. Steps that are multiples of 1 day, 1 h or 5 min read those rollups.",
+    )
+
+
+class UsagePointOutput(serializers.Serializer):
+    time = serializers.DateTimeField(help_text="Start of the step.")
+    used = serializers.FloatField(allow_null=True, help_text="Mean GPUs in use (Kueue).")
+    used_max = serializers.FloatField(allow_null=True, help_text="Peak GPUs in use.")
+    guaranteed = serializers.FloatField(allow_null=True)
+    limit = serializers.FloatField(allow_null=True)
+    borrowed = serializers.FloatField(allow_null=True, help_text="Mean GPUs borrowed.")
+    reserved = serializers.FloatField(allow_null=True)
+    allocated = serializers.FloatField(allow_null=True, help_text="GPUs requested by pods.")
+    gpu_utilization = serializers.FloatField(allow_null=True, help_text="Mean GPU utilisation %.")
+    used_units = serializers.FloatField(allow_null=True, help_text="used x the flavor's weight.")
+    used_max_units = serializers.FloatField(allow_null=True)
+    guaranteed_units = serializers.FloatField(allow_null=True)
+    limit_units = serializers.FloatField(allow_null=True)
+    borrowed_units = serializers.FloatField(allow_null=True)
+
+
+class UsageSeriesOutput(serializers.Serializer):
+    cluster = serializers.CharField()
+    flavor = serializers.CharField()
+    gpu_weight = serializers.FloatField(help_text="Normalised GPU units per GPU of the flavor.")
+    points = UsagePointOutput(many=True)
+
+
+class UsageOutput(serializers.Serializer):
+    tenant = serializers.CharField()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    step_s = serializers.IntegerField()
+    source = serializers.CharField(  # type: ignore[assignment]  # a field named like Field.source
+        help_text='What the points were computed from: "raw", "5m", "1h" or "1d" rollups.'
+    )
+    series = UsageSeriesOutput(many=True)
+
+
+class SamplesInput(serializers.Serializer):
+    samples = serializers.ListField(
+        child=serializers.DictField(),
+        help_text='[{"time": ISO 8601, "metric": "quota_used", "value": 3, "cluster_id", '
+        '"tenant_id", "flavor_id", "node_id", "gpu_uuid", "gi_id", "mig_profile"}]',
+    )
+
+
+class SamplesOutput(serializers.Serializer):
+    written = serializers.IntegerField()

@@ -1,0 +1,124 @@
+"""Thin views of the usage API: validate, call one selector or service, serialize."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.generics import GenericAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.errors import NotFound, ValidationFailed
+from quotas.models import ResourceFlavor
+from tenants.api.base import IsPlatformAdmin, TenantScopedMixin
+from usage import selectors, services
+from usage.api.serializers import SamplesInput, SamplesOutput, UsageOutput, UsageQueryInput
+
+UNITS = ("used", "used_max", "guaranteed", "limit", "borrowed")
+FIELDS = (*selectors.TENANT_SERIES, "used_max")
+
+
+def default_step(span: timedelta) -> timedelta:
+    if span <= timedelta(days=1):
+        return timedelta(minutes=5)
+    if span <= timedelta(days=60):
+        return timedelta(hours=1)
+    return timedelta(days=1)
+
+
+def _point(point: selectors.FlavorPoint, weight: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"time": point.time}
+    for name in FIELDS:
+        out[name] = point.values.get(name)
+    for name in UNITS:
+        value = point.values.get(name)
+        out[f"{name}_units"] = None if value is None else value * weight
+    return out
+
+
+class TenantUsageView(TenantScopedMixin, GenericAPIView):
+    """A tenant's GPU use over time per cluster and flavor: used (mean and peak), guaranteed,
+    limit, borrowed, also in normalised GPU units. Read from rollups (5 min, 1 h, 1 day) by
+    the step; a range older than the step's resolution keeps is refused with the limit."""
+
+    serializer_class = UsageOutput
+    pagination_class = None
+
+    @extend_schema(
+        parameters=[UsageQueryInput],
+        responses={
+            200: UsageOutput,
+            400: OpenApiResponse(description="Bad range or step; the fields say why."),
+            404: OpenApiResponse(description="No such tenant (or not yours), cluster or flavor."),
+        },
+    )
+    def get(self, request: Request, tenant_slug: str) -> Response:
+        query = UsageQueryInput(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        now = timezone.now()
+        end = data.get("end") or now
+        start = data.get("start") or end - timedelta(days=1)
+        step = data["step"] if "step" in data else default_step(end - start)
+        plan = selectors.series_plan(start=start, end=end, step=step, now=now)
+        flavors = ResourceFlavor.objects.filter(kind__in=["gpu", "mig"]).select_related("cluster")
+        if "cluster" in data:
+            flavors = flavors.filter(cluster__name=data["cluster"])
+        if "flavor" in data:
+            flavors = flavors.filter(name=data["flavor"])
+        flavor_list = list(flavors.order_by("cluster__name", "name"))
+        if not flavor_list:
+            if "flavor" in data:
+                raise NotFound("No such GPU flavor.", fields={"flavor": ["no such GPU flavor"]})
+            if "cluster" in data:
+                raise NotFound("No such cluster.", fields={"cluster": ["no such cluster"]})
+        series = selectors.tenant_usage(tenant=self.tenant, flavors=flavor_list, plan=plan)
+        return Response(
+            UsageOutput(
+                {
+                    "tenant": self.tenant.slug,
+                    "start": plan.start,
+                    "end": plan.end,
+                    "step_s": int(plan.step.total_seconds()),
+                    "source": plan.source,
+                    "series": [
+                        {
+                            "cluster": s.cluster,
+                            "flavor": s.flavor,
+                            "gpu_weight": s.gpu_weight,
+                            "points": [_point(p, s.gpu_weight) for p in s.points],
+                        }
+                        for s in series
+                    ],
+                }
+            ).data
+        )
+
+
+class SamplesView(APIView):
+    """Store a batch of usage samples (platform admins: exporters, backfills). The batch is
+    refused whole on any bad sample (400 naming it); nothing is written then."""
+
+    permission_classes = [IsPlatformAdmin]
+
+    @extend_schema(
+        request=SamplesInput,
+        responses={
+            201: SamplesOutput,
+            400: OpenApiResponse(description="A bad sample; nothing was written."),
+            403: OpenApiResponse(description="Only platform admins may do this."),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        body = request.data if isinstance(request.data, dict) else {}
+        unknown = sorted(set(body) - {"samples"})
+        if unknown:
+            raise ValidationFailed.for_field(
+                unknown[0], "Unknown field: this endpoint does not accept it."
+            )
+        written = services.samples_ingest(samples=body.get("samples"))  # type: ignore[arg-type]
+        return Response(SamplesOutput({"written": written}).data, status=201)

@@ -1,0 +1,17 @@
+from django.apps import AppConfig
+
+
+class UsageConfig(AppConfig):
+    name = "usage"
+    verbose_name = "Usage"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from gpu_agent.services import REPORT_INGESTED
+        from usage.services import agent_report_samples
+
+        if agent_report_samples not in REPORT_INGESTED:
+            REPORT_INGESTED.append(agent_report_samples)
+        from usage.metrics import allowed_networks
+
+        allowed_networks()  # a bad METRICS_ALLOWED_CIDRS fails at start, not at a scrape

@@ -1,0 +1,51 @@
+"""What a usage sample measures, and the rollup resolutions."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Metric(models.IntegerChoices):
+    """Stored as a small integer in every sample and rollup row (compact). GPU amounts are in
+    GPUs (or MIG instances) of the sample's flavor; multiply by the flavor's weight for
+    normalised GPU units."""
+
+    # From the node agents, per GPU or MIG instance.
+    GPU_UTILIZATION = 1, "GPU utilisation %"
+    GPU_MEMORY_USED = 2, "GPU memory used (MiB)"
+    GPU_PROCESSES = 3, "processes on the GPU"
+    # From the cluster, per tenant and flavor.
+    GPUS_ALLOCATED = 4, "GPUs requested by running pods"
+    QUOTA_USED = 5, "quota used (Kueue flavorsUsage)"
+    QUOTA_RESERVED = 6, "quota reserved (Kueue flavorsReservation)"
+    QUOTA_BORROWED = 7, "quota borrowed from the cohort"
+    QUOTA_GUARANTEED = 8, "guaranteed (nominalQuota)"
+    QUOTA_LIMIT = 9, "limit (nominal + borrowingLimit)"
+    WORKLOADS_PENDING = 10, "pending workloads"
+    WORKLOADS_ADMITTED = 11, "admitted workloads"
+    RESOURCEQUOTA_USED = 12, "GPUs used in the namespaces' ResourceQuotas"
+
+
+class Resolution(models.IntegerChoices):
+    """Rollup bucket widths in seconds."""
+
+    FIVE_MINUTES = 300, "5 minutes"
+    HOUR = 3600, "1 hour"
+    DAY = 86400, "1 day"
+
+
+# What each resolution is rolled up from (None: raw samples).
+ROLLUP_SOURCE: dict[int, int | None] = {
+    Resolution.FIVE_MINUTES: None,
+    Resolution.HOUR: Resolution.FIVE_MINUTES,
+    Resolution.DAY: Resolution.HOUR,
+}
+RAW = 0  # the raw samples, where a resolution is named (retention, series)
+
+
+class WorkloadState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    ADMITTED = "admitted", "Admitted"
+    FINISHED = "finished", "Finished"
+    EVICTED = "evicted", "Evicted (waiting again)"
+    INACTIVE = "inactive", "Inactive"

@@ -1,0 +1,547 @@
+"""The cluster collector: what Kubernetes and Kueue say, as usage samples (Celery beat, every
+minute, one task per cluster).
+
+Through the same client as the quota push (``quotas.sync.backend_for``), one LIST per kind:
+
+- Pods (all namespaces): GPUs requested by running pods per tenant and flavor
+  (``GPUS_ALLOCATED``), and pod uid -> namespace -> tenant (``usage.Pod``) for the agents'
+  processes;
+- the portal's ClusterQueues' ``.status``: ``flavorsUsage`` / ``flavorsReservation`` (total,
+  borrowed) per flavor, pending and admitted workloads;
+- Kueue Workloads: one ``usage.Workload`` row each, updated (created, admitted, finished,
+  evictions and preemptions from ``.status.conditions`` and ``.status.schedulingStats``);
+- the portal's ResourceQuotas' ``.status.used`` (GPU resources);
+- and the tenant's guaranteed and limit per GPU flavor from the portal's quotas.
+
+The parsing functions are pure (dicts in, rows out); ``cluster_collect`` does the I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from quotas.choices import GPU_RESOURCE, MIG_RESOURCE_PREFIX, SyncBackend, is_gpu_resource
+from quotas.kube.applier import ApplyError, KindNotServed, Scope
+from quotas.kube.resources import BY_TYPE, KUEUE, Kind
+from quotas.kube.spec import LABEL_TENANT
+from quotas.models import Cluster, Quota, ResourceFlavor
+from quotas.quantity import QuantityError, parse_quantity
+from tenants.models import Namespace, Tenant
+from usage.choices import Metric, WorkloadState
+from usage.models import Pod, Workload
+from usage.services import SampleRow, samples_write
+
+logger = logging.getLogger(__name__)
+
+POD = Kind("v1", "Pod", "pods", True)
+WORKLOAD = Kind(KUEUE, "Workload", "workloads", True)
+CLUSTER_QUEUE = BY_TYPE[(KUEUE, "ClusterQueue")]
+RESOURCE_QUOTA = BY_TYPE[("v1", "ResourceQuota")]
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+def _amount(value: Any) -> float:
+    try:
+        return float(parse_quantity(value))
+    except (QuantityError, TypeError, ValueError):
+        return 0.0
+
+
+def _time(value: Any) -> datetime | None:
+    return parse_datetime(value) if isinstance(value, str) else None
+
+
+@dataclass(frozen=True)
+class FlavorIndex:
+    """How a GPU resource name (and a pod's node selector) maps to a flavor of the cluster."""
+
+    by_name: Mapping[str, int]
+    mig: Mapping[str, int]  # MIG profile -> flavor id
+    gpu_by_product: Mapping[str, int]  # node label value -> flavor id
+    only_gpu: int | None  # the cluster's only whole-GPU flavor, if it has one
+
+    def for_resource(
+        self, resource: str, node_selector: Mapping[str, str] | None = None
+    ) -> int | None:
+        if resource.startswith(MIG_RESOURCE_PREFIX):
+            return self.mig.get(resource.removeprefix(MIG_RESOURCE_PREFIX))
+        if resource == GPU_RESOURCE:
+            product = (node_selector or {}).get(GPU_PRODUCT_LABEL)
+            if product and product in self.gpu_by_product:
+                return self.gpu_by_product[product]
+            return self.only_gpu
+        return None
+
+
+def flavor_index(flavors: Iterable[ResourceFlavor]) -> FlavorIndex:
+    by_name: dict[str, int] = {}
+    mig: dict[str, int] = {}
+    products: dict[str, int] = {}
+    gpus: list[int] = []
+    for flavor in flavors:
+        by_name[flavor.name] = flavor.pk
+        if flavor.kind == "mig" and flavor.mig_profile:
+            mig.setdefault(flavor.mig_profile, flavor.pk)
+        elif flavor.kind == "gpu":
+            gpus.append(flavor.pk)
+            product = (flavor.node_labels or {}).get(GPU_PRODUCT_LABEL)
+            if product:
+                products[product] = flavor.pk
+    return FlavorIndex(by_name, mig, products, gpus[0] if len(gpus) == 1 else None)
+
+
+def _gpu_requests(pod_spec: Mapping[str, Any]) -> dict[str, float]:
+    """GPU resources one pod asks for (requests, else limits, as the device plugin counts)."""
+    out: dict[str, float] = defaultdict(float)
+    for container in pod_spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, value in asked.items():
+            if is_gpu_resource(name):
+                out[name] += _amount(value)
+    return dict(out)
+
+
+@dataclass
+class PodRow:
+    uid: str
+    namespace: str
+    name: str
+    phase: str
+    node_name: str
+    gpus: dict[str, float]
+    node_selector: dict[str, str]
+
+
+def pod_rows(pods: Iterable[Mapping[str, Any]]) -> list[PodRow]:
+    rows = []
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        if not meta.get("uid"):
+            continue
+        rows.append(
+            PodRow(
+                uid=meta["uid"],
+                namespace=meta.get("namespace") or "",
+                name=meta.get("name") or "",
+                phase=(pod.get("status") or {}).get("phase") or "",
+                node_name=spec.get("nodeName") or "",
+                gpus=_gpu_requests(spec),
+                node_selector=spec.get("nodeSelector") or {},
+            )
+        )
+    return rows
+
+
+def workload_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """One Kueue Workload's lifecycle from its status (times from ``.status.conditions``)."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    status = obj.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+
+    def when_true(kind: str) -> datetime | None:
+        condition = conditions.get(kind)
+        if condition and condition.get("status") == "True":
+            return _time(condition.get("lastTransitionTime"))
+        return None
+
+    stats = (status.get("schedulingStats") or {}).get("evictions") or []
+    evictions = sum(int(e.get("count") or 0) for e in stats)
+    preemptions = sum(int(e.get("count") or 0) for e in stats if e.get("reason") == "Preempted")
+    evicted = conditions.get("Evicted") or {}
+    gpus = 0.0
+    for pod_set in spec.get("podSets") or []:
+        template = (pod_set.get("template") or {}).get("spec") or {}
+        gpus += int(pod_set.get("count") or 1) * sum(_gpu_requests(template).values())
+    admission = status.get("admission") or {}
+    flavors = sorted(
+        {
+            name
+            for assignment in admission.get("podSetAssignments") or []
+            for name in (assignment.get("flavors") or {}).values()
+        }
+    )
+    admitted_at = when_true("Admitted")
+    finished_at = when_true("Finished")
+    evicted_at = _time(evicted.get("lastTransitionTime")) if evicted else None
+    if finished_at:
+        state = WorkloadState.FINISHED
+    elif admitted_at:
+        state = WorkloadState.ADMITTED
+    elif spec.get("active") is False:
+        state = WorkloadState.INACTIVE
+    elif evicted.get("status") == "True":
+        state = WorkloadState.EVICTED
+    else:
+        state = WorkloadState.PENDING
+    return {
+        "uid": meta.get("uid") or "",
+        "namespace": meta.get("namespace") or "",
+        "name": meta.get("name") or "",
+        "created_at": _time(meta.get("creationTimestamp")),
+        "queue_name": spec.get("queueName") or "",
+        "cluster_queue": admission.get("clusterQueue") or "",
+        "priority": spec.get("priority"),
+        "gpus": gpus,
+        "flavors": flavors,
+        "state": state,
+        "admitted_at": admitted_at,
+        "finished_at": finished_at,
+        "evicted_at": evicted_at,
+        "evicted_reason": evicted.get("reason") or "",
+        "evictions": evictions,
+        "preemptions": preemptions,
+    }
+
+
+def queue_samples(
+    queue: Mapping[str, Any],
+    *,
+    tenant_id: int,
+    cluster_id: int,
+    flavors: FlavorIndex,
+    now: datetime,
+) -> list[SampleRow]:
+    """A ClusterQueue's status as samples: GPU use, reservation and borrowing per flavor;
+    pending and admitted workloads."""
+    status = queue.get("status") or {}
+    rows: list[SampleRow] = []
+    for key, used_metric in (
+        ("flavorsUsage", Metric.QUOTA_USED),
+        ("flavorsReservation", Metric.QUOTA_RESERVED),
+    ):
+        for flavor in status.get(key) or []:
+            flavor_id = flavors.by_name.get(flavor.get("name") or "")
+            total = borrowed = 0.0
+            counted = False
+            for resource in flavor.get("resources") or []:
+                if is_gpu_resource(resource.get("name") or ""):
+                    counted = True
+                    total += _amount(resource.get("total", 0))
+                    borrowed += _amount(resource.get("borrowed", 0))
+            if not counted or flavor_id is None:
+                continue
+            rows.append(
+                (now, used_metric, total, cluster_id, tenant_id, flavor_id, None, None, None, None)
+            )
+            if used_metric == Metric.QUOTA_USED:
+                rows.append(
+                    (
+                        now,
+                        Metric.QUOTA_BORROWED,
+                        borrowed,
+                        cluster_id,
+                        tenant_id,
+                        flavor_id,
+                        None,
+                        None,
+                        None,
+                        None,
+                    )
+                )
+    for key, metric in (
+        ("pendingWorkloads", Metric.WORKLOADS_PENDING),
+        ("admittedWorkloads", Metric.WORKLOADS_ADMITTED),
+    ):
+        rows.append(
+            (
+                now,
+                metric,
+                float(status.get(key) or 0),
+                cluster_id,
+                tenant_id,
+                None,
+                None,
+                None,
+                None,
+                None,
+            )
+        )
+    return rows  # type: ignore[return-value]  # Metric members are ints
+
+
+@dataclass
+class CollectOutcome:
+    cluster: str
+    reachable: bool
+    samples: int = 0
+    pods: int = 0
+    workloads: int = 0
+    message: str = ""
+
+
+def collectable_cluster_ids() -> list[int]:
+    return list(
+        Cluster.objects.filter(backend=SyncBackend.KUBERNETES)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+
+
+def cluster_collect_by_id(*, cluster_id: int) -> CollectOutcome:
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return CollectOutcome(cluster=str(cluster_id), reachable=False, message="no such cluster")
+    return cluster_collect(cluster=cluster)
+
+
+def _list(backend: Any, kind: Kind, selector: str) -> list[dict[str, Any]] | None:
+    try:
+        return backend.list_owned(kind, selector)
+    except KindNotServed:
+        return None
+
+
+def cluster_collect(*, cluster: Cluster, now: datetime | None = None) -> CollectOutcome:
+    """Read the cluster once and store what it says (samples, pods, workloads). An unreachable
+    cluster stores nothing and says why."""
+    from quotas.sync import _close, backend_for
+
+    now = now or timezone.now()
+    if cluster.backend != SyncBackend.KUBERNETES:
+        return CollectOutcome(
+            cluster.name, False, message=f"backend {cluster.backend}: nothing to read"
+        )
+    owned = Scope(cluster.name).selectors([])[0]
+    try:
+        backend = backend_for(cluster)
+        try:
+            pods = _list(backend, POD, "") or []
+            queues = _list(backend, CLUSTER_QUEUE, owned) if cluster.has_kueue else None
+            workloads = _list(backend, WORKLOAD, "") if cluster.has_kueue else None
+            quotas = _list(backend, RESOURCE_QUOTA, owned) or []
+        finally:
+            _close(backend)
+    except ApplyError as exc:
+        logger.warning("usage collection of %s failed: %s", cluster.name, exc.message)
+        return CollectOutcome(cluster.name, False, message=exc.message)
+    return collected_store(
+        cluster=cluster, pods=pods, queues=queues or [], workloads=workloads, quotas=quotas, now=now
+    )
+
+
+@transaction.atomic
+def collected_store(
+    *,
+    cluster: Cluster,
+    pods: Sequence[Mapping[str, Any]],
+    queues: Sequence[Mapping[str, Any]],
+    workloads: Sequence[Mapping[str, Any]] | None,
+    quotas: Sequence[Mapping[str, Any]],
+    now: datetime,
+) -> CollectOutcome:
+    """Store one reading of a cluster (lists of objects as the API returned them)."""
+    flavors = flavor_index(ResourceFlavor.objects.filter(cluster=cluster))
+    ns_tenant = dict(Namespace.objects.values_list("name", "tenant_id"))
+    slug_tenant = dict(Tenant.objects.values_list("slug", "pk"))
+    rows: list[SampleRow] = []
+    # Guaranteed and limit per GPU flavor, from the portal's quotas; zero use by default so a
+    # tenant with nothing running still has a series.
+    allocated: dict[tuple[int, int | None], float] = {}
+    quota_rows = Quota.objects.filter(quota_set__cluster=cluster).values_list(
+        "quota_set__tenant_id", "flavor_id", "resource", "guaranteed", "limit"
+    )
+    for tenant_id, flavor_id, resource, guaranteed, limit in quota_rows:
+        if not is_gpu_resource(resource):
+            continue
+        base = (cluster.pk, tenant_id, flavor_id, None, None, None, None)
+        rows.append((now, Metric.QUOTA_GUARANTEED, float(guaranteed), *base))  # type: ignore[arg-type]
+        rows.append((now, Metric.QUOTA_LIMIT, float(limit), *base))  # type: ignore[arg-type]
+        allocated[(tenant_id, flavor_id)] = 0.0
+    # Pods.
+    parsed = pod_rows(pods)
+    pod_objects = []
+    for pod in parsed:
+        tenant_id = ns_tenant.get(pod.namespace)
+        pod_objects.append(
+            Pod(
+                cluster_id=cluster.pk,
+                uid=pod.uid,
+                namespace=pod.namespace,
+                name=pod.name,
+                tenant_id=tenant_id,
+                phase=pod.phase,
+                node_name=pod.node_name,
+                gpus=sum(pod.gpus.values()),
+                seen_at=now,
+            )
+        )
+        if tenant_id is None or pod.phase != "Running":
+            continue
+        for resource, amount in pod.gpus.items():
+            key = (tenant_id, flavors.for_resource(resource, pod.node_selector))
+            allocated[key] = allocated.get(key, 0.0) + amount
+    for (tenant_id, flavor_id), amount in allocated.items():
+        rows.append(
+            (
+                now,
+                Metric.GPUS_ALLOCATED,
+                amount,
+                cluster.pk,
+                tenant_id,
+                flavor_id,
+                None,
+                None,
+                None,
+                None,
+            )
+        )  # type: ignore[arg-type]
+    if pod_objects:
+        Pod.objects.bulk_create(
+            pod_objects,
+            update_conflicts=True,
+            unique_fields=["uid"],
+            update_fields=[
+                "cluster_id",
+                "namespace",
+                "name",
+                "tenant_id",
+                "phase",
+                "node_name",
+                "gpus",
+                "seen_at",
+            ],
+            batch_size=1000,
+        )
+    Pod.objects.filter(cluster_id=cluster.pk, seen_at__lt=now).delete()
+    # ClusterQueues (named and labelled by tenant).
+    for queue in queues:
+        labels = (queue.get("metadata") or {}).get("labels") or {}
+        tenant_id = slug_tenant.get(labels.get(LABEL_TENANT) or "")
+        if tenant_id is not None:
+            rows.extend(
+                queue_samples(
+                    queue, tenant_id=tenant_id, cluster_id=cluster.pk, flavors=flavors, now=now
+                )
+            )
+    # ResourceQuotas: GPU requests used per tenant and flavor.
+    rq_used: dict[tuple[int, int | None], float] = defaultdict(float)
+    for rq in quotas:
+        tenant_id = ns_tenant.get((rq.get("metadata") or {}).get("namespace") or "")
+        if tenant_id is None:
+            continue
+        for name, value in ((rq.get("status") or {}).get("used") or {}).items():
+            resource = name.removeprefix("requests.")
+            if name.startswith("requests.") and is_gpu_resource(resource):
+                rq_used[(tenant_id, flavors.for_resource(resource))] += _amount(value)
+    for (tenant_id, flavor_id), amount in rq_used.items():
+        rows.append(
+            (
+                now,
+                Metric.RESOURCEQUOTA_USED,
+                amount,
+                cluster.pk,
+                tenant_id,
+                flavor_id,
+                None,
+                None,
+                None,
+                None,
+            )
+        )  # type: ignore[arg-type]
+    written = samples_write(rows=rows)
+    seen = (
+        workloads_store(cluster=cluster, workloads=workloads, ns_tenant=ns_tenant, now=now)
+        if workloads is not None
+        else 0
+    )
+    return CollectOutcome(
+        cluster.name, True, samples=written, pods=len(pod_objects), workloads=seen
+    )
+
+
+WORKLOAD_UPDATE_FIELDS = [
+    "tenant", "namespace", "name", "queue_name", "cluster_queue", "priority", "gpus", "flavors",
+    "state", "created_at", "admitted_at", "finished_at", "evicted_at", "evictions",
+    "preemptions", "queue_wait_s", "updated_at",
+]  # fmt: skip
+
+
+def workloads_store(
+    *,
+    cluster: Cluster,
+    workloads: Sequence[Mapping[str, Any]],
+    ns_tenant: Mapping[str, int],
+    now: datetime,
+) -> int:
+    """Upsert one row per Workload. The first admission is kept (queue wait); an eviction the
+    stats do not count yet (a newer ``Evicted`` condition) is counted; a workload gone from
+    the cluster before finishing is closed as finished now."""
+    parsed = [workload_fields(w) for w in workloads]
+    parsed = [w for w in parsed if w["uid"] and w["created_at"]]
+    known = {
+        row["uid"]: row
+        for row in Workload.objects.filter(
+            cluster=cluster, uid__in=[w["uid"] for w in parsed]
+        ).values("uid", "admitted_at", "evicted_at", "evictions", "preemptions")
+    }
+    objects = []
+    for w in parsed:
+        old = known.get(w["uid"])
+        admitted_at = w["admitted_at"]
+        evictions, preemptions = w["evictions"], w["preemptions"]
+        if old is not None:
+            if old["admitted_at"] is not None:
+                admitted_at = (
+                    old["admitted_at"]
+                    if admitted_at is None
+                    else min(admitted_at, old["admitted_at"])
+                )
+            newer = w["evicted_at"] is not None and (
+                old["evicted_at"] is None or w["evicted_at"] > old["evicted_at"]
+            )
+            own_evictions = old["evictions"] + (1 if newer else 0)
+            own_preemptions = old["preemptions"] + (
+                1 if newer and w["evicted_reason"] == "Preempted" else 0
+            )
+            evictions = max(evictions, own_evictions)
+            preemptions = max(preemptions, own_preemptions)
+        elif w["evicted_at"] is not None and not evictions:
+            evictions = 1
+            preemptions = 1 if w["evicted_reason"] == "Preempted" else 0
+        objects.append(
+            Workload(
+                cluster=cluster,
+                uid=w["uid"],
+                tenant_id=ns_tenant.get(w["namespace"]),
+                namespace=w["namespace"],
+                name=w["name"],
+                queue_name=w["queue_name"],
+                cluster_queue=w["cluster_queue"],
+                priority=w["priority"],
+                gpus=w["gpus"],
+                flavors=w["flavors"],
+                state=w["state"],
+                created_at=w["created_at"],
+                admitted_at=admitted_at,
+                finished_at=w["finished_at"],
+                evicted_at=w["evicted_at"],
+                evictions=evictions,
+                preemptions=preemptions,
+                queue_wait_s=(admitted_at - w["created_at"]).total_seconds()
+                if admitted_at
+                else None,
+                updated_at=now,
+            )
+        )
+    if objects:
+        Workload.objects.bulk_create(
+            objects,
+            update_conflicts=True,
+            unique_fields=["cluster", "uid"],
+            update_fields=WORKLOAD_UPDATE_FIELDS,
+            batch_size=1000,
+        )
+    Workload.objects.filter(cluster=cluster, finished_at__isnull=True, updated_at__lt=now).update(
+        finished_at=now, state=WorkloadState.FINISHED, updated_at=now
+    )
+    return len(objects)

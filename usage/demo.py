@@ -1,0 +1,127 @@
+"""A simulated month of usage for the demo (``manage.py demo``): samples every 10 minutes for
+each tenant's GPU quotas (used with a daily rhythm, borrowing above the guarantee, pods'
+GPUs, utilisation, pending workloads) and Kueue workload lifecycles, from a fixed seed,
+written through ``samples_write`` and rolled up. team-a's A100 use climbs past 80% of its
+limit in the last days (the warning alert has something to find). Idempotent: a store that
+already has workloads is left alone.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from quotas.choices import is_gpu_resource
+from quotas.models import Quota
+from usage import services
+from usage.choices import Metric, WorkloadState
+from usage.models import Workload
+
+STEP = timedelta(minutes=10)
+DAYS = 30
+SEED = 20261203
+
+
+def _load(rng: random.Random, t: datetime, now: datetime, *, limit: float, share: float,
+          rising: bool) -> float:  # fmt: skip
+    """GPUs in use at ``t``: a working-day rhythm around ``share`` of the limit, noise, and
+    for a rising tenant a climb to ~90% of the limit over the last week."""
+    hour = t.hour + t.minute / 60
+    daily = 0.55 + 0.45 * math.sin((hour - 8) / 24 * 2 * math.pi)
+    weekday = 1.0 if t.weekday() < 5 else 0.6
+    level = share * daily * weekday
+    if rising:
+        days_left = (now - t).total_seconds() / 86400
+        if days_left < 7:
+            level = max(level, 0.93 - days_left * 0.02 + 0.05 * daily)
+    value = limit * level + rng.gauss(0, limit * 0.04)
+    return round(min(max(value, 0.0), limit), 2)
+
+
+def demo_month_fill(*, now: datetime | None = None, seed: int = SEED) -> int:
+    """Fill the month; returns the samples written (0 when already filled)."""
+    if Workload.objects.exists():
+        return 0
+    now = (now or timezone.now()).replace(second=0, microsecond=0)
+    rng = random.Random(seed)  # noqa: S311 - simulated demo data, not secrets
+    start = now - timedelta(days=DAYS)
+    quotas = [
+        q
+        for q in Quota.objects.select_related("quota_set__tenant", "quota_set__cluster", "flavor")
+        if is_gpu_resource(q.resource) and q.limit > 0
+    ]
+    rows: list[services.SampleRow] = []
+    steps = int((now - start) / STEP)
+    for q in quotas:
+        tenant, cluster, flavor = q.quota_set.tenant, q.quota_set.cluster, q.flavor
+        guaranteed, limit = float(q.guaranteed), float(q.limit)
+        rising = tenant.slug == "team-a" and flavor.kind == "gpu"
+        share = 0.55 if tenant.slug == "team-a" else 0.4
+        base = (cluster.pk, tenant.pk, flavor.pk, None, None, None, None)
+        for i in range(steps):
+            t = start + i * STEP
+            used = _load(rng, t, now, limit=limit, share=share, rising=rising)
+            util = min(100.0, max(0.0, 30 + 50 * used / limit + rng.gauss(0, 8))) if used else 0.0
+            rows.extend(
+                (t, metric, value, *base)
+                for metric, value in (
+                    (Metric.QUOTA_GUARANTEED, guaranteed),
+                    (Metric.QUOTA_LIMIT, limit),
+                    (Metric.QUOTA_USED, used),
+                    (Metric.QUOTA_BORROWED, max(used - guaranteed, 0.0)),
+                    (Metric.GPUS_ALLOCATED, float(round(used))),
+                    (Metric.GPU_UTILIZATION, round(util, 1)),
+                )
+            )
+    written = services.samples_write(rows=rows)
+    _workloads(rng, quotas, start, now)
+    services.rollups_run_all(now=now)
+    services.retention_enforce(now=now)
+    return written
+
+
+def _workloads(rng: random.Random, quotas: list[Quota], start: datetime, now: datetime) -> None:
+    """About 15 jobs a day per tenant and flavor: queue waits that grow with the load,
+    a few evictions and preemptions."""
+    objects = []
+    for q in quotas:
+        tenant, cluster = q.quota_set.tenant, q.quota_set.cluster
+        namespace = f"{tenant.slug}-training"
+        for day in range(DAYS):
+            for j in range(rng.randint(8, 22)):
+                created = start + timedelta(days=day, minutes=rng.randint(0, 24 * 60 - 1))
+                if created >= now:
+                    continue
+                late = (now - created).days < 7 and tenant.slug == "team-a"
+                wait = rng.expovariate(1 / (900 if late else 240))
+                admitted = created + timedelta(seconds=wait)
+                run = timedelta(minutes=rng.randint(20, 8 * 60))
+                finished = admitted + run if admitted + run < now else None
+                evictions = 1 if rng.random() < 0.06 else 0
+                preemptions = evictions if rng.random() < 0.7 else 0
+                objects.append(
+                    Workload(
+                        cluster=cluster,
+                        tenant=tenant,
+                        namespace=namespace,
+                        name=f"job-{q.flavor.name}-{day:02d}-{j:02d}",
+                        uid=f"demo-{cluster.name}-{q.flavor.pk}-{tenant.slug}-{day}-{j}",
+                        queue_name="default",
+                        cluster_queue=tenant.slug,
+                        gpus=float(rng.choice([1, 1, 2, 2, 4, 8])),
+                        flavors=[q.flavor.name],
+                        state=WorkloadState.FINISHED if finished else WorkloadState.ADMITTED,
+                        created_at=created,
+                        admitted_at=admitted if admitted < now else None,
+                        finished_at=finished,
+                        evicted_at=admitted + run / 2 if evictions else None,
+                        evictions=evictions,
+                        preemptions=preemptions,
+                        queue_wait_s=wait if admitted < now else None,
+                        updated_at=now,
+                    )
+                )
+    Workload.objects.bulk_create(objects, batch_size=1000)

@@ -1,0 +1,146 @@
+"""``/metrics`` for Prometheus: quota, usage and sync gauges labelled by cluster, tenant and
+flavor, read from the database at scrape time (a custom collector, so nothing is kept in a
+worker's memory). Other apps add families through ``EXTRA_COLLECTORS`` (alerts).
+
+Access: ``Authorization: Bearer <METRICS_TOKEN>``, or a client address inside
+``METRICS_ALLOWED_CIDRS``. Otherwise 401 (a token is configured but missing or wrong) or 403.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from quotas.choices import is_gpu_resource
+from quotas.models import Cluster, Quota, ResourceFlavor, TenantSync
+from tenants.models import Tenant
+from usage import selectors
+from usage.choices import Metric
+
+# Callables returning metric families, added by other apps' AppConfig.ready().
+EXTRA_COLLECTORS: list[Callable[[], Iterable[Any]]] = []
+
+LABELS = ["cluster", "tenant", "flavor"]
+USAGE_GAUGES = {
+    Metric.QUOTA_USED: ("portal_usage_gpus_used", "GPUs in use (Kueue), latest 5-minute mean."),
+    Metric.QUOTA_BORROWED: ("portal_usage_gpus_borrowed", "GPUs borrowed from the cohort."),
+    Metric.GPUS_ALLOCATED: ("portal_usage_gpus_allocated", "GPUs requested by running pods."),
+    Metric.GPU_UTILIZATION: ("portal_usage_gpu_utilization_percent", "Mean GPU utilisation."),
+    Metric.WORKLOADS_PENDING: ("portal_usage_workloads_pending", "Pending Kueue workloads."),
+}
+
+
+def allowed_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    try:
+        return [ipaddress.ip_network(c, strict=False) for c in settings.METRICS_ALLOWED_CIDRS]
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"METRICS_ALLOWED_CIDRS: {exc}") from exc
+
+
+def access(request: HttpRequest) -> int | None:
+    """None when the caller may scrape, else the status to answer (401 or 403)."""
+    token = settings.METRICS_TOKEN
+    header = request.headers.get("Authorization", "")
+    if token and header.startswith("Bearer "):
+        if hmac.compare_digest(header.removeprefix("Bearer ").strip().encode(), token.encode()):
+            return None
+        return 401
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR") or "")
+    except ValueError:
+        address = None
+    if address is not None and any(address in net for net in allowed_networks()):
+        return None
+    return 401 if token else 403
+
+
+class PortalCollector(Collector):
+    def collect(self) -> Iterable[Any]:
+        clusters = dict(Cluster.objects.values_list("pk", "name"))
+        tenants = dict(Tenant.objects.values_list("pk", "slug"))
+        flavors = dict(ResourceFlavor.objects.values_list("pk", "name"))
+        guaranteed = GaugeMetricFamily(
+            "portal_quota_guaranteed_gpus", "Guaranteed GPUs (nominalQuota).", labels=LABELS
+        )
+        limit = GaugeMetricFamily(
+            "portal_quota_limit_gpus", "GPU limit (nominal + borrowingLimit).", labels=LABELS
+        )
+        for c, t, f, resource, g, lim in Quota.objects.values_list(
+            "quota_set__cluster_id", "quota_set__tenant_id", "flavor_id", "resource",
+            "guaranteed", "limit",
+        ):  # fmt: skip
+            if is_gpu_resource(resource):
+                labels = [clusters.get(c, ""), tenants.get(t, ""), flavors.get(f, "")]
+                guaranteed.add_metric(labels, float(g))
+                limit.add_metric(labels, float(lim))
+        yield guaranteed
+        yield limit
+        families: dict[int, GaugeMetricFamily] = {
+            m: GaugeMetricFamily(name, text, labels=LABELS)
+            for m, (name, text) in USAGE_GAUGES.items()
+        }
+        for (c, t, f), values in sorted(selectors.usage_now().items()):
+            labels = [clusters.get(c, ""), tenants.get(t, ""), flavors.get(f, "")]
+            for metric, value in values.items():
+                if metric in families:
+                    families[metric].add_metric(labels, value)
+        yield from families.values()
+        sync_state = GaugeMetricFamily(
+            "portal_sync_in_sync", "1 when the cluster has the tenant's latest quotas.",
+            labels=["cluster", "tenant", "state"],
+        )  # fmt: skip
+        sync_lag = GaugeMetricFamily(
+            "portal_sync_generations_behind", "Desired minus applied quota generation.",
+            labels=["cluster", "tenant"],
+        )  # fmt: skip
+        attempts = GaugeMetricFamily(
+            "portal_sync_failed_attempts", "Failed pushes in a row.", labels=["cluster", "tenant"]
+        )
+        for c, t, state, desired, applied, tries in TenantSync.objects.values_list(
+            "cluster_id", "tenant_id", "state", "desired_generation", "applied_generation",
+            "attempts",
+        ):  # fmt: skip
+            pair = [clusters.get(c, ""), tenants.get(t, "")]
+            sync_state.add_metric([*pair, state], 1.0 if desired <= applied else 0.0)
+            sync_lag.add_metric(pair, float(max(desired - applied, 0)))
+            attempts.add_metric(pair, float(tries))
+        yield sync_state
+        yield sync_lag
+        yield attempts
+        lag = GaugeMetricFamily(
+            "portal_usage_rollup_lag_seconds", "Now minus the rollup watermark.",
+            labels=["resolution"],
+        )  # fmt: skip
+        now = timezone.now()
+        for resolution, marks in selectors.rollup_freshness().items():
+            rolled_until = marks["rolled_until"]
+            if rolled_until is not None:
+                lag.add_metric([resolution], (now - rolled_until).total_seconds())
+        yield lag
+        for extra in EXTRA_COLLECTORS:
+            yield from extra()
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    refused = access(request)
+    if refused == 401:
+        response = HttpResponse("A bearer token is required.\n", status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    if refused == 403:
+        return HttpResponse("Not allowed from this address.\n", status=403)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PortalCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,181 @@
+"""The usage store.
+
+``Sample``: raw samples, one row per measurement (time, metric, value and who it is about).
+On PostgreSQL the table is partitioned by day on ``time`` (declarative range partitions
+``usage_sample_pYYYYMMDD``, created ahead and on demand, dropped by retention; a BRIN index on
+``time``) and has no primary-key index: rows are written with ``COPY`` and read by time range
+only. On SQLite (the embedded demo) it is a plain table. Ids are plain integers (no foreign
+keys): a sample outlives nothing it names and ``COPY`` checks no constraint.
+
+``Rollup``: per (resolution, bucket, metric, cluster, tenant, flavor): count, sum, min, max
+(avg = sum / count); 0 stands for "none" in the key so the unique constraint holds.
+``PendingBucket``: buckets to roll again (written with every sample batch, so late samples
+re-roll their window). ``RollupState``: the watermark of each resolution.
+``Pod`` (pod uid -> namespace -> tenant, from the collector) and ``Workload`` (one row per Kueue
+Workload, updated: created, admitted, finished, evictions) come from the cluster.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from usage.choices import Metric, Resolution, WorkloadState
+
+MIG_PROFILE_MAX = 32
+GPU_UUID_MAX = 100
+
+
+class Sample(models.Model):
+    time = models.DateTimeField()
+    metric = models.PositiveSmallIntegerField(choices=Metric.choices)
+    value = models.FloatField()
+    cluster_id = models.IntegerField(null=True, blank=True)
+    tenant_id = models.BigIntegerField(null=True, blank=True)
+    flavor_id = models.BigIntegerField(null=True, blank=True)
+    node_id = models.BigIntegerField(null=True, blank=True)
+    # NULL, not "": COPY writes \N for "no GPU", and the column stays compact.
+    gpu_uuid = models.CharField(max_length=GPU_UUID_MAX, null=True, blank=True)  # noqa: DJ001
+    gi_id = models.SmallIntegerField(null=True, blank=True, help_text="MIG GPU instance id.")
+    mig_profile = models.CharField(max_length=MIG_PROFILE_MAX, null=True, blank=True)  # noqa: DJ001
+
+    class Meta:
+        db_table = "usage_sample"
+        # The PostgreSQL DDL (partitions, BRIN) is in the migration; this index is SQLite's.
+        indexes = [models.Index(fields=["time"], name="usage_sample_time_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.time:%Y-%m-%dT%H:%M:%SZ} {Metric(self.metric).name}={self.value}"
+
+
+class Rollup(models.Model):
+    resolution = models.PositiveIntegerField(choices=Resolution.choices)
+    bucket = models.DateTimeField(help_text="Start of the bucket (UTC).")
+    metric = models.PositiveSmallIntegerField(choices=Metric.choices)
+    cluster_id = models.IntegerField(default=0)
+    tenant_id = models.BigIntegerField(default=0)
+    flavor_id = models.BigIntegerField(default=0)
+    samples = models.PositiveIntegerField()
+    sum = models.FloatField()
+    min = models.FloatField()
+    max = models.FloatField()
+
+    class Meta:
+        db_table = "usage_rollup"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["resolution", "bucket", "metric", "cluster_id", "tenant_id", "flavor_id"],
+                name="usage_rollup_unique_series_bucket",
+            ),
+            models.CheckConstraint(condition=Q(samples__gte=1), name="usage_rollup_samples_gte_1"),
+        ]
+        indexes = [
+            models.Index(fields=["tenant_id", "resolution", "bucket"], name="usage_rollup_tenant"),
+            models.Index(fields=["resolution", "bucket"], name="usage_rollup_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.resolution}s {self.bucket:%Y-%m-%dT%H:%M:%SZ} {Metric(self.metric).name}"
+
+    @property
+    def avg(self) -> float:
+        return self.sum / self.samples
+
+
+class PendingBucket(models.Model):
+    """A bucket of ``resolution`` whose source changed since it was last rolled up."""
+
+    resolution = models.PositiveIntegerField(choices=Resolution.choices)
+    bucket = models.DateTimeField()
+
+    class Meta:
+        db_table = "usage_pending_bucket"
+        constraints = [
+            models.UniqueConstraint(fields=["resolution", "bucket"], name="usage_pending_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.resolution}s {self.bucket:%Y-%m-%dT%H:%M:%SZ}"
+
+
+class RollupState(models.Model):
+    """The watermark of a resolution: every bucket before ``rolled_until`` has been rolled up
+    at least once (a late sample marks its bucket pending again)."""
+
+    resolution = models.PositiveIntegerField(choices=Resolution.choices, unique=True)
+    rolled_until = models.DateTimeField(null=True, blank=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    buckets_rolled = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.resolution}s rolled until {self.rolled_until}"
+
+
+class Pod(models.Model):
+    """A pod the collector saw in a cluster: how agents' processes (``pod_uid``) find their
+    tenant, and what GPUs each tenant's running pods request."""
+
+    cluster_id = models.IntegerField()
+    uid = models.CharField(max_length=64)
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    tenant_id = models.BigIntegerField(null=True, blank=True)
+    phase = models.CharField(max_length=20, blank=True)
+    node_name = models.CharField(max_length=253, blank=True)
+    gpus = models.FloatField(default=0, help_text="GPUs and MIG instances requested.")
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "usage_pod"
+        constraints = [models.UniqueConstraint(fields=["uid"], name="usage_pod_unique_uid")]
+        indexes = [models.Index(fields=["cluster_id", "seen_at"], name="usage_pod_seen")]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Workload(models.Model):
+    """One Kueue Workload's lifecycle, updated by the collector: when it was created,
+    admitted, finished; how often it was evicted and preempted (Kueue's schedulingStats)."""
+
+    cluster = models.ForeignKey("quotas.Cluster", on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey(
+        "tenants.Tenant", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64)
+    queue_name = models.CharField(max_length=253, blank=True)
+    cluster_queue = models.CharField(max_length=253, blank=True)
+    priority = models.IntegerField(null=True, blank=True)
+    gpus = models.FloatField(default=0, help_text="GPUs and MIG instances it asks for.")
+    flavors = models.JSONField(default=list, blank=True, help_text="Flavors it was admitted on.")
+    state = models.CharField(
+        max_length=20, choices=WorkloadState.choices, default=WorkloadState.PENDING
+    )
+    created_at = models.DateTimeField()
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    evicted_at = models.DateTimeField(null=True, blank=True, help_text="Last eviction.")
+    evictions = models.PositiveIntegerField(default=0)
+    preemptions = models.PositiveIntegerField(default=0)
+    queue_wait_s = models.FloatField(
+        null=True, blank=True, help_text="Admitted minus created (first admission)."
+    )
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "usage_workload"
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "uid"], name="usage_workload_unique_uid"),
+            models.CheckConstraint(
+                condition=Q(state__in=WorkloadState.values), name="usage_workload_state_valid"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "created_at"], name="usage_workload_tenant"),
+            models.Index(fields=["cluster", "created_at"], name="usage_workload_cluster"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"

@@ -1,0 +1,496 @@
+"""Reads of the usage store, for the API, dashboards, alerts, suggestions and showback.
+
+Every function reads rollups, never raw samples for long ranges (raw only for steps under
+5 minutes within the raw retention, and for ``gpu_utilization_now``'s last minutes). Amounts
+are GPUs (or MIG instances) of the flavor; ``units`` is amount x the flavor's ``gpu_weight``
+(normalised GPU units, R5). Times are aware UTC datetimes.
+
+- ``series_plan(start=, end=, step=, now=)`` -> ``SeriesPlan``: which resolution a range and
+  step read (the coarsest rollup whose width divides the step), or ValidationFailed (400) for
+  a bad step, start > end, too many points, or a start older than that resolution keeps
+  (the message names the limit and the step that would work).
+- ``usage_series(tenant_ids=, cluster_ids=, flavor_ids=, metrics=, start=, end=, step=, now=)``
+  -> ``list[SeriesPoint]``: per (cluster, tenant, flavor, metric, step bucket) avg / min /
+  max / samples. One query. ``tenant_ids=None`` means all tenants (admin views); ``[]`` none.
+- ``tenant_usage(tenant=, start=, end=, step=, cluster_ids=, flavor_ids=)`` -> ``list[FlavorSeries]``:
+  what ``GET tenants/{slug}/usage/`` shows: per cluster and flavor, points with used (avg and
+  peak), guaranteed, limit, borrowed, reserved, allocated and GPU utilisation, plus units.
+- ``usage_now(tenant_ids=, cluster_ids=)`` -> ``{(cluster, tenant, flavor): {metric: value}}``:
+  the latest 5-minute bucket of each series in the last 15 minutes (current use, for alerts).
+- ``usage_peaks(start=, end=, metric=, tenant_ids=, cluster_ids=, per_day=False)`` ->
+  ``{(cluster, tenant, flavor): peak}`` or, per day, ``{key: [(day, peak), ...]}`` (the daily
+  peaks suggestions take 80% of, R19), from daily rollups (hourly inside their retention).
+- ``gpu_hours(start=, end=, metric=QUOTA_USED, tenant_ids=, cluster_ids=)`` ->
+  ``list[GpuHours]`` per (cluster, tenant, flavor): the hourly means summed (showback), and
+  normalised unit-hours.
+- ``workload_stats(start=, end=, tenant_ids=, cluster_ids=)`` -> ``dict[tenant_id, WorkloadStats]``:
+  workloads created, admitted and finished in the range, queue wait p50 / p95 (seconds,
+  first admission minus creation, for workloads admitted in the range), evictions and
+  preemptions (of workloads active in the range).
+- ``gpu_utilization_now(cluster_id=, window=)`` -> per (node, GPU uuid, gi_id) the mean
+  utilisation and memory in the last minutes (the admin heatmap), from raw samples.
+- ``rollup_freshness()`` -> each resolution's watermark and last run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, Max, Q, Sum
+from django.utils import timezone
+
+from portal.errors import ValidationFailed
+from quotas.models import ResourceFlavor
+from tenants.models import Tenant
+from usage.choices import RAW, Metric, Resolution
+from usage.models import Rollup, RollupState, Sample, Workload
+from usage.services import EPOCH, RESOLUTION_NAMES, retention
+
+MAX_POINTS = 5000
+MIN_STEP = timedelta(seconds=60)
+MAX_STEP = timedelta(days=366)
+RESOLUTIONS = (Resolution.DAY, Resolution.HOUR, Resolution.FIVE_MINUTES)
+# What the tenant usage endpoint shows, by field name.
+TENANT_SERIES = {
+    "used": Metric.QUOTA_USED,
+    "guaranteed": Metric.QUOTA_GUARANTEED,
+    "limit": Metric.QUOTA_LIMIT,
+    "borrowed": Metric.QUOTA_BORROWED,
+    "reserved": Metric.QUOTA_RESERVED,
+    "allocated": Metric.GPUS_ALLOCATED,
+    "gpu_utilization": Metric.GPU_UTILIZATION,
+}
+
+
+def _label(seconds: int) -> str:
+    if seconds % 86400 == 0:
+        return f"{seconds // 86400} d"
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"
+
+
+@dataclass(frozen=True)
+class SeriesPlan:
+    start: datetime
+    end: datetime
+    step: timedelta
+    resolution: int  # RAW or a Resolution
+
+    @property
+    def source(self) -> str:
+        return RESOLUTION_NAMES[self.resolution]
+
+
+def series_plan(
+    *, start: datetime, end: datetime, step: timedelta, now: datetime | None = None
+) -> SeriesPlan:
+    """The resolution a range and step read, or ValidationFailed saying what to change."""
+    now = now or timezone.now()
+    if start >= end:
+        raise ValidationFailed.for_field("start", "start must be before end.")
+    seconds = step.total_seconds()
+    if step < MIN_STEP or step > MAX_STEP or seconds != int(seconds):
+        raise ValidationFailed.for_field(
+            "step",
+            f"a whole number of seconds from {int(MIN_STEP.total_seconds())} to "
+            f"{int(MAX_STEP.total_seconds())} (1 year).",
+        )
+    resolution = next((int(r) for r in RESOLUTIONS if int(seconds) % int(r) == 0), RAW)
+    if resolution == RAW and seconds > Resolution.FIVE_MINUTES:
+        raise ValidationFailed.for_field(
+            "step", "a step of 5 minutes or more must be a multiple of 5 minutes."
+        )
+    kept = retention(resolution)
+    if start < now - kept:
+        coarser = [r for r in RESOLUTIONS if r > resolution and start >= now - retention(r)]
+        hint = f" Use a step of {_label(int(coarser[-1]))} or a multiple of it." if coarser else ""
+        what = "raw samples are" if resolution == RAW else f"{_label(resolution)} rollups are"
+        raise ValidationFailed.for_field(
+            "start",
+            f"a step of {_label(int(seconds))} reads {what} kept for "
+            f"{kept.days} days: start must be after {(now - kept):%Y-%m-%dT%H:%M:%SZ}.{hint}",
+        )
+    points = (end - start) / step
+    if points > MAX_POINTS:
+        raise ValidationFailed.for_field(
+            "step",
+            f"{math.ceil(points)} points; at most {MAX_POINTS} per series: use a step of at "
+            f"least {_label(math.ceil((end - start).total_seconds() / MAX_POINTS / 300) * 300)}.",
+        )
+    return SeriesPlan(start, end, step, resolution)
+
+
+@dataclass
+class SeriesPoint:
+    cluster_id: int
+    tenant_id: int
+    flavor_id: int
+    metric: int
+    time: datetime
+    samples: int
+    sum: float
+    min: float
+    max: float
+
+    @property
+    def avg(self) -> float:
+        return self.sum / self.samples if self.samples else 0.0
+
+
+def _ids(values: Sequence[int] | None) -> list[int] | None:
+    return None if values is None else [int(v) for v in values]
+
+
+def usage_series(
+    *,
+    start: datetime,
+    end: datetime,
+    step: timedelta,
+    metrics: Iterable[int],
+    tenant_ids: Sequence[int] | None = None,
+    cluster_ids: Sequence[int] | None = None,
+    flavor_ids: Sequence[int] | None = None,
+    now: datetime | None = None,
+    plan: SeriesPlan | None = None,
+) -> list[SeriesPoint]:
+    """Points per (cluster, tenant, flavor, metric, step bucket), oldest first. One query."""
+    plan = plan or series_plan(start=start, end=end, step=step, now=now)
+    metrics = [int(m) for m in metrics]
+    if plan.resolution == RAW:
+        rows = _raw_rows(plan, metrics, _ids(tenant_ids), _ids(cluster_ids), _ids(flavor_ids))
+    else:
+        rows = _rollup_rows(plan, metrics, _ids(tenant_ids), _ids(cluster_ids), _ids(flavor_ids))
+    step_s = int(plan.step.total_seconds())
+    origin = int((plan.start - EPOCH).total_seconds())
+    points: dict[tuple[int, int, int, int, int], SeriesPoint] = {}
+    for cluster_id, tenant_id, flavor_id, metric, when, count, total, low, high in rows:
+        offset = (int((when - EPOCH).total_seconds()) - origin) // step_s
+        key = (cluster_id, tenant_id, flavor_id, metric, offset)
+        point = points.get(key)
+        if point is None:
+            points[key] = SeriesPoint(
+                cluster_id, tenant_id, flavor_id, metric,
+                plan.start + timedelta(seconds=offset * step_s), count, total, low, high,
+            )  # fmt: skip
+        else:
+            point.samples += count
+            point.sum += total
+            point.min = min(point.min, low)
+            point.max = max(point.max, high)
+    return sorted(points.values(), key=lambda p: (p.time, p.cluster_id, p.flavor_id, p.metric))
+
+
+def _rollup_rows(
+    plan: SeriesPlan,
+    metrics: list[int],
+    tenant_ids: list[int] | None,
+    cluster_ids: list[int] | None,
+    flavor_ids: list[int] | None,
+) -> Iterable[tuple[Any, ...]]:
+    rows = Rollup.objects.filter(
+        resolution=plan.resolution, bucket__gte=plan.start, bucket__lt=plan.end, metric__in=metrics
+    )
+    if tenant_ids is not None:
+        rows = rows.filter(tenant_id__in=tenant_ids)
+    if cluster_ids is not None:
+        rows = rows.filter(cluster_id__in=cluster_ids)
+    if flavor_ids is not None:
+        rows = rows.filter(flavor_id__in=flavor_ids)
+    return rows.order_by().values_list(
+        "cluster_id", "tenant_id", "flavor_id", "metric", "bucket", "samples", "sum", "min", "max"
+    )
+
+
+def _raw_rows(
+    plan: SeriesPlan,
+    metrics: list[int],
+    tenant_ids: list[int] | None,
+    cluster_ids: list[int] | None,
+    flavor_ids: list[int] | None,
+) -> Iterable[tuple[Any, ...]]:
+    rows = Sample.objects.filter(time__gte=plan.start, time__lt=plan.end, metric__in=metrics)
+    if tenant_ids is not None:
+        rows = rows.filter(tenant_id__in=tenant_ids)
+    if cluster_ids is not None:
+        rows = rows.filter(cluster_id__in=cluster_ids)
+    if flavor_ids is not None:
+        rows = rows.filter(flavor_id__in=flavor_ids)
+    for cluster_id, tenant_id, flavor_id, metric, when, value in rows.order_by().values_list(
+        "cluster_id", "tenant_id", "flavor_id", "metric", "time", "value"
+    ):
+        yield (
+            cluster_id or 0,
+            tenant_id or 0,
+            flavor_id or 0,
+            metric,
+            when,
+            1,
+            value,
+            value,
+            value,
+        )
+
+
+@dataclass
+class FlavorPoint:
+    time: datetime
+    values: dict[str, float | None]  # field -> avg; "used_max" the peak
+
+
+@dataclass
+class FlavorSeries:
+    cluster: str
+    flavor: str
+    gpu_weight: float
+    points: list[FlavorPoint] = field(default_factory=list)
+
+
+def tenant_usage(
+    *,
+    tenant: Tenant,
+    flavors: Sequence[ResourceFlavor],
+    plan: SeriesPlan,
+) -> list[FlavorSeries]:
+    """The tenant's series per cluster and flavor (``flavors``: the ones to show, with their
+    clusters loaded). Steps without samples are left out. One query."""
+    by_id = {f.pk: f for f in flavors}
+    points = usage_series(
+        start=plan.start,
+        end=plan.end,
+        step=plan.step,
+        metrics=TENANT_SERIES.values(),
+        tenant_ids=[tenant.pk],
+        flavor_ids=list(by_id),
+        plan=plan,
+    )
+    names = {int(m): name for name, m in TENANT_SERIES.items()}
+    out: dict[int, FlavorSeries] = {}
+    steps: dict[tuple[int, datetime], FlavorPoint] = {}
+    for p in points:
+        flavor = by_id.get(p.flavor_id)
+        if flavor is None:
+            continue
+        series = out.get(flavor.pk)
+        if series is None:
+            series = out[flavor.pk] = FlavorSeries(
+                flavor.cluster.name, flavor.name, float(flavor.gpu_weight)
+            )
+        point = steps.get((flavor.pk, p.time))
+        if point is None:
+            point = steps[(flavor.pk, p.time)] = FlavorPoint(p.time, {})
+            series.points.append(point)
+        name = names[p.metric]
+        point.values[name] = p.avg
+        if p.metric == Metric.QUOTA_USED:
+            point.values["used_max"] = p.max
+    return sorted(out.values(), key=lambda s: (s.cluster, s.flavor))
+
+
+def usage_now(
+    *,
+    tenant_ids: Sequence[int] | None = None,
+    cluster_ids: Sequence[int] | None = None,
+    now: datetime | None = None,
+    within: timedelta = timedelta(minutes=15),
+) -> dict[tuple[int, int, int], dict[int, float]]:
+    """The latest 5-minute value (mean) of each series seen in the last ``within``."""
+    now = now or timezone.now()
+    rows = Rollup.objects.filter(
+        resolution=Resolution.FIVE_MINUTES, bucket__gte=now - within, bucket__lte=now
+    )
+    if tenant_ids is not None:
+        rows = rows.filter(tenant_id__in=_ids(tenant_ids))
+    if cluster_ids is not None:
+        rows = rows.filter(cluster_id__in=_ids(cluster_ids))
+    latest: dict[tuple[int, int, int], dict[int, tuple[datetime, float]]] = defaultdict(dict)
+    for cluster_id, tenant_id, flavor_id, metric, bucket, count, total in rows.values_list(
+        "cluster_id", "tenant_id", "flavor_id", "metric", "bucket", "samples", "sum"
+    ):
+        seen = latest[(cluster_id, tenant_id, flavor_id)].get(metric)
+        if seen is None or bucket > seen[0]:
+            latest[(cluster_id, tenant_id, flavor_id)][metric] = (bucket, total / count)
+    return {key: {m: v for m, (_, v) in values.items()} for key, values in latest.items()}
+
+
+def _peak_resolution(start: datetime, now: datetime, per_day: bool) -> int:
+    if per_day or start < now - retention(Resolution.HOUR):
+        return Resolution.DAY
+    return Resolution.HOUR
+
+
+def usage_peaks(
+    *,
+    start: datetime,
+    end: datetime,
+    metric: int = Metric.QUOTA_USED,
+    tenant_ids: Sequence[int] | None = None,
+    cluster_ids: Sequence[int] | None = None,
+    per_day: bool = False,
+    now: datetime | None = None,
+) -> dict[tuple[int, int, int], Any]:
+    """Peak of ``metric`` per (cluster, tenant, flavor) over the range, or per day."""
+    now = now or timezone.now()
+    resolution = _peak_resolution(start, now, per_day)
+    rows = Rollup.objects.filter(
+        resolution=resolution, metric=metric, bucket__gte=start, bucket__lt=end
+    )
+    if tenant_ids is not None:
+        rows = rows.filter(tenant_id__in=_ids(tenant_ids))
+    if cluster_ids is not None:
+        rows = rows.filter(cluster_id__in=_ids(cluster_ids))
+    if per_day:
+        days: dict[tuple[int, int, int], list[tuple[datetime, float]]] = defaultdict(list)
+        for c, t, f, bucket, high in rows.order_by("bucket").values_list(
+            "cluster_id", "tenant_id", "flavor_id", "bucket", "max"
+        ):
+            days[(c, t, f)].append((bucket, high))
+        return dict(days)
+    grouped = rows.values("cluster_id", "tenant_id", "flavor_id").annotate(peak=Max("max"))
+    return {(r["cluster_id"], r["tenant_id"], r["flavor_id"]): r["peak"] for r in grouped}
+
+
+@dataclass
+class GpuHours:
+    cluster_id: int
+    tenant_id: int
+    flavor_id: int
+    gpu_hours: float
+    unit_hours: float
+
+
+def gpu_hours(
+    *,
+    start: datetime,
+    end: datetime,
+    metric: int = Metric.QUOTA_USED,
+    tenant_ids: Sequence[int] | None = None,
+    cluster_ids: Sequence[int] | None = None,
+) -> list[GpuHours]:
+    """GPU-hours per (cluster, tenant, flavor): each hour's mean summed (hourly rollups)."""
+    rows = Rollup.objects.filter(
+        resolution=Resolution.HOUR, metric=metric, bucket__gte=start, bucket__lt=end
+    )
+    if tenant_ids is not None:
+        rows = rows.filter(tenant_id__in=_ids(tenant_ids))
+    if cluster_ids is not None:
+        rows = rows.filter(cluster_id__in=_ids(cluster_ids))
+    totals: dict[tuple[int, int, int], float] = defaultdict(float)
+    for c, t, f, count, total in rows.values_list(
+        "cluster_id", "tenant_id", "flavor_id", "samples", "sum"
+    ):
+        totals[(c, t, f)] += total / count
+    weights = dict(
+        ResourceFlavor.objects.filter(pk__in={f for _, _, f in totals}).values_list(
+            "pk", "gpu_weight"
+        )
+    )
+    return [
+        GpuHours(c, t, f, hours, hours * float(weights.get(f, 1)))
+        for (c, t, f), hours in sorted(totals.items())
+    ]
+
+
+@dataclass
+class WorkloadStats:
+    created: int = 0
+    admitted: int = 0
+    finished: int = 0
+    evictions: int = 0
+    preemptions: int = 0
+    queue_wait_p50_s: float | None = None
+    queue_wait_p95_s: float | None = None
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def workload_stats(
+    *,
+    start: datetime,
+    end: datetime,
+    tenant_ids: Sequence[int] | None = None,
+    cluster_ids: Sequence[int] | None = None,
+) -> dict[int, WorkloadStats]:
+    """Per tenant id: counts, queue wait percentiles, evictions and preemptions. Two queries."""
+    rows = Workload.objects.filter(tenant__isnull=False)
+    if tenant_ids is not None:
+        rows = rows.filter(tenant_id__in=_ids(tenant_ids))
+    if cluster_ids is not None:
+        rows = rows.filter(cluster_id__in=_ids(cluster_ids))
+    active = rows.filter(created_at__lt=end).filter(
+        Q(finished_at__isnull=True) | Q(finished_at__gte=start)
+    )
+    out: dict[int, WorkloadStats] = defaultdict(WorkloadStats)
+    for r in active.values("tenant_id").annotate(
+        created=Count("pk", filter=Q(created_at__gte=start)),
+        admitted=Count("pk", filter=Q(admitted_at__gte=start, admitted_at__lt=end)),
+        finished=Count("pk", filter=Q(finished_at__gte=start, finished_at__lt=end)),
+        evictions=Sum("evictions"),
+        preemptions=Sum("preemptions"),
+    ):
+        stats = out[r["tenant_id"]]
+        stats.created, stats.admitted, stats.finished = r["created"], r["admitted"], r["finished"]
+        stats.evictions, stats.preemptions = r["evictions"] or 0, r["preemptions"] or 0
+    waits: dict[int, list[float]] = defaultdict(list)
+    for tenant_id, wait in rows.filter(
+        admitted_at__gte=start, admitted_at__lt=end, queue_wait_s__isnull=False
+    ).values_list("tenant_id", "queue_wait_s"):
+        if wait is not None:
+            waits[tenant_id].append(wait)
+    for tenant_id, values in waits.items():
+        out[tenant_id].queue_wait_p50_s = percentile(values, 0.5)
+        out[tenant_id].queue_wait_p95_s = percentile(values, 0.95)
+    return dict(out)
+
+
+def gpu_utilization_now(
+    *, cluster_id: int, now: datetime | None = None, window: timedelta = timedelta(minutes=5)
+) -> list[dict[str, Any]]:
+    """Per (node, GPU uuid, gi_id): mean utilisation and memory over the last ``window``."""
+    now = now or timezone.now()
+    rows = Sample.objects.filter(
+        cluster_id=cluster_id,
+        time__gte=now - window,
+        time__lte=now,
+        metric__in=[Metric.GPU_UTILIZATION, Metric.GPU_MEMORY_USED],
+    ).values_list("node_id", "gpu_uuid", "gi_id", "mig_profile", "tenant_id", "metric", "value")
+    cells: dict[tuple[Any, Any, Any], dict[str, Any]] = {}
+    for node_id, uuid, gi_id, profile, tenant_id, metric, value in rows:
+        cell = cells.setdefault(
+            (node_id, uuid, gi_id),
+            {"node_id": node_id, "gpu_uuid": uuid, "gi_id": gi_id, "mig_profile": profile,
+             "tenant_id": tenant_id, "util": [], "memory": []},
+        )  # fmt: skip
+        cell["util" if metric == Metric.GPU_UTILIZATION else "memory"].append(value)
+    out = []
+    for cell in cells.values():
+        util, memory = cell.pop("util"), cell.pop("memory")
+        cell["utilization_pct"] = sum(util) / len(util) if util else None
+        cell["memory_used_mib"] = sum(memory) / len(memory) if memory else None
+        out.append(cell)
+    return sorted(out, key=lambda c: (c["node_id"] or 0, c["gpu_uuid"] or "", c["gi_id"] or -1))
+
+
+def rollup_freshness() -> dict[str, dict[str, datetime | None]]:
+    return {
+        RESOLUTION_NAMES[s.resolution]: {
+            "rolled_until": s.rolled_until,
+            "last_run_at": s.last_run_at,
+        }
+        for s in RollupState.objects.all()
+    }

@@ -1,0 +1,537 @@
+"""Writes of the usage store: samples in bulk, rollups, retention, raw partitions.
+
+Samples are tuples in ``COLUMNS`` order. ``samples_write`` is the one bulk path every producer
+uses (agents' reports, the cluster collector, the demo, the API): it checks every row first
+and refuses the whole batch on any problem (nothing written), then writes with PostgreSQL
+``COPY`` through psycopg 3 (``bulk_create`` elsewhere) and marks the rows' 5-minute buckets
+pending in the same transaction, so a late sample re-rolls its window.
+
+Rollups (``rollups_run``): each resolution claims its pending buckets, recomputes them whole
+from its source (raw samples for 5 minutes, 5-minute rollups for hours, hourly for days:
+delete + insert, so running twice changes nothing) and marks the enclosing coarser buckets
+pending. A PostgreSQL advisory lock per resolution serialises concurrent runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
+
+from portal.errors import ValidationFailed
+from usage.choices import RAW, ROLLUP_SOURCE, Metric, Resolution
+from usage.models import (
+    GPU_UUID_MAX,
+    MIG_PROFILE_MAX,
+    PendingBucket,
+    Pod,
+    Rollup,
+    RollupState,
+    Sample,
+)
+
+logger = logging.getLogger(__name__)
+
+COLUMNS = (
+    "time", "metric", "value", "cluster_id", "tenant_id", "flavor_id", "node_id", "gpu_uuid",
+    "gi_id", "mig_profile",
+)  # fmt: skip
+SampleRow = tuple[
+    datetime, int, float, int | None, int | None, int | None, int | None, str | None,
+    int | None, str | None,
+]  # fmt: skip
+COPY_SQL = f"COPY usage_sample ({', '.join(COLUMNS)}) FROM STDIN"
+MAX_BATCH = 2_000_000
+METRICS = frozenset(int(m) for m in Metric)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+FIVE_MINUTES = int(Resolution.FIVE_MINUTES)
+RESOLUTION_NAMES = {RAW: "raw", 300: "5m", 3600: "1h", 86400: "1d"}
+
+
+def retention(resolution: int) -> timedelta:
+    """How long ``resolution`` (RAW or a Resolution) is kept (settings.USAGE_RETENTION_DAYS)."""
+    return timedelta(days=settings.USAGE_RETENTION_DAYS[RESOLUTION_NAMES[resolution]])
+
+
+def bucket_start(when: datetime, resolution: int) -> datetime:
+    seconds = int((when - EPOCH).total_seconds()) // resolution * resolution
+    return EPOCH + timedelta(seconds=seconds)
+
+
+# --- raw partitions (PostgreSQL) -------------------------------------------------------------
+
+_PG_PENDING_AND_MISSING = """
+WITH marked AS (
+  INSERT INTO usage_pending_bucket (resolution, bucket)
+  SELECT %s, unnest(%s::timestamptz[]) ON CONFLICT DO NOTHING
+)
+SELECT d FROM unnest(%s::text[]) AS d WHERE to_regclass(d) IS NULL"""
+
+
+def partition_name(day: date) -> str:
+    return f"usage_sample_p{day:%Y%m%d}"
+
+
+def partitions_ensure(*, days: Iterable[date]) -> list[str]:
+    """Create the daily partitions of ``usage_sample`` that are missing (PostgreSQL; nothing
+    elsewhere). Safe to run concurrently. Returns the names created."""
+    if connection.vendor != "postgresql":
+        return []
+    wanted = sorted(set(days))
+    created: list[str] = []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT d FROM unnest(%s::text[]) AS d WHERE to_regclass(d) IS NULL",
+            [[partition_name(d) for d in wanted]],
+        )
+        missing = {row[0] for row in cursor.fetchall()}
+        for day in wanted:
+            name = partition_name(day)
+            if name not in missing:
+                continue
+            start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            try:
+                with transaction.atomic():  # a savepoint: the rare path
+                    cursor.execute(
+                        f"CREATE TABLE IF NOT EXISTS {name} PARTITION OF usage_sample "
+                        "FOR VALUES FROM (%s) TO (%s)",
+                        [start, start + timedelta(days=1)],
+                    )
+            except DatabaseError:  # another process created it at the same moment
+                logger.info("partition %s created concurrently", name)
+            created.append(name)
+    return created
+
+
+def partitions_drop_before(*, day: date) -> list[str]:
+    """Drop the daily partitions that end on or before ``day`` (retention). PostgreSQL only."""
+    if connection.vendor != "postgresql":
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = 'usage_sample'::regclass ORDER BY c.relname"
+        )
+        names = [row[0] for row in cursor.fetchall()]
+        dropped = []
+        for name in names:
+            try:
+                part_day = datetime.strptime(name.removeprefix("usage_sample_p"), "%Y%m%d").date()
+            except ValueError:
+                continue
+            if part_day < day:
+                cursor.execute(f"DROP TABLE IF EXISTS {name}")
+                dropped.append(name)
+    return dropped
+
+
+# --- samples ---------------------------------------------------------------------------------
+
+
+def _problem(index: int, field: str, message: str) -> ValidationFailed:
+    path = f"samples[{index}].{field}"
+    return ValidationFailed(f"{path}: {message}", fields={path: [message]})
+
+
+def _check_rows(rows: Sequence[SampleRow]) -> set[int]:
+    """Every row's types and ranges; the 5-minute buckets (epoch // 300) the rows fall in.
+    Raises ValidationFailed naming the first bad row and field."""
+    if len(rows) > MAX_BATCH:
+        raise ValidationFailed.for_field("samples", f"at most {MAX_BATCH} samples per batch.")
+    buckets: set[int] = set()
+    metrics = METRICS
+    isfinite = math.isfinite
+    for i, row in enumerate(rows):
+        if len(row) != len(COLUMNS):
+            raise _problem(i, "", f"a sample has {len(COLUMNS)} fields, not {len(row)}.")
+        when, metric, value, cluster_id, tenant_id, flavor_id, node_id, uuid, gi_id, prof = row
+        if type(when) is not datetime or when.tzinfo is None:
+            raise _problem(i, "time", "an aware datetime (with a time zone) is required.")
+        if metric not in metrics:
+            raise _problem(i, "metric", f"{metric!r} is not a known metric.")
+        if type(value) is not float and type(value) is not int:
+            raise _problem(i, "value", f"{value!r} is not a number.")
+        if not isfinite(value) or value < 0:
+            raise _problem(i, "value", f"{value!r} is not a finite, non-negative number.")
+        for name, ident in (
+            ("cluster_id", cluster_id),
+            ("tenant_id", tenant_id),
+            ("flavor_id", flavor_id),
+            ("node_id", node_id),
+        ):
+            if ident is not None and (type(ident) is not int or ident <= 0):
+                raise _problem(i, name, f"{ident!r} is not a positive id.")
+        if gi_id is not None and (type(gi_id) is not int or not 0 <= gi_id <= 32767):
+            raise _problem(i, "gi_id", f"{gi_id!r} is not a MIG GPU instance id.")
+        if uuid is not None and (type(uuid) is not str or len(uuid) > GPU_UUID_MAX):
+            raise _problem(i, "gpu_uuid", f"a string of at most {GPU_UUID_MAX} characters.")
+        if prof is not None and (type(prof) is not str or len(prof) > MIG_PROFILE_MAX):
+            raise _problem(i, "mig_profile", f"a string of at most {MIG_PROFILE_MAX} characters.")
+        buckets.add(int(when.timestamp()) // FIVE_MINUTES)
+    return buckets
+
+
+def _copy(rows: Sequence[SampleRow]) -> None:
+    with connection.cursor() as cursor, cursor.cursor.copy(COPY_SQL) as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def _insert_portable(rows: Sequence[SampleRow]) -> None:
+    """Other databases (SQLite: the embedded demo): one prepared INSERT run for every row
+    (``executemany``); ``bulk_create`` would split a batch into statements of ~90 rows and
+    build a model instance per row, 5-10x slower for a month of demo samples."""
+    adapt = connection.ops.adapt_datetimefield_value
+    sql = (
+        f"INSERT INTO usage_sample ({', '.join(COLUMNS)}) "  # noqa: S608 - constant SQL; every value is a parameter
+        f"VALUES ({', '.join(['%s'] * len(COLUMNS))})"
+    )
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, [(adapt(row[0]), *row[1:]) for row in rows])
+
+
+def _mark_pending(resolution: int, buckets: Iterable[datetime]) -> None:
+    buckets = sorted(set(buckets))
+    if not buckets:
+        return
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO usage_pending_bucket (resolution, bucket) "
+                "SELECT %s, unnest(%s::timestamptz[]) ON CONFLICT DO NOTHING",
+                [resolution, buckets],
+            )
+    else:
+        PendingBucket.objects.bulk_create(
+            [PendingBucket(resolution=resolution, bucket=b) for b in buckets],
+            ignore_conflicts=True,
+        )
+
+
+def samples_write(*, rows: Sequence[SampleRow]) -> int:
+    """Store ``rows`` (tuples in ``COLUMNS`` order) whole or not at all: every row is checked
+    first (ValidationFailed, 400, names the row and field); then one ``COPY`` on PostgreSQL
+    (partitions for new days created on demand), ``executemany`` elsewhere; the rows'
+    5-minute buckets are marked for rollup. Returns the rows written."""
+    if not rows:
+        return 0
+    buckets = _check_rows(rows)  # before any write: a bad batch changes nothing
+    # No savepoint of its own: inside a caller's transaction it joins it (the agents' hook).
+    with transaction.atomic(savepoint=False):
+        starts = sorted(EPOCH + timedelta(seconds=b * FIVE_MINUTES) for b in buckets)
+        if connection.vendor == "postgresql":
+            days = sorted({date.fromordinal(719163 + b * FIVE_MINUTES // 86400) for b in buckets})
+            # One statement marks the buckets pending and names the day partitions missing.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    _PG_PENDING_AND_MISSING,
+                    [FIVE_MINUTES, starts, [partition_name(d) for d in days]],
+                )
+                missing = {row[0] for row in cursor.fetchall()}
+            if missing:
+                partitions_ensure(days=[d for d in days if partition_name(d) in missing])
+            _copy(rows)
+        else:
+            _insert_portable(rows)
+            _mark_pending(FIVE_MINUTES, starts)
+    return len(rows)
+
+
+def _parse_time(value: Any, path: str) -> datetime:
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            parsed = None
+        if parsed is not None and parsed.tzinfo is not None:
+            return parsed
+    raise ValidationFailed(
+        f"{path}: an ISO 8601 time with a zone is required.",
+        fields={path: ["an ISO 8601 time with a zone is required."]},
+    )
+
+
+def samples_ingest(*, samples: Sequence[Mapping[str, Any]]) -> int:
+    """A JSON batch (``[{"time", "metric", "value", "cluster_id", ...}]``, metric by name:
+    ``"gpu_utilization"``): every item checked, refused whole on any problem."""
+    if not isinstance(samples, list) or not samples:
+        raise ValidationFailed.for_field("samples", "a non-empty list of samples is required.")
+    by_name = {m.name.lower(): int(m) for m in Metric}
+    rows: list[Any] = []
+    for i, item in enumerate(samples):
+        at = f"samples[{i}]"
+        if not isinstance(item, dict):
+            raise ValidationFailed.for_field(at, "an object is required.")
+        unknown = sorted(set(item) - set(COLUMNS))
+        if unknown:
+            raise ValidationFailed.for_field(f"{at}.{unknown[0]}", "unknown field.")
+        metric = by_name.get(str(item.get("metric", "")).lower())
+        if metric is None:
+            raise ValidationFailed.for_field(
+                f"{at}.metric", f"{item.get('metric')!r} is not one of {sorted(by_name)}."
+            )
+        rows.append(
+            (  # the types are checked by samples_write
+                _parse_time(item.get("time"), f"{at}.time"),
+                metric,
+                item.get("value"),
+                *(item.get(c) for c in COLUMNS[3:]),
+            )
+        )
+    return samples_write(rows=rows)
+
+
+# --- agents' reports -------------------------------------------------------------------------
+
+
+def _flavor_map(cluster_id: int | None) -> dict[tuple[str, str], int]:
+    """(GPU model, MIG profile or "") -> flavor id on the cluster."""
+    if cluster_id is None:
+        return {}
+    from quotas.models import ResourceFlavor
+
+    rows = ResourceFlavor.objects.filter(cluster_id=cluster_id, kind__in=["gpu", "mig"])
+    return {
+        (model, profile if kind == "mig" else ""): pk
+        for pk, kind, model, profile in rows.values_list("pk", "kind", "gpu_model", "mig_profile")
+    }
+
+
+_FLAVOR_CACHE: dict[int | None, tuple[datetime, dict[tuple[str, str], int]]] = {}
+FLAVOR_CACHE_TTL = timedelta(seconds=60)
+
+
+def _flavors_cached(cluster_id: int | None, now: datetime) -> dict[tuple[str, str], int]:
+    cached = _FLAVOR_CACHE.get(cluster_id)
+    if cached is None or now - cached[0] > FLAVOR_CACHE_TTL or now < cached[0]:
+        cached = (now, _flavor_map(cluster_id))
+        _FLAVOR_CACHE[cluster_id] = cached
+    return cached[1]
+
+
+_POD_CACHE: dict[int, tuple[datetime, dict[str, int | None]]] = {}
+POD_CACHE_TTL = timedelta(seconds=60)  # the collector refreshes pods every minute anyway
+
+
+def _pod_tenants(cluster_id: int | None, now: datetime) -> dict[str, int | None]:
+    """pod uid -> tenant id of the cluster's pods, read once a minute per process (an agent
+    report then costs no query for it; a new pod is attributed within a minute or two)."""
+    if cluster_id is None:
+        return {}
+    cached = _POD_CACHE.get(cluster_id)
+    if cached is None or not timedelta(0) <= now - cached[0] <= POD_CACHE_TTL:
+        pods = Pod.objects.filter(cluster_id=cluster_id).values_list("uid", "tenant_id")
+        cached = (now, dict(pods))
+        _POD_CACHE[cluster_id] = cached
+    return cached[1]
+
+
+def _owner(processes: Sequence[Mapping[str, Any]], tenants: Mapping[str, int | None]) -> int | None:
+    for process in processes:
+        tenant_id = tenants.get(process.get("pod_uid") or "")
+        if tenant_id is not None:
+            return tenant_id
+    return None
+
+
+@transaction.atomic
+def agent_report_samples(*, node: Any, report: Mapping[str, Any], now: datetime) -> int:
+    """The ``gpu_agent`` hook (after the report commits): a report becomes samples per GPU (outside MIG) and per MIG
+    instance (utilisation, memory used, processes), each with the tenant whose pod runs
+    there (process ``pod_uid`` -> the collector's pods -> namespace -> tenant), and the MIG
+    instances' ``tenant`` is set. A bounded number of statements per report."""
+    from gpu_agent.services import instances_attribute
+
+    cluster_id = node.cluster_id
+    flavors = _flavors_cached(cluster_id, now)
+    gpus = report.get("gpus") or []
+    tenants = _pod_tenants(cluster_id, now)
+    rows: list[SampleRow] = []
+    attributed: dict[tuple[str, int], int | None] = {}
+    node_id = node.pk
+    for g in gpus:
+        uuid, model = g["uuid"], g["name"]
+        instances = g.get("instances") or []
+        if not g.get("mig_mode_current") or not instances:
+            processes = g.get("processes") or []
+            tenant_id = _owner(processes, tenants)
+            flavor_id = flavors.get((model, ""))
+            base = (cluster_id, tenant_id, flavor_id, node_id, uuid, None, None)
+            if g.get("utilization_pct") is not None:
+                rows.append((now, Metric.GPU_UTILIZATION, float(g["utilization_pct"]), *base))
+            rows.append((now, Metric.GPU_MEMORY_USED, float(g.get("memory_used_mib") or 0), *base))
+            rows.append((now, Metric.GPU_PROCESSES, float(len(processes)), *base))
+            continue
+        for inst in instances:
+            processes = inst.get("processes") or []
+            tenant_id = _owner(processes, tenants)
+            if tenant_id is not None:  # instances are stored anew by each report: NULL
+                attributed[(uuid, inst["gi_id"])] = tenant_id
+            flavor_id = flavors.get((model, inst["profile"]))
+            base = (cluster_id, tenant_id, flavor_id, node_id, uuid, inst["gi_id"], inst["profile"])
+            if inst.get("utilization_pct") is not None:
+                rows.append((now, Metric.GPU_UTILIZATION, float(inst["utilization_pct"]), *base))
+            rows.append(
+                (now, Metric.GPU_MEMORY_USED, float(inst.get("memory_used_mib") or 0), *base)
+            )
+            rows.append((now, Metric.GPU_PROCESSES, float(len(processes)), *base))
+    if attributed:
+        instances_attribute(node=node, tenants=attributed)
+    return samples_write(rows=rows)
+
+
+# --- rollups ---------------------------------------------------------------------------------
+
+
+def _bucket_sql(column: str, resolution: int) -> str:
+    if connection.vendor == "postgresql":
+        return f"date_bin(interval '{resolution} seconds', {column}, timestamptz '1970-01-01')"
+    return (
+        f"datetime((CAST(strftime('%%s', {column}) AS INTEGER) / {resolution}) * {resolution}, "
+        "'unixepoch')"
+    )
+
+
+def _param(value: datetime) -> Any:
+    """A datetime as the raw SQL of this database wants it (SQLite: Django's text form)."""
+    if connection.vendor == "postgresql":
+        return value
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def _in_buckets() -> str:
+    """SQL for "this bucket is one of the claimed ones" (one array / JSON parameter)."""
+    if connection.vendor == "postgresql":
+        return "IN (SELECT unnest(%s::timestamptz[]))"  # hashed: one probe per row
+    return "IN (SELECT value FROM json_each(%s))"
+
+
+def _buckets_param(buckets: Sequence[datetime]) -> Any:
+    if connection.vendor == "postgresql":
+        return list(buckets)
+    return json.dumps([connection.ops.adapt_datetimefield_value(b) for b in buckets])
+
+
+def _rollup_insert_sql(resolution: int, source: int | None) -> str:
+    """Recompute the claimed buckets (params: resolution, [source resolution], range start,
+    range end, claimed buckets)."""
+    if source is None:
+        bucket = _bucket_sql("time", resolution)
+        return (
+            "INSERT INTO usage_rollup (resolution, bucket, metric, cluster_id, tenant_id, "  # noqa: S608 - constant SQL; every value is a parameter
+            "flavor_id, samples, sum, min, max) "
+            f"SELECT %s, {bucket}, metric, COALESCE(cluster_id, 0), COALESCE(tenant_id, 0), "
+            "COALESCE(flavor_id, 0), COUNT(*), SUM(value), MIN(value), MAX(value) "
+            f"FROM usage_sample WHERE time >= %s AND time < %s AND {bucket} {_in_buckets()} "
+            f"GROUP BY {bucket}, metric, COALESCE(cluster_id, 0), COALESCE(tenant_id, 0), "
+            "COALESCE(flavor_id, 0)"
+        )
+    bucket = _bucket_sql("bucket", resolution)
+    return (
+        "INSERT INTO usage_rollup (resolution, bucket, metric, cluster_id, tenant_id, "  # noqa: S608 - constant SQL; every value is a parameter
+        "flavor_id, samples, sum, min, max) "
+        f"SELECT %s, {bucket}, metric, cluster_id, tenant_id, flavor_id, SUM(samples), "
+        "SUM(sum), MIN(min), MAX(max) FROM usage_rollup "
+        f"WHERE resolution = %s AND bucket >= %s AND bucket < %s AND {bucket} {_in_buckets()} "
+        f"GROUP BY {bucket}, metric, cluster_id, tenant_id, flavor_id"
+    )
+
+
+def _claim_pending(resolution: int) -> list[datetime]:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DELETE FROM usage_pending_bucket WHERE resolution = %s RETURNING bucket",
+                [resolution],
+            )
+            return [row[0] for row in cursor.fetchall()]
+    pending = list(PendingBucket.objects.filter(resolution=resolution).values_list("pk", "bucket"))
+    if pending:  # SQLite: writers are serialised, nothing is added under us
+        PendingBucket.objects.filter(
+            resolution=resolution, pk__lte=max(pk for pk, _ in pending)
+        ).delete()
+    return [bucket for _, bucket in pending]
+
+
+def _lock(resolution: int) -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:  # one roll-up of a resolution at a time
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [0x75736167, resolution])
+
+
+@transaction.atomic
+def rollups_run(*, resolution: int, now: datetime | None = None) -> int:
+    """Roll up the pending buckets of ``resolution``; returns how many were rolled. Idempotent
+    (a bucket is recomputed whole from its source) and safe to run concurrently."""
+    now = now or timezone.now()
+    _lock(resolution)
+    buckets = _claim_pending(resolution)
+    if not buckets:
+        RollupState.objects.update_or_create(resolution=resolution, defaults={"last_run_at": now})
+        return 0
+    width = timedelta(seconds=resolution)
+    source = ROLLUP_SOURCE[resolution]
+    insert = _rollup_insert_sql(resolution, source)
+    # Two statements whatever the number of buckets: the claimed buckets' rows go, and are
+    # recomputed from the source rows of the span they cover.
+    buckets = sorted(buckets)
+    claimed = _buckets_param(buckets)
+    params: list[Any] = [resolution] if source is None else [resolution, source]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM usage_rollup WHERE resolution = %s AND bucket {_in_buckets()}",  # noqa: S608 - constant SQL; every value is a parameter
+            [resolution, claimed],
+        )
+        cursor.execute(insert, [*params, _param(buckets[0]), _param(buckets[-1] + width), claimed])
+    parent = next((r for r, s in ROLLUP_SOURCE.items() if s == resolution), None)
+    if parent is not None:
+        _mark_pending(parent, {bucket_start(b, parent) for b in buckets})
+    state, _ = RollupState.objects.select_for_update().get_or_create(resolution=resolution)
+    until = max(buckets) + width
+    if state.rolled_until is None or until > state.rolled_until:
+        state.rolled_until = until
+    state.last_run_at = now
+    state.buckets_rolled += len(buckets)
+    state.save()
+    return len(buckets)
+
+
+def rollups_run_all(*, now: datetime | None = None) -> dict[str, int]:
+    """5 minutes, then hours, then days (each its own transaction)."""
+    return {
+        RESOLUTION_NAMES[r]: rollups_run(resolution=r, now=now)
+        for r in (Resolution.FIVE_MINUTES, Resolution.HOUR, Resolution.DAY)
+    }
+
+
+# --- retention -------------------------------------------------------------------------------
+
+
+def retention_enforce(*, now: datetime | None = None) -> dict[str, int]:
+    """Drop what is older than each resolution keeps: raw partitions (PostgreSQL; rows
+    elsewhere), rollups by resolution, stale pods. Also creates the partitions ahead."""
+    now = now or timezone.now()
+    out: dict[str, int] = {}
+    raw_cutoff = now - retention(RAW)
+    if connection.vendor == "postgresql":
+        # Whole days only: a partition goes when all of its day is past the cutoff.
+        out["raw_partitions"] = len(partitions_drop_before(day=raw_cutoff.date()))
+        today = now.date()
+        ahead = settings.USAGE_PARTITIONS_AHEAD_DAYS
+        partitions_ensure(days=[today + timedelta(days=d) for d in range(ahead + 1)])
+    else:
+        out["raw"] = Sample.objects.filter(time__lt=raw_cutoff).delete()[0]
+    for resolution in (Resolution.FIVE_MINUTES, Resolution.HOUR, Resolution.DAY):
+        cutoff = now - retention(resolution)
+        out[RESOLUTION_NAMES[resolution]] = Rollup.objects.filter(
+            resolution=resolution, bucket__lt=cutoff
+        ).delete()[0]
+    out["pods"] = Pod.objects.filter(seen_at__lt=now - timedelta(hours=1)).delete()[0]
+    return out
