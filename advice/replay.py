@@ -142,7 +142,9 @@ class _Cohort:
         self.quotas = {q.name: dict(q.quotas) for q in queues}
         self.usage: dict[str, dict[str, float]] = {q.name: {} for q in queues}
         # Per queue: GPUs in use, of them within the nominal quota, and borrowed.
-        self.rates: dict[str, tuple[float, float, float]] = {q.name: (0.0, 0.0, 0.0) for q in queues}
+        self.rates: dict[str, tuple[float, float, float]] = {
+            q.name: (0.0, 0.0, 0.0) for q in queues
+        }
         self.pool: dict[str, float] = {}
         self.pool_used: dict[str, float] = {}
         for q in queues:
@@ -226,6 +228,7 @@ def replay(queues: Sequence[Queue], jobs: Sequence[Job], *, horizon: float) -> R
         job = run.job
         groups = pending.setdefault((job.queue, job.flavor), {})
         groups.setdefault((job.gpus, job.priority), deque()).append(run)
+
     running: dict[str, list[_Run]] = {q.name: [] for q in queues}
     clock = 0.0
     processed = 0

@@ -39,9 +39,7 @@ _GB = re.compile(r"(\d+)\s*gb", re.IGNORECASE)
 
 def month_before(now: datetime) -> tuple[datetime, datetime]:
     """[first of last month, first of this month), UTC."""
-    this_month = now.astimezone(UTC).replace(
-        day=1, hour=0, minute=0, second=0, microsecond=0
-    )
+    this_month = now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     last_month = (this_month - timedelta(days=1)).replace(day=1)
     return last_month, this_month
 
@@ -185,12 +183,11 @@ def replay_jobs(
             duration = ((finished or end) - admitted).total_seconds()
         else:
             duration = typical
-        jobs.append(
-            replay.Job(
-                str(pk), slug, flavor, float(gpus), (created - start).total_seconds(),
-                max(duration, 0.0), priority or 0,
-            )  # fmt: skip
-        )
+        job = replay.Job(
+            str(pk), slug, flavor, float(gpus), (created - start).total_seconds(),
+            max(duration, 0.0), priority or 0,
+        )  # fmt: skip
+        jobs.append(job)
     return jobs
 
 
@@ -243,9 +240,7 @@ def _cache_key(request: QuotaChangeRequest, days: int, end: datetime) -> str:
         (i.flavor_id, i.resource, str(i.guaranteed), str(i.limit), str(i.lending_limit))
         for i in request.items.all()
     )
-    digest = hashlib.sha256(
-        json.dumps([generations, items], default=str).encode()
-    ).hexdigest()[:16]
+    digest = hashlib.sha256(json.dumps([generations, items], default=str).encode()).hexdigest()[:16]
     return f"advice:what-if:{request.pk}:{days}:{end:%Y%m%d%H}:{digest}"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.schedules import crontab
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -39,4 +40,9 @@ app.conf.beat_schedule = {
     "usage-collect-clusters": {"task": "usage.tasks.collect_clusters", "schedule": 60.0},
     "usage-roll-up": {"task": "usage.tasks.roll_up", "schedule": 60.0},
     "usage-enforce-retention": {"task": "usage.tasks.enforce_retention", "schedule": 3600.0},
+    # Quota suggestions from last month's usage (R20): the first of the month, 03:00 UTC.
+    "advice-compute-suggestions": {
+        "task": "advice.tasks.compute_suggestions",
+        "schedule": crontab(minute=0, hour=3, day_of_month=1),
+    },
 }

@@ -2,6 +2,7 @@
 
 from django.urls import path
 
+from advice import views as advice_views
 from portal import (
     views,
     views_fleet,
@@ -27,6 +28,11 @@ urlpatterns = [
         name="tenant-cluster-manifests",
     ),
     path("tenants/<str:slug>/requests/new/", views_requests.request_new, name="request-new"),
+    path(
+        "tenants/<str:slug>/suggestions/compute/",
+        advice_views.suggestions_compute,
+        name="tenant-suggestions-compute",
+    ),
     path(
         "tenants/<str:slug>/requests/validate/",
         views_requests.RequestValidateView.as_view(),

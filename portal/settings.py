@@ -171,6 +171,7 @@ USAGE_RETENTION_DAYS = {
     "1d": env_int("USAGE_RETENTION_1D_DAYS", 5 * 366),
 }
 USAGE_PARTITIONS_AHEAD_DAYS = env_int("USAGE_PARTITIONS_AHEAD_DAYS", 3)
+USAGE_AGENT_SAMPLES = env_bool("USAGE_AGENT_SAMPLES", True)  # agents' reports -> samples
 # /metrics (Prometheus): a bearer token, and/or client networks allowed without one.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 METRICS_ALLOWED_CIDRS = env_list("METRICS_ALLOWED_CIDRS", [])

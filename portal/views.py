@@ -18,6 +18,7 @@ from django.templatetags.static import static
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
+from advice import views as advice_views
 from portal import views_sync
 from portal.errors import NotFound
 from portal.tasks import HEARTBEAT_CACHE_KEY
@@ -70,6 +71,7 @@ def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
         # Where its quotas stand in each cluster (no live read: "In the cluster" does that).
         "cluster_syncs": views_sync.cluster_syncs(tenant=tenant),
     }
+    context |= advice_views.tenant_suggestions_context(request=request, tenant=tenant)
     return render(request, "portal/tenant_detail.html", context)
 
 

@@ -36,6 +36,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
 from django.views.decorators.http import require_POST
 
+from advice import views as advice_views
 from approvals import selectors as approval_selectors
 from approvals.choices import OPEN_STATUSES, RequestStatus
 from approvals.models import QuotaChangeRequest
@@ -694,6 +695,7 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "dry_run_created": [o for o in dry_run_objects if o.change == "created"],
         "dry_run_deleted": [o for o in dry_run_objects if o.change == "deleted"],
     }
+    context |= advice_views.request_what_if_context(request=request, change=change)
     return render(request, "portal/requests/detail.html", context)
 
 

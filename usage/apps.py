@@ -7,10 +7,12 @@ class UsageConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.conf import settings
+
         from gpu_agent.services import REPORT_INGESTED
         from usage.services import agent_report_samples
 
-        if agent_report_samples not in REPORT_INGESTED:
+        if settings.USAGE_AGENT_SAMPLES and agent_report_samples not in REPORT_INGESTED:
             REPORT_INGESTED.append(agent_report_samples)
         from usage.metrics import allowed_networks
 

@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
+from advice.api.views import QuotaRequestWhatIfView, TenantSuggestionsView
 from approvals.api.views import QuotaRequestViewSet, TenantViewSet
 from gpu_agent.agent_api import urls as gpu_agent_urls
 from quotas.api.views import (
@@ -46,6 +47,16 @@ urlpatterns = [
     path("auth/token/", TokenObtainView.as_view(), name="token-obtain"),
     path("me/", MeView.as_view(), name="me"),
     path("tenants/<str:tenant_slug>/usage/", TenantUsageView.as_view(), name="tenant-usage"),
+    path(
+        "tenants/<str:tenant_slug>/suggestions/",
+        TenantSuggestionsView.as_view(),
+        name="tenant-suggestions",
+    ),
+    path(
+        "quota-requests/<int:pk>/what-if/",
+        QuotaRequestWhatIfView.as_view(),
+        name="quota-request-what-if",
+    ),
     path("tenants/<str:tenant_slug>/", include(tenant_router.urls)),
     path("usage/samples/", SamplesView.as_view(), name="usage-samples"),
     path("mig/", include("gpu_agent.api.urls")),  # MIG catalogue and layout check

@@ -1,0 +1,90 @@
+"""Output serializers of the advice API (the inputs are a tenant slug, a request id and
+``days``, checked by the selectors)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+
+class SuggestionLineOutput(serializers.Serializer):
+    flavor = serializers.CharField()
+    resource = serializers.CharField()
+    daily_peaks = serializers.ListField(
+        child=serializers.ListField(child=serializers.JSONField(), min_length=2, max_length=2),
+        help_text="[day (ISO date), most GPUs in use that day] for each day of the period.",
+    )
+    peak = serializers.FloatField(help_text="The highest daily peak.")
+    days_with_usage = serializers.IntegerField()
+    p80 = serializers.FloatField(help_text="80% of the highest daily peak (R19).")
+    guarantee_floor = serializers.FloatField(help_text="p80 rounded up to whole GPUs.")
+    elastic_cap = serializers.FloatField()
+    capacity = serializers.FloatField()
+    utilization_pct = serializers.FloatField(allow_null=True, help_text="Mean GPU utilisation.")
+    memory_peak_mib = serializers.FloatField(allow_null=True, help_text="Peak memory on a GPU.")
+    guaranteed_before = serializers.FloatField()
+    limit_before = serializers.FloatField()
+    guaranteed_after = serializers.FloatField()
+    limit_after = serializers.FloatField()
+    memory_first = serializers.DictField(
+        allow_null=True, help_text="Where the guarantee moves when memory-first applies (R8)."
+    )
+    notes = serializers.ListField(child=serializers.CharField())
+    rule = serializers.CharField()
+
+
+class SuggestionOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    tenant = serializers.CharField(source="tenant.slug")
+    cluster = serializers.CharField(source="cluster.name")
+    period_start = serializers.DateTimeField()
+    period_end = serializers.DateTimeField()
+    request = serializers.IntegerField(source="request_id", allow_null=True)
+    request_status = serializers.CharField(source="request.status", allow_null=True, default=None)
+    note = serializers.CharField()
+    lines = SuggestionLineOutput(many=True, source="numbers")
+    created_at = serializers.DateTimeField()
+
+
+class ReplayStatsOutput(serializers.Serializer):
+    workloads = serializers.IntegerField()
+    admitted = serializers.IntegerField()
+    waiting_at_end = serializers.IntegerField()
+    never_fits = serializers.IntegerField(help_text="Bigger than the queue could ever get.")
+    wait_p50_s = serializers.FloatField(allow_null=True)
+    wait_p95_s = serializers.FloatField(allow_null=True)
+    utilisation_of_guarantee = serializers.FloatField(allow_null=True, help_text="0..1.")
+    guaranteed_gpu_hours = serializers.FloatField()
+    used_gpu_hours = serializers.FloatField()
+    borrowed_gpu_hours = serializers.FloatField()
+    borrowing_ratio = serializers.FloatField(allow_null=True, help_text="Borrowed / used.")
+    preemptions = serializers.IntegerField()
+
+
+class TenantWhatIfOutput(serializers.Serializer):
+    tenant = serializers.CharField()
+    is_requester = serializers.BooleanField()
+    recorded_wait_p50_s = serializers.FloatField(allow_null=True)
+    recorded_wait_p95_s = serializers.FloatField(allow_null=True)
+    before = ReplayStatsOutput()
+    after = ReplayStatsOutput()
+
+
+class WhatIfChangeOutput(serializers.Serializer):
+    flavor = serializers.CharField()
+    guaranteed_before = serializers.FloatField()
+    limit_before = serializers.FloatField()
+    guaranteed_after = serializers.FloatField()
+    limit_after = serializers.FloatField()
+
+
+class WhatIfOutput(serializers.Serializer):
+    request_id = serializers.IntegerField()
+    cluster = serializers.CharField()
+    days = serializers.IntegerField()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    workloads = serializers.IntegerField(help_text="Recorded workloads replayed.")
+    skipped_workloads = serializers.IntegerField()
+    replay_ms = serializers.FloatField(help_text="Time the two replays took.")
+    changes = WhatIfChangeOutput(many=True)
+    tenants = TenantWhatIfOutput(many=True)

@@ -1,0 +1,83 @@
+"""Thin views of the advice API: quota suggestions of a tenant, what-if of a request."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.generics import GenericAPIView
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from advice import selectors, services
+from advice.api.serializers import SuggestionOutput, WhatIfOutput
+from approvals.selectors import quota_request_get_for_user
+from approvals.services import quota_request_ensure_can_file
+from tenants.api.base import TenantScopedMixin, caller
+
+
+class TenantSuggestionsView(TenantScopedMixin, GenericAPIView):
+    """Quota suggestions from last month's usage (R19, R20), each with the numbers behind it
+    and the draft request filed from it. POST computes them now, replacing the tenant's
+    unsubmitted suggestion drafts (leads and platform admins); the monthly run does the same."""
+
+    serializer_class = SuggestionOutput
+    pagination_class = None
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(
+        responses={
+            200: SuggestionOutput(many=True),
+            404: OpenApiResponse(description="No such tenant, or not yours."),
+        }
+    )
+    def get(self, request: Request, tenant_slug: str) -> Response:
+        rows = selectors.suggestion_list_for_tenant(tenant=self.tenant)[:100]
+        return Response(SuggestionOutput(rows, many=True).data)
+
+    @extend_schema(
+        request=None,
+        responses={
+            201: SuggestionOutput(many=True),
+            403: OpenApiResponse(description="Only the tenant's leads and platform admins."),
+            404: OpenApiResponse(description="No such tenant, or not yours."),
+        },
+    )
+    def post(self, request: Request, tenant_slug: str) -> Response:
+        actor = caller(request)
+        quota_request_ensure_can_file(actor=actor, tenant=self.tenant)
+        rows = services.suggestions_compute(tenant=self.tenant, actor=actor)
+        return Response(SuggestionOutput(rows, many=True).data, status=status.HTTP_201_CREATED)
+
+
+class QuotaRequestWhatIfView(GenericAPIView):
+    """Replay the cluster's last ``days`` of recorded workloads against the quotas in force
+    and against this request's, with a Kueue-like admission model: predicted queue wait,
+    utilisation of the guarantee, borrowing and preemptions per tenant of the cohort, before
+    and after. Scoped like the request (others' answer 404)."""
+
+    serializer_class = WhatIfOutput
+    pagination_class = None
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "days",
+                OpenApiTypes.INT,
+                description=f"Days replayed, 1 to {selectors.WHAT_IF_DAYS_MAX} "
+                f"(default {selectors.WHAT_IF_DAYS_DEFAULT}).",
+            )
+        ],
+        responses={
+            200: WhatIfOutput,
+            400: OpenApiResponse(description="days out of range or not a number."),
+            404: OpenApiResponse(description="No such request, or not yours."),
+        },
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        change = quota_request_get_for_user(user=caller(request), pk=pk)
+        days = selectors.what_if_days(request.query_params.get("days"))
+        result = selectors.quota_request_what_if(request=change, days=days)
+        return Response(WhatIfOutput(result).data)

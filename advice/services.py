@@ -1,0 +1,386 @@
+"""Quota suggestions (R19, R20, R8): from last month's usage, per tenant and cluster, a draft
+change request with the numbers behind it.
+
+The rules, per GPU or MIG quota line of the tenant's quota set on the cluster:
+
+- Guarantee: at least 80% of the daily peak (R19: "保障下限不低于团队日常峰值需求的80%", the
+  guaranteed floor is not below 80% of the team's daily peak demand). The daily peak is the
+  most GPUs in use (Kueue flavorsUsage) on each day of last month; the rule must hold on
+  every day, so the floor is 80% of the highest daily peak, rounded up to whole GPUs. The
+  suggested guarantee is that floor (up or down), within what the other tenants' guarantees
+  leave free (unless the cluster allows overcommitting guarantees) and the elastic cap.
+- Limit: within the cluster's elastic cap (``quotas.services.elastic_cap``). It covers the
+  highest daily peak and never drops below the limit in force; a team that reached its limit
+  last month gets the elastic cap (the most it may have).
+- Memory-first (R8: low GPU utilisation but high memory, size quota by memory): below 40%
+  mean utilisation, the guarantee moves to the smallest flavor on the cluster (a MIG slice or
+  a smaller GPU) whose memory holds the peak memory used on one GPU with 10% headroom and
+  whose compute (its GPU weight against this flavor's) covers the mean utilisation with 10%
+  headroom; the whole-GPU line keeps its limit, so bigger jobs can still borrow.
+
+Each suggestion with a change is filed through ``approvals.services.quota_request_create``
+(validated like any request) as a draft in the name of a lead of the tenant, who reviews and
+submits it. Recomputing replaces the tenant's previous unsubmitted suggestion drafts
+(cancelled, their suggestions removed); submitted ones stay.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from advice.models import Suggestion
+from advice.selectors import LineUsage, ceil_units, flavor_memory_mib, month_before
+from advice.selectors import tenant_month_usage as _month_usage
+from approvals.choices import RequestStatus
+from approvals.services import quota_request_cancel, quota_request_create
+from portal.errors import ApplicationError
+from quotas.choices import FlavorKind, is_gpu_resource, mig_resource
+from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor
+from quotas.quantity import format_quantity
+from quotas.selectors import guarantees_by_flavor
+from quotas.services import QuotaItem, elastic_cap
+from tenants.choices import MembershipRole
+from tenants.models import Membership, Tenant, User
+from tenants.services import audit_record
+
+logger = logging.getLogger(__name__)
+
+GUARANTEE_SHARE_OF_PEAK = 0.8
+LOW_UTILIZATION_PCT = 40.0
+HEADROOM = 1.1
+RULE = (
+    "guarantee >= 80% of the highest daily peak (R19), rounded up to whole GPUs; limit covers "
+    "the peak (the elastic cap after a month at the limit) and stays within the elastic cap; "
+    "below 40% mean utilisation the guarantee moves to the smallest flavor whose memory and "
+    "compute fit (R8)"
+)
+
+
+@dataclass
+class _Line:
+    quota: Quota
+    usage: LineUsage
+    capacity: Decimal
+    free: Decimal  # capacity less the other tenants' guarantees (inf-like with overcommit)
+    cap: Decimal
+
+
+def _resource_of(flavor: ResourceFlavor) -> str:
+    return mig_resource(flavor.mig_profile) if flavor.kind == FlavorKind.MIG else "nvidia.com/gpu"
+
+
+def _memory_first(
+    line: _Line, guaranteed: Decimal, limit: Decimal, context: dict[str, Any]
+) -> tuple[ResourceFlavor, Decimal, Decimal, dict[str, Any]] | None:
+    """The smaller flavor the guarantee moves to, its guarantee and limit, and why."""
+    usage, flavor = line.usage, line.quota.flavor
+    if usage.utilization_pct is None or usage.utilization_pct >= LOW_UTILIZATION_PCT:
+        return None
+    if usage.memory_peak_mib is None or not guaranteed or not flavor.gpu_weight:
+        return None
+    own_memory = flavor_memory_mib(flavor)
+    best: tuple[Decimal, ResourceFlavor] | None = None
+    for other in context["flavors"]:
+        memory = flavor_memory_mib(other)
+        if (
+            other.pk == flavor.pk
+            or memory is None
+            or other.kind not in (FlavorKind.GPU, FlavorKind.MIG)
+        ):
+            continue
+        if own_memory is not None and memory >= own_memory:
+            continue
+        compute = float(other.gpu_weight / flavor.gpu_weight)
+        if memory < usage.memory_peak_mib * HEADROOM:
+            continue
+        if compute * 100 < usage.utilization_pct * HEADROOM:
+            continue
+        if best is None or other.gpu_weight < best[0]:
+            best = (other.gpu_weight, other)
+    if best is None:
+        return None
+    target = best[1]
+    resource = _resource_of(target)
+    capacity = context["capacities"].get((target.pk, resource))
+    if capacity is None:
+        return None
+    cap = elastic_cap(
+        capacity=capacity, fraction=context["cluster"].elastic_cap_fraction, resource=resource
+    )
+    held = context["held"].get((target.pk, resource), (Decimal(0), Decimal(0)))
+    free = capacity - context["taken"].get((target.pk, resource), Decimal(0))
+    if not context["cluster"].allow_guarantee_overcommit and guaranteed > free:
+        return None
+    target_limit = min(cap, max(limit, held[1], guaranteed))
+    if guaranteed > target_limit:
+        return None
+    why = {
+        "flavor": target.name,
+        "resource": resource,
+        "memory_mib": flavor_memory_mib(target),
+        "compute_share": round(float(target.gpu_weight / flavor.gpu_weight), 3),
+        "guaranteed": float(guaranteed),
+        "limit": float(target_limit),
+    }
+    return target, guaranteed, target_limit, why
+
+
+def _plan_line(line: _Line, context: dict[str, Any]) -> tuple[list[QuotaItem], dict[str, Any]]:
+    quota, usage = line.quota, line.usage
+    peak = usage.peak
+    floor = ceil_units(peak * GUARANTEE_SHARE_OF_PEAK)
+    notes = []
+    guaranteed = floor
+    if guaranteed > line.free:
+        guaranteed = max(line.free, Decimal(0))
+        notes.append(
+            f"80% of the peak is {floor}, but the other tenants' guarantees leave {line.free} "
+            f"of {line.capacity}"
+        )
+    if guaranteed > line.cap:
+        guaranteed = line.cap
+        notes.append(f"the guarantee is held to the elastic cap of {line.cap}")
+    reached_limit = quota.limit > 0 and Decimal(str(peak)) >= quota.limit
+    wanted = max(quota.limit, guaranteed, ceil_units(peak))
+    if reached_limit:
+        wanted = max(wanted, line.cap)
+        notes.append(f"the peak reached the limit of {quota.limit}: limit up to the elastic cap")
+    limit = min(wanted, line.cap)
+    if quota.limit > line.cap:
+        notes.append(f"the limit in force is above the elastic cap of {line.cap}")
+    lending = quota.lending_limit
+    if lending is not None and lending > guaranteed:
+        lending = guaranteed
+    items = []
+    numbers: dict[str, Any] = {
+        "flavor": quota.flavor.name,
+        "resource": quota.resource,
+        "daily_peaks": [[day.date().isoformat(), value] for day, value in usage.daily_peaks],
+        "peak": peak,
+        "days_with_usage": sum(1 for _, value in usage.daily_peaks if value > 0),
+        "p80": round(peak * GUARANTEE_SHARE_OF_PEAK, 3),
+        "guarantee_floor": float(floor),
+        "elastic_cap": float(line.cap),
+        "capacity": float(line.capacity),
+        "utilization_pct": None
+        if usage.utilization_pct is None
+        else round(usage.utilization_pct, 1),
+        "memory_peak_mib": usage.memory_peak_mib,
+        "guaranteed_before": float(quota.guaranteed),
+        "limit_before": float(quota.limit),
+        "guaranteed_after": float(guaranteed),
+        "limit_after": float(limit),
+        "memory_first": None,
+        "notes": notes,
+        "rule": RULE,
+    }
+    moved = _memory_first(line, guaranteed, limit, context)
+    if moved is not None and moved[0].pk not in context["touched"]:
+        target, target_g, target_l, why = moved
+        context["touched"].add(target.pk)
+        numbers["memory_first"] = why
+        numbers["guaranteed_after"] = 0.0
+        notes.append(
+            f"mean utilisation {numbers['utilization_pct']}% and peak memory "
+            f"{usage.memory_peak_mib:.0f} MiB fit {target.name}: the guarantee moves there"
+        )
+        items.append(
+            QuotaItem(
+                quota.flavor, quota.resource, Decimal(0), limit, Decimal(0) if lending else None
+            )
+        )
+        items.append(QuotaItem(target, why["resource"], target_g, target_l, None))
+        return items, numbers
+    if (guaranteed, limit, lending) != (quota.guaranteed, quota.limit, quota.lending_limit):
+        items.append(QuotaItem(quota.flavor, quota.resource, guaranteed, limit, lending))
+    return items, numbers
+
+
+def _lead(tenant: Tenant, actor: User | None) -> User | None:
+    """Who the draft is filed for: the acting lead, else the tenant's first lead."""
+    leads = Membership.objects.filter(
+        tenant=tenant, role=MembershipRole.LEAD, user__is_active=True
+    ).select_related("user")
+    if actor is not None and any(m.user_id == actor.pk for m in leads):
+        return actor
+    first = leads.order_by("pk").first()
+    return first.user if first else None
+
+
+def _replace_open(tenant: Tenant, actor: User | None) -> int:
+    """Cancel the tenant's unsubmitted suggestion drafts and drop their suggestions."""
+    old = list(
+        Suggestion.objects.filter(tenant=tenant)
+        .filter(Q(request__isnull=True) | Q(request__status=RequestStatus.DRAFT))
+        .select_related("request__requester", "request__tenant")
+    )
+    for suggestion in old:
+        draft = suggestion.request
+        if draft is not None and draft.requester is not None:
+            quota_request_cancel(request=draft, actor=draft.requester)
+    Suggestion.objects.filter(pk__in=[s.pk for s in old]).delete()
+    return len(old)
+
+
+def _reason(cluster: Cluster, start: datetime, lines: list[dict[str, Any]]) -> str:
+    parts = [f"Suggested by the portal from {start:%B %Y}'s usage on {cluster.name} (R19, R20)."]
+    for n in lines:
+        if (n["guaranteed_before"], n["limit_before"]) == (
+            n["guaranteed_after"],
+            n["limit_after"],
+        ) and not n["memory_first"]:
+            continue
+        parts.append(
+            f"{n['flavor']}: highest daily peak {n['peak']:g}, 80% = {n['p80']:g} -> guarantee "
+            f"{n['guaranteed_before']:g} -> {n['guaranteed_after']:g}, limit "
+            f"{n['limit_before']:g} -> {n['limit_after']:g} (elastic cap {n['elastic_cap']:g})"
+            + (f"; utilisation {n['utilization_pct']}%" if n["utilization_pct"] is not None else "")
+            + (
+                f"; memory-first: guarantee {n['memory_first']['guaranteed']:g} on "
+                f"{n['memory_first']['flavor']}"
+                if n["memory_first"]
+                else ""
+            )
+            + "."
+        )
+    return "\n".join(parts)
+
+
+def suggestion_compute(
+    *, tenant: Tenant, cluster: Cluster, actor: User | None, start: datetime, end: datetime,
+    now: datetime,
+) -> Suggestion | None:  # fmt: skip
+    """One tenant on one cluster (inside ``suggestions_compute``'s transaction)."""
+    quota_set = QuotaSet.objects.filter(tenant=tenant, cluster=cluster).first()
+    if quota_set is None:
+        return None
+    quotas = [
+        q
+        for q in quota_set.quotas.select_related("flavor").order_by("flavor__name", "resource")
+        if is_gpu_resource(q.resource)
+    ]
+    if not quotas:
+        return None
+    usage = _month_usage(tenant=tenant, cluster=cluster, start=start, end=end, now=now)
+    capacities = {
+        (fr.flavor_id, fr.resource): fr.capacity
+        for fr in FlavorResource.objects.filter(flavor__cluster=cluster)
+    }
+    taken = guarantees_by_flavor(cluster=cluster, exclude_quota_set=quota_set)
+    context: dict[str, Any] = {
+        "cluster": cluster,
+        "flavors": list(ResourceFlavor.objects.filter(cluster=cluster)),
+        "capacities": capacities,
+        "taken": taken,
+        "held": {(q.flavor_id, q.resource): (q.guaranteed, q.limit) for q in quotas},
+        "touched": {q.flavor_id for q in quotas},
+    }
+    items: list[QuotaItem] = []
+    numbers = []
+    for quota in quotas:
+        capacity = capacities.get((quota.flavor_id, quota.resource), Decimal(0))
+        free = (
+            Decimal(10**9)
+            if cluster.allow_guarantee_overcommit
+            else capacity - taken.get((quota.flavor_id, quota.resource), Decimal(0))
+        )
+        line = _Line(
+            quota,
+            usage.get(quota.flavor_id, LineUsage()),
+            capacity,
+            free,
+            elastic_cap(
+                capacity=capacity, fraction=cluster.elastic_cap_fraction, resource=quota.resource
+            ),
+        )
+        line_items, line_numbers = _plan_line(line, context)
+        items.extend(line_items)
+        numbers.append(line_numbers)
+    suggestion = Suggestion(
+        tenant=tenant,
+        cluster=cluster,
+        period_start=start,
+        period_end=end,
+        numbers=numbers,
+        created_by=actor,
+    )
+    if not items:
+        suggestion.note = "No change: the quotas in force already follow last month's usage."
+    elif (lead := _lead(tenant, actor)) is None:
+        suggestion.note = f"{tenant.slug} has no lead to review a draft; nothing was filed."
+    else:
+        try:
+            with transaction.atomic():
+                suggestion.request = quota_request_create(
+                    tenant=tenant,
+                    cluster=cluster,
+                    requester=lead,
+                    reason=_reason(cluster, start, numbers),
+                    items=items,
+                )
+        except ApplicationError as exc:
+            suggestion.note = f"Not filed: {exc.message}"
+            logger.info("suggestion for %s on %s not filed: %s", tenant, cluster, exc.message)
+    suggestion.save()
+    audit_record(
+        actor=actor,
+        action="suggestion.computed",
+        obj=suggestion,
+        tenant=tenant,
+        object_id=f"suggestion-{suggestion.pk}",
+        after={
+            "cluster": cluster.name,
+            "period": f"{start:%Y-%m}",
+            "request": suggestion.request_id,
+            "items": [
+                {
+                    "flavor": i.flavor.name,
+                    "resource": i.resource,
+                    "guaranteed": format_quantity(i.guaranteed, i.resource),
+                    "limit": format_quantity(i.limit, i.resource),
+                }
+                for i in items
+            ],
+            "note": suggestion.note,
+        },
+    )
+    return suggestion
+
+
+@transaction.atomic
+def suggestions_compute(
+    *, tenant: Tenant, actor: User | None = None, now: datetime | None = None
+) -> list[Suggestion]:
+    """Last month's suggestions for ``tenant`` on every cluster it has quotas on, replacing
+    its unsubmitted ones. The tenant row is locked, so two runs do not interleave."""
+    now = now or timezone.now()
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    start, end = month_before(now)
+    _replace_open(tenant, actor)
+    out = []
+    for cluster in Cluster.objects.filter(quota_sets__tenant=tenant).order_by("name"):
+        suggestion = suggestion_compute(
+            tenant=tenant, cluster=cluster, actor=actor, start=start, end=end, now=now
+        )
+        if suggestion is not None:
+            out.append(suggestion)
+    return out
+
+
+def suggestions_compute_all(*, now: datetime | None = None) -> int:
+    """The monthly run: every active tenant, each in its own transaction."""
+    count = 0
+    for tenant in Tenant.objects.filter(state="active", quota_sets__isnull=False).distinct():
+        try:
+            count += len(suggestions_compute(tenant=tenant, now=now))
+        except Exception:  # one tenant's failure must not stop the others
+            logger.exception("suggestions for %s failed", tenant.slug)
+    return count

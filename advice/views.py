@@ -1,0 +1,100 @@
+"""What the portal's pages show of quota advice: context helpers the tenant and request
+pages call (one call each), and the tenant page's "compute suggestions now" button."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
+
+from advice import selectors, services
+from approvals.models import QuotaChangeRequest
+from portal import errors
+from tenants.api.base import caller
+from tenants.models import Tenant
+from tenants.selectors import tenant_get_for_user, user_can_manage_tenant
+
+BAR_WIDTH = 160  # px of the what-if chart's longest bar
+
+
+def tenant_suggestions_context(*, request: HttpRequest, tenant: Tenant) -> dict[str, Any]:
+    """The tenant page's "Suggested changes" (the caller has already seen ``tenant``)."""
+    return {
+        "advice_suggestions": selectors.suggestions_open(tenant=tenant),
+        "advice_can_compute": user_can_manage_tenant(user=caller(request), tenant=tenant),
+    }
+
+
+def _bars(rows: list[selectors.TenantWhatIf]) -> list[dict[str, Any]]:
+    """Queue wait p95 before and after per tenant, as bar widths (server-side SVG)."""
+    waits = [
+        value
+        for row in rows
+        for value in (row.before["wait_p95_s"], row.after["wait_p95_s"])
+        if value is not None
+    ]
+    top = max(waits, default=0.0) or 1.0
+    out = []
+    for index, row in enumerate(rows):
+        before, after = row.before["wait_p95_s"] or 0.0, row.after["wait_p95_s"] or 0.0
+        out.append(
+            {
+                "tenant": row.tenant,
+                "y": index * 34,
+                "before": round(before / top * BAR_WIDTH, 1),
+                "after": round(after / top * BAR_WIDTH, 1),
+                "before_label": before,
+                "after_label": after,
+            }
+        )
+    return out
+
+
+def request_what_if_context(*, request: HttpRequest, change: QuotaChangeRequest) -> dict[str, Any]:
+    """The request page's "What-if" section: the replay when asked (``?what_if=1&days=N``),
+    for open requests. The caller has already scoped ``change``."""
+    context: dict[str, Any] = {
+        "what_if_offered": change.status in ("draft", "pending"),
+        "what_if": None,
+        "what_if_days": selectors.WHAT_IF_DAYS_DEFAULT,
+        "what_if_error": "",
+        "what_if_max_days": selectors.WHAT_IF_DAYS_MAX,
+    }
+    if not context["what_if_offered"] or "what_if" not in request.GET:
+        return context
+    try:
+        days = selectors.what_if_days(request.GET.get("days"))
+    except errors.ValidationFailed as exc:
+        context["what_if_error"] = f"days: {exc.fields.get('days', [exc.message])[0]}"
+        return context
+    result = selectors.quota_request_what_if(request=change, days=days)
+    context.update(
+        what_if=result,
+        what_if_days=days,
+        what_if_bars=_bars(result.tenants),
+        what_if_chart_height=max(len(result.tenants) * 34, 34),
+    )
+    return context
+
+
+@login_required
+@require_POST
+def suggestions_compute(request: HttpRequest, slug: str) -> HttpResponse:
+    user = caller(request)
+    try:
+        tenant = tenant_get_for_user(user=user, slug=slug)
+    except errors.NotFound as exc:
+        raise Http404(str(exc)) from exc
+    if not user_can_manage_tenant(user=user, tenant=tenant):
+        raise PermissionDenied("Only the tenant's leads and platform admins compute suggestions.")
+    rows = services.suggestions_compute(tenant=tenant, actor=user)
+    filed = sum(1 for s in rows if s.request_id)
+    messages.success(
+        request, f"Suggestions computed for {len(rows)} cluster(s); {filed} draft(s) to review."
+    )
+    return redirect("portal:tenant-detail", slug=tenant.slug)
