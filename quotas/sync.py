@@ -196,6 +196,14 @@ def cluster_reconcile(*, cluster: Cluster) -> PushOutcome:
     """A full pass over ``cluster``: re-apply what differs (hand edits), prune what the portal
     owns and no longer wants, and audit each repaired drift with its diff."""
     outcome = PushOutcome(generation=0)
+    with cluster_push_lock(cluster=cluster) as held:
+        if not held:
+            outcome.error, outcome.retryable = "a tenant push is under way; reconcile later", True
+            return outcome
+        return _reconcile_locked(cluster, outcome)
+
+
+def _reconcile_locked(cluster: Cluster, outcome: PushOutcome) -> PushOutcome:
     try:
         desired = desired_objects(cluster)
         errors = validate_objects(desired, kubernetes_version=cluster.kubernetes_version)
@@ -274,6 +282,34 @@ def outbox_claim(*, outbox_id: int) -> SyncOutbox | None:
 PUSH_LOCK_NAMESPACE = 0x70757368
 
 
+def _push_lock_key(cluster_id: int, tenant_id: int) -> int:
+    return (cluster_id * 1_000_003 + tenant_id) % 2**31
+
+
+@contextlib.contextmanager
+def _push_locks(cluster: Cluster, tenant_ids: list[int]) -> Iterator[bool]:
+    """All of these tenants' push locks on ``cluster``, or none (False) when a push holds one."""
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    taken: list[int] = []
+    try:
+        with connection.cursor() as cursor:
+            for tenant_id in tenant_ids:
+                key = _push_lock_key(cluster.pk, tenant_id)
+                cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [PUSH_LOCK_NAMESPACE, key])
+                row = cursor.fetchone()
+                if not (row and row[0]):
+                    break
+                taken.append(key)
+        yield len(taken) == len(tenant_ids)
+    finally:
+        # A connection lost meanwhile took the locks with it.
+        with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+            for key in taken:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [PUSH_LOCK_NAMESPACE, key])
+
+
 @contextlib.contextmanager
 def tenant_push_lock(*, tenant: Tenant, cluster: Cluster) -> Iterator[bool]:
     """Whether this process may push ``tenant`` to ``cluster`` now: one pass at a time, so
@@ -281,21 +317,20 @@ def tenant_push_lock(*, tenant: Tenant, cluster: Cluster) -> Iterator[bool]:
     write an older generation after a newer one. A PostgreSQL session advisory lock, released
     at the end, or by the server with the connection of a worker that died; on other databases
     (SQLite: one process) always granted."""
-    if connection.vendor != "postgresql":
-        yield True
-        return
-    key = (cluster.pk * 1_000_003 + tenant.pk) % 2**31
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [PUSH_LOCK_NAMESPACE, key])
-        row = cursor.fetchone()
-    held = bool(row and row[0])
-    try:
+    with _push_locks(cluster, [tenant.pk]) as held:
         yield held
-    finally:
-        if held:
-            # A connection lost meanwhile took the lock with it.
-            with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [PUSH_LOCK_NAMESPACE, key])
+
+
+@contextlib.contextmanager
+def cluster_push_lock(*, cluster: Cluster) -> Iterator[bool]:
+    """Every tenant's push lock on ``cluster`` (a full reconcile writes all of them), taken
+    before the reconcile reads what it wants, so that it never writes an older generation over
+    a tenant push; False when a tenant push is under way (reconcile later)."""
+    tenant_ids = sorted(
+        QuotaSet.objects.filter(cluster=cluster).values_list("tenant_id", flat=True).distinct()
+    )
+    with _push_locks(cluster, tenant_ids) as held:
+        yield held
 
 
 # --- reading: what the portal owns, what a change would do, what the cluster says -----------

@@ -10,7 +10,7 @@ delete for each owned object no longer desired. Backends:
 - ``ManifestsBackend``: a directory of YAML for GitOps, one file per tenant plus the
   cluster-wide objects, in a stable order so diffs stay small.
 
-Errors: 422 and other 4xx are permanent (the object is wrong: retrying will not help); 409,
+Errors: 422 and other 4xx are permanent (the object is wrong: retrying will not help); 408, 409,
 429, 5xx, timeouts and connection errors are retryable (``RetryableError``), and the caller
 retries the whole pass with backoff. Applies are idempotent, so a retried pass is safe.
 """
@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 Key = tuple[str, str, str, str]
 LIST_PAGE = 500
 TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
-RETRYABLE_STATUSES = {409, 429, 500, 502, 503, 504}
+RETRYABLE_STATUSES = {408, 409, 429, 500, 502, 503, 504}
 
 
 class ApplyError(Exception):

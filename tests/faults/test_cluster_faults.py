@@ -30,7 +30,7 @@ from quotas.services import (
     enqueue_outbox,
     outbox_sweep,
 )
-from quotas.sync import tenant_push_lock
+from quotas.sync import cluster_reconcile, tenant_push_lock
 from tests.faults.invariants import (
     approve_cpu_changes,
     approve_one,
@@ -327,3 +327,34 @@ def test_a_second_push_of_a_tenant_waits_for_the_one_under_way(on_postgres, sync
     outcome = outbox_deliver(outbox_id=row.pk)
     assert outcome is not None and outcome.ok
     assert status(request) == RequestStatus.APPLIED
+
+
+def test_a_full_reconcile_waits_for_a_tenant_push_under_way(on_postgres, synced, leads, standin):
+    """The 5-minute reconcile writes every tenant's objects: while a worker pushes team-a, it
+    reads nothing and writes nothing (it could write team-a's older generation over the push),
+    and says to come back; afterwards it runs."""
+    world = synced
+    held, release = threading.Event(), threading.Event()
+
+    def other_worker() -> None:
+        try:
+            with tenant_push_lock(tenant=world.team_a, cluster=world.a100) as got:
+                assert got
+                held.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=other_worker)
+    thread.start()
+    try:
+        assert held.wait(10)
+        standin.reset_stats()
+        outcome = cluster_reconcile(cluster=world.a100)
+        assert outcome.retryable and "under way" in (outcome.error or "")
+        assert standin.stats()["total"] == 0
+    finally:
+        release.set()
+        thread.join(10)
+    outcome = cluster_reconcile(cluster=world.a100)
+    assert outcome.ok, outcome.error
