@@ -595,6 +595,12 @@ def report(
         figure("approvals applied", result["applied"], "approvals"),
         figure("max Celery queue depth", max_depth, "tasks", target=args.max_queue, better="lower"),
         figure("throughput", round(requests / seconds, 1), "req/s"),
+        # What the agents' schedule asked for against what the server answered meanwhile (the
+        # load generator shares the machine's cores with the server).
+        figure(
+            "agent reports answered / due", round(len(stats.latencies["agent: report"]) / seconds, 1),
+            "reports/s", baseline=round(args.agents / args.interval, 1),
+        ),
         *figures,
     ])  # fmt: skip
     print("PASS" if passed else "FAIL")
