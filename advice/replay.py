@@ -126,7 +126,7 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-@dataclass
+@dataclass(eq=False)  # identity: list.remove must take this run, not an equal one
 class _Run:
     job: Job
     order: float  # FIFO key: creation, or the last eviction

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
+from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
-from django.views.decorators.http import require_POST
+from django.views import View
 
 from advice import selectors, services
 from approvals.models import QuotaChangeRequest
@@ -82,19 +82,26 @@ def request_what_if_context(*, request: HttpRequest, change: QuotaChangeRequest)
     return context
 
 
-@login_required
-@require_POST
-def suggestions_compute(request: HttpRequest, slug: str) -> HttpResponse:
-    user = caller(request)
-    try:
-        tenant = tenant_get_for_user(user=user, slug=slug)
-    except errors.NotFound as exc:
-        raise Http404(str(exc)) from exc
-    if not user_can_manage_tenant(user=user, tenant=tenant):
-        raise PermissionDenied("Only the tenant's leads and platform admins compute suggestions.")
-    rows = services.suggestions_compute(tenant=tenant, actor=user)
-    filed = sum(1 for s in rows if s.request_id)
-    messages.success(
-        request, f"Suggestions computed for {len(rows)} cluster(s); {filed} draft(s) to review."
-    )
-    return redirect("portal:tenant-detail", slug=tenant.slug)
+class SuggestionsComputeView(LoginRequiredMixin, View):
+    """POST: compute the tenant's suggestions now (its leads and platform admins). POST only
+    (a class, as the request form's live check: any other method is refused before a tenant
+    is looked up, 405 whatever the slug); another tenant answers 404."""
+
+    http_method_names = ["post"]
+
+    def post(self, request: HttpRequest, slug: str) -> HttpResponse:
+        user = caller(request)
+        try:
+            tenant = tenant_get_for_user(user=user, slug=slug)
+        except errors.NotFound as exc:
+            raise Http404(str(exc)) from exc
+        if not user_can_manage_tenant(user=user, tenant=tenant):
+            raise PermissionDenied(
+                "Only the tenant's leads and platform admins compute suggestions."
+            )
+        rows = services.suggestions_compute(tenant=tenant, actor=user)
+        filed = sum(1 for s in rows if s.request_id)
+        messages.success(
+            request, f"Suggestions computed for {len(rows)} cluster(s); {filed} draft(s) to review."
+        )
+        return redirect("portal:tenant-detail", slug=tenant.slug)

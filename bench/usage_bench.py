@@ -32,6 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DB_NAME = "usage_bench"
+sys.path.insert(0, str(ROOT / "bench"))
+from figures import emit, figure  # noqa: E402 - the line bench/run.py reads
 
 
 def _admin_url(url: str) -> str:
@@ -259,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queries", type=int, default=20)
     args = parser.parse_args(argv)
     failures = []
+    figures: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         setup(args.database_url, tmp)
         try:
@@ -269,6 +272,23 @@ def main(argv: list[str] | None = None) -> int:
                       f"{a['orm_bulk_create_rows_per_s']:,} rows/s")  # fmt: skip
                 print(f"    ratio project / raw COPY: {a['ratio_project_to_raw_copy']} (target >= 0.5); "
                       f"bulk_create / raw COPY: {a['ratio_orm_to_raw_copy']}; times {a['times_s']}")  # fmt: skip
+                figures.append(
+                    figure(
+                        "ingest: project path rows/s vs raw COPY",
+                        a["project_rows_per_s"],
+                        "rows/s",
+                        baseline=a["raw_copy_rows_per_s"],
+                        target=0.5,
+                    )
+                )
+                figures.append(
+                    figure(
+                        "ingest: ORM bulk_create rows/s vs raw COPY",
+                        a["orm_bulk_create_rows_per_s"],
+                        "rows/s",
+                        baseline=a["raw_copy_rows_per_s"],
+                    )
+                )
                 if a["ratio_project_to_raw_copy"] < 0.5:
                     failures.append("(a) ratio below 0.5")
             if args.part in ("b", "all"):
@@ -277,10 +297,21 @@ def main(argv: list[str] | None = None) -> int:
                       f"points): {b['query_ms_small']} ms at {b['raw_small']:,} raw samples, "
                       f"{b['query_ms_big']} ms at {b['raw_big']:,}; ratio {b['ratio_big_to_small']} "
                       f"(target <= 2); fill {b['fill_s']} s, rollups {b['rollup_s']} s")  # fmt: skip
+                figures.append(
+                    figure(
+                        "30-day usage query ms at 10M vs 1M raw samples",
+                        b["query_ms_big"],
+                        "ms",
+                        baseline=b["query_ms_small"],
+                        target=2,
+                        better="lower",
+                    )
+                )
                 if b["ratio_big_to_small"] > 2:
                     failures.append("(b) ratio above 2")
         finally:
             teardown(args.database_url)
+    emit("usage", figures)
     print("PASS" if not failures else "FAIL: " + "; ".join(failures))
     return 0 if not failures else 1
 

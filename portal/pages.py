@@ -30,7 +30,7 @@ urlpatterns = [
     path("tenants/<str:slug>/requests/new/", views_requests.request_new, name="request-new"),
     path(
         "tenants/<str:slug>/suggestions/compute/",
-        advice_views.suggestions_compute,
+        advice_views.SuggestionsComputeView.as_view(),
         name="tenant-suggestions-compute",
     ),
     path(

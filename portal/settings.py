@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "gpu_agent",
     "usage",
     "advice",
+    "dashboards",
     "portal",
 ]
 
@@ -172,6 +173,8 @@ USAGE_RETENTION_DAYS = {
 }
 USAGE_PARTITIONS_AHEAD_DAYS = env_int("USAGE_PARTITIONS_AHEAD_DAYS", 3)
 USAGE_AGENT_SAMPLES = env_bool("USAGE_AGENT_SAMPLES", True)  # agents' reports -> samples
+# At most one sample set per node this often (per web process); agents report every 10 s.
+USAGE_AGENT_SAMPLE_EVERY_S = env_int("USAGE_AGENT_SAMPLE_EVERY_S", 60)
 # /metrics (Prometheus): a bearer token, and/or client networks allowed without one.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 METRICS_ALLOWED_CIDRS = env_list("METRICS_ALLOWED_CIDRS", [])
@@ -224,6 +227,11 @@ STATIC_ROOT = Path(env_str("STATIC_ROOT", str(DATA_DIR / "static")))
 if DEBUG or TESTING:
     STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns when it is missing
 STATICFILES_DIRS = [BASE_DIR / "portal" / "static"]
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "dashboards.staticfiles.PlotlyFinder",  # plotly.min.js from the plotly package (no CDN)
+]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {

@@ -341,9 +341,53 @@ def _owner(processes: Sequence[Mapping[str, Any]], tenants: Mapping[str, int | N
     return None
 
 
-@transaction.atomic
+_LAST_SAMPLED: dict[int, datetime] = {}  # node id -> when its report last became samples
+
+
+def _due(node_id: int, now: datetime) -> bool:
+    """A throttle, not state: at most one sample set per node per USAGE_AGENT_SAMPLE_EVERY_S
+    in this process (a restart only samples sooner)."""
+    every = timedelta(seconds=settings.USAGE_AGENT_SAMPLE_EVERY_S)
+    last = _LAST_SAMPLED.get(node_id)
+    if last is not None and timedelta(0) <= now - last < every:
+        return False
+    _LAST_SAMPLED[node_id] = now
+    return True
+
+
 def agent_report_samples(*, node: Any, report: Mapping[str, Any], now: datetime) -> int:
-    """The ``gpu_agent`` hook (after the report commits): a report becomes samples per GPU (outside MIG) and per MIG
+    """The ``gpu_agent`` hook (after the report commits), throttled per node
+    (``USAGE_AGENT_SAMPLE_EVERY_S``, 60 s: the 5-minute rollups need no more)."""
+    tenants = _pod_tenants(node.cluster_id, now)
+    if not _due(node.pk, now):
+        # Every report stores its MIG instances anew: their tenants are set every time.
+        attributed = _instance_tenants(report, tenants)
+        if attributed:
+            from gpu_agent.services import instances_attribute
+
+            instances_attribute(node=node, tenants=attributed)
+        return 0
+    return agent_report_samples_write(node=node, report=report, now=now)
+
+
+def _instance_tenants(
+    report: Mapping[str, Any], tenants: Mapping[str, int | None]
+) -> dict[tuple[str, int], int | None]:
+    """(GPU uuid, gi_id) -> tenant of the MIG instances running a known tenant's pod."""
+    out: dict[tuple[str, int], int | None] = {}
+    if not tenants:
+        return out
+    for g in report.get("gpus") or []:
+        for inst in g.get("instances") or []:
+            tenant_id = _owner(inst.get("processes") or [], tenants)
+            if tenant_id is not None:
+                out[(g["uuid"], inst["gi_id"])] = tenant_id
+    return out
+
+
+@transaction.atomic
+def agent_report_samples_write(*, node: Any, report: Mapping[str, Any], now: datetime) -> int:
+    """A report becomes samples per GPU (outside MIG) and per MIG
     instance (utilisation, memory used, processes), each with the tenant whose pod runs
     there (process ``pod_uid`` -> the collector's pods -> namespace -> tenant), and the MIG
     instances' ``tenant`` is set. A bounded number of statements per report."""

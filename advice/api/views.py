@@ -12,6 +12,8 @@ from rest_framework.response import Response
 
 from advice import selectors, services
 from advice.api.serializers import SuggestionOutput, WhatIfOutput
+from advice.models import Suggestion
+from approvals.models import QuotaChangeRequest
 from approvals.selectors import quota_request_get_for_user
 from approvals.services import quota_request_ensure_can_file
 from tenants.api.base import TenantScopedMixin, caller
@@ -23,6 +25,7 @@ class TenantSuggestionsView(TenantScopedMixin, GenericAPIView):
     unsubmitted suggestion drafts (leads and platform admins); the monthly run does the same."""
 
     serializer_class = SuggestionOutput
+    queryset = Suggestion.objects.none()  # for the schema; the selector scopes the rows
     pagination_class = None
     permission_classes = [IsAuthenticated]
 
@@ -58,6 +61,7 @@ class QuotaRequestWhatIfView(GenericAPIView):
     and after. Scoped like the request (others' answer 404)."""
 
     serializer_class = WhatIfOutput
+    queryset = QuotaChangeRequest.objects.none()  # for the schema; the selector scopes it
     pagination_class = None
     permission_classes = [IsAuthenticated]
 
@@ -76,8 +80,8 @@ class QuotaRequestWhatIfView(GenericAPIView):
             404: OpenApiResponse(description="No such request, or not yours."),
         },
     )
-    def get(self, request: Request, pk: int) -> Response:
-        change = quota_request_get_for_user(user=caller(request), pk=pk)
+    def get(self, request: Request, id: int) -> Response:  # the document's name for the pk
+        change = quota_request_get_for_user(user=caller(request), pk=id)
         days = selectors.what_if_days(request.query_params.get("days"))
         result = selectors.quota_request_what_if(request=change, days=days)
         return Response(WhatIfOutput(result).data)

@@ -53,7 +53,7 @@ urlpatterns = [
         name="tenant-suggestions",
     ),
     path(
-        "quota-requests/<int:pk>/what-if/",
+        "quota-requests/<int:id>/what-if/",
         QuotaRequestWhatIfView.as_view(),
         name="quota-request-what-if",
     ),

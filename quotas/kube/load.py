@@ -4,12 +4,25 @@ specs (``quotas.kube.spec``). A fixed number of queries, whatever the number of 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaItem, TenantSpec
 from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor
 from tenants.choices import MembershipRole
 from tenants.models import Membership, Namespace
+
+# Which tenants have new work held on a cluster (quota use at 100% of the limit, R11): each
+# hook takes ``cluster_id=`` and ``tenant_ids=`` and returns the blocked tenants' ids. The
+# alerts app registers its selector in its AppConfig.ready(), so this app imports nothing
+# above it; with no hook nobody is blocked.
+BLOCKED_TENANTS: list[Callable[..., Iterable[int]]] = []
+
+
+def blocked_tenant_ids(cluster: Cluster, tenant_ids: list[int]) -> set[int]:
+    blocked: set[int] = set()
+    for hook in BLOCKED_TENANTS:
+        blocked.update(hook(cluster_id=cluster.pk, tenant_ids=tenant_ids))
+    return blocked
 
 
 def cluster_spec(cluster: Cluster) -> ClusterSpec:
@@ -60,6 +73,7 @@ def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -
     for m in Membership.objects.filter(tenant_id__in=ids).select_related("user"):
         target = viewers if m.role == MembershipRole.VIEWER else editors
         target[m.tenant_id].append(m.user.get_username())
+    blocked = blocked_tenant_ids(cluster, ids)
     specs = []
     for qs in quota_sets:
         tenant = qs.tenant
@@ -81,6 +95,7 @@ def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -
                 max_pvcs=qs.max_pvcs,
                 editors=tuple(sorted(editors[tenant.pk])),
                 viewers=tuple(sorted(viewers[tenant.pk])),
+                blocked=tenant.pk in blocked,
             )
         )
     return sorted(specs, key=lambda s: s.slug)

@@ -12,6 +12,7 @@ def _fresh_caches() -> Iterator[None]:
     """Per-process caches (flavors, pods) keyed by ids a rolled-back test may reuse."""
     services._FLAVOR_CACHE.clear()
     services._POD_CACHE.clear()
+    services._LAST_SAMPLED.clear()
     yield
     services._FLAVOR_CACHE.clear()
     services._POD_CACHE.clear()

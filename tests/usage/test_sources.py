@@ -76,7 +76,12 @@ def test_an_agent_report_becomes_samples_per_gpu_and_mig_instance_with_tenants(
     # A pod the collector has not seen: no tenant; the whole-GPU flavor by model.
     assert (whole.value, whole.tenant_id, whole.flavor_id) == (88, None, world.h100_gpu.pk)
     assert rows[("GPU-h100-1", None, Metric.GPU_PROCESSES)].value == 1
-    # The MIG instance carries its tenant too.
+    # Reports every 10 s, samples once a minute per node (USAGE_AGENT_SAMPLE_EVERY_S).
+    count = Sample.objects.count()
+    with django_capture_on_commit_callbacks(execute=True):
+        agent_report_ingest(node=node, report=h100_report("h100-node-1"))
+    assert Sample.objects.count() == count
+    # The MIG instance carries its tenant too, after every report (they are stored anew).
     tenants = dict(MigInstance.objects.filter(gpu__node=node).values_list("gi_id", "tenant_id"))
     assert tenants == {9: world.team_a.pk, 10: None}
 

@@ -1,0 +1,284 @@
+"""Plotly figures ({"data": [...], "layout": {...}}) built from the selectors' results.
+
+The pages embed them as JSON (``json_script``) and ``static/portal/charts.js`` draws them: no
+inline script, nothing computed in the browser but the drawing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+from dashboards.selectors import (
+    TOP_TENANTS,
+    WEEKDAYS,
+    AdminDashboard,
+    ClusterView,
+    Showback,
+    TenantDashboard,
+    WorkloadProfile,
+)
+
+Figure = dict[str, Any]
+COLORS = {
+    "used": "#2f6fbf",
+    "borrowed": "#e8891d",
+    "guaranteed": "#2a9d55",
+    "limit": "#c0392b",
+    "peak": "#5b5b5b",
+    "capacity": "#444444",
+}
+PALETTE = ["#2f6fbf", "#e8891d", "#2a9d55", "#c0392b", "#8e44ad", "#16a085", "#d35400",
+           "#7f8c8d", "#f1c40f", "#2c3e50", "#e84393", "#00b894", "#b2bec3"]  # fmt: skip
+
+
+def _t(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _layout(title: str, *, y: str = "", **extra: Any) -> dict[str, Any]:
+    layout: dict[str, Any] = {
+        "title": {"text": title, "font": {"size": 15}},
+        "margin": {"l": 60, "r": 20, "t": 40, "b": 40},
+        "height": 320,
+        "legend": {"orientation": "h", "y": -0.2},
+        "hovermode": "x unified",
+        "yaxis": {"title": {"text": y}, "rangemode": "tozero"},
+    }
+    layout.update(extra)
+    return layout
+
+
+def _quota_traces(times: list[str], rows: list[dict[str, Any]], unit: str) -> list[dict]:
+    def col(name: str) -> list[float | None]:
+        return [r.get(name) for r in rows]
+
+    used, borrowed = col("used"), col("borrowed")
+    within = [None if u is None else max(u - (b or 0), 0) for u, b in zip(used, borrowed, strict=True)]
+    traces = [
+        {"type": "scatter", "mode": "lines", "name": f"used within guarantee ({unit})", "x": times,
+         "y": within, "stackgroup": "use", "line": {"width": 0.5, "color": COLORS["used"]}},
+        {"type": "scatter", "mode": "lines", "name": f"borrowed ({unit})", "x": times,
+         "y": [b or 0 for b in borrowed], "stackgroup": "use",
+         "line": {"width": 0.5, "color": COLORS["borrowed"]}},
+        {"type": "scatter", "mode": "lines", "name": "guaranteed", "x": times, "y": col("guaranteed"),
+         "line": {"dash": "dash", "color": COLORS["guaranteed"], "width": 2}},
+        {"type": "scatter", "mode": "lines", "name": "limit", "x": times, "y": col("limit"),
+         "line": {"dash": "dot", "color": COLORS["limit"], "width": 2}},
+    ]  # fmt: skip
+    if any(r.get("used_max") is not None for r in rows):
+        traces.append(
+            {"type": "scatter", "mode": "lines", "name": "peak", "x": times, "y": col("used_max"),
+             "line": {"color": COLORS["peak"], "width": 1, "dash": "dot"}}
+        )  # fmt: skip
+    return traces
+
+
+def tenant_figures(dashboard: TenantDashboard) -> dict[str, Figure]:
+    figures: dict[str, Figure] = {}
+    for i, series in enumerate(dashboard.series):
+        times = [_t(p.time) for p in series.points]
+        rows = [p.values for p in series.points]
+        figures[f"flavor-{i}"] = {
+            "data": _quota_traces(times, rows, "GPUs"),
+            "layout": _layout(f"{series.cluster} · {series.flavor}", y="GPUs"),
+        }
+    if dashboard.units:
+        times = [_t(r["time"]) for r in dashboard.units]
+        figures["units"] = {
+            "data": _quota_traces(times, dashboard.units, "units"),
+            "layout": _layout("All clusters and flavors, normalised GPU units", y="GPU units"),
+        }
+        figures["utilization"] = {
+            "data": [
+                {"type": "scatter", "mode": "lines", "name": f"{s.cluster} · {s.flavor}",
+                 "x": [_t(p.time) for p in s.points],
+                 "y": [p.values.get("gpu_utilization") for p in s.points],
+                 "line": {"color": PALETTE[i % len(PALETTE)]}}
+                for i, s in enumerate(dashboard.series)
+            ],  # fmt: skip
+            "layout": _layout("GPU utilisation", y="%", yaxis={"range": [0, 100], "title": {"text": "%"}}),
+        }
+    return figures
+
+
+def _top(values: dict[str, float], count: int = TOP_TENANTS) -> list[str]:
+    return [t for t, _ in sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))[:count]]
+
+
+def _cluster_share_figure(view: ClusterView) -> Figure:
+    flavors = [f for f in view.flavors]
+    names = [f.flavor.name for f in flavors]
+    totals: dict[str, float] = defaultdict(float)
+    for shares in view.shares.values():
+        for tenant, used in shares.items():
+            totals[tenant] += used
+    top = _top(totals)
+    data: list[dict[str, Any]] = []
+    for i, tenant in enumerate(top):
+        data.append(
+            {"type": "bar", "name": tenant, "x": names,
+             "y": [view.shares.get(f.flavor.pk, {}).get(tenant, 0) for f in flavors],
+             "marker": {"color": PALETTE[i % len(PALETTE)]}}
+        )  # fmt: skip
+    if len(totals) > len(top):
+        data.append(
+            {"type": "bar", "name": f"{len(totals) - len(top)} others", "x": names,
+             "y": [sum(v for t, v in view.shares.get(f.flavor.pk, {}).items() if t not in top)
+                   for f in flavors], "marker": {"color": "#b2bec3"}}
+        )  # fmt: skip
+    data.append(
+        {"type": "scatter", "mode": "markers", "name": "capacity", "x": names,
+         "y": [f.capacity for f in flavors],
+         "marker": {"symbol": "line-ew-open", "size": 40, "color": COLORS["capacity"],
+                    "line": {"width": 3}}}
+    )  # fmt: skip
+    return {
+        "data": data,
+        "layout": _layout(
+            f"{view.cluster.name}: mean use per tenant", y="GPUs", barmode="stack", hovermode="closest"
+        ),
+    }
+
+
+def _cluster_capacity_figure(view: ClusterView) -> Figure:
+    names = [f.flavor.name for f in view.flavors]
+    bars = (("capacity", "capacity"), ("guaranteed", "guaranteed"), ("limit", "limit"),
+            ("mean used", "used_mean"))  # fmt: skip
+    colors = [COLORS["capacity"], COLORS["guaranteed"], COLORS["limit"], COLORS["used"]]
+    return {
+        "data": [
+            {"type": "bar", "name": label, "x": names, "y": [getattr(f, attr) for f in view.flavors],
+             "marker": {"color": color}}
+            for (label, attr), color in zip(bars, colors, strict=True)
+        ],  # fmt: skip
+        "layout": _layout(
+            f"{view.cluster.name}: guarantees allocated vs capacity", y="GPUs",
+            barmode="group", hovermode="closest",
+        ),  # fmt: skip
+    }
+
+
+def _heatmap_figure(view: ClusterView) -> Figure:
+    nodes = sorted({g.node for g in view.gpus})
+    width = max((g.index for g in view.gpus), default=-1) + 1
+    z: list[list[float | None]] = [[None] * width for _ in nodes]
+    text: list[list[str]] = [[""] * width for _ in nodes]
+    row = {n: i for i, n in enumerate(nodes)}
+    for g in view.gpus:
+        z[row[g.node]][g.index] = None if g.utilization is None else round(g.utilization, 1)
+        mig = f", MIG {g.instances} instances, {g.free_slices} free slices" if g.mig else ""
+        text[row[g.node]][g.index] = f"{g.model}{mig}"
+    return {
+        "data": [
+            {"type": "heatmap", "x": [f"GPU {i}" for i in range(width)], "y": nodes, "z": z,
+             "text": text, "zmin": 0, "zmax": 100, "colorscale": "Viridis",
+             "colorbar": {"title": {"text": "%"}},
+             "hovertemplate": "%{y} %{x}: %{z}%<br>%{text}<extra></extra>"}
+        ],  # fmt: skip
+        "layout": _layout(
+            f"{view.cluster.name}: GPU utilisation now (last 5 minutes)",
+            hovermode="closest",
+            height=max(220, 60 + 28 * len(nodes)),
+            yaxis={"automargin": True},
+        ),
+    }
+
+
+def admin_figures(dashboard: AdminDashboard) -> dict[str, Figure]:
+    figures: dict[str, Figure] = {}
+    for i, view in enumerate(dashboard.clusters):
+        if view.flavors:
+            figures[f"share-{i}"] = _cluster_share_figure(view)
+            figures[f"capacity-{i}"] = _cluster_capacity_figure(view)
+        if view.gpus:
+            figures[f"heatmap-{i}"] = _heatmap_figure(view)
+    clusters = [c.cluster.name for c in dashboard.clusters]
+    totals = {t: sum(v.values()) for t, v in dashboard.tenant_units.items()}
+    top = _top(totals)
+    data: list[dict[str, Any]] = [
+        {"type": "bar", "name": tenant, "x": clusters,
+         "y": [dashboard.tenant_units[tenant].get(c, 0) for c in clusters],
+         "marker": {"color": PALETTE[i % len(PALETTE)]}}
+        for i, tenant in enumerate(top)
+    ]  # fmt: skip
+    if len(totals) > len(top):
+        data.append(
+            {"type": "bar", "name": f"{len(totals) - len(top)} others", "x": clusters,
+             "y": [sum(v.get(c, 0) for t, v in dashboard.tenant_units.items() if t not in top)
+                   for c in clusters], "marker": {"color": "#b2bec3"}}
+        )  # fmt: skip
+    data.append(
+        {"type": "scatter", "mode": "markers", "name": "capacity (units)", "x": clusters,
+         "y": [c.capacity_units for c in dashboard.clusters],
+         "marker": {"symbol": "line-ew-open", "size": 40, "color": COLORS["capacity"],
+                    "line": {"width": 3}}}
+    )  # fmt: skip
+    figures["across"] = {
+        "data": data,
+        "layout": _layout(
+            "All clusters: mean use per tenant, normalised GPU units",
+            y="GPU units", barmode="stack", hovermode="closest",
+        ),  # fmt: skip
+    }
+    return figures
+
+
+def profile_figures(profile: WorkloadProfile) -> dict[str, Figure]:
+    hours = [f"{h:02d}" for h in range(24)]
+    return {
+        "hour-of-week": {
+            "data": [
+                {"type": "heatmap", "x": hours, "y": list(WEEKDAYS), "z": profile.by_hour_of_week,
+                 "colorscale": "Blues", "colorbar": {"title": {"text": "jobs"}},
+                 "hovertemplate": "%{y} %{x}:00 UTC: %{z} submitted<extra></extra>"}
+            ],  # fmt: skip
+            "layout": _layout(
+                "Submissions by hour of week (UTC)", hovermode="closest", height=300,
+                yaxis={"autorange": "reversed"}, xaxis={"title": {"text": "hour"}},
+            ),  # fmt: skip
+        },
+        "gpus-per-job": {
+            "data": [
+                {"type": "bar", "x": [f"{g:g}" for g, _ in profile.gpus_per_job],
+                 "y": [n for _, n in profile.gpus_per_job], "marker": {"color": COLORS["used"]},
+                 "name": "jobs"}
+            ],  # fmt: skip
+            "layout": _layout(
+                "GPUs per job", y="jobs", hovermode="closest",
+                xaxis={"type": "category", "title": {"text": "GPUs (or MIG instances)"}},
+            ),  # fmt: skip
+        },
+        "durations": {
+            "data": [
+                {"type": "bar", "x": [label for label, _ in profile.duration_buckets],
+                 "y": [n for _, n in profile.duration_buckets], "name": "jobs",
+                 "marker": {"color": COLORS["guaranteed"]}}
+            ],  # fmt: skip
+            "layout": _layout(
+                "Run time of finished jobs", y="jobs", hovermode="closest",
+                xaxis={"type": "category"},
+            ),  # fmt: skip
+        },
+    }
+
+
+def showback_figures(report: Showback) -> dict[str, Figure]:
+    tenants = sorted({r.tenant for r in report.rows})
+    flavors = sorted({(r.cluster, r.flavor) for r in report.rows})
+    hours = {(r.tenant, r.cluster, r.flavor): r.gpu_hours for r in report.rows}
+    return {
+        "gpu-hours": {
+            "data": [
+                {"type": "bar", "name": f"{c} · {f}", "x": tenants,
+                 "y": [round(hours.get((t, c, f), 0), 2) for t in tenants],
+                 "marker": {"color": PALETTE[i % len(PALETTE)]}}
+                for i, (c, f) in enumerate(flavors)
+            ],  # fmt: skip
+            "layout": _layout(
+                f"GPU-hours in {report.month:%B %Y}", y="GPU-hours", barmode="stack",
+                hovermode="closest",
+            ),  # fmt: skip
+        }
+    }

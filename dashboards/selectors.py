@@ -1,0 +1,862 @@
+"""Reads behind the usage dashboards, the workload profile report and showback.
+
+Built on ``usage.selectors`` (rollups only, never raw samples for long ranges) and the
+catalogue (clusters, flavors, quotas) and fleet (GPUs, MIG instances) models. Each function
+runs a fixed number of queries whatever the number of tenants, flavors or samples (the pages
+assert it). Amounts are GPUs (or MIG instances) of a flavor; ``units`` are amounts x the
+flavor's ``gpu_weight`` (normalised GPU units, R5).
+
+- ``period_resolve``: a range picked on a page or asked of the API (24 h, 7 d, 30 d or a
+  custom start and end) -> ``Period``, or ValidationFailed (400) naming the limit.
+- ``tenant_dashboard``: a tenant's use vs guaranteed vs limit per cluster and flavor, units,
+  utilisation and the four rollout indicators (R21).
+- ``admin_dashboard``: per-tenant shares of each flavor, guarantees vs capacity, a node x GPU
+  utilisation heatmap, free MIG slices, top idle allocations, per cluster and summed (R22).
+- ``workload_profile``: submissions by hour of week, GPUs per job, durations, peaks and mean
+  utilisation for a period (R8, R18).
+- ``showback``: GPU-hours per tenant and flavor for a month, priced per flavor-hour.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Avg, Count, Max, Q, Sum
+from django.utils import timezone
+
+from dashboards.models import FlavorPrice
+from gpu_agent.mig.catalogue import GpuModel, load_catalogue
+from gpu_agent.mig.layout import Placement, free_slices
+from gpu_agent.models import Gpu, MigInstance
+from portal.errors import NotFound, ValidationFailed
+from quotas.choices import GPU_RESOURCE, FlavorKind, mig_resource
+from quotas.models import Cluster, FlavorResource, Quota, ResourceFlavor
+from tenants.models import Tenant
+from usage import selectors as usage_selectors
+from usage.choices import RAW, Metric, Resolution
+from usage.models import Rollup, Sample, Workload
+from usage.services import bucket_start, retention
+
+RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
+RANGE_LABELS = {"24h": "24 hours", "7d": "7 days", "30d": "30 days", "custom": "custom"}
+GPU_KINDS = (FlavorKind.GPU, FlavorKind.MIG)
+# An allocation whose GPUs run under this mean utilisation counts as idle (the alert's 30%).
+IDLE_BELOW_PCT = 30.0
+TOP_IDLE = 10
+TOP_TENANTS = 12  # tenants drawn one by one in the share charts; the rest are "others"
+HEATMAP_WINDOW = timedelta(minutes=5)
+DURATION_BUCKETS: tuple[tuple[str, float], ...] = (
+    ("< 10 min", 600),
+    ("10-60 min", 3600),
+    ("1-4 h", 4 * 3600),
+    ("4-12 h", 12 * 3600),
+    ("12-24 h", 86400),
+    ("1-3 d", 3 * 86400),
+    ("> 3 d", math.inf),
+)
+WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+
+
+# --- periods -----------------------------------------------------------------------------------
+
+
+def step_for(span: timedelta) -> timedelta:
+    """The step a range is drawn with: 5 minutes up to a day, hours up to 60 days, then days
+    (the usage API's defaults, so a page and its API agree)."""
+    if span <= timedelta(days=1):
+        return timedelta(minutes=5)
+    if span <= timedelta(days=60):
+        return timedelta(hours=1)
+    return timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Period:
+    name: str  # "24h", "7d", "30d" or "custom"
+    plan: usage_selectors.SeriesPlan
+
+    @property
+    def start(self) -> datetime:
+        return self.plan.start
+
+    @property
+    def end(self) -> datetime:
+        return self.plan.end
+
+    @property
+    def step(self) -> timedelta:
+        return self.plan.step
+
+    @property
+    def hours(self) -> float:
+        return (self.end - self.start).total_seconds() / 3600
+
+    @property
+    def label(self) -> str:
+        return RANGE_LABELS[self.name]
+
+    @property
+    def source(self) -> str:
+        return self.plan.source
+
+
+def period_resolve(
+    *,
+    name: str | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    now: datetime | None = None,
+    default: str = "7d",
+) -> Period:
+    """A preset range ending now, or a custom ``start``/``end`` (either may be left out: end
+    defaults to now, start to a day before end). The step follows the span and the range is
+    widened to whole steps. ValidationFailed (400) for start >= end, a start older than the
+    step's rollups are kept, or an unknown range name."""
+    now = now or timezone.now()
+    custom = start is not None or end is not None or name == "custom"
+    if not custom:
+        name = name or default
+        if name not in RANGES:
+            raise ValidationFailed.for_field(
+                "range", f"{name!r} is not one of {', '.join([*RANGES, 'custom'])}."
+            )
+        end = now
+        start = now - RANGES[name]
+    else:
+        name = "custom"
+        end = end or now
+        start = start or end - timedelta(days=1)
+        if start >= end:
+            raise ValidationFailed.for_field("start", "start must be before end.")
+    step = step_for(end - start)
+    aligned_start = bucket_start(start, int(step.total_seconds()))
+    aligned_end = bucket_start(end, int(step.total_seconds()))
+    if aligned_end < end:
+        aligned_end += step
+    # A preset's start is rounded down to its step: never past what the rollups keep.
+    if not custom and aligned_start < now - retention(_resolution(step)):
+        aligned_start += step
+    plan = usage_selectors.series_plan(start=aligned_start, end=aligned_end, step=step, now=now)
+    return Period(name, plan)
+
+
+def _resolution(step: timedelta) -> int:
+    seconds = int(step.total_seconds())
+    return next((int(r) for r in (86400, 3600, 300) if seconds % r == 0), RAW)
+
+
+def _flavor_filter(cluster: str | None, flavor: str | None) -> list[ResourceFlavor]:
+    """GPU and MIG flavors (with their cluster), narrowed by names; NotFound for a name that
+    matches none."""
+    flavors = ResourceFlavor.objects.filter(kind__in=GPU_KINDS).select_related("cluster")
+    if cluster:
+        flavors = flavors.filter(cluster__name=cluster)
+    if flavor:
+        flavors = flavors.filter(name=flavor)
+    found = list(flavors.order_by("cluster__name", "name"))
+    if not found and flavor:
+        raise NotFound("No such GPU flavor.", fields={"flavor": ["no such GPU flavor"]})
+    if not found and cluster and not Cluster.objects.filter(name=cluster).exists():
+        raise NotFound("No such cluster.", fields={"cluster": ["no such cluster"]})
+    return found
+
+
+def _iso(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _mean(total: float, count: int) -> float | None:
+    return total / count if count else None
+
+
+# --- tenant dashboard --------------------------------------------------------------------------
+
+
+@dataclass
+class Indicators:
+    """The four things to watch when a quota change rolls out (R21)."""
+
+    mean_gpu_utilization: float | None
+    queue_wait_p50_s: float | None
+    queue_wait_p95_s: float | None
+    evictions: int
+    preemptions: int
+    borrowing_ratio: float | None  # GPU-hours borrowed / GPU-hours used
+    workloads_created: int
+    workloads_admitted: int
+    workloads_finished: int
+    peak_used_units: float | None
+
+
+@dataclass
+class TenantDashboard:
+    tenant: Tenant
+    period: Period
+    series: list[usage_selectors.FlavorSeries]
+    units: list[dict[str, Any]]  # per step: time, used, guaranteed, limit, borrowed (units)
+    indicators: Indicators
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every point shown, one row per (cluster, flavor, step): the CSV download."""
+        out = []
+        for s in self.series:
+            for p in s.points:
+                row: dict[str, Any] = {"cluster": s.cluster, "flavor": s.flavor, "time": p.time}
+                row |= {name: p.values.get(name) for name in SERIES_FIELDS}
+                row["gpu_weight"] = s.gpu_weight
+                for name in UNIT_FIELDS:
+                    value = p.values.get(name)
+                    row[f"{name}_units"] = None if value is None else value * s.gpu_weight
+                out.append(row)
+        return out
+
+
+SERIES_FIELDS = ("used", "used_max", "guaranteed", "limit", "borrowed", "reserved", "allocated",
+                 "gpu_utilization")  # fmt: skip
+UNIT_FIELDS = ("used", "used_max", "guaranteed", "limit", "borrowed")
+CSV_COLUMNS = ("cluster", "flavor", "time", *SERIES_FIELDS, "gpu_weight",
+               *(f"{n}_units" for n in UNIT_FIELDS))  # fmt: skip
+
+
+def tenant_dashboard(
+    *, tenant: Tenant, period: Period, cluster: str | None = None, flavor: str | None = None
+) -> TenantDashboard:
+    """Four queries: flavors, the series (rollups), workload counts, queue waits."""
+    flavors = _flavor_filter(cluster, flavor)
+    series = usage_selectors.tenant_usage(tenant=tenant, flavors=flavors, plan=period.plan)
+    cluster_ids = sorted({f.cluster_id for f in flavors}) if cluster else None
+    stats = usage_selectors.workload_stats(
+        start=period.start, end=period.end, tenant_ids=[tenant.pk], cluster_ids=cluster_ids
+    ).get(tenant.pk, usage_selectors.WorkloadStats())
+    units: dict[datetime, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    util_sum = used_sum = borrowed_sum = 0.0
+    util_n = 0
+    for s in series:
+        for p in s.points:
+            step = units[p.time]
+            for name in ("used", "guaranteed", "limit", "borrowed"):
+                value = p.values.get(name)
+                if value is not None:
+                    step[name] += value * s.gpu_weight
+            used, borrowed = p.values.get("used"), p.values.get("borrowed")
+            used_sum += (used or 0) * s.gpu_weight
+            borrowed_sum += (borrowed or 0) * s.gpu_weight
+            util = p.values.get("gpu_utilization")
+            if util is not None:
+                util_sum += util
+                util_n += 1
+    unit_rows = [{"time": t, **dict(v)} for t, v in sorted(units.items())]
+    indicators = Indicators(
+        mean_gpu_utilization=_mean(util_sum, util_n),
+        queue_wait_p50_s=stats.queue_wait_p50_s,
+        queue_wait_p95_s=stats.queue_wait_p95_s,
+        evictions=stats.evictions,
+        preemptions=stats.preemptions,
+        borrowing_ratio=borrowed_sum / used_sum if used_sum else None,
+        workloads_created=stats.created,
+        workloads_admitted=stats.admitted,
+        workloads_finished=stats.finished,
+        peak_used_units=max((r.get("used", 0.0) for r in unit_rows), default=None),
+    )
+    return TenantDashboard(tenant, period, series, unit_rows, indicators)
+
+
+# --- admin dashboard ---------------------------------------------------------------------------
+
+
+@dataclass
+class FlavorCapacity:
+    flavor: ResourceFlavor
+    capacity: float
+    guaranteed: float
+    limit: float
+    tenants: int
+    used_mean: float = 0.0
+    used_peak: float = 0.0
+
+    @property
+    def weight(self) -> float:
+        return float(self.flavor.gpu_weight)
+
+
+@dataclass
+class IdleAllocation:
+    cluster: str
+    tenant: str
+    flavor: str
+    allocated: float  # mean GPUs held over the period
+    utilization: float | None  # mean utilisation of those GPUs, %
+    idle_gpu_hours: float
+
+
+@dataclass
+class GpuCell:
+    node: str
+    index: int
+    uuid: str
+    model: str
+    utilization: float | None  # mean of the last minutes' samples, else the agent's last report
+    mig: bool
+    instances: int = 0
+    free_slices: int | None = None
+    memory_slices: int | None = None
+    largest_free_profile: str = ""
+    fragmented: bool = False
+
+
+@dataclass
+class ClusterView:
+    cluster: Cluster
+    flavors: list[FlavorCapacity] = field(default_factory=list)
+    # flavor id -> tenant slug -> mean GPUs used over the period
+    shares: dict[int, dict[str, float]] = field(default_factory=dict)
+    gpus: list[GpuCell] = field(default_factory=list)
+
+    @property
+    def capacity_units(self) -> float:
+        return sum(f.capacity * f.weight for f in self.flavors)
+
+    @property
+    def guaranteed_units(self) -> float:
+        return sum(f.guaranteed * f.weight for f in self.flavors)
+
+    @property
+    def limit_units(self) -> float:
+        return sum(f.limit * f.weight for f in self.flavors)
+
+    @property
+    def used_units(self) -> float:
+        return sum(f.used_mean * f.weight for f in self.flavors)
+
+    @property
+    def mig_gpus(self) -> list[GpuCell]:
+        return [g for g in self.gpus if g.mig]
+
+    @property
+    def free_mig_slices(self) -> int:
+        return sum(g.free_slices or 0 for g in self.gpus)
+
+    @property
+    def fragmented_gpus(self) -> int:
+        return sum(1 for g in self.gpus if g.fragmented)
+
+
+@dataclass
+class AdminDashboard:
+    period: Period
+    clusters: list[ClusterView]
+    tenant_units: dict[str, dict[str, float]]  # tenant -> cluster -> mean units used
+    idle: list[IdleAllocation]
+
+    @property
+    def totals(self) -> dict[str, float]:
+        return {
+            "capacity_units": sum(c.capacity_units for c in self.clusters),
+            "guaranteed_units": sum(c.guaranteed_units for c in self.clusters),
+            "limit_units": sum(c.limit_units for c in self.clusters),
+            "used_units": sum(c.used_units for c in self.clusters),
+            "free_mig_slices": sum(c.free_mig_slices for c in self.clusters),
+            "fragmented_gpus": sum(c.fragmented_gpus for c in self.clusters),
+        }
+
+
+def _count_resource(flavor: ResourceFlavor) -> str:
+    return mig_resource(flavor.mig_profile) if flavor.kind == FlavorKind.MIG else GPU_RESOURCE
+
+
+def _period_aggregates(
+    period: Period, metrics: Sequence[int], **filters: Any
+) -> dict[tuple[int, int, int, int], tuple[int, float, float]]:
+    """(cluster, tenant, flavor, metric) -> (samples, sum, max) over the period, from the
+    rollups the period's step reads. One query."""
+    resolution = (
+        period.plan.resolution if period.plan.resolution != RAW else Resolution.FIVE_MINUTES
+    )
+    rows = Rollup.objects.filter(
+        resolution=resolution,
+        bucket__gte=period.start,
+        bucket__lt=period.end,
+        metric__in=[int(m) for m in metrics],
+        **filters,
+    )
+    return {
+        (r["cluster_id"], r["tenant_id"], r["flavor_id"], r["metric"]): (
+            r["n"],
+            r["total"],
+            r["peak"],
+        )
+        for r in rows.order_by()
+        .values("cluster_id", "tenant_id", "flavor_id", "metric")
+        .annotate(n=Sum("samples"), total=Sum("sum"), peak=Max("max"))
+    }
+
+
+def _largest_free_profile(model: GpuModel, instances: list[Placement]) -> tuple[str, int]:
+    """The largest profile that could still be created on the GPU, and its compute slices."""
+    used = 0
+    for placement in instances:
+        used |= placement.mask
+    spent = sum(
+        model.profiles[p.profile].compute_slices for p in instances if p.profile in model.profiles
+    )
+    best, best_slices = "", 0
+    for profile in model.profiles.values():
+        if profile.media_extensions or profile.compute_slices > model.compute_slices - spent:
+            continue
+        for start in profile.placements:
+            need = ((1 << profile.memory_slices) - 1) << start
+            if used & need == 0 and profile.compute_slices > best_slices:
+                best, best_slices = profile.name, profile.compute_slices
+    return best, best_slices
+
+
+def _gpu_cells(clusters: dict[int, ClusterView], now: datetime) -> None:
+    """Every GPU of the clusters with its recent utilisation and, in MIG mode, its free
+    memory slices and the largest profile still placeable. Three queries."""
+    gpus = list(
+        Gpu.objects.filter(node__cluster_id__in=list(clusters))
+        .order_by("node__name", "index")
+        .values(
+            "pk", "uuid", "index", "name", "utilization_pct", "mig_mode_current",
+            "node__name", "node__cluster_id",
+        )
+    )  # fmt: skip
+    recent = dict(
+        Sample.objects.filter(
+            time__gte=now - HEATMAP_WINDOW,
+            time__lte=now,
+            metric=Metric.GPU_UTILIZATION,
+            cluster_id__in=list(clusters),
+            gpu_uuid__isnull=False,
+        )
+        .order_by()
+        .values("gpu_uuid")
+        .annotate(mean=Avg("value"))
+        .values_list("gpu_uuid", "mean")
+    )
+    placements: dict[int, list[Placement]] = defaultdict(list)
+    for gpu_id, profile, start, size in MigInstance.objects.filter(
+        gpu_id__in=[g["pk"] for g in gpus if g["mig_mode_current"]]
+    ).values_list("gpu_id", "profile", "start", "size"):
+        placements[gpu_id].append(Placement(profile, start, size))
+    catalogue = load_catalogue()
+    for g in gpus:
+        cell = GpuCell(
+            node=g["node__name"],
+            index=g["index"],
+            uuid=g["uuid"],
+            model=g["name"],
+            utilization=recent.get(g["uuid"], g["utilization_pct"]),
+            mig=g["mig_mode_current"],
+        )
+        model = catalogue.find_model(g["name"]) if cell.mig else None
+        if model is not None:
+            taken = placements.get(g["pk"], [])
+            cell.instances = len(taken)
+            cell.memory_slices = model.memory_slices
+            cell.free_slices = len(free_slices(model, taken))
+            cell.largest_free_profile, _ = _largest_free_profile(model, taken)
+            largest = model.profiles.get(cell.largest_free_profile)
+            # Fragmented: free memory that no single instance can take whole.
+            cell.fragmented = bool(cell.free_slices) and (
+                largest is None or largest.memory_slices < cell.free_slices
+            )
+        clusters[g["node__cluster_id"]].gpus.append(cell)
+
+
+def admin_dashboard(
+    *, period: Period, cluster: str | None = None, now: datetime | None = None
+) -> AdminDashboard:
+    """Every cluster (or one), in a fixed number of queries (about ten) whatever the number
+    of tenants, flavors or GPUs."""
+    now = now or timezone.now()
+    cluster_rows = Cluster.objects.order_by("name")
+    if cluster:
+        cluster_rows = cluster_rows.filter(name=cluster)
+    views = {c.pk: ClusterView(c) for c in cluster_rows}
+    if cluster and not views:
+        raise NotFound("No such cluster.", fields={"cluster": ["no such cluster"]})
+    flavors = {
+        f.pk: f
+        for f in ResourceFlavor.objects.filter(cluster_id__in=list(views), kind__in=GPU_KINDS)
+        .select_related("cluster")
+        .order_by("name")
+    }
+    capacity = {
+        (fr.flavor_id, fr.resource): float(fr.capacity)
+        for fr in FlavorResource.objects.filter(flavor_id__in=list(flavors))
+    }
+    quota_rows = (
+        Quota.objects.filter(flavor_id__in=list(flavors), resource__startswith="nvidia.com/")
+        .order_by()
+        .values("flavor_id", "resource")
+        .annotate(
+            g=Sum("guaranteed"), lim=Sum("limit"), n=Count("quota_set__tenant", distinct=True)
+        )
+    )
+    quotas = {(r["flavor_id"], r["resource"]): r for r in quota_rows}
+    by_flavor: dict[int, FlavorCapacity] = {}
+    for f in flavors.values():
+        resource = _count_resource(f)
+        q = quotas.get((f.pk, resource), {})
+        by_flavor[f.pk] = FlavorCapacity(
+            f,
+            capacity.get((f.pk, resource), 0.0),
+            float(q.get("g") or 0),
+            float(q.get("lim") or 0),
+            int(q.get("n") or 0),
+        )
+        views[f.cluster_id].flavors.append(by_flavor[f.pk])
+    aggregates = _period_aggregates(
+        period,
+        [Metric.QUOTA_USED, Metric.GPUS_ALLOCATED, Metric.GPU_UTILIZATION],
+        cluster_id__in=list(views),
+    )
+    tenant_ids = {t for _, t, _, _ in aggregates if t}
+    slugs = dict(Tenant.objects.filter(pk__in=tenant_ids).values_list("pk", "slug"))
+    tenant_units: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    per_allocation: dict[tuple[int, int, int], dict[int, tuple[int, float, float]]] = defaultdict(
+        dict
+    )
+    for (c, t, f, metric), value in aggregates.items():
+        if f in by_flavor and t in slugs:
+            per_allocation[(c, t, f)][metric] = value
+    for (c, t, f), metrics in per_allocation.items():
+        fc = by_flavor[f]
+        used = metrics.get(Metric.QUOTA_USED)
+        if used is not None:
+            mean = used[1] / used[0]
+            fc.used_mean += mean
+            fc.used_peak = max(fc.used_peak, used[2])
+            views[c].shares.setdefault(f, {})[slugs[t]] = mean
+            tenant_units[slugs[t]][views[c].cluster.name] += mean * fc.weight
+    idle = []
+    for (c, t, f), metrics in per_allocation.items():
+        held = metrics.get(Metric.GPUS_ALLOCATED) or metrics.get(Metric.QUOTA_USED)
+        util = metrics.get(Metric.GPU_UTILIZATION)
+        if held is None or held[1] <= 0:
+            continue
+        allocated = held[1] / held[0]
+        utilization = util[1] / util[0] if util else None
+        if utilization is not None and utilization >= IDLE_BELOW_PCT:
+            continue
+        idle_share = 1 - (utilization or 0) / 100
+        idle.append(
+            IdleAllocation(
+                views[c].cluster.name,
+                slugs[t],
+                by_flavor[f].flavor.name,
+                allocated,
+                utilization,
+                allocated * idle_share * period.hours,
+            )
+        )
+    idle.sort(key=lambda a: (-a.idle_gpu_hours, a.cluster, a.tenant, a.flavor))
+    _gpu_cells(views, now)
+    return AdminDashboard(
+        period,
+        list(views.values()),
+        {t: dict(v) for t, v in sorted(tenant_units.items())},
+        idle[:TOP_IDLE],
+    )
+
+
+# --- workload profile --------------------------------------------------------------------------
+
+
+@dataclass
+class FlavorProfile:
+    cluster: str
+    flavor: str
+    peak_used: float | None  # GPUs, the highest step of the period
+    peak_memory_mib: float | None  # on one GPU or MIG instance
+    mean_utilization: float | None
+
+
+@dataclass
+class WorkloadProfile:
+    tenant: Tenant
+    period: Period
+    submissions: int
+    by_hour_of_week: list[list[int]]  # [weekday Mon..Sun][hour 0..23], UTC
+    gpus_per_job: list[tuple[float, int]]  # (GPUs, jobs), ascending
+    duration_buckets: list[tuple[str, int]]
+    duration_p50_s: float | None
+    duration_p95_s: float | None
+    duration_max_s: float | None
+    queue_wait_p50_s: float | None
+    queue_wait_p95_s: float | None
+    peak_concurrent_gpus: float
+    mean_utilization: float | None
+    peak_memory_mib: float | None
+    flavors: list[FlavorProfile]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant.slug,
+            "start": self.period.start,
+            "end": self.period.end,
+            "submissions": self.submissions,
+            "submissions_by_hour_of_week": [
+                {"weekday": WEEKDAYS[d], "hour": h, "count": n}
+                for d, hours in enumerate(self.by_hour_of_week)
+                for h, n in enumerate(hours)
+                if n
+            ],
+            "gpus_per_job": [{"gpus": g, "jobs": n} for g, n in self.gpus_per_job],
+            "durations": {
+                "buckets": [{"label": label, "jobs": n} for label, n in self.duration_buckets],
+                "p50_s": self.duration_p50_s,
+                "p95_s": self.duration_p95_s,
+                "max_s": self.duration_max_s,
+            },
+            "queue_wait_p50_s": self.queue_wait_p50_s,
+            "queue_wait_p95_s": self.queue_wait_p95_s,
+            "peak_concurrent_gpus": self.peak_concurrent_gpus,
+            "mean_gpu_utilization": self.mean_utilization,
+            "peak_memory_mib": self.peak_memory_mib,
+            "flavors": [f.__dict__ for f in self.flavors],
+        }
+
+
+def _peak_concurrent(intervals: list[tuple[datetime, datetime, float]]) -> float:
+    events = sorted(
+        [(s, g) for s, _, g in intervals] + [(e, -g) for _, e, g in intervals],
+        key=lambda ev: (ev[0], ev[1]),  # ends before starts at the same instant
+    )
+    running = peak = 0.0
+    for _, delta in events:
+        running += delta
+        peak = max(peak, running)
+    return peak
+
+
+def workload_profile(*, tenant: Tenant, period: Period) -> WorkloadProfile:
+    """Three queries: the workloads active in the period, the period's rollups (used,
+    memory, utilisation) and the flavors' names."""
+    start, end = period.start, period.end
+    rows = list(
+        Workload.objects.filter(tenant=tenant, created_at__lt=end)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=start))
+        .values_list("created_at", "admitted_at", "finished_at", "gpus", "queue_wait_s")
+    )
+    hour_of_week = [[0] * 24 for _ in range(7)]
+    gpus: Counter[float] = Counter()
+    durations: list[float] = []
+    waits: list[float] = []
+    intervals: list[tuple[datetime, datetime, float]] = []
+    submissions = 0
+    for created, admitted, finished, job_gpus, wait in rows:
+        if admitted is not None and job_gpus:
+            intervals.append((max(admitted, start), min(finished or end, end), job_gpus))
+        if created < start:
+            continue  # running in the period, submitted before it
+        submissions += 1
+        when = created.astimezone(UTC)
+        hour_of_week[when.weekday()][when.hour] += 1
+        gpus[float(job_gpus)] += 1
+        if admitted is not None and finished is not None:
+            durations.append((finished - admitted).total_seconds())
+        if wait is not None and admitted is not None and start <= admitted < end:
+            waits.append(wait)
+    buckets = Counter()
+    for seconds in durations:
+        buckets[next(label for label, upper in DURATION_BUCKETS if seconds < upper)] += 1
+    aggregates = _period_aggregates(
+        period,
+        [Metric.QUOTA_USED, Metric.GPU_MEMORY_USED, Metric.GPU_UTILIZATION],
+        tenant_id=tenant.pk,
+    )
+    names = {
+        f.pk: f
+        for f in ResourceFlavor.objects.filter(
+            pk__in={f for _, _, f, _ in aggregates}
+        ).select_related("cluster")
+    }
+    per_flavor: dict[int, dict[int, tuple[int, float, float]]] = defaultdict(dict)
+    for (_, _, f, metric), value in aggregates.items():
+        if f in names:
+            per_flavor[f][metric] = value
+    flavors = []
+    util_n, util_sum = 0, 0.0
+    for f, metrics in sorted(
+        per_flavor.items(), key=lambda kv: (names[kv[0]].cluster.name, names[kv[0]].name)
+    ):
+        used, memory, util = (
+            metrics.get(m)
+            for m in (Metric.QUOTA_USED, Metric.GPU_MEMORY_USED, Metric.GPU_UTILIZATION)
+        )
+        if util:
+            util_n += util[0]
+            util_sum += util[1]
+        flavors.append(
+            FlavorProfile(
+                names[f].cluster.name,
+                names[f].name,
+                used[2] if used else None,
+                memory[2] if memory else None,
+                util[1] / util[0] if util else None,
+            )
+        )
+    return WorkloadProfile(
+        tenant=tenant,
+        period=period,
+        submissions=submissions,
+        by_hour_of_week=hour_of_week,
+        gpus_per_job=sorted(gpus.items()),
+        duration_buckets=[(label, buckets[label]) for label, _ in DURATION_BUCKETS],
+        duration_p50_s=usage_selectors.percentile(durations, 0.5),
+        duration_p95_s=usage_selectors.percentile(durations, 0.95),
+        duration_max_s=max(durations, default=None),
+        queue_wait_p50_s=usage_selectors.percentile(waits, 0.5),
+        queue_wait_p95_s=usage_selectors.percentile(waits, 0.95),
+        peak_concurrent_gpus=_peak_concurrent(intervals),
+        mean_utilization=_mean(util_sum, util_n),
+        peak_memory_mib=max(
+            (f.peak_memory_mib for f in flavors if f.peak_memory_mib is not None), default=None
+        ),
+        flavors=flavors,
+    )
+
+
+# --- showback ----------------------------------------------------------------------------------
+
+
+@dataclass
+class ShowbackRow:
+    tenant: str
+    cluster: str
+    flavor: str
+    gpu_hours: float
+    unit_hours: float
+    price: Decimal | None  # per flavor-hour; None: no price set
+    currency: str
+
+    @property
+    def cost(self) -> Decimal | None:
+        if self.price is None:
+            return None
+        return (Decimal(repr(self.gpu_hours)) * self.price).quantize(Decimal("0.01"))
+
+
+@dataclass
+class Showback:
+    month: date
+    start: datetime
+    end: datetime
+    rows: list[ShowbackRow]
+
+    def totals(self) -> list[dict[str, Any]]:
+        """Per tenant and currency: GPU-hours, unit-hours and cost (unpriced rows: no cost)."""
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for row in self.rows:
+            key = (row.tenant, row.currency)
+            total = out.setdefault(
+                key,
+                {"tenant": row.tenant, "currency": row.currency, "gpu_hours": 0.0,
+                 "unit_hours": 0.0, "cost": Decimal("0.00")},
+            )  # fmt: skip
+            total["gpu_hours"] += row.gpu_hours
+            total["unit_hours"] += row.unit_hours
+            if row.cost is not None:
+                total["cost"] += row.cost
+        return [out[k] for k in sorted(out)]
+
+
+def parse_month(text: str | None, *, now: datetime | None = None) -> date:
+    """``YYYY-MM`` -> its first day; none: the current month. ValidationFailed otherwise."""
+    now = now or timezone.now()
+    if not text:
+        return date(now.year, now.month, 1)
+    try:
+        parsed = datetime.strptime(text, "%Y-%m").date()
+    except ValueError:
+        raise ValidationFailed.for_field("month", "a month as YYYY-MM is required.") from None
+    return parsed
+
+
+def _month_bounds(month: date) -> tuple[datetime, datetime]:
+    start = datetime(month.year, month.month, 1, tzinfo=UTC)
+    following = date(month.year + month.month // 12, month.month % 12 + 1, 1)
+    return start, datetime(following.year, following.month, 1, tzinfo=UTC)
+
+
+def prices_for(
+    *, flavor_ids: Sequence[int], start: datetime, end: datetime
+) -> dict[int, FlavorPrice]:
+    """Per flavor the price a month is charged at: the one in force on its first day, else the
+    first one set during the month. One query."""
+    chosen: dict[int, FlavorPrice] = {}
+    for price in FlavorPrice.objects.filter(
+        flavor_id__in=list(flavor_ids), valid_from__lt=end.date()
+    ).order_by("flavor_id", "valid_from"):
+        if price.valid_from <= start.date() or price.flavor_id not in chosen:
+            chosen[price.flavor_id] = price  # the latest one by the 1st, else the first after
+    return chosen
+
+
+def showback(
+    *, month: date, tenant_ids: Sequence[int] | None = None, now: datetime | None = None
+) -> Showback:
+    """GPU-hours (hourly means summed) per tenant, cluster and flavor for ``month``, priced.
+    ValidationFailed for a month after the current one or older than the hourly rollups keep.
+    Four queries."""
+    now = now or timezone.now()
+    start, end = _month_bounds(month)
+    if start > now:
+        raise ValidationFailed.for_field("month", "the month has not begun yet.")
+    kept = retention(Resolution.HOUR)
+    if start < now - kept:
+        oldest = (now - kept).date()
+        raise ValidationFailed.for_field(
+            "month",
+            f"hourly rollups are kept for {kept.days} days: the oldest month with every hour "
+            f"is after {oldest:%Y-%m-%d}.",
+        )
+    hours = usage_selectors.gpu_hours(start=start, end=end, tenant_ids=tenant_ids)
+    slugs = dict(
+        Tenant.objects.filter(pk__in={h.tenant_id for h in hours}).values_list("pk", "slug")
+    )
+    flavors = {
+        f.pk: f
+        for f in ResourceFlavor.objects.filter(pk__in={h.flavor_id for h in hours}).select_related(
+            "cluster"
+        )
+    }
+    prices = prices_for(flavor_ids=list(flavors), start=start, end=end)
+    rows = []
+    for h in hours:
+        flavor = flavors.get(h.flavor_id)
+        if flavor is None or h.tenant_id not in slugs:
+            continue
+        price = prices.get(flavor.pk)
+        rows.append(
+            ShowbackRow(
+                slugs[h.tenant_id],
+                flavor.cluster.name,
+                flavor.name,
+                h.gpu_hours,
+                h.unit_hours,
+                price.price if price else None,
+                price.currency if price else "",
+            )
+        )
+    rows.sort(key=lambda r: (r.tenant, r.cluster, r.flavor))
+    return Showback(month, start, end, rows)
+
+
+def month_options(*, now: datetime | None = None, count: int = 13) -> list[str]:
+    """The current month and the ones before it, newest first (``YYYY-MM``)."""
+    now = now or timezone.now()
+    year, month = now.year, now.month
+    out = []
+    for _ in range(count):
+        out.append(f"{year:04d}-{month:02d}")
+        year, month = (year - 1, 12) if month == 1 else (year, month - 1)
+    return out

@@ -1,0 +1,266 @@
+"""The usage dashboards, the workload profile report and showback pages: thin views over
+``dashboards.selectors``; charts are JSON drawn by ``static/portal/charts.js``.
+
+Tenant pages answer 404 to anyone who may not see the tenant (before anything else), admin
+pages 403 to everyone but platform admins. Bad input (start after end, a range the rollups
+no longer hold, a malformed month) renders the page with the message and status 400; an
+unknown cluster or flavor is a 404. ``?download=csv`` gives exactly what the page shows.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django import forms
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils.http import urlencode
+from django.views import View
+
+from dashboards import charts, selectors
+from portal.errors import ApplicationError, NotFound
+from tenants.api.base import caller
+from tenants.models import Tenant
+from tenants.selectors import membership_role, tenant_get_for_user
+
+DATETIME_INPUTS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
+
+
+class RangeForm(forms.Form):
+    range = forms.ChoiceField(
+        required=False, choices=[(k, v) for k, v in selectors.RANGE_LABELS.items()]
+    )
+    start = forms.DateTimeField(required=False, input_formats=DATETIME_INPUTS)
+    end = forms.DateTimeField(required=False, input_formats=DATETIME_INPUTS)
+    cluster = forms.CharField(required=False, max_length=63)
+    flavor = forms.CharField(required=False, max_length=63)
+
+
+def _error_text(exc: ApplicationError) -> str:
+    fields = getattr(exc, "fields", None) or {}
+    parts = [f"{name}: {' '.join(map(str, why))}" for name, why in fields.items()]
+    return "; ".join(parts) or str(exc)
+
+
+def _csv(filename: str, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> HttpResponse:
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    writer = csv.writer(response)
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_cell(row.get(c)) for c in columns])
+    return response
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if isinstance(value, float):
+        return f"{value:.4f}".rstrip("0").rstrip(".")
+    return value
+
+
+def _query_without(request: HttpRequest, *names: str) -> str:
+    return urlencode([(k, v) for k, v in request.GET.items() if k not in names and v])
+
+
+class _Page(View):
+    http_method_names = ["get"]
+    template_name = ""
+
+    def _login(self, request: HttpRequest) -> HttpResponse | None:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        return None
+
+    def _period(
+        self, request: HttpRequest, default: str = "7d"
+    ) -> tuple[RangeForm, selectors.Period | None, str]:
+        form = RangeForm(request.GET)
+        if not form.is_valid():
+            why = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+            return form, None, why
+        data = form.cleaned_data
+        try:
+            period = selectors.period_resolve(
+                name=data.get("range") or None,
+                start=data.get("start"),
+                end=data.get("end"),
+                default=default,
+            )
+        except ApplicationError as exc:
+            return form, None, _error_text(exc)
+        return form, period, ""
+
+    def _page(self, request: HttpRequest, context: dict[str, Any], status: int = 200) -> HttpResponse:
+        context.setdefault("csv_query", _query_without(request, "download"))
+        return render(request, self.template_name, context, status=status)
+
+
+class _TenantPage(_Page):
+    tenant: Tenant
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if refused := self._login(request):
+            return refused
+        try:
+            self.tenant = tenant_get_for_user(user=caller(request), slug=kwargs["slug"])
+        except NotFound as exc:
+            raise Http404(str(exc)) from exc
+        return super().dispatch(request, *args, **kwargs)
+
+    def _base(self, request: HttpRequest) -> dict[str, Any]:
+        user = caller(request)
+        return {
+            "tenant": self.tenant,
+            "role": membership_role(user=user, tenant=self.tenant),
+            "ranges": selectors.RANGE_LABELS,
+        }
+
+
+class _AdminPage(_Page):
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if refused := self._login(request):
+            return refused
+        if not caller(request).is_platform_admin:
+            raise PermissionDenied("Platform admins only.")
+        return super().dispatch(request, *args, **kwargs)
+
+
+def _not_found(exc: NotFound) -> Http404:
+    return Http404(str(exc))
+
+
+class TenantUsageView(_TenantPage):
+    """A tenant's use vs guaranteed vs limit per cluster and flavor, units, utilisation and
+    the rollout indicators; ``?download=csv`` the points shown."""
+
+    template_name = "dashboards/tenant_usage.html"
+
+    def get(self, request: HttpRequest, slug: str) -> HttpResponse:
+        form, period, error = self._period(request, default="7d")
+        context = self._base(request) | {"form": form, "error": error}
+        if period is None:
+            return self._page(request, context, status=400)
+        data = form.cleaned_data
+        try:
+            dashboard = selectors.tenant_dashboard(
+                tenant=self.tenant,
+                period=period,
+                cluster=data.get("cluster") or None,
+                flavor=data.get("flavor") or None,
+            )
+        except NotFound as exc:
+            raise _not_found(exc) from exc
+        if request.GET.get("download") == "csv":
+            name = f"usage-{self.tenant.slug}-{period.start:%Y%m%dT%H%M}-{period.end:%Y%m%dT%H%M}.csv"
+            return _csv(name, selectors.CSV_COLUMNS, dashboard.rows())
+        context |= {
+            "period": period,
+            "dashboard": dashboard,
+            "figures": charts.tenant_figures(dashboard),
+            "series": [(f"flavor-{i}", s) for i, s in enumerate(dashboard.series)],
+        }
+        return self._page(request, context)
+
+
+class AdminUsageView(_AdminPage):
+    """Platform admins: shares, guarantees vs capacity, the GPU heatmap, free MIG slices and
+    idle allocations, per cluster and across clusters."""
+
+    template_name = "dashboards/admin_usage.html"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        form, period, error = self._period(request, default="24h")
+        context: dict[str, Any] = {"form": form, "error": error, "ranges": selectors.RANGE_LABELS}
+        if period is None:
+            return self._page(request, context, status=400)
+        try:
+            dashboard = selectors.admin_dashboard(
+                period=period, cluster=form.cleaned_data.get("cluster") or None
+            )
+        except NotFound as exc:
+            raise _not_found(exc) from exc
+        context |= {
+            "period": period,
+            "dashboard": dashboard,
+            "figures": charts.admin_figures(dashboard),
+            "clusters": list(enumerate(dashboard.clusters)),
+            "idle_below": selectors.IDLE_BELOW_PCT,
+        }
+        return self._page(request, context)
+
+
+class TenantProfileView(_TenantPage):
+    """The workload profile report (R8, R18): printable evidence for a quota request."""
+
+    template_name = "dashboards/profile.html"
+
+    def get(self, request: HttpRequest, slug: str) -> HttpResponse:
+        form, period, error = self._period(request, default="7d")
+        context = self._base(request) | {"form": form, "error": error}
+        if period is None:
+            return self._page(request, context, status=400)
+        profile = selectors.workload_profile(tenant=self.tenant, period=period)
+        context |= {
+            "period": period,
+            "profile": profile,
+            "figures": charts.profile_figures(profile),
+        }
+        return self._page(request, context)
+
+
+SHOWBACK_COLUMNS = ("month", "tenant", "cluster", "flavor", "gpu_hours", "unit_hours",
+                    "price_per_hour", "currency", "cost")  # fmt: skip
+
+
+def _showback_page(
+    view: _Page, request: HttpRequest, tenant_ids: list[int] | None, base: dict[str, Any], name: str
+) -> HttpResponse:
+    context = base | {"months": selectors.month_options()}
+    try:
+        month = selectors.parse_month(request.GET.get("month"))
+        report = selectors.showback(month=month, tenant_ids=tenant_ids)
+    except NotFound as exc:
+        raise _not_found(exc) from exc
+    except ApplicationError as exc:
+        context |= {"error": _error_text(exc), "month": request.GET.get("month", "")}
+        return view._page(request, context, status=400)
+    if request.GET.get("download") == "csv":
+        return _csv(
+            f"showback-{name}-{month:%Y-%m}.csv",
+            SHOWBACK_COLUMNS,
+            (
+                {"month": f"{month:%Y-%m}", "tenant": r.tenant, "cluster": r.cluster,
+                 "flavor": r.flavor, "gpu_hours": r.gpu_hours, "unit_hours": r.unit_hours,
+                 "price_per_hour": r.price, "currency": r.currency, "cost": r.cost}
+                for r in report.rows
+            ),  # fmt: skip
+        )
+    context |= {
+        "report": report,
+        "month": f"{month:%Y-%m}",
+        "figures": charts.showback_figures(report),
+    }
+    return view._page(request, context)
+
+
+class ShowbackView(_AdminPage):
+    template_name = "dashboards/showback.html"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return _showback_page(self, request, None, {"tenant": None}, "all")
+
+
+class TenantShowbackView(_TenantPage):
+    template_name = "dashboards/showback.html"
+
+    def get(self, request: HttpRequest, slug: str) -> HttpResponse:
+        return _showback_page(self, request, [self.tenant.pk], self._base(request), self.tenant.slug)
