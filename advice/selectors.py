@@ -9,7 +9,7 @@ import math
 import re
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -25,7 +25,7 @@ from approvals.models import QuotaChangeRequest
 from portal.errors import ValidationFailed
 from quotas.choices import FlavorKind, is_gpu_resource
 from quotas.models import Cluster, Quota, QuotaSet, ResourceFlavor
-from tenants.models import Tenant
+from tenants.models import Tenant, User
 from usage.choices import Metric, Resolution
 from usage.models import Rollup, Workload
 from usage.selectors import usage_peaks, workload_stats
@@ -327,6 +327,16 @@ def quota_request_what_if(
     )  # fmt: skip
     cache.set(key, result, WHAT_IF_CACHE_S)
     return result
+
+
+def what_if_for_user(*, what_if: WhatIf, user: User) -> WhatIf:
+    """The replay as ``user`` may see it: platform admins every tenant of the cluster, others
+    only the rows of tenants they belong to. The other tenants' queues still weigh in the
+    replay; their names and numbers are theirs (another tenant's data is never shown)."""
+    if user.is_platform_admin:
+        return what_if
+    visible = set(Tenant.objects.visible_to(user).values_list("slug", flat=True))
+    return replace(what_if, tenants=[row for row in what_if.tenants if row.tenant in visible])
 
 
 def what_if_as_dict(what_if: WhatIf) -> dict[str, Any]:

@@ -73,6 +73,7 @@ def request_what_if_context(*, request: HttpRequest, change: QuotaChangeRequest)
         context["what_if_error"] = f"days: {exc.fields.get('days', [exc.message])[0]}"
         return context
     result = selectors.quota_request_what_if(request=change, days=days)
+    result = selectors.what_if_for_user(what_if=result, user=caller(request))
     context.update(
         what_if=result,
         what_if_days=days,

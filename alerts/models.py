@@ -147,7 +147,7 @@ class AlertEvent(models.Model):
     detail = models.JSONField(default=dict, blank=True)
 
     class Meta:
-        ordering = ["at", "pk"]
+        ordering = ["pk"]  # the order things happened in (one clock: the database's ids)
 
     def __str__(self) -> str:
         return f"{self.alert_id} {self.kind} {self.at:%Y-%m-%dT%H:%M:%SZ}"
@@ -162,9 +162,7 @@ class Webhook(models.Model):
         max_length=10, choices=WebhookFormat.choices, default=WebhookFormat.JSON
     )
     enabled = models.BooleanField(default=True)
-    min_severity = models.CharField(
-        max_length=20, choices=Severity.choices, default=Severity.INFO
-    )
+    min_severity = models.CharField(max_length=20, choices=Severity.choices, default=Severity.INFO)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -55,7 +55,9 @@ def _quota_traces(times: list[str], rows: list[dict[str, Any]], unit: str) -> li
         return [r.get(name) for r in rows]
 
     used, borrowed = col("used"), col("borrowed")
-    within = [None if u is None else max(u - (b or 0), 0) for u, b in zip(used, borrowed, strict=True)]
+    within = [
+        None if u is None else max(u - (b or 0), 0) for u, b in zip(used, borrowed, strict=True)
+    ]
     traces = [
         {"type": "scatter", "mode": "lines", "name": f"used within guarantee ({unit})", "x": times,
          "y": within, "stackgroup": "use", "line": {"width": 0.5, "color": COLORS["used"]}},
@@ -92,13 +94,19 @@ def tenant_figures(dashboard: TenantDashboard) -> dict[str, Figure]:
         }
         figures["utilization"] = {
             "data": [
-                {"type": "scatter", "mode": "lines", "name": f"{s.cluster} · {s.flavor}",
-                 "x": [_t(p.time) for p in s.points],
-                 "y": [p.values.get("gpu_utilization") for p in s.points],
-                 "line": {"color": PALETTE[i % len(PALETTE)]}}
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "name": f"{s.cluster} · {s.flavor}",
+                    "x": [_t(p.time) for p in s.points],
+                    "y": [p.values.get("gpu_utilization") for p in s.points],
+                    "line": {"color": PALETTE[i % len(PALETTE)]},
+                }
                 for i, s in enumerate(dashboard.series)
-            ],  # fmt: skip
-            "layout": _layout("GPU utilisation", y="%", yaxis={"range": [0, 100], "title": {"text": "%"}}),
+            ],
+            "layout": _layout(
+                "GPU utilisation", y="%", yaxis={"range": [0, 100], "title": {"text": "%"}}
+            ),
         }
     return figures
 
@@ -137,7 +145,10 @@ def _cluster_share_figure(view: ClusterView) -> Figure:
     return {
         "data": data,
         "layout": _layout(
-            f"{view.cluster.name}: mean use per tenant", y="GPUs", barmode="stack", hovermode="closest"
+            f"{view.cluster.name}: mean use per tenant",
+            y="GPUs",
+            barmode="stack",
+            hovermode="closest",
         ),
     }
 
@@ -149,14 +160,21 @@ def _cluster_capacity_figure(view: ClusterView) -> Figure:
     colors = [COLORS["capacity"], COLORS["guaranteed"], COLORS["limit"], COLORS["used"]]
     return {
         "data": [
-            {"type": "bar", "name": label, "x": names, "y": [getattr(f, attr) for f in view.flavors],
-             "marker": {"color": color}}
+            {
+                "type": "bar",
+                "name": label,
+                "x": names,
+                "y": [getattr(f, attr) for f in view.flavors],
+                "marker": {"color": color},
+            }
             for (label, attr), color in zip(bars, colors, strict=True)
-        ],  # fmt: skip
+        ],
         "layout": _layout(
-            f"{view.cluster.name}: guarantees allocated vs capacity", y="GPUs",
-            barmode="group", hovermode="closest",
-        ),  # fmt: skip
+            f"{view.cluster.name}: guarantees allocated vs capacity",
+            y="GPUs",
+            barmode="group",
+            hovermode="closest",
+        ),
     }
 
 
@@ -172,11 +190,19 @@ def _heatmap_figure(view: ClusterView) -> Figure:
         text[row[g.node]][g.index] = f"{g.model}{mig}"
     return {
         "data": [
-            {"type": "heatmap", "x": [f"GPU {i}" for i in range(width)], "y": nodes, "z": z,
-             "text": text, "zmin": 0, "zmax": 100, "colorscale": "Viridis",
-             "colorbar": {"title": {"text": "%"}},
-             "hovertemplate": "%{y} %{x}: %{z}%<br>%{text}<extra></extra>"}
-        ],  # fmt: skip
+            {
+                "type": "heatmap",
+                "x": [f"GPU {i}" for i in range(width)],
+                "y": nodes,
+                "z": z,
+                "text": text,
+                "zmin": 0,
+                "zmax": 100,
+                "colorscale": "Viridis",
+                "colorbar": {"title": {"text": "%"}},
+                "hovertemplate": "%{y} %{x}: %{z}%<br>%{text}<extra></extra>",
+            }
+        ],
         "layout": _layout(
             f"{view.cluster.name}: GPU utilisation now (last 5 minutes)",
             hovermode="closest",
@@ -219,8 +245,10 @@ def admin_figures(dashboard: AdminDashboard) -> dict[str, Figure]:
         "data": data,
         "layout": _layout(
             "All clusters: mean use per tenant, normalised GPU units",
-            y="GPU units", barmode="stack", hovermode="closest",
-        ),  # fmt: skip
+            y="GPU units",
+            barmode="stack",
+            hovermode="closest",
+        ),
     }
     return figures
 
@@ -230,36 +258,57 @@ def profile_figures(profile: WorkloadProfile) -> dict[str, Figure]:
     return {
         "hour-of-week": {
             "data": [
-                {"type": "heatmap", "x": hours, "y": list(WEEKDAYS), "z": profile.by_hour_of_week,
-                 "colorscale": "Blues", "colorbar": {"title": {"text": "jobs"}},
-                 "hovertemplate": "%{y} %{x}:00 UTC: %{z} submitted<extra></extra>"}
-            ],  # fmt: skip
+                {
+                    "type": "heatmap",
+                    "x": hours,
+                    "y": list(WEEKDAYS),
+                    "z": profile.by_hour_of_week,
+                    "colorscale": "Blues",
+                    "colorbar": {"title": {"text": "jobs"}},
+                    "hovertemplate": "%{y} %{x}:00 UTC: %{z} submitted<extra></extra>",
+                }
+            ],
             "layout": _layout(
-                "Submissions by hour of week (UTC)", hovermode="closest", height=300,
-                yaxis={"autorange": "reversed"}, xaxis={"title": {"text": "hour"}},
-            ),  # fmt: skip
+                "Submissions by hour of week (UTC)",
+                hovermode="closest",
+                height=300,
+                yaxis={"autorange": "reversed"},
+                xaxis={"title": {"text": "hour"}},
+            ),
         },
         "gpus-per-job": {
             "data": [
-                {"type": "bar", "x": [f"{g:g}" for g, _ in profile.gpus_per_job],
-                 "y": [n for _, n in profile.gpus_per_job], "marker": {"color": COLORS["used"]},
-                 "name": "jobs"}
-            ],  # fmt: skip
+                {
+                    "type": "bar",
+                    "x": [f"{g:g}" for g, _ in profile.gpus_per_job],
+                    "y": [n for _, n in profile.gpus_per_job],
+                    "marker": {"color": COLORS["used"]},
+                    "name": "jobs",
+                }
+            ],
             "layout": _layout(
-                "GPUs per job", y="jobs", hovermode="closest",
+                "GPUs per job",
+                y="jobs",
+                hovermode="closest",
                 xaxis={"type": "category", "title": {"text": "GPUs (or MIG instances)"}},
-            ),  # fmt: skip
+            ),
         },
         "durations": {
             "data": [
-                {"type": "bar", "x": [label for label, _ in profile.duration_buckets],
-                 "y": [n for _, n in profile.duration_buckets], "name": "jobs",
-                 "marker": {"color": COLORS["guaranteed"]}}
-            ],  # fmt: skip
+                {
+                    "type": "bar",
+                    "x": [label for label, _ in profile.duration_buckets],
+                    "y": [n for _, n in profile.duration_buckets],
+                    "name": "jobs",
+                    "marker": {"color": COLORS["guaranteed"]},
+                }
+            ],
             "layout": _layout(
-                "Run time of finished jobs", y="jobs", hovermode="closest",
+                "Run time of finished jobs",
+                y="jobs",
+                hovermode="closest",
                 xaxis={"type": "category"},
-            ),  # fmt: skip
+            ),
         },
     }
 
@@ -271,14 +320,20 @@ def showback_figures(report: Showback) -> dict[str, Figure]:
     return {
         "gpu-hours": {
             "data": [
-                {"type": "bar", "name": f"{c} · {f}", "x": tenants,
-                 "y": [round(hours.get((t, c, f), 0), 2) for t in tenants],
-                 "marker": {"color": PALETTE[i % len(PALETTE)]}}
+                {
+                    "type": "bar",
+                    "name": f"{c} · {f}",
+                    "x": tenants,
+                    "y": [round(hours.get((t, c, f), 0), 2) for t in tenants],
+                    "marker": {"color": PALETTE[i % len(PALETTE)]},
+                }
                 for i, (c, f) in enumerate(flavors)
-            ],  # fmt: skip
+            ],
             "layout": _layout(
-                f"GPU-hours in {report.month:%B %Y}", y="GPU-hours", barmode="stack",
+                f"GPU-hours in {report.month:%B %Y}",
+                y="GPU-hours",
+                barmode="stack",
                 hovermode="closest",
-            ),  # fmt: skip
+            ),
         }
     }

@@ -99,7 +99,9 @@ class _Page(View):
             return form, None, _error_text(exc)
         return form, period, ""
 
-    def _page(self, request: HttpRequest, context: dict[str, Any], status: int = 200) -> HttpResponse:
+    def _page(
+        self, request: HttpRequest, context: dict[str, Any], status: int = 200
+    ) -> HttpResponse:
         context.setdefault("csv_query", _query_without(request, "download"))
         return render(request, self.template_name, context, status=status)
 
@@ -160,7 +162,9 @@ class TenantUsageView(_TenantPage):
         except NotFound as exc:
             raise _not_found(exc) from exc
         if request.GET.get("download") == "csv":
-            name = f"usage-{self.tenant.slug}-{period.start:%Y%m%dT%H%M}-{period.end:%Y%m%dT%H%M}.csv"
+            name = (
+                f"usage-{self.tenant.slug}-{period.start:%Y%m%dT%H%M}-{period.end:%Y%m%dT%H%M}.csv"
+            )
             return _csv(name, selectors.CSV_COLUMNS, dashboard.rows())
         context |= {
             "period": period,
@@ -238,11 +242,19 @@ def _showback_page(
             f"showback-{name}-{month:%Y-%m}.csv",
             SHOWBACK_COLUMNS,
             (
-                {"month": f"{month:%Y-%m}", "tenant": r.tenant, "cluster": r.cluster,
-                 "flavor": r.flavor, "gpu_hours": r.gpu_hours, "unit_hours": r.unit_hours,
-                 "price_per_hour": r.price, "currency": r.currency, "cost": r.cost}
+                {
+                    "month": f"{month:%Y-%m}",
+                    "tenant": r.tenant,
+                    "cluster": r.cluster,
+                    "flavor": r.flavor,
+                    "gpu_hours": r.gpu_hours,
+                    "unit_hours": r.unit_hours,
+                    "price_per_hour": r.price,
+                    "currency": r.currency,
+                    "cost": r.cost,
+                }
                 for r in report.rows
-            ),  # fmt: skip
+            ),
         )
     context |= {
         "report": report,
@@ -263,4 +275,6 @@ class TenantShowbackView(_TenantPage):
     template_name = "dashboards/showback.html"
 
     def get(self, request: HttpRequest, slug: str) -> HttpResponse:
-        return _showback_page(self, request, [self.tenant.pk], self._base(request), self.tenant.slug)
+        return _showback_page(
+            self, request, [self.tenant.pk], self._base(request), self.tenant.slug
+        )

@@ -40,6 +40,8 @@ app.conf.beat_schedule = {
     "usage-collect-clusters": {"task": "usage.tasks.collect_clusters", "schedule": 60.0},
     "usage-roll-up": {"task": "usage.tasks.roll_up", "schedule": 60.0},
     "usage-enforce-retention": {"task": "usage.tasks.enforce_retention", "schedule": 3600.0},
+    # Alerts: the rules against the usage store (warn, hold new work, suspend idle workloads).
+    "alerts-evaluate": {"task": "alerts.tasks.evaluate", "schedule": 60.0},
     # Quota suggestions from last month's usage (R20): the first of the month, 03:00 UTC.
     "advice-compute-suggestions": {
         "task": "advice.tasks.compute_suggestions",

@@ -3,8 +3,10 @@
 from django.urls import path
 
 from advice import views as advice_views
+from dashboards import views as dashboard_views
 from portal import (
     views,
+    views_alerts,
     views_fleet,
     views_inbox,
     views_plan,
@@ -45,6 +47,36 @@ urlpatterns = [
     path("requests/<int:pk>/approve/", views_requests.request_approve, name="request-approve"),
     path("requests/<int:pk>/reject/", views_requests.request_reject, name="request-reject"),
     path("requests/<int:pk>/retry/", views_requests.request_retry, name="request-retry"),
+    # Usage dashboards, the workload profile report and showback (dashboards app).
+    path(
+        "tenants/<str:slug>/usage/",
+        dashboard_views.TenantUsageView.as_view(),
+        name="tenant-usage",
+    ),
+    path(
+        "tenants/<str:slug>/profile/",
+        dashboard_views.TenantProfileView.as_view(),
+        name="tenant-profile",
+    ),
+    path(
+        "tenants/<str:slug>/showback/",
+        dashboard_views.TenantShowbackView.as_view(),
+        name="tenant-showback",
+    ),
+    path("usage/", dashboard_views.AdminUsageView.as_view(), name="usage"),
+    path("showback/", dashboard_views.ShowbackView.as_view(), name="showback"),
+    path("alerts/", views_alerts.alert_list, name="alert-list"),
+    path("alerts/<int:pk>/", views_alerts.alert_detail, name="alert-detail"),
+    path(
+        "alerts/<int:pk>/acknowledge/",
+        views_alerts.alert_acknowledge,
+        name="alert-acknowledge",
+    ),
+    path(
+        "alerts/<int:pk>/reactivate/",
+        views_alerts.alert_reactivate,
+        name="alert-reactivate",
+    ),
     path("inbox/", views_inbox.inbox, name="inbox"),
     path("inbox/read/", views_inbox.inbox_mark_all_read, name="inbox-read-all"),
     path("inbox/<int:pk>/read/", views_inbox.inbox_mark_read, name="inbox-read"),

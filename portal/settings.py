@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "gpu_agent",
     "usage",
     "advice",
+    "alerts",
     "dashboards",
     "portal",
 ]
@@ -178,6 +179,12 @@ USAGE_AGENT_SAMPLE_EVERY_S = env_int("USAGE_AGENT_SAMPLE_EVERY_S", 60)
 # /metrics (Prometheus): a bearer token, and/or client networks allowed without one.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 METRICS_ALLOWED_CIDRS = env_list("METRICS_ALLOWED_CIDRS", [])
+# Alert webhooks: each POST's timeout, the backoff between attempts (doubling up to the
+# maximum) and how many attempts before a delivery is given up.
+ALERT_WEBHOOK_TIMEOUT_S = env_int("ALERT_WEBHOOK_TIMEOUT_S", 5)
+ALERT_WEBHOOK_BACKOFF_S = env_int("ALERT_WEBHOOK_BACKOFF_S", 30)
+ALERT_WEBHOOK_BACKOFF_MAX_S = env_int("ALERT_WEBHOOK_BACKOFF_MAX_S", 3600)
+ALERT_WEBHOOK_MAX_ATTEMPTS = env_int("ALERT_WEBHOOK_MAX_ATTEMPTS", 8)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

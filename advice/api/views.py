@@ -84,4 +84,5 @@ class QuotaRequestWhatIfView(GenericAPIView):
         change = quota_request_get_for_user(user=caller(request), pk=id)
         days = selectors.what_if_days(request.query_params.get("days"))
         result = selectors.quota_request_what_if(request=change, days=days)
+        result = selectors.what_if_for_user(what_if=result, user=caller(request))
         return Response(WhatIfOutput(result).data)

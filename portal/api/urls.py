@@ -5,7 +5,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import DefaultRouter
 
 from advice.api.views import QuotaRequestWhatIfView, TenantSuggestionsView
+from alerts.api.views import AdmissionCheckView, AlertViewSet
 from approvals.api.views import QuotaRequestViewSet, TenantViewSet
+from dashboards.api.views import FlavorPriceListView, ShowbackView, TenantProfileView
 from gpu_agent.agent_api import urls as gpu_agent_urls
 from quotas.api.views import (
     ClusterViewSet,
@@ -34,6 +36,7 @@ router.register("quota-requests", QuotaRequestViewSet, basename="quota-request")
 router.register("auth/tokens", ApiTokenViewSet, basename="api-token")
 router.register("audit-events", AuditEventViewSet, basename="audit-event")
 router.register("notifications", NotificationViewSet, basename="notification")
+router.register("alerts", AlertViewSet, basename="alert")
 
 tenant_router = DefaultRouter(trailing_slash=True)
 tenant_router.include_root_view = False
@@ -56,6 +59,14 @@ urlpatterns = [
         "quota-requests/<int:id>/what-if/",
         QuotaRequestWhatIfView.as_view(),
         name="quota-request-what-if",
+    ),
+    path("tenants/<str:tenant_slug>/profile/", TenantProfileView.as_view(), name="tenant-profile"),
+    path("showback/", ShowbackView.as_view(), name="showback"),
+    path("flavor-prices/", FlavorPriceListView.as_view(), name="flavor-price-list"),
+    path(
+        "tenants/<str:tenant_slug>/admission-check/",
+        AdmissionCheckView.as_view(),
+        name="tenant-admission-check",
     ),
     path("tenants/<str:tenant_slug>/", include(tenant_router.urls)),
     path("usage/samples/", SamplesView.as_view(), name="usage-samples"),

@@ -70,13 +70,15 @@ def _const(value: str) -> Pick:
 SAMPLES: list[tuple[str, str, Sample]] = [
     ("tenant_slug", r"^api/v1/tenants/", Sample(Kind.OWNED, _slug, MISSING_SLUG)),
     ("slug", r"tenants/", Sample(Kind.OWNED, _slug, MISSING_SLUG)),
-    ("username", r"/members/", Sample(Kind.OWNED, lambda w, s, n: s.lead.username, "nobody")),
+    ("username", r"members/", Sample(Kind.OWNED, lambda w, s, n: s.lead.username, "nobody")),
     ("cluster", r"tenants/", Sample(Kind.SHARED, _const("demo-a100"))),
     ("pk|id", r"quota-requests/|^requests/", Sample(Kind.OWNED, _request_pk, MISSING_PK)),
     ("pk", r"^api/v1/\^auth/tokens/",
      Sample(Kind.OWNED, lambda w, s, n: str(s.token.pk), MISSING_PK)),  # type: ignore[union-attr]
     ("pk", r"^inbox/",
      Sample(Kind.OWNED, lambda w, s, n: str(s.notification.pk), MISSING_PK)),  # type: ignore[union-attr]
+    ("pk", r"^(api/v1/\^)?alerts/",
+     Sample(Kind.OWNED, lambda w, s, n: str(s.alert.pk), MISSING_PK)),  # type: ignore[union-attr]
     ("pk", r"^api/v1/\^flavors/", Sample(Kind.SHARED, lambda w, s, n: str(w.a100_gpu.pk))),
     ("name", r"^api/v1/\^clusters/", Sample(Kind.SHARED, _const("demo-a100"))),
     ("name", r"^api/v1/\^tier-templates/", Sample(Kind.SHARED, _const("small"))),

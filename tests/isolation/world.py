@@ -11,10 +11,12 @@ from decimal import Decimal
 from django.utils import timezone
 
 from advice.models import Suggestion
+from alerts.choices import ActionState, RuleKind, Severity
+from alerts.models import Alert, AlertRule
 from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeRequest
 from approvals.services import quota_request_create, tenant_onboard
-from gpu_agent.models import Gpu, IsolationProbe, MigInstance, Node, PlanProposal
+from gpu_agent.models import Gpu, IsolationProbe, MigInstance, MigLayout, Node, PlanProposal
 from quotas.choices import GPU_RESOURCE
 from quotas.models import Cluster, ResourceFlavor, TierTemplate
 from quotas.services import QuotaItem
@@ -37,6 +39,7 @@ THEIR_SECRETS = (
     "Zephyr notice",
     "zephyr-token",
     "zephyr-job",
+    "Zephyr alert",
 )
 MISSING_PK = "987654321"
 MISSING_SLUG = "no-such-team"
@@ -51,6 +54,7 @@ class Side:
     requests: dict[str, QuotaChangeRequest] = field(default_factory=dict)  # by status
     notification: Notification | None = None
     token: ApiToken | None = None
+    alert: Alert | None = None
 
 
 @dataclass
@@ -116,6 +120,10 @@ def build() -> IsoWorld:
         (side.notification,) = notify(users=[side.lead], subject=f"{word} notice", body=word)
         side.token, _ = api_token_create(user=side.lead, name=f"{word.lower()}-token")
     now = timezone.now()
+    rule = AlertRule.objects.create(
+        name="idle-3-days", kind=RuleKind.IDLE_WORKLOAD, severity=Severity.WARNING,
+        duration=timedelta(days=3),
+    )  # fmt: skip
     for side, word in ((ours, "alpha"), (theirs, "zephyr")):
         Suggestion.objects.create(
             tenant=side.tenant, cluster=a100, period_start=now - timedelta(days=30),
@@ -128,6 +136,14 @@ def build() -> IsoWorld:
             created_at=now - timedelta(hours=5), admitted_at=now - timedelta(hours=4),
             finished_at=now - timedelta(hours=1), queue_wait_s=3600, updated_at=now,
         )  # fmt: skip
+        # Suspended for idling: a lead acknowledges it, or undoes the suspension.
+        side.alert = Alert.objects.create(
+            rule=rule, subject=f"workload:demo-a100:uid-{word}", severity=Severity.WARNING,
+            cluster=a100, tenant=side.tenant, workload_namespace=f"{word}-vault",
+            workload_name=f"{word}-job", message=f"{word.title()} alert: idle for 3 days",
+            fired_at=now - timedelta(hours=2), last_seen_at=now,
+            action_state=ActionState.SUSPENDED,
+        )  # fmt: skip
     # A GPU whose MIG instance runs team-b's pod: the fleet shows it to platform admins only.
     node = Node.objects.create(name="gpu-node-1", cluster=h100, last_report_at=now)
     gpu = Gpu.objects.create(
@@ -139,6 +155,9 @@ def build() -> IsoWorld:
         gpu=gpu, gi_id=1, profile="1g.10gb", start=0, size=1, busy=True, tenant=team_b,
         processes=[{"pid": 7, "used_memory_mib": 900, "pod_uid": "uid-zephyr"}], observed_at=now,
     )  # fmt: skip
+    MigLayout.objects.create(
+        gpu=gpu, generation=1, instances=[{"profile": "1g.10gb", "start": 0}], requested_by=admin
+    )
     probe = IsolationProbe.objects.create(gpu=gpu, mig=True, target_gi_id=1, requested_by=admin)
     proposal = PlanProposal.objects.create(
         cluster=h100, checked_at=now, digest="d" * 64, state_digest="s" * 64,

@@ -16,7 +16,7 @@ from django.test import Client
 
 from tests.security.routes import all_routes
 
-ADMIN_ONLY_PREFIXES = ("console/", "fleet/")
+ADMIN_ONLY_PREFIXES = ("console/", "fleet/", "usage/", "showback/")
 MEMBER_PAGES = {
     "home",
     "tenant-detail",
@@ -34,6 +34,9 @@ MEMBER_PAGES = {
     "inbox",
     "inbox-read-all",
     "inbox-read",
+    "tenant-usage",  # the dashboards: tenant-scoped (tests/dashboards/test_pages.py)
+    "tenant-profile",
+    "tenant-showback",
 }
 PUBLIC_PAGES = {"login", "logout", "healthz", "favicon.ico"}
 # For machines, with their own credentials (the Prometheus scrape: a bearer token or networks).

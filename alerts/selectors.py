@@ -1,0 +1,597 @@
+"""Reads for alerts: who sees which alert, which tenants are blocked (the compiler's hook), what
+each rule finds in the usage store now, and the admission pre-check (R13).
+
+The finders read rollups (``usage.models.Rollup``) and workload lifecycles
+(``usage.models.Workload``), never raw samples: one query per rule, whatever the number of
+tenants.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Count, Max, Min, Q, QuerySet, Sum
+
+from alerts.choices import OPEN_STATES, ActionState, EventKind, RuleKind
+from alerts.models import Alert, AlertEvent, AlertRule
+from portal.errors import NotFound, ValidationFailed
+from quotas.choices import (
+    CPU_RESOURCE,
+    GPU_RESOURCE,
+    MEMORY_RESOURCE,
+    STORAGE_RESOURCE,
+    SyncBackend,
+    is_gpu_resource,
+    mig_resource,
+)
+from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor
+from tenants.choices import MembershipRole
+from tenants.models import Membership, Tenant, User
+from usage import selectors as usage_selectors
+from usage.choices import Metric, Resolution, WorkloadState
+from usage.models import Rollup, Workload
+
+# --- scoping ---------------------------------------------------------------------------------
+
+
+def lead_tenant_ids(*, user: User) -> list[int]:
+    return list(
+        Membership.objects.filter(user=user, role=MembershipRole.LEAD).values_list(
+            "tenant_id", flat=True
+        )
+    )
+
+
+def alerts_for_user(*, user: User) -> QuerySet[Alert]:
+    """Platform admins see every alert; a tenant's leads see its alerts; nobody else any."""
+    rows = Alert.objects.select_related(
+        "rule", "cluster", "tenant", "flavor", "acknowledged_by"
+    ).order_by("-fired_at", "-pk")
+    if not user.is_authenticated:
+        return rows.none()
+    if user.is_platform_admin:
+        return rows
+    return rows.filter(tenant_id__in=lead_tenant_ids(user=user))
+
+
+def alert_get_for_user(*, user: User, pk: int) -> Alert:
+    alert = alerts_for_user(user=user).filter(pk=pk).first()
+    if alert is None:
+        raise NotFound("No such alert, or it is not yours to see.")
+    return alert
+
+
+def alert_events(*, alert: Alert) -> list[AlertEvent]:
+    return list(alert.events.order_by("pk"))
+
+
+def tenant_leads(*, tenant_id: int) -> list[User]:
+    return [
+        m.user
+        for m in Membership.objects.filter(
+            tenant_id=tenant_id, role=MembershipRole.LEAD
+        ).select_related("user")
+    ]
+
+
+def blocked_tenant_ids(*, cluster_id: int, tenant_ids: Sequence[int] | None = None) -> set[int]:
+    """Tenants whose new work is held on ``cluster_id``: an open quota-block alert that acted.
+    The compiler's ``TenantSpec.blocked`` (registered in ``quotas.kube.load``)."""
+    rows = Alert.objects.filter(
+        cluster_id=cluster_id,
+        state__in=OPEN_STATES,
+        action_state=ActionState.BLOCKED,
+        tenant_id__isnull=False,
+    )
+    if tenant_ids is not None:
+        rows = rows.filter(tenant_id__in=list(tenant_ids))
+    return {t for t in rows.values_list("tenant_id", flat=True) if t is not None}
+
+
+# --- what the rules find ---------------------------------------------------------------------
+
+
+@dataclass
+class Finding:
+    """A rule's condition holding for one subject now."""
+
+    subject: str
+    message: str
+    cluster_id: int | None = None
+    tenant_id: int | None = None
+    flavor_id: int | None = None
+    workload_id: int | None = None
+    workload_namespace: str = ""
+    workload_name: str = ""
+    value: float | None = None
+    threshold: float | None = None
+
+
+def _names() -> tuple[dict[int, str], dict[int, str], dict[int, str]]:
+    return (
+        dict(Cluster.objects.values_list("pk", "name")),
+        dict(Tenant.objects.values_list("pk", "slug")),
+        dict(ResourceFlavor.objects.values_list("pk", "name")),
+    )
+
+
+def _n(value: Decimal | float) -> str:
+    """A number as people write it: 10, 2.5, 536870912000 (no exponent, no trailing zeros)."""
+    text = format(Decimal(str(value)).normalize(), "f")
+    return text
+
+
+def _days(delta: timedelta) -> str:
+    hours = delta.total_seconds() / 3600
+    return f"{hours / 24:g} days" if hours >= 48 else f"{_n(hours)} hours"
+
+
+def quota_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
+    """(cluster, tenant, flavor) whose GPU use (Kueue's, latest 5-minute mean) is at or above
+    ``threshold_pct`` of the limit in force."""
+    threshold = rule.threshold_pct if rule.threshold_pct is not None else 100.0
+    limits: dict[tuple[int, int, int], Decimal] = defaultdict(Decimal)
+    quotas = Quota.objects.all()
+    if rule.cluster_id is not None:
+        quotas = quotas.filter(quota_set__cluster_id=rule.cluster_id)
+    for c, t, f, resource, limit in quotas.values_list(
+        "quota_set__cluster_id", "quota_set__tenant_id", "flavor_id", "resource", "limit"
+    ):
+        if is_gpu_resource(resource):
+            limits[(c, t, f)] += limit
+    cluster_ids = [rule.cluster_id] if rule.cluster_id is not None else None
+    now_use = usage_selectors.usage_now(cluster_ids=cluster_ids, now=now)
+    clusters, tenants, flavors = _names()
+    out = []
+    for key, values in sorted(now_use.items()):
+        used = values.get(Metric.QUOTA_USED)
+        limit = limits.get(key)
+        if used is None or not limit:
+            continue
+        pct = used / float(limit) * 100
+        if pct + 1e-9 < threshold:
+            continue
+        c, t, f = key
+        where = f"{tenants.get(t, t)} on {clusters.get(c, c)} ({flavors.get(f, f)})"
+        what = (
+            "new work is held until use drops below it"
+            if rule.kind == RuleKind.QUOTA_BLOCK and rule.act
+            else "new work will be held at 100%"
+            if rule.kind == RuleKind.QUOTA_WARNING
+            else "over the threshold"
+        )
+        out.append(
+            Finding(
+                subject=f"quota:{c}:{t}:{f}",
+                message=f"{where} uses {_n(used)} of {_n(limit)} GPUs ({pct:.0f}% of its limit, "
+                f"threshold {threshold:g}%): {what}.",
+                cluster_id=c,
+                tenant_id=t,
+                flavor_id=f,
+                value=round(pct, 2),
+                threshold=threshold,
+            )
+        )
+    return out
+
+
+def _running(rule: AlertRule) -> QuerySet[Workload]:
+    rows = Workload.objects.filter(
+        state=WorkloadState.ADMITTED, finished_at__isnull=True, tenant_id__isnull=False
+    )
+    if rule.cluster_id is not None:
+        rows = rows.filter(cluster_id=rule.cluster_id)
+    return rows
+
+
+def _workload_finding(w: Workload, message: str, **extra: Any) -> Finding:
+    return Finding(
+        subject=f"workload:{w.cluster_id}:{w.uid}",
+        message=message,
+        cluster_id=w.cluster_id,
+        tenant_id=w.tenant_id,
+        workload_id=w.pk,
+        workload_namespace=w.namespace,
+        workload_name=w.name,
+        **extra,
+    )
+
+
+def max_runtime_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
+    """Admitted, unfinished workloads running longer than ``duration`` (R12, 003)."""
+    limit = rule.duration or timedelta(days=7)
+    out = []
+    for w in _running(rule).filter(admitted_at__lte=now - limit).order_by("pk"):
+        assert w.admitted_at is not None
+        ran = now - w.admitted_at
+        out.append(
+            _workload_finding(
+                w,
+                f"{w.namespace}/{w.name} has run for {_days(ran)}, past the maximum run time "
+                f"of {_days(limit)}.",
+                value=ran.total_seconds(),
+                threshold=limit.total_seconds(),
+            )
+        )
+    return out
+
+
+def reactivated_subjects(*, since: datetime) -> set[str]:
+    """Workloads whose suspension a lead undid since ``since``: the undo counts as progress."""
+    return set(
+        AlertEvent.objects.filter(kind=EventKind.REACTIVATED, at__gte=since).values_list(
+            "alert__subject", flat=True
+        )
+    )
+
+
+def idle_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
+    """Admitted workloads with no heartbeat for ``duration`` (R12): no progress (admitted,
+    re-admitted after an eviction, or reactivated before the window) and no GPU activity: the
+    GPUs of the tenant's flavors the workload runs on were observed (5-minute rollups of the
+    agents' utilisation) throughout the window and never above ``threshold_pct``.
+
+    The agents' samples name the tenant, not the pod, so activity is per (cluster, tenant,
+    flavor): one busy job of the tenant on that flavor keeps its idle ones alive. That errs on
+    the safe side: nothing is suspended that might be working. A flavor without samples in
+    the window (no agent) is not evidence of idleness either."""
+    window = rule.duration or timedelta(days=3)
+    idle_at_most = rule.threshold_pct if rule.threshold_pct is not None else 1.0
+    since = now - window
+    candidates = list(
+        _running(rule)
+        .filter(admitted_at__lte=since)
+        .filter(Q(evicted_at__isnull=True) | Q(evicted_at__lte=since))
+        .order_by("pk")
+    )
+    if not candidates:
+        return []
+    by_name: dict[tuple[int, str], int] = {
+        (c, n): pk
+        for pk, c, n in ResourceFlavor.objects.filter(
+            cluster_id__in={w.cluster_id for w in candidates}
+        ).values_list("pk", "cluster_id", "name")
+    }
+    observed: dict[tuple[int, int, int], tuple[float, datetime, int]] = {}
+    for r in (
+        Rollup.objects.filter(
+            resolution=Resolution.FIVE_MINUTES,
+            metric=Metric.GPU_UTILIZATION,
+            bucket__gte=since,
+            bucket__lt=now,
+            tenant_id__in={w.tenant_id for w in candidates},
+            cluster_id__in={w.cluster_id for w in candidates},
+        )
+        .values("cluster_id", "tenant_id", "flavor_id")
+        .annotate(peak=Max("max"), first=Min("bucket"), buckets=Count("pk"))
+    ):
+        observed[(r["cluster_id"], r["tenant_id"], r["flavor_id"])] = (
+            r["peak"],
+            r["first"],
+            r["buckets"],
+        )
+    undone = reactivated_subjects(since=since)
+    # Observed "throughout": the first bucket within one hour of the window's start.
+    coverage_from = since + timedelta(hours=1)
+    out = []
+    for w in candidates:
+        subject = f"workload:{w.cluster_id}:{w.uid}"
+        if subject in undone:
+            continue
+        keys = [
+            (w.cluster_id, w.tenant_id or 0, by_name[(w.cluster_id, name)])
+            for name in (w.flavors or [])
+            if (w.cluster_id, name) in by_name
+        ]
+        seen = [observed[k] for k in keys if k in observed]
+        if not keys or len(seen) != len(keys):
+            continue
+        if any(first > coverage_from for _, first, _ in seen):
+            continue
+        peak = max(p for p, _, _ in seen)
+        if peak > idle_at_most:
+            continue
+        out.append(
+            _workload_finding(
+                w,
+                f"{w.namespace}/{w.name} ({w.gpus:g} GPUs) has shown no GPU activity (peak "
+                f"{peak:g}% <= {idle_at_most:g}%) and no progress for {_days(window)}.",
+                value=peak,
+                threshold=idle_at_most,
+            )
+        )
+    return out
+
+
+def low_utilization_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
+    """(cluster, tenant, flavor) holding GPUs (pods' requests, hourly rollups) whose mean
+    utilisation over ``duration`` is under ``threshold_pct``, observed throughout."""
+    window = rule.duration or timedelta(days=7)
+    threshold = rule.threshold_pct if rule.threshold_pct is not None else 30.0
+    since = now - window
+    rows = Rollup.objects.filter(
+        resolution=Resolution.HOUR,
+        metric__in=[Metric.GPU_UTILIZATION, Metric.GPUS_ALLOCATED],
+        bucket__gte=since,
+        bucket__lt=now,
+    )
+    if rule.cluster_id is not None:
+        rows = rows.filter(cluster_id=rule.cluster_id)
+    stats: dict[tuple[int, int, int], dict[int, tuple[float, int, datetime]]] = defaultdict(dict)
+    for r in rows.values("cluster_id", "tenant_id", "flavor_id", "metric").annotate(
+        total=Sum("sum"), samples=Sum("samples"), first=Min("bucket")
+    ):
+        if r["tenant_id"] and r["flavor_id"]:
+            stats[(r["cluster_id"], r["tenant_id"], r["flavor_id"])][r["metric"]] = (
+                r["total"],
+                r["samples"],
+                r["first"],
+            )
+    clusters, tenants, flavors = _names()
+    coverage_from = since + timedelta(hours=2)
+    out = []
+    for key, metrics in sorted(stats.items()):
+        util, allocated = metrics.get(Metric.GPU_UTILIZATION), metrics.get(Metric.GPUS_ALLOCATED)
+        if util is None or allocated is None:
+            continue
+        if util[2] > coverage_from or allocated[2] > coverage_from:
+            continue
+        mean_util = util[0] / util[1]
+        mean_allocated = allocated[0] / allocated[1]
+        if mean_allocated <= 0 or mean_util >= threshold:
+            continue
+        c, t, f = key
+        out.append(
+            Finding(
+                subject=f"utilization:{c}:{t}:{f}",
+                message=f"{tenants.get(t, t)} on {clusters.get(c, c)} ({flavors.get(f, f)}) "
+                f"held {mean_allocated:.1f} GPUs on average at {mean_util:.0f}% mean "
+                f"utilisation over {_days(window)} (under {threshold:g}%).",
+                cluster_id=c,
+                tenant_id=t,
+                flavor_id=f,
+                value=round(mean_util, 2),
+                threshold=threshold,
+            )
+        )
+    return out
+
+
+FINDERS = {
+    RuleKind.QUOTA_WARNING: quota_findings,
+    RuleKind.QUOTA_BLOCK: quota_findings,
+    RuleKind.IDLE_WORKLOAD: idle_findings,
+    RuleKind.MAX_RUNTIME: max_runtime_findings,
+    RuleKind.LOW_UTILIZATION: low_utilization_findings,
+}
+
+
+def rule_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
+    return FINDERS[RuleKind(rule.kind)](rule, now=now)
+
+
+# --- the admission pre-check (R13) -----------------------------------------------------------
+
+
+@dataclass
+class ResourceVerdict:
+    resource: str  # "gpu:<flavor>", "cpu", "memory", "storage"
+    requested: Decimal
+    fits: bool
+    reason: str
+    used: Decimal | None = None
+    guaranteed: Decimal | None = None
+    limit: Decimal | None = None
+    headroom: Decimal | None = None  # limit - used
+    borrowable: Decimal | None = None  # what the cohort can lend now (beyond the guarantee)
+
+
+@dataclass
+class AdmissionVerdict:
+    tenant: str
+    cluster: str
+    fits: bool
+    resources: list[ResourceVerdict] = field(default_factory=list)
+    measured_at: datetime | None = None
+
+
+def _cohort(tenant: Tenant) -> str:
+    """The cohort a tenant's ClusterQueue joins (``quotas.kube.names.tenant_cohort``)."""
+    if tenant.cohort:
+        return f"cohort:{tenant.cohort}"
+    if tenant.parent_id:
+        return f"parent:{tenant.parent_id}"
+    return "root"
+
+
+def _gpu_resource(flavor: ResourceFlavor) -> str:
+    return mig_resource(flavor.mig_profile) if flavor.kind == "mig" else GPU_RESOURCE
+
+
+def admission_check(
+    *,
+    tenant: Tenant,
+    cluster: Cluster,
+    gpus: Mapping[str, Decimal],
+    cpu: Decimal | None,
+    memory: Decimal | None,
+    storage: Decimal | None,
+    now: datetime,
+    storage_used: Decimal | None = None,
+) -> AdmissionVerdict:
+    """Would a job asking for ``gpus`` (per flavor name), ``cpu``, ``memory`` and ``storage``
+    (base units) be admitted now? GPUs: the tenant's use (latest 5-minute mean) plus the job
+    within its guarantee, or beyond it within its limit and what its cohort can lend now
+    (peers' unused lendable quota, bounded by the flavor's free capacity). CPU and memory:
+    within the tenant's limit on the cluster (their use is not collected). Storage: within the
+    storage quota minus ``storage_used`` (the namespaces' ResourceQuota, read by the caller).
+    Unknown flavors are a 400 naming ``gpus.<name>``."""
+    flavors = {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster)}
+    for name in gpus:
+        flavor = flavors.get(name)
+        if flavor is None or flavor.kind not in ("gpu", "mig"):
+            raise ValidationFailed.for_field(
+                f"gpus.{name}", f"{cluster.name} has no GPU or MIG flavor named {name!r}."
+            )
+    quota_set = QuotaSet.objects.filter(tenant=tenant, cluster=cluster).first()
+    if quota_set is None:
+        raise ValidationFailed.for_field(
+            "cluster", f"{tenant.slug} has no quota on {cluster.name}."
+        )
+    peers = {
+        t.pk: t for t in Tenant.objects.filter(quota_sets__cluster=cluster).select_related("parent")
+    }
+    cohort = _cohort(tenant)
+    cohort_ids = {pk for pk, t in peers.items() if _cohort(t) == cohort}
+    quotas: dict[tuple[int, int, str], Quota] = {
+        (q.quota_set.tenant_id, q.flavor_id, q.resource): q
+        for q in Quota.objects.filter(quota_set__cluster=cluster).select_related("quota_set")
+    }
+    use = usage_selectors.usage_now(cluster_ids=[cluster.pk], now=now)
+    used_by: dict[tuple[int, int], Decimal] = {
+        (t, f): Decimal(str(round(values.get(Metric.QUOTA_USED, 0.0), 6)))
+        for (_, t, f), values in use.items()
+    }
+    capacity = {
+        (fr.flavor_id, fr.resource): fr.capacity
+        for fr in FlavorResource.objects.filter(flavor__cluster=cluster)
+    }
+    verdict = AdmissionVerdict(tenant.slug, cluster.name, True, measured_at=now)
+    for name, requested in sorted(gpus.items()):
+        flavor = flavors[name]
+        resource = _gpu_resource(flavor)
+        quota = quotas.get((tenant.pk, flavor.pk, resource))
+        label = f"gpu:{name}"
+        if quota is None:
+            verdict.resources.append(
+                ResourceVerdict(label, requested, requested == 0,
+                                f"{tenant.slug} has no quota for {name} on {cluster.name}.")
+            )  # fmt: skip
+            continue
+        used = used_by.get((tenant.pk, flavor.pk), Decimal(0))
+        total_used = sum((u for (t, f), u in used_by.items() if f == flavor.pk), Decimal(0))
+        free = max(capacity.get((flavor.pk, resource), Decimal(0)) - total_used, Decimal(0))
+        lendable = Decimal(0)
+        for peer_id in cohort_ids - {tenant.pk}:
+            peer = quotas.get((peer_id, flavor.pk, resource))
+            if peer is None:
+                continue
+            can_lend = peer.guaranteed if peer.lending_limit is None else peer.lending_limit
+            peer_used = used_by.get((peer_id, flavor.pk), Decimal(0))
+            lendable += max(min(can_lend, peer.guaranteed - peer_used), Decimal(0))
+        borrowable = min(lendable, free)
+        after = used + requested
+        headroom = quota.limit - used
+        if after > quota.limit:
+            fits, reason = (
+                False,
+                (
+                    f"{_n(used)} in use + {_n(requested)} asked = {_n(after)} > the limit {_n(quota.limit)}"
+                    f" ({_n(headroom)} left)."
+                ),
+            )
+        elif after <= quota.guaranteed:
+            fits, reason = (
+                True,
+                (f"{_n(after)} of {_n(quota.guaranteed)} guaranteed after admission."),
+            )
+        else:
+            needed = after - max(quota.guaranteed, used)
+            fits = needed <= borrowable
+            reason = (
+                f"borrows {_n(needed)} beyond the guarantee of {_n(quota.guaranteed)}; the cohort "
+                f"can lend {_n(borrowable)} now"
+                + ("." if fits else ": not enough, it would wait in the queue.")
+            )
+        verdict.resources.append(
+            ResourceVerdict(label, requested, fits, reason, used, quota.guaranteed, quota.limit,
+                            headroom, borrowable)
+        )  # fmt: skip
+    for resource, amount in ((CPU_RESOURCE, cpu), (MEMORY_RESOURCE, memory)):
+        if amount is None:
+            continue
+        items = [q for (t, _, r), q in quotas.items() if t == tenant.pk and r == resource]
+        if not items:
+            verdict.resources.append(
+                ResourceVerdict(resource, amount, True,
+                                f"no {resource} quota on {cluster.name}: not limited.")
+            )  # fmt: skip
+            continue
+        limit = sum((q.limit for q in items), Decimal(0))
+        guaranteed = sum((q.guaranteed for q in items), Decimal(0))
+        fits = amount <= limit
+        verdict.resources.append(
+            ResourceVerdict(
+                resource, amount, fits,
+                f"{_n(amount)} {'within' if fits else 'exceeds'} the limit of {_n(limit)} "
+                "(current use is not collected; Kueue counts it at admission).",
+                guaranteed=guaranteed, limit=limit,
+            )
+        )  # fmt: skip
+    if storage is not None:
+        verdict.resources.append(_storage_verdict(quota_set, storage, storage_used))
+    verdict.fits = all(r.fits for r in verdict.resources)
+    return verdict
+
+
+def _storage_verdict(
+    quota_set: QuotaSet, requested: Decimal, used: Decimal | None
+) -> ResourceVerdict:
+    limit = quota_set.storage_bytes
+    if limit is None:
+        return ResourceVerdict(STORAGE_RESOURCE, requested, True, "no storage quota: not limited.")
+    if used is None:
+        fits = requested <= limit
+        return ResourceVerdict(
+            STORAGE_RESOURCE, requested, fits,
+            f"{_n(requested)} bytes {'within' if fits else 'exceed'} the storage quota of "
+            f"{_n(limit)} bytes (current use unknown: the cluster could not be read).",
+            limit=limit,
+        )  # fmt: skip
+    left = max(limit - used, Decimal(0))
+    fits = requested <= left
+    return ResourceVerdict(
+        STORAGE_RESOURCE, requested, fits,
+        f"{_n(requested)} bytes asked, {_n(left)} of {_n(limit)} left"
+        + ("." if fits else ": the job would fail with 'No space left on device'."),
+        used=used, limit=limit, headroom=left,
+    )  # fmt: skip
+
+
+def storage_used(*, tenant: Tenant, cluster: Cluster) -> Decimal | None:
+    """Storage the tenant's PVCs request now (its ResourceQuotas' ``requests.storage`` used),
+    read from the cluster; None when it cannot be read."""
+    if cluster.backend != SyncBackend.KUBERNETES:
+        return None
+    from quotas.quantity import QuantityError, parse_quantity
+    from quotas.sync import in_cluster
+
+    seen = in_cluster(tenant=tenant, cluster=cluster)
+    if not seen.reachable:
+        return None
+    # Several ResourceQuotas of one namespace (batch / inference scopes) see the same PVCs:
+    # the largest per namespace.
+    per_namespace: dict[str, Decimal] = defaultdict(Decimal)
+    for rq in seen.resource_quotas:
+        value = (rq.get("used") or {}).get("requests.storage")
+        if value is None:
+            continue
+        try:
+            amount = parse_quantity(value)
+        except QuantityError:
+            continue
+        per_namespace[rq["namespace"]] = max(per_namespace[rq["namespace"]], amount)
+    return sum(per_namespace.values(), Decimal(0))
+
+
+def clusters_of(*, tenant: Tenant) -> list[Cluster]:
+    return list(Cluster.objects.filter(quota_sets__tenant=tenant).order_by("name"))
+
+
+def names_of(ids: Iterable[int]) -> dict[int, str]:
+    return dict(Tenant.objects.filter(pk__in=list(ids)).values_list("pk", "slug"))

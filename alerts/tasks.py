@@ -1,0 +1,28 @@
+"""Celery tasks for alerts: thin, idempotent."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from celery import shared_task
+
+from alerts import services
+
+
+@shared_task(name="alerts.tasks.evaluate", ignore_result=True)
+def evaluate() -> dict[str, Any]:
+    """Every minute (beat): the rules against the usage store; then re-send webhook
+    deliveries no worker took."""
+    summary = services.evaluate()
+    services.deliveries_sweep()
+    return asdict(summary)
+
+
+@shared_task(bind=True, name="alerts.tasks.deliver_webhook", ignore_result=True, max_retries=None)
+def deliver_webhook(self: Any, delivery_id: int) -> bool:
+    """One webhook delivery; retried with the service's backoff until it gives up."""
+    outcome = services.webhook_deliver(delivery_id=delivery_id)
+    if outcome.retry_in is not None:
+        raise self.retry(countdown=outcome.retry_in)
+    return outcome.sent

@@ -1,0 +1,116 @@
+"""Input and output serializers of the dashboards API (profile, showback, prices)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from dashboards.models import CURRENCY_MAX
+from portal.api.serializers import StrictInputSerializer
+from tenants.validators import DNS1123_LABEL_MAX
+
+
+class ProfileQueryInput(StrictInputSerializer):
+    start = serializers.DateTimeField(required=False, help_text="ISO 8601; default end - 7 days.")
+    end = serializers.DateTimeField(required=False, help_text="ISO 8601; default now.")
+
+
+class HourOfWeekOutput(serializers.Serializer):
+    weekday = serializers.CharField(help_text="Mon..Sun (UTC).")
+    hour = serializers.IntegerField(help_text="0..23 (UTC).")
+    count = serializers.IntegerField()
+
+
+class GpusPerJobOutput(serializers.Serializer):
+    gpus = serializers.FloatField()
+    jobs = serializers.IntegerField()
+
+
+class DurationBucketOutput(serializers.Serializer):
+    label = serializers.CharField()
+    jobs = serializers.IntegerField()
+
+
+class DurationsOutput(serializers.Serializer):
+    buckets = DurationBucketOutput(many=True)
+    p50_s = serializers.FloatField(allow_null=True)
+    p95_s = serializers.FloatField(allow_null=True)
+    max_s = serializers.FloatField(allow_null=True)
+
+
+class FlavorProfileOutput(serializers.Serializer):
+    cluster = serializers.CharField()
+    flavor = serializers.CharField()
+    peak_used = serializers.FloatField(allow_null=True, help_text="Peak GPUs in use (Kueue).")
+    peak_memory_mib = serializers.FloatField(allow_null=True, help_text="On one GPU or instance.")
+    mean_utilization = serializers.FloatField(allow_null=True, help_text="%")
+
+
+class ProfileOutput(serializers.Serializer):
+    tenant = serializers.CharField()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    submissions = serializers.IntegerField(help_text="Workloads created in the period.")
+    submissions_by_hour_of_week = HourOfWeekOutput(many=True, help_text="Non-zero cells only.")
+    gpus_per_job = GpusPerJobOutput(many=True)
+    durations = DurationsOutput(help_text="Run time (finished - admitted) of finished jobs.")
+    queue_wait_p50_s = serializers.FloatField(allow_null=True)
+    queue_wait_p95_s = serializers.FloatField(allow_null=True)
+    peak_concurrent_gpus = serializers.FloatField(help_text="GPUs of admitted jobs at once.")
+    mean_gpu_utilization = serializers.FloatField(allow_null=True)
+    peak_memory_mib = serializers.FloatField(allow_null=True)
+    flavors = FlavorProfileOutput(many=True)
+
+
+class ShowbackQueryInput(StrictInputSerializer):
+    month = serializers.RegexField(
+        r"^\d{4}-\d{2}$", required=False, help_text="YYYY-MM; default the current month."
+    )
+    tenant = serializers.CharField(
+        required=False, max_length=DNS1123_LABEL_MAX, help_text="One tenant's slug."
+    )
+
+
+class ShowbackRowOutput(serializers.Serializer):
+    tenant = serializers.CharField()
+    cluster = serializers.CharField()
+    flavor = serializers.CharField()
+    gpu_hours = serializers.FloatField()
+    unit_hours = serializers.FloatField(help_text="GPU-hours x the flavor's weight.")
+    price = serializers.DecimalField(
+        max_digits=12, decimal_places=4, allow_null=True, help_text="Per flavor-hour; null: none."
+    )
+    currency = serializers.CharField(allow_blank=True)
+    cost = serializers.DecimalField(max_digits=18, decimal_places=2, allow_null=True)
+
+
+class ShowbackTotalOutput(serializers.Serializer):
+    tenant = serializers.CharField()
+    currency = serializers.CharField(allow_blank=True)
+    gpu_hours = serializers.FloatField()
+    unit_hours = serializers.FloatField()
+    cost = serializers.DecimalField(max_digits=18, decimal_places=2)
+
+
+class ShowbackOutput(serializers.Serializer):
+    month = serializers.CharField()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    rows = ShowbackRowOutput(many=True)
+    totals = ShowbackTotalOutput(many=True)
+
+
+class FlavorPriceInput(StrictInputSerializer):
+    cluster = serializers.CharField(max_length=DNS1123_LABEL_MAX)
+    flavor = serializers.CharField(max_length=DNS1123_LABEL_MAX)
+    price = serializers.DecimalField(max_digits=12, decimal_places=4, min_value=0)
+    currency = serializers.RegexField(r"^[A-Z]{3}$", max_length=CURRENCY_MAX, default="EUR")
+    valid_from = serializers.DateField()
+
+
+class FlavorPriceOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    cluster = serializers.CharField(source="flavor.cluster.name")
+    flavor = serializers.CharField(source="flavor.name")
+    price = serializers.DecimalField(max_digits=12, decimal_places=4)
+    currency = serializers.CharField()
+    valid_from = serializers.DateField()

@@ -1,0 +1,143 @@
+"""Thin views of the dashboards API: validate, call one selector or service, serialize."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.generics import GenericAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from dashboards import selectors, services
+from dashboards.api.serializers import (
+    FlavorPriceInput,
+    FlavorPriceOutput,
+    ProfileOutput,
+    ProfileQueryInput,
+    ShowbackOutput,
+    ShowbackQueryInput,
+)
+from dashboards.models import FlavorPrice
+from portal.errors import ValidationFailed
+from quotas.models import ResourceFlavor
+from tenants.api.base import ReadMembersWriteAdmins, TenantScopedMixin, caller
+from tenants.selectors import tenant_get_for_user, tenant_list_for_user
+
+BAD_RANGE = OpenApiResponse(description="Bad range: start after end, or older than kept.")
+
+
+class TenantProfileView(TenantScopedMixin, GenericAPIView):
+    """The workload profile report of a tenant for a period (R8, R18): submissions by hour
+    of week, GPUs per job, run times, queue waits, peak concurrent GPUs, peak memory, mean
+    utilisation. The evidence a lead attaches to a quota request."""
+
+    serializer_class = ProfileOutput
+    pagination_class = None
+
+    @extend_schema(
+        parameters=[ProfileQueryInput],
+        responses={
+            200: ProfileOutput,
+            400: BAD_RANGE,
+            404: OpenApiResponse(description="No such tenant (or not yours)."),
+        },
+    )
+    def get(self, request: Request, tenant_slug: str) -> Response:
+        query = ProfileQueryInput(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        period = selectors.period_resolve(start=data.get("start"), end=data.get("end"))
+        profile = selectors.workload_profile(tenant=self.tenant, period=period)
+        return Response(ProfileOutput(profile.as_dict()).data)
+
+
+class ShowbackView(GenericAPIView):
+    """GPU-hours per tenant, cluster and flavor for a month, priced per flavor-hour: every
+    tenant for platform admins, the caller's own tenants for everyone else."""
+
+    serializer_class = ShowbackOutput
+    pagination_class = None
+
+    @extend_schema(
+        parameters=[ShowbackQueryInput],
+        responses={
+            200: ShowbackOutput,
+            400: OpenApiResponse(description="Bad month, in the future or older than kept."),
+            404: OpenApiResponse(description="No such tenant (or not yours)."),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        query = ShowbackQueryInput(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        user = caller(request)
+        tenant_ids: list[int] | None
+        if "tenant" in data:
+            tenant_ids = [tenant_get_for_user(user=user, slug=data["tenant"]).pk]
+        elif user.is_platform_admin:
+            tenant_ids = None
+        else:
+            tenant_ids = list(tenant_list_for_user(user=user).values_list("pk", flat=True))
+        month = selectors.parse_month(data.get("month"))
+        report = selectors.showback(month=month, tenant_ids=tenant_ids)
+        return Response(
+            ShowbackOutput(
+                {
+                    "month": f"{month:%Y-%m}",
+                    "start": report.start,
+                    "end": report.end,
+                    "rows": [{**r.__dict__, "cost": r.cost} for r in report.rows],
+                    "totals": report.totals(),
+                }
+            ).data
+        )
+
+
+class FlavorPriceListView(GenericAPIView):
+    """Showback prices per flavor-hour, newest first per flavor; platform admins add them
+    (one per flavor and day; a price holds until the flavor's next one)."""
+
+    serializer_class = FlavorPriceOutput
+    permission_classes = [ReadMembersWriteAdmins]
+
+    def get_queryset(self) -> Any:
+        return FlavorPrice.objects.select_related("flavor", "flavor__cluster").order_by(
+            "flavor__cluster__name", "flavor__name", "-valid_from"
+        )
+
+    def get(self, request: Request) -> Response:
+        page = self.paginate_queryset(self.get_queryset())
+        return self.get_paginated_response(FlavorPriceOutput(page, many=True).data)
+
+    @extend_schema(
+        request=FlavorPriceInput,
+        responses={
+            201: FlavorPriceOutput,
+            400: OpenApiResponse(description="Invalid; the fields say why."),
+            403: OpenApiResponse(description="Only platform admins may do this."),
+            409: OpenApiResponse(description="The flavor already has a price from that day."),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        body = FlavorPriceInput(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        flavor = (
+            ResourceFlavor.objects.select_related("cluster")
+            .filter(cluster__name=data["cluster"], name=data["flavor"])
+            .first()
+        )
+        if flavor is None:
+            raise ValidationFailed.for_field(
+                "flavor", f"no flavor {data['flavor']!r} on cluster {data['cluster']!r}."
+            )
+        price = services.flavor_price_set(
+            actor=caller(request),
+            flavor=flavor,
+            price=data["price"],
+            currency=data["currency"],
+            valid_from=data["valid_from"],
+        )
+        return Response(FlavorPriceOutput(price).data, status=status.HTTP_201_CREATED)

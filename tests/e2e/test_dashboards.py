@@ -1,0 +1,86 @@
+"""The usage dashboards in a real browser: Plotly (served from the portal's own static files)
+draws every chart under the Content-Security-Policy, with no console error and no request to
+another host (the ``browse`` fixture fails the test on either)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.conftest import World
+from tests.dashboards.data import UsageData, write_usage_data
+from tests.e2e.conftest import Browsing
+
+pytestmark = [pytest.mark.e2e]
+
+TENANT_SCREENSHOT = "/tmp/e2e-usage-tenant.png"  # noqa: S108 - a fixed place a person can open
+ADMIN_SCREENSHOT = "/tmp/e2e-usage-admin.png"  # noqa: S108
+PROFILE_SCREENSHOT = "/tmp/e2e-workload-profile.png"  # noqa: S108
+SHOWBACK_SCREENSHOT = "/tmp/e2e-showback.png"  # noqa: S108
+
+
+@pytest.fixture
+def live_usage(live_world: World) -> UsageData:
+    return write_usage_data(live_world)
+
+
+def charts_drawn(browsing: Browsing) -> list[str]:
+    """Wait until every chart container has Plotly's SVG, and return their keys."""
+    page = browsing.page
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('[data-chart]')]"
+        ".every(e => e.getAttribute('data-drawn') === 'true' && e.querySelector('.main-svg'))"
+    )
+    return page.eval_on_selector_all("[data-chart]", "els => els.map(e => e.dataset.chart)")
+
+
+def test_alice_sees_team_a_usage_drawn_under_the_policy(live_usage: UsageData, browse: Any) -> None:
+    alice = browse()
+    alice.log_in("alice")
+    response = alice.goto("/tenants/team-a/usage/?range=7d")
+    assert "script-src 'self'" in response.headers["content-security-policy"]
+    drawn = charts_drawn(alice)
+    assert {"units", "utilization", "flavor-0", "flavor-1"} <= set(drawn)
+    page = alice.page
+    # Plotly drew the series: the A100 chart has the four quota traces and the peak.
+    assert page.locator("#chart-flavor-0 .scatterlayer .trace").count() == 5
+    assert page.locator("[data-kpi=borrowing] .kpi-value").inner_text() == "16.7 %"
+    # plotly.js came from the portal itself.
+    scripts = page.eval_on_selector_all("script[src]", "els => els.map(e => e.src)")
+    assert any(s.endswith("/static/dashboards/plotly.min.js") for s in scripts)
+    page.screenshot(path=TENANT_SCREENSHOT, full_page=True)
+
+    # Picking a preset in the range picker reloads the page with it.
+    with page.expect_navigation():
+        page.select_option("select[name=range]", "24h")
+    assert "range=24h" in page.url
+    charts_drawn(alice)
+    assert page.locator("p.period").inner_text().endswith("read from the 5m rollups")
+
+
+def test_the_admin_dashboard_draws_shares_capacity_and_the_heatmap(
+    live_usage: UsageData, browse: Any
+) -> None:
+    admin = browse()
+    admin.log_in("admin")
+    admin.goto("/usage/?range=7d")
+    drawn = charts_drawn(admin)
+    assert {"across", "share-0", "capacity-0", "share-1", "capacity-1", "heatmap-1"} <= set(drawn)
+    page = admin.page
+    assert page.locator("#chart-heatmap-1 .hm, #chart-heatmap-1 image").count() >= 1
+    assert page.locator("table.idle-allocations tbody tr[data-tenant=team-b]").count() == 1
+    assert "fragmented" in page.locator("table.mig-free").inner_text()
+    page.screenshot(path=ADMIN_SCREENSHOT, full_page=True)
+
+
+def test_the_profile_report_and_showback_draw(live_usage: UsageData, browse: Any) -> None:
+    alice = browse()
+    alice.log_in("alice")
+    alice.goto("/tenants/team-a/profile/")
+    assert set(charts_drawn(alice)) == {"hour-of-week", "gpus-per-job", "durations"}
+    assert alice.page.locator("[data-kpi=submissions] .kpi-value").inner_text() == "5"
+    alice.page.screenshot(path=PROFILE_SCREENSHOT, full_page=True)
+    alice.goto("/tenants/team-a/showback/")
+    assert charts_drawn(alice) == ["gpu-hours"]
+    alice.page.screenshot(path=SHOWBACK_SCREENSHOT, full_page=True)

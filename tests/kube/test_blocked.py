@@ -1,0 +1,40 @@
+"""The compiler's input says which tenants are blocked (quota use at 100%, R11): the loader
+asks the hooks registered in ``quotas.kube.load.BLOCKED_TENANTS`` (the alerts app's), and a
+blocked tenant's ClusterQueue holds new work."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from quotas.kube import compiler, load
+
+
+@pytest.fixture
+def only_hook() -> Iterator[list[object]]:
+    saved = list(load.BLOCKED_TENANTS)
+    load.BLOCKED_TENANTS.clear()
+    yield load.BLOCKED_TENANTS  # type: ignore[misc]
+    load.BLOCKED_TENANTS[:] = saved
+
+
+def test_the_loader_marks_the_tenants_a_hook_names_blocked(world, only_hook):
+    assert not any(t.blocked for t in load.tenant_specs(world.a100))  # no hook: nobody
+    asked = []
+
+    def hook(*, cluster_id, tenant_ids):  # type: ignore[no-untyped-def]
+        asked.append((cluster_id, sorted(tenant_ids)))
+        return {world.team_b.pk} if cluster_id == world.a100.pk else set()
+
+    only_hook.append(hook)
+    specs = {t.slug: t for t in load.tenant_specs(world.a100)}
+    assert {slug for slug, t in specs.items() if t.blocked} == {"team-b"}
+    assert asked == [(world.a100.pk, sorted([world.team_a.pk, world.team_b.pk, world.team_c.pk]))]
+    assert not any(t.blocked for t in load.tenant_specs(world.h100))
+    queues = {
+        o["metadata"]["name"]: o["spec"]["stopPolicy"]
+        for o in compiler.compile_cluster(load.cluster_spec(world.a100), list(specs.values()))
+        if o["kind"] == "ClusterQueue"
+    }
+    assert queues == {"team-a": "None", "team-b": "Hold", "team-c": "None"}
