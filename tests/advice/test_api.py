@@ -56,12 +56,18 @@ def test_what_if_shows_the_preemption_the_request_removes(
     # (its own guarantee) find 2 free -> team-a's job is preempted, reruns after team-b ends.
     # After (team-a 8/10): a pool of 14; 10 + 4 fit side by side, nothing is preempted.
     draft = _draft(world)
-    response = api_as(world.alice).get(f"/api/v1/quota-requests/{draft.pk}/what-if/")
+    # The approver sees every tenant of the cohort; the lead only her own rows (the other
+    # tenants' queues weigh in the replay, but their names and numbers are not hers to see).
+    response = api_as(world.admin).get(f"/api/v1/quota-requests/{draft.pk}/what-if/")
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["days"] == 14 and body["workloads"] == 2
     rows = {row["tenant"]: row for row in body["tenants"]}
     assert set(rows) == {"team-a", "team-b", "team-c"}
+    lead = api_as(world.alice).get(f"/api/v1/quota-requests/{draft.pk}/what-if/").json()
+    assert [row["tenant"] for row in lead["tenants"]] == ["team-a"]
+    assert lead["tenants"][0] == rows["team-a"]
+    assert "team-b" not in str(lead)
     assert rows["team-a"]["is_requester"]
     assert rows["team-a"]["before"]["preemptions"] == 1
     assert rows["team-a"]["after"]["preemptions"] == 0
@@ -130,7 +136,12 @@ def test_pages_show_suggestions_and_the_what_if(world: World, two_jobs: None) ->
     detail = client.get(f"/requests/{draft.pk}/").content.decode()
     assert "What-if" in detail and 'data-tenant="team-b"' not in detail  # only on demand
     detail = client.get(f"/requests/{draft.pk}/?what_if=1&days=14").content.decode()
-    assert 'data-tenant="team-b"' in detail and "<svg" in detail
+    assert 'data-tenant="team-a"' in detail and "<svg" in detail
+    assert 'data-tenant="team-b"' not in detail  # another tenant's numbers: approvers only
+    approver = Client()
+    approver.force_login(world.admin)
+    seen = approver.get(f"/requests/{draft.pk}/?what_if=1&days=14").content.decode()
+    assert 'data-tenant="team-b"' in seen
     assert "<script" not in detail.split('id="what-if"')[1].split("</section>")[0]
     bad = client.get(f"/requests/{draft.pk}/?what_if=1&days=500").content.decode()
     assert "from 1 to 90 days" in bad
