@@ -50,7 +50,7 @@ def _layout(title: str, *, y: str = "", **extra: Any) -> dict[str, Any]:
     return layout
 
 
-def _quota_traces(times: list[str], rows: list[dict[str, Any]], unit: str) -> list[dict]:
+def _quota_traces(times: list[str], rows: list[dict[str, Any]], unit: str) -> list[dict[str, Any]]:
     def col(name: str) -> list[float | None]:
         return [r.get(name) for r in rows]
 
@@ -58,7 +58,7 @@ def _quota_traces(times: list[str], rows: list[dict[str, Any]], unit: str) -> li
     within = [
         None if u is None else max(u - (b or 0), 0) for u, b in zip(used, borrowed, strict=True)
     ]
-    traces = [
+    traces: list[dict[str, Any]] = [
         {"type": "scatter", "mode": "lines", "name": f"used within guarantee ({unit})", "x": times,
          "y": within, "stackgroup": "use", "line": {"width": 0.5, "color": COLORS["used"]}},
         {"type": "scatter", "mode": "lines", "name": f"borrowed ({unit})", "x": times,

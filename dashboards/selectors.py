@@ -251,7 +251,7 @@ def tenant_dashboard(
             if util is not None:
                 util_sum += util
                 util_n += 1
-    unit_rows = [{"time": t, **dict(v)} for t, v in sorted(units.items())]
+    unit_rows: list[dict[str, Any]] = [{"time": t, **dict(v)} for t, v in sorted(units.items())]
     indicators = Indicators(
         mean_gpu_utilization=_mean(util_sum, util_n),
         queue_wait_p50_s=stats.queue_wait_p50_s,
@@ -502,17 +502,17 @@ def admin_dashboard(
     )
     quotas = {(r["flavor_id"], r["resource"]): r for r in quota_rows}
     by_flavor: dict[int, FlavorCapacity] = {}
-    for f in flavors.values():
-        resource = _count_resource(f)
-        q = quotas.get((f.pk, resource), {})
-        by_flavor[f.pk] = FlavorCapacity(
-            f,
-            capacity.get((f.pk, resource), 0.0),
+    for flavor in flavors.values():
+        resource = _count_resource(flavor)
+        q = quotas.get((flavor.pk, resource), {})
+        by_flavor[flavor.pk] = FlavorCapacity(
+            flavor,
+            capacity.get((flavor.pk, resource), 0.0),
             float(q.get("g") or 0),
             float(q.get("lim") or 0),
             int(q.get("n") or 0),
         )
-        views[f.cluster_id].flavors.append(by_flavor[f.pk])
+        views[flavor.cluster_id].flavors.append(by_flavor[flavor.pk])
     aggregates = _period_aggregates(
         period,
         [Metric.QUOTA_USED, Metric.GPUS_ALLOCATED, Metric.GPU_UTILIZATION],
@@ -665,7 +665,7 @@ def workload_profile(*, tenant: Tenant, period: Period) -> WorkloadProfile:
             durations.append((finished - admitted).total_seconds())
         if wait is not None and admitted is not None and start <= admitted < end:
             waits.append(wait)
-    buckets = Counter()
+    buckets: Counter[str] = Counter()
     for seconds in durations:
         buckets[next(label for label, upper in DURATION_BUCKETS if seconds < upper)] += 1
     aggregates = _period_aggregates(

@@ -46,11 +46,12 @@ class PlotlyFinder(BaseFinder):
         return []
 
     def find(self, path: str, find_all: bool = False, **kwargs: Any) -> Any:
+        # Nothing found is [] either way (Django's finders do the same; None would be listed).
         if path != PLOTLY_STATIC_PATH or self.storage is None:
-            return [] if find_all else None
+            return []
         match = self.storage.path("plotly.min.js")
         if not Path(match).is_file():
-            return [] if find_all else None
+            return []
         return [match] if find_all else match
 
     def list(self, ignore_patterns: Any) -> Any:

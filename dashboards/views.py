@@ -17,7 +17,7 @@ from typing import Any
 from django import forms
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import render
 from django.utils.http import urlencode
 from django.views import View
@@ -68,7 +68,7 @@ def _cell(value: Any) -> Any:
 
 
 def _query_without(request: HttpRequest, *names: str) -> str:
-    return urlencode([(k, v) for k, v in request.GET.items() if k not in names and v])
+    return urlencode([(k, str(v)) for k, v in request.GET.items() if k not in names and v])
 
 
 class _Page(View):
@@ -85,7 +85,7 @@ class _Page(View):
     ) -> tuple[RangeForm, selectors.Period | None, str]:
         form = RangeForm(request.GET)
         if not form.is_valid():
-            why = "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+            why = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in form.errors.items())
             return form, None, why
         data = form.cleaned_data
         try:
@@ -109,7 +109,7 @@ class _Page(View):
 class _TenantPage(_Page):
     tenant: Tenant
 
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if refused := self._login(request):
             return refused
         try:
@@ -128,7 +128,7 @@ class _TenantPage(_Page):
 
 
 class _AdminPage(_Page):
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if refused := self._login(request):
             return refused
         if not caller(request).is_platform_admin:

@@ -360,6 +360,7 @@ SPECTACULAR_SETTINGS = {
         "TenantStateEnum": "tenants.choices.TenantState",
         "SyncStateEnum": "quotas.choices.SyncState",
         "ProbeStateEnum": "gpu_agent.models.ProbeState",
+        "AlertStateEnum": "alerts.choices.AlertState",
     },
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from alerts.models import Alert, AlertEvent
@@ -45,6 +46,9 @@ class AlertDetailOutput(AlertOutput):
         fields = [*AlertOutput.Meta.fields, "events"]
 
 
+@extend_schema_field(
+    {"oneOf": [{"type": "string", "example": "64Gi"}, {"type": "integer", "minimum": 0}]}
+)
 class QuantityField(serializers.Field):
     """A Kubernetes quantity ("2", "500m", "64Gi") or a whole number; never negative."""
 

@@ -26,7 +26,7 @@ class GpusPerJobOutput(serializers.Serializer):
 
 
 class DurationBucketOutput(serializers.Serializer):
-    label = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]  # a field named like Field.label
     jobs = serializers.IntegerField()
 
 

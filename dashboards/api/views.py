@@ -7,6 +7,7 @@ from typing import Any
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.generics import GenericAPIView
+from rest_framework.mixins import ListModelMixin
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -95,7 +96,7 @@ class ShowbackView(GenericAPIView):
         )
 
 
-class FlavorPriceListView(GenericAPIView):
+class FlavorPriceListView(ListModelMixin, GenericAPIView):
     """Showback prices per flavor-hour, newest first per flavor; platform admins add them
     (one per flavor and day; a price holds until the flavor's next one)."""
 
@@ -108,8 +109,7 @@ class FlavorPriceListView(GenericAPIView):
         )
 
     def get(self, request: Request) -> Response:
-        page = self.paginate_queryset(self.get_queryset())
-        return self.get_paginated_response(FlavorPriceOutput(page, many=True).data)
+        return self.list(request)
 
     @extend_schema(
         request=FlavorPriceInput,

@@ -11,8 +11,8 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 
-from tests.dashboards.data import MIG_UUID, WHOLE_UUID, UsageData, rollup_rows
 from tenants.models import Tenant
+from tests.dashboards.data import MIG_UUID, WHOLE_UUID, rollup_rows
 from usage.models import Rollup
 
 pytestmark = pytest.mark.django_db
@@ -201,7 +201,9 @@ def test_the_admin_dashboard_shows_shares_capacity_heatmap_mig_and_idle(usage_da
     )
     # team-b holds 3 GPUs at 10 %: idle; team-a's 50 % and 80 % are not.
     assert [(a.tenant, a.flavor) for a in dashboard.idle] == [("team-b", "a100-80gb")]
-    assert dashboard.idle[0].idle_gpu_hours == pytest.approx(3 * 0.9 * response.context["period"].hours)
+    assert dashboard.idle[0].idle_gpu_hours == pytest.approx(
+        3 * 0.9 * response.context["period"].hours
+    )
     charts = figures(response)
     assert {"across", "share-0", "capacity-0", "heatmap-1"} <= set(charts)
     heatmap = charts["heatmap-1"]["data"][0]
@@ -239,10 +241,42 @@ def test_the_admin_dashboard_queries_are_bounded_with_many_tenants(
     ):
         world.team_c = tenant
         Rollup.objects.bulk_create(
-            rollup_rows(world, now=usage_data.now, days=8, series={("team_c", "h100_gpu"): {5: (1, 1)}})
+            rollup_rows(
+                world, now=usage_data.now, days=8, series={("team_c", "h100_gpu"): {5: (1, 1)}}
+            )
         )
     with django_assert_max_num_queries(16):
         response = admin.get("/usage/?range=7d")
     share = figures(response)["share-1"]
     # 31 tenants on the H100 flavor: the top ones by use, the rest as "others".
     assert any(t["name"].endswith("others") for t in share["data"])
+
+
+# --- plotly.js from the portal itself --------------------------------------------------------
+
+
+def test_plotly_is_served_from_the_installed_package_and_nothing_else_of_it():
+    from django.contrib.staticfiles import finders
+
+    from dashboards.staticfiles import PlotlyFinder, plotly_package_dir
+
+    found = finders.find("dashboards/plotly.min.js")
+    assert found == str(plotly_package_dir() / "plotly.min.js")
+    # collectstatic lists exactly that one file of the package (not its 4.8 MB widget bundle).
+    assert [path for path, _ in PlotlyFinder().list([])] == ["plotly.min.js"]
+    assert finders.find("dashboards/widgetbundle.js") is None
+    response = Client().get("/static/dashboards/plotly.min.js")
+    assert response.status_code == 200
+    body = b"".join(response.streaming_content)  # type: ignore[attr-defined]
+    assert body.startswith(b"/**\n* plotly.js v") and len(body) > 3_000_000
+
+
+def test_the_profile_and_showback_pages_queries_are_bounded(
+    usage_data, django_assert_max_num_queries
+):
+    alice = client_for(usage_data.world.alice)
+    alice.get("/tenants/team-a/profile/")
+    with django_assert_max_num_queries(10):
+        assert alice.get("/tenants/team-a/profile/?range=30d").status_code == 200
+    with django_assert_max_num_queries(12):
+        assert alice.get("/tenants/team-a/showback/").status_code == 200

@@ -49,7 +49,11 @@ def test_the_profile_api_describes_team_a_workloads(usage_data, api_as):
     cells = body["submissions_by_hour_of_week"]
     assert sum(c["count"] for c in cells) == 5
     created = usage_data.workloads[0].created_at
-    assert {"weekday": selectors.WEEKDAYS[created.weekday()], "hour": created.hour, "count": 1} in cells
+    assert {
+        "weekday": selectors.WEEKDAYS[created.weekday()],
+        "hour": created.hour,
+        "count": 1,
+    } in cells
     flavors = {(f["cluster"], f["flavor"]): f for f in body["flavors"]}
     assert flavors[("demo-a100", "a100-80gb")]["peak_used"] == 9
     assert flavors[("demo-h100", "h100-80gb")]["mean_utilization"] == 80
@@ -131,7 +135,9 @@ def prices(usage_data, month) -> None:
     FlavorPrice.objects.create(flavor=a100, price=Decimal("2"), valid_from=date(2020, 1, 1))
     FlavorPrice.objects.create(flavor=a100, price=Decimal("3"), valid_from=month)
     # Set in the middle of the month: the month keeps the price of its first day.
-    FlavorPrice.objects.create(flavor=a100, price=Decimal("5"), valid_from=month + timedelta(days=14))
+    FlavorPrice.objects.create(
+        flavor=a100, price=Decimal("5"), valid_from=month + timedelta(days=14)
+    )
 
 
 def test_showback_prices_gpu_hours_per_tenant_and_flavor(usage_data, month, prices, api_as):
@@ -182,7 +188,9 @@ def test_the_showback_pages_table_chart_and_csv(usage_data, month, prices):
     assert 'data-chart="gpu-hours"' in response.content.decode()
     csv_text = admin.get(f"/showback/?month={month:%Y-%m}&download=csv").content.decode()
     lines = csv_text.strip().splitlines()
-    assert lines[0] == "month,tenant,cluster,flavor,gpu_hours,unit_hours,price_per_hour,currency,cost"
+    assert (
+        lines[0] == "month,tenant,cluster,flavor,gpu_hours,unit_hours,price_per_hour,currency,cost"
+    )
     assert len(lines) == 4
     hours = hours_in(month, world, world.team_b, world.a100_gpu)
     assert lines[3].startswith(f"{month:%Y-%m},team-b,demo-a100,a100-80gb,{3 * hours},")
@@ -200,7 +208,9 @@ def test_the_showback_pages_table_chart_and_csv(usage_data, month, prices):
 def test_admins_set_prices_and_leads_read_them(world, api_as):
     body = {"cluster": "demo-a100", "flavor": "a100-80gb", "price": "2.5", "currency": "EUR",
             "valid_from": "2026-01-01"}  # fmt: skip
-    assert api_as(world.alice).post("/api/v1/flavor-prices/", body, format="json").status_code == 403
+    assert (
+        api_as(world.alice).post("/api/v1/flavor-prices/", body, format="json").status_code == 403
+    )
     admin = api_as(world.admin)
     response = admin.post("/api/v1/flavor-prices/", body, format="json")
     assert response.status_code == 201, response.content

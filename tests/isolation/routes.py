@@ -109,8 +109,8 @@ def _view_class(pattern: URLPattern) -> Any:
 
 def _methods(pattern: URLPattern) -> tuple[str, ...]:
     callback = pattern.callback
-    if actions := getattr(callback, "actions", None):  # a DRF viewset
-        return tuple(sorted(actions))
+    if actions := getattr(callback, "actions", None):  # a DRF viewset (HEAD is GET's twin)
+        return tuple(sorted(set(actions) - {"head", "options"}))
     if view_class := getattr(callback, "view_class", None):  # a class-based view
         names = set(view_class.http_method_names) - {"head", "options", "trace"}
         return tuple(sorted(m for m in names if hasattr(view_class, m)))

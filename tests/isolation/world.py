@@ -29,7 +29,8 @@ from usage.choices import WorkloadState
 from usage.models import Workload
 
 # What must never reach alice: team-b's slug, display name, description, namespace, the
-# reasons of its requests, its lead's notifications and token, its workloads.
+# reasons of its requests, its lead's notifications, token and username, its workloads and
+# alerts.
 THEIR_SECRETS = (
     "team-b",
     "Zephyr Secret Lab",
@@ -40,6 +41,7 @@ THEIR_SECRETS = (
     "zephyr-token",
     "zephyr-job",
     "Zephyr alert",
+    "bob",
 )
 MISSING_PK = "987654321"
 MISSING_SLUG = "no-such-team"
