@@ -23,8 +23,8 @@ class AlertEventInline(admin.TabularInline):
     model = AlertEvent
     extra = 0
     can_delete = False
-    readonly_fields = ["kind", "at", "actor_username", "detail"]
-    fields = readonly_fields
+    readonly_fields = ("kind", "at", "actor_username", "detail")
+    fields = ("kind", "at", "actor_username", "detail")
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -266,7 +266,7 @@ def queue_samples(
                 None,
             )
         )
-    return rows  # type: ignore[return-value]  # Metric members are ints
+    return rows  # Metric members are ints
 
 
 @dataclass
@@ -350,12 +350,14 @@ def collected_store(
     quota_rows = Quota.objects.filter(quota_set__cluster=cluster).values_list(
         "quota_set__tenant_id", "flavor_id", "resource", "guaranteed", "limit"
     )
+    tenant_id: int | None
+    flavor_id: int | None
     for tenant_id, flavor_id, resource, guaranteed, limit in quota_rows:
         if not is_gpu_resource(resource):
             continue
         base = (cluster.pk, tenant_id, flavor_id, None, None, None, None)
-        rows.append((now, Metric.QUOTA_GUARANTEED, float(guaranteed), *base))  # type: ignore[arg-type]
-        rows.append((now, Metric.QUOTA_LIMIT, float(limit), *base))  # type: ignore[arg-type]
+        rows.append((now, Metric.QUOTA_GUARANTEED, float(guaranteed), *base))
+        rows.append((now, Metric.QUOTA_LIMIT, float(limit), *base))
         allocated[(tenant_id, flavor_id)] = 0.0
     # Pods.
     parsed = pod_rows(pods)
@@ -394,7 +396,7 @@ def collected_store(
                 None,
                 None,
             )
-        )  # type: ignore[arg-type]
+        )
     if pod_objects:
         Pod.objects.bulk_create(
             pod_objects,
@@ -447,7 +449,7 @@ def collected_store(
                 None,
                 None,
             )
-        )  # type: ignore[arg-type]
+        )
     written = samples_write(rows=rows)
     seen = (
         workloads_store(cluster=cluster, workloads=workloads, ns_tenant=ns_tenant, now=now)

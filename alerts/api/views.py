@@ -45,6 +45,7 @@ class AlertViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
 
     serializer_class = AlertOutput
     queryset = Alert.objects.none()  # for the schema; get_queryset() scopes it
+    lookup_value_regex = r"\d+"  # anything else is no alert: 404, not a crash
     filterset_class = AlertFilter
 
     def get_queryset(self) -> Any:

@@ -3,7 +3,7 @@ sends them to the WSGI application, as a lead, as an admin and (agent routes) as
 
 No answer may be a 5xx, and every answer must match the document (status code, content type,
 body schema). CI runs a bounded number of examples per operation (``FUZZ_EXAMPLES``, default
-8); the nightly run documented in README sets it to 200.
+3); the nightly run documented in README sets it to 200.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from portal.wsgi import application
 from tenants.models import Membership, Namespace, Tenant, User
 from tenants.services import api_token_create
 
-EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "5"))
+EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "3"))
 
 # Operations that answer 4xx for nearly every generated body still run; these are left out
 # because they are not JSON endpoints: the document itself and its viewer.

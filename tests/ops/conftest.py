@@ -56,7 +56,7 @@ def run_python(database_url: str, *args: str, timeout: int = 300) -> str:
         "DEMO_KUBECONFIG_DIR": "",
         "DEMO_AGENT_DIR": "",
     }
-    done = subprocess.run(  # noqa: S603 - our own interpreter and scripts
+    done = subprocess.run(
         [sys.executable, *args],
         cwd=BASE_DIR,
         env=env,

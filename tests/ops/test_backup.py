@@ -66,13 +66,13 @@ def test_demo_database_round_trips_through_pg_dump(scratch_db, tmp_path: Path) -
 
     dump = tmp_path / "portal.dump"
     env = _pg_env(source)
-    subprocess.run(  # noqa: S603
-        ["pg_dump", "--format=custom", "--no-owner", f"--file={dump}", urlsplit(source).path[1:]],  # noqa: S607
+    subprocess.run(
+        ["pg_dump", "--format=custom", "--no-owner", f"--file={dump}", urlsplit(source).path[1:]],
         env=env, check=True, timeout=120,
     )  # fmt: skip
     target = scratch_db("backup_dst")
-    subprocess.run(  # noqa: S603
-        ["pg_restore", "--no-owner", "--exit-on-error", f"--dbname={urlsplit(target).path[1:]}", str(dump)],  # noqa: S607
+    subprocess.run(
+        ["pg_restore", "--no-owner", "--exit-on-error", f"--dbname={urlsplit(target).path[1:]}", str(dump)],
         env=env, check=True, timeout=120,
     )  # fmt: skip
 

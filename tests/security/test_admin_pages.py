@@ -37,6 +37,11 @@ MEMBER_PAGES = {
     "tenant-usage",  # the dashboards: tenant-scoped (tests/dashboards/test_pages.py)
     "tenant-profile",
     "tenant-showback",
+    "tenant-suggestions-compute",  # leads of the tenant (tests/advice/test_api.py)
+    "alert-list",  # scoped to the caller's tenants (tests/alerts/test_api.py)
+    "alert-detail",
+    "alert-acknowledge",
+    "alert-reactivate",
 }
 PUBLIC_PAGES = {"login", "logout", "healthz", "favicon.ico"}
 # For machines, with their own credentials (the Prometheus scrape: a bearer token or networks).
