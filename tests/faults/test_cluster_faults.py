@@ -7,11 +7,12 @@ twice."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -280,6 +281,31 @@ def test_the_same_outbox_row_delivered_twice(
     )
 
 
+@contextlib.contextmanager
+def another_worker_pushing(tenant: Any, cluster: Any) -> Iterator[None]:
+    """Another worker holds ``tenant``'s push lock on ``cluster`` (its own connection, in a
+    thread) for the duration of the block."""
+    held, release = threading.Event(), threading.Event()
+
+    def other_worker() -> None:
+        try:
+            with tenant_push_lock(tenant=tenant, cluster=cluster) as got:
+                assert got
+                held.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=other_worker)
+    thread.start()
+    try:
+        assert held.wait(10)
+        yield
+    finally:
+        release.set()
+        thread.join(10)
+
+
 def test_a_second_push_of_a_tenant_waits_for_the_one_under_way(on_postgres, synced, leads, standin):
     """What keeps a duplicate delivery from writing twice (or an older generation after a
     newer one): while another worker pushes team-a to demo-a100, a delivery of team-a's row
@@ -291,21 +317,7 @@ def test_a_second_push_of_a_tenant_waits_for_the_one_under_way(on_postgres, sync
     row = SyncOutbox.objects.get(
         tenant=world.team_a, cluster=world.a100, generation=status_row_generation(request)
     )
-    held, release = threading.Event(), threading.Event()
-
-    def other_worker() -> None:
-        try:
-            with tenant_push_lock(tenant=world.team_a, cluster=world.a100) as got:
-                assert got
-                held.set()
-                release.wait(10)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=other_worker)
-    thread.start()
-    try:
-        assert held.wait(10)
+    with another_worker_pushing(world.team_a, world.a100):
         standin.reset_stats()
         with pytest.raises(RetryableError, match="already under way"):
             outbox_deliver(outbox_id=row.pk)
@@ -321,9 +333,6 @@ def test_a_second_push_of_a_tenant_waits_for_the_one_under_way(on_postgres, sync
             ).pk
         )
         assert status(other) == RequestStatus.APPLIED
-    finally:
-        release.set()
-        thread.join(10)
     outcome = outbox_deliver(outbox_id=row.pk)
     assert outcome is not None and outcome.ok
     assert status(request) == RequestStatus.APPLIED
@@ -334,27 +343,10 @@ def test_a_full_reconcile_waits_for_a_tenant_push_under_way(on_postgres, synced,
     reads nothing and writes nothing (it could write team-a's older generation over the push),
     and says to come back; afterwards it runs."""
     world = synced
-    held, release = threading.Event(), threading.Event()
-
-    def other_worker() -> None:
-        try:
-            with tenant_push_lock(tenant=world.team_a, cluster=world.a100) as got:
-                assert got
-                held.set()
-                release.wait(10)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=other_worker)
-    thread.start()
-    try:
-        assert held.wait(10)
+    with another_worker_pushing(world.team_a, world.a100):
         standin.reset_stats()
         outcome = cluster_reconcile(cluster=world.a100)
         assert outcome.retryable and "under way" in (outcome.error or "")
         assert standin.stats()["total"] == 0
-    finally:
-        release.set()
-        thread.join(10)
     outcome = cluster_reconcile(cluster=world.a100)
     assert outcome.ok, outcome.error
