@@ -8,7 +8,10 @@ a context in ``RUN_DIR/kubeconfig``, so that a user sees an approval land with::
     kubectl --kubeconfig .run/kubeconfig get clusterqueues,resourcequotas -A
     kubectl --kubeconfig .run/kubeconfig --context demo-h100 get queues
 
-Objects are kept under the state directory, so a restart keeps what was applied.
+Objects are kept under the state directory, so a restart keeps what was applied. Every
+``--kueue-every`` seconds the ClusterQueues get the status Kueue would write
+(``devcluster.kueue_sim``: team-a near its limit, the others a daily rhythm), so the portal's
+collector, dashboards and alerts have live use to read.
 
     python -m devcluster.demo --run-dir .run --state-dir .data/devcluster demo-a100 demo-h100
 """
@@ -19,11 +22,14 @@ import argparse
 import logging
 import signal
 import threading
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from devcluster.kueue_sim import Endpoint, simulate_once
 from devcluster.runner import ProcessHandle, start_in_subprocess
 
 logger = logging.getLogger("devcluster.demo")
@@ -48,10 +54,33 @@ def merged_kubeconfig(files: dict[str, Path]) -> dict[str, Any]:
     }
 
 
+def _simulate(endpoints: dict[str, Endpoint], hot: list[str]) -> None:
+    """One round of what Kueue would write (``devcluster.kueue_sim``); a failure is logged
+    and the next round tries again."""
+    now = datetime.now(UTC)
+    for name, endpoint in endpoints.items():
+        try:
+            simulate_once(endpoint, now, hot)
+        except (OSError, ValueError, KeyError) as exc:
+            logger.warning("%s: ClusterQueue status not written: %s", name, exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devcluster.demo", description=__doc__)
     parser.add_argument("--run-dir", type=Path, default=Path(".run"))
     parser.add_argument("--state-dir", type=Path, default=Path(".data/devcluster"))
+    parser.add_argument(
+        "--kueue-every",
+        type=float,
+        default=20.0,
+        help="seconds between ClusterQueue status updates (devcluster.kueue_sim); 0: none",
+    )
+    parser.add_argument(
+        "--hot",
+        action="append",
+        default=None,
+        help="a ClusterQueue kept near its limit (repeatable; default team-a)",
+    )
     parser.add_argument("clusters", nargs="+")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -77,11 +106,17 @@ def main(argv: list[str] | None = None) -> int:
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+        endpoints = {name: Endpoint.from_kubeconfig(path) for name, path in files.items()}
+        hot = args.hot if args.hot is not None else ["team-a"]
+        next_status = 0.0
         while not stop.wait(1):
             for handle, name in zip(handles, args.clusters, strict=True):
                 if handle.process.poll() is not None:
                     logger.error("%s stand-in exited with %s", name, handle.process.returncode)
                     return 1
+            if args.kueue_every > 0 and time.monotonic() >= next_status:
+                next_status = time.monotonic() + args.kueue_every
+                _simulate(endpoints, hot)
         return 0
     finally:
         for handle in handles:

@@ -1,0 +1,164 @@
+"""What Kueue's controller would write into the demo's clusters: ClusterQueue usage.
+
+The stand-in runs no controllers, so without this a demo ClusterQueue has no ``.status`` and
+the portal's collector reads zero use: the month of simulated history would end in a cliff
+and the demo's alerts would resolve a quarter of an hour after ``make run``. This loop
+(started by ``devcluster.demo``, development only) writes each ClusterQueue's
+``status.flavorsUsage`` / ``flavorsReservation`` and workload counts through the ``/status``
+subresource, like Kueue does, from a simple load model:
+
+- a queue named in ``hot`` (team-a in the demo, whose simulated month climbs past 80%) runs
+  at 88-93% of each resource's limit (nominal quota + borrowing limit), so the warning alert
+  fires and stays;
+- every other queue follows a working-day rhythm around 40% of its limit;
+- the annotation ``demo.gpu-quota-portal.io/load`` on a ClusterQueue (a fraction, 0-1.5)
+  overrides both, so a user can push a tenant to 100% and watch the portal hold its new work
+  (``stopPolicy: Hold``), then lower it again::
+
+      kubectl --kubeconfig .run/kubeconfig annotate clusterqueue team-a \\
+          demo.gpu-quota-portal.io/load=1.0 --overwrite
+
+The model is pure (``queue_load``, ``queue_status``); ``simulate_once`` does the HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import ssl
+import urllib.request
+from base64 import b64decode
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import ROUND_FLOOR, Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from quotas.quantity import parse_quantity
+
+logger = logging.getLogger("devcluster.kueue_sim")
+
+LOAD_ANNOTATION = "demo.gpu-quota-portal.io/load"
+MAX_LOAD = 1.5
+QUEUES_PATH = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"
+
+
+def _daily(now: datetime) -> float:
+    """0.1..1.0: low at night, high in the working afternoon, lower at weekends."""
+    hour = now.hour + now.minute / 60
+    level = 0.55 + 0.45 * math.sin((hour - 8) / 24 * 2 * math.pi)
+    return level * (1.0 if now.weekday() < 5 else 0.6)
+
+
+def queue_load(
+    name: str, annotations: Mapping[str, str], now: datetime, hot: Iterable[str] = ()
+) -> float:
+    """The fraction of its limits a ClusterQueue uses at ``now``."""
+    explicit = annotations.get(LOAD_ANNOTATION)
+    if explicit is not None:
+        try:
+            value = float(explicit)
+        except ValueError:
+            logger.warning("%s: annotation %s=%r is not a number", name, LOAD_ANNOTATION, explicit)
+        else:
+            if math.isfinite(value):
+                return min(max(value, 0.0), MAX_LOAD)
+    if name in set(hot):
+        return 0.88 + 0.05 * _daily(now)
+    return 0.4 * _daily(now)
+
+
+def _format(amount: Decimal) -> str:
+    """A quantity in base units: whole numbers as they are, fractions in milli-units."""
+    if amount == amount.to_integral_value():
+        return str(int(amount))
+    return f"{int((amount * 1000).to_integral_value(ROUND_FLOOR))}m"
+
+
+def queue_status(queue: Mapping[str, Any], load: float) -> dict[str, Any]:
+    """The ``.status`` Kueue would report for ``queue`` using ``load`` of every resource's
+    limit: totals floored to whole units (GPUs, bytes, cores where the quota is whole),
+    borrowing what is above the nominal quota, and workload counts to match."""
+    usage = []
+    gpus = Decimal(0)
+    for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            resources = []
+            for resource in flavor.get("resources") or []:
+                nominal = parse_quantity(resource.get("nominalQuota", 0))
+                borrowing = parse_quantity(resource.get("borrowingLimit", 0) or 0)
+                limit = nominal + borrowing
+                total = (limit * Decimal(str(load))).to_integral_value(ROUND_FLOOR)
+                borrowed = max(total - nominal, Decimal(0))
+                resources.append(
+                    {"name": resource["name"], "total": _format(total), "borrowed": _format(borrowed)}
+                )
+                if resource["name"].startswith("nvidia.com/"):
+                    gpus += total
+            usage.append({"name": flavor["name"], "resources": resources})
+    admitted = int(gpus // 2) + (1 if gpus % 2 else 0)
+    pending = int(max(load - 0.85, 0) * 20)
+    return {
+        "flavorsUsage": usage,
+        "flavorsReservation": usage,
+        "admittedWorkloads": admitted,
+        "reservingWorkloads": admitted,
+        "pendingWorkloads": pending,
+    }
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a kubeconfig's current cluster is, and how to authenticate to it."""
+
+    server: str
+    token: str | None
+    context: ssl.SSLContext | None
+
+    @classmethod
+    def from_kubeconfig(cls, path: Path) -> Endpoint:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+        cluster = config["clusters"][0]["cluster"]
+        user = config["users"][0]["user"]
+        context = None
+        if cluster["server"].startswith("https://"):
+            context = ssl.create_default_context()
+            if data := cluster.get("certificate-authority-data"):
+                context.load_verify_locations(cadata=b64decode(data).decode())
+        return cls(cluster["server"].rstrip("/"), user.get("token"), context)
+
+    def call(self, method: str, path: str, body: Any = None, content_type: str = "") -> Any:
+        request = urllib.request.Request(  # noqa: S310 - the demo's own stand-in
+            self.server + path,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+        )
+        request.add_header("Accept", "application/json")
+        if content_type:
+            request.add_header("Content-Type", content_type)
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        with urllib.request.urlopen(request, timeout=10, context=self.context) as response:  # noqa: S310
+            return json.load(response)
+
+
+def simulate_once(endpoint: Endpoint, now: datetime, hot: Iterable[str] = ()) -> int:
+    """Write every ClusterQueue's status once; returns how many were written."""
+    written = 0
+    for queue in endpoint.call("GET", QUEUES_PATH).get("items") or []:
+        metadata = queue.get("metadata") or {}
+        name = metadata.get("name", "")
+        load = queue_load(name, metadata.get("annotations") or {}, now, hot)
+        status = queue_status(queue, load)
+        endpoint.call(
+            "PATCH",
+            f"{QUEUES_PATH}/{name}/status",
+            {"status": status},
+            "application/merge-patch+json",
+        )
+        written += 1
+    return written
