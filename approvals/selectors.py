@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Count, Prefetch, Q, QuerySet
 
-from approvals.choices import DecisionKind
+from approvals.choices import DecisionKind, RequestStatus
 from approvals.models import ApprovalDecision, QuotaChangeItem, QuotaChangeRequest
 from portal.errors import NotFound
 from quotas.models import TenantSync
@@ -47,3 +47,23 @@ def quota_request_push(*, request: QuotaChangeRequest) -> TenantSync | None:
     return TenantSync.objects.filter(
         tenant_id=request.tenant_id, cluster_id=request.cluster_id
     ).first()
+
+
+def quota_request_draft_for_form(
+    *, user: User, tenant: Tenant, cluster_id: int, pk: str | None, drafts_only: bool = True
+) -> QuotaChangeRequest | None:
+    """The draft a request form starts from (``?from=`` / ``replaces``): None when ``pk`` is
+    empty; 404 unless it is a request of ``tenant`` on the form's cluster that ``user`` sees
+    (and, with ``drafts_only``, still a draft: the form's submit leaves that check to the
+    service, which answers 409 for a draft submitted or cancelled meanwhile)."""
+    if not pk:
+        return None
+    if not pk.isdigit():
+        raise NotFound("No such draft request.")
+    rows = quota_request_list_for_user(user=user).filter(
+        pk=int(pk), tenant=tenant, cluster_id=cluster_id
+    )
+    request = (rows.filter(status=RequestStatus.DRAFT) if drafts_only else rows).first()
+    if request is None:
+        raise NotFound("No such draft request of this tenant on this cluster.")
+    return request

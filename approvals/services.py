@@ -461,15 +461,64 @@ def quota_request_create(
     scheduling: Mapping[str, Any] | None = None,
     submit: bool = False,
     tier: TierTemplate | None = None,
+    replaces: QuotaChangeRequest | None = None,
 ) -> QuotaChangeRequest:
     """File a request (a draft, or pending with ``submit``). Refused whole, storing nothing,
-    when it breaks a rule."""
+    when it breaks a rule. ``replaces``: a draft of the same tenant and cluster (a suggested
+    change, say) that the new request supersedes; it is cancelled in the same transaction,
+    so the old numbers and the new never wait side by side."""
     quota_request_ensure_can_file(actor=requester, tenant=tenant)
     if not reason.strip():
         raise ValidationFailed.for_field("reason", REASON_REQUIRED)
     scheduling = dict(scheduling or {})
     check = quota_request_check(tenant=tenant, cluster=cluster, items=items, scheduling=scheduling)
     check.raise_if_invalid()
+    with transaction.atomic():
+        replaced = _replaceable(replaces, tenant=tenant, cluster=cluster, actor=requester)
+        request = _create(
+            tenant=tenant, cluster=cluster, requester=requester, reason=reason, check=check,
+            items=items, scheduling=scheduling, tier=tier, replaced=replaced,
+        )  # fmt: skip
+        if submit:
+            quota_request_submit(request=request, actor=requester)
+    return request
+
+
+def _replaceable(
+    draft: QuotaChangeRequest | None, *, tenant: Tenant, cluster: Cluster, actor: User
+) -> QuotaChangeRequest | None:
+    """``draft`` locked, if a new request may supersede it: a draft still, of the same tenant
+    and cluster, that ``actor`` could submit (its requester or a platform admin). 409 when it
+    is no longer a draft (submitted or cancelled meanwhile), 400 naming ``replaces`` else."""
+    if draft is None:
+        return None
+    draft = _locked(draft)
+    if draft.tenant_id != tenant.pk or draft.cluster_id != cluster.pk:
+        raise ValidationFailed.for_field(
+            "replaces", f"request #{draft.pk} is for another tenant or cluster"
+        )
+    if draft.requester_id != actor.pk and not actor.is_platform_admin:
+        raise PermissionDenied("Only the draft's requester or a platform admin replaces it.")
+    if draft.status != RequestStatus.DRAFT:
+        raise Conflict(
+            f"Request #{draft.pk} is {draft.status}, no longer a draft: it cannot be replaced.",
+            fields={"replaces": [f"request #{draft.pk} is {draft.status}"]},
+        )
+    return draft
+
+
+def _create(
+    *,
+    tenant: Tenant,
+    cluster: Cluster,
+    requester: User,
+    reason: str,
+    check: RequestCheck,
+    items: Sequence[QuotaItem],
+    scheduling: Mapping[str, Any],
+    tier: TierTemplate | None,
+    replaced: QuotaChangeRequest | None,
+) -> QuotaChangeRequest:
     request = QuotaChangeRequest.objects.create(
         tenant=tenant,
         cluster=cluster,
@@ -488,10 +537,16 @@ def quota_request_create(
         obj=request,
         tenant=tenant,
         object_id=f"#{request.pk}",
-        after=_request_snapshot(request, check),
+        after=_request_snapshot(request, check)
+        | ({"replaces": f"#{replaced.pk}"} if replaced is not None else {}),
     )
-    if submit:
-        quota_request_submit(request=request, actor=requester)
+    if replaced is not None:
+        _transition(
+            replaced,
+            RequestStatus.CANCELLED,
+            actor=requester,
+            decided_at=timezone.now(),
+        )
     return request
 
 

@@ -95,7 +95,11 @@ def queue_status(queue: Mapping[str, Any], load: float) -> dict[str, Any]:
                 total = (limit * Decimal(str(load))).to_integral_value(ROUND_FLOOR)
                 borrowed = max(total - nominal, Decimal(0))
                 resources.append(
-                    {"name": resource["name"], "total": _format(total), "borrowed": _format(borrowed)}
+                    {
+                        "name": resource["name"],
+                        "total": _format(total),
+                        "borrowed": _format(borrowed),
+                    }
                 )
                 if resource["name"].startswith("nvidia.com/"):
                     gpus += total

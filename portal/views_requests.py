@@ -386,6 +386,26 @@ def _tier_presets(
     return {(i.flavor.name, i.resource): i for i in tier_items(tier=tier, gpu_flavor=flavor)}
 
 
+def _request_presets(source: QuotaChangeRequest | None) -> dict[tuple[str, str], QuotaItem]:
+    """A draft's items (the form started from it), keyed by (flavor name, resource)."""
+    if source is None:
+        return {}
+    return {
+        (i.flavor.name, i.resource): QuotaItem(
+            i.flavor, i.resource, i.guaranteed, i.limit, i.lending_limit
+        )
+        for i in source.items.all()
+    }
+
+
+def _request_initial(source: QuotaChangeRequest | None) -> dict[str, Any]:
+    """A draft's reason, and the scheduling limits it changes, as the form's initial values."""
+    if source is None:
+        return {}
+    initial = {k: v for k, v in QuotaRequestForm.initial_from(source).items() if v is not None}
+    return initial | {"reason": source.reason}
+
+
 def _draft(
     *,
     tenant: Tenant,
@@ -393,6 +413,7 @@ def _draft(
     data: Mapping[str, Any] | None = None,
     tier: TierTemplate | None = None,
     reason_required: bool = False,
+    source: QuotaChangeRequest | None = None,
 ) -> RequestDraft:
     quota_set = next(
         (
@@ -406,7 +427,7 @@ def _draft(
         (i.flavor_name, i.resource): i for i in (quota_set.items if quota_set else [])
     }
     allocations = sorted(quota_selectors.cluster_allocations(cluster=cluster), key=_row_order)
-    presets = _tier_presets(tier, cluster, quota_set)
+    presets = _tier_presets(tier, cluster, quota_set) | _request_presets(source)
     row_forms = []
     for index, allocation in enumerate(allocations):
         key = (allocation.flavor.name, allocation.resource)
@@ -428,7 +449,7 @@ def _draft(
         data,
         quota_set=quota_set,
         reason_required=reason_required,
-        initial=QuotaRequestForm.initial_from(tier or quota_set),
+        initial=QuotaRequestForm.initial_from(tier or quota_set) | _request_initial(source),
     )
     return RequestDraft(tenant, cluster, quota_set, allocations, form, row_forms)
 
@@ -494,13 +515,25 @@ def request_new(request: HttpRequest, slug: str) -> HttpResponse:
         }
         return render(request, "portal/requests/choose_cluster.html", context)
     cluster = _cluster(cluster_name)
-    if request.method == "GET":
+    try:  # a draft (a suggested change, say) edited here and replaced by what is filed
+        source = approval_selectors.quota_request_draft_for_form(
+            user=caller(request),
+            tenant=tenant,
+            cluster_id=cluster.pk,
+            pk=request.GET.get("from")
+            if request.method != "POST"
+            else request.POST.get("replaces"),
+            drafts_only=request.method != "POST",
+        )
+    except errors.NotFound as exc:
+        raise Http404(exc.message) from exc
+    if request.method != "POST":
         tier = quota_selectors.tier_list().filter(name=request.GET.get("tier", "")).first()
-        draft = _draft(tenant=tenant, cluster=cluster, tier=tier)
+        draft = _draft(tenant=tenant, cluster=cluster, tier=tier, source=source)
         return render(
             request,
             "portal/requests/new.html",
-            _form_context(draft, caller(request)) | {"tier": tier},
+            _form_context(draft, caller(request)) | {"tier": tier, "source": source},
         )
 
     action = request.POST.get("action", "check")
@@ -524,18 +557,23 @@ def request_new(request: HttpRequest, slug: str) -> HttpResponse:
                 scheduling=draft.scheduling,
                 submit=action == "submit",
                 tier=tier,
+                replaces=source,
             )
         except errors.ValidationFailed as exc:
             draft.show_errors(exc.fields)
+        except errors.Conflict as exc:
+            messages.error(request, exc.message)
         except errors.PermissionDenied as exc:
             raise PermissionDenied(exc.message) from exc
         except errors.NotFound as exc:
             raise Http404(exc.message) from exc
         else:
             done = "submitted for approval" if action == "submit" else "saved as a draft"
+            if source is not None:
+                done += f"; it replaces draft #{source.pk}, now cancelled"
             messages.success(request, f"Request #{change.pk} {done}.")
             return redirect("portal:request-detail", pk=change.pk)
-    context = _form_context(draft, caller(request)) | {"tier": tier}
+    context = _form_context(draft, caller(request)) | {"tier": tier, "source": source}
     return render(request, "portal/requests/new.html", context)
 
 

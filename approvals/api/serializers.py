@@ -80,6 +80,15 @@ class QuotaRequestInput(StrictInputSerializer):
         "request is applied. With no `items`, the items and the scheduling and storage quotas "
         "are the tier template's, on the cluster's first whole-GPU flavor.",
     )
+    replaces = serializers.IntegerField(
+        min_value=1,
+        max_value=2**63 - 1,
+        required=False,
+        allow_null=True,
+        help_text="The id of a draft of the same tenant and cluster (a suggested change, say) "
+        "that this request supersedes: it is cancelled when this one is filed (409 when it was "
+        "submitted or cancelled meanwhile).",
+    )
 
     def validate_storage(self, value: str | None) -> Decimal | None:
         if value is None:

@@ -27,7 +27,7 @@ from approvals.api.serializers import (
 from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeRequest
 from approvals.services import tenant_onboard
-from portal.errors import ValidationFailed
+from portal.errors import NotFound, ValidationFailed
 from quotas.models import Cluster, ResourceFlavor, TierTemplate
 from quotas.selectors import cluster_list
 from tenants.api.base import caller
@@ -189,9 +189,32 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             requester=caller(request),
             reason=v["reason"],
             submit=v["submit"],
+            replaces=self._replaces(v, request, tenant, cluster),
             **self._changes(v, cluster),
         )
         return Response(self._fresh(quota_request), status=status.HTTP_201_CREATED)
+
+    def _replaces(
+        self, v: dict[str, Any], request: Request, tenant: Tenant, cluster: Cluster
+    ) -> QuotaChangeRequest | None:
+        """The draft named by ``replaces``: 400 naming the field when the caller sees no
+        request of that id for the tenant and cluster (the same answer whether it is missing
+        or another tenant's)."""
+        if v.get("replaces") is None:
+            return None
+        try:
+            return selectors.quota_request_draft_for_form(
+                user=caller(request),
+                tenant=tenant,
+                cluster_id=cluster.pk,
+                pk=str(v["replaces"]),
+                drafts_only=False,
+            )
+        except NotFound as exc:
+            raise ValidationFailed.for_field(
+                "replaces",
+                f"No request #{v['replaces']} of {tenant.slug} on {cluster.name} to replace.",
+            ) from exc
 
     @extend_schema(
         request=QuotaRequestInput,

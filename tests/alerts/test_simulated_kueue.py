@@ -63,9 +63,12 @@ def test_the_status_uses_the_load_of_each_limit_and_borrows_above_the_nominal_qu
 
 def test_the_load_is_hot_near_the_limit_rhythmic_otherwise_and_the_annotation_wins() -> None:
     noon, night = NOW, NOW.replace(hour=3)
-    assert 0.88 <= queue_load("team-a", {}, night, ["team-a"]) < queue_load(
-        "team-a", {}, noon, ["team-a"]
-    ) <= 0.93
+    assert (
+        0.88
+        <= queue_load("team-a", {}, night, ["team-a"])
+        < queue_load("team-a", {}, noon, ["team-a"])
+        <= 0.93
+    )
     assert queue_load("team-b", {}, night, ["team-a"]) < queue_load("team-b", {}, noon) <= 0.4
     assert queue_load("team-b", {LOAD_ANNOTATION: "1.0"}, night) == 1.0
     assert queue_load("team-b", {LOAD_ANNOTATION: "7"}, night) == 1.5  # capped
@@ -104,9 +107,15 @@ def test_simulated_use_fires_the_warning_and_the_annotation_holds_new_work(world
         time=NOW, metric=Metric.QUOTA_USED, tenant_id=world.team_a.pk, flavor_id=world.a100_gpu.pk
     ).value
     assert used == 9  # of a limit of 10: 90%
-    assert Sample.objects.get(
-        time=NOW, metric=Metric.QUOTA_BORROWED, tenant_id=world.team_a.pk, flavor_id=world.a100_gpu.pk
-    ).value == 3  # above the guarantee of 6
+    assert (
+        Sample.objects.get(
+            time=NOW,
+            metric=Metric.QUOTA_BORROWED,
+            tenant_id=world.team_a.pk,
+            flavor_id=world.a100_gpu.pk,
+        ).value
+        == 3
+    )  # above the guarantee of 6
     (warning,) = _open(world, RuleKind.QUOTA_WARNING)
     assert "9 of 10 GPUs (90% of its limit" in warning.message
     assert _open(world, RuleKind.QUOTA_BLOCK) == []

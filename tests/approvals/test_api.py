@@ -740,3 +740,55 @@ def test_an_unknown_tier_is_refused_naming_the_field(world, api_as):
     assert response.status_code == 400
     assert "tier" in response.json()["fields"]
     assert QuotaChangeRequest.objects.count() == before
+
+
+def test_a_request_replaces_a_draft_which_is_cancelled_with_it(world, api_as):
+    alice = api_as(world.alice)
+    draft = post(alice, URL, body(reason="the portal's suggestion")).json()
+
+    filed = post(alice, URL, body(replaces=draft["id"], items=[item(guaranteed="7")], submit=True))
+
+    assert filed.status_code == 201, filed.content
+    assert filed.json()["status"] == "pending"
+    old = alice.get(f"{URL}{draft['id']}/").json()
+    assert old["status"] == "cancelled"
+    created = AuditEvent.objects.get(
+        action="quota_request.created", object_id=f"#{filed.json()['id']}"
+    )
+    assert created.after["replaces"] == f"#{draft['id']}"
+
+
+@pytest.mark.parametrize("which", ["missing", "team-b", "other-cluster"])
+def test_replacing_what_is_not_a_request_of_the_tenant_here_is_400_and_changes_nothing(
+    world, api_as, which
+):
+    if which == "missing":
+        target = 999_999
+    elif which == "team-b":
+        team_b = body(tenant="team-b", items=[item(guaranteed="5", limit="6")])
+        target = post(api_as(world.bob), URL, team_b).json()["id"]
+    else:  # alice's own draft, but on demo-h100
+        target = post(api_as(world.alice), URL, body()).json()["id"]
+        QuotaChangeRequest.objects.filter(pk=target).update(cluster=world.h100)
+    before = database_state()
+
+    response = post(api_as(world.alice), URL, body(replaces=target))
+
+    assert response.status_code == 400, response.content
+    assert response.json()["fields"]["replaces"] == [
+        f"No request #{target} of team-a on demo-a100 to replace."
+    ]
+    assert database_state() == before
+
+
+def test_replacing_a_draft_submitted_meanwhile_is_409_and_files_nothing(world, api_as):
+    alice = api_as(world.alice)
+    draft = post(alice, URL, body()).json()
+    assert action(alice, draft["id"], "submit").status_code == 200
+    before = database_state()
+
+    response = post(alice, URL, body(replaces=draft["id"], items=[item(guaranteed="7")]))
+
+    assert response.status_code == 409, response.content
+    assert response.json()["fields"]["replaces"] == [f"request #{draft['id']} is pending"]
+    assert database_state() == before

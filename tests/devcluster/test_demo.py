@@ -70,7 +70,9 @@ def test_the_demo_clusters_get_kueue_status_and_stop_on_sigterm(tmp_path: Path) 
         status: dict = {}
         while time.monotonic() < deadline and not status.get("flavorsUsage"):
             time.sleep(0.3)
-            got = _kubectl(merged, "--context", "two", "get", "clusterqueue", "team-a", "-o", "json")
+            got = _kubectl(
+                merged, "--context", "two", "get", "clusterqueue", "team-a", "-o", "json"
+            )
             status = json.loads(got).get("status") or {}
         (gpu,) = status["flavorsUsage"][0]["resources"]
         # team-a is the demo's hot tenant: 88-93% of a limit of 10.

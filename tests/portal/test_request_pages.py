@@ -754,3 +754,89 @@ def test_a_form_started_from_a_tier_files_a_tier_change(world):
     assert response.status_code == 302
     change = QuotaChangeRequest.objects.get(requester=world.alice)
     assert change.tier == world.small
+
+
+def _a100_draft(world, guaranteed: int, limit: int, reason: str = "from last month's usage"):  # type: ignore[no-untyped-def]
+    return quota_request_create(
+        tenant=world.team_a,
+        cluster=world.a100,
+        requester=world.alice,
+        reason=reason,
+        items=[QuotaItem(world.a100_gpu, GPU_RESOURCE, Decimal(guaranteed), Decimal(limit))],
+    )
+
+
+def test_a_draft_opens_in_the_form_prefilled_and_what_is_filed_replaces_it(world):
+    draft = _a100_draft(world, 8, 10)
+    alice = logged_in(world.alice)
+    detail = alice.get(f"/requests/{draft.pk}/").content.decode()
+    edit = f"/tenants/team-a/requests/new/?cluster=demo-a100&amp;from={draft.pk}"
+    assert f'href="{edit}"' in detail
+
+    page = alice.get(unescape(edit))
+    assert page.status_code == 200
+    assert [input_value(page, f"items-0-{n}") for n in ("guaranteed", "limit")] == ["8", "10"]
+    assert input_value(page, "items-1-guaranteed") == "48"  # not in the draft: the quota in force
+    assert input_value(page, "replaces") == str(draft.pk)
+    assert "from last month&#x27;s usage</textarea>" in page.content.decode()
+    assert f'data-source="{draft.pk}"' in page.content.decode()
+
+    response = alice.post(
+        NEW,
+        a100_form(
+            replaces=str(draft.pk),
+            action="draft",
+            reason="7 is enough",
+            **{"items-0-guaranteed": "7"},
+        ),
+    )
+
+    assert response.status_code == 302
+    new = QuotaChangeRequest.objects.get(pk__gt=draft.pk)
+    assert new.status == RequestStatus.DRAFT and new.reason == "7 is enough"
+    assert new.items.get(resource=GPU_RESOURCE).guaranteed == 7
+    draft.refresh_from_db()
+    assert draft.status == RequestStatus.CANCELLED
+    created = AuditEvent.objects.get(action="quota_request.created", object_id=f"#{new.pk}")
+    assert created.after["replaces"] == f"#{draft.pk}"
+    assert f"replaces draft #{draft.pk}" in text(alice.get(response["Location"]))
+
+
+@pytest.mark.parametrize("which", ["team-b", "pending", "other-cluster", "word"])
+def test_a_form_cannot_start_from_what_is_not_a_draft_of_the_tenant_here(world, which):
+    if which == "team-b":
+        pk = quota_request_create(
+            tenant=world.team_b, cluster=world.a100, requester=world.bob, reason="b",
+            items=[QuotaItem(world.a100_gpu, GPU_RESOURCE, Decimal(5), Decimal(6))],
+        ).pk  # fmt: skip
+    elif which == "pending":
+        pk = _a100_draft(world, 8, 10).pk
+        QuotaChangeRequest.objects.filter(pk=pk).update(status=RequestStatus.PENDING)
+    elif which == "other-cluster":
+        pk = _a100_draft(world, 8, 10).pk
+        QuotaChangeRequest.objects.filter(pk=pk).update(cluster=world.h100)
+    else:
+        pk = "abc"  # type: ignore[assignment]
+
+    response = logged_in(world.alice).get(f"{NEW}&from={pk}")
+
+    assert response.status_code == 404
+
+
+def test_a_draft_submitted_meanwhile_is_not_replaced_and_nothing_is_filed(world):
+    from approvals.services import quota_request_submit
+
+    draft = _a100_draft(world, 8, 10)
+    alice = logged_in(world.alice)
+    assert alice.get(f"{NEW}&from={draft.pk}").status_code == 200
+    quota_request_submit(request=draft, actor=world.alice)  # in another tab
+
+    response = alice.post(
+        NEW, a100_form(replaces=str(draft.pk), reason="7 is enough", **{"items-0-guaranteed": "7"})
+    )
+
+    assert response.status_code == 200
+    assert f"Request #{draft.pk} is pending, no longer a draft" in text(response)
+    assert not QuotaChangeRequest.objects.filter(pk__gt=draft.pk).exists()
+    draft.refresh_from_db()
+    assert draft.status == RequestStatus.PENDING
