@@ -515,19 +515,18 @@ def request_new(request: HttpRequest, slug: str) -> HttpResponse:
         }
         return render(request, "portal/requests/choose_cluster.html", context)
     cluster = _cluster(cluster_name)
+    posted = request.method == "POST"
     try:  # a draft (a suggested change, say) edited here and replaced by what is filed
         source = approval_selectors.quota_request_draft_for_form(
             user=caller(request),
             tenant=tenant,
             cluster_id=cluster.pk,
-            pk=request.GET.get("from")
-            if request.method != "POST"
-            else request.POST.get("replaces"),
-            drafts_only=request.method != "POST",
+            pk=request.POST.get("replaces") if posted else request.GET.get("from"),
+            drafts_only=not posted,
         )
     except errors.NotFound as exc:
         raise Http404(exc.message) from exc
-    if request.method != "POST":
+    if not posted:
         tier = quota_selectors.tier_list().filter(name=request.GET.get("tier", "")).first()
         draft = _draft(tenant=tenant, cluster=cluster, tier=tier, source=source)
         return render(
