@@ -17,6 +17,7 @@ One node on demo-h100 with a whole GPU (35 % now) and a MIG GPU holding a 3g.40g
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -74,6 +75,15 @@ def rollup_rows(
                 rows.append(
                     Rollup(resolution=Resolution.HOUR, bucket=hour - timedelta(hours=h),
                            samples=12, sum=avg * 12, min=avg, max=peak, **key)
+                )  # fmt: skip
+            # The days those hours make up, as the roll-up writes them (count, sum, max).
+            by_day: dict[datetime, list[Rollup]] = defaultdict(list)
+            for row in rows[-days * 24 :]:
+                by_day[usage_services.bucket_start(row.bucket, Resolution.DAY)].append(row)
+            for day, hours in by_day.items():
+                rows.append(
+                    Rollup(resolution=Resolution.DAY, bucket=day, samples=12 * len(hours),
+                           sum=avg * 12 * len(hours), min=avg, max=peak, **key)
                 )  # fmt: skip
             for m in range(1, 24 * 12 + 1):
                 rows.append(
