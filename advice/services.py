@@ -357,13 +357,18 @@ def suggestion_compute(
 
 @transaction.atomic
 def suggestions_compute(
-    *, tenant: Tenant, actor: User | None = None, now: datetime | None = None
+    *,
+    tenant: Tenant,
+    actor: User | None = None,
+    now: datetime | None = None,
+    period: tuple[datetime, datetime] | None = None,
 ) -> list[Suggestion]:
-    """Last month's suggestions for ``tenant`` on every cluster it has quotas on, replacing
-    its unsubmitted ones. The tenant row is locked, so two runs do not interleave."""
+    """Last month's suggestions for ``tenant`` on every cluster it has quotas on (or those of
+    ``period``, start and end: the demo uses its simulated 30 days), replacing its
+    unsubmitted ones. The tenant row is locked, so two runs do not interleave."""
     now = now or timezone.now()
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
-    start, end = month_before(now)
+    start, end = period or month_before(now)
     _replace_open(tenant, actor)
     out = []
     for cluster in Cluster.objects.filter(quota_sets__tenant=tenant).order_by("name"):

@@ -16,6 +16,8 @@ more raw samples (10,000,000 in all), rolled up, and the same again: the ratios 
 the figures (target <= 2 each: the pages read rollups, never raw samples for long ranges).
 
     .venv/bin/python bench/dashboard_bench.py [--small 1000000] [--big 10000000] [--tenants 200]
+
+``DASH_BENCH_SLOWEST=5`` prints each page's five slowest queries (the last request of each).
 """
 
 from __future__ import annotations
@@ -174,6 +176,16 @@ def fill(total: int, *, start: datetime, tenant_ids: list[int], flavors: list[tu
     return time.perf_counter() - began
 
 
+SLOWEST = int(os.environ.get("DASH_BENCH_SLOWEST", "0"))  # print a page's N slowest queries
+
+
+def _print_slowest(url: str, captured: list[dict[str, str]]) -> None:
+    ranked = sorted(captured, key=lambda q: -float(q["time"]))[:SLOWEST]
+    print(f"  slowest queries of {url}:")
+    for q in ranked:
+        print(f"    {float(q['time']) * 1000:7.1f} ms  {q['sql'][:300]}")
+
+
 def time_pages(client: Any, urls: list[str], count: int) -> tuple[float, int]:
     """Median seconds of ``count`` requests (after 2 warm-ups) and the most queries one made."""
     from django.db import connection
@@ -190,6 +202,8 @@ def time_pages(client: Any, urls: list[str], count: int) -> tuple[float, int]:
         if i >= 2:
             times.append(elapsed)
             queries = max(queries, len(captured.captured_queries))
+        if SLOWEST and i == count + 1:
+            _print_slowest(url, captured.captured_queries)
     return statistics.median(times), queries
 
 

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.urls import URLPattern, URLResolver, get_resolver, resolve
+from django.urls import URLPattern, resolve
 from rest_framework.permissions import BasePermission
 
 from approvals.choices import RequestStatus
 from tenants.api.base import IsPlatformAdmin, ReadMembersWriteAdmins
 from tests.isolation.world import MISSING_PK, MISSING_SLUG, IsoWorld, Side
+from tests.urlconf import url_patterns
 
 _NAMED_GROUP = re.compile(r"\(\?P<(\w+)>(?:\[[^\]]*\]|\{[^}]*\}|[^)])*\)")
 _CONVERTER = re.compile(r"<(?:\w+:)?(\w+)>")
@@ -187,18 +188,9 @@ class Route:
         return "/" + path.replace("^", "").replace("$", "").replace("\\", "")
 
 
-def _walk(resolver: URLResolver, prefix: str = "") -> Iterator[tuple[str, URLPattern]]:
-    for entry in resolver.url_patterns:
-        route = prefix + str(entry.pattern)
-        if isinstance(entry, URLResolver):
-            yield from _walk(entry, route)
-        else:
-            yield route, entry
-
-
 def all_routes() -> list[Route]:
     routes = []
-    for route, pattern in _walk(get_resolver()):
+    for route, pattern in url_patterns():
         if route.startswith(SKIPPED_PREFIXES):
             continue
         if "format" in _params(route):  # DRF's ".json" aliases of the routes collected here

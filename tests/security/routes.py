@@ -7,10 +7,11 @@ kind of route gets a sample rather than silently escaping the sweeps.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django.urls import URLPattern, URLResolver, get_resolver, resolve
+from django.urls import URLPattern, resolve
+
+from tests.urlconf import url_patterns
 
 SAMPLES = {
     "slug": "team-a",
@@ -61,18 +62,9 @@ def _sample(name: str, group: str) -> str:
     return SAMPLES[name]
 
 
-def _walk(resolver: URLResolver, prefix: str = "") -> Iterator[tuple[str, URLPattern]]:
-    for entry in resolver.url_patterns:
-        route = prefix + str(entry.pattern)
-        if isinstance(entry, URLResolver):
-            yield from _walk(entry, route)
-        else:
-            yield route, entry
-
-
 def all_routes() -> list[Route]:
     routes = []
-    for route, pattern in _walk(get_resolver()):
+    for route, pattern in url_patterns():
         if "format" in _CONVERTER.findall(route) + re.findall(r"\(\?P<(\w+)>", route):
             continue  # DRF's ".json" aliases of routes listed anyway
         routes.append(Route(route, pattern))

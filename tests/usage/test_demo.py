@@ -38,3 +38,31 @@ def test_the_demo_month_is_rolled_up_and_team_a_nears_its_limit(world: World) ->
         start=NOW - timedelta(days=30), end=NOW, tenant_ids=[world.team_a.pk]
     )
     assert any(h.flavor_id == world.a100_gpu.pk and h.gpu_hours > 24 for h in hours)
+
+
+@pytest.mark.django_db
+def test_the_demo_month_suggests_a_bigger_guarantee_for_team_a_with_a_what_if(
+    world: World,
+) -> None:
+    from advice.selectors import quota_request_what_if
+    from advice.services import suggestions_compute
+    from quotas.choices import GPU_RESOURCE
+
+    demo_month_fill(now=NOW)
+    suggestions = suggestions_compute(
+        tenant=world.team_a, now=NOW, period=(NOW - timedelta(days=30), NOW)
+    )
+
+    a100 = next(s for s in suggestions if s.cluster == world.a100)
+    line = next(n for n in a100.numbers if n["resource"] == GPU_RESOURCE)
+    # team-a climbs to ~90% of its limit of 10 in the last week: 80% of that peak > 6 held.
+    assert line["peak"] >= 8 and line["guaranteed_before"] == 6
+    assert line["guaranteed_after"] >= 0.8 * line["peak"] > line["guaranteed_before"]
+    assert line["limit_after"] <= line["elastic_cap"]
+    draft = a100.request
+    assert draft is not None and draft.status == "draft" and draft.requester == world.alice
+    what_if = quota_request_what_if(request=draft, days=14, now=NOW)
+    assert what_if.workloads > 100  # the demo's recorded workloads are replayed
+    rows = {row.tenant: row for row in what_if.tenants}
+    assert rows["team-a"].is_requester
+    assert rows["team-a"].after["wait_p95_s"] <= rows["team-a"].before["wait_p95_s"]

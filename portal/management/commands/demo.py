@@ -14,7 +14,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 from django.db import transaction
+from django.utils import timezone
 
+from advice.services import suggestions_compute
 from approvals.services import quota_request_grant, tenant_onboard
 from gpu_agent.models import Node
 from gpu_agent.services import join_token_create
@@ -31,11 +33,13 @@ from quotas.services import QuotaItem
 from tenants.choices import MembershipRole
 from tenants.models import Tenant, User
 from tenants.services import membership_set
+from usage.demo import DAYS as DEMO_DAYS
 from usage.demo import demo_month_fill
 
 GI = 1024**3
 TI = 1024**4
 DEMO_PASSWORD = "demo"  # noqa: S105 - the demo's documented password, printed at start
+DEMO_SPAN = timedelta(days=DEMO_DAYS)  # the simulated usage month
 
 # (profile, GPU-memory GiB, instances per H100 of the demo's layout, weight = slices / 7)
 H100_MIG = [("1g.10gb", Decimal("0.143"), 14), ("3g.40gb", Decimal("0.429"), 4)]
@@ -259,6 +263,10 @@ class Command(BaseCommand):
         )
         if samples := demo_month_fill():  # a simulated month of usage, once
             self.stdout.write(f"Usage: a simulated month, {samples} samples, rolled up")
+            # alice finds a suggested change from it, whatever the day of the month.
+            now = timezone.now()
+            drafts = suggestions_compute(tenant=team_a, now=now, period=(now - DEMO_SPAN, now))
+            self.stdout.write(f"Suggestions for team-a: {len(drafts)}")
 
         self.stdout.write(
             self.style.SUCCESS("Demo ready. Log in at /login/ with any of these (password 'demo'):")
