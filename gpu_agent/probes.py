@@ -152,11 +152,6 @@ def probe_list(*, gpu: Gpu, limit: int = PROBE_HISTORY) -> list[IsolationProbe]:
     )
 
 
-def agent_probe_count(*, node: Node) -> int:
-    """How many probes the node's agent has to run (requested or running). One query."""
-    return IsolationProbe.objects.filter(gpu__node=node, state__in=OPEN_PROBE_STATES).count()
-
-
 def agent_probes(*, node: Node) -> list[IsolationProbe]:
     """The node's open probes, oldest first."""
     return list(

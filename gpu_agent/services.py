@@ -26,8 +26,10 @@ from gpu_agent.models import (
     HOSTNAME_MAX,
     MIG_PROFILE_MAX,
     OPEN_LAYOUT_STATES,
+    OPEN_PROBE_STATES,
     VERSION_MAX,
     Gpu,
+    IsolationProbe,
     LayoutState,
     MigInstance,
     MigLayout,
@@ -365,14 +367,28 @@ GPU_REPORTED_FIELDS = [
 ]
 
 
-@transaction.atomic
+@dataclass(frozen=True)
+class ReportAnswer:
+    """What ``POST agent/report/`` answers: the generation to apply and the open probes."""
+
+    desired_generation: int
+    probes: int
+
+
 def agent_report_ingest(*, node: Node, report: Mapping[str, Any]) -> int:
+    """``agent_report_answer``'s desired generation."""
+    return agent_report_answer(node=node, report=report).desired_generation
+
+
+@transaction.atomic
+def agent_report_answer(*, node: Node, report: Mapping[str, Any]) -> ReportAnswer:
     """Store what ``node``'s agent reports: GPUs upserted, MIG instances replaced, the node
     marked seen; layouts the agent reports applied (``applied_generation``) succeed, drained
     layouts whose instances went idle are released, and layouts waiting for a reboot go back
     to pending once the GPU's MIG mode is right. A bounded number of queries whatever the
-    report's size (bulk writes). Returns the desired generation: the
-    highest generation the agent has to apply (``GET agent/desired/``), 0 when none.
+    report's size (bulk writes). Answers the desired generation (the highest generation the
+    agent has to apply, ``GET agent/desired/``, 0 when none) and how many isolation probes
+    it has to run (``GET agent/probes/``).
 
     Refused whole (nothing stored): a report for another node (403), a GPU registered to
     another node (403), sizes past the limits or duplicates (400, every problem named)."""
@@ -388,10 +404,13 @@ def agent_report_ingest(*, node: Node, report: Mapping[str, Any]) -> int:
         )
     now = timezone.now()
     if connection.vendor == "postgresql":
-        was_stale, busy, layouts_open = _ingest_postgresql(node=node, report=report, now=now)
+        was_stale, busy, layouts_open, probes = _ingest_postgresql(
+            node=node, report=report, now=now
+        )
     else:
         was_stale, busy = _ingest_orm(node=node, report=report, now=now)
         layouts_open = True
+        probes = IsolationProbe.objects.filter(gpu__node=node, state__in=OPEN_PROBE_STATES).count()
     if was_stale:
         audit_record(
             actor=None,
@@ -405,7 +424,7 @@ def agent_report_ingest(*, node: Node, report: Mapping[str, Any]) -> int:
     if not layouts_open:
         # No pending, applying or reboot-required layout on the node (the usual case): nothing
         # to confirm, release or reopen, and nothing for the agent to apply.
-        return 0
+        return ReportAnswer(0, probes)
     _confirm_applied(node=node, now=now)
     # After a reset, a GPU whose MIG mode is now the layout's gets its layout applied.
     MigLayout.objects.filter(
@@ -419,7 +438,7 @@ def agent_report_ingest(*, node: Node, report: Mapping[str, Any]) -> int:
         updated_at=now,
     )
     _release_drained(node=node, busy=busy, now=now)
-    return agent_desired_generation(node=node)
+    return ReportAnswer(agent_desired_generation(node=node), probes)
 
 
 def _foreign_gpus(uuids: Sequence[str], foreign: Sequence[str]) -> PermissionDenied:
@@ -564,18 +583,22 @@ FROM jsonb_to_recordset(%s::jsonb) AS r(gpu_id bigint, gi_id int, profile text, 
   size int, ci_ids jsonb, memory_used_mib bigint, utilization_pct int, busy bool,
   processes jsonb)"""
 
-_PG_LAYOUTS_OPEN = """
+# Whether the node has a layout open, and how many isolation probes its agent has to run
+# (the report's answer says so): one round trip.
+_PG_NODE_WORK = """
 SELECT EXISTS (
   SELECT 1 FROM gpu_agent_miglayout l JOIN gpu_agent_gpu g ON g.id = l.gpu_id
-  WHERE g.node_id = %s AND l.state IN (%s, %s, %s))"""
+  WHERE g.node_id = %s AND l.state IN (%s, %s, %s)),
+  (SELECT count(*) FROM gpu_agent_isolationprobe p JOIN gpu_agent_gpu g ON g.id = p.gpu_id
+   WHERE g.node_id = %s AND p.state IN (%s, %s))"""
 
 
 def _ingest_postgresql(
     *, node: Node, report: Mapping[str, Any], now: datetime
-) -> tuple[bool, dict[int, set[int]], bool]:
+) -> tuple[bool, dict[int, set[int]], bool, int]:
     """The same writes as ``_ingest_orm`` in at most five statements (every value a bound
-    parameter). Returns whether the node was stale, the busy instances and whether the node
-    has a layout open (pending, applying, reboot-required)."""
+    parameter). Returns whether the node was stale, the busy instances, whether the node
+    has a layout open (pending, applying, reboot-required) and its open probes."""
     gpus = list(report.get("gpus") or [])
     uuids = [g["uuid"] for g in gpus]
     with connection.cursor() as cursor:
@@ -617,11 +640,16 @@ def _ingest_postgresql(
         if instances:
             cursor.execute(_PG_INSTANCES_INSERT, [now, json.dumps(instances)])
         cursor.execute(
-            _PG_LAYOUTS_OPEN,
-            [node.pk, *(s.value for s in (*OPEN_LAYOUT_STATES, LayoutState.REBOOT_REQUIRED))],
+            _PG_NODE_WORK,
+            [
+                node.pk,
+                *(s.value for s in (*OPEN_LAYOUT_STATES, LayoutState.REBOOT_REQUIRED)),
+                node.pk,
+                *(s.value for s in OPEN_PROBE_STATES),
+            ],
         )
-        layouts_open = bool(cursor.fetchone()[0])
-    return was_stale, _busy(gpus, ids), layouts_open
+        layouts_open, probes = cursor.fetchone()
+    return was_stale, _busy(gpus, ids), bool(layouts_open), int(probes)
 
 
 _PG_INSTANCES_ATTRIBUTE = """

@@ -45,7 +45,6 @@ from gpu_agent.agent_api.serializers import (
 )
 from gpu_agent.models import Node
 from gpu_agent.probes import (
-    agent_probe_count,
     agent_probe_result,
     agent_probes,
     probe_list,
@@ -123,9 +122,12 @@ class AgentReportView(AgentView):
     def post(self, request: Request) -> Response:
         report = validate_report(request.data)  # ReportInput's checks, by hand when clean
         node = calling_node(request)
-        generation = services.agent_report_ingest(node=node, report=report)
-        probes = agent_probe_count(node=node)
-        return Response(ReportOutput({"desired_generation": generation, "probes": probes}).data)
+        answer = services.agent_report_answer(node=node, report=report)
+        return Response(
+            ReportOutput(
+                {"desired_generation": answer.desired_generation, "probes": answer.probes}
+            ).data
+        )
 
 
 class AgentDesiredView(AgentView):
