@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.core.cache import cache
-from django.db.models import Max, QuerySet, Sum
+from django.db.models import Count, Max, QuerySet, Sum
 from django.utils import timezone
 
 from advice import replay
@@ -233,6 +233,10 @@ def _stats(stats: replay.QueueStats) -> dict[str, Any]:
 
 
 def _cache_key(request: QuotaChangeRequest, days: int, end: datetime) -> str:
+    """What the replay depends on: the request (its id and filing time, so a restored or
+    recreated database never meets an old entry), its items, every quota generation on the
+    cluster, and the recorded workloads of the window (how many, and the latest change the
+    collector made to one)."""
     generations = sorted(
         QuotaSet.objects.filter(cluster_id=request.cluster_id).values_list("pk", "generation")
     )
@@ -240,7 +244,14 @@ def _cache_key(request: QuotaChangeRequest, days: int, end: datetime) -> str:
         (i.flavor_id, i.resource, str(i.guaranteed), str(i.limit), str(i.lending_limit))
         for i in request.items.all()
     )
-    digest = hashlib.sha256(json.dumps([generations, items], default=str).encode()).hexdigest()[:16]
+    recorded = Workload.objects.filter(
+        cluster_id=request.cluster_id,
+        created_at__gte=end - timedelta(days=days),
+        created_at__lt=end,
+    ).aggregate(n=Count("pk"), changed=Max("updated_at"))
+    digest = hashlib.sha256(
+        json.dumps([request.created_at, generations, items, recorded], default=str).encode()
+    ).hexdigest()[:16]
     return f"advice:what-if:{request.pk}:{days}:{end:%Y%m%d%H}:{digest}"
 
 

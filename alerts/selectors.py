@@ -131,19 +131,48 @@ def _days(delta: timedelta) -> str:
     return f"{hours / 24:g} days" if hours >= 48 else f"{_n(hours)} hours"
 
 
-def quota_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
-    """(cluster, tenant, flavor) whose GPU use (Kueue's, latest 5-minute mean) is at or above
-    ``threshold_pct`` of the limit in force."""
-    threshold = rule.threshold_pct if rule.threshold_pct is not None else 100.0
+def _gpu_limits(cluster_id: int | None) -> dict[tuple[int, int, int], Decimal]:
+    """(cluster, tenant, flavor) -> the GPU limit in force (GPU and MIG lines)."""
     limits: dict[tuple[int, int, int], Decimal] = defaultdict(Decimal)
     quotas = Quota.objects.all()
-    if rule.cluster_id is not None:
-        quotas = quotas.filter(quota_set__cluster_id=rule.cluster_id)
+    if cluster_id is not None:
+        quotas = quotas.filter(quota_set__cluster_id=cluster_id)
     for c, t, f, resource, limit in quotas.values_list(
         "quota_set__cluster_id", "quota_set__tenant_id", "flavor_id", "resource", "limit"
     ):
         if is_gpu_resource(resource):
             limits[(c, t, f)] += limit
+    return limits
+
+
+def unobserved_quota_subjects(*, subjects: Iterable[str], now: datetime) -> set[str]:
+    """Of ``subjects`` (``quota:<cluster>:<tenant>:<flavor>``, open quota alerts), those with
+    a GPU limit still in force but no recent use to read (the collector or the roll-up is
+    behind, the cluster unreachable): unknown is not "below the threshold", so their alerts
+    stay as they are (a hold is not lifted for want of data)."""
+    keys: dict[str, tuple[int, int, int]] = {}
+    for subject in subjects:
+        parts = subject.split(":")
+        if len(parts) == 4 and parts[0] == "quota" and all(p.isdigit() for p in parts[1:]):
+            keys[subject] = (int(parts[1]), int(parts[2]), int(parts[3]))
+    if not keys:
+        return set()
+    limits = _gpu_limits(None)
+    now_use = usage_selectors.usage_now(
+        cluster_ids=sorted({c for c, _, _ in keys.values()}), now=now
+    )
+    return {
+        subject
+        for subject, key in keys.items()
+        if limits.get(key) and Metric.QUOTA_USED not in now_use.get(key, {})
+    }
+
+
+def quota_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
+    """(cluster, tenant, flavor) whose GPU use (Kueue's, latest 5-minute mean) is at or above
+    ``threshold_pct`` of the limit in force."""
+    threshold = rule.threshold_pct if rule.threshold_pct is not None else 100.0
+    limits = _gpu_limits(rule.cluster_id)
     cluster_ids = [rule.cluster_id] if rule.cluster_id is not None else None
     now_use = usage_selectors.usage_now(cluster_ids=cluster_ids, now=now)
     clusters, tenants, flavors = _names()

@@ -281,6 +281,10 @@ class EvaluationSummary:
     suspension_notices: int = 0
     suspended: int = 0
     suspend_failed: int = 0
+    unobserved: int = 0  # open quota alerts kept as they are: no recent use to judge them by
+
+
+QUOTA_RULES = (RuleKind.QUOTA_WARNING, RuleKind.QUOTA_BLOCK)
 
 
 def _lock() -> None:
@@ -421,12 +425,19 @@ def evaluate(*, now: datetime | None = None) -> EvaluationSummary:
             .filter(state__in=OPEN_STATES)
             .select_related("rule", "cluster", "tenant", "flavor")
         )
+        unobserved = selectors.unobserved_quota_subjects(
+            subjects=[a.subject for a in open_alerts if a.rule.kind in QUOTA_RULES],
+            now=now,
+        )
         seen: set[tuple[int, str]] = set()
         for alert in open_alerts:
             seen.add((alert.rule_id, alert.subject))
             finding = found.get(alert.rule_id, {}).get(alert.subject)
             if finding is None:
                 if alert.rule_id in by_pk and _keep_suspended(alert):
+                    continue
+                if alert.rule_id in by_pk and alert.subject in unobserved:
+                    summary.unobserved += 1
                     continue
                 why = (
                     "the rule is disabled"

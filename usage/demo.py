@@ -28,17 +28,20 @@ SEED = 20261203
 def _load(rng: random.Random, t: datetime, now: datetime, *, limit: float, share: float,
           rising: bool) -> float:  # fmt: skip
     """GPUs in use at ``t``: a working-day rhythm around ``share`` of the limit, noise, and
-    for a rising tenant a climb to ~90% of the limit over the last week."""
+    for a rising tenant a climb to ~90% of the limit over the last week, kept under 95% (the
+    demo starts with a warning, not with new work held at 100%)."""
     hour = t.hour + t.minute / 60
     daily = 0.55 + 0.45 * math.sin((hour - 8) / 24 * 2 * math.pi)
     weekday = 1.0 if t.weekday() < 5 else 0.6
     level = share * daily * weekday
+    top = 1.0
     if rising:
         days_left = (now - t).total_seconds() / 86400
         if days_left < 7:
-            level = max(level, 0.93 - days_left * 0.02 + 0.05 * daily)
-    value = limit * level + rng.gauss(0, limit * 0.04)
-    return round(min(max(value, 0.0), limit), 2)
+            level = max(level, 0.85 - days_left * 0.02 + 0.05 * daily)
+            top = 0.95
+    value = limit * level + rng.gauss(0, limit * 0.03)
+    return round(min(max(value, 0.0), limit * top), 2)
 
 
 def demo_month_fill(*, now: datetime | None = None, seed: int = SEED) -> int:
@@ -84,21 +87,24 @@ def demo_month_fill(*, now: datetime | None = None, seed: int = SEED) -> int:
 
 
 def _workloads(rng: random.Random, quotas: list[Quota], start: datetime, now: datetime) -> None:
-    """About 15 jobs a day per tenant and flavor: queue waits that grow with the load,
-    a few evictions and preemptions."""
+    """About 10 jobs a day per tenant and flavor (16 for team-a in its busy last week) of
+    1-8 GPUs for 20 minutes to 4 hours: queue waits that grow with the load, a few evictions
+    and preemptions. Light enough that replaying them against the quotas (what-if) shows
+    waits of minutes to hours, as the recorded ones are."""
     objects = []
     for q in quotas:
         tenant, cluster = q.quota_set.tenant, q.quota_set.cluster
         namespace = f"{tenant.slug}-training"
+        sizes = [g for g in (1, 1, 2, 2, 4, 8) if g <= q.limit] or [1]  # jobs that fit
         for day in range(DAYS):
-            for j in range(rng.randint(8, 22)):
+            busy = tenant.slug == "team-a" and DAYS - day <= 7
+            for j in range(rng.randint(12, 20) if busy else rng.randint(6, 14)):
                 created = start + timedelta(days=day, minutes=rng.randint(0, 24 * 60 - 1))
                 if created >= now:
                     continue
-                late = (now - created).days < 7 and tenant.slug == "team-a"
-                wait = rng.expovariate(1 / (900 if late else 240))
+                wait = rng.expovariate(1 / (900 if busy else 240))
                 admitted = created + timedelta(seconds=wait)
-                run = timedelta(minutes=rng.randint(20, 8 * 60))
+                run = timedelta(minutes=rng.randint(20, 4 * 60))
                 finished = admitted + run if admitted + run < now else None
                 evictions = 1 if rng.random() < 0.06 else 0
                 preemptions = evictions if rng.random() < 0.7 else 0
@@ -111,7 +117,7 @@ def _workloads(rng: random.Random, quotas: list[Quota], start: datetime, now: da
                         uid=f"demo-{cluster.name}-{q.flavor.pk}-{tenant.slug}-{day}-{j}",
                         queue_name="default",
                         cluster_queue=tenant.slug,
-                        gpus=float(rng.choice([1, 1, 2, 2, 4, 8])),
+                        gpus=float(rng.choice(sizes)),
                         flavors=[q.flavor.name],
                         state=WorkloadState.FINISHED if finished else WorkloadState.ADMITTED,
                         created_at=created,

@@ -84,6 +84,24 @@ def test_what_if_shows_the_preemption_the_request_removes(
     ]  # fmt: skip
 
 
+def test_the_what_if_is_cached_until_the_recorded_workloads_change(
+    world: World, two_jobs: None, api_as
+) -> None:
+    draft = _draft(world)
+    url = f"/api/v1/quota-requests/{draft.pk}/what-if/"
+    admin = api_as(world.admin)
+    first = admin.get(url).json()
+    assert first["workloads"] == 2
+    assert admin.get(url).json() == first  # the same replay, replay_ms and all
+    t = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(days=1)
+    workload(
+        cluster=world.a100, tenant=world.team_b, name="b-late", gpus=2,
+        flavor=world.a100_gpu.name, created=t, admitted=t, finished=t + timedelta(hours=1),
+    ).save()  # fmt: skip
+
+    assert admin.get(url).json()["workloads"] == 3
+
+
 def test_what_if_is_scoped_like_the_request_and_checks_days(
     world: World, two_jobs: None, api_as
 ) -> None:

@@ -10,7 +10,7 @@ from alerts.choices import ActionState, AlertState, EventKind
 from alerts.models import Alert, AlertRule
 from quotas.kube import compiler
 from quotas.kube.load import cluster_spec, tenant_specs
-from quotas.models import QuotaSet, SyncOutbox
+from quotas.models import Quota, QuotaSet, SyncOutbox
 from tenants.models import AuditEvent, Notification
 from tests.alerts.conftest import NOW, gpu_utilization, rollups, running_workload, use_now
 from usage.choices import Metric, Resolution
@@ -91,6 +91,42 @@ def test_100_percent_holds_new_work_through_the_outbox_and_lifts_it_below(world)
         EventKind.FIRED, EventKind.BLOCKED, EventKind.UNBLOCKED, EventKind.RESOLVED,
     ]  # fmt: skip
     assert AuditEvent.objects.filter(action="tenant.new_work_allowed").count() == 1
+
+
+def test_no_recent_use_to_read_keeps_the_hold_until_use_is_seen_below(world):
+    use_now(world, world.team_a, 10)
+    services.evaluate(now=NOW)
+    [block] = _alerts("quota-block")
+    [warning] = _alerts("quota-warning")
+
+    # The collector stalls: 40 minutes without a reading. Unknown is not "below 100%".
+    summary = services.evaluate(now=NOW + timedelta(minutes=40))
+
+    assert summary.unobserved == 2 and summary.resolved == summary.unblocked == 0
+    block.refresh_from_db()
+    warning.refresh_from_db()
+    assert block.state == warning.state == AlertState.FIRING
+    assert block.action_state == ActionState.BLOCKED
+    assert _stop_policy(world, "team-a") == "Hold"
+
+    use_now(world, world.team_a, 7, now=NOW + timedelta(minutes=45))  # readings again
+    summary = services.evaluate(now=NOW + timedelta(minutes=45))
+
+    assert summary.unblocked == 1 and summary.resolved == 2
+    assert _stop_policy(world, "team-a") == "None"
+
+
+def test_a_quota_line_removed_while_unobserved_resolves_its_alerts(world):
+    use_now(world, world.team_a, 10)
+    services.evaluate(now=NOW)
+    Quota.objects.filter(
+        quota_set__tenant=world.team_a, quota_set__cluster=world.a100, flavor=world.a100_gpu
+    ).delete()
+
+    summary = services.evaluate(now=NOW + timedelta(minutes=40))
+
+    assert summary.unobserved == 0 and summary.resolved == 2
+    assert not any(t.blocked for t in tenant_specs(world.a100))
 
 
 def test_a_block_rule_that_only_alerts_holds_nothing(world):
