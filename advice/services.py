@@ -133,8 +133,48 @@ def _memory_first(
     return target, guaranteed, target_limit, why
 
 
+def _numbers(
+    line: _Line, *, floor: Decimal, guaranteed: Decimal, limit: Decimal, notes: list[str]
+) -> dict[str, Any]:
+    """The numbers behind one line's suggestion, as stored and shown."""
+    quota, usage = line.quota, line.usage
+    return {
+        "flavor": quota.flavor.name,
+        "resource": quota.resource,
+        "daily_peaks": [[day.date().isoformat(), value] for day, value in usage.daily_peaks],
+        "peak": usage.peak,
+        "days_with_usage": sum(1 for _, value in usage.daily_peaks if value > 0),
+        "p80": round(usage.peak * GUARANTEE_SHARE_OF_PEAK, 3),
+        "guarantee_floor": float(floor),
+        "elastic_cap": float(line.cap),
+        "capacity": float(line.capacity),
+        "utilization_pct": None
+        if usage.utilization_pct is None
+        else round(usage.utilization_pct, 1),
+        "memory_peak_mib": usage.memory_peak_mib,
+        "guaranteed_before": float(quota.guaranteed),
+        "limit_before": float(quota.limit),
+        "guaranteed_after": float(guaranteed),
+        "limit_after": float(limit),
+        "memory_first": None,
+        "notes": notes,
+        "rule": RULE,
+    }
+
+
+NO_READINGS = (
+    "no use of this flavor was recorded last month (no readings at all, not even zero: the "
+    "collector may not have run): left as it is"
+)
+
+
 def _plan_line(line: _Line, context: dict[str, Any]) -> tuple[list[QuotaItem], dict[str, Any]]:
     quota, usage = line.quota, line.usage
+    if not usage.daily_peaks:  # no evidence is not evidence of no use
+        return [], _numbers(
+            line, floor=Decimal(0), guaranteed=quota.guaranteed, limit=quota.limit,
+            notes=[NO_READINGS],
+        )  # fmt: skip
     peak = usage.peak
     floor = ceil_units(peak * GUARANTEE_SHARE_OF_PEAK)
     notes = []
@@ -160,28 +200,7 @@ def _plan_line(line: _Line, context: dict[str, Any]) -> tuple[list[QuotaItem], d
     if lending is not None and lending > guaranteed:
         lending = guaranteed
     items = []
-    numbers: dict[str, Any] = {
-        "flavor": quota.flavor.name,
-        "resource": quota.resource,
-        "daily_peaks": [[day.date().isoformat(), value] for day, value in usage.daily_peaks],
-        "peak": peak,
-        "days_with_usage": sum(1 for _, value in usage.daily_peaks if value > 0),
-        "p80": round(peak * GUARANTEE_SHARE_OF_PEAK, 3),
-        "guarantee_floor": float(floor),
-        "elastic_cap": float(line.cap),
-        "capacity": float(line.capacity),
-        "utilization_pct": None
-        if usage.utilization_pct is None
-        else round(usage.utilization_pct, 1),
-        "memory_peak_mib": usage.memory_peak_mib,
-        "guaranteed_before": float(quota.guaranteed),
-        "limit_before": float(quota.limit),
-        "guaranteed_after": float(guaranteed),
-        "limit_after": float(limit),
-        "memory_first": None,
-        "notes": notes,
-        "rule": RULE,
-    }
+    numbers = _numbers(line, floor=floor, guaranteed=guaranteed, limit=limit, notes=notes)
     moved = _memory_first(line, guaranteed, limit, context)
     if moved is not None and moved[0].pk not in context["touched"]:
         target, target_g, target_l, why = moved

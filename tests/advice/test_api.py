@@ -143,6 +143,13 @@ def test_suggestions_api_computes_lists_and_is_scoped(world: World, api_as) -> N
 
 def test_pages_show_suggestions_and_the_what_if(world: World, two_jobs: None) -> None:
     daily_rollups(tenant=world.team_a, cluster=world.a100, flavor=world.a100_gpu, peaks=[9])
+    # 4 more GPUs for team-a while its 10 run: at its limit, it waits in both replays.
+    t = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(days=2)
+    workload(
+        cluster=world.a100, tenant=world.team_a, name="a-more", gpus=4,
+        flavor=world.a100_gpu.name, created=t + timedelta(minutes=10),
+        admitted=t + timedelta(hours=2), finished=t + timedelta(hours=3),
+    ).save()  # fmt: skip
     client = Client()
     client.force_login(world.alice)
     response = client.post("/tenants/team-a/suggestions/compute/")
@@ -154,7 +161,8 @@ def test_pages_show_suggestions_and_the_what_if(world: World, two_jobs: None) ->
     detail = client.get(f"/requests/{draft.pk}/").content.decode()
     assert "What-if" in detail and 'data-tenant="team-b"' not in detail  # only on demand
     detail = client.get(f"/requests/{draft.pk}/?what_if=1&days=14").content.decode()
-    assert 'data-tenant="team-a"' in detail and "<svg" in detail
+    assert 'data-tenant="team-a"' in detail and "<svg" in detail  # team-a waits: bars
+    assert "what-if-no-wait" not in detail
     assert 'data-tenant="team-b"' not in detail  # another tenant's numbers: approvers only
     approver = Client()
     approver.force_login(world.admin)

@@ -135,3 +135,25 @@ def test_no_change_and_no_lead_file_nothing(world: World) -> None:
     [lone] = [s for s in suggestions_compute(tenant=world.team_c) if s.cluster == world.a100]
     assert lone.request is None and "no lead" in lone.note
     assert Suggestion.objects.filter(tenant=world.team_c, cluster=world.a100).count() == 1
+
+
+def test_no_readings_leave_a_line_alone_but_a_month_of_zeros_gives_the_guarantee_back(
+    world: World,
+) -> None:
+    # demo-h100 has no readings for team-a at all (no collector there): nothing to suggest.
+    daily_rollups(tenant=world.team_a, cluster=world.a100, flavor=world.a100_gpu, peaks=[0] * 28)
+    by_cluster = {s.cluster: s for s in suggestions_compute(tenant=world.team_a)}
+    unread = by_cluster[world.h100]
+    assert unread.request is None and unread.note.startswith("No change")
+    [line] = [n for n in unread.numbers if n["flavor"] == world.h100_gpu.name]
+    assert (line["guaranteed_after"], line["limit_after"]) == (
+        line["guaranteed_before"],
+        line["limit_before"],
+    )
+    assert "no use of this flavor was recorded" in line["notes"][0]
+    # On demo-a100 the readings say zero every day: the guarantee goes back (R20).
+    idle = by_cluster[world.a100]
+    [a100] = [n for n in idle.numbers if n["resource"] == GPU_RESOURCE]
+    assert a100["days_with_usage"] == 0 and len(a100["daily_peaks"]) == 28
+    assert (a100["guaranteed_before"], a100["guaranteed_after"]) == (6, 0)
+    assert idle.request is not None and idle.request.status == RequestStatus.DRAFT
