@@ -54,13 +54,15 @@ def merged_kubeconfig(files: dict[str, Path]) -> dict[str, Any]:
     }
 
 
-def _simulate(endpoints: dict[str, Endpoint], hot: list[str]) -> None:
-    """One round of what Kueue would write (``devcluster.kueue_sim``); a failure is logged
-    and the next round tries again."""
+def _simulate(
+    endpoints: dict[str, Endpoint], hot: list[str], idle: str | None, started: datetime
+) -> None:
+    """One round of what Kueue would write (``devcluster.kueue_sim``); ``idle``'s notebook on
+    the first cluster only. A failure is logged and the next round tries again."""
     now = datetime.now(UTC)
-    for name, endpoint in endpoints.items():
+    for index, (name, endpoint) in enumerate(endpoints.items()):
         try:
-            simulate_once(endpoint, now, hot)
+            simulate_once(endpoint, now, hot, idle if index == 0 else None, started)
         except (OSError, ValueError, KeyError) as exc:
             logger.warning("%s: ClusterQueue status not written: %s", name, exc)
 
@@ -80,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=None,
         help="a ClusterQueue kept near its limit (repeatable; default team-a)",
+    )
+    parser.add_argument(
+        "--idle",
+        default="team-b",
+        help="a tenant given an idle notebook Workload on the first cluster ('' for none)",
     )
     parser.add_argument("clusters", nargs="+")
     args = parser.parse_args(argv)
@@ -108,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, lambda *_: stop.set())
         endpoints = {name: Endpoint.from_kubeconfig(path) for name, path in files.items()}
         hot = args.hot if args.hot is not None else ["team-a"]
+        started = datetime.now(UTC)
         next_status = 0.0
         while not stop.wait(1):
             for handle, name in zip(handles, args.clusters, strict=True):
@@ -116,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                     return 1
             if args.kueue_every > 0 and time.monotonic() >= next_status:
                 next_status = time.monotonic() + args.kueue_every
-                _simulate(endpoints, hot)
+                _simulate(endpoints, hot, args.idle or None, started)
         return 0
     finally:
         for handle in handles:

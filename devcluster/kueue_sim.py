@@ -18,7 +18,14 @@ subresource, like Kueue does, from a simple load model:
       kubectl --kubeconfig .run/kubeconfig annotate clusterqueue team-a \\
           demo.gpu-quota-portal.io/load=1.0 --overwrite
 
-The model is pure (``queue_load``, ``queue_status``); ``simulate_once`` does the HTTP.
+With ``idle`` (a tenant; team-b on the demo's first cluster) it also keeps one Kueue Workload,
+``<tenant>-training/notebook-idle``, admitted four days before the loop started on the
+tenant's first GPU flavor: the demo month records no GPU activity for that tenant there in its
+last days, so the portal's idle rule finds it, tells the lead, and after the grace sets
+``spec.active: false`` on it (``kubectl get workloads -A``), with an undo on the alert's page.
+
+The model is pure (``queue_load``, ``queue_status``, ``idle_workload``); ``simulate_once``
+does the HTTP.
 """
 
 from __future__ import annotations
@@ -27,11 +34,12 @@ import json
 import logging
 import math
 import ssl
+import urllib.error
 import urllib.request
 from base64 import b64decode
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
 from pathlib import Path
 from typing import Any
@@ -45,6 +53,9 @@ logger = logging.getLogger("devcluster.kueue_sim")
 LOAD_ANNOTATION = "demo.gpu-quota-portal.io/load"
 MAX_LOAD = 1.5
 QUEUES_PATH = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"
+WORKLOADS_PATH = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads"
+IDLE_NAME = "notebook-idle"
+IDLE_ADMITTED_BEFORE = timedelta(days=4)
 
 
 def _daily(now: datetime) -> float:
@@ -115,6 +126,63 @@ def queue_status(queue: Mapping[str, Any], load: float) -> dict[str, Any]:
     }
 
 
+def _gpu_flavor(queue: Mapping[str, Any]) -> str | None:
+    """The first flavor of ``queue`` with whole GPUs (``nvidia.com/gpu``)."""
+    for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            if any(r.get("name") == "nvidia.com/gpu" for r in flavor.get("resources") or []):
+                return str(flavor["name"])
+    return None
+
+
+def idle_workload(
+    tenant: str, flavor: str, admitted: datetime
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A one-GPU notebook of ``tenant`` admitted at ``admitted`` on ``flavor``: the Workload
+    and the status Kueue would have given it."""
+    namespace = f"{tenant}-training"
+    body = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": IDLE_NAME, "namespace": namespace},
+        "spec": {
+            "queueName": "default",
+            "podSets": [
+                {
+                    "name": "main",
+                    "count": 1,
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "notebook",
+                                    "image": "jupyter/base-notebook",
+                                    "resources": {"requests": {"nvidia.com/gpu": "1"}},
+                                }
+                            ]
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    at = admitted.strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = {
+        "conditions": [
+            {"type": kind, "status": "True", "reason": kind, "message": "demo",
+             "lastTransitionTime": at}
+            for kind in ("QuotaReserved", "Admitted")
+        ],
+        "admission": {
+            "clusterQueue": tenant,
+            "podSetAssignments": [
+                {"name": "main", "flavors": {"nvidia.com/gpu": flavor}, "count": 1}
+            ],
+        },
+    }  # fmt: skip
+    return body, status
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where a kubeconfig's current cluster is, and how to authenticate to it."""
@@ -135,6 +203,15 @@ class Endpoint:
                 context.load_verify_locations(cadata=b64decode(data).decode())
         return cls(cluster["server"].rstrip("/"), user.get("token"), context)
 
+    def exists(self, path: str) -> bool:
+        try:
+            self.call("GET", path)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return False
+            raise
+        return True
+
     def call(self, method: str, path: str, body: Any = None, content_type: str = "") -> Any:
         request = urllib.request.Request(  # noqa: S310 - the demo's own stand-in
             self.server + path,
@@ -150,12 +227,21 @@ class Endpoint:
             return json.load(response)
 
 
-def simulate_once(endpoint: Endpoint, now: datetime, hot: Iterable[str] = ()) -> int:
-    """Write every ClusterQueue's status once; returns how many were written."""
+def simulate_once(
+    endpoint: Endpoint,
+    now: datetime,
+    hot: Iterable[str] = (),
+    idle: str | None = None,
+    started: datetime | None = None,
+) -> int:
+    """Write every ClusterQueue's status once (and make ``idle``'s notebook if it is missing
+    and the tenant's namespace exists); returns how many statuses were written."""
     written = 0
     for queue in endpoint.call("GET", QUEUES_PATH).get("items") or []:
         metadata = queue.get("metadata") or {}
         name = metadata.get("name", "")
+        if name == idle:
+            _ensure_idle(endpoint, queue, (started or now) - IDLE_ADMITTED_BEFORE)
         load = queue_load(name, metadata.get("annotations") or {}, now, hot)
         status = queue_status(queue, load)
         endpoint.call(
@@ -166,3 +252,20 @@ def simulate_once(endpoint: Endpoint, now: datetime, hot: Iterable[str] = ()) ->
         )
         written += 1
     return written
+
+
+def _ensure_idle(endpoint: Endpoint, queue: Mapping[str, Any], admitted: datetime) -> None:
+    tenant = queue["metadata"]["name"]
+    flavor = _gpu_flavor(queue)
+    namespace = f"{tenant}-training"
+    path = WORKLOADS_PATH.format(namespace=namespace)
+    if flavor is None or not endpoint.exists(f"/api/v1/namespaces/{namespace}"):
+        return
+    if endpoint.exists(f"{path}/{IDLE_NAME}"):
+        return
+    body, status = idle_workload(tenant, flavor, admitted)
+    endpoint.call("POST", path, body, "application/json")
+    endpoint.call(
+        "PATCH", f"{path}/{IDLE_NAME}/status", {"status": status}, "application/merge-patch+json"
+    )
+    logger.warning("%s/%s: an idle notebook for the demo's idle rule", namespace, IDLE_NAME)

@@ -529,7 +529,9 @@ def workloads_store(
                 evicted_at=w["evicted_at"],
                 evictions=evictions,
                 preemptions=preemptions,
-                queue_wait_s=(admitted_at - w["created_at"]).total_seconds()
+                # Never negative: controllers' clocks differ (and the demo's notebook was
+                # admitted before the stand-in stamped its creation).
+                queue_wait_s=max((admitted_at - w["created_at"]).total_seconds(), 0.0)
                 if admitted_at
                 else None,
                 updated_at=now,

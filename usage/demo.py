@@ -2,8 +2,9 @@
 each tenant's GPU quotas (used with a daily rhythm, borrowing above the guarantee, pods'
 GPUs, utilisation, pending workloads) and Kueue workload lifecycles, from a fixed seed,
 written through ``samples_write`` and rolled up. team-a's A100 use climbs past 80% of its
-limit in the last days (the warning alert has something to find). Idempotent: a store that
-already has workloads is left alone.
+limit in the last days (the warning alert has something to find); team-b's GPUs on the first
+cluster show no activity for the last four days (the idle rule has something to find).
+Idempotent: a store that already has workloads is left alone.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from usage.models import Workload
 STEP = timedelta(minutes=10)
 DAYS = 30
 SEED = 20261203
+IDLE_TAIL = timedelta(days=4, hours=2)  # team-b's quiet end on the first cluster
 
 
 def _load(rng: random.Random, t: datetime, now: datetime, *, limit: float, share: float,
@@ -58,16 +60,22 @@ def demo_month_fill(*, now: datetime | None = None, seed: int = SEED) -> int:
     ]
     rows: list[services.SampleRow] = []
     steps = int((now - start) / STEP)
+    first_cluster = min((q.quota_set.cluster.name for q in quotas), default="")
     for q in quotas:
         tenant, cluster, flavor = q.quota_set.tenant, q.quota_set.cluster, q.flavor
         guaranteed, limit = float(q.guaranteed), float(q.limit)
         rising = tenant.slug == "team-a" and flavor.kind == "gpu"
+        # team-b's GPUs on the first cluster go quiet for the last days: the idle notebook
+        # devcluster.kueue_sim keeps there is what holds them.
+        idle = tenant.slug == "team-b" and flavor.kind == "gpu" and cluster.name == first_cluster
         share = 0.55 if tenant.slug == "team-a" else 0.4
         base = (cluster.pk, tenant.pk, flavor.pk, None, None, None, None)
         for i in range(steps):
             t = start + i * STEP
             used = _load(rng, t, now, limit=limit, share=share, rising=rising)
             util = min(100.0, max(0.0, 30 + 50 * used / limit + rng.gauss(0, 8))) if used else 0.0
+            if idle and now - t < IDLE_TAIL:
+                util = 0.0
             rows.extend(
                 (t, metric, value, *base)
                 for metric, value in (

@@ -11,17 +11,24 @@ import pytest
 
 from alerts import services
 from alerts.choices import ActionState, AlertState, RuleKind
-from alerts.models import Alert
+from alerts.models import Alert, AlertRule
 from approvals.services import outbox_deliver
-from devcluster.kueue_sim import LOAD_ANNOTATION, Endpoint, queue_load, queue_status, simulate_once
+from devcluster.kueue_sim import (
+    IDLE_NAME,
+    LOAD_ANNOTATION,
+    Endpoint,
+    queue_load,
+    queue_status,
+    simulate_once,
+)
 from quotas.models import QuotaSet, SyncOutbox
 from quotas.sync import cluster_reconcile
-from tests.alerts.conftest import NOW
+from tests.alerts.conftest import NOW, rollups
 from tests.standin import kubectl, kubectl_json
 from usage import collector
 from usage import services as usage_services
 from usage.choices import Metric
-from usage.models import Sample
+from usage.models import Sample, Workload
 
 QUEUE = {
     "metadata": {"name": "team-a"},
@@ -142,3 +149,44 @@ def test_simulated_use_fires_the_warning_and_the_annotation_holds_new_work(world
         for r in f["resources"]
     }
     assert usage[("a100-80gb", "nvidia.com/gpu")] == "10"
+
+
+@pytest.mark.django_db
+def test_the_idle_notebook_is_collected_found_idle_and_suspended_in_the_cluster(world, standin):  # type: ignore[no-untyped-def]
+    assert cluster_reconcile(cluster=world.a100).ok
+    endpoint = Endpoint.from_kubeconfig(standin.kubeconfig_path)
+    simulate_once(endpoint, NOW, idle="team-b", started=NOW)
+    simulate_once(endpoint, NOW, idle="team-b", started=NOW)  # made once, not twice
+    listed = kubectl_json(standin, "get", "workloads", "-n", "team-b-training")["items"]
+    assert [w["metadata"]["name"] for w in listed] == [IDLE_NAME]
+
+    assert collector.cluster_collect(cluster=world.a100, now=NOW).workloads == 1
+    notebook = Workload.objects.get(name=IDLE_NAME)
+    assert (notebook.tenant, notebook.flavors, notebook.gpus) == (world.team_b, ["a100-80gb"], 1)
+    assert notebook.admitted_at == NOW - timedelta(days=4)
+    assert notebook.queue_wait_s == 0  # admitted "before" the stand-in stamped its creation
+    # What the demo month records for team-b there: no GPU activity for four days.
+    rollups(
+        cluster=world.a100, tenant=world.team_b, flavor=world.a100_gpu,
+        metric=Metric.GPU_UTILIZATION, value=0.0, start=NOW - timedelta(days=4), end=NOW,
+    )  # fmt: skip
+    AlertRule.objects.filter(kind=RuleKind.IDLE_WORKLOAD).update(grace=timedelta(minutes=10))
+
+    services.evaluate(now=NOW)
+    (notice,) = _open_idle()
+    assert notice.action_state == ActionState.NOTIFIED and notice.tenant == world.team_b
+    assert kubectl_json(standin, "get", "workload", "-n", "team-b-training", IDLE_NAME)["spec"].get(
+        "active", True
+    )
+
+    later = NOW + timedelta(minutes=11)
+    collector.cluster_collect(cluster=world.a100, now=later)  # still there, still admitted
+    summary = services.evaluate(now=later)
+
+    assert summary.suspended == 1
+    workload = kubectl_json(standin, "get", "workload", "-n", "team-b-training", IDLE_NAME)
+    assert workload["spec"]["active"] is False
+
+
+def _open_idle() -> list[Alert]:
+    return list(Alert.objects.filter(rule__kind=RuleKind.IDLE_WORKLOAD, state=AlertState.FIRING))

@@ -17,6 +17,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from advice.services import suggestions_compute
+from alerts.choices import RuleKind
+from alerts.models import AlertRule
 from approvals.services import quota_request_grant, tenant_onboard
 from gpu_agent.models import Node
 from gpu_agent.services import join_token_create
@@ -40,6 +42,7 @@ GI = 1024**3
 TI = 1024**4
 DEMO_PASSWORD = "demo"  # noqa: S105 - the demo's documented password, printed at start
 DEMO_SPAN = timedelta(days=DEMO_DAYS)  # the simulated usage month
+DEMO_IDLE_GRACE = timedelta(minutes=10)  # notice to suspension, for the demo's idle notebook
 
 # (profile, GPU-memory GiB, instances per H100 of the demo's layout, weight = slices / 7)
 H100_MIG = [("1g.10gb", Decimal("0.143"), 14), ("3g.40gb", Decimal("0.429"), 4)]
@@ -267,6 +270,8 @@ class Command(BaseCommand):
             now = timezone.now()
             drafts = suggestions_compute(tenant=team_a, now=now, period=(now - DEMO_SPAN, now))
             self.stdout.write(f"Suggestions for team-a: {len(drafts)}")
+            # team-b's idle notebook (devcluster.kueue_sim) is suspended while you watch.
+            AlertRule.objects.filter(kind=RuleKind.IDLE_WORKLOAD).update(grace=DEMO_IDLE_GRACE)
 
         self.stdout.write(
             self.style.SUCCESS("Demo ready. Log in at /login/ with any of these (password 'demo'):")
