@@ -136,7 +136,9 @@ else:
             "LOCATION": str(DATA_DIR / "cache"),
         }
     }
-    CELERY_BROKER_URL = "filesystem://"
+    # kombu's filesystem transport, writing each message whole before it is visible.
+    CELERY_BROKER_URL = "filesystem://localhost/"
+    CELERY_BROKER_TRANSPORT = "portal.brokers:Transport"
     _broker_dir = DATA_DIR / "broker"
     for _folder in (_broker_dir / "queue", _broker_dir / "processed", _broker_dir / "control"):
         _folder.mkdir(parents=True, exist_ok=True)

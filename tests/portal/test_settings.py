@@ -90,15 +90,19 @@ def test_a_bad_value_fails_loudly_naming_the_variable(tmp_path, name, value):
 def test_embedded_defaults_need_no_server(tmp_path):
     """With no DATABASE_URL and no REDIS_URL: SQLite and a filesystem broker under DATA_DIR."""
     code = (
-        "from django.conf import settings; "
+        "from django.conf import settings; from portal.celery import app; "
         "print(settings.DATABASES['default']['ENGINE']); print(settings.CELERY_BROKER_URL); "
-        "print(settings.CACHES['default']['BACKEND'])"
+        "print(settings.CACHES['default']['BACKEND']); "
+        "print(app.connection_for_write().transport_cls)"
     )
     result = manage("shell", "-v", "0", "-c", code, env={"DEBUG": "true"}, tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
-    engine, broker, cache = result.stdout.split()
+    engine, broker, cache, transport = result.stdout.split()
     assert engine == "django.db.backends.sqlite3"
-    assert broker == "filesystem://"
+    assert broker == "filesystem://localhost/"
+    assert (
+        transport == "portal.brokers:Transport"
+    )  # messages written whole (tests/portal/test_brokers.py)
     assert cache.endswith("FileBasedCache")
     assert (tmp_path / "broker" / "queue").is_dir()
 
