@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.utils import timezone
 
@@ -84,3 +85,19 @@ def workload(
         queue_wait_s=(admitted - created).total_seconds() if admitted else None,
         updated_at=created,
     )
+
+
+def two_recorded_jobs(world: Any) -> None:
+    """Two days ago, team-a ran 10 GPUs for 2 h from T; team-b 4 GPUs for 1 h from T+30 min
+    (on demo-a100: team-a's big job borrows, and is preempted when team-b's arrives)."""
+    t = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(days=2)
+    Workload.objects.bulk_create(
+        [
+            workload(cluster=world.a100, tenant=world.team_a, name="a-big", gpus=10,
+                     flavor=world.a100_gpu.name, created=t, admitted=t,
+                     finished=t + timedelta(hours=2)),
+            workload(cluster=world.a100, tenant=world.team_b, name="b-own", gpus=4,
+                     flavor=world.a100_gpu.name, created=t + timedelta(minutes=30),
+                     admitted=t + timedelta(minutes=30), finished=t + timedelta(minutes=90)),
+        ]
+    )  # fmt: skip

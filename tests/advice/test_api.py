@@ -15,9 +15,8 @@ from approvals.models import QuotaChangeRequest
 from approvals.services import quota_request_create
 from quotas.choices import GPU_RESOURCE
 from quotas.services import QuotaItem
-from tests.advice.conftest import daily_rollups, workload
+from tests.advice.conftest import daily_rollups, two_recorded_jobs, workload
 from tests.conftest import World
-from usage.models import Workload
 
 pytestmark = pytest.mark.django_db
 
@@ -36,17 +35,7 @@ def _draft(world: World, guaranteed: int = 8, limit: int = 10) -> QuotaChangeReq
 def two_jobs(world: World) -> None:
     """Two days ago, team-a ran 10 GPUs for 2 h from T; team-b 4 GPUs for 1 h from T+30 min."""
     cache.clear()
-    t = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(days=2)
-    Workload.objects.bulk_create(
-        [
-            workload(cluster=world.a100, tenant=world.team_a, name="a-big", gpus=10,
-                     flavor=world.a100_gpu.name, created=t, admitted=t,
-                     finished=t + timedelta(hours=2)),
-            workload(cluster=world.a100, tenant=world.team_b, name="b-own", gpus=4,
-                     flavor=world.a100_gpu.name, created=t + timedelta(minutes=30),
-                     admitted=t + timedelta(minutes=30), finished=t + timedelta(minutes=90)),
-        ]
-    )  # fmt: skip
+    two_recorded_jobs(world)
 
 
 def test_what_if_shows_the_preemption_the_request_removes(

@@ -4,19 +4,16 @@ and saves a draft that replaces the suggested one."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
 from advice.services import suggestions_compute
 from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeRequest
-from tests.advice.conftest import daily_rollups, workload
+from tests.advice.conftest import daily_rollups, two_recorded_jobs
 from tests.conftest import World
 from tests.e2e.test_requests import gpu_input
-from usage.models import Workload
 
 pytestmark = [pytest.mark.e2e]
 
@@ -31,17 +28,7 @@ def suggested(live_world: World) -> QuotaChangeRequest:
         tenant=live_world.team_a, cluster=live_world.a100, flavor=live_world.a100_gpu,
         peaks=[3, 9, 7], utilization=70,
     )  # fmt: skip
-    t = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(days=2)
-    Workload.objects.bulk_create(
-        [
-            workload(cluster=live_world.a100, tenant=live_world.team_a, name="a-big", gpus=10,
-                     flavor=live_world.a100_gpu.name, created=t, admitted=t,
-                     finished=t + timedelta(hours=2)),
-            workload(cluster=live_world.a100, tenant=live_world.team_b, name="b-own", gpus=4,
-                     flavor=live_world.a100_gpu.name, created=t + timedelta(minutes=30),
-                     admitted=t + timedelta(minutes=30), finished=t + timedelta(minutes=90)),
-        ]
-    )  # fmt: skip
+    two_recorded_jobs(live_world)
     [a100] = [
         s for s in suggestions_compute(tenant=live_world.team_a, actor=live_world.alice)
         if s.cluster == live_world.a100
