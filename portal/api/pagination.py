@@ -48,6 +48,7 @@ class PagePagination(PageNumberPagination):
 
 
 TOTAL = "page_total_count"
+MAX_OFFSET = 2**63 - 1
 
 
 class WindowCountPagination(PagePagination):
@@ -65,6 +66,8 @@ class WindowCountPagination(PagePagination):
         if number < 1:
             raise NotFound("Invalid page.")
         offset = (number - 1) * size
+        if offset + size > MAX_OFFSET:  # past any end; PostgreSQL's OFFSET is a bigint
+            raise NotFound("Invalid page.")
         rows = list(queryset.annotate(**{TOTAL: Window(Count("pk"))})[offset : offset + size])
         if not rows and number > 1:
             raise NotFound("Invalid page.")
