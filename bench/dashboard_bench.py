@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,57 +35,19 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.figures import emit, figure  # noqa: E402 - after the path is set
+from bench import benchdb  # noqa: E402 - after the path is set
+from bench.figures import emit, figure  # noqa: E402
 
 DB_NAME = "dash_bench"
 FLAVORS = 4
 NODES, GPUS_PER_NODE = 50, 8
 
 
-def _admin_url(url: str) -> str:
-    return url.rsplit("/", 1)[0] + "/postgres"
-
-
 def setup(database_url: str, tmp: str) -> None:
-    import psycopg
-
-    with psycopg.connect(_admin_url(database_url), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
-    os.environ.update(
-        {
-            "DATABASE_URL": _admin_url(database_url).rsplit("/", 1)[0] + f"/{DB_NAME}",
-            "DEBUG": "false",
-            "SECRET_KEY": secrets.token_urlsafe(50),
-            "ALLOWED_HOSTS": "testserver,127.0.0.1",
-            "SECURE_SSL_REDIRECT": "false",
-            "DATA_DIR": tmp,
-            "REDIS_URL": "",
-            "USAGE_RETENTION_RAW_DAYS": "60",  # the bench writes a month of raw samples
-            "DJANGO_SETTINGS_MODULE": "portal.settings",
-        }
-    )
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "--verbosity=0"], cwd=ROOT, check=True
-    )
+    benchdb.setup(database_url, DB_NAME, tmp)
     # Production static files (the manifest the pages' {% static %} reads), plotly.js included.
-    subprocess.run(
-        [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity=0"],
-        cwd=ROOT,
-        check=True,
-    )
-    import django
-
-    django.setup()
-
-
-def teardown(database_url: str) -> None:
-    import psycopg
-    from django.db import connections
-
-    connections.close_all()
-    with psycopg.connect(_admin_url(database_url), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+    benchdb.manage("collectstatic")
+    benchdb.django_setup()
 
 
 def seed(tenants: int) -> tuple[Any, list[str], list[tuple[int, int]]]:
@@ -287,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             if small["admin_queries"] != big["admin_queries"]:
                 failures.append("the admin page's query count grew with the data")
         finally:
-            teardown(args.database_url)
+            benchdb.teardown(args.database_url, DB_NAME)
     emit("dashboard", figures)
     print("PASS" if not failures else "FAIL: " + "; ".join(failures))
     return 0 if not failures else 1

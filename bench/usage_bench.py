@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,46 +31,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DB_NAME = "usage_bench"
 sys.path.insert(0, str(ROOT / "bench"))
+import benchdb  # noqa: E402
 from figures import emit, figure  # noqa: E402 - the line bench/run.py reads
 
 
-def _admin_url(url: str) -> str:
-    return url.rsplit("/", 1)[0] + "/postgres"
-
-
 def setup(database_url: str, tmp: str) -> None:
-    import psycopg
-
-    with psycopg.connect(_admin_url(database_url), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME}")
-        conn.execute(f"CREATE DATABASE {DB_NAME}")
-    env = {
-        "DATABASE_URL": _admin_url(database_url).rsplit("/", 1)[0] + f"/{DB_NAME}",
-        "DEBUG": "false",
-        "SECRET_KEY": secrets.token_urlsafe(50),
-        "ALLOWED_HOSTS": "testserver,127.0.0.1",
-        "SECURE_SSL_REDIRECT": "false",
-        "DATA_DIR": tmp,
-        "REDIS_URL": "",
-        "USAGE_RETENTION_RAW_DAYS": "60",  # the bench writes a month of raw samples
-    }
-    os.environ.update(env)
-    os.environ["DJANGO_SETTINGS_MODULE"] = "portal.settings"
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput", "--verbosity=0"], cwd=ROOT, check=True
-    )
-    import django
-
-    django.setup()
-
-
-def teardown(database_url: str) -> None:
-    import psycopg
-    from django.db import connections
-
-    connections.close_all()
-    with psycopg.connect(_admin_url(database_url), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {DB_NAME} WITH (FORCE)")
+    benchdb.setup(database_url, DB_NAME, tmp)
+    benchdb.django_setup()
 
 
 def make_rows(
@@ -310,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                 if b["ratio_big_to_small"] > 2:
                     failures.append("(b) ratio above 2")
         finally:
-            teardown(args.database_url)
+            benchdb.teardown(args.database_url, DB_NAME)
     emit("usage", figures)
     print("PASS" if not failures else "FAIL: " + "; ".join(failures))
     return 0 if not failures else 1
