@@ -131,12 +131,13 @@ def _days(delta: timedelta) -> str:
     return f"{hours / 24:g} days" if hours >= 48 else f"{_n(hours)} hours"
 
 
-def _gpu_limits(cluster_id: int | None) -> dict[tuple[int, int, int], Decimal]:
-    """(cluster, tenant, flavor) -> the GPU limit in force (GPU and MIG lines)."""
+def _gpu_limits(cluster_ids: Sequence[int] | None) -> dict[tuple[int, int, int], Decimal]:
+    """(cluster, tenant, flavor) -> the GPU limit in force (GPU and MIG lines), on
+    ``cluster_ids`` (every cluster for None)."""
     limits: dict[tuple[int, int, int], Decimal] = defaultdict(Decimal)
     quotas = Quota.objects.all()
-    if cluster_id is not None:
-        quotas = quotas.filter(quota_set__cluster_id=cluster_id)
+    if cluster_ids is not None:
+        quotas = quotas.filter(quota_set__cluster_id__in=list(cluster_ids))
     for c, t, f, resource, limit in quotas.values_list(
         "quota_set__cluster_id", "quota_set__tenant_id", "flavor_id", "resource", "limit"
     ):
@@ -157,10 +158,9 @@ def unobserved_quota_subjects(*, subjects: Iterable[str], now: datetime) -> set[
             keys[subject] = (int(parts[1]), int(parts[2]), int(parts[3]))
     if not keys:
         return set()
-    limits = _gpu_limits(None)
-    now_use = usage_selectors.usage_now(
-        cluster_ids=sorted({c for c, _, _ in keys.values()}), now=now
-    )
+    cluster_ids = sorted({c for c, _, _ in keys.values()})
+    limits = _gpu_limits(cluster_ids)
+    now_use = usage_selectors.usage_now(cluster_ids=cluster_ids, now=now)
     return {
         subject
         for subject, key in keys.items()
@@ -172,8 +172,8 @@ def quota_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
     """(cluster, tenant, flavor) whose GPU use (Kueue's, latest 5-minute mean) is at or above
     ``threshold_pct`` of the limit in force."""
     threshold = rule.threshold_pct if rule.threshold_pct is not None else 100.0
-    limits = _gpu_limits(rule.cluster_id)
     cluster_ids = [rule.cluster_id] if rule.cluster_id is not None else None
+    limits = _gpu_limits(cluster_ids)
     now_use = usage_selectors.usage_now(cluster_ids=cluster_ids, now=now)
     clusters, tenants, flavors = _names()
     out = []

@@ -564,7 +564,9 @@ def _store_items(request: QuotaChangeRequest, items: Sequence[QuotaItem]) -> Non
     )
 
 
-def _request_items(request: QuotaChangeRequest) -> list[QuotaItem]:
+def quota_request_items(request: QuotaChangeRequest) -> list[QuotaItem]:
+    """The request's lines as the services take them (also what a form edited from it starts
+    with)."""
     return [
         QuotaItem(i.flavor, i.resource, i.guaranteed, i.limit, i.lending_limit)
         for i in request.items.select_related("flavor")
@@ -579,7 +581,7 @@ def quota_request_check_stored(*, request: QuotaChangeRequest) -> RequestCheck:
     return quota_request_check(
         tenant=request.tenant,
         cluster=request.cluster,
-        items=_request_items(request),
+        items=quota_request_items(request),
         scheduling=_request_scheduling(request),
     )
 
@@ -703,7 +705,7 @@ def quota_request_approve(
 
 
 def _apply(request: QuotaChangeRequest, *, actor: User | None) -> None:
-    items = _request_items(request)
+    items = quota_request_items(request)
     check = quota_request_check_stored(request=request)
     check.raise_if_invalid(error=Conflict)
     quota_set, current = _current(request.tenant, request.cluster)

@@ -51,6 +51,7 @@ from approvals.services import (
     quota_request_check_stored,
     quota_request_create,
     quota_request_dry_run,
+    quota_request_items,
     quota_request_reject,
     quota_request_retry,
     quota_request_submit,
@@ -390,12 +391,7 @@ def _request_presets(source: QuotaChangeRequest | None) -> dict[tuple[str, str],
     """A draft's items (the form started from it), keyed by (flavor name, resource)."""
     if source is None:
         return {}
-    return {
-        (i.flavor.name, i.resource): QuotaItem(
-            i.flavor, i.resource, i.guaranteed, i.limit, i.lending_limit
-        )
-        for i in source.items.all()
-    }
+    return {(i.flavor.name, i.resource): i for i in quota_request_items(source)}
 
 
 def _request_initial(source: QuotaChangeRequest | None) -> dict[str, Any]:
