@@ -22,7 +22,7 @@ from advice import replay
 from advice.models import Suggestion
 from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeRequest
-from portal.errors import ValidationFailed
+from core.errors import ValidationFailed
 from quotas.choices import FlavorKind, is_gpu_resource
 from quotas.models import Cluster, Quota, QuotaSet, ResourceFlavor
 from tenants.models import Tenant, User

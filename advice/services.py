@@ -41,7 +41,7 @@ from advice.selectors import LineUsage, ceil_units, flavor_memory_mib, month_bef
 from advice.selectors import tenant_month_usage as _month_usage
 from approvals.choices import RequestStatus
 from approvals.services import quota_request_cancel, quota_request_create
-from portal.errors import ApplicationError
+from core.errors import ApplicationError
 from quotas.choices import FlavorKind, is_gpu_resource, mig_resource
 from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor
 from quotas.quantity import format_quantity

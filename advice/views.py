@@ -8,13 +8,13 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views import View
 
 from advice import selectors, services
 from approvals.models import QuotaChangeRequest
-from portal import errors
+from core import errors
 from tenants.api.base import caller
 from tenants.models import Tenant
 from tenants.selectors import tenant_get_for_user, user_can_manage_tenant
@@ -55,9 +55,16 @@ def _bars(rows: list[selectors.TenantWhatIf]) -> list[dict[str, Any]]:
     return out
 
 
+def request_what_if_panel(
+    request: HttpRequest, change: QuotaChangeRequest
+) -> tuple[str, dict[str, Any]]:
+    """The request page's "What-if" section (a panel of ``approvals.panels``)."""
+    return "advice/_what_if.html", request_what_if_context(request=request, change=change)
+
+
 def request_what_if_context(*, request: HttpRequest, change: QuotaChangeRequest) -> dict[str, Any]:
-    """The request page's "What-if" section: the replay when asked (``?what_if=1&days=N``),
-    for open requests. The caller has already scoped ``change``."""
+    """The what-if's context: the replay when asked (``?what_if=1&days=N``), for open
+    requests. The caller has already scoped ``change``."""
     context: dict[str, Any] = {
         "what_if_offered": change.status in ("draft", "pending"),
         "what_if": None,
@@ -95,10 +102,7 @@ class SuggestionsComputeView(LoginRequiredMixin, View):
 
     def post(self, request: HttpRequest, slug: str) -> HttpResponse:
         user = caller(request)
-        try:
-            tenant = tenant_get_for_user(user=user, slug=slug)
-        except errors.NotFound as exc:
-            raise Http404(str(exc)) from exc
+        tenant = tenant_get_for_user(user=user, slug=slug)
         if not user_can_manage_tenant(user=user, tenant=tenant):
             raise PermissionDenied(
                 "Only the tenant's leads and platform admins compute suggestions."

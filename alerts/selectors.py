@@ -19,7 +19,7 @@ from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 
 from alerts.choices import OPEN_STATES, ActionState, EventKind, RuleKind
 from alerts.models import Alert, AlertEvent, AlertRule
-from portal.errors import NotFound, ValidationFailed
+from core.errors import NotFound, ValidationFailed
 from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,

@@ -36,7 +36,7 @@ from alerts.choices import (
     WebhookFormat,
 )
 from alerts.models import Alert, AlertEvent, AlertRule, Webhook, WebhookDelivery
-from portal.errors import Conflict
+from core.errors import Conflict
 from quotas.choices import SyncBackend
 from quotas.kube.applier import ApplyError
 from quotas.kube.resources import KUEUE, Kind

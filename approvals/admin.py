@@ -13,7 +13,7 @@ from django.utils.html import format_html, format_html_join
 from approvals import services
 from approvals.choices import RequestStatus
 from approvals.models import ApprovalDecision, ApprovalPolicy, QuotaChangeItem, QuotaChangeRequest
-from portal.errors import ApplicationError
+from core.errors import ApplicationError
 from quotas.quantity import format_quantity
 
 

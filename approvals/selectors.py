@@ -6,7 +6,7 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 
 from approvals.choices import DecisionKind, RequestStatus
 from approvals.models import ApprovalDecision, QuotaChangeItem, QuotaChangeRequest
-from portal.errors import NotFound
+from core.errors import NotFound
 from quotas.models import TenantSync
 from tenants.models import AuditEvent, Tenant, User
 

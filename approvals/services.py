@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from approvals.choices import OPEN_STATUSES, TRANSITIONS, DecisionKind, RequestStatus
 from approvals.models import ApprovalDecision, ApprovalPolicy, QuotaChangeItem, QuotaChangeRequest
-from portal.errors import (
+from core.errors import (
     ApplicationError,
     Conflict,
     NotFound,

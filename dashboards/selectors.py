@@ -30,11 +30,11 @@ from typing import Any
 from django.db.models import Avg, Count, Max, Q, Sum
 from django.utils import timezone
 
+from core.errors import NotFound, ValidationFailed
 from dashboards.models import FlavorPrice
 from gpu_agent.mig.catalogue import GpuModel, load_catalogue
 from gpu_agent.mig.layout import Placement, free_slices
 from gpu_agent.models import Gpu, MigInstance
-from portal.errors import NotFound, ValidationFailed
 from quotas.choices import GPU_RESOURCE, FlavorKind, mig_resource
 from quotas.models import Cluster, FlavorResource, Quota, ResourceFlavor
 from tenants.models import Tenant

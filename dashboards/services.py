@@ -7,8 +7,8 @@ from decimal import Decimal
 
 from django.db import transaction
 
+from core.errors import Conflict, ValidationFailed
 from dashboards.models import FlavorPrice
-from portal.errors import Conflict, ValidationFailed
 from quotas.choices import FlavorKind
 from quotas.models import ResourceFlavor
 from tenants.models import User

@@ -17,13 +17,14 @@ from typing import Any
 from django import forms
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import render
 from django.utils.http import urlencode
 from django.views import View
 
+from core.errors import ApplicationError, NotFound
+from core.pages import error_text
 from dashboards import charts, selectors
-from portal.errors import ApplicationError, NotFound
 from tenants.api.base import caller
 from tenants.models import Tenant
 from tenants.selectors import membership_role, tenant_get_for_user
@@ -39,12 +40,6 @@ class RangeForm(forms.Form):
     end = forms.DateTimeField(required=False, input_formats=DATETIME_INPUTS)
     cluster = forms.CharField(required=False, max_length=63)
     flavor = forms.CharField(required=False, max_length=63)
-
-
-def _error_text(exc: ApplicationError) -> str:
-    fields = getattr(exc, "fields", None) or {}
-    parts = [f"{name}: {' '.join(map(str, why))}" for name, why in fields.items()]
-    return "; ".join(parts) or str(exc)
 
 
 def _csv(filename: str, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> HttpResponse:
@@ -96,7 +91,7 @@ class _Page(View):
                 default=default,
             )
         except ApplicationError as exc:
-            return form, None, _error_text(exc)
+            return form, None, error_text(exc)
         return form, period, ""
 
     def _page(
@@ -112,10 +107,7 @@ class _TenantPage(_Page):
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if refused := self._login(request):
             return refused
-        try:
-            self.tenant = tenant_get_for_user(user=caller(request), slug=kwargs["slug"])
-        except NotFound as exc:
-            raise Http404(str(exc)) from exc
+        self.tenant = tenant_get_for_user(user=caller(request), slug=kwargs["slug"])
         return super().dispatch(request, *args, **kwargs)
 
     def _base(self, request: HttpRequest) -> dict[str, Any]:
@@ -136,10 +128,6 @@ class _AdminPage(_Page):
         return super().dispatch(request, *args, **kwargs)
 
 
-def _not_found(exc: NotFound) -> Http404:
-    return Http404(str(exc))
-
-
 class TenantUsageView(_TenantPage):
     """A tenant's use vs guaranteed vs limit per cluster and flavor, units, utilisation and
     the rollout indicators; ``?download=csv`` the points shown."""
@@ -152,15 +140,12 @@ class TenantUsageView(_TenantPage):
         if period is None:
             return self._page(request, context, status=400)
         data = form.cleaned_data
-        try:
-            dashboard = selectors.tenant_dashboard(
-                tenant=self.tenant,
-                period=period,
-                cluster=data.get("cluster") or None,
-                flavor=data.get("flavor") or None,
-            )
-        except NotFound as exc:
-            raise _not_found(exc) from exc
+        dashboard = selectors.tenant_dashboard(
+            tenant=self.tenant,
+            period=period,
+            cluster=data.get("cluster") or None,
+            flavor=data.get("flavor") or None,
+        )
         if request.GET.get("download") == "csv":
             name = (
                 f"usage-{self.tenant.slug}-{period.start:%Y%m%dT%H%M}-{period.end:%Y%m%dT%H%M}.csv"
@@ -186,12 +171,9 @@ class AdminUsageView(_AdminPage):
         context: dict[str, Any] = {"form": form, "error": error, "ranges": selectors.RANGE_LABELS}
         if period is None:
             return self._page(request, context, status=400)
-        try:
-            dashboard = selectors.admin_dashboard(
-                period=period, cluster=form.cleaned_data.get("cluster") or None
-            )
-        except NotFound as exc:
-            raise _not_found(exc) from exc
+        dashboard = selectors.admin_dashboard(
+            period=period, cluster=form.cleaned_data.get("cluster") or None
+        )
         context |= {
             "period": period,
             "dashboard": dashboard,
@@ -232,10 +214,10 @@ def _showback_page(
     try:
         month = selectors.parse_month(request.GET.get("month"))
         report = selectors.showback(month=month, tenant_ids=tenant_ids)
-    except NotFound as exc:
-        raise _not_found(exc) from exc
+    except NotFound:
+        raise  # the 404 page
     except ApplicationError as exc:
-        context |= {"error": _error_text(exc), "month": request.GET.get("month", "")}
+        context |= {"error": error_text(exc), "month": request.GET.get("month", "")}
         return view._page(request, context, status=400)
     if request.GET.get("download") == "csv":
         return _csv(

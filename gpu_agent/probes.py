@@ -20,6 +20,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
+from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from gpu_agent.models import (
     OPEN_PROBE_STATES,
     Gpu,
@@ -30,7 +31,6 @@ from gpu_agent.models import (
 )
 from gpu_agent.selectors import node_is_stale
 from gpu_agent.services import MESSAGE_MAX, layout_deadline
-from portal.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from tenants.models import User
 from tenants.services import audit_record
 

@@ -24,12 +24,12 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from core.errors import Conflict, NotFound
 from gpu_agent.mig.layout import Placement
 from gpu_agent.mig.planner import CurrentInstance, GpuPlan, GpuState, Plan, plan
 from gpu_agent.models import Gpu, MigLayout, PlanProposal
 from gpu_agent.selectors import gpus_with_instances, latest_layouts, quota_demand
 from gpu_agent.services import PlanRefusal, plan_apply
-from portal.errors import Conflict, NotFound
 from quotas.models import Cluster
 from tenants.models import User
 

@@ -20,6 +20,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
+from core.errors import ApplicationError, Conflict, NotFound, PermissionDenied, ValidationFailed
 from gpu_agent.models import (
     GPU_NAME_MAX,
     GPU_UUID_MAX,
@@ -37,7 +38,6 @@ from gpu_agent.models import (
     NodeJoinToken,
     NodeToken,
 )
-from portal.errors import ApplicationError, Conflict, NotFound, PermissionDenied, ValidationFailed
 from quotas.choices import MigDriver
 from quotas.models import Cluster
 from tenants.models import User

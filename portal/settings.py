@@ -15,7 +15,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from portal.env import env_bool, env_int, env_list, env_str
+from core.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / ".data")))
@@ -69,6 +69,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "portal.middleware.AuditSourceMiddleware",
+    "core.pages.PageErrorMiddleware",  # a domain error a page let through -> its page
     "axes.middleware.AxesMiddleware",  # last: turns a lockout into the lockout page
 ]
 
@@ -89,7 +90,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "portal.context_processors.inbox",  # the header's unread count, lazily
+                "tenants.context_processors.inbox",  # the header's unread count, lazily
             ],
         },
     },
@@ -305,7 +306,7 @@ CONTENT_SECURITY_POLICY = {
 CONTENT_SECURITY_POLICY_REPORT_ONLY = env_bool("CSP_REPORT_ONLY", False)
 
 # --- REST API --------------------------------------------------------------------------------
-# Rate limits per caller (portal.api.throttling), counted in the cache. A GPU node's agent
+# Rate limits per caller (core.api.throttling), counted in the cache. A GPU node's agent
 # calls once per 10 s (its report; about a dozen calls in a cycle that changes layouts): 120/min
 # per node token is ample, and nodes never share a bucket, so 1,000 agents fit. The test suite runs without
 # them (shared counters would make unrelated tests flaky); tests of the limits turn them on.
@@ -328,15 +329,15 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "portal.api.pagination.PagePagination",
+    "DEFAULT_PAGINATION_CLASS": "core.api.pagination.PagePagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
-    "DEFAULT_THROTTLE_CLASSES": ["portal.api.throttling.ApiRateThrottle"],
+    "EXCEPTION_HANDLER": "core.api.errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["core.api.throttling.ApiRateThrottle"],
     "NUM_PROXIES": TRUSTED_PROXY_COUNT or None,
     "DEFAULT_PARSER_CLASSES": [
-        "portal.api.parsers.JSONParser",
+        "core.api.parsers.JSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
@@ -356,7 +357,7 @@ SPECTACULAR_SETTINGS = {
     "SCHEMA_PATH_PREFIX": r"/api/v1",
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "portal.api.schema.add_error_responses",
+        "core.api.schema.add_error_responses",
     ],
     "ENUM_NAME_OVERRIDES": {
         "TenantStateEnum": "tenants.choices.TenantState",

@@ -7,7 +7,6 @@ from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.http import (
-    Http404,
     HttpRequest,
     HttpResponse,
     HttpResponsePermanentRedirect,
@@ -19,10 +18,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from advice import views as advice_views
-from portal import views_sync
-from portal.errors import NotFound
 from portal.tasks import HEARTBEAT_CACHE_KEY
 from quotas import selectors as quota_selectors
+from quotas import views as quota_views
 from tenants import selectors as tenant_selectors
 from tenants.api.base import caller
 from tenants.models import AuditEvent, Tenant
@@ -58,10 +56,7 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
-    try:
-        tenant = tenant_selectors.tenant_get_for_user(user=caller(request), slug=slug)
-    except NotFound as exc:
-        raise Http404(str(exc)) from exc
+    tenant = tenant_selectors.tenant_get_for_user(user=caller(request), slug=slug)
     context = {
         "tenant": tenant,
         "namespaces": tenant_selectors.namespace_list_for_tenant(tenant=tenant),
@@ -69,7 +64,7 @@ def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "quota_sets": quota_selectors.tenant_effective_quotas(tenant=tenant),
         "role": tenant_selectors.membership_role(user=caller(request), tenant=tenant),
         # Where its quotas stand in each cluster (no live read: "In the cluster" does that).
-        "cluster_syncs": views_sync.cluster_syncs(tenant=tenant),
+        "cluster_syncs": quota_views.cluster_syncs(tenant=tenant),
     }
     context |= advice_views.tenant_suggestions_context(request=request, tenant=tenant)
     return render(request, "portal/tenant_detail.html", context)
@@ -92,5 +87,5 @@ def admin_console(request: HttpRequest) -> HttpResponse:
             None if heartbeat is None else int((timezone.now() - heartbeat).total_seconds())
         ),
     }
-    context |= views_sync.console_sync_panel(user=caller(request))
+    context |= quota_views.console_sync_panel(user=caller(request))
     return render(request, "portal/console.html", context)

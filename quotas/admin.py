@@ -8,7 +8,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 
-from portal.errors import ApplicationError
+from core.errors import ApplicationError
 from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor, TierTemplate
 from quotas.quantity import format_quantity
 from quotas.services import (

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from portal.errors import ValidationFailed
+from core.errors import ValidationFailed
 from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,
@@ -477,7 +477,7 @@ def enqueue_outbox(outbox_id: int) -> None:
     """Send the row to a worker (``approvals.tasks.deliver_outbox``, by name: the push
     updates request statuses, which live above this app). A broker that is down is logged,
     not raised: the row stays and the sweep sends it later."""
-    from portal.celery import app
+    from celery import current_app as app
 
     queue = settings.SYNC_QUEUE or None
     try:

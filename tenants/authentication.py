@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import authentication, exceptions
 
-from portal.api.authentication import header_secret
+from core.api.authentication import header_secret
 from tenants.services import api_token_authenticate
 
 

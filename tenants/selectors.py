@@ -9,7 +9,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import OuterRef, QuerySet
 
-from portal.errors import NotFound
+from core.errors import NotFound
 from tenants.choices import MembershipRole
 from tenants.models import (
     ApiToken,

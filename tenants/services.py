@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from portal.errors import Conflict, NotFound, ValidationFailed
+from core.errors import Conflict, NotFound, ValidationFailed
 from tenants.choices import AuditSource, MembershipRole, NamespacePurpose, Priority, TenantState
 from tenants.models import (
     ApiToken,

@@ -44,7 +44,7 @@ from typing import Any
 from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
-from portal.errors import ValidationFailed
+from core.errors import ValidationFailed
 from quotas.models import ResourceFlavor
 from tenants.models import Tenant
 from usage.choices import RAW, Metric, Resolution

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from portal.errors import ValidationFailed
+from core.errors import ValidationFailed
 from usage.choices import RAW, ROLLUP_SOURCE, Metric, Resolution
 from usage.models import (
     GPU_UUID_MAX,

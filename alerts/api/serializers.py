@@ -9,7 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from alerts.models import Alert, AlertEvent
-from portal.api.serializers import StrictInputSerializer
+from core.api.serializers import StrictInputSerializer
 from quotas.quantity import QuantityError, parse_quantity
 
 

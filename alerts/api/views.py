@@ -23,7 +23,7 @@ from alerts.api.serializers import (
 )
 from alerts.choices import AlertState
 from alerts.models import Alert
-from portal.errors import ValidationFailed
+from core.errors import ValidationFailed
 from quotas.models import Cluster
 from tenants.api.base import TenantScopedMixin, caller
 

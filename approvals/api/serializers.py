@@ -16,7 +16,7 @@ from rest_framework import serializers
 from approvals.choices import DecisionKind, RequestStatus
 from approvals.models import QuotaChangeRequest
 from approvals.services import DiffLine, RequestCheck
-from portal.api.serializers import StrictInputSerializer, utc_iso
+from core.api.serializers import StrictInputSerializer, utc_iso
 from quotas.api.serializers import PushOutput, QuantityInput, UnitsField, push_representation
 from quotas.choices import STORAGE_RESOURCE
 from quotas.models import TenantSync

@@ -27,7 +27,7 @@ from approvals.api.serializers import (
 from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeRequest
 from approvals.services import tenant_onboard
-from portal.errors import NotFound, ValidationFailed
+from core.errors import NotFound, ValidationFailed
 from quotas.models import Cluster, ResourceFlavor, TierTemplate
 from quotas.selectors import cluster_list
 from tenants.api.base import caller

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from core.api.serializers import StrictInputSerializer
 from dashboards.models import CURRENCY_MAX
-from portal.api.serializers import StrictInputSerializer
 from tenants.validators import DNS1123_LABEL_MAX
 
 

@@ -11,6 +11,7 @@ from rest_framework.mixins import ListModelMixin
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.errors import ValidationFailed
 from dashboards import selectors, services
 from dashboards.api.serializers import (
     FlavorPriceInput,
@@ -21,7 +22,6 @@ from dashboards.api.serializers import (
     ShowbackQueryInput,
 )
 from dashboards.models import FlavorPrice
-from portal.errors import ValidationFailed
 from quotas.models import ResourceFlavor
 from tenants.api.base import ReadMembersWriteAdmins, TenantScopedMixin, caller
 from tenants.selectors import tenant_get_for_user, tenant_list_for_user

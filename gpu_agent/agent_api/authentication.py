@@ -13,9 +13,9 @@ from django.contrib.auth.models import AnonymousUser
 from rest_framework import authentication, exceptions
 from rest_framework.permissions import BasePermission
 
+from core.api.authentication import header_secret
 from gpu_agent.models import Node, NodeToken
 from gpu_agent.services import node_token_authenticate
-from portal.api.authentication import header_secret
 
 
 class NodeTokenAuthentication(authentication.BaseAuthentication):

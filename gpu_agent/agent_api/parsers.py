@@ -9,7 +9,7 @@ from typing import Any
 from rest_framework import status
 from rest_framework.exceptions import APIException
 
-from portal.api.parsers import JSONParser
+from core.api.parsers import JSONParser
 
 MAX_BODY_BYTES = 1024 * 1024
 

@@ -9,6 +9,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from core.api.serializers import StrictInputSerializer
 from gpu_agent.models import (
     GPU_NAME_MAX,
     GPU_UUID_MAX,
@@ -30,7 +31,6 @@ from gpu_agent.services import (
     POD_UID_MAX,
     RESULT_STATES,
 )
-from portal.api.serializers import StrictInputSerializer
 from tenants.validators import DNS1123_LABEL_MAX, dns1123_label
 
 INT32_MAX = 2**31 - 1

@@ -18,6 +18,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api.serializers import StrictInputSerializer
+from core.errors import NotFound, ValidationFailed
 from gpu_agent import selectors, services
 from gpu_agent.agent_api.authentication import IsNodeAgent, NodeTokenAuthentication, calling_node
 from gpu_agent.agent_api.parsers import LimitedJSONParser, check_content_length
@@ -50,8 +52,6 @@ from gpu_agent.probes import (
     probe_list,
     probe_request,
 )
-from portal.api.serializers import StrictInputSerializer
-from portal.errors import NotFound, ValidationFailed
 from quotas.models import Cluster
 from tenants.api.base import IsPlatformAdmin, caller
 

@@ -14,12 +14,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api.parsers import JSONParser
+from core.errors import ValidationFailed
 from gpu_agent.api.serializers import GpuModelOutput, MigValidateInput, MigValidateOutput
 from gpu_agent.mig.catalogue import GpuModel, load_catalogue
 from gpu_agent.mig.config import ConfigError, parse_mig_parted_config, validate_config
 from gpu_agent.mig.layout import InstanceRequest, validate_layout
-from portal.api.parsers import JSONParser
-from portal.errors import ValidationFailed
 
 CONFIG_FIELD = "mig_parted_config"
 

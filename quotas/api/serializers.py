@@ -7,7 +7,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.api.serializers import StrictInputSerializer, utc_iso
+from core.api.serializers import StrictInputSerializer, utc_iso
 from quotas.choices import SyncState
 from quotas.models import Cluster, ResourceFlavor, TenantSync, TierTemplate
 from quotas.quantity import format_quantity

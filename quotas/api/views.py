@@ -11,7 +11,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.api.renderers import YamlTextRenderer
+from core.api.renderers import YamlTextRenderer
 from quotas import selectors, services, sync
 from quotas.api.serializers import (
     ClusterDetailOutput,

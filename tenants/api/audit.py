@@ -16,8 +16,8 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from portal.api.filters import UtcIsoDateTimeFilter
-from portal.api.serializers import StrictInputSerializer
+from core.api.filters import UtcIsoDateTimeFilter
+from core.api.serializers import StrictInputSerializer
 from tenants import selectors, services
 from tenants.api.base import caller
 from tenants.choices import AuditSource

@@ -4,7 +4,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from portal.api.serializers import StrictInputSerializer, utc_iso
+from core.api.serializers import StrictInputSerializer, utc_iso
 from tenants.choices import MembershipRole, NamespacePurpose, Priority, TenantState
 from tenants.models import ApiToken, Membership, Namespace, Tenant
 from tenants.validators import DNS1123_LABEL_MAX, TENANT_SLUG_MAX, dns1123_label

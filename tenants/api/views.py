@@ -15,8 +15,8 @@ from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
-from portal.api.pagination import WindowCountPagination
-from portal.errors import ApplicationError
+from core.api.pagination import WindowCountPagination
+from core.errors import ApplicationError
 from tenants import selectors, services
 from tenants.api.base import ReadMembersWriteAdmins, TenantScopedMixin, caller
 from tenants.api.serializers import (

@@ -15,7 +15,7 @@ from django.db.models import Sum
 from approvals.choices import RequestStatus
 from approvals.models import ApprovalDecision, QuotaChangeRequest
 from approvals.services import approval_policy, quota_request_approve
-from portal.errors import Conflict
+from core.errors import Conflict
 from quotas.choices import GPU_RESOURCE
 from quotas.models import Quota, QuotaSet, SyncOutbox
 from tests.approvals.conftest import file, generation, item

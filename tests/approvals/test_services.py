@@ -19,7 +19,7 @@ from approvals.services import (
     quota_request_validate,
     quota_requests_expire,
 )
-from portal.errors import Conflict, PermissionDenied, ValidationFailed
+from core.errors import Conflict, PermissionDenied, ValidationFailed
 from quotas.models import SyncOutbox
 from tenants.models import AuditEvent
 from tests.approvals.conftest import database_state, file, generation, gpu_quota, item

@@ -11,9 +11,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from core.errors import ApplicationError, Conflict, PermissionDenied, ValidationFailed
 from gpu_agent import selectors, services, tasks
 from gpu_agent.models import Gpu, LayoutState, MigInstance, MigLayout, Node, NodeJoinToken
-from portal.errors import ApplicationError, Conflict, PermissionDenied, ValidationFailed
 from tenants.models import AuditEvent, User
 from tests.factories import UserFactory
 

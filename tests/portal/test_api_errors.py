@@ -8,7 +8,7 @@ import pytest
 from rest_framework import serializers
 
 from approvals.models import QuotaChangeRequest
-from portal.api.errors import exception_handler
+from core.api.errors import exception_handler
 from tenants.models import Membership, Notification, Tenant
 from tenants.services import notify
 from tests.approvals.conftest import URL, body, item

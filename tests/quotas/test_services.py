@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from django.db import IntegrityError, transaction
 
-from portal.errors import ValidationFailed
+from core.errors import ValidationFailed
 from quotas.choices import CPU_RESOURCE, GPU_RESOURCE, MEMORY_RESOURCE, FlavorKind, mig_resource
 from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor
 from quotas.services import (

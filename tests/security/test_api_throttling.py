@@ -1,4 +1,4 @@
-"""API throttling (portal.api.throttling): one bucket per token, per signed-in user, per node
+"""API throttling (core.api.throttling): one bucket per token, per signed-in user, per node
 token and per anonymous address, counted in the real cache; 429 with Retry-After in the
 project's error format; the agents' rate leaves room for a fleet of 1,000 nodes."""
 
@@ -13,9 +13,9 @@ from django.conf import settings as django_settings
 from django.contrib.auth.models import AnonymousUser
 from rest_framework.test import APIClient
 
+from core.api.throttling import ApiRateThrottle
 from gpu_agent.models import NodeToken
 from gpu_agent.services import agent_register, join_token_create
-from portal.api.throttling import ApiRateThrottle
 from tenants.services import api_token_create
 
 PRODUCTION_RATES = dict(django_settings.API_THROTTLE_RATES)  # as configured (env or defaults)

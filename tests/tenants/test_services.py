@@ -8,7 +8,7 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from portal.errors import Conflict, NotFound, ValidationFailed
+from core.errors import Conflict, NotFound, ValidationFailed
 from tenants.choices import MembershipRole, TenantState
 from tenants.models import ApiToken, AuditEvent, Membership, Namespace, Tenant
 from tenants.services import (

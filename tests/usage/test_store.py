@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
-from portal.errors import ValidationFailed
+from core.errors import ValidationFailed
 from usage import services
 from usage.choices import Metric, Resolution
 from usage.models import PendingBucket, Rollup, RollupState, Sample

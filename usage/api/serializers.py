@@ -10,7 +10,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from portal.api.serializers import StrictInputSerializer
+from core.api.serializers import StrictInputSerializer
 from tenants.validators import DNS1123_LABEL_MAX
 
 

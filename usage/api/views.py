@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.errors import NotFound, ValidationFailed
+from core.errors import NotFound, ValidationFailed
 from quotas.models import ResourceFlavor
 from tenants.api.base import IsPlatformAdmin, TenantScopedMixin
 from usage import selectors, services

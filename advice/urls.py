@@ -1,0 +1,14 @@
+"""The tenant page's "compute suggestions now". Included by ``portal/pages.py`` in the
+portal's URL namespace."""
+
+from django.urls import path
+
+from advice import views
+
+urlpatterns = [
+    path(
+        "tenants/<str:slug>/suggestions/compute/",
+        views.SuggestionsComputeView.as_view(),
+        name="tenant-suggestions-compute",
+    ),
+]

@@ -1,0 +1,901 @@
+"""Portal pages for quota change requests: filing one (a tenant's leads, platform admins),
+following it ("My requests", a request's page and timeline) and deciding it (the admins'
+approvals queue).
+
+Views stay thin: selectors read, services validate and write. The services name the fields a
+rule concerns ("items[2].limit", "reason"); the views put each message back next to the input
+it is about. Every page works without JavaScript; ``request-form.js`` only asks
+``request_validate`` for the same answers while the lead types.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    JsonResponse,
+)
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views import View
+from django.views.decorators.http import require_POST
+
+from approvals import selectors as approval_selectors
+from approvals.choices import OPEN_STATUSES, RequestStatus
+from approvals.forms import (
+    ApprovalQueueFilterForm,
+    DecisionForm,
+    QuotaRequestForm,
+    QuotaRow,
+    QuotaRowForm,
+    RequestListFilterForm,
+)
+from approvals.models import QuotaChangeRequest
+from approvals.panels import request_panels_render
+from approvals.services import (
+    DiffLine,
+    RequestCheck,
+    approval_policy,
+    diff_line,
+    quota_request_approve,
+    quota_request_cancel,
+    quota_request_check,
+    quota_request_check_stored,
+    quota_request_create,
+    quota_request_dry_run,
+    quota_request_items,
+    quota_request_reject,
+    quota_request_retry,
+    quota_request_submit,
+    request_items_parse,
+)
+from core import errors
+from core.pages import error_text
+from quotas import selectors as quota_selectors
+from quotas.choices import FlavorKind, SyncBackend, SyncState, is_gpu_resource
+from quotas.models import Cluster, TenantSync, TierTemplate
+from quotas.quantity import format_quantity
+from quotas.selectors import EffectiveQuota, EffectiveQuotaSet, FlavorAllocation
+from quotas.services import QuotaItem, elastic_cap, tier_items
+from quotas.sync import DryRun
+from quotas.views import FieldChange, value_shown
+from tenants import selectors as tenant_selectors
+from tenants.api.base import caller
+from tenants.models import AuditEvent, Tenant, User
+
+ITEM_FIELD = re.compile(r"^items\[(\d+)\]\.(\w+)$")
+LIST_PAGE_SIZE = 50
+QUEUE_PAGE_SIZE = 100
+ACTIONS_THAT_STORE = ("draft", "submit")
+PUSHED_STATUSES = (
+    RequestStatus.APPROVED,
+    RequestStatus.APPLYING,
+    RequestStatus.APPLIED,
+    RequestStatus.FAILED,
+)
+
+
+# --- shared pieces --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CapacityLine:
+    """A flavor x resource of the cluster: capacity, all tenants' guarantees, what one
+    request would change in this tenant's guarantee, and what would be left after it."""
+
+    allocation: FlavorAllocation
+    elastic_cap: Decimal
+    overcommit_allowed: bool
+    change: Decimal = Decimal(0)
+    limit_after: Decimal | None = None
+
+    @property
+    def resource(self) -> str:
+        return self.allocation.resource
+
+    @property
+    def free_after(self) -> Decimal:
+        return self.allocation.free - self.change
+
+    @property
+    def fits(self) -> bool:
+        return self.overcommit_allowed or self.free_after >= 0
+
+    @property
+    def over_cap(self) -> bool:
+        return self.limit_after is not None and self.limit_after > self.elastic_cap
+
+    @property
+    def change_shown(self) -> str:
+        if not self.change:
+            return "±0"
+        text = format_quantity(self.change, self.resource)
+        return text if self.change < 0 else f"+{text}"
+
+
+def _capacity_lines(
+    cluster: Cluster, allocations: Iterable[FlavorAllocation], diff: Iterable[DiffLine]
+) -> list[CapacityLine]:
+    """One line per allocation, with the changes of ``diff`` (matched by flavor name and
+    resource, as DiffLine names them)."""
+    changes = {(d.flavor, d.resource): d for d in diff}
+    lines = []
+    for allocation in allocations:
+        line = changes.get((allocation.flavor.name, allocation.resource))
+        lines.append(
+            CapacityLine(
+                allocation,
+                elastic_cap(
+                    capacity=allocation.capacity,
+                    fraction=cluster.elastic_cap_fraction,
+                    resource=allocation.resource,
+                ),
+                cluster.allow_guarantee_overcommit,
+                line.guaranteed_after - line.guaranteed_before if line else Decimal(0),
+                line.limit_after if line else None,
+            )
+        )
+    return lines
+
+
+@dataclass(frozen=True)
+class ChangeLine:
+    """One line a request changes: before -> after, in normalised GPU units too, and the
+    cluster's capacity for it after approval (None when the cluster has no such line)."""
+
+    diff: DiffLine
+    capacity: CapacityLine | None
+
+    @property
+    def counts_gpus(self) -> bool:
+        return is_gpu_resource(self.diff.resource)
+
+    @property
+    def guaranteed_units_before(self) -> Decimal:
+        return self.diff.guaranteed_units_before
+
+    @property
+    def guaranteed_units_after(self) -> Decimal:
+        return self.diff.guaranteed_units_after
+
+    @property
+    def units_increase(self) -> Decimal:
+        return self.diff.units_increase
+
+    @property
+    def fits(self) -> bool:
+        return self.capacity is None or (self.capacity.fits and not self.capacity.over_cap)
+
+
+def _change_lines(
+    cluster: Cluster, allocations: list[FlavorAllocation], diff: Iterable[DiffLine]
+) -> list[ChangeLine]:
+    diff = list(diff)
+    capacity = {
+        (line.allocation.flavor.name, line.resource): line
+        for line in _capacity_lines(cluster, allocations, diff)
+    }
+    return [ChangeLine(d, capacity.get((d.flavor, d.resource))) for d in diff]
+
+
+def _units_increase(lines: Iterable[ChangeLine]) -> Decimal:
+    return sum((line.units_increase for line in lines), Decimal(0))
+
+
+def _row_order(allocation: FlavorAllocation) -> tuple[int, str, int, str]:
+    """GPU flavors first, and within a flavor its GPU resource before CPU and memory."""
+    kind_rank = 0 if allocation.flavor.kind in (FlavorKind.GPU, FlavorKind.MIG) else 1
+    gpu_rank = 0 if is_gpu_resource(allocation.resource) else 1
+    return kind_rank, allocation.flavor.name, gpu_rank, allocation.resource
+
+
+def _visible_request(user: User, pk: int) -> QuotaChangeRequest:
+    return approval_selectors.quota_request_get_for_user(user=user, pk=pk)
+
+
+def _safe_next(request: HttpRequest, target: str | None) -> str | None:
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return None
+
+
+TIMELINE_LABELS = {
+    "quota_request.created": "Filed",
+    "quota_request.pending": "Submitted for approval",
+    "quota_request.approval_recorded": "Approval recorded",
+    "quota_request.approved": "Approved: the new quotas are in force",
+    "quota_request.applying": "Being applied on the cluster",
+    "quota_request.applied": "Applied on the cluster",
+    "quota_request.failed": "Applying on the cluster failed",
+    "quota_request.rejected": "Rejected",
+    "quota_request.cancelled": "Cancelled",
+    "quota_request.expired": "Expired",
+}
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    event: AuditEvent
+    label: str
+    detail: str
+
+
+def _timeline_detail(event: AuditEvent) -> str:
+    after: dict[str, Any] = event.after if isinstance(event.after, dict) else {}
+    if event.action == "quota_request.created":
+        return "; ".join(
+            f"{i['flavor']} {i['resource']} {i['before']} → {i['after']}"
+            for i in after.get("items", [])
+        )
+    if event.action == "quota_request.approval_recorded":
+        return f"{after.get('approvals')} of {after.get('required')} approvals"
+    if after.get("applied_generation"):
+        return f"quota generation {after['applied_generation']}"
+    return ""
+
+
+def _timeline(change: QuotaChangeRequest) -> list[TimelineEntry]:
+    """The request's audit events, oldest first, with what each one means."""
+    return [
+        TimelineEntry(e, TIMELINE_LABELS.get(e.action, e.action), _timeline_detail(e))
+        for e in approval_selectors.quota_request_timeline(request=change)
+    ]
+
+
+# --- "Request a change" ---------------------------------------------------------------------
+
+
+@dataclass
+class RequestDraft:
+    """The request form for one tenant on one cluster, bound or not, and what checking it
+    found. ``index_map[i]`` is the form row of the request's ``items[i]``."""
+
+    tenant: Tenant
+    cluster: Cluster
+    quota_set: EffectiveQuotaSet | None
+    allocations: list[FlavorAllocation]
+    form: QuotaRequestForm
+    row_forms: list[QuotaRowForm]
+    items: list[QuotaItem] | None = None
+    index_map: list[int] = field(default_factory=list)
+    scheduling: dict[str, Any] = field(default_factory=dict)
+    check: RequestCheck | None = None
+
+    @property
+    def valid(self) -> bool:
+        return (
+            self.check is not None
+            and not self.check.errors
+            and self.form.is_valid()
+            and all(f.is_valid() for f in self.row_forms)
+        )
+
+    def parse_and_check(self) -> None:
+        """Shape first (the forms), then the services: parse the changed rows and check the
+        change against the quotas in force, putting every error next to its input. A wrong
+        reason or count does not hold the rows back, so every error shows at once."""
+        self.form.is_valid()  # its errors stay; the fields that passed still count below
+        if not all([f.is_valid() for f in self.row_forms]):
+            return
+        picked = [(i, raw) for i, f in enumerate(self.row_forms) if (raw := f.raw_item())]
+        self.index_map = [i for i, _ in picked]
+        self.scheduling = self.form.scheduling_changes()
+        try:
+            self.items = request_items_parse(
+                cluster=self.cluster, raw_items=[raw for _, raw in picked]
+            )
+        except errors.ValidationFailed as exc:
+            self.show_errors(exc.fields)
+            return
+        self.check = quota_request_check(
+            tenant=self.tenant, cluster=self.cluster, items=self.items, scheduling=self.scheduling
+        )
+        self.show_errors(self.check.errors)
+
+    def show_errors(self, fields: Mapping[str, list[str]]) -> None:
+        for name, found in fields.items():
+            form, attribute = self._target(name)
+            for message in found:
+                form.add_error(attribute, message)
+
+    def _target(self, name: str) -> tuple[forms.Form, str | None]:
+        match = ITEM_FIELD.match(name)
+        if match and int(match[1]) < len(self.index_map):
+            row_form = self.row_forms[self.index_map[int(match[1])]]
+            return row_form, match[2] if match[2] in row_form.fields else None
+        if name in self.form.fields:
+            return self.form, name
+        return self.form, None  # "items", "quota_set": the request as a whole
+
+    def errors_by_input(self) -> dict[str, list[str]]:
+        """Every error keyed by the name of the input it belongs to ("items-2-limit"), of
+        its row ("items-2"), or "__all__"."""
+        found: dict[str, list[str]] = {}
+        for form in (self.form, *self.row_forms):
+            for name, messages_ in form.errors.items():
+                key = form.add_prefix(name) if name != "__all__" else (form.prefix or "__all__")
+                found.setdefault(key, []).extend(str(m) for m in messages_)
+        return found
+
+    @property
+    def error_count(self) -> int:
+        return sum(len(found) for found in self.errors_by_input().values())
+
+    def scheduling_diff(self) -> list[tuple[str, str, str]]:
+        """(label, in force, requested) of each scheduling field the request changes."""
+        lines = []
+        for name, value in self.scheduling.items():
+            before = getattr(self.quota_set, name, None)
+            if name == "storage_bytes":
+                before = None if before is None else format_quantity(before, "storage")
+                value = format_quantity(value, "storage")
+            label = str(self.form.fields[name].label)
+            lines.append((label, "not set" if before is None else str(before), str(value)))
+        return lines
+
+    def capacity(self) -> list[CapacityLine]:
+        return _capacity_lines(
+            self.cluster, self.allocations, self.check.diff if self.check else []
+        )
+
+    def changes(self) -> list[ChangeLine]:
+        return _change_lines(self.cluster, self.allocations, self.check.diff if self.check else [])
+
+
+def _tier_presets(
+    tier: TierTemplate | None, cluster: Cluster, quota_set: EffectiveQuotaSet | None
+) -> dict[tuple[str, str], QuotaItem]:
+    """A tier's items on the GPU flavor the tenant uses on ``cluster`` (else the cluster's
+    first whole-GPU flavor), keyed by (flavor name, resource)."""
+    if tier is None:
+        return {}
+    in_use = {
+        i.flavor_name
+        for i in (quota_set.items if quota_set else [])
+        if i.flavor_kind == FlavorKind.GPU
+    }
+    flavors = cluster.flavors.filter(kind=FlavorKind.GPU).order_by("name")
+    flavor = flavors.filter(name__in=in_use).first() or flavors.first()
+    if flavor is None:
+        return {}
+    return {(i.flavor.name, i.resource): i for i in tier_items(tier=tier, gpu_flavor=flavor)}
+
+
+def _request_presets(source: QuotaChangeRequest | None) -> dict[tuple[str, str], QuotaItem]:
+    """A draft's items (the form started from it), keyed by (flavor name, resource)."""
+    if source is None:
+        return {}
+    return {(i.flavor.name, i.resource): i for i in quota_request_items(source)}
+
+
+def _request_initial(source: QuotaChangeRequest | None) -> dict[str, Any]:
+    """A draft's reason, and the scheduling limits it changes, as the form's initial values."""
+    if source is None:
+        return {}
+    initial = {k: v for k, v in QuotaRequestForm.initial_from(source).items() if v is not None}
+    return initial | {"reason": source.reason}
+
+
+def _draft(
+    *,
+    tenant: Tenant,
+    cluster: Cluster,
+    data: Mapping[str, Any] | None = None,
+    tier: TierTemplate | None = None,
+    reason_required: bool = False,
+    source: QuotaChangeRequest | None = None,
+) -> RequestDraft:
+    quota_set = next(
+        (
+            qs
+            for qs in quota_selectors.tenant_effective_quotas(tenant=tenant)
+            if qs.cluster_name == cluster.name
+        ),
+        None,
+    )
+    in_force: dict[tuple[str, str], EffectiveQuota] = {
+        (i.flavor_name, i.resource): i for i in (quota_set.items if quota_set else [])
+    }
+    allocations = sorted(quota_selectors.cluster_allocations(cluster=cluster), key=_row_order)
+    presets = _tier_presets(tier, cluster, quota_set) | _request_presets(source)
+    row_forms = []
+    for index, allocation in enumerate(allocations):
+        key = (allocation.flavor.name, allocation.resource)
+        row = QuotaRow(
+            allocation,
+            elastic_cap(
+                capacity=allocation.capacity,
+                fraction=cluster.elastic_cap_fraction,
+                resource=allocation.resource,
+            ),
+            in_force.get(key),
+        )
+        row_forms.append(
+            QuotaRowForm(
+                data, prefix=f"items-{index}", row=row, initial=row.initial(presets.get(key))
+            )
+        )
+    form = QuotaRequestForm(
+        data,
+        quota_set=quota_set,
+        reason_required=reason_required,
+        initial=QuotaRequestForm.initial_from(tier or quota_set) | _request_initial(source),
+    )
+    return RequestDraft(tenant, cluster, quota_set, allocations, form, row_forms)
+
+
+def _tenant_for_filing(request: HttpRequest, slug: str) -> Tenant:
+    """The tenant, if the caller may file requests for it: 404 for a tenant they may not see,
+    403 for its members and viewers. Views call it before looking at the method, so another
+    tenant's routes answer 404 to every method, as the API's do."""
+    user = caller(request)
+    tenant = tenant_selectors.tenant_get_for_user(user=user, slug=slug)
+    if not tenant_selectors.user_can_manage_tenant(user=user, tenant=tenant):
+        raise PermissionDenied("Only the tenant's leads and platform admins request changes.")
+    return tenant
+
+
+def _cluster(name: str) -> Cluster:
+    cluster = quota_selectors.cluster_list().filter(name=name).first()
+    if cluster is None:
+        raise errors.NotFound.for_field("cluster", "No such cluster.")
+    return cluster
+
+
+def _form_context(draft: RequestDraft, user: User) -> dict[str, Any]:
+    tenant, cluster = draft.tenant, draft.cluster
+    query = f"?cluster={cluster.name}"
+    open_requests = approval_selectors.quota_request_list_for_user(user=user).filter(
+        tenant=tenant, cluster=cluster, status__in=OPEN_STATUSES
+    )
+    return {
+        "open_requests": open_requests,
+        "draft": draft,
+        "tenant": tenant,
+        "cluster": cluster,
+        "quota_set": draft.quota_set,
+        "form": draft.form,
+        "row_forms": draft.row_forms,
+        "check": draft.check,
+        "capacity": draft.capacity(),
+        "tiers": quota_selectors.tier_list(),
+        "form_url": reverse("portal:request-new", args=[tenant.slug]) + query,
+        "validate_url": reverse("portal:request-validate", args=[tenant.slug]) + query,
+    }
+
+
+@login_required
+def request_new(request: HttpRequest, slug: str) -> HttpResponse:
+    """The request form, prefilled with the quota in force (or a tier's numbers). Its buttons:
+    "Check" (validate, store nothing), "Save draft" and "Submit"."""
+    tenant = _tenant_for_filing(request, slug)
+    if request.method not in ("GET", "HEAD", "POST"):
+        return HttpResponseNotAllowed(["GET", "POST"])
+    cluster_name = request.GET.get("cluster", "")
+    if not cluster_name:
+        context = {
+            "tenant": tenant,
+            "clusters": quota_selectors.cluster_list(),
+            "quota_sets": {
+                qs.cluster_name for qs in quota_selectors.tenant_effective_quotas(tenant=tenant)
+            },
+        }
+        return render(request, "approvals/choose_cluster.html", context)
+    cluster = _cluster(cluster_name)
+    posted = request.method == "POST"
+    # A draft (a suggested change, say) edited here and replaced by what is filed.
+    source = approval_selectors.quota_request_draft_for_form(
+        user=caller(request),
+        tenant=tenant,
+        cluster_id=cluster.pk,
+        pk=request.POST.get("replaces") if posted else request.GET.get("from"),
+        drafts_only=not posted,
+    )
+    if not posted:
+        tier = quota_selectors.tier_list().filter(name=request.GET.get("tier", "")).first()
+        draft = _draft(tenant=tenant, cluster=cluster, tier=tier, source=source)
+        return render(
+            request,
+            "approvals/new.html",
+            _form_context(draft, caller(request)) | {"tier": tier, "source": source},
+        )
+
+    action = request.POST.get("action", "check")
+    # A form started from a tier files a tier change: the quota set takes the tier.
+    tier = quota_selectors.tier_list().filter(name=request.POST.get("tier", "")).first()
+    draft = _draft(
+        tenant=tenant,
+        cluster=cluster,
+        data=request.POST,
+        reason_required=action in ACTIONS_THAT_STORE,
+    )
+    draft.parse_and_check()
+    if draft.valid and draft.items is not None and action in ACTIONS_THAT_STORE:
+        try:
+            change = quota_request_create(
+                tenant=tenant,
+                cluster=cluster,
+                requester=caller(request),
+                reason=draft.form.cleaned_data["reason"],
+                items=draft.items,
+                scheduling=draft.scheduling,
+                submit=action == "submit",
+                tier=tier,
+                replaces=source,
+            )
+        except errors.ValidationFailed as exc:
+            draft.show_errors(exc.fields)
+        except errors.Conflict as exc:
+            messages.error(request, exc.message)
+        else:
+            done = "submitted for approval" if action == "submit" else "saved as a draft"
+            if source is not None:
+                done += f"; it replaces draft #{source.pk}, now cancelled"
+            messages.success(request, f"Request #{change.pk} {done}.")
+            return redirect("portal:request-detail", pk=change.pk)
+    context = _form_context(draft, caller(request)) | {"tier": tier, "source": source}
+    return render(request, "approvals/new.html", context)
+
+
+class RequestValidateView(LoginRequiredMixin, View):
+    """The live check of the request form: the form's own fields in, what the services say
+    out (errors keyed by input name, warnings, the diff, approvals needed) and the check panel
+    rendered, so the page shows exactly what a submit would. Stores nothing; 200 even when the
+    request is invalid (``valid`` says so). POST only (a class, so that GET is refused before
+    any tenant is looked up: 405 whatever the slug)."""
+
+    http_method_names = ["post"]
+
+    def post(self, request: HttpRequest, slug: str) -> JsonResponse:
+        tenant = _tenant_for_filing(request, slug)
+        cluster = _cluster(request.GET.get("cluster", ""))
+        draft = _draft(tenant=tenant, cluster=cluster, data=request.POST)
+        draft.parse_and_check()
+        check = draft.check
+        context = _form_context(draft, caller(request))
+        return JsonResponse(
+            {
+                "valid": draft.valid,
+                "errors": draft.errors_by_input(),
+                "warnings": check.warnings if check else [],
+                "diff": [_diff_json(d) for d in (check.diff if check else [])],
+                "required_approvals": check.required_approvals if check else None,
+                "panel": render_to_string("approvals/_check.html", context, request=request),
+            }
+        )
+
+
+def _diff_json(line: DiffLine) -> dict[str, Any]:
+    return {
+        "flavor": line.flavor,
+        "resource": line.resource,
+        "guaranteed_before": format_quantity(line.guaranteed_before, line.resource),
+        "limit_before": format_quantity(line.limit_before, line.resource),
+        "guaranteed_after": format_quantity(line.guaranteed_after, line.resource),
+        "limit_after": format_quantity(line.limit_after, line.resource),
+        "gpu_units_before": f"{line.gpu_units_before.normalize():f}",
+        "gpu_units_after": f"{line.gpu_units_after.normalize():f}",
+    }
+
+
+# --- "My requests" and a request's page -----------------------------------------------------
+
+
+@login_required
+def request_list(request: HttpRequest) -> HttpResponse:
+    user = caller(request)
+    filters = RequestListFilterForm(request.GET, statuses=RequestStatus.choices)
+    changes = approval_selectors.quota_request_list_for_user(user=user)
+    filters.is_valid()  # a filter with a value it does not know is left out; the rest apply
+    if status := filters.cleaned_data.get("status"):
+        changes = changes.filter(status=status)
+    if tenant := filters.cleaned_data.get("tenant"):
+        changes = changes.filter(tenant__slug=tenant)
+    if filters.cleaned_data.get("mine"):
+        changes = changes.filter(requester=user)
+    page = Paginator(changes, LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(
+        request,
+        "approvals/list.html",
+        {"filters": filters, "page": page, "query": query.urlencode()},
+    )
+
+
+@dataclass(frozen=True)
+class PushState:
+    """Where an approved request stands in its cluster, in words."""
+
+    kind: str  # the request's status
+    text: str
+
+
+def _push_state(change: QuotaChangeRequest, push: TenantSync | None) -> PushState:
+    status = change.status
+    portal_only = change.cluster.backend == SyncBackend.NONE
+    if status == RequestStatus.APPLIED:
+        text = f"Applied at generation {change.applied_generation}"
+        return PushState(status, text + (" (kept in the portal only)" if portal_only else ""))
+    if status == RequestStatus.FAILED:
+        message = change.failure_message or (push.message if push else "")
+        return PushState(status, f"Failed: {message}" if message else "Failed")
+    if status == RequestStatus.APPLYING:
+        if push is not None and push.state == SyncState.APPLYING and push.attempts:
+            # ``attempts`` counts the failed ones: the one under way is the next.
+            return PushState(status, f"Applying, attempt {push.attempts + 1}: {push.message}")
+        return PushState(status, "Applying")
+    return PushState(status, f"Approved, waiting for the push to {change.cluster.name}")
+
+
+@dataclass(frozen=True)
+class ObjectChange:
+    """One object of a dry run: created, deleted, or changed with its fields before -> after."""
+
+    object: str
+    change: str
+    fields: list[FieldChange]
+
+
+def _dry_run_objects(dry_run: DryRun) -> list[ObjectChange]:
+    return [
+        ObjectChange(
+            o.object,
+            o.change,
+            [
+                FieldChange(path, value_shown(d.get("before")), value_shown(d.get("after")))
+                for path, d in sorted(o.fields.items())
+            ],
+        )
+        for o in dry_run.objects
+    ]
+
+
+@login_required
+def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """A request: its items, the diff against the quotas in force (while it is open), its
+    decisions and timeline, and what the caller may do with it. Once approved, where its
+    push to the cluster stands; while pending, what the cluster would see (the dry run:
+    object by object, and the cluster's own verdict where it can be asked; a cluster that
+    cannot be reached or is kept in the portal only says why it was not asked)."""
+    user = caller(request)
+    change = _visible_request(user, pk)
+    is_open = change.status in OPEN_STATUSES
+    pending = change.status == RequestStatus.PENDING
+    push = None
+    if change.status in PUSHED_STATUSES:
+        push = _push_state(change, approval_selectors.quota_request_push(request=change))
+    dry_run = quota_request_dry_run(request=change) if pending else None
+    dry_run_objects = _dry_run_objects(dry_run) if dry_run else []
+    check = quota_request_check_stored(request=change) if is_open else None
+    lines = (
+        _change_lines(
+            change.cluster, quota_selectors.cluster_allocations(cluster=change.cluster), check.diff
+        )
+        if check
+        else []
+    )
+    own = change.requester_id == user.pk
+    context: dict[str, Any] = {
+        "change": change,
+        "check": check,
+        "lines": lines,
+        "decisions": change.decisions.all(),
+        "timeline": _timeline(change),
+        "own": own,
+        "can_submit": change.status == RequestStatus.DRAFT and (own or user.is_platform_admin),
+        "can_cancel": is_open and own,
+        "can_decide": pending and user.is_platform_admin and not own,
+        "push": push,
+        "can_retry": change.status == RequestStatus.FAILED and user.is_platform_admin,
+        "dry_run": dry_run,
+        "dry_run_changed": [o for o in dry_run_objects if o.change == "changed"],
+        "dry_run_created": [o for o in dry_run_objects if o.change == "created"],
+        "dry_run_deleted": [o for o in dry_run_objects if o.change == "deleted"],
+    }
+    context["panels"] = request_panels_render(request=request, change=change)
+    return render(request, "approvals/detail.html", context)
+
+
+@login_required
+@require_POST
+def request_submit(request: HttpRequest, pk: int) -> HttpResponse:
+    change = _visible_request(caller(request), pk)
+    try:
+        quota_request_submit(request=change, actor=caller(request))
+    except errors.ApplicationError as exc:
+        messages.error(request, f"Request #{pk} was not submitted: {error_text(exc)}")
+    else:
+        messages.success(request, f"Request #{pk} submitted for approval.")
+    return redirect("portal:request-detail", pk=pk)
+
+
+@login_required
+@require_POST
+def request_cancel(request: HttpRequest, pk: int) -> HttpResponse:
+    change = _visible_request(caller(request), pk)
+    try:
+        quota_request_cancel(request=change, actor=caller(request))
+    except errors.ApplicationError as exc:
+        messages.error(request, f"Request #{pk} was not cancelled: {error_text(exc)}")
+    else:
+        messages.success(request, f"Request #{pk} cancelled.")
+    return redirect("portal:request-detail", pk=pk)
+
+
+@login_required
+@require_POST
+def request_retry(request: HttpRequest, pk: int) -> HttpResponse:
+    """Push a failed request's quotas again (platform admins), once the cause is fixed."""
+    user = caller(request)
+    change = _visible_request(user, pk)
+    try:
+        quota_request_retry(request=change, actor=user)
+    except (errors.PermissionDenied, errors.NotFound):
+        raise  # the page for it, not a message on the request page
+    except errors.ApplicationError as exc:
+        messages.error(request, f"Request #{pk} was not retried: {error_text(exc)}")
+    else:
+        messages.success(
+            request, f"Request #{pk}: the push to {change.cluster.name} is queued again."
+        )
+    return redirect("portal:request-detail", pk=pk)
+
+
+def _decide(request: HttpRequest, pk: int, *, approve: bool) -> HttpResponse:
+    user = caller(request)
+    if not user.is_platform_admin:
+        raise PermissionDenied("Only platform admins approve or reject requests.")
+    change = _visible_request(user, pk)
+    form = DecisionForm(request.POST)
+    form.is_valid()
+    comment = form.cleaned_data.get("comment", "")
+    try:
+        if approve:
+            change = quota_request_approve(request=change, approver=user, comment=comment)
+        else:
+            change = quota_request_reject(request=change, approver=user, comment=comment)
+    except errors.ApplicationError as exc:
+        verb = "approved" if approve else "rejected"
+        messages.error(request, f"Request #{pk} was not {verb}: {error_text(exc)}")
+    else:
+        messages.success(request, _decision_message(change, approve=approve))
+    target = _safe_next(request, form.cleaned_data.get("next"))
+    return redirect(target or reverse("portal:request-detail", args=[pk]))
+
+
+def _decision_message(change: QuotaChangeRequest, *, approve: bool) -> str:
+    where = f"{change.tenant.slug} on {change.cluster.name}"
+    if not approve:
+        return f"Request #{change.pk} ({where}) rejected."
+    if change.status == RequestStatus.PENDING:
+        return (
+            f"Approval of request #{change.pk} ({where}) recorded; it needs "
+            f"{change.required_approvals} approvals from different admins."
+        )
+    return (
+        f"Request #{change.pk} approved: {where} now has quota generation "
+        f"{change.applied_generation}."
+    )
+
+
+@login_required
+@require_POST
+def request_approve(request: HttpRequest, pk: int) -> HttpResponse:
+    return _decide(request, pk, approve=True)
+
+
+@login_required
+@require_POST
+def request_reject(request: HttpRequest, pk: int) -> HttpResponse:
+    return _decide(request, pk, approve=False)
+
+
+# --- the approvals queue --------------------------------------------------------------------
+
+
+@dataclass
+class QueueEntry:
+    """A pending request as the queue shows it: each line before -> after against the quotas
+    in force, and the capacity it would leave."""
+
+    change: QuotaChangeRequest
+    lines: list[ChangeLine]
+    own: bool
+
+    @property
+    def gpu_units_increase(self) -> Decimal:
+        return _units_increase(self.lines)
+
+    @property
+    def fits(self) -> bool:
+        return all(line.fits for line in self.lines)
+
+
+def _queue_entries(changes: list[QuotaChangeRequest], user: User) -> list[QueueEntry]:
+    """Diffs and capacity of many requests at once: one query for the quotas in force of
+    all their tenants and two per cluster, whatever the number of requests (their items come
+    prefetched by the selector)."""
+    tenants = {c.tenant_id: c.tenant for c in changes}
+    in_force: dict[tuple[int, str, str, str], EffectiveQuota] = {
+        (tenant_id, quota_set.cluster_name, item.flavor_name, item.resource): item
+        for tenant_id, quota_sets in quota_selectors.effective_quotas_for_tenants(
+            tenants=tenants.values()
+        ).items()
+        for quota_set in quota_sets
+        for item in quota_set.items
+    }
+    clusters = {c.cluster_id: c.cluster for c in changes}
+    allocations = {
+        cluster_id: quota_selectors.cluster_allocations(cluster=cluster)
+        for cluster_id, cluster in clusters.items()
+    }
+    entries = []
+    for change in changes:
+        diff = []
+        for item in change.items.all():
+            before = in_force.get(
+                (change.tenant_id, change.cluster.name, item.flavor.name, item.resource)
+            )
+            diff.append(diff_line(item, before))
+        lines = _change_lines(change.cluster, allocations[change.cluster_id], diff)
+        entries.append(QueueEntry(change, lines, change.requester_id == user.pk))
+    return entries
+
+
+@login_required
+def approvals_queue(request: HttpRequest) -> HttpResponse:
+    """Pending requests, oldest first, for platform admins, in a constant number of queries."""
+    user = caller(request)
+    if not user.is_platform_admin:
+        raise PermissionDenied("Platform admins only.")
+    policy = approval_policy()
+    filters = ApprovalQueueFilterForm(
+        request.GET,
+        clusters=[c.name for c in quota_selectors.cluster_list()],
+        tenants=[t.slug for t in tenant_selectors.tenant_list_for_user(user=user)],
+        threshold=policy.two_approvers_above_gpu_units,
+    )
+    pending = (
+        approval_selectors.quota_request_list_for_user(user=user)
+        .filter(status=RequestStatus.PENDING)
+        .order_by("submitted_at", "id")
+    )
+    filters.is_valid()  # a filter with a value it does not know is left out; the rest apply
+    if cluster := filters.cleaned_data.get("cluster"):
+        pending = pending.filter(cluster__name=cluster)
+    if tenant := filters.cleaned_data.get("tenant"):
+        pending = pending.filter(tenant__slug=tenant)
+    entries = [
+        e for e in _queue_entries(list(pending), user) if filters.size_matches(e.gpu_units_increase)
+    ]
+    page = Paginator(entries, QUEUE_PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(
+        request,
+        "approvals/queue.html",
+        {
+            "filters": filters,
+            "page": page,
+            "query": query.urlencode(),
+            "policy": policy,
+        },
+    )

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, QuerySet, Window
+from rest_framework.exceptions import NotFound
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.utils.urls import remove_query_param, replace_query_param
+
+from core.errors import ValidationFailed
+
+
+class PagePagination(PageNumberPagination):
+    """Pages of 50 (``page_size`` above 200 is capped at 200). A page or size that is not a
+    positive whole number is a 400 naming the parameter; a page past the end is a 404."""
+
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+    def _check_params(self, request: Request) -> None:
+        for name in (self.page_query_param, self.page_size_query_param):
+            raw = request.query_params.get(name)
+            if raw is None:
+                continue
+            if not raw.isdigit() or int(raw) < 1:
+                raise ValidationFailed.for_field(
+                    name, f"{name} must be a whole number of 1 or more."
+                )
+
+    def paginate_queryset(
+        self, queryset: Any, request: Request, view: Any = None
+    ) -> list[Any] | None:
+        self._check_params(request)
+        return super().paginate_queryset(queryset, request, view)
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            parameter["schema"]["minimum"] = 1
+            if parameter["name"] == self.page_size_query_param:
+                parameter["description"] = (
+                    f"Results per page, at most {self.max_page_size} (larger values are capped)."
+                )
+        return parameters
+
+
+TOTAL = "page_total_count"
+MAX_OFFSET = 2**63 - 1
+
+
+class WindowCountPagination(PagePagination):
+    """The same pages and response as ``PagePagination``, in one query instead of two: the
+    total comes from ``COUNT(*) OVER ()`` on the page's own rows. For hot list endpoints."""
+
+    def paginate_queryset(
+        self, queryset: QuerySet[Any, Any], request: Request, view: Any = None
+    ) -> list[Any]:
+        self._check_params(request)
+        self._request = request
+        size = self.get_page_size(request) or self.page_size
+        raw = request.query_params.get(self.page_query_param, "1")
+        number = int(raw) if raw.isdigit() else 0
+        if number < 1:
+            raise NotFound("Invalid page.")
+        offset = (number - 1) * size
+        if offset + size > MAX_OFFSET:  # past any end; PostgreSQL's OFFSET is a bigint
+            raise NotFound("Invalid page.")
+        rows = list(queryset.annotate(**{TOTAL: Window(Count("pk"))})[offset : offset + size])
+        if not rows and number > 1:
+            raise NotFound("Invalid page.")
+        first = rows[0] if rows else None
+        total = (
+            0
+            if first is None
+            else first[TOTAL]
+            if isinstance(first, dict)
+            else getattr(first, TOTAL)
+        )
+        self.number, self.size, self.total = number, size, total
+        return rows
+
+    def get_paginated_response(self, data: Any) -> Response:
+        return Response(
+            {
+                "count": self.total,
+                "next": self._link(self.number + 1)
+                if self.number * self.size < self.total
+                else None,
+                "previous": self._link(self.number - 1) if self.number > 1 else None,
+                "results": data,
+            }
+        )
+
+    def _link(self, number: int) -> str:
+        url = self._request.build_absolute_uri()
+        if number == 1:
+            return remove_query_param(url, self.page_query_param)
+        return replace_query_param(url, self.page_query_param, number)

@@ -1,0 +1,288 @@
+"""Portal pages of where a tenant's quotas stand in its clusters: the push's state per cluster
+on the tenant's page, the YAML the portal owns for a tenant on a cluster, what the cluster
+itself reports ("In the cluster", a live read), and the "Cluster sync" panel of the admins'
+console (counts by state, pushes that need attention, recent drift repairs).
+
+Every page here reads; none writes. Tenant pages go through ``tenant_get_for_user``, so another
+tenant's pages answer 404 to every method, exactly as a tenant that does not exist; members and
+viewers see them read-only.
+
+``tenant_detail`` and ``admin_console`` take over the routes of the views of the same names in
+``portal/views.py``: they build the same context and add the sync sections to it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import render
+from django.utils import timezone
+
+from core.errors import NotFound
+from quotas import selectors as quota_selectors
+from quotas import sync
+from quotas.choices import SyncBackend, SyncState
+from quotas.models import Cluster, TenantSync
+from quotas.selectors import TenantSyncRow
+from tenants import selectors as tenant_selectors
+from tenants.api.base import caller
+from tenants.models import AuditEvent, Tenant, User
+
+DRIFT_REPAIRED = "cluster.drift_repaired"
+RECENT_DRIFT_REPAIRS = 20
+ATTENTION_STATES = (SyncState.FAILED, SyncState.APPLYING)
+
+
+# --- shared pieces --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SyncBadge:
+    """A tenant's push state on one cluster as the pages show it (``_sync_badge.html``).
+
+    ``kind`` is the state, or "portal_only" for a cluster whose backend is none (nothing is
+    ever pushed there). ``attempt`` is the attempt under way while applying: the failed ones
+    so far (``TenantSync.attempts``) plus one."""
+
+    kind: str
+    message: str = ""
+    attempt: int = 0
+    at: datetime | None = None
+
+
+def sync_badge(*, cluster: Cluster, push: TenantSync | None) -> SyncBadge:
+    if cluster.backend == SyncBackend.NONE:
+        return SyncBadge("portal_only")
+    if push is None or push.state == SyncState.PENDING:
+        return SyncBadge(SyncState.PENDING)
+    if push.state == SyncState.APPLYING:
+        return SyncBadge(push.state, push.message, attempt=push.attempts + 1)
+    if push.state == SyncState.DRIFTED:
+        return SyncBadge(push.state, at=push.drift_repaired_at)
+    if push.state == SyncState.FAILED:
+        return SyncBadge(push.state, push.message, at=push.last_attempt_at)
+    return SyncBadge(push.state)
+
+
+def value_shown(value: Any) -> str:
+    """A field's value in a diff: as Kubernetes spells it, "—" where the field is absent."""
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+def _visible_tenant(request: HttpRequest, slug: str) -> Tenant:
+    return tenant_selectors.tenant_get_for_user(user=caller(request), slug=slug)
+
+
+@dataclass(frozen=True)
+class ClusterSync:
+    """One cluster the tenant has quotas on: the generation in force, the push's state."""
+
+    row: TenantSyncRow
+    badge: SyncBadge
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.row.cluster
+
+    @property
+    def generation(self) -> int:
+        return self.row.generation
+
+    @property
+    def applied_generation(self) -> int | None:
+        return self.row.sync.applied_generation if self.row.sync else None
+
+    @property
+    def behind(self) -> bool:
+        return (self.applied_generation or 0) < self.generation
+
+    @property
+    def last_applied_at(self) -> datetime | None:
+        return self.row.sync.last_applied_at if self.row.sync else None
+
+
+def cluster_syncs(*, tenant: Tenant) -> list[ClusterSync]:
+    """Per cluster the tenant has quotas on (two queries, whatever the number of clusters)."""
+    return [
+        ClusterSync(row, sync_badge(cluster=row.cluster, push=row.sync))
+        for row in quota_selectors.tenant_sync_rows(tenant=tenant)
+    ]
+
+
+def _cluster_sync(tenant: Tenant, name: str) -> ClusterSync:
+    """The tenant's row for cluster ``name``; 404 for a cluster it has no quota set on."""
+    for entry in cluster_syncs(tenant=tenant):
+        if entry.cluster.name == name:
+            return entry
+    raise NotFound.for_field("cluster", "No such cluster for this tenant.")
+
+
+def _tenant_and_cluster(
+    request: HttpRequest, slug: str, cluster: str
+) -> tuple[Tenant, ClusterSync]:
+    """Looked up before the method is, so another tenant's routes answer 404 to every method."""
+    tenant = _visible_tenant(request, slug)
+    return tenant, _cluster_sync(tenant, cluster)
+
+
+# --- the tenant's page and its cluster pages -----------------------------------------------
+
+
+@login_required
+def tenant_cluster_manifests(request: HttpRequest, slug: str, cluster: str) -> HttpResponse:
+    """The YAML the portal owns for the tenant on the cluster (its objects and the
+    cluster-wide objects they need, in apply order), as a download."""
+    tenant, entry = _tenant_and_cluster(request, slug, cluster)
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET"])
+    text = sync.tenant_manifests(tenant=tenant, cluster=entry.cluster)
+    response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
+    response["Content-Disposition"] = (
+        f'attachment; filename="{tenant.slug}-{entry.cluster.name}.yaml"'
+    )
+    return response
+
+
+@dataclass(frozen=True)
+class QuotaLine:
+    resource: str
+    hard: str
+    used: str
+
+
+@dataclass(frozen=True)
+class NamespaceQuota:
+    """A ResourceQuota as the cluster reports it: hard vs used per resource."""
+
+    namespace: str
+    name: str
+    lines: list[QuotaLine] = field(default_factory=list)
+
+
+def _namespace_quotas(resource_quotas: list[dict[str, Any]]) -> list[NamespaceQuota]:
+    quotas = []
+    for rq in resource_quotas:
+        hard, used = rq.get("hard") or {}, rq.get("used") or {}
+        lines = [
+            QuotaLine(resource, value_shown(hard.get(resource)), value_shown(used.get(resource)))
+            for resource in sorted(hard.keys() | used.keys())
+        ]
+        quotas.append(NamespaceQuota(rq["namespace"], rq["name"], lines))
+    return quotas
+
+
+@login_required
+def tenant_cluster(request: HttpRequest, slug: str, cluster: str) -> HttpResponse:
+    """What the cluster says about the tenant, read live: each namespace's ResourceQuota
+    (hard vs used) and the ClusterQueue's workloads and flavor usage (with what it borrows).
+    An unreachable cluster, or one kept in the portal only, shows why it was not read."""
+    tenant, entry = _tenant_and_cluster(request, slug, cluster)
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET"])
+    live = sync.in_cluster(tenant=tenant, cluster=entry.cluster)
+    context = {
+        "tenant": tenant,
+        "entry": entry,
+        "live": live,
+        "namespace_quotas": _namespace_quotas(live.resource_quotas),
+        "read_at": timezone.now(),
+    }
+    return render(request, "quotas/tenant_cluster.html", context)
+
+
+# --- the admins' console --------------------------------------------------------------------
+
+# The console's columns, in order: a state, or "portal_only" for clusters with backend none.
+PANEL_KINDS: tuple[tuple[str, str], ...] = (
+    (SyncState.IN_SYNC, "In sync"),
+    (SyncState.APPLYING, "Applying"),
+    (SyncState.FAILED, "Failed"),
+    (SyncState.DRIFTED, "Drift repaired"),
+    (SyncState.PENDING, "Not pushed yet"),
+    ("portal_only", "Portal only"),
+)
+
+
+@dataclass
+class ClusterSyncCounts:
+    cluster: str
+    backend: str
+    counts: dict[str, int]
+
+    @property
+    def cells(self) -> list[tuple[str, int]]:
+        """(kind, count) in the columns' order."""
+        return [(kind, self.counts.get(kind, 0)) for kind, _ in PANEL_KINDS]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    path: str
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
+class DriftRepair:
+    event: AuditEvent
+    fields: list[FieldChange]
+
+
+def _drift_repairs(user: User) -> list[DriftRepair]:
+    """The most recent drift repairs (audit events), with the fields they put back."""
+    events = tenant_selectors.audit_events_for_user(user=user).filter(action=DRIFT_REPAIRED)
+    repairs = []
+    for event in events[:RECENT_DRIFT_REPAIRS]:
+        before = event.before if isinstance(event.before, dict) else {}
+        after = event.after if isinstance(event.after, dict) else {}
+        repairs.append(
+            DriftRepair(
+                event,
+                [
+                    FieldChange(path, value_shown(before.get(path)), value_shown(after.get(path)))
+                    for path in sorted(before.keys() | after.keys())
+                ],
+            )
+        )
+    return repairs
+
+
+def console_sync_panel(*, user: User) -> dict[str, Any]:
+    """The console's "Cluster sync" panel, in four queries whatever the number of tenants,
+    clusters, failures and repairs."""
+    counts = [
+        ClusterSyncCounts(
+            cluster.name,
+            cluster.backend,
+            {"portal_only": sum(by_state.values())}
+            if cluster.backend == SyncBackend.NONE
+            else by_state,
+        )
+        for cluster, by_state in quota_selectors.sync_state_counts()
+    ]
+    totals = [(kind, sum(row.counts.get(kind, 0) for row in counts)) for kind, _ in PANEL_KINDS]
+    attention = [
+        (push, sync_badge(cluster=push.cluster, push=push))
+        for push in quota_selectors.syncs_needing_attention()
+    ]
+    return {
+        "sync_kinds": [label for _, label in PANEL_KINDS],
+        "sync_counts": counts,
+        "sync_totals": totals,
+        "sync_total": sum(row.total for row in counts),
+        "sync_attention": attention,
+        "drift_repairs": _drift_repairs(user),
+    }
