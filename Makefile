@@ -42,10 +42,11 @@ run: venv
 test: venv lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# Lint, format and types (mypy with django-stubs loads the settings: DEBUG lets it start
-# without a SECRET_KEY).
+# Lint, format, the import layers (import-linter: contracts in pyproject.toml) and types (mypy
+# with django-stubs loads the settings: DEBUG lets it start without a SECRET_KEY).
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff format --check .
 	DEBUG=true $(VENV)/bin/mypy
 

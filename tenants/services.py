@@ -17,6 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from core.errors import Conflict, NotFound, ValidationFailed
+from core.tasks import enqueue
 from tenants.choices import AuditSource, MembershipRole, NamespacePurpose, Priority, TenantState
 from tenants.models import (
     ApiToken,
@@ -370,12 +371,13 @@ def notify(
     return rows
 
 
-def _enqueue_emails(ids: list[int]) -> None:
-    from tenants.tasks import send_notification_email  # tasks import services
+SEND_NOTIFICATION_EMAIL_TASK = "tenants.tasks.send_notification_email"
 
+
+def _enqueue_emails(ids: list[int]) -> None:
     for notification_id in ids:
         try:
-            send_notification_email.delay(notification_id)
+            enqueue(SEND_NOTIFICATION_EMAIL_TASK, [notification_id])
         except Exception:
             logger.warning("notification %s: email not enqueued", notification_id, exc_info=True)
 

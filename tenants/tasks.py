@@ -6,7 +6,7 @@ from tenants import services
 
 
 @shared_task(
-    name="tenants.tasks.send_notification_email",
+    name=services.SEND_NOTIFICATION_EMAIL_TASK,
     ignore_result=True,
     autoretry_for=(OSError,),  # SMTP down, connection refused: try again later
     retry_backoff=30,
