@@ -11,10 +11,10 @@ class AlertsConfig(AppConfig):
         # are blocked on a cluster (the compiler's TenantSpec.blocked, R11), and the alert
         # gauges of /metrics.
         from alerts import metrics, selectors
-        from quotas.kube import load
+        from quotas import loader
         from usage.metrics import EXTRA_COLLECTORS
 
-        if selectors.blocked_tenant_ids not in load.BLOCKED_TENANTS:
-            load.BLOCKED_TENANTS.append(selectors.blocked_tenant_ids)
+        if selectors.blocked_tenant_ids not in loader.BLOCKED_TENANTS:
+            loader.BLOCKED_TENANTS.append(selectors.blocked_tenant_ids)
         if metrics.alert_families not in EXTRA_COLLECTORS:
             EXTRA_COLLECTORS.append(metrics.alert_families)

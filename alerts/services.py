@@ -37,10 +37,9 @@ from alerts.choices import (
 )
 from alerts.models import Alert, AlertEvent, AlertRule, Webhook, WebhookDelivery
 from core.errors import Conflict
-from quotas.choices import SyncBackend
+from quotas.backends import workload_set_active
 from quotas.kube.applier import ApplyError
-from quotas.kube.resources import KUEUE, Kind
-from quotas.models import Cluster, QuotaSet
+from quotas.models import QuotaSet
 from quotas.services import outbox_record
 from tenants.models import User
 from tenants.services import audit_record, notify
@@ -48,7 +47,6 @@ from usage.models import Workload
 
 logger = logging.getLogger(__name__)
 
-WORKLOAD = Kind(KUEUE, "Workload", "workloads", True)
 # "alrt": the namespace of the evaluation's advisory lock.
 EVALUATION_LOCK = (0x616C7274, 1)
 DEFAULT_GRACE = timedelta(days=1)
@@ -475,24 +473,6 @@ def evaluate(*, now: datetime | None = None) -> EvaluationSummary:
 # --- suspending an idle workload, and undoing it ---------------------------------------------
 
 
-def _set_active(cluster: Cluster, namespace: str, name: str, active: bool) -> None:
-    """``spec.active`` of a Kueue Workload through the cluster's client (a merge patch). False:
-    Kueue evicts it and releases its quota; true: it queues again."""
-    from quotas.sync import _close, backend_for
-
-    if cluster.backend != SyncBackend.KUBERNETES:
-        raise ApplyError(
-            f"cluster {cluster.name} is not reached through the Kubernetes API "
-            f"(backend {cluster.backend}): its workloads cannot be suspended from the portal"
-        )
-    backend = backend_for(cluster)
-    try:
-        patch = getattr(backend, "merge_patch")  # noqa: B009  # KubernetesBackend only
-        patch(WORKLOAD, namespace=namespace, name=name, body={"spec": {"active": active}})
-    finally:
-        _close(backend)
-
-
 def workload_suspend(*, alert_id: int, now: datetime | None = None) -> bool:
     """Suspend the idle workload of an alert whose grace has passed (``spec.active: false``);
     audited, the lead told. A refusal or an unreachable cluster is recorded and retried by the
@@ -506,7 +486,12 @@ def workload_suspend(*, alert_id: int, now: datetime | None = None) -> bool:
     if alert is None or alert.cluster is None:
         return False
     try:
-        _set_active(alert.cluster, alert.workload_namespace, alert.workload_name, False)
+        workload_set_active(
+            cluster=alert.cluster,
+            namespace=alert.workload_namespace,
+            name=alert.workload_name,
+            active=False,
+        )
     except ApplyError as exc:
         with transaction.atomic():
             changed = (
@@ -551,7 +536,12 @@ def alert_reactivate(*, alert: Alert, actor: User, now: datetime | None = None) 
         )
     assert alert.cluster is not None
     try:
-        _set_active(alert.cluster, alert.workload_namespace, alert.workload_name, True)
+        workload_set_active(
+            cluster=alert.cluster,
+            namespace=alert.workload_namespace,
+            name=alert.workload_name,
+            active=True,
+        )
     except ApplyError as exc:
         raise Conflict(f"The cluster could not reactivate the workload: {exc.message}") from exc
     with transaction.atomic():

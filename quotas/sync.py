@@ -21,15 +21,14 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from quotas.backends import backend_for as backend_for  # re-exported: gpu_agent's import
+from quotas.backends import cluster_backend
 from quotas.choices import SyncBackend, SyncState
 from quotas.kube import compiler
 from quotas.kube.applier import (
     ApplyError,
     ApplyResult,
-    Backend,
     Change,
-    KubernetesBackend,
-    ManifestsBackend,
     RetryableError,
     Scope,
     apply_objects,
@@ -38,42 +37,15 @@ from quotas.kube.applier import (
     sort_for_apply as apply_sort,
 )
 from quotas.kube.diff import differences
-from quotas.kube.load import cluster_spec, tenant_specs
-from quotas.kube.resources import BY_TYPE, KUEUE, Kind
+from quotas.kube.resources import CLUSTER_QUEUE, RESOURCE_QUOTA
 from quotas.kube.spec import LABEL_TENANT, NamespaceSpec, QuotaItem, TenantSpec
 from quotas.kube.validate import validate_objects
+from quotas.loader import cluster_spec, tenant_specs
 from quotas.models import Cluster, QuotaSet, SyncOutbox, TenantSync
 from tenants.models import Tenant
 from tenants.services import audit_record
 
 logger = logging.getLogger(__name__)
-
-
-class NoBackend(ApplyError):
-    """The cluster is set to keep quotas in the portal only, or has no way to reach it."""
-
-
-def backend_for(cluster: Cluster) -> Backend:
-    if cluster.backend == SyncBackend.MANIFESTS:
-        if not cluster.manifests_dir:
-            raise NoBackend(f"cluster {cluster.name} has no manifests directory set")
-        return ManifestsBackend(cluster.manifests_dir)
-    if cluster.backend == SyncBackend.KUBERNETES:
-        if cluster.in_cluster:
-            return KubernetesBackend.in_cluster()
-        if not cluster.kubeconfig_path:
-            raise NoBackend(f"cluster {cluster.name} has no kubeconfig path and is not in-cluster")
-        try:
-            return KubernetesBackend.from_kubeconfig(cluster.kubeconfig_path)
-        except Exception as exc:  # a missing or broken kubeconfig file: say which
-            raise NoBackend(f"cluster {cluster.name}: kubeconfig unusable: {exc}") from exc
-    raise NoBackend(f"cluster {cluster.name} keeps quotas in the portal only (backend none)")
-
-
-def _close(backend: Backend) -> None:
-    close = getattr(backend, "close", None)
-    if close is not None:
-        close()
 
 
 def desired_objects(cluster: Cluster, *, tenant: Tenant | None = None) -> list[dict[str, Any]]:
@@ -137,13 +109,10 @@ def tenant_push(*, tenant: Tenant, cluster: Cluster, dry_run: bool = False) -> P
             # good state stays in place.
             outcome.error = "invalid objects: " + "; ".join(errors[:5])
         else:
-            backend = backend_for(cluster)
-            try:
+            with cluster_backend(cluster) as backend:
                 outcome.result = apply_objects(
                     backend, desired, Scope(cluster.name, tenant=tenant.slug), dry_run=dry_run
                 )
-            finally:
-                _close(backend)
     except RetryableError as exc:
         outcome.error, outcome.retryable = exc.message, True
     except ApplyError as exc:
@@ -210,11 +179,8 @@ def _reconcile_locked(cluster: Cluster, outcome: PushOutcome) -> PushOutcome:
         if errors:
             outcome.error = "invalid objects: " + "; ".join(errors[:5])
             return outcome
-        backend = backend_for(cluster)
-        try:
+        with cluster_backend(cluster) as backend:
             outcome.result = apply_objects(backend, desired, Scope(cluster.name))
-        finally:
-            _close(backend)
     except RetryableError as exc:
         outcome.error, outcome.retryable = exc.message, True
         return outcome
@@ -427,13 +393,10 @@ def change_dry_run(
         result.server_errors = errors
         return result
     try:
-        backend = backend_for(cluster)
-        try:
+        with cluster_backend(cluster) as backend:
             applied = apply_objects(
                 backend, after, Scope(cluster.name, tenant=tenant.slug, prune=False), dry_run=True
             )
-        finally:
-            _close(backend)
     except ApplyError as exc:
         result.server_message = f"the cluster could not be asked: {exc.message}"
         return result
@@ -459,25 +422,14 @@ class InCluster:
     cluster_queue: dict[str, Any] | None = None
 
 
-def resource_kind(api_version: str, kind: str) -> Kind:
-    return BY_TYPE[(api_version, kind)]
-
-
 def in_cluster(*, tenant: Tenant, cluster: Cluster) -> InCluster:
     if cluster.backend != SyncBackend.KUBERNETES:
         return InCluster(False, f"no Kubernetes API to read (backend {cluster.backend})")
     selector = Scope(cluster.name, tenant=tenant.slug).selectors([])[0]
     try:
-        backend = backend_for(cluster)
-        try:
-            quotas = backend.list_owned(resource_kind("v1", "ResourceQuota"), selector)
-            queues = (
-                backend.list_owned(resource_kind(KUEUE, "ClusterQueue"), selector)
-                if cluster.has_kueue
-                else []
-            )
-        finally:
-            _close(backend)
+        with cluster_backend(cluster) as backend:
+            quotas = backend.list_owned(RESOURCE_QUOTA, selector)
+            queues = backend.list_owned(CLUSTER_QUEUE, selector) if cluster.has_kueue else []
     except ApplyError as exc:
         return InCluster(False, exc.message)
     out = InCluster(True)

@@ -1,6 +1,6 @@
 """What the compiler reads: plain, frozen data describing a cluster and its tenants.
 
-`quotas.kube.load` builds these from the database; tests and the benchmark build them by hand.
+`quotas.loader` builds these from the database; tests and the benchmark build them by hand.
 Nothing here imports Django, so the compiler stays pure: data in, dicts out.
 """
 

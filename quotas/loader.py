@@ -1,5 +1,9 @@
 """The compiler's input from the database: a cluster and its tenants' quota sets as plain
-specs (``quotas.kube.spec``). A fixed number of queries, whatever the number of tenants."""
+specs (``quotas.kube.spec``), so that ``quotas.kube`` itself never touches Django. A fixed
+number of queries, whatever the number of tenants.
+
+It offers the hook through which an app above says which tenants have new work held
+(``BLOCKED_TENANTS``: the alerts app's, R11)."""
 
 from __future__ import annotations
 
