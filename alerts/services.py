@@ -39,8 +39,7 @@ from alerts.models import Alert, AlertEvent, AlertRule, Webhook, WebhookDelivery
 from core.errors import Conflict
 from quotas.backends import workload_set_active
 from quotas.kube.applier import ApplyError
-from quotas.models import QuotaSet
-from quotas.services import outbox_record
+from quotas.services import quota_set_hold
 from tenants.models import User
 from tenants.services import audit_record, notify
 from usage.models import Workload
@@ -291,23 +290,6 @@ def _lock() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", list(EVALUATION_LOCK))
 
 
-def _resync(*, tenant_id: int, cluster_id: int) -> None:
-    """Push the tenant's objects on the cluster again through the outbox, like an approved
-    change: the next generation, an outbox row, delivered by ``approvals.tasks.deliver_outbox``
-    after commit (and by the sweep if the broker is down)."""
-    quota_set = (
-        QuotaSet.objects.select_for_update()
-        .select_related("tenant", "cluster")
-        .filter(tenant_id=tenant_id, cluster_id=cluster_id)
-        .first()
-    )
-    if quota_set is None:
-        return
-    quota_set.generation += 1
-    quota_set.save(update_fields=["generation", "updated_at"])
-    outbox_record(quota_set=quota_set)
-
-
 def _fire(
     rule: AlertRule, finding: selectors.Finding, now: datetime, summary: EvaluationSummary
 ) -> Alert:
@@ -336,11 +318,9 @@ def _fire(
         alert.action_state = ActionState.BLOCKED
         alert.save(update_fields=["action_state"])
         _event(alert, EventKind.BLOCKED, now)
-        _resync(tenant_id=finding.tenant_id, cluster_id=finding.cluster_id)
-        audit_record(
-            actor=None, action="tenant.new_work_held", obj=alert.cluster, tenant=tenant,
-            object_id=f"{alert.cluster.name if alert.cluster else ''}: {tenant.slug if tenant else ''}",
-            after={"stopPolicy": "Hold", "alert": alert.pk, "message": finding.message},
+        quota_set_hold(
+            tenant_id=finding.tenant_id, cluster_id=finding.cluster_id, held=True,
+            detail={"alert": alert.pk, "message": finding.message},
         )  # fmt: skip
         summary.blocked += 1
         body += (
@@ -379,12 +359,9 @@ def _resolve(alert: Alert, now: datetime, summary: EvaluationSummary, why: str) 
     summary.resolved += 1
     if alert.action_state == ActionState.BLOCKED and alert.tenant_id and alert.cluster_id:
         _event(alert, EventKind.UNBLOCKED, now)
-        _resync(tenant_id=alert.tenant_id, cluster_id=alert.cluster_id)
-        audit_record(
-            actor=None, action="tenant.new_work_allowed", obj=alert.cluster, tenant=alert.tenant,
-            object_id=f"{alert.cluster.name if alert.cluster else ''}: "
-            f"{alert.tenant.slug if alert.tenant else ''}",
-            before={"stopPolicy": "Hold"}, after={"stopPolicy": "None", "alert": alert.pk},
+        quota_set_hold(
+            tenant_id=alert.tenant_id, cluster_id=alert.cluster_id, held=False,
+            detail={"alert": alert.pk},
         )  # fmt: skip
         summary.unblocked += 1
     _event(alert, EventKind.RESOLVED, now, detail={"why": why})

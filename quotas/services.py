@@ -4,7 +4,7 @@ item against the cluster, bump the generation and audit the change in one transa
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
@@ -460,23 +460,62 @@ def outbox_record(*, quota_set: QuotaSet) -> SyncOutbox:
     return row
 
 
+def _repush(quota_set: QuotaSet) -> None:
+    """Something the compiler reads besides the quota lines changed: the next generation and
+    an outbox row, so the change is pushed like an approved one (and the reconcile does not
+    mistake it for a hand edit). In the caller's transaction, ``quota_set`` locked."""
+    quota_set.generation += 1
+    quota_set.save(update_fields=["generation", "updated_at"])
+    outbox_record(quota_set=quota_set)
+
+
 @transaction.atomic
 def quota_sets_resync(*, tenant: Tenant, actor: User | None) -> list[QuotaSet]:
     """The tenant changed in a way its clusters see (state, namespaces, members): each of its
-    quota sets takes the next generation and an outbox row, so the change is pushed like an
-    approved one (and the reconcile does not mistake it for a hand edit)."""
+    quota sets is pushed again at the next generation."""
     quota_sets = list(QuotaSet.objects.select_for_update().filter(tenant=tenant))
     for quota_set in quota_sets:
-        quota_set.generation += 1
-        quota_set.save(update_fields=["generation", "updated_at"])
-        outbox_record(quota_set=quota_set)
+        _repush(quota_set)
     return quota_sets
 
 
+@transaction.atomic
+def quota_set_hold(
+    *, tenant_id: int, cluster_id: int, held: bool, detail: Mapping[str, Any] | None = None
+) -> QuotaSet | None:
+    """New work of a tenant on a cluster is held (``held``: its ClusterQueue's ``stopPolicy:
+    Hold``, R11) or allowed again. Whether a tenant is held is what the ``BLOCKED_TENANTS``
+    hooks of ``quotas.loader`` answer when its objects are compiled (the alerts app's open
+    100% alerts); this pushes the change at the next generation through the outbox and audits
+    it (``tenant.new_work_held`` / ``tenant.new_work_allowed``, with ``detail``). None when
+    the tenant has no quotas on the cluster."""
+    quota_set = (
+        QuotaSet.objects.select_for_update()
+        .select_related("tenant", "cluster")
+        .filter(tenant_id=tenant_id, cluster_id=cluster_id)
+        .first()
+    )
+    if quota_set is None:
+        return None
+    _repush(quota_set)
+    cluster, tenant = quota_set.cluster, quota_set.tenant
+    hold, lifted = {"stopPolicy": "Hold"}, {"stopPolicy": "None"}
+    audit_record(
+        actor=None,
+        action="tenant.new_work_held" if held else "tenant.new_work_allowed",
+        obj=cluster,
+        tenant=tenant,
+        object_id=f"{cluster.name}: {tenant.slug}",
+        before=None if held else hold,
+        after={**(hold if held else lifted), **(detail or {})},
+    )
+    return quota_set
+
+
 def enqueue_outbox(outbox_id: int) -> None:
-    """Send the row to a worker (``approvals.tasks.deliver_outbox``, by name: the push
-    updates request statuses, which live above this app). A broker that is down is logged,
-    not raised: the row stays and the sweep sends it later."""
+    """Send the row to a worker (``quotas.tasks.deliver_outbox``, by name, so that this module
+    does not import the tasks that import it). A broker that is down is logged, not raised:
+    the row stays and the sweep sends it later."""
     from celery import current_app as app
 
     queue = settings.SYNC_QUEUE or None
@@ -492,9 +531,21 @@ def enqueue_outbox(outbox_id: int) -> None:
         )
 
 
-DELIVER_OUTBOX_TASK = "approvals.tasks.deliver_outbox"
+DELIVER_OUTBOX_TASK = "quotas.tasks.deliver_outbox"
 OUTBOX_RESEND_AFTER = timedelta(minutes=10)
 OUTBOX_FIRST_SEND_GRACE = timedelta(seconds=30)
+
+
+def outbox_reopen(*, tenant: Tenant, cluster: Cluster) -> SyncOutbox | None:
+    """Open the newest outbox row of ``tenant`` on ``cluster`` again and send it after commit
+    (an admin's retry of a push that failed for good, once the cause is fixed). None when
+    there is none."""
+    row = SyncOutbox.objects.filter(tenant=tenant, cluster=cluster).order_by("-generation").first()
+    if row is None:
+        return None
+    SyncOutbox.objects.filter(pk=row.pk).update(completed_at=None, last_error="")
+    transaction.on_commit(lambda: enqueue_outbox(row.pk))
+    return row
 
 
 def outbox_sweep(*, now: datetime | None = None) -> list[int]:

@@ -9,15 +9,12 @@ import json
 import pytest
 
 from approvals.choices import RequestStatus
-from approvals.services import (
-    cluster_reconcile,
-    outbox_deliver,
-    quota_request_retry,
-)
+from approvals.services import quota_request_retry
 from devcluster.runner import start_in_thread
 from quotas.choices import SyncBackend, SyncState
 from quotas.kube.applier import RetryableError
 from quotas.models import Cluster, SyncOutbox, TenantSync
+from quotas.sync import cluster_reconcile_by_id, outbox_deliver
 from tenants.models import AuditEvent
 from tests.approvals.conftest import file, item
 from tests.standin import (
@@ -122,7 +119,7 @@ def test_a_hand_edit_is_repaired_by_the_reconcile_and_audited(world, standin):
         json.dumps([{"op": "replace", "path": "/spec/stopPolicy", "value": "HoldAndDrain"}]),
     )  # fmt: skip
 
-    outcome = cluster_reconcile(cluster_id=world.a100.pk)
+    outcome = cluster_reconcile_by_id(cluster_id=world.a100.pk)
 
     assert outcome is not None and not outcome.error
     assert [d["object"] for d in outcome.drifted] == ["ClusterQueue team-a"]
@@ -139,8 +136,8 @@ def test_one_unreachable_cluster_does_not_hold_up_the_others(world, standin):
     Cluster.objects.filter(pk=world.h100.pk).update(
         backend=SyncBackend.KUBERNETES, kubeconfig_path="/nonexistent/kubeconfig"
     )
-    broken = cluster_reconcile(cluster_id=world.h100.pk)
-    fine = cluster_reconcile(cluster_id=world.a100.pk)
+    broken = cluster_reconcile_by_id(cluster_id=world.h100.pk)
+    fine = cluster_reconcile_by_id(cluster_id=world.a100.pk)
     assert broken is not None and "kubeconfig" in broken.error
     assert fine is not None and not fine.error and fine.result is not None
     assert fine.result.created  # every tenant's objects on demo-a100
@@ -221,7 +218,7 @@ def test_a_tenant_change_is_pushed_like_an_approval_and_not_taken_for_drift(worl
     assert {"kind": "User", "name": "bob", "apiGroup": "rbac.authorization.k8s.io"} in view[
         "subjects"
     ]
-    outcome = cluster_reconcile(cluster_id=world.a100.pk)
+    outcome = cluster_reconcile_by_id(cluster_id=world.a100.pk)
     assert outcome is not None and outcome.drifted == []
     assert not AuditEvent.objects.filter(action="cluster.drift_repaired").exists()
 

@@ -10,9 +10,10 @@ import yaml
 from django.core.management import CommandError, call_command
 
 from approvals.choices import RequestStatus
-from approvals.services import outbox_deliver, quota_request_approve
+from approvals.services import quota_request_approve
 from quotas.choices import SyncBackend
 from quotas.models import Cluster, SyncOutbox
+from quotas.sync import outbox_deliver
 from tests.approvals.conftest import file
 
 
