@@ -28,7 +28,7 @@ from core.errors import (
 )
 from quotas import sync
 from quotas.choices import FlavorKind
-from quotas.kube.spec import QuotaItem as KubeQuotaItem
+from quotas.kube.spec import QuotaSpec
 from quotas.models import (
     Cluster,
     FlavorResource,
@@ -724,7 +724,7 @@ def _apply(request: QuotaChangeRequest, *, actor: User | None) -> None:
         RequestStatus.APPROVED,
         actor=actor,
         decided_at=timezone.now(),
-        applied_generation=written.generation,
+        approved_generation=written.generation,
     )
     outbox_record(quota_set=written)
     # Older open requests for this tenant and cluster were checked against numbers that are
@@ -821,7 +821,7 @@ def tenant_onboard(
         after={
             "tier": tier.name,
             "cluster": cluster.name,
-            "generation": request.applied_generation,
+            "generation": request.approved_generation,
             "request": request.pk,
         },
     )
@@ -875,7 +875,7 @@ def _requests_up_to(
             tenant_id=tenant_id,
             cluster_id=cluster_id,
             status__in=statuses,
-            applied_generation__lte=generation,
+            approved_generation__lte=generation,
         ).select_related("tenant", "requester")
     )
 
@@ -957,7 +957,7 @@ def quota_request_dry_run(*, request: QuotaChangeRequest, server: bool = True) -
         tenant=request.tenant,
         cluster=request.cluster,
         items=[
-            KubeQuotaItem(i.flavor.name, i.resource, i.guaranteed, i.limit, i.lending_limit)
+            QuotaSpec(i.flavor.name, i.resource, i.guaranteed, i.limit, i.lending_limit)
             for i in request.items.select_related("flavor")
         ],
         scheduling=_request_scheduling(request),

@@ -246,8 +246,10 @@ def _timeline_detail(event: AuditEvent) -> str:
         )
     if event.action == "quota_request.approval_recorded":
         return f"{after.get('approvals')} of {after.get('required')} approvals"
-    if after.get("applied_generation"):
-        return f"quota generation {after['applied_generation']}"
+    # Audit rows written before the field was renamed say "applied_generation".
+    generation = after.get("approved_generation") or after.get("applied_generation")
+    if generation:
+        return f"quota generation {generation}"
     return ""
 
 
@@ -632,7 +634,7 @@ def _push_state(change: QuotaChangeRequest, push: TenantSync | None) -> PushStat
     status = change.status
     portal_only = change.cluster.backend == SyncBackend.NONE
     if status == RequestStatus.APPLIED:
-        text = f"Applied at generation {change.applied_generation}"
+        text = f"Applied at generation {change.approved_generation}"
         return PushState(status, text + (" (kept in the portal only)" if portal_only else ""))
     if status == RequestStatus.FAILED:
         message = change.failure_message or (push.message if push else "")
@@ -792,7 +794,7 @@ def _decision_message(change: QuotaChangeRequest, *, approve: bool) -> str:
         )
     return (
         f"Request #{change.pk} approved: {where} now has quota generation "
-        f"{change.applied_generation}."
+        f"{change.approved_generation}."
     )
 
 

@@ -43,7 +43,9 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class QuotaItem:
-    """One desired quota line, amounts in base units."""
+    """One desired quota line, amounts in base units, its flavor the ``ResourceFlavor`` row
+    (what validation and writes take; the compiler's pure counterpart, flavor by name, is
+    ``quotas.kube.spec.QuotaSpec``)."""
 
     flavor: ResourceFlavor
     resource: str

@@ -44,7 +44,7 @@ from quotas.kube.applier import (
 )
 from quotas.kube.diff import differences
 from quotas.kube.resources import CLUSTER_QUEUE, RESOURCE_QUOTA
-from quotas.kube.spec import LABEL_TENANT, NamespaceSpec, QuotaItem, TenantSpec
+from quotas.kube.spec import LABEL_TENANT, NamespaceSpec, QuotaSpec, TenantSpec
 from quotas.kube.validate import validate_objects
 from quotas.loader import cluster_spec, tenant_specs
 from quotas.models import Cluster, QuotaSet, SyncOutbox, TenantSync
@@ -434,7 +434,7 @@ def change_dry_run(
     *,
     tenant: Tenant,
     cluster: Cluster,
-    items: list[QuotaItem],
+    items: list[QuotaSpec],
     scheduling: dict[str, Any],
     server: bool = True,
 ) -> DryRun:

@@ -35,7 +35,7 @@ def test_an_approved_change_lands_in_the_cluster_and_the_request_is_applied(worl
     request.refresh_from_db()
     assert request.status == RequestStatus.APPLIED
     sync = TenantSync.objects.get(tenant=world.team_a, cluster=world.a100)
-    assert (sync.state, sync.applied_generation) == (SyncState.IN_SYNC, request.applied_generation)
+    assert (sync.state, sync.applied_generation) == (SyncState.IN_SYNC, request.approved_generation)
     row.refresh_from_db()
     assert row.completed_at is not None
     cq = kubectl_json(standin, "get", "clusterqueue", "team-a")

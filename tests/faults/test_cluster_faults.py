@@ -114,7 +114,7 @@ def test_a_worker_killed_mid_push(synced, leads, start_worker, standin, watch):
 
 
 def status_row_generation(request: QuotaChangeRequest) -> int:
-    generation = QuotaChangeRequest.objects.get(pk=request.pk).applied_generation
+    generation = QuotaChangeRequest.objects.get(pk=request.pk).approved_generation
     assert generation is not None
     return generation
 

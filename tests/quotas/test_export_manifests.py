@@ -49,7 +49,7 @@ def test_a_gitops_cluster_gets_its_pushes_as_files(world, tmp_path):
     quota_request_approve(request=request, approver=world.admin)
     request.refresh_from_db()
     row = SyncOutbox.objects.get(
-        tenant=world.team_a, cluster=world.a100, generation=request.applied_generation
+        tenant=world.team_a, cluster=world.a100, generation=request.approved_generation
     )
 
     outbox_deliver(outbox_id=row.pk)

@@ -94,7 +94,7 @@ def test_the_tenant_page_shows_each_clusters_push_state(world, standin, persona)
 
     a100 = element(page, "tr", 'data-cluster="demo-a100"')
     assert 'data-sync="in_sync"' in a100
-    generation = request.applied_generation
+    generation = request.approved_generation
     assert f"generation {generation}, cluster has {generation}" in words(a100)
     assert "never" not in words(a100)  # a last-applied time instead
     assert f'href="{IN_CLUSTER}"' in a100 and f'href="{YAML}"' in a100
@@ -114,7 +114,7 @@ def test_a_failed_a_retrying_and_a_portal_only_cluster_read_as_such(world, stand
 
     a100 = words(element(main(client.get(TENANT)), "tr", 'data-cluster="demo-a100"'))
     assert "Applying (attempt 2)" in a100
-    assert f"generation {request.applied_generation}, cluster has none yet" in a100
+    assert f"generation {request.approved_generation}, cluster has none yet" in a100
 
     Cluster.objects.filter(pk=world.a100.pk).update(backend=SyncBackend.NONE)
     sync.outbox_deliver(outbox_id=row.pk)
@@ -240,7 +240,7 @@ def test_a_request_shows_where_its_push_stands(world, standin):
     standin.clear_faults()
     sync.outbox_deliver(outbox_id=row.pk)
     push = words(element(main(client.get(url)), "section", 'data-push="applied"'))
-    assert f"Applied at generation {request.applied_generation}" in push
+    assert f"Applied at generation {request.approved_generation}" in push
     assert "Retry push" not in push
 
 
