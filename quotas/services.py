@@ -4,11 +4,11 @@ item against the cluster, bump the generation and audit the change in one transa
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -34,7 +34,7 @@ from quotas.models import (
     TierTemplate,
 )
 from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
-from quotas.selectors import guarantees_by_flavor
+from quotas.selectors import FlavorAllocation, guarantees_by_flavor
 from tenants.models import Tenant, User
 from tenants.services import audit_record
 
@@ -166,7 +166,11 @@ def quota_items_check(
             )
         capacity = covered[key]
         taken = guaranteed_elsewhere.get(key) or Decimal(0)
-        if not cluster.allow_guarantee_overcommit and taken + item.guaranteed > capacity:
+        if not guarantees_fit(
+            capacity=capacity,
+            guaranteed=taken + item.guaranteed,
+            overcommit_allowed=cluster.allow_guarantee_overcommit,
+        ):
             check.error(
                 f"{name}.guaranteed",
                 (
@@ -179,7 +183,7 @@ def quota_items_check(
         cap = elastic_cap(
             capacity=capacity, fraction=cluster.elastic_cap_fraction, resource=item.resource
         )
-        if item.limit > cap:
+        if not limit_fits_cap(limit=item.limit, cap=cap):
             check.error(
                 f"{name}.limit",
                 (
@@ -195,6 +199,102 @@ def elastic_cap(*, capacity: Decimal, fraction: Decimal, resource: str) -> Decim
     """The most a single tenant's limit may be (R19); whole units for GPUs and MIG slices."""
     cap = capacity * fraction
     return cap.to_integral_value(rounding=ROUND_FLOOR) if is_gpu_resource(resource) else cap
+
+
+def guarantees_fit(*, capacity: Decimal, guaranteed: Decimal, overcommit_allowed: bool) -> bool:
+    """The capacity rule: all tenants' guarantees (``guaranteed``) on a flavor's resource fit
+    its capacity, unless the cluster allows overcommitting guarantees."""
+    return overcommit_allowed or guaranteed <= capacity
+
+
+def limit_fits_cap(*, limit: Decimal, cap: Decimal) -> bool:
+    """The elastic-cap rule (R19): one tenant's limit is at most the cap (``elastic_cap``)."""
+    return limit <= cap
+
+
+class ProposedLine(Protocol):
+    """A quota line a change proposes (``approvals.services.DiffLine`` is one)."""
+
+    @property
+    def flavor(self) -> str: ...  # the flavor's name
+
+    @property
+    def resource(self) -> str: ...
+
+    @property
+    def guaranteed_before(self) -> Decimal: ...
+
+    @property
+    def guaranteed_after(self) -> Decimal: ...
+
+    @property
+    def limit_after(self) -> Decimal: ...
+
+
+@dataclass(frozen=True)
+class CapacityLine:
+    """A flavor x resource of a cluster against one tenant's proposed line: its capacity, all
+    tenants' guarantees, the change of this tenant's guarantee and the limit asked for, and
+    the verdict of the rules ``quota_items_check`` applies (``fits``: the capacity rule,
+    ``over_cap``: the elastic cap)."""
+
+    allocation: FlavorAllocation
+    elastic_cap: Decimal
+    overcommit_allowed: bool
+    change: Decimal = Decimal(0)  # this tenant's guarantee, after minus before
+    limit_after: Decimal | None = None  # None: the change leaves this line alone
+
+    @property
+    def resource(self) -> str:
+        return self.allocation.resource
+
+    @property
+    def free_after(self) -> Decimal:
+        return self.allocation.free - self.change
+
+    @property
+    def fits(self) -> bool:
+        return guarantees_fit(
+            capacity=self.allocation.capacity,
+            guaranteed=self.allocation.guaranteed + self.change,
+            overcommit_allowed=self.overcommit_allowed,
+        )
+
+    @property
+    def over_cap(self) -> bool:
+        return self.limit_after is not None and not limit_fits_cap(
+            limit=self.limit_after, cap=self.elastic_cap
+        )
+
+
+def capacity_lines_check(
+    *,
+    cluster: Cluster,
+    allocations: Iterable[FlavorAllocation],
+    lines: Iterable[ProposedLine],
+) -> list[CapacityLine]:
+    """Per line of the cluster (``allocations``, from ``quotas.selectors.cluster_allocations``),
+    what the proposed ``lines`` (matched by flavor name and resource) do to it and whether
+    they keep the capacity and elastic-cap rules: the same answers as ``quota_items_check``,
+    line by line, for pages that show them next to each line."""
+    changes = {(line.flavor, line.resource): line for line in lines}
+    out = []
+    for allocation in allocations:
+        line = changes.get((allocation.flavor.name, allocation.resource))
+        out.append(
+            CapacityLine(
+                allocation,
+                elastic_cap(
+                    capacity=allocation.capacity,
+                    fraction=cluster.elastic_cap_fraction,
+                    resource=allocation.resource,
+                ),
+                cluster.allow_guarantee_overcommit,
+                line.guaranteed_after - line.guaranteed_before if line else Decimal(0),
+                line.limit_after if line else None,
+            )
+        )
+    return out
 
 
 def _snapshot(quota_set: QuotaSet) -> dict[str, Any]:
