@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
@@ -161,14 +162,20 @@ def webhook_deliveries_create(*, alert: Alert, event: str) -> list[int]:
     return ids
 
 
+# Enqueued by name: ``alerts.tasks`` imports this module, not the other way round.
+DELIVER_WEBHOOK_TASK = "alerts.tasks.deliver_webhook"
+
+
 def enqueue_deliveries(ids: list[int]) -> None:
     """Each delivery is its own task, so a slow or failing webhook delays no other. A broker
     that is down is logged: the sweep sends the rows later."""
-    from alerts.tasks import deliver_webhook  # tasks import services
-
+    task = current_app.tasks.get(DELIVER_WEBHOOK_TASK)
     for delivery_id in ids:
         try:
-            deliver_webhook.delay(delivery_id)
+            if task is not None:  # registered here: honours eager mode like any task
+                task.apply_async(args=[delivery_id])
+            else:
+                current_app.send_task(DELIVER_WEBHOOK_TASK, args=[delivery_id])
         except Exception:
             logger.warning("webhook delivery %s not enqueued now", delivery_id, exc_info=True)
 
