@@ -1,3 +1,5 @@
+"""The alerts app's wiring: its hooks into quotas and usage, its tasks registered."""
+
 from django.apps import AppConfig
 
 

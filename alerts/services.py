@@ -1,7 +1,8 @@
 """Writes for alerts: the evaluation (Celery beat, every minute), acknowledging, the actions
-(holding a tenant's new work at 100%, R11; suspending an idle workload after telling the lead,
-and undoing it, R12) and notifications (inbox and email through ``tenants.services.notify``,
-webhooks through Celery with retries).
+(holding a tenant's new work at 100%, R11, through ``quotas.services.quota_set_hold``;
+suspending an idle workload after telling the lead, and undoing it, R12, through
+``quotas.backends.workload_set_active``) and notifications (inbox and email through
+``tenants.services.notify``, webhooks through Celery with retries, enqueued by task name).
 
 ``evaluate`` is idempotent: the same usage gives the same alerts, whatever the number of runs
 (one open alert per (rule, subject), a PostgreSQL advisory lock serialises concurrent runs).

@@ -1,3 +1,5 @@
+"""The approvals app's wiring: its handlers on the push hooks of ``quotas.sync``."""
+
 from django.apps import AppConfig
 
 

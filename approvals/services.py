@@ -1,8 +1,11 @@
 """Change: quota change requests and their approval (DESIGN flow 2), and onboarding (flow 1).
 
-Quotas change only here. Every transition is a conditional update or happens under a row lock;
-approval writes the decision, the new quota set (next generation), the audit rows and the
-outbox row in one transaction, and enqueues the push after commit.
+Quotas change at a user's request only here. Every transition is a conditional update or
+happens under a row lock; approval writes the decision, the new quota set (next generation),
+the audit rows and the outbox row in one transaction, and the quotas app pushes it after
+commit. Where the push stands comes back through ``quotas.sync``'s hooks
+(``quota_requests_push_started``, ``quota_requests_pushed``): a request is applied once the
+cluster has observed its approved generation, failed when the cluster refused it for good.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Celery tasks for approvals: thin, by id, idempotent."""
+"""Celery tasks for approvals: the expiry of pending requests, and the upgrade alias of the
+delivery task the quotas app now owns. Thin, by id, idempotent."""
 
 from __future__ import annotations
 

@@ -1,3 +1,6 @@
+"""The quotas app's wiring: its tasks registered, its hook into tenants (a tenant change
+pushes its quota sets again)."""
+
 from django.apps import AppConfig
 
 

@@ -1,5 +1,12 @@
-"""Writes for quotas. Quota sets change only through these functions, which validate every
-item against the cluster, bump the generation and audit the change in one transaction."""
+"""Writes for quotas, and the rules a quota line keeps.
+
+Quota sets change only through these functions, which validate every item against the
+cluster (``quota_items_check``; ``capacity_lines_check`` gives the same verdicts line by line
+for pages), bump the generation and audit the change in one transaction. A change the
+cluster must see is recorded in the outbox in the same transaction and pushed after commit
+(``outbox_record``; ``outbox_sweep`` re-sends what no worker took, ``outbox_reopen`` an
+admin's retry): approved quotas, a tenant's own changes (``quota_sets_resync``) and a hold on
+new work at 100% (``quota_set_hold``, R11). Tier templates are written here too."""
 
 from __future__ import annotations
 
