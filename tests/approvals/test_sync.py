@@ -236,3 +236,16 @@ def test_a_dry_run_before_the_first_push_does_not_report_missing_namespaces(worl
         ns["metadata"]["name"] for ns in kubectl_json(standin, "get", "namespaces")["items"]
     }
     assert not {n for n in namespaces if n.startswith("team-a")}  # a dry run created nothing
+
+
+def test_a_delivery_queued_under_the_old_task_name_is_still_pushed(world, standin):
+    from celery import current_app
+
+    request, row = approved(world)
+
+    current_app.tasks["approvals.tasks.deliver_outbox"].apply(args=[row.pk])
+
+    request.refresh_from_db()
+    assert request.status == RequestStatus.APPLIED
+    row.refresh_from_db()
+    assert row.completed_at is not None
