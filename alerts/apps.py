@@ -1,3 +1,5 @@
+"""The alerts app's wiring: its hooks into quotas and usage, its tasks registered."""
+
 from django.apps import AppConfig
 
 
@@ -9,12 +11,14 @@ class AlertsConfig(AppConfig):
     def ready(self) -> None:
         # Hooks into the apps below this one (they import nothing from here): which tenants
         # are blocked on a cluster (the compiler's TenantSpec.blocked, R11), and the alert
-        # gauges of /metrics.
-        from alerts import metrics, selectors
-        from quotas.kube import load
+        # gauges of /metrics. Webhook deliveries are enqueued by task name: importing the
+        # tasks registers them in every process (not only in workers), so eager mode and
+        # routing apply to them.
+        from alerts import metrics, selectors, tasks  # noqa: F401
+        from quotas import loader
         from usage.metrics import EXTRA_COLLECTORS
 
-        if selectors.blocked_tenant_ids not in load.BLOCKED_TENANTS:
-            load.BLOCKED_TENANTS.append(selectors.blocked_tenant_ids)
+        if selectors.blocked_tenant_ids not in loader.BLOCKED_TENANTS:
+            loader.BLOCKED_TENANTS.append(selectors.blocked_tenant_ids)
         if metrics.alert_families not in EXTRA_COLLECTORS:
             EXTRA_COLLECTORS.append(metrics.alert_families)

@@ -81,7 +81,7 @@ def tenant_leads(*, tenant_id: int) -> list[User]:
 
 def blocked_tenant_ids(*, cluster_id: int, tenant_ids: Sequence[int] | None = None) -> set[int]:
     """Tenants whose new work is held on ``cluster_id``: an open quota-block alert that acted.
-    The compiler's ``TenantSpec.blocked`` (registered in ``quotas.kube.load``)."""
+    The compiler's ``TenantSpec.blocked`` (registered in ``quotas.loader``)."""
     rows = Alert.objects.filter(
         cluster_id=cluster_id,
         state__in=OPEN_STATES,

@@ -1,7 +1,8 @@
 """Writes for alerts: the evaluation (Celery beat, every minute), acknowledging, the actions
-(holding a tenant's new work at 100%, R11; suspending an idle workload after telling the lead,
-and undoing it, R12) and notifications (inbox and email through ``tenants.services.notify``,
-webhooks through Celery with retries).
+(holding a tenant's new work at 100%, R11, through ``quotas.services.quota_set_hold``;
+suspending an idle workload after telling the lead, and undoing it, R12, through
+``quotas.backends.workload_set_active``) and notifications (inbox and email through
+``tenants.services.notify``, webhooks through Celery with retries, enqueued by task name).
 
 ``evaluate`` is idempotent: the same usage gives the same alerts, whatever the number of runs
 (one open alert per (rule, subject), a PostgreSQL advisory lock serialises concurrent runs).
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
@@ -37,18 +39,15 @@ from alerts.choices import (
 )
 from alerts.models import Alert, AlertEvent, AlertRule, Webhook, WebhookDelivery
 from core.errors import Conflict
-from quotas.choices import SyncBackend
+from quotas.backends import workload_set_active
 from quotas.kube.applier import ApplyError
-from quotas.kube.resources import KUEUE, Kind
-from quotas.models import Cluster, QuotaSet
-from quotas.services import outbox_record
+from quotas.services import quota_set_hold
 from tenants.models import User
 from tenants.services import audit_record, notify
 from usage.models import Workload
 
 logger = logging.getLogger(__name__)
 
-WORKLOAD = Kind(KUEUE, "Workload", "workloads", True)
 # "alrt": the namespace of the evaluation's advisory lock.
 EVALUATION_LOCK = (0x616C7274, 1)
 DEFAULT_GRACE = timedelta(days=1)
@@ -164,14 +163,20 @@ def webhook_deliveries_create(*, alert: Alert, event: str) -> list[int]:
     return ids
 
 
+# Enqueued by name: ``alerts.tasks`` imports this module, not the other way round.
+DELIVER_WEBHOOK_TASK = "alerts.tasks.deliver_webhook"
+
+
 def enqueue_deliveries(ids: list[int]) -> None:
     """Each delivery is its own task, so a slow or failing webhook delays no other. A broker
     that is down is logged: the sweep sends the rows later."""
-    from alerts.tasks import deliver_webhook  # tasks import services
-
+    task = current_app.tasks.get(DELIVER_WEBHOOK_TASK)
     for delivery_id in ids:
         try:
-            deliver_webhook.delay(delivery_id)
+            if task is not None:  # registered here: honours eager mode like any task
+                task.apply_async(args=[delivery_id])
+            else:
+                current_app.send_task(DELIVER_WEBHOOK_TASK, args=[delivery_id])
         except Exception:
             logger.warning("webhook delivery %s not enqueued now", delivery_id, exc_info=True)
 
@@ -293,23 +298,6 @@ def _lock() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", list(EVALUATION_LOCK))
 
 
-def _resync(*, tenant_id: int, cluster_id: int) -> None:
-    """Push the tenant's objects on the cluster again through the outbox, like an approved
-    change: the next generation, an outbox row, delivered by ``approvals.tasks.deliver_outbox``
-    after commit (and by the sweep if the broker is down)."""
-    quota_set = (
-        QuotaSet.objects.select_for_update()
-        .select_related("tenant", "cluster")
-        .filter(tenant_id=tenant_id, cluster_id=cluster_id)
-        .first()
-    )
-    if quota_set is None:
-        return
-    quota_set.generation += 1
-    quota_set.save(update_fields=["generation", "updated_at"])
-    outbox_record(quota_set=quota_set)
-
-
 def _fire(
     rule: AlertRule, finding: selectors.Finding, now: datetime, summary: EvaluationSummary
 ) -> Alert:
@@ -338,11 +326,9 @@ def _fire(
         alert.action_state = ActionState.BLOCKED
         alert.save(update_fields=["action_state"])
         _event(alert, EventKind.BLOCKED, now)
-        _resync(tenant_id=finding.tenant_id, cluster_id=finding.cluster_id)
-        audit_record(
-            actor=None, action="tenant.new_work_held", obj=alert.cluster, tenant=tenant,
-            object_id=f"{alert.cluster.name if alert.cluster else ''}: {tenant.slug if tenant else ''}",
-            after={"stopPolicy": "Hold", "alert": alert.pk, "message": finding.message},
+        quota_set_hold(
+            tenant_id=finding.tenant_id, cluster_id=finding.cluster_id, held=True,
+            detail={"alert": alert.pk, "message": finding.message},
         )  # fmt: skip
         summary.blocked += 1
         body += (
@@ -381,12 +367,9 @@ def _resolve(alert: Alert, now: datetime, summary: EvaluationSummary, why: str) 
     summary.resolved += 1
     if alert.action_state == ActionState.BLOCKED and alert.tenant_id and alert.cluster_id:
         _event(alert, EventKind.UNBLOCKED, now)
-        _resync(tenant_id=alert.tenant_id, cluster_id=alert.cluster_id)
-        audit_record(
-            actor=None, action="tenant.new_work_allowed", obj=alert.cluster, tenant=alert.tenant,
-            object_id=f"{alert.cluster.name if alert.cluster else ''}: "
-            f"{alert.tenant.slug if alert.tenant else ''}",
-            before={"stopPolicy": "Hold"}, after={"stopPolicy": "None", "alert": alert.pk},
+        quota_set_hold(
+            tenant_id=alert.tenant_id, cluster_id=alert.cluster_id, held=False,
+            detail={"alert": alert.pk},
         )  # fmt: skip
         summary.unblocked += 1
     _event(alert, EventKind.RESOLVED, now, detail={"why": why})
@@ -475,24 +458,6 @@ def evaluate(*, now: datetime | None = None) -> EvaluationSummary:
 # --- suspending an idle workload, and undoing it ---------------------------------------------
 
 
-def _set_active(cluster: Cluster, namespace: str, name: str, active: bool) -> None:
-    """``spec.active`` of a Kueue Workload through the cluster's client (a merge patch). False:
-    Kueue evicts it and releases its quota; true: it queues again."""
-    from quotas.sync import _close, backend_for
-
-    if cluster.backend != SyncBackend.KUBERNETES:
-        raise ApplyError(
-            f"cluster {cluster.name} is not reached through the Kubernetes API "
-            f"(backend {cluster.backend}): its workloads cannot be suspended from the portal"
-        )
-    backend = backend_for(cluster)
-    try:
-        patch = getattr(backend, "merge_patch")  # noqa: B009  # KubernetesBackend only
-        patch(WORKLOAD, namespace=namespace, name=name, body={"spec": {"active": active}})
-    finally:
-        _close(backend)
-
-
 def workload_suspend(*, alert_id: int, now: datetime | None = None) -> bool:
     """Suspend the idle workload of an alert whose grace has passed (``spec.active: false``);
     audited, the lead told. A refusal or an unreachable cluster is recorded and retried by the
@@ -506,7 +471,12 @@ def workload_suspend(*, alert_id: int, now: datetime | None = None) -> bool:
     if alert is None or alert.cluster is None:
         return False
     try:
-        _set_active(alert.cluster, alert.workload_namespace, alert.workload_name, False)
+        workload_set_active(
+            cluster=alert.cluster,
+            namespace=alert.workload_namespace,
+            name=alert.workload_name,
+            active=False,
+        )
     except ApplyError as exc:
         with transaction.atomic():
             changed = (
@@ -551,7 +521,12 @@ def alert_reactivate(*, alert: Alert, actor: User, now: datetime | None = None) 
         )
     assert alert.cluster is not None
     try:
-        _set_active(alert.cluster, alert.workload_namespace, alert.workload_name, True)
+        workload_set_active(
+            cluster=alert.cluster,
+            namespace=alert.workload_namespace,
+            name=alert.workload_name,
+            active=True,
+        )
     except ApplyError as exc:
         raise Conflict(f"The cluster could not reactivate the workload: {exc.message}") from exc
     with transaction.atomic():

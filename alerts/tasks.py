@@ -1,4 +1,5 @@
-"""Celery tasks for alerts: thin, idempotent."""
+"""Celery tasks for alerts: the evaluation and one webhook delivery. Thin, idempotent; the
+services enqueue them by name and never import this module."""
 
 from __future__ import annotations
 

@@ -1,3 +1,5 @@
+"""The approvals app's wiring: its handlers on the push hooks of ``quotas.sync``."""
+
 from django.apps import AppConfig
 
 
@@ -6,6 +8,13 @@ class ApprovalsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # The outbox is enqueued by task name from the quotas app; registering the task in
-        # every process (not only in workers) lets eager mode and routing apply to it.
-        from approvals import tasks  # noqa: F401
+        # The push is the quotas app's; it tells this one where a push stands through its
+        # hooks, and requests move with it (approved -> applying -> applied / failed).
+        from approvals import tasks  # noqa: F401 - the upgrade alias of the delivery task
+        from approvals.services import quota_requests_push_started, quota_requests_pushed
+        from quotas.sync import PUSH_STARTED, PUSHED
+
+        if quota_requests_push_started not in PUSH_STARTED:
+            PUSH_STARTED.append(quota_requests_push_started)
+        if quota_requests_pushed not in PUSHED:
+            PUSHED.append(quota_requests_pushed)

@@ -1,3 +1,5 @@
+"""A request's statuses and which may follow which; approvers' decisions."""
+
 from django.db import models
 
 

@@ -49,7 +49,9 @@ class QuotaChangeRequest(models.Model):
     base_generation = models.PositiveBigIntegerField(default=0)
     needs_revalidation = models.BooleanField(default=False)
     required_approvals = models.PositiveSmallIntegerField(default=1)
-    applied_generation = models.PositiveBigIntegerField(
+    # The quota set generation its approval wrote. Whether the cluster has it is the push's
+    # record (``quotas.TenantSync.applied_generation``, the generation the cluster observed).
+    approved_generation = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="The quota set generation its approval wrote."
     )
     failure_message = models.TextField(blank=True)

@@ -1,13 +1,15 @@
 """Change: quota change requests and their approval (DESIGN flow 2), and onboarding (flow 1).
 
-Quotas change only here. Every transition is a conditional update or happens under a row lock;
-approval writes the decision, the new quota set (next generation), the audit rows and the
-outbox row in one transaction, and enqueues the push after commit.
+Quotas change at a user's request only here. Every transition is a conditional update or
+happens under a row lock; approval writes the decision, the new quota set (next generation),
+the audit rows and the outbox row in one transaction, and the quotas app pushes it after
+commit. Where the push stands comes back through ``quotas.sync``'s hooks
+(``quota_requests_push_started``, ``quota_requests_pushed``): a request is applied once the
+cluster has observed its approved generation, failed when the cluster refused it for good.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -28,15 +30,13 @@ from core.errors import (
     ValidationFailed,
 )
 from quotas import sync
-from quotas.choices import FlavorKind, SyncBackend
-from quotas.kube.applier import RetryableError
-from quotas.kube.spec import QuotaItem as KubeQuotaItem
+from quotas.choices import FlavorKind
+from quotas.kube.spec import QuotaSpec
 from quotas.models import (
     Cluster,
     FlavorResource,
     QuotaSet,
     ResourceFlavor,
-    SyncOutbox,
     TierTemplate,
 )
 from quotas.quantity import format_quantity
@@ -45,8 +45,8 @@ from quotas.services import (
     QuotaItem,
     SchedulingQuotas,
     default_gpu_flavor,
-    enqueue_outbox,
     outbox_record,
+    outbox_reopen,
     quota_item_parse,
     quota_items_check,
     quota_set_write,
@@ -66,9 +66,6 @@ DECISION_NOTICES: dict[str, str] = {
     RequestStatus.EXPIRED: "expired unanswered",
     RequestStatus.FAILED: "approved but could not be applied to the cluster",
 }
-
-
-logger = logging.getLogger(__name__)
 
 
 # --- reading what a request would do -------------------------------------------------------
@@ -730,7 +727,7 @@ def _apply(request: QuotaChangeRequest, *, actor: User | None) -> None:
         RequestStatus.APPROVED,
         actor=actor,
         decided_at=timezone.now(),
-        applied_generation=written.generation,
+        approved_generation=written.generation,
     )
     outbox_record(quota_set=written)
     # Older open requests for this tenant and cluster were checked against numbers that are
@@ -827,7 +824,7 @@ def tenant_onboard(
         after={
             "tier": tier.name,
             "cluster": cluster.name,
-            "generation": request.applied_generation,
+            "generation": request.approved_generation,
             "request": request.pk,
         },
     )
@@ -868,18 +865,20 @@ def _scheduling_fields(scheduling: SchedulingQuotas) -> dict[str, Any]:
     return {name: getattr(scheduling, name) for name in SCHEDULING_FIELDS}
 
 
-# --- the push to the cluster ----------------------------------------------------------------
+# --- what the push says (hooks of ``quotas.sync``, registered in approvals/apps.py) ----------
 
 
-def _requests_pushed(
-    tenant: Tenant, cluster: Cluster, generation: int, statuses: Sequence[str]
+def _requests_up_to(
+    tenant_id: int, cluster_id: int, generation: int, statuses: Sequence[str]
 ) -> list[QuotaChangeRequest]:
+    """The tenant's requests in ``statuses`` whose approved generation is at most
+    ``generation``: a push of the state in force covers every older approval."""
     return list(
         QuotaChangeRequest.objects.filter(
-            tenant=tenant,
-            cluster=cluster,
+            tenant_id=tenant_id,
+            cluster_id=cluster_id,
             status__in=statuses,
-            applied_generation__lte=generation,
+            approved_generation__lte=generation,
         ).select_related("tenant", "requester")
     )
 
@@ -892,59 +891,41 @@ def _move(requests: Sequence[QuotaChangeRequest], to: str, **fields: Any) -> Non
             continue  # another worker moved it first: fine, it is where it should be
 
 
-def outbox_deliver(*, outbox_id: int) -> sync.PushOutcome | None:
-    """Take an outbox row and push the tenant's quotas to the cluster: approved requests
-    become applying, then applied (or failed with the cluster's message). Idempotent and safe
-    under duplicate delivery: the push is a server-side apply of the state in force, a row
-    already completed is skipped, and one tenant's pushes to one cluster run one at a time (a
-    second delivery arriving during a push is retried, and finds the row completed). Raises
-    ``RetryableError`` when the cluster was unreachable or another push of the tenant was
-    under way, so that the task retries with backoff."""
-    row = sync.outbox_claim(outbox_id=outbox_id)
-    if row is None:
-        return None
-    with sync.tenant_push_lock(tenant=row.tenant, cluster=row.cluster) as held:
-        if not held:
-            raise RetryableError(
-                f"a push of {row.tenant.slug} to {row.cluster.name} is already under way"
-            )
-        return _outbox_push(row)
+def quota_requests_push_started(*, tenant_id: int, cluster_id: int, generation: int) -> None:
+    """A push of the tenant's quotas up to ``generation`` starts: its approved requests are
+    applying (``quotas.sync.PUSH_STARTED``)."""
+    _move(
+        _requests_up_to(tenant_id, cluster_id, generation, [RequestStatus.APPROVED]),
+        RequestStatus.APPLYING,
+    )
 
 
-def _outbox_push(row: SyncOutbox) -> sync.PushOutcome:
-    tenant, cluster = row.tenant, row.cluster
-    with transaction.atomic():
+def quota_requests_pushed(
+    *, tenant_id: int, cluster_id: int, generation: int, outcome: sync.PushOutcome
+) -> None:
+    """A push ended (``quotas.sync.PUSHED``, in the transaction that records it): the
+    requests whose approved generation the cluster has now observed are applied; a push the
+    cluster refused for good fails them with its message; one to be retried leaves them
+    applying."""
+    if outcome.ok:
         _move(
-            _requests_pushed(tenant, cluster, row.generation, [RequestStatus.APPROVED]),
-            RequestStatus.APPLYING,
+            _requests_up_to(
+                tenant_id,
+                cluster_id,
+                generation,
+                [RequestStatus.APPROVED, RequestStatus.APPLYING, RequestStatus.FAILED],
+            ),
+            RequestStatus.APPLIED,
+            failure_message="",
         )
-    outcome = sync.tenant_push(tenant=tenant, cluster=cluster)
-    with transaction.atomic():
-        if outcome.ok:
-            _move(
-                _requests_pushed(
-                    tenant,
-                    cluster,
-                    outcome.generation,
-                    [RequestStatus.APPROVED, RequestStatus.APPLYING, RequestStatus.FAILED],
-                ),
-                RequestStatus.APPLIED,
-                failure_message="",
-            )
-        elif not outcome.retryable:
-            _move(
-                _requests_pushed(
-                    tenant,
-                    cluster,
-                    outcome.generation,
-                    [RequestStatus.APPROVED, RequestStatus.APPLYING],
-                ),
-                RequestStatus.FAILED,
-                failure_message=outcome.message[:2000],
-            )
-    if outcome.retryable:
-        raise RetryableError(outcome.message)
-    return outcome
+    elif not outcome.retryable:
+        _move(
+            _requests_up_to(
+                tenant_id, cluster_id, generation, [RequestStatus.APPROVED, RequestStatus.APPLYING]
+            ),
+            RequestStatus.FAILED,
+            failure_message=outcome.message[:2000],
+        )
 
 
 @transaction.atomic
@@ -958,15 +939,9 @@ def quota_request_retry(*, request: QuotaChangeRequest, actor: User) -> QuotaCha
             f"Request #{request.pk} is {request.status}; only a failed push is retried.",
             fields={"status": [f"{request.status} cannot be retried"]},
         )
-    row = (
-        SyncOutbox.objects.filter(tenant=request.tenant, cluster=request.cluster)
-        .order_by("-generation")
-        .first()
-    )
+    row = outbox_reopen(tenant=request.tenant, cluster=request.cluster)
     if row is None:  # pragma: no cover - an approval always writes one
         raise Conflict(f"Request #{request.pk} has nothing to push.")
-    SyncOutbox.objects.filter(pk=row.pk).update(completed_at=None, last_error="")
-    transaction.on_commit(lambda: enqueue_outbox(row.pk))
     audit_record(
         actor=actor,
         action="quota_request.retried",
@@ -978,25 +953,6 @@ def quota_request_retry(*, request: QuotaChangeRequest, actor: User) -> QuotaCha
     return request
 
 
-def clusters_to_reconcile() -> list[int]:
-    return list(
-        Cluster.objects.exclude(backend=SyncBackend.NONE)
-        .order_by("name")
-        .values_list("pk", flat=True)
-    )
-
-
-def cluster_reconcile(*, cluster_id: int) -> sync.PushOutcome | None:
-    """Drift repair of one cluster (Celery beat, one task per cluster)."""
-    cluster = Cluster.objects.filter(pk=cluster_id).first()
-    if cluster is None:
-        return None
-    outcome = sync.cluster_reconcile(cluster=cluster)
-    if outcome.error:
-        logger.warning("reconcile of %s failed: %s", cluster.name, outcome.error)
-    return outcome
-
-
 def quota_request_dry_run(*, request: QuotaChangeRequest, server: bool = True) -> sync.DryRun:
     """What approving ``request`` would change in the cluster, object by object (computed
     from the compiler), and the cluster's own verdict from a server-side dry run."""
@@ -1004,7 +960,7 @@ def quota_request_dry_run(*, request: QuotaChangeRequest, server: bool = True) -
         tenant=request.tenant,
         cluster=request.cluster,
         items=[
-            KubeQuotaItem(i.flavor.name, i.resource, i.guaranteed, i.limit, i.lending_limit)
+            QuotaSpec(i.flavor.name, i.resource, i.guaranteed, i.limit, i.lending_limit)
             for i in request.items.select_related("flavor")
         ],
         scheduling=_request_scheduling(request),

@@ -71,7 +71,7 @@ from quotas.choices import FlavorKind, SyncBackend, SyncState, is_gpu_resource
 from quotas.models import Cluster, TenantSync, TierTemplate
 from quotas.quantity import format_quantity
 from quotas.selectors import EffectiveQuota, EffectiveQuotaSet, FlavorAllocation
-from quotas.services import QuotaItem, elastic_cap, tier_items
+from quotas.services import CapacityLine, QuotaItem, capacity_lines_check, elastic_cap, tier_items
 from quotas.sync import DryRun
 from quotas.views import FieldChange, value_shown
 from tenants import selectors as tenant_selectors
@@ -91,66 +91,6 @@ PUSHED_STATUSES = (
 
 
 # --- shared pieces --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CapacityLine:
-    """A flavor x resource of the cluster: capacity, all tenants' guarantees, what one
-    request would change in this tenant's guarantee, and what would be left after it."""
-
-    allocation: FlavorAllocation
-    elastic_cap: Decimal
-    overcommit_allowed: bool
-    change: Decimal = Decimal(0)
-    limit_after: Decimal | None = None
-
-    @property
-    def resource(self) -> str:
-        return self.allocation.resource
-
-    @property
-    def free_after(self) -> Decimal:
-        return self.allocation.free - self.change
-
-    @property
-    def fits(self) -> bool:
-        return self.overcommit_allowed or self.free_after >= 0
-
-    @property
-    def over_cap(self) -> bool:
-        return self.limit_after is not None and self.limit_after > self.elastic_cap
-
-    @property
-    def change_shown(self) -> str:
-        if not self.change:
-            return "±0"
-        text = format_quantity(self.change, self.resource)
-        return text if self.change < 0 else f"+{text}"
-
-
-def _capacity_lines(
-    cluster: Cluster, allocations: Iterable[FlavorAllocation], diff: Iterable[DiffLine]
-) -> list[CapacityLine]:
-    """One line per allocation, with the changes of ``diff`` (matched by flavor name and
-    resource, as DiffLine names them)."""
-    changes = {(d.flavor, d.resource): d for d in diff}
-    lines = []
-    for allocation in allocations:
-        line = changes.get((allocation.flavor.name, allocation.resource))
-        lines.append(
-            CapacityLine(
-                allocation,
-                elastic_cap(
-                    capacity=allocation.capacity,
-                    fraction=cluster.elastic_cap_fraction,
-                    resource=allocation.resource,
-                ),
-                cluster.allow_guarantee_overcommit,
-                line.guaranteed_after - line.guaranteed_before if line else Decimal(0),
-                line.limit_after if line else None,
-            )
-        )
-    return lines
 
 
 @dataclass(frozen=True)
@@ -188,7 +128,7 @@ def _change_lines(
     diff = list(diff)
     capacity = {
         (line.allocation.flavor.name, line.resource): line
-        for line in _capacity_lines(cluster, allocations, diff)
+        for line in capacity_lines_check(cluster=cluster, allocations=allocations, lines=diff)
     }
     return [ChangeLine(d, capacity.get((d.flavor, d.resource))) for d in diff]
 
@@ -246,8 +186,10 @@ def _timeline_detail(event: AuditEvent) -> str:
         )
     if event.action == "quota_request.approval_recorded":
         return f"{after.get('approvals')} of {after.get('required')} approvals"
-    if after.get("applied_generation"):
-        return f"quota generation {after['applied_generation']}"
+    # Audit rows written before the field was renamed say "applied_generation".
+    generation = after.get("approved_generation") or after.get("applied_generation")
+    if generation:
+        return f"quota generation {generation}"
     return ""
 
 
@@ -351,8 +293,10 @@ class RequestDraft:
         return lines
 
     def capacity(self) -> list[CapacityLine]:
-        return _capacity_lines(
-            self.cluster, self.allocations, self.check.diff if self.check else []
+        return capacity_lines_check(
+            cluster=self.cluster,
+            allocations=self.allocations,
+            lines=self.check.diff if self.check else [],
         )
 
     def changes(self) -> list[ChangeLine]:
@@ -632,7 +576,7 @@ def _push_state(change: QuotaChangeRequest, push: TenantSync | None) -> PushStat
     status = change.status
     portal_only = change.cluster.backend == SyncBackend.NONE
     if status == RequestStatus.APPLIED:
-        text = f"Applied at generation {change.applied_generation}"
+        text = f"Applied at generation {change.approved_generation}"
         return PushState(status, text + (" (kept in the portal only)" if portal_only else ""))
     if status == RequestStatus.FAILED:
         message = change.failure_message or (push.message if push else "")
@@ -792,7 +736,7 @@ def _decision_message(change: QuotaChangeRequest, *, approve: bool) -> str:
         )
     return (
         f"Request #{change.pk} approved: {where} now has quota generation "
-        f"{change.applied_generation}."
+        f"{change.approved_generation}."
     )
 
 

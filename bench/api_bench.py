@@ -295,7 +295,7 @@ def check_approvals(ids: list[int]) -> dict[str, Any]:
             approved=Count("decisions", filter=Q(decisions__decision=DecisionKind.APPROVE)),
         )
         .values_list(
-            "tenant_id", "cluster_id", "status", "applied_generation", "decided", "approved"
+            "tenant_id", "cluster_id", "status", "approved_generation", "decided", "approved"
         )
     )
     outbox: dict[tuple[int, int], list[int]] = {}

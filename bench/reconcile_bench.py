@@ -54,7 +54,7 @@ from quotas.kube.spec import (  # noqa: E402
     ClusterSpec,
     FlavorSpec,
     NamespaceSpec,
-    QuotaItem,
+    QuotaSpec,
     TenantSpec,
 )
 
@@ -114,17 +114,17 @@ def tenant_specs(count: int, namespaces: int) -> list[TenantSpec]:
         parent = f"team-{i - i % 10:04d}" if 1 <= i % 10 <= 5 else None
         a100 = 2 + i % 5
         quotas = [
-            QuotaItem("a100-80gb", GPU, d(a100), d(a100 + 2)),
-            QuotaItem("a100-80gb", CPU, d(8 * a100), d(8 * a100 + 16)),
-            QuotaItem("a100-80gb", MEM, d(64 * GI * a100), d(64 * GI * (a100 + 2))),
-            QuotaItem("cpu-epyc", CPU, d(32), d(64)),
-            QuotaItem("cpu-epyc", MEM, d(128 * GI), d(256 * GI)),
+            QuotaSpec("a100-80gb", GPU, d(a100), d(a100 + 2)),
+            QuotaSpec("a100-80gb", CPU, d(8 * a100), d(8 * a100 + 16)),
+            QuotaSpec("a100-80gb", MEM, d(64 * GI * a100), d(64 * GI * (a100 + 2))),
+            QuotaSpec("cpu-epyc", CPU, d(32), d(64)),
+            QuotaSpec("cpu-epyc", MEM, d(128 * GI), d(256 * GI)),
         ]
         if i % 2 == 0:
             quotas += [
-                QuotaItem("h100-80gb", GPU, d(2), d(4)),
-                QuotaItem("h100-80gb", CPU, d(16), d(32)),
-                QuotaItem("h100-80gb", MEM, d(128 * GI), d(256 * GI)),
+                QuotaSpec("h100-80gb", GPU, d(2), d(4)),
+                QuotaSpec("h100-80gb", CPU, d(16), d(32)),
+                QuotaSpec("h100-80gb", MEM, d(128 * GI), d(256 * GI)),
             ]
         tenants.append(
             TenantSpec(

@@ -18,7 +18,7 @@ app.conf.beat_schedule = {
     "sweep-outbox": {"task": "quotas.tasks.sweep_outbox", "schedule": 60.0},
     "expire-quota-requests": {"task": "approvals.tasks.expire_requests", "schedule": 3600.0},
     # Drift repair: re-apply what was changed by hand in the clusters.
-    "reconcile-clusters": {"task": "approvals.tasks.reconcile_clusters", "schedule": 300.0},
+    "reconcile-clusters": {"task": "quotas.tasks.reconcile_clusters", "schedule": 300.0},
     # GPU fleet: nodes whose agent stopped reporting; desired MIG layouts past their deadline.
     "gpu-agent-mark-stale-nodes": {"task": "gpu_agent.tasks.mark_stale_nodes", "schedule": 30.0},
     "gpu-agent-fail-overdue-layouts": {

@@ -1,3 +1,6 @@
+"""Choices of quotas: flavor kinds, sync backends, MIG drivers, push states, and the names of
+the resources quotas count (whole GPUs, MIG slices, CPU, memory, storage)."""
+
 from django.db import models
 
 

@@ -1,14 +1,21 @@
-"""Writes for quotas. Quota sets change only through these functions, which validate every
-item against the cluster, bump the generation and audit the change in one transaction."""
+"""Writes for quotas, and the rules a quota line keeps.
+
+Quota sets change only through these functions, which validate every item against the
+cluster (``quota_items_check``; ``capacity_lines_check`` gives the same verdicts line by line
+for pages), bump the generation and audit the change in one transaction. A change the
+cluster must see is recorded in the outbox in the same transaction and pushed after commit
+(``outbox_record``; ``outbox_sweep`` re-sends what no worker took, ``outbox_reopen`` an
+admin's retry): approved quotas, a tenant's own changes (``quota_sets_resync``) and a hold on
+new work at 100% (``quota_set_hold``, R11). Tier templates are written here too."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -34,7 +41,7 @@ from quotas.models import (
     TierTemplate,
 )
 from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
-from quotas.selectors import guarantees_by_flavor
+from quotas.selectors import FlavorAllocation, guarantees_by_flavor
 from tenants.models import Tenant, User
 from tenants.services import audit_record
 
@@ -43,7 +50,9 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class QuotaItem:
-    """One desired quota line, amounts in base units."""
+    """One desired quota line, amounts in base units, its flavor the ``ResourceFlavor`` row
+    (what validation and writes take; the compiler's pure counterpart, flavor by name, is
+    ``quotas.kube.spec.QuotaSpec``)."""
 
     flavor: ResourceFlavor
     resource: str
@@ -164,7 +173,11 @@ def quota_items_check(
             )
         capacity = covered[key]
         taken = guaranteed_elsewhere.get(key) or Decimal(0)
-        if not cluster.allow_guarantee_overcommit and taken + item.guaranteed > capacity:
+        if not guarantees_fit(
+            capacity=capacity,
+            guaranteed=taken + item.guaranteed,
+            overcommit_allowed=cluster.allow_guarantee_overcommit,
+        ):
             check.error(
                 f"{name}.guaranteed",
                 (
@@ -177,7 +190,7 @@ def quota_items_check(
         cap = elastic_cap(
             capacity=capacity, fraction=cluster.elastic_cap_fraction, resource=item.resource
         )
-        if item.limit > cap:
+        if not limit_fits_cap(limit=item.limit, cap=cap):
             check.error(
                 f"{name}.limit",
                 (
@@ -193,6 +206,102 @@ def elastic_cap(*, capacity: Decimal, fraction: Decimal, resource: str) -> Decim
     """The most a single tenant's limit may be (R19); whole units for GPUs and MIG slices."""
     cap = capacity * fraction
     return cap.to_integral_value(rounding=ROUND_FLOOR) if is_gpu_resource(resource) else cap
+
+
+def guarantees_fit(*, capacity: Decimal, guaranteed: Decimal, overcommit_allowed: bool) -> bool:
+    """The capacity rule: all tenants' guarantees (``guaranteed``) on a flavor's resource fit
+    its capacity, unless the cluster allows overcommitting guarantees."""
+    return overcommit_allowed or guaranteed <= capacity
+
+
+def limit_fits_cap(*, limit: Decimal, cap: Decimal) -> bool:
+    """The elastic-cap rule (R19): one tenant's limit is at most the cap (``elastic_cap``)."""
+    return limit <= cap
+
+
+class ProposedLine(Protocol):
+    """A quota line a change proposes (``approvals.services.DiffLine`` is one)."""
+
+    @property
+    def flavor(self) -> str: ...  # the flavor's name
+
+    @property
+    def resource(self) -> str: ...
+
+    @property
+    def guaranteed_before(self) -> Decimal: ...
+
+    @property
+    def guaranteed_after(self) -> Decimal: ...
+
+    @property
+    def limit_after(self) -> Decimal: ...
+
+
+@dataclass(frozen=True)
+class CapacityLine:
+    """A flavor x resource of a cluster against one tenant's proposed line: its capacity, all
+    tenants' guarantees, the change of this tenant's guarantee and the limit asked for, and
+    the verdict of the rules ``quota_items_check`` applies (``fits``: the capacity rule,
+    ``over_cap``: the elastic cap)."""
+
+    allocation: FlavorAllocation
+    elastic_cap: Decimal
+    overcommit_allowed: bool
+    change: Decimal = Decimal(0)  # this tenant's guarantee, after minus before
+    limit_after: Decimal | None = None  # None: the change leaves this line alone
+
+    @property
+    def resource(self) -> str:
+        return self.allocation.resource
+
+    @property
+    def free_after(self) -> Decimal:
+        return self.allocation.free - self.change
+
+    @property
+    def fits(self) -> bool:
+        return guarantees_fit(
+            capacity=self.allocation.capacity,
+            guaranteed=self.allocation.guaranteed + self.change,
+            overcommit_allowed=self.overcommit_allowed,
+        )
+
+    @property
+    def over_cap(self) -> bool:
+        return self.limit_after is not None and not limit_fits_cap(
+            limit=self.limit_after, cap=self.elastic_cap
+        )
+
+
+def capacity_lines_check(
+    *,
+    cluster: Cluster,
+    allocations: Iterable[FlavorAllocation],
+    lines: Iterable[ProposedLine],
+) -> list[CapacityLine]:
+    """Per line of the cluster (``allocations``, from ``quotas.selectors.cluster_allocations``),
+    what the proposed ``lines`` (matched by flavor name and resource) do to it and whether
+    they keep the capacity and elastic-cap rules: the same answers as ``quota_items_check``,
+    line by line, for pages that show them next to each line."""
+    changes = {(line.flavor, line.resource): line for line in lines}
+    out = []
+    for allocation in allocations:
+        line = changes.get((allocation.flavor.name, allocation.resource))
+        out.append(
+            CapacityLine(
+                allocation,
+                elastic_cap(
+                    capacity=allocation.capacity,
+                    fraction=cluster.elastic_cap_fraction,
+                    resource=allocation.resource,
+                ),
+                cluster.allow_guarantee_overcommit,
+                line.guaranteed_after - line.guaranteed_before if line else Decimal(0),
+                line.limit_after if line else None,
+            )
+        )
+    return out
 
 
 def _snapshot(quota_set: QuotaSet) -> dict[str, Any]:
@@ -460,23 +569,62 @@ def outbox_record(*, quota_set: QuotaSet) -> SyncOutbox:
     return row
 
 
+def _repush(quota_set: QuotaSet) -> None:
+    """Something the compiler reads besides the quota lines changed: the next generation and
+    an outbox row, so the change is pushed like an approved one (and the reconcile does not
+    mistake it for a hand edit). In the caller's transaction, ``quota_set`` locked."""
+    quota_set.generation += 1
+    quota_set.save(update_fields=["generation", "updated_at"])
+    outbox_record(quota_set=quota_set)
+
+
 @transaction.atomic
 def quota_sets_resync(*, tenant: Tenant, actor: User | None) -> list[QuotaSet]:
     """The tenant changed in a way its clusters see (state, namespaces, members): each of its
-    quota sets takes the next generation and an outbox row, so the change is pushed like an
-    approved one (and the reconcile does not mistake it for a hand edit)."""
+    quota sets is pushed again at the next generation."""
     quota_sets = list(QuotaSet.objects.select_for_update().filter(tenant=tenant))
     for quota_set in quota_sets:
-        quota_set.generation += 1
-        quota_set.save(update_fields=["generation", "updated_at"])
-        outbox_record(quota_set=quota_set)
+        _repush(quota_set)
     return quota_sets
 
 
+@transaction.atomic
+def quota_set_hold(
+    *, tenant_id: int, cluster_id: int, held: bool, detail: Mapping[str, Any] | None = None
+) -> QuotaSet | None:
+    """New work of a tenant on a cluster is held (``held``: its ClusterQueue's ``stopPolicy:
+    Hold``, R11) or allowed again. Whether a tenant is held is what the ``BLOCKED_TENANTS``
+    hooks of ``quotas.loader`` answer when its objects are compiled (the alerts app's open
+    100% alerts); this pushes the change at the next generation through the outbox and audits
+    it (``tenant.new_work_held`` / ``tenant.new_work_allowed``, with ``detail``). None when
+    the tenant has no quotas on the cluster."""
+    quota_set = (
+        QuotaSet.objects.select_for_update()
+        .select_related("tenant", "cluster")
+        .filter(tenant_id=tenant_id, cluster_id=cluster_id)
+        .first()
+    )
+    if quota_set is None:
+        return None
+    _repush(quota_set)
+    cluster, tenant = quota_set.cluster, quota_set.tenant
+    hold, lifted = {"stopPolicy": "Hold"}, {"stopPolicy": "None"}
+    audit_record(
+        actor=None,
+        action="tenant.new_work_held" if held else "tenant.new_work_allowed",
+        obj=cluster,
+        tenant=tenant,
+        object_id=f"{cluster.name}: {tenant.slug}",
+        before=None if held else hold,
+        after={**(hold if held else lifted), **(detail or {})},
+    )
+    return quota_set
+
+
 def enqueue_outbox(outbox_id: int) -> None:
-    """Send the row to a worker (``approvals.tasks.deliver_outbox``, by name: the push
-    updates request statuses, which live above this app). A broker that is down is logged,
-    not raised: the row stays and the sweep sends it later."""
+    """Send the row to a worker (``quotas.tasks.deliver_outbox``, by name, so that this module
+    does not import the tasks that import it). A broker that is down is logged, not raised:
+    the row stays and the sweep sends it later."""
     from celery import current_app as app
 
     queue = settings.SYNC_QUEUE or None
@@ -492,9 +640,21 @@ def enqueue_outbox(outbox_id: int) -> None:
         )
 
 
-DELIVER_OUTBOX_TASK = "approvals.tasks.deliver_outbox"
+DELIVER_OUTBOX_TASK = "quotas.tasks.deliver_outbox"
 OUTBOX_RESEND_AFTER = timedelta(minutes=10)
 OUTBOX_FIRST_SEND_GRACE = timedelta(seconds=30)
+
+
+def outbox_reopen(*, tenant: Tenant, cluster: Cluster) -> SyncOutbox | None:
+    """Open the newest outbox row of ``tenant`` on ``cluster`` again and send it after commit
+    (an admin's retry of a push that failed for good, once the cause is fixed). None when
+    there is none."""
+    row = SyncOutbox.objects.filter(tenant=tenant, cluster=cluster).order_by("-generation").first()
+    if row is None:
+        return None
+    SyncOutbox.objects.filter(pk=row.pk).update(completed_at=None, last_error="")
+    transaction.on_commit(lambda: enqueue_outbox(row.pk))
+    return row
 
 
 def outbox_sweep(*, now: datetime | None = None) -> list[int]:

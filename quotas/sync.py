@@ -1,10 +1,16 @@
-"""Pushing quotas to clusters: compile what the database says, validate it, apply it through
-the cluster's backend, and record where each tenant stands (``TenantSync``).
+"""The push: compile what the database says, validate it, apply it through the cluster's
+backend (``quotas.backends``), and record where each tenant stands (``TenantSync``: the
+generation the cluster has observed).
 
-A tenant pass follows an approval (the outbox); a full pass (``cluster_reconcile``, Celery
-beat) re-applies whatever was changed by hand in the cluster, audits the drift and prunes
-what the portal owns and no longer wants. The request statuses that follow from a pass are
-the approvals app's business (``approvals.services.outbox_deliver``).
+A tenant pass delivers an outbox row (``outbox_deliver``, the ``quotas.tasks.deliver_outbox``
+task); a full pass (``cluster_reconcile``, Celery beat) re-applies whatever was changed by
+hand in the cluster, audits the drift and prunes what the portal owns and no longer wants.
+Also the reads around it: a tenant's manifests, the dry run of a change, what the cluster
+says about a tenant.
+
+Apps above learn where a push stands through two hooks (``PUSH_STARTED``, ``PUSHED``) they
+register in their ``AppConfig.ready()``; this module imports none of them. The approvals app
+moves its requests (approved -> applying -> applied / failed) that way.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,15 +27,14 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from quotas.backends import backend_for as backend_for  # re-exported: gpu_agent's import
+from quotas.backends import cluster_backend
 from quotas.choices import SyncBackend, SyncState
 from quotas.kube import compiler
 from quotas.kube.applier import (
     ApplyError,
     ApplyResult,
-    Backend,
     Change,
-    KubernetesBackend,
-    ManifestsBackend,
     RetryableError,
     Scope,
     apply_objects,
@@ -38,42 +43,15 @@ from quotas.kube.applier import (
     sort_for_apply as apply_sort,
 )
 from quotas.kube.diff import differences
-from quotas.kube.load import cluster_spec, tenant_specs
-from quotas.kube.resources import BY_TYPE, KUEUE, Kind
-from quotas.kube.spec import LABEL_TENANT, NamespaceSpec, QuotaItem, TenantSpec
+from quotas.kube.resources import CLUSTER_QUEUE, RESOURCE_QUOTA
+from quotas.kube.spec import LABEL_TENANT, NamespaceSpec, QuotaSpec, TenantSpec
 from quotas.kube.validate import validate_objects
+from quotas.loader import cluster_spec, tenant_specs
 from quotas.models import Cluster, QuotaSet, SyncOutbox, TenantSync
 from tenants.models import Tenant
 from tenants.services import audit_record
 
 logger = logging.getLogger(__name__)
-
-
-class NoBackend(ApplyError):
-    """The cluster is set to keep quotas in the portal only, or has no way to reach it."""
-
-
-def backend_for(cluster: Cluster) -> Backend:
-    if cluster.backend == SyncBackend.MANIFESTS:
-        if not cluster.manifests_dir:
-            raise NoBackend(f"cluster {cluster.name} has no manifests directory set")
-        return ManifestsBackend(cluster.manifests_dir)
-    if cluster.backend == SyncBackend.KUBERNETES:
-        if cluster.in_cluster:
-            return KubernetesBackend.in_cluster()
-        if not cluster.kubeconfig_path:
-            raise NoBackend(f"cluster {cluster.name} has no kubeconfig path and is not in-cluster")
-        try:
-            return KubernetesBackend.from_kubeconfig(cluster.kubeconfig_path)
-        except Exception as exc:  # a missing or broken kubeconfig file: say which
-            raise NoBackend(f"cluster {cluster.name}: kubeconfig unusable: {exc}") from exc
-    raise NoBackend(f"cluster {cluster.name} keeps quotas in the portal only (backend none)")
-
-
-def _close(backend: Backend) -> None:
-    close = getattr(backend, "close", None)
-    if close is not None:
-        close()
 
 
 def desired_objects(cluster: Cluster, *, tenant: Tenant | None = None) -> list[dict[str, Any]]:
@@ -137,13 +115,10 @@ def tenant_push(*, tenant: Tenant, cluster: Cluster, dry_run: bool = False) -> P
             # good state stays in place.
             outcome.error = "invalid objects: " + "; ".join(errors[:5])
         else:
-            backend = backend_for(cluster)
-            try:
+            with cluster_backend(cluster) as backend:
                 outcome.result = apply_objects(
                     backend, desired, Scope(cluster.name, tenant=tenant.slug), dry_run=dry_run
                 )
-            finally:
-                _close(backend)
     except RetryableError as exc:
         outcome.error, outcome.retryable = exc.message, True
     except ApplyError as exc:
@@ -151,6 +126,22 @@ def tenant_push(*, tenant: Tenant, cluster: Cluster, dry_run: bool = False) -> P
     if not dry_run:
         _record(tenant, cluster, outcome)
     return outcome
+
+
+# Who learns where a tenant's push stands. Each hook is called with keyword arguments:
+#
+# - ``PUSH_STARTED``: ``tenant_id``, ``cluster_id``, ``generation``: an outbox row's push of
+#   every quota set generation up to ``generation`` is about to start (in a transaction of its
+#   own, before any I/O);
+# - ``PUSHED``: ``tenant_id``, ``cluster_id``, ``generation``, ``outcome`` (a ``PushOutcome``):
+#   a push ended, ok (the cluster has observed ``generation``), failed for good, or to be
+#   retried. Called in the transaction that records it (``TenantSync``, the outbox rows), so
+#   what the cluster observed and what a hook derives from it commit together or not at all.
+#
+# Registered in the AppConfig.ready() of the apps above (approvals), which this app never
+# imports.
+PUSH_STARTED: list[Callable[..., object]] = []
+PUSHED: list[Callable[..., object]] = []
 
 
 @transaction.atomic
@@ -189,6 +180,13 @@ def _record(tenant: Tenant, cluster: Cluster, outcome: PushOutcome) -> TenantSyn
             open_rows.update(completed_at=now, last_error=sync.message)
     sync.save()
     sync.refresh_from_db()
+    for hook in PUSHED:
+        hook(
+            tenant_id=tenant.pk,
+            cluster_id=cluster.pk,
+            generation=outcome.generation,
+            outcome=outcome,
+        )
     return sync
 
 
@@ -197,10 +195,29 @@ def cluster_reconcile(*, cluster: Cluster) -> PushOutcome:
     owns and no longer wants, and audit each repaired drift with its diff."""
     outcome = PushOutcome(generation=0)
     with cluster_push_lock(cluster=cluster) as held:
-        if not held:
+        if held:
+            outcome = _reconcile_locked(cluster, outcome)
+        else:
             outcome.error, outcome.retryable = "a tenant push is under way; reconcile later", True
-            return outcome
-        return _reconcile_locked(cluster, outcome)
+    if outcome.error:
+        logger.warning("reconcile of %s failed: %s", cluster.name, outcome.error)
+    return outcome
+
+
+def cluster_reconcile_by_id(*, cluster_id: int) -> PushOutcome | None:
+    """``cluster_reconcile`` of the cluster as the database has it now (the beat's task); None
+    when it was deleted since it was listed."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    return None if cluster is None else cluster_reconcile(cluster=cluster)
+
+
+def clusters_to_reconcile() -> list[int]:
+    """The clusters a full pass can reach (not those kept in the portal only)."""
+    return list(
+        Cluster.objects.exclude(backend=SyncBackend.NONE)
+        .order_by("name")
+        .values_list("pk", flat=True)
+    )
 
 
 def _reconcile_locked(cluster: Cluster, outcome: PushOutcome) -> PushOutcome:
@@ -210,11 +227,8 @@ def _reconcile_locked(cluster: Cluster, outcome: PushOutcome) -> PushOutcome:
         if errors:
             outcome.error = "invalid objects: " + "; ".join(errors[:5])
             return outcome
-        backend = backend_for(cluster)
-        try:
+        with cluster_backend(cluster) as backend:
             outcome.result = apply_objects(backend, desired, Scope(cluster.name))
-        finally:
-            _close(backend)
     except RetryableError as exc:
         outcome.error, outcome.retryable = exc.message, True
         return outcome
@@ -276,6 +290,31 @@ def outbox_claim(*, outbox_id: int) -> SyncOutbox | None:
     if not updated:
         return None
     return SyncOutbox.objects.select_related("tenant", "cluster").get(pk=outbox_id)
+
+
+def outbox_deliver(*, outbox_id: int) -> PushOutcome | None:
+    """Take an outbox row and push the tenant's quotas to the cluster (the hooks hear that it
+    starts and how it ended). Idempotent and safe under duplicate delivery: the push is a
+    server-side apply of the state in force, a row already completed is skipped (None), and
+    one tenant's pushes to one cluster run one at a time (a second delivery arriving during a
+    push is retried, and finds the row completed). Raises ``RetryableError`` when the cluster
+    was unreachable or another push of the tenant was under way, so that the task retries
+    with backoff; the row stays open meanwhile, and the sweep sends it again if the task
+    gives up or its worker dies."""
+    row = outbox_claim(outbox_id=outbox_id)
+    if row is None:
+        return None
+    tenant, cluster = row.tenant, row.cluster
+    with tenant_push_lock(tenant=tenant, cluster=cluster) as held:
+        if not held:
+            raise RetryableError(f"a push of {tenant.slug} to {cluster.name} is already under way")
+        with transaction.atomic():
+            for hook in PUSH_STARTED:
+                hook(tenant_id=tenant.pk, cluster_id=cluster.pk, generation=row.generation)
+        outcome = tenant_push(tenant=tenant, cluster=cluster)
+        if outcome.retryable:
+            raise RetryableError(outcome.message)
+    return outcome
 
 
 # "push": the namespace of the advisory locks of tenant pushes (usage uses "usag").
@@ -395,7 +434,7 @@ def change_dry_run(
     *,
     tenant: Tenant,
     cluster: Cluster,
-    items: list[QuotaItem],
+    items: list[QuotaSpec],
     scheduling: dict[str, Any],
     server: bool = True,
 ) -> DryRun:
@@ -427,13 +466,10 @@ def change_dry_run(
         result.server_errors = errors
         return result
     try:
-        backend = backend_for(cluster)
-        try:
+        with cluster_backend(cluster) as backend:
             applied = apply_objects(
                 backend, after, Scope(cluster.name, tenant=tenant.slug, prune=False), dry_run=True
             )
-        finally:
-            _close(backend)
     except ApplyError as exc:
         result.server_message = f"the cluster could not be asked: {exc.message}"
         return result
@@ -459,25 +495,14 @@ class InCluster:
     cluster_queue: dict[str, Any] | None = None
 
 
-def resource_kind(api_version: str, kind: str) -> Kind:
-    return BY_TYPE[(api_version, kind)]
-
-
 def in_cluster(*, tenant: Tenant, cluster: Cluster) -> InCluster:
     if cluster.backend != SyncBackend.KUBERNETES:
         return InCluster(False, f"no Kubernetes API to read (backend {cluster.backend})")
     selector = Scope(cluster.name, tenant=tenant.slug).selectors([])[0]
     try:
-        backend = backend_for(cluster)
-        try:
-            quotas = backend.list_owned(resource_kind("v1", "ResourceQuota"), selector)
-            queues = (
-                backend.list_owned(resource_kind(KUEUE, "ClusterQueue"), selector)
-                if cluster.has_kueue
-                else []
-            )
-        finally:
-            _close(backend)
+        with cluster_backend(cluster) as backend:
+            quotas = backend.list_owned(RESOURCE_QUOTA, selector)
+            queues = backend.list_owned(CLUSTER_QUEUE, selector) if cluster.has_kueue else []
     except ApplyError as exc:
         return InCluster(False, exc.message)
     out = InCluster(True)

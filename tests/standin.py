@@ -66,7 +66,7 @@ def approved(world: Any, **changes: Any) -> tuple[QuotaChangeRequest, SyncOutbox
     quota_request_approve(request=request, approver=world.admin)
     request.refresh_from_db()
     row = SyncOutbox.objects.get(
-        tenant=world.team_a, cluster=world.a100, generation=request.applied_generation
+        tenant=world.team_a, cluster=world.a100, generation=request.approved_generation
     )
     return request, row
 

@@ -80,7 +80,11 @@ def test_admin_onboards_a_tenant_from_a_tier(world, api_as):
         "request": request.pk,
     }
     # onboarding is an auto-approved request filed by the system, so the trail has no gap
-    assert (request.status, request.source, request.applied_generation) == ("approved", "system", 1)
+    assert (request.status, request.source, request.approved_generation) == (
+        "approved",
+        "system",
+        1,
+    )
     assert request.requester == world.admin and request.items.count() == 3
     assert SyncOutbox.objects.filter(tenant=tenant, generation=1, completed_at=None).exists()
 

@@ -1,7 +1,7 @@
 """The cluster collector: what Kubernetes and Kueue say, as usage samples (Celery beat, every
 minute, one task per cluster).
 
-Through the same client as the quota push (``quotas.sync.backend_for``), one LIST per kind:
+Through the same client as the quota push (``quotas.backends.cluster_backend``), one LIST per kind:
 
 - Pods (all namespaces): GPUs requested by running pods per tenant and flavor
   (``GPUS_ALLOCATED``), and pod uid -> namespace -> tenant (``usage.Pod``) for the agents'
@@ -29,9 +29,10 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from quotas.backends import cluster_backend
 from quotas.choices import GPU_RESOURCE, MIG_RESOURCE_PREFIX, SyncBackend, is_gpu_resource
-from quotas.kube.applier import ApplyError, KindNotServed, Scope
-from quotas.kube.resources import BY_TYPE, KUEUE, Kind
+from quotas.kube.applier import ApplyError, Backend, KindNotServed, Scope
+from quotas.kube.resources import CLUSTER_QUEUE, POD, RESOURCE_QUOTA, WORKLOAD, Kind
 from quotas.kube.spec import LABEL_TENANT
 from quotas.models import Cluster, Quota, ResourceFlavor
 from quotas.quantity import QuantityError, parse_quantity
@@ -42,10 +43,6 @@ from usage.services import SampleRow, samples_write
 
 logger = logging.getLogger(__name__)
 
-POD = Kind("v1", "Pod", "pods", True)
-WORKLOAD = Kind(KUEUE, "Workload", "workloads", True)
-CLUSTER_QUEUE = BY_TYPE[(KUEUE, "ClusterQueue")]
-RESOURCE_QUOTA = BY_TYPE[("v1", "ResourceQuota")]
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
@@ -294,7 +291,7 @@ def cluster_collect_by_id(*, cluster_id: int) -> CollectOutcome:
     return cluster_collect(cluster=cluster)
 
 
-def _list(backend: Any, kind: Kind, selector: str) -> list[dict[str, Any]] | None:
+def _list(backend: Backend, kind: Kind, selector: str) -> list[dict[str, Any]] | None:
     try:
         return backend.list_owned(kind, selector)
     except KindNotServed:
@@ -304,8 +301,6 @@ def _list(backend: Any, kind: Kind, selector: str) -> list[dict[str, Any]] | Non
 def cluster_collect(*, cluster: Cluster, now: datetime | None = None) -> CollectOutcome:
     """Read the cluster once and store what it says (samples, pods, workloads). An unreachable
     cluster stores nothing and says why."""
-    from quotas.sync import _close, backend_for
-
     now = now or timezone.now()
     if cluster.backend != SyncBackend.KUBERNETES:
         return CollectOutcome(
@@ -313,14 +308,11 @@ def cluster_collect(*, cluster: Cluster, now: datetime | None = None) -> Collect
         )
     owned = Scope(cluster.name).selectors([])[0]
     try:
-        backend = backend_for(cluster)
-        try:
+        with cluster_backend(cluster) as backend:
             pods = _list(backend, POD, "") or []
             queues = _list(backend, CLUSTER_QUEUE, owned) if cluster.has_kueue else None
             workloads = _list(backend, WORKLOAD, "") if cluster.has_kueue else None
             quotas = _list(backend, RESOURCE_QUOTA, owned) or []
-        finally:
-            _close(backend)
     except ApplyError as exc:
         logger.warning("usage collection of %s failed: %s", cluster.name, exc.message)
         return CollectOutcome(cluster.name, False, message=exc.message)

@@ -1,0 +1,1 @@
+"""The alerts API: list and read alerts (scoped), acknowledge, undo a suspension."""

@@ -1,0 +1,1 @@
+"""The approvals API: quota change requests (file, validate, decide, dry run) and onboarding."""

@@ -161,6 +161,8 @@ class QuotaRequestOutput(serializers.Serializer):
     base_generation = serializers.IntegerField(
         help_text="The quota set generation it was last checked against."
     )
+    # API v1 keeps the name; the model calls it approved_generation (what the approval wrote,
+    # not what the cluster has).
     applied_generation = serializers.IntegerField(
         allow_null=True, help_text="The quota set generation its approval wrote."
     )
@@ -194,7 +196,7 @@ class QuotaRequestOutput(serializers.Serializer):
             "approvals": approvals,
             "needs_revalidation": request.needs_revalidation,
             "base_generation": request.base_generation,
-            "applied_generation": request.applied_generation,
+            "applied_generation": request.approved_generation,
             "failure_message": request.failure_message,
             "tier": request.tier.name if request.tier else None,
             "max_running_jobs": request.max_running_jobs,

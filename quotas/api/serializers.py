@@ -1,3 +1,6 @@
+"""Input and output of the quotas API (clusters, flavors, tiers, a tenant's quotas and
+where their push stands)."""
+
 from __future__ import annotations
 
 from decimal import Decimal

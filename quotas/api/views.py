@@ -1,3 +1,6 @@
+"""Thin read views of the quotas API: clusters, flavors, tiers, and (scoped to the caller's
+tenants) a tenant's quotas, where their push stands and the manifests the portal owns."""
+
 from __future__ import annotations
 
 from typing import Any

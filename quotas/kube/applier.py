@@ -131,11 +131,23 @@ class ApplyResult:
 
 
 class Backend(Protocol):
+    """Where a pass writes. A backend may hold connections: whoever makes one closes it
+    (``quotas.backends.cluster_backend`` does, on leaving its ``with``)."""
+
     def list_owned(self, kind: Kind, selector: str) -> list[dict[str, Any]]: ...
 
     def apply(self, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]: ...
 
     def delete(self, kind: Kind, *, namespace: str | None, name: str) -> None: ...
+
+    def merge_patch(
+        self, kind: Kind, *, namespace: str | None, name: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A JSON merge patch of an object that exists (one the portal may not own, such as a
+        Kueue Workload); ``ApplyError`` where the backend has no live objects to patch."""
+        ...
+
+    def close(self) -> None: ...
 
 
 def _tenant_owned(obj: dict[str, Any]) -> bool:
@@ -408,6 +420,18 @@ class ManifestsBackend:
 
     def __init__(self, directory: str | Path) -> None:
         self.root = Path(directory)
+
+    def close(self) -> None:
+        """Nothing to release: files are opened and closed per write."""
+
+    def merge_patch(
+        self, kind: Kind, *, namespace: str | None, name: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        where = f"{namespace}/{name}" if namespace else name
+        raise ApplyError(
+            f"{kind.kind} {where}: a folder of manifests holds only what the portal writes, "
+            "no live objects to patch"
+        )
 
     def _file(self, obj: dict[str, Any]) -> Path:
         tenant = (obj.get("metadata", {}).get("labels") or {}).get(LABEL_TENANT)

@@ -48,7 +48,7 @@ from quotas.kube.spec import (
     ClusterSpec,
     FlavorSpec,
     NamespaceSpec,
-    QuotaItem,
+    QuotaSpec,
     TenantSpec,
 )
 from quotas.quantity import format_quantity, parse_resource_amount
@@ -366,8 +366,8 @@ class _TenantContext:
     tenant: TenantSpec
     flavors: dict[str, FlavorSpec]
     namespaces: tuple[NamespaceSpec, ...]  # sorted by name
-    items: dict[tuple[str, str], QuotaItem]  # (flavor, resource) -> item, compute flavors
-    storage_items: tuple[QuotaItem, ...]  # on storage flavors
+    items: dict[tuple[str, str], QuotaSpec]  # (flavor, resource) -> item, compute flavors
+    storage_items: tuple[QuotaSpec, ...]  # on storage flavors
     priority: PriorityLevel
     cohort: str
 
@@ -389,8 +389,8 @@ class _TenantContext:
         for namespace in namespaces:
             names.dns1123_label(namespace.name, what=f"namespace of tenant {tenant.slug!r}")
             names.label_value(namespace.purpose, what=f"purpose of namespace {namespace.name!r}")
-        items: dict[tuple[str, str], QuotaItem] = {}
-        storage_items: list[QuotaItem] = []
+        items: dict[tuple[str, str], QuotaSpec] = {}
+        storage_items: list[QuotaSpec] = []
         for item in tenant.quotas:
             flavor = flavors.get(item.flavor)
             where = f"tenant {tenant.slug!r}, flavor {item.flavor!r}, resource {item.resource!r}"
@@ -414,7 +414,7 @@ class _TenantContext:
             cohort=names.tenant_cohort(cluster, tenant),
         )
 
-    def totals(self, which: Callable[[QuotaItem], Decimal]) -> dict[str, Decimal]:
+    def totals(self, which: Callable[[QuotaSpec], Decimal]) -> dict[str, Decimal]:
         """Per resource name, the sum over compute flavors of which(item)."""
         sums: dict[str, Decimal] = defaultdict(Decimal)
         for (_flavor, resource), item in self.items.items():
@@ -451,7 +451,7 @@ class _TenantContext:
         )
 
 
-def _check_item(item: QuotaItem, where: str) -> None:
+def _check_item(item: QuotaSpec, where: str) -> None:
     # quantity() refuses negative and fractional amounts where Kubernetes would round them.
     quantity(item.guaranteed, item.resource)
     quantity(item.limit, item.resource)
@@ -896,7 +896,7 @@ class _VolcanoAmounts:
 
     @classmethod
     def of_tenant(cls, context: _TenantContext) -> _VolcanoAmounts:
-        def kept(item: QuotaItem) -> Decimal:
+        def kept(item: QuotaSpec) -> Decimal:
             lent = item.guaranteed if item.lending_limit is None else item.lending_limit
             return item.guaranteed - lent
 

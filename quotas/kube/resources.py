@@ -52,9 +52,15 @@ KINDS: tuple[Kind, ...] = (
 )
 BY_TYPE: dict[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in KINDS}
 CONFIG_MAP: Kind = BY_TYPE[("v1", "ConfigMap")]
-# Read and label-patched (MIG through the GPU Operator), never applied, created or pruned:
-# not in KINDS on purpose.
+CLUSTER_QUEUE: Kind = BY_TYPE[(KUEUE, "ClusterQueue")]
+RESOURCE_QUOTA: Kind = BY_TYPE[("v1", "ResourceQuota")]
+# Kinds the portal reads (and patches), never applies, creates or prunes: not in KINDS on
+# purpose. Nodes are label-patched for MIG through the GPU Operator; Pods and Kueue Workloads
+# are read by the usage collector, and a Workload's ``spec.active`` is set to suspend an idle
+# one (R12) and to undo that.
 NODE = Kind("v1", "Node", "nodes", False, never_prune=True)
+POD = Kind("v1", "Pod", "pods", True)
+WORKLOAD = Kind(KUEUE, "Workload", "workloads", True)
 ORDER: dict[tuple[str, str], int] = {(k.api_version, k.kind): i for i, k in enumerate(KINDS)}
 
 

@@ -1,6 +1,6 @@
 """What the compiler reads: plain, frozen data describing a cluster and its tenants.
 
-`quotas.kube.load` builds these from the database; tests and the benchmark build them by hand.
+`quotas.loader` builds these from the database; tests and the benchmark build them by hand.
 Nothing here imports Django, so the compiler stays pure: data in, dicts out.
 """
 
@@ -38,8 +38,10 @@ class FlavorSpec:
 
 
 @dataclass(frozen=True)
-class QuotaItem:
-    """Guaranteed = Kueue nominalQuota; limit = nominal + borrowingLimit (base units)."""
+class QuotaSpec:
+    """One quota line as the compiler reads it, its flavor by name (``quotas.services.QuotaItem``
+    is the same line with its ``ResourceFlavor``, for validation and writes). Guaranteed =
+    Kueue nominalQuota; limit = nominal + borrowingLimit (base units)."""
 
     flavor: str
     resource: str
@@ -61,7 +63,7 @@ class TenantSpec:
     slug: str
     generation: int
     namespaces: tuple[NamespaceSpec, ...]
-    quotas: tuple[QuotaItem, ...] = ()
+    quotas: tuple[QuotaSpec, ...] = ()
     display_name: str = ""
     parent: str | None = None  # parent tenant slug (hierarchy becomes the cohort tree, R14)
     cohort: str = ""  # explicit cohort name; empty means derived from the hierarchy/cluster

@@ -23,6 +23,15 @@ def k8s_quantity(amount: Decimal | None, resource: str) -> str:
 
 
 @register.filter
+def k8s_change(amount: Decimal, resource: str) -> str:
+    """A change of an amount, signed: "+2", "-512Mi", "±0"."""
+    if not amount:
+        return "±0"
+    text = format_quantity(amount, resource)
+    return text if amount < 0 else f"+{text}"
+
+
+@register.filter
 def units(amount: Decimal | None) -> str:
     """Normalised GPU units with at most two decimals: "16", "4.57"."""
     if amount is None:

@@ -9,10 +9,9 @@ from typing import Any
 from alerts import services
 from alerts.choices import ActionState, AlertState, EventKind
 from alerts.models import Alert
-from approvals.services import outbox_deliver
 from quotas.kube.applier import KubernetesBackend
 from quotas.models import QuotaSet, SyncOutbox
-from quotas.sync import cluster_reconcile
+from quotas.sync import cluster_reconcile, outbox_deliver
 from tenants.models import AuditEvent, Notification
 from tests.alerts.conftest import NOW, gpu_utilization, running_workload, use_now
 from tests.standin import kubectl_json

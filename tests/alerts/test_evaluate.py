@@ -9,7 +9,7 @@ from alerts import services
 from alerts.choices import ActionState, AlertState, EventKind
 from alerts.models import Alert, AlertRule
 from quotas.kube import compiler
-from quotas.kube.load import cluster_spec, tenant_specs
+from quotas.loader import cluster_spec, tenant_specs
 from quotas.models import Quota, QuotaSet, SyncOutbox
 from tenants.models import AuditEvent, Notification
 from tests.alerts.conftest import NOW, gpu_utilization, rollups, running_workload, use_now

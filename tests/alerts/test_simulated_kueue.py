@@ -12,7 +12,6 @@ import pytest
 from alerts import services
 from alerts.choices import ActionState, AlertState, RuleKind
 from alerts.models import Alert, AlertRule
-from approvals.services import outbox_deliver
 from devcluster.kueue_sim import (
     IDLE_NAME,
     LOAD_ANNOTATION,
@@ -22,7 +21,7 @@ from devcluster.kueue_sim import (
     simulate_once,
 )
 from quotas.models import QuotaSet, SyncOutbox
-from quotas.sync import cluster_reconcile
+from quotas.sync import cluster_reconcile, outbox_deliver
 from tests.alerts.conftest import NOW, rollups
 from tests.standin import kubectl, kubectl_json
 from usage import collector

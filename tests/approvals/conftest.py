@@ -67,7 +67,7 @@ def database_state() -> dict[str, Any]:
     return {
         "requests": list(
             QuotaChangeRequest.objects.order_by("pk").values_list(
-                "pk", "status", "needs_revalidation", "required_approvals", "applied_generation"
+                "pk", "status", "needs_revalidation", "required_approvals", "approved_generation"
             )
         ),
         "items": QuotaChangeItem.objects.count(),

@@ -113,4 +113,4 @@ def test_the_same_request_approved_twice_at_once_is_decided_once(on_postgres, wo
     assert generation(world.team_a, world.a100) == before + 1
     assert SyncOutbox.objects.count() == outbox + 1
     request.refresh_from_db()
-    assert (request.status, request.applied_generation) == (RequestStatus.APPROVED, before + 1)
+    assert (request.status, request.approved_generation) == (RequestStatus.APPROVED, before + 1)

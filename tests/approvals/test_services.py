@@ -35,7 +35,7 @@ def test_approval_writes_decision_generation_audit_and_outbox_together(
     assert approved.status == RequestStatus.APPROVED
     after = database_state()
     assert after["decisions"] == before["decisions"] + 1
-    assert generation(world.team_a, world.a100) == 2 == approved.applied_generation
+    assert generation(world.team_a, world.a100) == 2 == approved.approved_generation
     assert gpu_quota(world, world.team_a) == (8, 10)
     assert after["outbox"] == before["outbox"] + 1
     outbox = SyncOutbox.objects.get(tenant=world.team_a, cluster=world.a100, generation=2)

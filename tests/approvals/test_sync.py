@@ -9,15 +9,12 @@ import json
 import pytest
 
 from approvals.choices import RequestStatus
-from approvals.services import (
-    cluster_reconcile,
-    outbox_deliver,
-    quota_request_retry,
-)
+from approvals.services import quota_request_retry
 from devcluster.runner import start_in_thread
 from quotas.choices import SyncBackend, SyncState
 from quotas.kube.applier import RetryableError
 from quotas.models import Cluster, SyncOutbox, TenantSync
+from quotas.sync import cluster_reconcile_by_id, outbox_deliver
 from tenants.models import AuditEvent
 from tests.approvals.conftest import file, item
 from tests.standin import (
@@ -38,7 +35,7 @@ def test_an_approved_change_lands_in_the_cluster_and_the_request_is_applied(worl
     request.refresh_from_db()
     assert request.status == RequestStatus.APPLIED
     sync = TenantSync.objects.get(tenant=world.team_a, cluster=world.a100)
-    assert (sync.state, sync.applied_generation) == (SyncState.IN_SYNC, request.applied_generation)
+    assert (sync.state, sync.applied_generation) == (SyncState.IN_SYNC, request.approved_generation)
     row.refresh_from_db()
     assert row.completed_at is not None
     cq = kubectl_json(standin, "get", "clusterqueue", "team-a")
@@ -122,7 +119,7 @@ def test_a_hand_edit_is_repaired_by_the_reconcile_and_audited(world, standin):
         json.dumps([{"op": "replace", "path": "/spec/stopPolicy", "value": "HoldAndDrain"}]),
     )  # fmt: skip
 
-    outcome = cluster_reconcile(cluster_id=world.a100.pk)
+    outcome = cluster_reconcile_by_id(cluster_id=world.a100.pk)
 
     assert outcome is not None and not outcome.error
     assert [d["object"] for d in outcome.drifted] == ["ClusterQueue team-a"]
@@ -139,8 +136,8 @@ def test_one_unreachable_cluster_does_not_hold_up_the_others(world, standin):
     Cluster.objects.filter(pk=world.h100.pk).update(
         backend=SyncBackend.KUBERNETES, kubeconfig_path="/nonexistent/kubeconfig"
     )
-    broken = cluster_reconcile(cluster_id=world.h100.pk)
-    fine = cluster_reconcile(cluster_id=world.a100.pk)
+    broken = cluster_reconcile_by_id(cluster_id=world.h100.pk)
+    fine = cluster_reconcile_by_id(cluster_id=world.a100.pk)
     assert broken is not None and "kubeconfig" in broken.error
     assert fine is not None and not fine.error and fine.result is not None
     assert fine.result.created  # every tenant's objects on demo-a100
@@ -221,7 +218,7 @@ def test_a_tenant_change_is_pushed_like_an_approval_and_not_taken_for_drift(worl
     assert {"kind": "User", "name": "bob", "apiGroup": "rbac.authorization.k8s.io"} in view[
         "subjects"
     ]
-    outcome = cluster_reconcile(cluster_id=world.a100.pk)
+    outcome = cluster_reconcile_by_id(cluster_id=world.a100.pk)
     assert outcome is not None and outcome.drifted == []
     assert not AuditEvent.objects.filter(action="cluster.drift_repaired").exists()
 
@@ -239,3 +236,16 @@ def test_a_dry_run_before_the_first_push_does_not_report_missing_namespaces(worl
         ns["metadata"]["name"] for ns in kubectl_json(standin, "get", "namespaces")["items"]
     }
     assert not {n for n in namespaces if n.startswith("team-a")}  # a dry run created nothing
+
+
+def test_a_delivery_queued_under_the_old_task_name_is_still_pushed(world, standin):
+    from celery import current_app
+
+    request, row = approved(world)
+
+    current_app.tasks["approvals.tasks.deliver_outbox"].apply(args=[row.pk])
+
+    request.refresh_from_db()
+    assert request.status == RequestStatus.APPLIED
+    row.refresh_from_db()
+    assert row.completed_at is not None

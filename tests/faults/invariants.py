@@ -287,7 +287,7 @@ def portal_problems(requests: Sequence[QuotaChangeRequest], cluster: Cluster) ->
                 problems.append(f"request #{pk}: {audits[(action, f'#{pk}')]} {action} audit rows")
     by_tenant: dict[int, list[int]] = defaultdict(list)
     for request in QuotaChangeRequest.objects.filter(pk__in=ids).order_by("decided_at", "pk"):
-        by_tenant[request.tenant_id].append(request.applied_generation or 0)
+        by_tenant[request.tenant_id].append(request.approved_generation or 0)
     for tenant_id, generations in by_tenant.items():
         if any(b <= a for a, b in pairwise(generations)):
             problems.append(

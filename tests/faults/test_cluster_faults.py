@@ -23,7 +23,6 @@ from django.utils import timezone
 
 from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeRequest
-from approvals.services import outbox_deliver
 from quotas.kube.applier import RetryableError
 from quotas.models import SyncOutbox
 from quotas.services import (
@@ -31,7 +30,7 @@ from quotas.services import (
     enqueue_outbox,
     outbox_sweep,
 )
-from quotas.sync import cluster_reconcile, tenant_push_lock
+from quotas.sync import cluster_reconcile, outbox_deliver, tenant_push_lock
 from tests.faults.invariants import (
     approve_cpu_changes,
     approve_one,
@@ -115,7 +114,7 @@ def test_a_worker_killed_mid_push(synced, leads, start_worker, standin, watch):
 
 
 def status_row_generation(request: QuotaChangeRequest) -> int:
-    generation = QuotaChangeRequest.objects.get(pk=request.pk).applied_generation
+    generation = QuotaChangeRequest.objects.get(pk=request.pk).approved_generation
     assert generation is not None
     return generation
 

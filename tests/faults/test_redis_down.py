@@ -110,7 +110,7 @@ def test_redis_stopped_while_approvals_are_made(synced, leads, start_worker, sta
     # Approved, with their outbox rows committed and not handed to anyone.
     assert {r.status for r in during} == {RequestStatus.APPROVED}
     rows = SyncOutbox.objects.filter(
-        cluster=world.a100, generation__in=[r.applied_generation for r in during]
+        cluster=world.a100, generation__in=[r.approved_generation for r in during]
     )
     assert rows.count() == len(during)
     assert not rows.filter(dispatched_at__isnull=False).exists()

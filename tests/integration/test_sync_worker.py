@@ -87,7 +87,7 @@ def test_a_worker_killed_mid_push_loses_nothing(
     worker.send_signal(signal.SIGKILL)
     worker.wait(timeout=10)
     row = SyncOutbox.objects.get(tenant=synced_world.team_a, cluster=synced_world.a100,
-                                 generation=QuotaChangeRequest.objects.get(pk=request.pk).applied_generation)  # fmt: skip
+                                 generation=QuotaChangeRequest.objects.get(pk=request.pk).approved_generation)  # fmt: skip
     assert row.completed_at is None  # nothing claimed it done
 
     # A new worker; the beat's sweep re-sends rows a worker took long ago and never finished.

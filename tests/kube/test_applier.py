@@ -24,7 +24,7 @@ from quotas.kube.applier import (
     apply_objects,
 )
 from quotas.kube.resources import KINDS
-from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaItem, TenantSpec
+from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaSpec, TenantSpec
 
 GPU = "nvidia.com/gpu"
 KUBECTL = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "kubectl"
@@ -51,7 +51,7 @@ def tenant(slug: str, guaranteed: int = 4, limit: int = 6, generation: int = 1) 
         slug=slug,
         generation=generation,
         namespaces=(NamespaceSpec(slug), NamespaceSpec(f"{slug}-batch")),
-        quotas=(QuotaItem("a100-80gb", GPU, Decimal(guaranteed), Decimal(limit)),),
+        quotas=(QuotaSpec("a100-80gb", GPU, Decimal(guaranteed), Decimal(limit)),),
         editors=(f"{slug}-lead",),
         max_pods=50,
     )

@@ -37,7 +37,7 @@ from quotas.kube.spec import (
     ClusterSpec,
     FlavorSpec,
     NamespaceSpec,
-    QuotaItem,
+    QuotaSpec,
     TenantSpec,
 )
 from quotas.kube.validate import validate_object
@@ -94,9 +94,9 @@ def medium_tenant(slug: str = "tenant-a", **changes: Any) -> TenantSpec:
         generation=7,
         namespaces=(NamespaceSpec(slug),),
         quotas=(
-            QuotaItem("gpu-flavor", "nvidia.com/gpu", Decimal(16), Decimal(24)),
-            QuotaItem("gpu-flavor", "cpu", Decimal(32), Decimal(48)),
-            QuotaItem("gpu-flavor", "memory", Decimal(256 * GI), Decimal(384 * GI)),
+            QuotaSpec("gpu-flavor", "nvidia.com/gpu", Decimal(16), Decimal(24)),
+            QuotaSpec("gpu-flavor", "cpu", Decimal(32), Decimal(48)),
+            QuotaSpec("gpu-flavor", "memory", Decimal(256 * GI), Decimal(384 * GI)),
         ),
         max_running_jobs=20,
         max_queued_jobs=100,
@@ -184,7 +184,7 @@ def random_tenants(rng: random.Random, cluster: ClusterSpec, count: int = 30) ->
                 guaranteed = _random_amount(rng, resource, 0, 16)
                 limit = guaranteed + _random_amount(rng, resource, 0, 8)
                 lending = rng.choice([None, guaranteed, Decimal(0)])
-                items.append(QuotaItem(flavor.name, resource, guaranteed, limit, lending))
+                items.append(QuotaSpec(flavor.name, resource, guaranteed, limit, lending))
         rng.shuffle(items)
         namespaces = tuple(
             NamespaceSpec(f"{slug}-{suffix}", rng.choice(["general", "training", "inference"]))
@@ -478,13 +478,13 @@ def test_scoped_quotas_everywhere_are_clean(random_objects: list[Obj]) -> None:
             assert key not in ("persistentvolumeclaims", "pods")
 
 
-def demo_quotas() -> tuple[QuotaItem, ...]:
+def demo_quotas() -> tuple[QuotaSpec, ...]:
     return (
-        QuotaItem("h100-80gb", "nvidia.com/gpu", Decimal(16), Decimal(24)),
-        QuotaItem("h100-80gb", "cpu", Decimal(32), Decimal(48)),
-        QuotaItem("h100-80gb", "memory", Decimal(256 * GI), Decimal(384 * GI)),
-        QuotaItem("h100-mig-1g-10gb", "nvidia.com/mig-1g.10gb", Decimal(2), Decimal(4)),
-        QuotaItem("fast-ssd", "storage", Decimal(TI), Decimal(2 * TI)),
+        QuotaSpec("h100-80gb", "nvidia.com/gpu", Decimal(16), Decimal(24)),
+        QuotaSpec("h100-80gb", "cpu", Decimal(32), Decimal(48)),
+        QuotaSpec("h100-80gb", "memory", Decimal(256 * GI), Decimal(384 * GI)),
+        QuotaSpec("h100-mig-1g-10gb", "nvidia.com/mig-1g.10gb", Decimal(2), Decimal(4)),
+        QuotaSpec("fast-ssd", "storage", Decimal(TI), Decimal(2 * TI)),
     )
 
 
@@ -520,8 +520,8 @@ def test_cluster_queue_lists_every_covered_resource_on_every_flavor() -> None:
 def test_cpu_flavors_come_first_so_cpu_work_spares_gpu_nodes() -> None:
     quotas = (
         *demo_quotas(),
-        QuotaItem("cpu-general", "cpu", Decimal(8), Decimal(16)),
-        QuotaItem("cpu-general", "memory", Decimal(32 * GI), Decimal(64 * GI)),
+        QuotaSpec("cpu-general", "cpu", Decimal(8), Decimal(16)),
+        QuotaSpec("cpu-general", "memory", Decimal(32 * GI), Decimal(64 * GI)),
     )
     queue = find(
         compile_tenant(demo_cluster(), medium_tenant(quotas=quotas)), "ClusterQueue", "tenant-a"
@@ -534,9 +534,9 @@ def test_cpu_flavors_come_first_so_cpu_work_spares_gpu_nodes() -> None:
 def test_lending_limit_and_quantities_render_canonically() -> None:
     tenant = medium_tenant(
         quotas=(
-            QuotaItem("gpu-flavor", "nvidia.com/gpu", Decimal(16), Decimal(24), Decimal(4)),
-            QuotaItem("gpu-flavor", "cpu", Decimal("0.5"), Decimal("1.25")),
-            QuotaItem("gpu-flavor", "memory", Decimal(68719476736), Decimal(68719476736)),
+            QuotaSpec("gpu-flavor", "nvidia.com/gpu", Decimal(16), Decimal(24), Decimal(4)),
+            QuotaSpec("gpu-flavor", "cpu", Decimal("0.5"), Decimal("1.25")),
+            QuotaSpec("gpu-flavor", "memory", Decimal(68719476736), Decimal(68719476736)),
         )
     )
     objects = compile_tenant(seed_cluster(), tenant)
@@ -581,8 +581,8 @@ def test_no_object_shares_a_part_with_another(random_objects: list[Obj]) -> None
 def test_accelerators_are_denied_unless_granted() -> None:
     cpu_only = medium_tenant(
         quotas=(
-            QuotaItem("cpu-general", "cpu", Decimal(8), Decimal(16)),
-            QuotaItem("cpu-general", "memory", Decimal(32 * GI), Decimal(64 * GI)),
+            QuotaSpec("cpu-general", "cpu", Decimal(8), Decimal(16)),
+            QuotaSpec("cpu-general", "memory", Decimal(32 * GI), Decimal(64 * GI)),
         )
     )
     objects = compile_tenant(demo_cluster(), cpu_only)
@@ -611,8 +611,8 @@ def test_namespaces_share_the_tenant_cap_only_without_kueue() -> None:
     tenant = medium_tenant(
         namespaces=(NamespaceSpec("a-one"), NamespaceSpec("a-two"), NamespaceSpec("a-three")),
         quotas=(
-            QuotaItem("gpu-flavor", "nvidia.com/gpu", Decimal(4), Decimal(7)),
-            QuotaItem("gpu-flavor", "cpu", Decimal(8), Decimal("10.001")),
+            QuotaSpec("gpu-flavor", "nvidia.com/gpu", Decimal(4), Decimal(7)),
+            QuotaSpec("gpu-flavor", "cpu", Decimal(8), Decimal("10.001")),
         ),
     )
     # With Kueue the ClusterQueue adds the namespaces up: each gets the whole cap.
@@ -634,8 +634,8 @@ def test_volcano_queue_per_tenant() -> None:
     cluster = seed_cluster(has_kueue=False, has_volcano=True)
     tenant = medium_tenant(
         quotas=(
-            QuotaItem("gpu-flavor", "nvidia.com/gpu", Decimal(16), Decimal(24), Decimal(10)),
-            QuotaItem("gpu-flavor", "cpu", Decimal(32), Decimal(48)),
+            QuotaSpec("gpu-flavor", "nvidia.com/gpu", Decimal(16), Decimal(24), Decimal(10)),
+            QuotaSpec("gpu-flavor", "cpu", Decimal(32), Decimal(48)),
         )
     )
     queue = find(compile_tenant(cluster, tenant), "Queue", "tenant-a")
@@ -946,21 +946,21 @@ def test_dedicated_pool_flavor_carries_taints_and_tolerations() -> None:
         ({"namespaces": (NamespaceSpec("n" * 64),)}, "namespace"),
         ({"namespaces": (NamespaceSpec("x"), NamespaceSpec("x"))}, "twice"),
         ({"cohort": "Not_A_Cohort"}, "cohort"),
-        ({"quotas": (QuotaItem("nope", "cpu", Decimal(1), Decimal(1)),)}, "no such flavor"),
+        ({"quotas": (QuotaSpec("nope", "cpu", Decimal(1), Decimal(1)),)}, "no such flavor"),
         (
-            {"quotas": (QuotaItem("gpu-flavor", "nvidia.com/gpu", Decimal(4), Decimal(2)),)},
+            {"quotas": (QuotaSpec("gpu-flavor", "nvidia.com/gpu", Decimal(4), Decimal(2)),)},
             "below guaranteed",
         ),
         (
             {
                 "quotas": (
-                    QuotaItem("gpu-flavor", "nvidia.com/gpu", Decimal(4), Decimal(8), Decimal(5)),
+                    QuotaSpec("gpu-flavor", "nvidia.com/gpu", Decimal(4), Decimal(8), Decimal(5)),
                 )
             },
             "lending_limit",
         ),
         (
-            {"quotas": (QuotaItem("gpu-flavor", "nvidia.com/gpu", Decimal("0.5"), Decimal(1)),)},
+            {"quotas": (QuotaSpec("gpu-flavor", "nvidia.com/gpu", Decimal("0.5"), Decimal(1)),)},
             "whole number",
         ),
     ],

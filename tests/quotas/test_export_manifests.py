@@ -10,9 +10,10 @@ import yaml
 from django.core.management import CommandError, call_command
 
 from approvals.choices import RequestStatus
-from approvals.services import outbox_deliver, quota_request_approve
+from approvals.services import quota_request_approve
 from quotas.choices import SyncBackend
 from quotas.models import Cluster, SyncOutbox
+from quotas.sync import outbox_deliver
 from tests.approvals.conftest import file
 
 
@@ -48,7 +49,7 @@ def test_a_gitops_cluster_gets_its_pushes_as_files(world, tmp_path):
     quota_request_approve(request=request, approver=world.admin)
     request.refresh_from_db()
     row = SyncOutbox.objects.get(
-        tenant=world.team_a, cluster=world.a100, generation=request.applied_generation
+        tenant=world.team_a, cluster=world.a100, generation=request.approved_generation
     )
 
     outbox_deliver(outbox_id=row.pk)

@@ -3,6 +3,7 @@ writes nothing; the database holds the invariants even when the services are byp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from decimal import Decimal
 
 import pytest
@@ -11,11 +12,14 @@ from django.db import IntegrityError, transaction
 from core.errors import ValidationFailed
 from quotas.choices import CPU_RESOURCE, GPU_RESOURCE, MEMORY_RESOURCE, FlavorKind, mig_resource
 from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor
+from quotas.selectors import cluster_allocations
 from quotas.services import (
     QuotaItem,
     SchedulingQuotas,
+    capacity_lines_check,
     elastic_cap,
     quota_item_parse,
+    quota_items_check,
     quota_set_create_from_tier,
     quota_set_write,
 )
@@ -469,3 +473,44 @@ def test_the_database_refuses_a_duplicate_flavor_name_or_negative_capacity(world
         ResourceFlavor.objects.create(cluster=world.a100, name="a100-80gb", kind=FlavorKind.CPU)
     with pytest.raises(IntegrityError), transaction.atomic():
         FlavorResource.objects.create(flavor=world.a100_gpu, resource="storage", capacity=-1)
+
+
+# --- the per-line check the request pages show ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Proposed:
+    flavor: str
+    resource: str
+    guaranteed_before: Decimal
+    guaranteed_after: Decimal
+    limit_after: Decimal
+
+
+@pytest.mark.parametrize(
+    ("guaranteed", "limit", "fits", "over_cap"),
+    [(6, 10, True, False), (10, 10, True, False), (11, 11, False, True), (6, 11, True, True)],
+)
+def test_the_per_line_check_gives_the_answers_of_the_items_check(
+    world, guaranteed, limit, fits, over_cap
+):
+    """team-a holds 6 / 10 of 16 A100s, the others 6 guaranteed; the cap is 10."""
+    proposed = Proposed(
+        world.a100_gpu.name, GPU_RESOURCE, Decimal(6), Decimal(guaranteed), Decimal(limit)
+    )
+    allocations = cluster_allocations(cluster=world.a100)
+    [line] = [
+        line
+        for line in capacity_lines_check(
+            cluster=world.a100, allocations=allocations, lines=[proposed]
+        )
+        if line.allocation.flavor == world.a100_gpu and line.resource == GPU_RESOURCE
+    ]
+    assert (line.fits, line.over_cap) == (fits, over_cap)
+    check = quota_items_check(
+        cluster=world.a100,
+        items=[gpus(world.a100_gpu, guaranteed, limit)],
+        quota_set=QuotaSet.objects.get(tenant=world.team_a, cluster=world.a100),
+    )
+    assert ("does not fit" in str(check.errors)) == (not fits)
+    assert ("elastic cap" in str(check.errors)) == over_cap

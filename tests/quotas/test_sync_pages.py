@@ -21,7 +21,6 @@ from django.test.utils import CaptureQueriesContext
 
 from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeRequest
-from approvals.services import cluster_reconcile, outbox_deliver
 from devcluster.runner import start_in_thread
 from quotas import sync
 from quotas.choices import SyncBackend
@@ -59,7 +58,7 @@ def without_csrf(content: bytes) -> bytes:
 
 def delivered(world: World) -> QuotaChangeRequest:
     request, row = approved(world)
-    outbox_deliver(outbox_id=row.pk)
+    sync.outbox_deliver(outbox_id=row.pk)
     request.refresh_from_db()
     assert request.status == RequestStatus.APPLIED
     return request
@@ -95,7 +94,7 @@ def test_the_tenant_page_shows_each_clusters_push_state(world, standin, persona)
 
     a100 = element(page, "tr", 'data-cluster="demo-a100"')
     assert 'data-sync="in_sync"' in a100
-    generation = request.applied_generation
+    generation = request.approved_generation
     assert f"generation {generation}, cluster has {generation}" in words(a100)
     assert "never" not in words(a100)  # a last-applied time instead
     assert f'href="{IN_CLUSTER}"' in a100 and f'href="{YAML}"' in a100
@@ -110,15 +109,15 @@ def test_a_failed_a_retrying_and_a_portal_only_cluster_read_as_such(world, stand
     request, row = approved(world)
     standin.fail_next(None, 503)  # the cluster is down until cleared
     with pytest.raises(RetryableError):
-        outbox_deliver(outbox_id=row.pk)
+        sync.outbox_deliver(outbox_id=row.pk)
     client = logged_in(world.carol)
 
     a100 = words(element(main(client.get(TENANT)), "tr", 'data-cluster="demo-a100"'))
     assert "Applying (attempt 2)" in a100
-    assert f"generation {request.applied_generation}, cluster has none yet" in a100
+    assert f"generation {request.approved_generation}, cluster has none yet" in a100
 
     Cluster.objects.filter(pk=world.a100.pk).update(backend=SyncBackend.NONE)
-    outbox_deliver(outbox_id=row.pk)
+    sync.outbox_deliver(outbox_id=row.pk)
     a100 = element(main(client.get(TENANT)), "tr", 'data-cluster="demo-a100"')
     assert 'data-sync="portal_only"' in a100 and "Kept in the portal only" in words(a100)
     assert "cluster has" not in words(a100)
@@ -128,7 +127,7 @@ def test_a_repaired_drift_shows_when_it_was_repaired(world, standin):
     delivered(world)
     kubectl(standin, "patch", "clusterqueue", "team-a", "--type", "merge",
             "-p", json.dumps({"spec": {"stopPolicy": "HoldAndDrain"}}))  # fmt: skip
-    cluster_reconcile(cluster_id=world.a100.pk)
+    sync.cluster_reconcile_by_id(cluster_id=world.a100.pk)
 
     a100 = element(main(logged_in(world.alice).get(TENANT)), "tr", 'data-cluster="demo-a100"')
 
@@ -234,14 +233,14 @@ def test_a_request_shows_where_its_push_stands(world, standin):
 
     standin.fail_next(None, 503)
     with pytest.raises(RetryableError):
-        outbox_deliver(outbox_id=row.pk)
+        sync.outbox_deliver(outbox_id=row.pk)
     push = words(element(main(client.get(url)), "section", 'data-push="applying"'))
     assert re.search(r"Applying, attempt 2: .+", push), push
 
     standin.clear_faults()
-    outbox_deliver(outbox_id=row.pk)
+    sync.outbox_deliver(outbox_id=row.pk)
     push = words(element(main(client.get(url)), "section", 'data-push="applied"'))
-    assert f"Applied at generation {request.applied_generation}" in push
+    assert f"Applied at generation {request.approved_generation}" in push
     assert "Retry push" not in push
 
 
@@ -249,7 +248,7 @@ def test_a_failed_push_shows_the_clusters_message_and_admins_retry_it(world, tmp
     with start_in_thread(kubeconfig_path=tmp_path / "kc", validator=refuse_cluster_queues) as h:
         point_at(world.a100, h.kubeconfig_path)
         request, row = approved(world)
-        outbox_deliver(outbox_id=row.pk)
+        sync.outbox_deliver(outbox_id=row.pk)
     request.refresh_from_db()
     assert request.status == RequestStatus.FAILED
     url = f"/requests/{request.pk}/"
@@ -281,7 +280,7 @@ def test_a_failed_push_shows_the_clusters_message_and_admins_retry_it(world, tmp
     # Fixed (a cluster that accepts it): the worker delivers, the page says applied.
     with start_in_thread(kubeconfig_path=tmp_path / "kc2") as fixed:
         point_at(world.a100, fixed.kubeconfig_path)
-        outbox_deliver(outbox_id=row.pk)
+        sync.outbox_deliver(outbox_id=row.pk)
     page = main(admin.get(url))
     assert 'data-push="applied"' in page and "Retry push" not in page
     # A retry of a request that did not fail is refused with the reason, as a message.
@@ -362,7 +361,7 @@ def test_the_console_lists_counts_failures_and_drift_repairs(world, standin):
     delivered(world)
     kubectl(standin, "patch", "clusterqueue", "team-a", "--type", "json", "-p",
             json.dumps([{"op": "replace", "path": "/spec/stopPolicy", "value": "HoldAndDrain"}]))  # fmt: skip
-    outcome = cluster_reconcile(cluster_id=world.a100.pk)
+    outcome = sync.cluster_reconcile_by_id(cluster_id=world.a100.pk)
     assert outcome is not None and not outcome.error
     Cluster.objects.filter(pk=world.h100.pk).update(
         backend=SyncBackend.KUBERNETES, kubeconfig_path="/nonexistent/kubeconfig"

@@ -1,12 +1,16 @@
 """The compiler's input from the database: a cluster and its tenants' quota sets as plain
-specs (``quotas.kube.spec``). A fixed number of queries, whatever the number of tenants."""
+specs (``quotas.kube.spec``), so that ``quotas.kube`` itself never touches Django. A fixed
+number of queries, whatever the number of tenants.
+
+It offers the hook through which an app above says which tenants have new work held
+(``BLOCKED_TENANTS``: the alerts app's, R11)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaItem, TenantSpec
+from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaSpec, TenantSpec
 from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor
 from tenants.choices import MembershipRole
 from tenants.models import Membership, Namespace
@@ -60,10 +64,10 @@ def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -
         query = query.filter(tenant_id__in=list(tenant_ids))
     quota_sets = list(query)
     ids = [qs.tenant_id for qs in quota_sets]
-    items: dict[int, list[QuotaItem]] = defaultdict(list)
+    items: dict[int, list[QuotaSpec]] = defaultdict(list)
     for q in Quota.objects.filter(quota_set__in=quota_sets).select_related("flavor"):
         items[q.quota_set_id].append(
-            QuotaItem(q.flavor.name, q.resource, q.guaranteed, q.limit, q.lending_limit)
+            QuotaSpec(q.flavor.name, q.resource, q.guaranteed, q.limit, q.lending_limit)
         )
     namespaces: dict[int, list[NamespaceSpec]] = defaultdict(list)
     for ns in Namespace.objects.filter(tenant_id__in=ids).order_by("name"):
