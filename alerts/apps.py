@@ -11,10 +11,8 @@ class AlertsConfig(AppConfig):
     def ready(self) -> None:
         # Hooks into the apps below this one (they import nothing from here): which tenants
         # are blocked on a cluster (the compiler's TenantSpec.blocked, R11), and the alert
-        # gauges of /metrics. Webhook deliveries are enqueued by task name: importing the
-        # tasks registers them in every process (not only in workers), so eager mode and
-        # routing apply to them.
-        from alerts import metrics, selectors, tasks  # noqa: F401
+        # gauges of /metrics. (Webhook deliveries are enqueued by task name: core.tasks.)
+        from alerts import metrics, selectors
         from quotas import loader
         from usage.metrics import EXTRA_COLLECTORS
 

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q
@@ -39,6 +38,7 @@ from alerts.choices import (
 )
 from alerts.models import Alert, AlertEvent, AlertRule, Webhook, WebhookDelivery
 from core.errors import Conflict
+from core.tasks import enqueue
 from quotas.backends import workload_set_active
 from quotas.kube.applier import ApplyError
 from quotas.services import quota_set_hold
@@ -170,13 +170,9 @@ DELIVER_WEBHOOK_TASK = "alerts.tasks.deliver_webhook"
 def enqueue_deliveries(ids: list[int]) -> None:
     """Each delivery is its own task, so a slow or failing webhook delays no other. A broker
     that is down is logged: the sweep sends the rows later."""
-    task = current_app.tasks.get(DELIVER_WEBHOOK_TASK)
     for delivery_id in ids:
         try:
-            if task is not None:  # registered here: honours eager mode like any task
-                task.apply_async(args=[delivery_id])
-            else:
-                current_app.send_task(DELIVER_WEBHOOK_TASK, args=[delivery_id])
+            enqueue(DELIVER_WEBHOOK_TASK, [delivery_id])
         except Exception:
             logger.warning("webhook delivery %s not enqueued now", delivery_id, exc_info=True)
 

@@ -24,6 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.errors import ValidationFailed
+from core.tasks import enqueue
 from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,
@@ -625,15 +626,8 @@ def enqueue_outbox(outbox_id: int) -> None:
     """Send the row to a worker (``quotas.tasks.deliver_outbox``, by name, so that this module
     does not import the tasks that import it). A broker that is down is logged, not raised:
     the row stays and the sweep sends it later."""
-    from celery import current_app as app
-
-    queue = settings.SYNC_QUEUE or None
     try:
-        task = app.tasks.get(DELIVER_OUTBOX_TASK)
-        if task is not None:  # registered here: honours eager mode like any task
-            task.apply_async(args=[outbox_id], queue=queue)
-        else:
-            app.send_task(DELIVER_OUTBOX_TASK, args=[outbox_id], queue=queue)
+        enqueue(DELIVER_OUTBOX_TASK, [outbox_id], queue=settings.SYNC_QUEUE or None)
     except Exception:
         logger.warning(
             "outbox %s not enqueued now; the sweep will send it", outbox_id, exc_info=True
