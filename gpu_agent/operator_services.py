@@ -13,7 +13,7 @@ For a cluster whose ``mig_driver`` is ``gpu-operator`` the node agent does not a
    layouts: ``success`` applies them, ``failed`` fails them with the reason, ``pending`` and
    ``rebooting`` mark them applying; ``operator_layouts_fail_overdue`` fails those past their
    deadline, naming what the node's labels say. What was read is kept per node
-   (``quotas.MigOperatorNode``) for the fleet pages.
+   (``MigOperatorNode``) for the fleet pages.
 
 The Kubernetes Node name is the portal's ``Node.name`` (what the agent registered as; the
 kubelet's node name). mig-parted places instances itself: only the profile counts of a layout
@@ -33,7 +33,7 @@ from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from gpu_agent import operator
-from gpu_agent.models import OPEN_LAYOUT_STATES, Gpu, LayoutState, MigLayout
+from gpu_agent.models import OPEN_LAYOUT_STATES, Gpu, LayoutState, MigLayout, MigOperatorNode
 from quotas.choices import MigDriver
 from quotas.kube.applier import (
     ApplyError,
@@ -44,7 +44,7 @@ from quotas.kube.applier import (
     apply_objects,
 )
 from quotas.kube.resources import CONFIG_MAP, NODE
-from quotas.models import Cluster, MigOperatorNode
+from quotas.models import Cluster
 from quotas.sync import backend_for
 from tenants.services import audit_record
 

@@ -12,10 +12,18 @@ from django.utils import timezone
 
 from core.errors import NotFound
 from gpu_agent.mig.planner import Demand
-from gpu_agent.models import OPEN_LAYOUT_STATES, Gpu, LayoutState, MigInstance, MigLayout, Node
+from gpu_agent.models import (
+    OPEN_LAYOUT_STATES,
+    Gpu,
+    LayoutState,
+    MigInstance,
+    MigLayout,
+    MigOperatorNode,
+    Node,
+)
 from gpu_agent.services import stale_after
 from quotas.choices import MIG_RESOURCE_PREFIX, FlavorKind, MigDriver, mig_resource
-from quotas.models import Cluster, MigOperatorNode, Quota
+from quotas.models import Cluster, Quota
 from tenants.models import User
 
 

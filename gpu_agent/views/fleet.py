@@ -47,6 +47,7 @@ from gpu_agent.models import (
     LayoutState,
     MigInstance,
     MigLayout,
+    MigOperatorNode,
     Node,
 )
 from gpu_agent.operator_services import is_operator_driven
@@ -64,7 +65,6 @@ from gpu_agent.views.common import (
 )
 from gpu_agent.views.drawing import SliceDrawing, drawing_layout, drawing_observed
 from gpu_agent.views.probe import isolation_context
-from quotas.models import MigOperatorNode
 from tenants.models import User
 
 NODES_PER_PAGE = 50

@@ -18,10 +18,10 @@ from kubernetes.dynamic import DynamicClient
 
 from devcluster import Handle
 from gpu_agent import operator_services, services, tasks
-from gpu_agent.models import Gpu, LayoutState, MigLayout, Node
+from gpu_agent.models import Gpu, LayoutState, MigLayout, MigOperatorNode, Node
 from portal.celery import app
 from quotas.choices import MigDriver
-from quotas.models import Cluster, MigOperatorNode
+from quotas.models import Cluster
 from quotas.sync import cluster_reconcile
 from tenants.models import AuditEvent, User
 from tests.conftest import World
