@@ -176,7 +176,8 @@ def seed(nodes: list[SimNode]) -> tuple[str, dict[str, float]]:
     from django.utils import timezone
 
     from gpu_agent.models import Node, NodeToken
-    from gpu_agent.services import agent_register, agent_report_ingest, join_token_create
+    from gpu_agent.services.nodes import agent_register, join_token_create
+    from gpu_agent.services.reports import agent_report_ingest
     from tenants.models import User
     from tenants.services import api_token_create
 
@@ -220,7 +221,8 @@ def inprocess(nodes: list[SimNode], count: int, profile: bool) -> dict[str, Any]
 
     from gpu_agent.agent_api.serializers import ReportInput
     from gpu_agent.models import Node
-    from gpu_agent.services import agent_report_ingest, node_token_authenticate
+    from gpu_agent.services.nodes import node_token_authenticate
+    from gpu_agent.services.reports import agent_report_ingest
 
     client = Client(HTTP_HOST="127.0.0.1")
     with CaptureQueriesContext(connection) as ctx:

@@ -9,7 +9,7 @@ class UsageConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from gpu_agent.services import REPORT_INGESTED
+        from gpu_agent.services.reports import REPORT_INGESTED
         from usage.services import agent_report_samples
 
         if settings.USAGE_AGENT_SAMPLES and agent_report_samples not in REPORT_INGESTED:

@@ -363,7 +363,7 @@ def agent_report_samples(*, node: Any, report: Mapping[str, Any], now: datetime)
         # Every report stores its MIG instances anew: their tenants are set every time.
         attributed = _instance_tenants(report, tenants)
         if attributed:
-            from gpu_agent.services import instances_attribute
+            from gpu_agent.services.reports import instances_attribute
 
             instances_attribute(node=node, tenants=attributed)
         return 0
@@ -391,7 +391,7 @@ def agent_report_samples_write(*, node: Any, report: Mapping[str, Any], now: dat
     instance (utilisation, memory used, processes), each with the tenant whose pod runs
     there (process ``pod_uid`` -> the collector's pods -> namespace -> tenant), and the MIG
     instances' ``tenant`` is set. A bounded number of statements per report."""
-    from gpu_agent.services import instances_attribute
+    from gpu_agent.services.reports import instances_attribute
 
     cluster_id = node.cluster_id
     flavors = _flavors_cached(cluster_id, now)

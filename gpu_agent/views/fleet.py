@@ -33,6 +33,7 @@ from django.views.decorators.http import require_POST
 from core import errors
 from core.pages import error_text
 from gpu_agent import selectors as fleet_selectors
+from gpu_agent.conf import layout_deadline
 from gpu_agent.mig.catalogue import GpuModel, Profile
 from gpu_agent.mig.layout import (
     InstanceRequest,
@@ -50,8 +51,8 @@ from gpu_agent.models import (
     MigOperatorNode,
     Node,
 )
-from gpu_agent.operator_services import is_operator_driven
-from gpu_agent.services import busy_destroyed_by, layout_deadline, layout_set
+from gpu_agent.selectors import is_operator_driven
+from gpu_agent.services.layouts import busy_destroyed_by, layout_set
 from gpu_agent.views.common import (
     admin_user,
     ago,

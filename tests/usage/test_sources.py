@@ -11,7 +11,8 @@ from django.utils import timezone
 
 from devcluster.runner import Handle
 from gpu_agent.models import MigInstance
-from gpu_agent.services import agent_register, agent_report_ingest, join_token_create
+from gpu_agent.services.nodes import agent_register, join_token_create
+from gpu_agent.services.reports import agent_report_ingest
 from quotas.kube.applier import KubernetesBackend
 from quotas.sync import cluster_reconcile
 from tests.conftest import World
