@@ -19,6 +19,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from core.errors import Conflict
 from gpu_agent.mig.planner import Demand
 from gpu_agent.models import Gpu, LayoutState, MigInstance, MigLayout, Node
 from gpu_agent.services import layouts, nodes, plans, reports
@@ -574,6 +575,33 @@ def test_a_gpu_that_refuses_is_reported_and_the_others_still_get_their_layouts(w
     assert refusal.row.gpu.uuid == UUID and refusal.status == 409
     assert "instance 1 (7g.80gb at slice 0) is busy: pid 777" in refusal.message
     assert list(MigLayout.objects.values_list("gpu__uuid", flat=True)) == ["GPU-gpu-node-1-0001"]
+
+
+def test_a_plan_whose_gpus_changed_is_refused_whole_as_a_stored_proposal_is(world):
+    """The planner page applies through the stored proposals' rule (``state_digest``): an
+    instance that went busy after the plan was made refuses the whole plan (409, nothing
+    applied), and its fingerprint changes; a plan made afresh applies."""
+    add_node(
+        world.admin,
+        "gpu-node-1",
+        [gpu("gpu-node-1", 0, instances=[instance(1, "7g.80gb", 0, 8)]), gpu("gpu-node-1", 1)],
+    )
+    demand = [Demand("3g.40gb", 4, model=A100)]
+    proposal = plans.mig_plan_propose(cluster=None, demand=demand)
+    MigInstance.objects.filter(gpu__uuid=UUID).update(
+        busy=True, processes=[{"pid": 777, "used_memory_mib": 1, "pod_uid": ""}]
+    )
+    with pytest.raises(Conflict) as stale:
+        plans.mig_plan_apply(proposal=proposal, actor=world.admin)
+    assert "the GPUs changed since it was made" in stale.value.message
+    assert "Nothing was applied" in stale.value.message
+    assert not MigLayout.objects.exists()
+
+    fresh = plans.mig_plan_propose(cluster=None, demand=demand)
+    assert fresh.fingerprint != proposal.fingerprint
+    assert [r.gpu.uuid for r in fresh.to_apply] == ["GPU-gpu-node-1-0001"]  # the busy one stays
+    done, refused = plans.mig_plan_apply(proposal=fresh, actor=world.admin)
+    assert [layout.gpu.uuid for layout in done] == ["GPU-gpu-node-1-0001"] and refused == []
 
 
 def test_the_planner_reads_demand_from_the_tenants_mig_quotas(world):
