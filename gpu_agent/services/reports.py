@@ -4,8 +4,10 @@ the node's layouts (applied ones confirmed, drained ones released, reset GPUs re
 answer says what the agent has to do next. Observations only: nothing here is audited but a
 stale node coming back.
 
-Once a report commits, each ``REPORT_INGESTED`` hook is called with it (``usage`` registers
-one in its ``AppConfig.ready``; this app imports none of them).
+Once a report commits, its ``ReportReadings`` (what each GPU outside MIG and each MIG
+instance was doing, read from the validated report here and nowhere else) go to each
+``REPORT_INGESTED`` hook: ``usage`` registers the one that turns them into samples, in its
+``AppConfig.ready``; this app imports none of them.
 """
 
 from __future__ import annotations
@@ -47,11 +49,77 @@ MAX_INSTANCES_PER_GPU = 7  # the most MIG instances any NVIDIA GPU offers
 MAX_PROCESSES = 256  # per GPU or per MIG instance
 POD_UID_MAX = 64
 
-# Called with (node=, report=, now=) once a report is ingested and committed, each in its own
-# transaction (a failing hook is logged; the report stands and the agent reports again soon).
-# Registered in other apps' AppConfig.ready() (usage: samples per GPU and MIG instance), so
-# this app imports none of them and the report's transaction stays short.
+# Called as ``hook(readings=ReportReadings)`` once a report is ingested and committed, each in
+# its own transaction (a failing hook is logged; the report stands and the agent reports again
+# soon). Registered in other apps' AppConfig.ready() (usage: samples per GPU and MIG
+# instance), so this app imports none of them and the report's transaction stays short.
 REPORT_INGESTED: list[Callable[..., object]] = []
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    """What one GPU outside MIG (``gi_id`` None), or one MIG instance, was doing."""
+
+    gpu_uuid: str
+    model: str  # the GPU's model name, as NVML reports it
+    gi_id: int | None
+    mig_profile: str | None
+    utilization_pct: int | None
+    memory_used_mib: int
+    processes: int
+    pod_uids: tuple[str, ...]  # of its processes that run in a pod, in the report's order
+
+
+@dataclass(frozen=True)
+class ReportReadings:
+    """A committed report's readings, as the ``REPORT_INGESTED`` hooks receive them."""
+
+    node_id: int
+    cluster_id: int | None
+    at: datetime
+    devices: tuple[DeviceReading, ...]
+
+
+def report_readings(*, node: Node, report: Mapping[str, Any], now: datetime) -> ReportReadings:
+    """The readings of a validated report: one per GPU outside MIG (MIG off, or on with no
+    instance) and one per MIG instance."""
+    devices: list[DeviceReading] = []
+    for g in report.get("gpus") or []:
+        instances = g.get("instances") or []
+        if not g.get("mig_mode_current") or not instances:
+            processes = g.get("processes") or []
+            devices.append(
+                DeviceReading(
+                    gpu_uuid=g["uuid"],
+                    model=g["name"],
+                    gi_id=None,
+                    mig_profile=None,
+                    utilization_pct=g.get("utilization_pct"),
+                    memory_used_mib=g.get("memory_used_mib") or 0,
+                    processes=len(processes),
+                    pod_uids=_pod_uids(processes),
+                )
+            )
+            continue
+        for inst in instances:
+            processes = inst.get("processes") or []
+            devices.append(
+                DeviceReading(
+                    gpu_uuid=g["uuid"],
+                    model=g["name"],
+                    gi_id=inst["gi_id"],
+                    mig_profile=inst["profile"],
+                    utilization_pct=inst.get("utilization_pct"),
+                    memory_used_mib=inst.get("memory_used_mib") or 0,
+                    processes=len(processes),
+                    pod_uids=_pod_uids(processes),
+                )
+            )
+    return ReportReadings(node.pk, node.cluster_id, now, tuple(devices))
+
+
+def _pod_uids(processes: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    return tuple(uid for p in processes if (uid := p.get("pod_uid")))
 
 
 def _report_problems(report: Mapping[str, Any]) -> dict[str, list[str]]:
@@ -186,8 +254,10 @@ def agent_report_answer(*, node: Node, report: Mapping[str, Any]) -> ReportAnswe
             before={"stale": True},
             after={"stale": False, "last_report_at": iso(now)},
         )
-    for hook in REPORT_INGESTED:
-        transaction.on_commit(partial(hook, node=node, report=report, now=now), robust=True)
+    if REPORT_INGESTED:
+        readings = report_readings(node=node, report=report, now=now)
+        for hook in REPORT_INGESTED:
+            transaction.on_commit(partial(hook, readings=readings), robust=True)
     if not layouts_open:
         # No pending, applying or reboot-required layout on the node (the usual case): nothing
         # to confirm, release or reopen, and nothing for the agent to apply.
@@ -425,8 +495,8 @@ FROM gpu_agent_gpu g, jsonb_to_recordset(%s::jsonb) AS r(uuid text, gi_id int, t
 WHERE g.id = m.gpu_id AND g.node_id = %s AND g.uuid = r.uuid AND m.gi_id = r.gi_id"""
 
 
-def instances_attribute(*, node: Node, tenants: Mapping[tuple[str, int], int | None]) -> int:
-    """Set ``MigInstance.tenant`` of ``node``'s instances from (GPU uuid, gi_id) -> tenant id
+def instances_attribute(*, node_id: int, tenants: Mapping[tuple[str, int], int | None]) -> int:
+    """Set ``MigInstance.tenant`` of the node's instances from (GPU uuid, gi_id) -> tenant id
     (the tenant whose pod runs on it; None: unknown). One statement on PostgreSQL. Returns
     the rows updated."""
     if not tenants:
@@ -434,12 +504,12 @@ def instances_attribute(*, node: Node, tenants: Mapping[tuple[str, int], int | N
     if connection.vendor == "postgresql":
         rows = [{"uuid": u, "gi_id": gi, "tenant_id": t} for (u, gi), t in tenants.items()]
         with connection.cursor() as cursor:
-            cursor.execute(_PG_INSTANCES_ATTRIBUTE, [json.dumps(rows), node.pk])
+            cursor.execute(_PG_INSTANCES_ATTRIBUTE, [json.dumps(rows), node_id])
             return cursor.rowcount
     updated = 0
     for (uuid, gi_id), tenant_id in tenants.items():
         updated += MigInstance.objects.filter(
-            gpu__node_id=node.pk, gpu__uuid=uuid, gi_id=gi_id
+            gpu__node_id=node_id, gpu__uuid=uuid, gi_id=gi_id
         ).update(tenant_id=tenant_id)
     return updated
 
