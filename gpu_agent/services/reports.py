@@ -244,7 +244,9 @@ def agent_report_answer(*, node: Node, report: Mapping[str, Any]) -> ReportAnswe
         )
     else:
         was_stale, busy = _ingest_orm(node=node, report=report, now=now)
-        layouts_open = True
+        layouts_open = MigLayout.objects.filter(
+            gpu__node_id=node.pk, state__in=[*OPEN_LAYOUT_STATES, LayoutState.REBOOT_REQUIRED]
+        ).exists()
         probes = IsolationProbe.objects.filter(gpu__node=node, state__in=OPEN_PROBE_STATES).count()
     if was_stale:
         audit_record(
