@@ -1,8 +1,11 @@
 """The GPU fleet as the portal sees it.
 
-Observed (written only from agents' reports): ``Node``, ``Gpu``, ``MigInstance``.
+Observed (written only from agents' reports): ``Node``, ``Gpu``, ``MigInstance`` (its
+``tenant`` set by ``usage`` from the pods it runs). Observed from the cluster for a
+``gpu-operator`` cluster: ``MigOperatorNode``, what the MIG manager's node labels said.
 Desired (written by admins through services): ``MigLayout``, one row per generation per GPU;
-the highest generation is the one in force. Credentials: ``NodeJoinToken`` (one-time, for the
+the highest generation is the one in force. The planner's stored proposals: ``PlanProposal``.
+Isolation checks (R30): ``IsolationProbe``. Credentials: ``NodeJoinToken`` (one-time, for the
 first contact) and ``NodeToken`` (the agent's bearer token); only SHA-256 digests are stored.
 """
 

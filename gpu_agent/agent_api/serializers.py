@@ -1,5 +1,9 @@
 """Input serializers check the shape of bodies (types, ranges, lengths, list sizes); the
-services check the rest. Output serializers describe what the views return."""
+services check the rest. Output serializers describe what the views return.
+
+An agent's report has one validator, ``validate_report`` (what ``ReportInput`` validates to,
+by hand for a clean report, by ``ReportInput`` itself otherwise); the report service then
+checks what a shape cannot (duplicates, GPUs of another node) and hands the readings on."""
 
 from __future__ import annotations
 

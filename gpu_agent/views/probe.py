@@ -2,9 +2,9 @@
 SVG chart here (plain numbers the template lays out; no script), the button that asks the
 node's agent for a probe, and the device plugin's state after the last layout change.
 
-Writes go through ``gpu_agent.services.probes.probe_request`` (400 for a MIG GPU with fewer than two
-instances, 409 for a stale node or an open probe); the view shows its refusal and changes
-nothing.
+Writes go through ``gpu_agent.services.probes.probe_request`` (400 for a MIG GPU with fewer
+than two instances, 409 for a stale node or an open probe); the view shows its refusal and
+changes nothing.
 """
 
 from __future__ import annotations
