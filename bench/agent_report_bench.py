@@ -18,7 +18,8 @@ inventory and metrics every 10 s, through gunicorn (2 sync workers) on PostgreSQ
    happens once in 30 reports). A platform admin gets an API token for ``GET /api/v1/me/``.
 4. In this process: the SQL queries of one report (Django's test client, CaptureQueriesContext)
    and the time of its parts, per report, over ``--inprocess`` reports (JSON parsing, the
-   ``ReportInput`` serializer, the token lookup, ``agent_report_ingest``, the whole request).
+   report's validator as the endpoint runs it, ``validate_report``, the token lookup,
+   ``agent_report_ingest``, the whole request).
 5. gunicorn: ``--clients`` threads (8) drive ``GET /api/v1/me/`` (the baseline) and
    ``POST /api/v1/agent/report/`` in alternating rounds, as bench/api_bench.py does: 2 s warm-up
    each, then ``--seconds`` each in ``--rounds`` rounds. Every report is the next node's (a
@@ -176,7 +177,8 @@ def seed(nodes: list[SimNode]) -> tuple[str, dict[str, float]]:
     from django.utils import timezone
 
     from gpu_agent.models import Node, NodeToken
-    from gpu_agent.services import agent_register, agent_report_ingest, join_token_create
+    from gpu_agent.services.nodes import agent_register, join_token_create
+    from gpu_agent.services.reports import agent_report_ingest
     from tenants.models import User
     from tenants.services import api_token_create
 
@@ -218,9 +220,10 @@ def inprocess(nodes: list[SimNode], count: int, profile: bool) -> dict[str, Any]
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from gpu_agent.agent_api.serializers import ReportInput
+    from gpu_agent.agent_api.serializers import validate_report
     from gpu_agent.models import Node
-    from gpu_agent.services import agent_report_ingest, node_token_authenticate
+    from gpu_agent.services.nodes import node_token_authenticate
+    from gpu_agent.services.reports import agent_report_ingest
 
     client = Client(HTTP_HOST="127.0.0.1")
     with CaptureQueriesContext(connection) as ctx:
@@ -235,13 +238,12 @@ def inprocess(nodes: list[SimNode], count: int, profile: bool) -> dict[str, Any]
         t0 = time.perf_counter()
         data = json.loads(node.body)
         t1 = time.perf_counter()
-        serializer = ReportInput(data=data)
-        serializer.is_valid(raise_exception=True)
+        report = validate_report(data)
         t2 = time.perf_counter()
         token = node_token_authenticate(secret=node.token)
         t3 = time.perf_counter()
         assert token is not None
-        agent_report_ingest(node=token.node, report=serializer.validated_data)
+        agent_report_ingest(node=token.node, report=report)
         t4 = time.perf_counter()
         for name, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
             phases[name] += seconds

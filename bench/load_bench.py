@@ -261,7 +261,8 @@ def seed(kubeconfig: Path, agent_count: int) -> World:
 
     from approvals.services import quota_request_grant
     from gpu_agent.models import NodeToken
-    from gpu_agent.services import agent_register, agent_report_ingest, join_token_create
+    from gpu_agent.services.nodes import agent_register, join_token_create
+    from gpu_agent.services.reports import agent_report_ingest
     from quotas.choices import GPU_RESOURCE, FlavorKind, SyncBackend
     from quotas.models import Cluster, FlavorResource, ResourceFlavor, TierTemplate
     from quotas.services import QuotaItem

@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from gpu_agent.models import Gpu, MigInstance, MigLayout, Node, NodeJoinToken, NodeToken
-from gpu_agent.services import node_token_revoke, node_update
+from gpu_agent.services.nodes import node_token_revoke, node_update
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

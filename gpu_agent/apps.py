@@ -1,3 +1,5 @@
+"""The GPU fleet app; ``ready`` registers the node token's OpenAPI description."""
+
 from django.apps import AppConfig
 
 

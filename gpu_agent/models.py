@@ -1,8 +1,11 @@
 """The GPU fleet as the portal sees it.
 
-Observed (written only from agents' reports): ``Node``, ``Gpu``, ``MigInstance``.
+Observed (written only from agents' reports): ``Node``, ``Gpu``, ``MigInstance`` (its
+``tenant`` set by ``usage`` from the pods it runs). Observed from the cluster for a
+``gpu-operator`` cluster: ``MigOperatorNode``, what the MIG manager's node labels said.
 Desired (written by admins through services): ``MigLayout``, one row per generation per GPU;
-the highest generation is the one in force. Credentials: ``NodeJoinToken`` (one-time, for the
+the highest generation is the one in force. The planner's stored proposals: ``PlanProposal``.
+Isolation checks (R30): ``IsolationProbe``. Credentials: ``NodeJoinToken`` (one-time, for the
 first contact) and ``NodeToken`` (the agent's bearer token); only SHA-256 digests are stored.
 """
 
@@ -377,3 +380,41 @@ class NodeToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.node_id})"
+
+
+class MigOperatorNode(models.Model):
+    """What the GPU Operator's MIG manager says about one node of a ``gpu-operator`` cluster,
+    as last read from the node's labels: the config the portal asked for, the config the
+    node's ``nvidia.com/mig.config`` label names, and its ``nvidia.com/mig.config.state``."""
+
+    cluster = models.ForeignKey(
+        "quotas.Cluster", on_delete=models.CASCADE, related_name="mig_nodes"
+    )
+    node_name = models.CharField(max_length=253)
+    desired_config = models.CharField(max_length=253, blank=True)
+    label_config = models.CharField(
+        max_length=253, blank=True, help_text="nvidia.com/mig.config as read."
+    )
+    label_state = models.CharField(
+        max_length=63, blank=True, help_text="nvidia.com/mig.config.state as read."
+    )
+    present = models.BooleanField(
+        default=True, help_text="The Node exists in the cluster (the portal never creates one)."
+    )
+    message = models.TextField(blank=True)
+    label_set_at = models.DateTimeField(null=True, blank=True)
+    observed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        # Made by the quotas app before the model moved here: the table kept its name (the
+        # move changed no data; see migrations gpu_agent 0003 and quotas 0006).
+        db_table = "quotas_migoperatornode"
+        ordering = ["cluster__name", "node_name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "node_name"], name="mig_operator_node_unique"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster.name}/{self.node_name}: {self.label_state or '-'}"

@@ -26,7 +26,7 @@ config changes, busy instances included: the operator path has no incremental ap
 **Names are content hashes** (``portal-<sha256[:10]>``): the MIG manager reacts to a *change*
 of the node label, so a changed layout must get a new name, not new content under the old one.
 
-Safety rules the service (``gpu_agent.operator_services``) relies on:
+Safety rules the service (``gpu_agent.services.mig_operator``) relies on:
 
 - configs still named by a live node label are kept in the ConfigMap (a node that restarts its
   MIG manager before its label moves still finds its config), and ``all-disabled`` is always

@@ -1,5 +1,8 @@
-"""Reads of the GPU fleet. Fleet data is for platform admins: every selector takes the actor
-and shows nothing (or 404) to anyone else."""
+"""Reads of the GPU fleet: nodes, GPUs with their instances and layouts, the fleet's counts,
+the tenants' MIG quotas as the planner's demand, and what the GPU Operator's labels said.
+Fleet data is for platform admins: every selector that answers a person takes the actor and
+shows nothing (or 404) to anyone else; the helpers without an actor serve the services and
+the pages' own checks. Imports no service."""
 
 from __future__ import annotations
 
@@ -11,11 +14,19 @@ from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from core.errors import NotFound
+from gpu_agent.conf import stale_after
 from gpu_agent.mig.planner import Demand
-from gpu_agent.models import OPEN_LAYOUT_STATES, Gpu, LayoutState, MigInstance, MigLayout, Node
-from gpu_agent.services import stale_after
+from gpu_agent.models import (
+    OPEN_LAYOUT_STATES,
+    Gpu,
+    LayoutState,
+    MigInstance,
+    MigLayout,
+    MigOperatorNode,
+    Node,
+)
 from quotas.choices import MIG_RESOURCE_PREFIX, FlavorKind, MigDriver, mig_resource
-from quotas.models import Cluster, MigOperatorNode, Quota
+from quotas.models import Cluster, Quota
 from tenants.models import User
 
 
@@ -30,6 +41,13 @@ def node_is_stale(node: Node) -> bool:
         return True
     seen = node.last_report_at or node.created_at
     return seen < timezone.now() - stale_after()
+
+
+def is_operator_driven(gpu: Gpu) -> bool:
+    """The GPU's cluster repartitions MIG through NVIDIA's GPU Operator (no agent applies
+    its layouts)."""
+    cluster = gpu.node.cluster
+    return cluster is not None and cluster.mig_driver == MigDriver.GPU_OPERATOR
 
 
 def node_list(*, user: User) -> QuerySet[Node]:

@@ -1,22 +1,25 @@
-"""Celery tasks for the GPU fleet: thin, idempotent (safe to run twice or concurrently)."""
+"""Celery tasks for the GPU fleet: thin, idempotent (safe to run twice or concurrently). Each
+calls one service; no service imports this module (one that queues a task after its commit
+sends it by name, ``core.tasks.enqueue``)."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from gpu_agent import probes, proposals, services
+from gpu_agent.services import layouts, mig_operator, nodes, probes, proposals
+from quotas.models import Cluster
 
 
 @shared_task(name="gpu_agent.tasks.mark_stale_nodes", ignore_result=True)
 def mark_stale_nodes() -> int:
     """Nodes whose agent missed its reports (``AGENT_STALE_AFTER_S``) become stale."""
-    return len(services.nodes_mark_stale())
+    return len(nodes.nodes_mark_stale())
 
 
 @shared_task(name="gpu_agent.tasks.fail_overdue_layouts", ignore_result=True)
 def fail_overdue_layouts() -> int:
     """Desired layouts not applied by their deadline fail, with the reason."""
-    return len(services.layouts_fail_overdue())
+    return len(layouts.layouts_fail_overdue())
 
 
 @shared_task(
@@ -28,26 +31,21 @@ def fail_overdue_layouts() -> int:
 )
 def operator_push_cluster(cluster_id: int) -> None:
     """MIG through the GPU Operator: write the mig-parted ConfigMap and node labels of one
-    cluster (queued by ``layout_set``)."""
-    from gpu_agent import operator_services
-    from quotas.models import Cluster
-
+    cluster (queued by ``layout_set`` once it commits)."""
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is not None:
-        operator_services.operator_push(cluster=cluster)
+        mig_operator.operator_push(cluster=cluster)
 
 
 @shared_task(name="gpu_agent.tasks.operator_sync", ignore_result=True)
 def operator_sync() -> int:
     """Every ``gpu-operator`` cluster: push, read the MIG manager's state labels back, and fail
     layouts past their deadline. Returns the clusters whose pass failed."""
-    from gpu_agent import operator_services
-
     failures = 0
-    for cluster in operator_services.operator_clusters():
-        if not operator_services.operator_sync(cluster=cluster).ok:
+    for cluster in mig_operator.operator_clusters():
+        if not mig_operator.operator_sync(cluster=cluster).ok:
             failures += 1
-    operator_services.operator_layouts_fail_overdue()
+    mig_operator.operator_layouts_fail_overdue()
     return failures
 
 

@@ -373,36 +373,3 @@ class TenantSync(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}@{self.cluster.name}: {self.state}"
-
-
-class MigOperatorNode(models.Model):
-    """What the GPU Operator's MIG manager says about one node of a ``gpu-operator`` cluster,
-    as last read from the node's labels: the config the portal asked for, the config the
-    node's ``nvidia.com/mig.config`` label names, and its ``nvidia.com/mig.config.state``."""
-
-    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="mig_nodes")
-    node_name = models.CharField(max_length=253)
-    desired_config = models.CharField(max_length=253, blank=True)
-    label_config = models.CharField(
-        max_length=253, blank=True, help_text="nvidia.com/mig.config as read."
-    )
-    label_state = models.CharField(
-        max_length=63, blank=True, help_text="nvidia.com/mig.config.state as read."
-    )
-    present = models.BooleanField(
-        default=True, help_text="The Node exists in the cluster (the portal never creates one)."
-    )
-    message = models.TextField(blank=True)
-    label_set_at = models.DateTimeField(null=True, blank=True)
-    observed_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["cluster__name", "node_name"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["cluster", "node_name"], name="mig_operator_node_unique"
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.cluster.name}/{self.node_name}: {self.label_state or '-'}"

@@ -9,11 +9,11 @@ class UsageConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from gpu_agent.services import REPORT_INGESTED
-        from usage.services import agent_report_samples
+        from gpu_agent.services.reports import REPORT_INGESTED
+        from usage.services import agent_readings_record
 
-        if settings.USAGE_AGENT_SAMPLES and agent_report_samples not in REPORT_INGESTED:
-            REPORT_INGESTED.append(agent_report_samples)
+        if settings.USAGE_AGENT_SAMPLES and agent_readings_record not in REPORT_INGESTED:
+            REPORT_INGESTED.append(agent_readings_record)
         from usage.metrics import allowed_networks
 
         allowed_networks()  # a bad METRICS_ALLOWED_CIDRS fails at start, not at a scrape

@@ -22,10 +22,13 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import BaseCache, caches
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from core.errors import ValidationFailed
+from gpu_agent.services.reports import DeviceReading, ReportReadings, instances_attribute
+from quotas.models import ResourceFlavor
 from usage.choices import RAW, ROLLUP_SOURCE, Metric, Resolution
 from usage.models import (
     GPU_UUID_MAX,
@@ -289,14 +292,18 @@ def samples_ingest(*, samples: Sequence[Mapping[str, Any]]) -> int:
 
 
 # --- agents' reports -------------------------------------------------------------------------
+#
+# One way from an agent's report to the charts: gpu_agent validates and stores the report,
+# then (after its commit) hands this app the report's readings through its REPORT_INGESTED
+# hook (registered in ``UsageConfig.ready``); ``agent_readings_record`` attributes the MIG
+# instances to tenants and, at most once per USAGE_AGENT_SAMPLE_EVERY_S per node, writes the readings as samples
+# through ``samples_write`` like every other producer; the dashboards read the rollups.
 
 
 def _flavor_map(cluster_id: int | None) -> dict[tuple[str, str], int]:
     """(GPU model, MIG profile or "") -> flavor id on the cluster."""
     if cluster_id is None:
         return {}
-    from quotas.models import ResourceFlavor
-
     rows = ResourceFlavor.objects.filter(cluster_id=cluster_id, kind__in=["gpu", "mig"])
     return {
         (model, profile if kind == "mig" else ""): pk
@@ -333,102 +340,83 @@ def _pod_tenants(cluster_id: int | None, now: datetime) -> dict[str, int | None]
     return cached[1]
 
 
-def _owner(processes: Sequence[Mapping[str, Any]], tenants: Mapping[str, int | None]) -> int | None:
-    for process in processes:
-        tenant_id = tenants.get(process.get("pod_uid") or "")
+def _owner(device: DeviceReading, tenants: Mapping[str, int | None]) -> int | None:
+    """The tenant of the first of the device's processes whose pod the collector knows."""
+    for pod_uid in device.pod_uids:
+        tenant_id = tenants.get(pod_uid)
         if tenant_id is not None:
             return tenant_id
     return None
 
 
-_LAST_SAMPLED: dict[int, datetime] = {}  # node id -> when its report last became samples
+class SampleThrottle:
+    """At most one sample set per node per ``USAGE_AGENT_SAMPLE_EVERY_S``, whichever web
+    process receives its reports: a node's first report in a window adds a key to the shared
+    cache that expires with the window (Redis in production, where ``add`` is one atomic
+    ``SET NX EX``; without Redis, the file cache every process of the machine shares). A
+    throttle, not state: a lost key only samples sooner, and a cache that cannot answer lets
+    the report be sampled."""
 
+    def __init__(self, *, cache: BaseCache | None = None, prefix: str = "usage:agent-sampled"):
+        self._cache = cache
+        self.prefix = prefix
 
-def _due(node_id: int, now: datetime) -> bool:
-    """A throttle, not state: at most one sample set per node per USAGE_AGENT_SAMPLE_EVERY_S
-    in this process (a restart only samples sooner)."""
-    every = timedelta(seconds=settings.USAGE_AGENT_SAMPLE_EVERY_S)
-    last = _LAST_SAMPLED.get(node_id)
-    if last is not None and timedelta(0) <= now - last < every:
-        return False
-    _LAST_SAMPLED[node_id] = now
-    return True
-
-
-def agent_report_samples(*, node: Any, report: Mapping[str, Any], now: datetime) -> int:
-    """The ``gpu_agent`` hook (after the report commits), throttled per node
-    (``USAGE_AGENT_SAMPLE_EVERY_S``, 60 s: the 5-minute rollups need no more)."""
-    tenants = _pod_tenants(node.cluster_id, now)
-    if not _due(node.pk, now):
-        # Every report stores its MIG instances anew: their tenants are set every time.
-        attributed = _instance_tenants(report, tenants)
-        if attributed:
-            from gpu_agent.services import instances_attribute
-
-            instances_attribute(node=node, tenants=attributed)
-        return 0
-    return agent_report_samples_write(node=node, report=report, now=now)
-
-
-def _instance_tenants(
-    report: Mapping[str, Any], tenants: Mapping[str, int | None]
-) -> dict[tuple[str, int], int | None]:
-    """(GPU uuid, gi_id) -> tenant of the MIG instances running a known tenant's pod."""
-    out: dict[tuple[str, int], int | None] = {}
-    if not tenants:
-        return out
-    for g in report.get("gpus") or []:
-        for inst in g.get("instances") or []:
-            tenant_id = _owner(inst.get("processes") or [], tenants)
-            if tenant_id is not None:
-                out[(g["uuid"], inst["gi_id"])] = tenant_id
-    return out
-
-
-@transaction.atomic
-def agent_report_samples_write(*, node: Any, report: Mapping[str, Any], now: datetime) -> int:
-    """A report becomes samples per GPU (outside MIG) and per MIG
-    instance (utilisation, memory used, processes), each with the tenant whose pod runs
-    there (process ``pod_uid`` -> the collector's pods -> namespace -> tenant), and the MIG
-    instances' ``tenant`` is set. A bounded number of statements per report."""
-    from gpu_agent.services import instances_attribute
-
-    cluster_id = node.cluster_id
-    flavors = _flavors_cached(cluster_id, now)
-    gpus = report.get("gpus") or []
-    tenants = _pod_tenants(cluster_id, now)
-    rows: list[SampleRow] = []
-    attributed: dict[tuple[str, int], int | None] = {}
-    node_id = node.pk
-    for g in gpus:
-        uuid, model = g["uuid"], g["name"]
-        instances = g.get("instances") or []
-        if not g.get("mig_mode_current") or not instances:
-            processes = g.get("processes") or []
-            tenant_id = _owner(processes, tenants)
-            flavor_id = flavors.get((model, ""))
-            base = (cluster_id, tenant_id, flavor_id, node_id, uuid, None, None)
-            if g.get("utilization_pct") is not None:
-                rows.append((now, Metric.GPU_UTILIZATION, float(g["utilization_pct"]), *base))
-            rows.append((now, Metric.GPU_MEMORY_USED, float(g.get("memory_used_mib") or 0), *base))
-            rows.append((now, Metric.GPU_PROCESSES, float(len(processes)), *base))
-            continue
-        for inst in instances:
-            processes = inst.get("processes") or []
-            tenant_id = _owner(processes, tenants)
-            if tenant_id is not None:  # instances are stored anew by each report: NULL
-                attributed[(uuid, inst["gi_id"])] = tenant_id
-            flavor_id = flavors.get((model, inst["profile"]))
-            base = (cluster_id, tenant_id, flavor_id, node_id, uuid, inst["gi_id"], inst["profile"])
-            if inst.get("utilization_pct") is not None:
-                rows.append((now, Metric.GPU_UTILIZATION, float(inst["utilization_pct"]), *base))
-            rows.append(
-                (now, Metric.GPU_MEMORY_USED, float(inst.get("memory_used_mib") or 0), *base)
+    def due(self, *, node_id: int) -> bool:
+        """Whether the node's readings become samples now (and spend its window if so)."""
+        cache = self._cache if self._cache is not None else caches["default"]
+        try:
+            return bool(
+                cache.add(
+                    f"{self.prefix}:{node_id}", 1, timeout=settings.USAGE_AGENT_SAMPLE_EVERY_S
+                )
             )
-            rows.append((now, Metric.GPU_PROCESSES, float(len(processes)), *base))
-    if attributed:
-        instances_attribute(node=node, tenants=attributed)
-    return samples_write(rows=rows)
+        except Exception:  # the cache is down: sample (the rollups average the extra rows)
+            logger.warning("agent sample throttle: cache unavailable", exc_info=True)
+            return True
+
+
+agent_sample_throttle = SampleThrottle()
+
+
+def agent_readings_record(*, readings: ReportReadings) -> int:
+    """Record a committed report's readings (the ``gpu_agent`` hook): every MIG instance
+    running a known tenant's pod gets its ``tenant`` (the report stored the instances anew),
+    and, when ``agent_sample_throttle`` says the node is due, each GPU outside MIG and each
+    MIG instance becomes samples (utilisation, memory used, processes) with its cluster,
+    flavor, node and tenant (process ``pod_uid`` -> the collector's pods -> namespace ->
+    tenant). Returns the samples written (0 when throttled). A bounded number of statements
+    per report."""
+    tenants = _pod_tenants(readings.cluster_id, readings.at)
+    owned = [(device, _owner(device, tenants)) for device in readings.devices]
+    attributed = {
+        (device.gpu_uuid, device.gi_id): tenant_id
+        for device, tenant_id in owned
+        if device.gi_id is not None and tenant_id is not None
+    }
+    with transaction.atomic():
+        if attributed:
+            instances_attribute(node_id=readings.node_id, tenants=attributed)
+        if not agent_sample_throttle.due(node_id=readings.node_id):
+            return 0
+        flavors = _flavors_cached(readings.cluster_id, readings.at)
+        rows: list[SampleRow] = []
+        for device, tenant_id in owned:
+            base = (
+                readings.cluster_id,
+                tenant_id,
+                flavors.get((device.model, device.mig_profile or "")),
+                readings.node_id,
+                device.gpu_uuid,
+                device.gi_id,
+                device.mig_profile,
+            )
+            if device.utilization_pct is not None:
+                rows.append(
+                    (readings.at, Metric.GPU_UTILIZATION, float(device.utilization_pct), *base)
+                )
+            rows.append((readings.at, Metric.GPU_MEMORY_USED, float(device.memory_used_mib), *base))
+            rows.append((readings.at, Metric.GPU_PROCESSES, float(device.processes), *base))
+        return samples_write(rows=rows)
 
 
 # --- rollups ---------------------------------------------------------------------------------

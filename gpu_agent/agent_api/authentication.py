@@ -15,7 +15,7 @@ from rest_framework.permissions import BasePermission
 
 from core.api.authentication import header_secret
 from gpu_agent.models import Node, NodeToken
-from gpu_agent.services import node_token_authenticate
+from gpu_agent.services.nodes import node_token_authenticate
 
 
 class NodeTokenAuthentication(authentication.BaseAuthentication):

@@ -1,5 +1,9 @@
 """Input serializers check the shape of bodies (types, ranges, lengths, list sizes); the
-services check the rest. Output serializers describe what the views return."""
+services check the rest. Output serializers describe what the views return.
+
+An agent's report has one validator, ``validate_report`` (what ``ReportInput`` validates to,
+by hand for a clean report, by ``ReportInput`` itself otherwise); the report service then
+checks what a shape cannot (duplicates, GPUs of another node) and hands the readings on."""
 
 from __future__ import annotations
 
@@ -21,15 +25,15 @@ from gpu_agent.models import (
     Node,
     ProbeState,
 )
-from gpu_agent.probes import MAX_PROBE_SECONDS
 from gpu_agent.selectors import node_is_stale
-from gpu_agent.services import (
+from gpu_agent.services.common import MESSAGE_MAX
+from gpu_agent.services.layouts import RESULT_STATES
+from gpu_agent.services.probes import MAX_PROBE_SECONDS
+from gpu_agent.services.reports import (
     MAX_GPUS_PER_REPORT,
     MAX_INSTANCES_PER_GPU,
     MAX_PROCESSES,
-    MESSAGE_MAX,
     POD_UID_MAX,
-    RESULT_STATES,
 )
 from tenants.validators import DNS1123_LABEL_MAX, dns1123_label
 

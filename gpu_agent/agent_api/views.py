@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 
 from core.api.serializers import StrictInputSerializer
 from core.errors import NotFound, ValidationFailed
-from gpu_agent import selectors, services
+from gpu_agent import selectors
 from gpu_agent.agent_api.authentication import IsNodeAgent, NodeTokenAuthentication, calling_node
 from gpu_agent.agent_api.parsers import LimitedJSONParser, check_content_length
 from gpu_agent.agent_api.serializers import (
@@ -46,7 +46,8 @@ from gpu_agent.agent_api.serializers import (
     validate_report,
 )
 from gpu_agent.models import Node
-from gpu_agent.probes import (
+from gpu_agent.services import layouts, nodes, reports
+from gpu_agent.services.probes import (
     agent_probe_result,
     agent_probes,
     probe_list,
@@ -104,7 +105,7 @@ class AgentRegisterView(AgentView):
     def post(self, request: Request) -> Response:
         data = RegisterInput(data=request.data)
         data.is_valid(raise_exception=True)
-        node, secret = services.agent_register(
+        node, secret = nodes.agent_register(
             join_secret=data.validated_data["join_token"],
             hostname=data.validated_data["hostname"],
             agent_version=data.validated_data["agent_version"],
@@ -122,7 +123,7 @@ class AgentReportView(AgentView):
     def post(self, request: Request) -> Response:
         report = validate_report(request.data)  # ReportInput's checks, by hand when clean
         node = calling_node(request)
-        answer = services.agent_report_answer(node=node, report=report)
+        answer = reports.agent_report_answer(node=node, report=report)
         return Response(
             ReportOutput(
                 {"desired_generation": answer.desired_generation, "probes": answer.probes}
@@ -136,7 +137,7 @@ class AgentDesiredView(AgentView):
     @extend_schema(responses={200: DesiredOutput, 401: AGENT_ERRORS[401], 403: AGENT_ERRORS[403]})
     def get(self, request: Request) -> Response:
         node = calling_node(request)
-        gpus = services.agent_desired(node=node)
+        gpus = layouts.agent_desired(node=node)
         return Response(DesiredOutput({"node": node.name, "gpus": gpus}).data)
 
 
@@ -154,7 +155,7 @@ class AgentResultView(AgentView):
     def post(self, request: Request) -> Response:
         data = ResultInput(data=request.data)
         data.is_valid(raise_exception=True)
-        outcome = services.agent_result(node=calling_node(request), **data.validated_data)
+        outcome = layouts.agent_result(node=calling_node(request), **data.validated_data)
         return Response(ResultOutput(outcome).data)
 
 
@@ -234,7 +235,7 @@ class NodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             cluster = Cluster.objects.filter(name=v["cluster"]).first()
             if cluster is None:
                 raise ValidationFailed.for_field("cluster", f"No cluster {v['cluster']!r}.")
-        token, secret = services.join_token_create(
+        token, secret = nodes.join_token_create(
             node_name=v["node"],
             actor=caller(request),
             ttl=timedelta(seconds=v["ttl_s"]) if "ttl_s" in v else None,
@@ -254,7 +255,7 @@ class NodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         """Revoke every token of the node: its agent answers 401 until it registers again."""
         NoInput(data=request.data).is_valid(raise_exception=True)
         node = selectors.node_get(user=caller(request), name=name)
-        count = services.node_token_revoke(node=node, actor=caller(request))
+        count = nodes.node_token_revoke(node=node, actor=caller(request))
         return Response(TokenRevokeOutput({"node": node.name, "revoked": count}).data)
 
 
@@ -299,7 +300,7 @@ class GpuLayoutView(APIView):
         gpu = selectors.gpu_get(user=caller(request), uuid=uuid)
         data = LayoutInput(data=request.data)
         data.is_valid(raise_exception=True)
-        layout = services.layout_set(
+        layout = layouts.layout_set(
             gpu=gpu,
             instances=data.validated_data["instances"],
             actor=caller(request),

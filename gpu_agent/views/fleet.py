@@ -1,14 +1,14 @@
-"""Portal pages of the GPU fleet, for platform admins: the nodes and their GPUs ("Fleet"), one
-GPU's MIG layout observed and desired, drawn as memory slices, with the form that sets a new
-one (live-checked by ``layout-form.js``), and the MIG planner's proposal for a demand, applied
-only after an explicit confirmation.
+"""Portal pages of the GPU fleet, for platform admins: the nodes and their GPUs ("Fleet"), and
+one GPU's MIG layout observed and desired, drawn as memory slices, with the form that sets a
+new one (live-checked by ``layout-form.js``). The planner's page is ``views/plan.py``, the
+isolation section of the GPU page ``views/probe.py``.
 
 Fleet data is the platform's, not a tenant's: leads, members and viewers get 403, anonymous
-visitors the login page. Views stay thin: ``gpu_agent.selectors`` reads, ``layout_set`` writes
-(it validates with the catalogue's rules and refuses to destroy busy instances), the live check
-and the drawings use ``gpu_agent.mig`` directly (pure functions: nothing is stored). The few
-reads the selectors do not offer yet (every GPU of a page of nodes with its latest layout, a
-GPU's layout history, the tenants' MIG quotas as planner demand) are thin helpers here.
+visitors the login page. Views stay thin: ``gpu_agent.selectors`` reads,
+``services.layouts.layout_set`` writes (it validates with the catalogue's rules and refuses to
+destroy busy instances; the live check asks its ``busy_destroyed_by``), the live check's
+placement rules and the drawings use ``gpu_agent.mig`` directly (pure functions: nothing is
+stored).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from django.views.decorators.http import require_POST
 from core import errors
 from core.pages import error_text
 from gpu_agent import selectors as fleet_selectors
+from gpu_agent.conf import layout_deadline
 from gpu_agent.mig.catalogue import GpuModel, Profile
 from gpu_agent.mig.layout import (
     InstanceRequest,
@@ -47,10 +48,11 @@ from gpu_agent.models import (
     LayoutState,
     MigInstance,
     MigLayout,
+    MigOperatorNode,
     Node,
 )
-from gpu_agent.operator_services import is_operator_driven
-from gpu_agent.services import busy_destroyed_by, layout_deadline, layout_set
+from gpu_agent.selectors import is_operator_driven
+from gpu_agent.services.layouts import busy_destroyed_by, layout_set
 from gpu_agent.views.common import (
     admin_user,
     ago,
@@ -64,7 +66,6 @@ from gpu_agent.views.common import (
 )
 from gpu_agent.views.drawing import SliceDrawing, drawing_layout, drawing_observed
 from gpu_agent.views.probe import isolation_context
-from quotas.models import MigOperatorNode
 from tenants.models import User
 
 NODES_PER_PAGE = 50

@@ -1,13 +1,13 @@
-"""The MIG planner's stored proposals on ``/fleet/plan/``: the latest one per cluster, made by
-the periodic task (``gpu_agent.proposals``) from the tenants' MIG quotas, with its age; applied
-only after an admin confirms, and refused when it is stale (a newer proposal, or the GPUs
-changed since it was made). Views stay thin: ``gpu_agent.proposals`` reads and writes.
+"""The MIG planner's page, ``/fleet/plan/``: the planner's proposal for a demand (typed in, or
+the tenants' MIG quotas), drawn per GPU as memory slices, and the stored proposals the
+periodic task makes per cluster, with their age. Either is applied only after an admin
+confirms, and refused when it is stale (a newer stored proposal, or the GPUs changed since it
+was made). Forms and rendering only: ``gpu_agent.services.plans`` proposes and applies (one
+staleness rule for both), ``gpu_agent.services.proposals`` keeps the stored ones.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,24 +21,18 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from core import errors
+from core.pages import error_text
 from gpu_agent import selectors as fleet_selectors
-from gpu_agent.mig.catalogue import GpuModel, load_catalogue
-from gpu_agent.mig.planner import Demand, GpuPlan, Plan, plan
-from gpu_agent.models import (
-    OPEN_LAYOUT_STATES,
-    Gpu,
-    MigLayout,
-    PlanProposal,
-)
-from gpu_agent.proposals import (
-    gpu_state,
+from gpu_agent.mig.catalogue import load_catalogue
+from gpu_agent.mig.planner import Demand
+from gpu_agent.models import Gpu, PlanProposal
+from gpu_agent.services.plans import MigProposal, PlannedGpu, mig_plan_apply, mig_plan_propose
+from gpu_agent.services.proposals import (
     plan_proposal_apply,
     plan_proposal_get,
     plan_proposal_latest_list,
     plan_proposal_stale_reason,
-    planner_gpus,
 )
-from gpu_agent.services import plan_apply
 from gpu_agent.views.common import (
     admin_user,
     ago,
@@ -201,137 +195,44 @@ class DemandRowForm(forms.Form):
 
 @dataclass(frozen=True)
 class PlanRow:
-    """One GPU of a plan, with what the pages draw and what applying it would do."""
+    """A GPU of the planner's proposal as the page draws it: current -> proposed."""
 
-    plan: GpuPlan
-    gpu: Gpu
-    model: GpuModel | None
-    layout: MigLayout | None  # the latest desired layout
-    stale: bool
-
-    @property
-    def open_layout(self) -> bool:
-        return self.layout is not None and self.layout.state in OPEN_LAYOUT_STATES
-
-    @property
-    def already_requested(self) -> bool:
-        """The open desired layout is the proposal already: applying skips the GPU."""
-        if not self.open_layout or self.layout is None or not self.layout.mig_enabled:
-            return False
-        wanted = {(p.profile, p.start) for p in self.plan.layout}
-        return wanted == {(i["profile"], i.get("start")) for i in self.layout.instances}
-
-    @property
-    def to_apply(self) -> bool:
-        return self.plan.changed and not self.already_requested
+    planned: PlannedGpu
 
     @property
     def current(self) -> SliceDrawing:
+        gpu_plan = self.planned.plan
         return drawing_plan(
-            self.model,
-            self.plan.current,
-            other=self.plan.layout,
-            busy=self.plan.kept_busy,
+            model_of(self.planned.gpu),
+            gpu_plan.current,
+            other=gpu_plan.layout,
+            busy=gpu_plan.kept_busy,
             current=True,
         )
 
     @property
     def proposed(self) -> SliceDrawing:
+        gpu_plan = self.planned.plan
         return drawing_plan(
-            self.model,
-            self.plan.layout,
-            other=self.plan.current,
-            busy=self.plan.kept_busy,
+            model_of(self.planned.gpu),
+            gpu_plan.layout,
+            other=gpu_plan.current,
+            busy=gpu_plan.kept_busy,
             current=False,
         )
 
     @property
     def destroy(self) -> str:
-        return describe(self.plan.destroy)
+        return describe(self.planned.plan.destroy)
 
     @property
     def create(self) -> str:
-        return describe(self.plan.create)
+        return describe(self.planned.plan.create)
 
 
-@dataclass
-class Proposal:
-    plan: Plan
-    rows: list[PlanRow]
-    demand: list[Demand]
-    quota_lines: list[fleet_selectors.QuotaDemand]
-
-    @property
-    def changed(self) -> list[PlanRow]:
-        return [r for r in self.rows if r.plan.changed]
-
-    @property
-    def to_apply(self) -> list[PlanRow]:
-        return [r for r in self.rows if r.to_apply]
-
-    @property
-    def unchanged_count(self) -> int:
-        return len(self.rows) - len(self.changed)
-
-    @property
-    def fingerprint(self) -> str:
-        """What applying would write, and from what: a confirmation carries it back, and a
-        plan that changed in between is not applied."""
-        data = [
-            [
-                r.gpu.uuid,
-                [[p.profile, p.start] for p in r.plan.current],
-                [[p.profile, p.start] for p in r.plan.layout],
-                r.layout.generation if r.layout else 0,
-            ]
-            for r in self.to_apply
-        ]
-        return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:32]
-
-
-def propose(
-    *, cluster: Cluster | None, demand: list[Demand], quota_lines: list[fleet_selectors.QuotaDemand]
-) -> Proposal:
-    """Run the planner over the fleet's GPUs (those of ``cluster``'s nodes, when given):
-    three queries (GPUs with nodes, their instances, their latest layouts)."""
-    gpus_qs = planner_gpus(cluster=cluster)
-    gpus = list(gpus_qs)
-    layouts = fleet_selectors.latest_layouts(gpus_qs) if gpus else {}
-    result = plan([gpu_state(g) for g in gpus], demand)
-    by_uuid = {g.uuid: g for g in gpus}
-    rows = []
-    for gpu_plan in result.gpus:
-        gpu = by_uuid[gpu_plan.uuid]
-        rows.append(
-            PlanRow(
-                gpu_plan,
-                gpu,
-                model_of(gpu),
-                layouts.get(gpu.pk),
-                fleet_selectors.node_is_stale(gpu.node),
-            )
-        )
-    return Proposal(result, rows, demand, quota_lines)
-
-
-@dataclass(frozen=True)
-class Refusal:
-    row: PlanRow
-    message: str
-    status: int
-
-
-def apply_proposal(*, proposal: Proposal, actor: User) -> tuple[list[MigLayout], list[Refusal]]:
-    """The service applies the plan; refusals come back with the row they belong to."""
-    rows = {row.gpu.pk: row for row in proposal.to_apply}
-    done, refused = plan_apply(
-        layouts=[
-            (row.gpu, [{"profile": p.profile, "start": p.start} for p in row.plan.layout])
-            for row in proposal.to_apply
-        ],
-        actor=actor,
-    )
-    return done, [Refusal(rows[r.gpu.pk], r.message, r.status) for r in refused]
+def plan_rows(proposal: MigProposal) -> list[PlanRow]:
+    """The GPUs the proposal reconfigures, to draw."""
+    return [PlanRow(planned) for planned in proposal.changed]
 
 
 def _fleet_profiles_and_models() -> tuple[list[str], list[str]]:
@@ -392,8 +293,8 @@ def fleet_plan(request: HttpRequest) -> HttpResponse:
     over the fleet's GPUs: per GPU current -> proposed, what is destroyed and created, the
     explanation and the unmet demand. The demand travels in the query string. Applying is
     two POSTs: the first shows what will change and asks to confirm, the second (with
-    ``confirm`` and the plan's fingerprint) calls ``layout_set`` for every changed GPU,
-    unless the plan changed in between."""
+    ``confirm`` and the plan's fingerprint: what it writes and the GPUs' state it was made
+    from) applies it through ``mig_plan_apply``, unless the GPUs changed in between."""
     user = admin_user(request)
     asked = "source" in request.GET
     draft = _plan_draft(request.GET if asked else None)
@@ -408,8 +309,8 @@ def fleet_plan(request: HttpRequest) -> HttpResponse:
             messages.error(request, "Nothing to apply: propose a plan first.")
         return render(request, "gpu_agent/plan.html", context, status=400 if asked else 200)
     demand, quota_lines = found
-    proposal = propose(cluster=draft.cluster, demand=demand, quota_lines=quota_lines)
-    context |= {"proposal": proposal}
+    proposal = mig_plan_propose(cluster=draft.cluster, demand=demand, quota_lines=quota_lines)
+    context |= {"proposal": proposal, "changed_rows": plan_rows(proposal)}
     if request.method != "POST":
         return render(request, "gpu_agent/plan.html", context)
     if request.POST.get("fingerprint") != proposal.fingerprint:
@@ -421,7 +322,11 @@ def fleet_plan(request: HttpRequest) -> HttpResponse:
         return render(request, "gpu_agent/plan.html", context, status=409)
     if request.POST.get("confirm") != CONFIRM:
         return render(request, "gpu_agent/plan.html", context | {"confirming": True})
-    done, refused = apply_proposal(proposal=proposal, actor=user)
+    try:
+        done, refused = mig_plan_apply(proposal=proposal, actor=user)
+    except errors.Conflict as exc:  # a report changed the GPUs since the fingerprint's check
+        messages.error(request, error_text(exc))
+        return render(request, "gpu_agent/plan.html", context, status=409)
     if done:
         messages.success(
             request,
@@ -432,7 +337,7 @@ def fleet_plan(request: HttpRequest) -> HttpResponse:
     for refusal in refused:
         messages.error(
             request,
-            f"{refusal.row.gpu.uuid} on {refusal.row.gpu.node.name} was refused "
+            f"{refusal.gpu.uuid} on {refusal.gpu.node.name} was refused "
             f"({refusal.status}), nothing changed there: {refusal.message}",
         )
     if not done and not refused:

@@ -2,9 +2,9 @@
 SVG chart here (plain numbers the template lays out; no script), the button that asks the
 node's agent for a probe, and the device plugin's state after the last layout change.
 
-Writes go through ``gpu_agent.probes.probe_request`` (400 for a MIG GPU with fewer than two
-instances, 409 for a stale node or an open probe); the view shows its refusal and changes
-nothing.
+Writes go through ``gpu_agent.services.probes.probe_request`` (400 for a MIG GPU with fewer
+than two instances, 409 for a stale node or an open probe); the view shows its refusal and
+changes nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from gpu_agent.models import (
     MigLayout,
     ProbeState,
 )
-from gpu_agent.probes import probe_list, probe_request
+from gpu_agent.services.probes import probe_list, probe_request
 from gpu_agent.views.common import admin_user, gpu_for
 
 CHART_WIDTH = 420

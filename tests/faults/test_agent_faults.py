@@ -27,7 +27,8 @@ from gpu_agent.agent.fake import FakeNode, build_fake_node
 from gpu_agent.agent.probe import SimulatedProber
 from gpu_agent.agent.runner import Agent, AgentState, PortalClient, PortalUnavailable
 from gpu_agent.models import Gpu, LayoutState, MigLayout, Node
-from gpu_agent.services import join_token_create, layout_set, layouts_fail_overdue, nodes_mark_stale
+from gpu_agent.services.layouts import layout_set, layouts_fail_overdue
+from gpu_agent.services.nodes import join_token_create, nodes_mark_stale
 from tests.faults.invariants import Outcome, record
 
 pytestmark = [pytest.mark.integration]

@@ -18,7 +18,7 @@ from django.db import close_old_connections
 from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, settings
 
-from gpu_agent.services import agent_register, join_token_create
+from gpu_agent.services.nodes import agent_register, join_token_create
 from portal.wsgi import application
 from tenants.models import Membership, Namespace, Tenant, User
 from tenants.services import api_token_create

@@ -19,10 +19,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from gpu_agent import services
+from core.errors import Conflict
 from gpu_agent.mig.planner import Demand
 from gpu_agent.models import Gpu, LayoutState, MigInstance, MigLayout, Node
-from gpu_agent.views import plan as plan_views
+from gpu_agent.services import layouts, nodes, plans, reports
 from quotas.models import Quota, QuotaSet
 from tenants.models import User
 from tests.conftest import World
@@ -81,9 +81,9 @@ def gpu(
 
 def add_node(admin: User, name: str, gpus: list[dict[str, Any]]) -> Node:
     """Register ``name`` with a join token and ingest its agent's report."""
-    _, join = services.join_token_create(node_name=name, actor=admin)
-    node, _ = services.agent_register(join_secret=join, hostname=f"{name}.lab", agent_version="1.0")
-    services.agent_report_ingest(
+    _, join = nodes.join_token_create(node_name=name, actor=admin)
+    node, _ = nodes.agent_register(join_secret=join, hostname=f"{name}.lab", agent_version="1.0")
+    reports.agent_report_ingest(
         node=node,
         report={
             "node": name,
@@ -237,7 +237,7 @@ def test_the_fleet_page_takes_a_constant_number_of_queries(world):
         for n in range(start, start + count):
             name = f"node-{n}"
             node = add_node(world.admin, name, [gpu(name, i, instances=BUSY_3G) for i in range(4)])
-            services.layout_set(
+            layouts.layout_set(
                 gpu=Gpu.objects.get(uuid=f"GPU-{name}-0000"),
                 instances=[{"profile": "3g.40gb", "start": 0}],
                 actor=world.admin,
@@ -282,15 +282,15 @@ def test_the_gpu_page_draws_the_observed_slices_where_they_are(world, fleet):
 
 def test_the_desired_layout_shows_generation_state_message_and_history(world, fleet):
     target = Gpu.objects.get(uuid=UUID)
-    services.layout_set(
+    layouts.layout_set(
         gpu=target, instances=[{"profile": "3g.40gb", "start": 0}], actor=world.admin
     )
-    services.layout_set(
+    layouts.layout_set(
         gpu=target,
         instances=[{"profile": "3g.40gb", "start": 0}, {"profile": "3g.40gb", "start": 4}],
         actor=world.admin,
     )
-    services.agent_result(
+    layouts.agent_result(
         node=fleet, uuid=UUID, generation=2, state="failed", message="busy: pid 4242"
     )
     page = main(logged_in(world.admin).get(GPU_PAGE))
@@ -562,19 +562,46 @@ def test_a_gpu_that_refuses_is_reported_and_the_others_still_get_their_layouts(w
         "gpu-node-1",
         [gpu("gpu-node-1", 0, instances=[instance(1, "7g.80gb", 0, 8)]), gpu("gpu-node-1", 1)],
     )
-    proposal = plan_views.propose(
+    proposal = plans.mig_plan_propose(
         cluster=None, demand=[Demand("3g.40gb", 4, model=A100)], quota_lines=[]
     )
     assert [r.gpu.uuid for r in proposal.to_apply] == [UUID, "GPU-gpu-node-1-0001"]
     MigInstance.objects.filter(gpu__uuid=UUID).update(
         busy=True, processes=[{"pid": 777, "used_memory_mib": 1, "pod_uid": ""}]
     )
-    done, refused = plan_views.apply_proposal(proposal=proposal, actor=world.admin)
+    done, refused = plans.mig_plan_layouts_set(changes=proposal.to_apply, actor=world.admin)
     assert [layout.gpu.uuid for layout in done] == ["GPU-gpu-node-1-0001"]
     ((refusal),) = refused
     assert refusal.row.gpu.uuid == UUID and refusal.status == 409
     assert "instance 1 (7g.80gb at slice 0) is busy: pid 777" in refusal.message
     assert list(MigLayout.objects.values_list("gpu__uuid", flat=True)) == ["GPU-gpu-node-1-0001"]
+
+
+def test_a_plan_whose_gpus_changed_is_refused_whole_as_a_stored_proposal_is(world):
+    """The planner page applies through the stored proposals' rule (``state_digest``): an
+    instance that went busy after the plan was made refuses the whole plan (409, nothing
+    applied), and its fingerprint changes; a plan made afresh applies."""
+    add_node(
+        world.admin,
+        "gpu-node-1",
+        [gpu("gpu-node-1", 0, instances=[instance(1, "7g.80gb", 0, 8)]), gpu("gpu-node-1", 1)],
+    )
+    demand = [Demand("3g.40gb", 4, model=A100)]
+    proposal = plans.mig_plan_propose(cluster=None, demand=demand)
+    MigInstance.objects.filter(gpu__uuid=UUID).update(
+        busy=True, processes=[{"pid": 777, "used_memory_mib": 1, "pod_uid": ""}]
+    )
+    with pytest.raises(Conflict) as stale:
+        plans.mig_plan_apply(proposal=proposal, actor=world.admin)
+    assert "the GPUs changed since it was made" in stale.value.message
+    assert "Nothing was applied" in stale.value.message
+    assert not MigLayout.objects.exists()
+
+    fresh = plans.mig_plan_propose(cluster=None, demand=demand)
+    assert fresh.fingerprint != proposal.fingerprint
+    assert [r.gpu.uuid for r in fresh.to_apply] == ["GPU-gpu-node-1-0001"]  # the busy one stays
+    done, refused = plans.mig_plan_apply(proposal=fresh, actor=world.admin)
+    assert [layout.gpu.uuid for layout in done] == ["GPU-gpu-node-1-0001"] and refused == []
 
 
 def test_the_planner_reads_demand_from_the_tenants_mig_quotas(world):

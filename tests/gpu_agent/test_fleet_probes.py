@@ -9,8 +9,8 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from gpu_agent import probes, services
 from gpu_agent.models import IsolationProbe, MigLayout, Node, ProbeState
+from gpu_agent.services import layouts, probes
 from tests.gpu_agent.test_fleet_pages import GPU_PAGE, UUID, add_node, fleet, gpu, instance, words
 from tests.pages import logged_in, main, text
 
@@ -95,14 +95,14 @@ def test_a_gpu_without_mig_is_probed_with_two_processes(world, fleet):
 
 
 def test_the_device_plugin_state_of_the_last_change_is_shown(world, fleet):
-    layout = services.layout_set(
+    layout = layouts.layout_set(
         gpu=fleet.gpus.get(uuid=UUID),
         instances=[{"profile": "3g.40gb", "start": 0}, {"profile": "1g.10gb", "start": 5}],
         actor=world.admin,
     )
     client = logged_in(world.admin)
     assert "data-device-plugin" not in main(client.get(GPU_PAGE))
-    services.agent_result(
+    layouts.agent_result(
         node=fleet,
         uuid=UUID,
         generation=layout.generation,
@@ -114,7 +114,7 @@ def test_the_device_plugin_state_of_the_last_change_is_shown(world, fleet):
     assert 'data-device-plugin="restart-needed"' in page
     assert "device plugin restart needed" in words(page)
     # Restarted later: recorded although the layout is already applied.
-    outcome = services.agent_result(
+    outcome = layouts.agent_result(
         node=fleet,
         uuid=UUID,
         generation=layout.generation,

@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
-from gpu_agent import proposals, tasks
+from gpu_agent import tasks
 from gpu_agent.models import MigLayout, Node, PlanProposal
+from gpu_agent.services import proposals
 from portal.celery import app
 from quotas.models import Quota, QuotaSet
 from tests.gpu_agent.test_fleet_pages import H100, PLAN, add_node, gpu, instance, words
@@ -93,9 +94,9 @@ def test_a_proposal_whose_gpus_changed_is_refused_and_marked_stale(world):
     proposal = PlanProposal.objects.get()
     # The agent reports a new instance with a process: the plan was made without it.
     add_node_report = [gpu("h100-node", 0, name=H100, instances=[instance(1, "3g.40gb", 0, 4, 7)])]
-    from gpu_agent import services
+    from gpu_agent.services import reports
 
-    services.agent_report_ingest(
+    reports.agent_report_ingest(
         node=node,
         report={
             "node": "h100-node",

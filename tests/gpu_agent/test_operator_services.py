@@ -17,11 +17,12 @@ from kubernetes import config
 from kubernetes.dynamic import DynamicClient
 
 from devcluster import Handle
-from gpu_agent import operator_services, services, tasks
-from gpu_agent.models import Gpu, LayoutState, MigLayout, Node
+from gpu_agent import tasks
+from gpu_agent.models import Gpu, LayoutState, MigLayout, MigOperatorNode, Node
+from gpu_agent.services import layouts, mig_operator, nodes, reports
 from portal.celery import app
 from quotas.choices import MigDriver
-from quotas.models import Cluster, MigOperatorNode
+from quotas.models import Cluster
 from quotas.sync import cluster_reconcile
 from tenants.models import AuditEvent, User
 from tests.conftest import World
@@ -79,18 +80,16 @@ def h100(world: World, standin: Handle, client: DynamicClient) -> Cluster:
 
 
 def portal_node(admin: User, cluster: Cluster, name: str, gpus: int = 2) -> Node:
-    _, join = services.join_token_create(node_name=name, actor=admin, cluster=cluster)
-    node, _ = services.agent_register(join_secret=join, hostname=name, agent_version="1.0")
-    services.agent_report_ingest(
-        node=node, report=report(name, [gpu(name, i) for i in range(gpus)])
-    )
+    _, join = nodes.join_token_create(node_name=name, actor=admin, cluster=cluster)
+    node, _ = nodes.agent_register(join_secret=join, hostname=name, agent_version="1.0")
+    reports.agent_report_ingest(node=node, report=report(name, [gpu(name, i) for i in range(gpus)]))
     return node
 
 
-def settled(cluster: Cluster, seconds: int = 120) -> operator_services.OperatorPushOutcome:
+def settled(cluster: Cluster, seconds: int = 120) -> mig_operator.OperatorPushOutcome:
     """A beat's pass ``seconds`` from now: by then the ConfigMap's new configs have settled
     (``MIG_OPERATOR_SETTLE_S``, 90 s) and node labels may name them."""
-    return operator_services.operator_sync(
+    return mig_operator.operator_sync(
         cluster=cluster, now=timezone.now() + timedelta(seconds=seconds)
     )
 
@@ -112,8 +111,8 @@ def test_a_layout_goes_through_configmap_label_and_state_label(
 
     # layout_set queues the push on commit (no agent involved).
     with django_capture_on_commit_callbacks(execute=True):
-        services.layout_set(gpu=gpus[0], instances=BALANCED, actor=world.admin)
-        services.layout_set(gpu=gpus[1], instances=BALANCED, actor=world.admin)
+        layouts.layout_set(gpu=gpus[0], instances=BALANCED, actor=world.admin)
+        layouts.layout_set(gpu=gpus[1], instances=BALANCED, actor=world.admin)
 
     data = mig_config(standin)
     [name] = [n for n in data["mig-configs"] if n.startswith("portal-")]
@@ -171,7 +170,7 @@ def test_a_layout_goes_through_configmap_label_and_state_label(
     assert AuditEvent.objects.filter(action="mig_layout.success").count() == 2
 
     # Nothing new: a pass writes nothing and the label stays.
-    outcome = operator_services.operator_push(cluster=h100)
+    outcome = mig_operator.operator_push(cluster=h100)
     assert outcome.configmap is not None and outcome.configmap.writes == 0
     assert outcome.labelled == []
     assert node_labels(client, "gpu-node-1")["nvidia.com/mig.config.state"] == "success"
@@ -181,7 +180,7 @@ def test_a_failed_state_fails_the_layouts_with_the_reason(world, h100, standin, 
     k8s_node(client, "gpu-node-1")
     node = portal_node(world.admin, h100, "gpu-node-1", gpus=1)
     gpu0 = Gpu.objects.get(node=node)
-    services.layout_set(gpu=gpu0, instances=SEVEN, actor=world.admin)
+    layouts.layout_set(gpu=gpu0, instances=SEVEN, actor=world.admin)
     settled(h100, seconds=0)  # the ConfigMap
     settled(h100)  # the labels
     play_mig_manager(client, "gpu-node-1", "failed")
@@ -199,7 +198,7 @@ def test_nodes_are_never_created_and_overdue_layouts_fail_with_what_the_labels_s
     stuck = portal_node(world.admin, h100, "gpu-node-1", gpus=1)
     absent = portal_node(world.admin, h100, "gpu-node-2", gpus=1)
     for node in (stuck, absent):
-        services.layout_set(gpu=Gpu.objects.get(node=node), instances=SEVEN, actor=world.admin)
+        layouts.layout_set(gpu=Gpu.objects.get(node=node), instances=SEVEN, actor=world.admin)
     settled(h100, seconds=0)  # the ConfigMap
     settled(h100)  # the labels
 
@@ -210,12 +209,12 @@ def test_nodes_are_never_created_and_overdue_layouts_fail_with_what_the_labels_s
     assert missing.state == LayoutState.PENDING
     assert "node gpu-node-2 is not in cluster demo-h100" in missing.message
     # The agent is not told to apply what the operator applies.
-    assert services.agent_desired(node=stuck) == []
-    assert services.agent_desired_generation(node=stuck) == 0
+    assert layouts.agent_desired(node=stuck) == []
+    assert layouts.agent_desired_generation(node=stuck) == 0
 
     later = timezone.now() + timedelta(hours=1)
-    assert services.layouts_fail_overdue(now=later) == []  # not the agent path's business
-    failed = operator_services.operator_layouts_fail_overdue(now=later)
+    assert layouts.layouts_fail_overdue(now=later) == []  # not the agent path's business
+    failed = mig_operator.operator_layouts_fail_overdue(now=later)
     assert {la.gpu.node.name for la in failed} == {"gpu-node-1", "gpu-node-2"}
     layout = MigLayout.objects.get(gpu__node=stuck)
     assert layout.state == LayoutState.FAILED
@@ -234,8 +233,8 @@ def test_a_label_the_portal_did_not_set_is_left_alone(world, h100, standin, clie
 def test_the_quota_sync_does_not_prune_the_mig_configmap(world, h100, standin, client):
     k8s_node(client, "gpu-node-1")
     node = portal_node(world.admin, h100, "gpu-node-1", gpus=1)
-    services.layout_set(gpu=Gpu.objects.get(node=node), instances=SEVEN, actor=world.admin)
-    operator_services.operator_push(cluster=h100)
+    layouts.layout_set(gpu=Gpu.objects.get(node=node), instances=SEVEN, actor=world.admin)
+    mig_operator.operator_push(cluster=h100)
 
     outcome = cluster_reconcile(cluster=h100)
 
@@ -264,7 +263,7 @@ def test_the_mig_push_does_not_prune_quota_objects(world, h100, standin, client)
     client.resources.get(api_version="v1", kind="ConfigMap").create(body=quota_cm)
     before = kubectl_json(standin, "get", "resourcequotas,clusterqueues,configmaps", "-A")
 
-    outcome = operator_services.operator_push(cluster=h100)
+    outcome = mig_operator.operator_push(cluster=h100)
 
     assert outcome.ok, outcome.error
     assert outcome.configmap is not None and outcome.configmap.pruned == []
@@ -282,9 +281,9 @@ def test_the_mig_push_does_not_prune_quota_objects(world, h100, standin, client)
 def test_an_agent_cluster_gets_no_push(world, standin, client):
     point_at(world.h100, standin.kubeconfig_path)  # mig_driver stays "agent"
     node = portal_node(world.admin, world.h100, "gpu-node-1", gpus=1)
-    services.layout_set(gpu=Gpu.objects.get(node=node), instances=SEVEN, actor=world.admin)
+    layouts.layout_set(gpu=Gpu.objects.get(node=node), instances=SEVEN, actor=world.admin)
     assert tasks.operator_sync() == 0
-    assert [d.uuid for d in services.agent_desired(node=node)] == ["GPU-gpu-node-1-0000"]
+    assert [d.uuid for d in layouts.agent_desired(node=node)] == ["GPU-gpu-node-1-0000"]
     assert kubectl(
         standin, "get", "configmap", "-n", "gpu-operator", CONFIGMAP[1], check=False
     ).returncode
@@ -295,7 +294,7 @@ def test_the_fleet_pages_show_the_driver_and_the_label_state(world, h100, standi
     node = portal_node(world.admin, h100, "gpu-node-1", gpus=1)
     agent_node = portal_node(world.admin, world.a100, "gpu-node-2", gpus=1)
     gpu0 = Gpu.objects.get(node=node)
-    services.layout_set(gpu=gpu0, instances=SEVEN, actor=world.admin)
+    layouts.layout_set(gpu=gpu0, instances=SEVEN, actor=world.admin)
     settled(h100, seconds=0)
     settled(h100)
     play_mig_manager(client, "gpu-node-1", "failed")
@@ -327,9 +326,9 @@ def test_a_cluster_without_a_kubernetes_api_says_why(world, tmp_path):
     )
     world.h100.refresh_from_db()
     node = portal_node(world.admin, world.h100, "gpu-node-1", gpus=1)
-    services.layout_set(gpu=Gpu.objects.get(node=node), instances=SEVEN, actor=world.admin)
+    layouts.layout_set(gpu=Gpu.objects.get(node=node), instances=SEVEN, actor=world.admin)
 
-    outcome = operator_services.operator_push(cluster=world.h100)
+    outcome = mig_operator.operator_push(cluster=world.h100)
 
     assert not outcome.ok
     assert "needs the Kubernetes API backend" in outcome.error

@@ -12,7 +12,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from gpu_agent.models import IsolationProbe, Node, ProbeState
-from gpu_agent.probes import probes_fail_overdue
+from gpu_agent.services.probes import probes_fail_overdue
 from tests.gpu_agent.test_server_api import (
     AGENT,
     UUID,

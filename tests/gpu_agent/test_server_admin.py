@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.contrib import admin
 
-from gpu_agent import services
 from gpu_agent.models import Gpu, MigInstance, MigLayout, Node, NodeJoinToken, NodeToken
+from gpu_agent.services import layouts, nodes, reports
 from tenants.models import AuditEvent
 
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -15,8 +15,8 @@ A100 = "NVIDIA A100-SXM4-80GB"
 
 @pytest.fixture
 def fleet(world):
-    _, join_secret = services.join_token_create(node_name="gpu-node-1", actor=world.admin)
-    node, node_secret = services.agent_register(
+    _, join_secret = nodes.join_token_create(node_name="gpu-node-1", actor=world.admin)
+    node, node_secret = nodes.agent_register(
         join_secret=join_secret, hostname="gpu-node-1", agent_version="1.0"
     )
     gpu = {
@@ -33,8 +33,8 @@ def fleet(world):
         ],
         "processes": [],
     }
-    services.agent_report_ingest(node=node, report={"node": node.name, "gpus": [gpu]})
-    services.layout_set(
+    reports.agent_report_ingest(node=node, report={"node": node.name, "gpus": [gpu]})
+    layouts.layout_set(
         gpu=Gpu.objects.get(), instances=[{"profile": "7g.80gb", "start": 0}], actor=world.admin
     )
     return node, join_secret, node_secret
@@ -77,7 +77,7 @@ def test_the_admin_revokes_a_nodes_tokens_through_the_service(world, client, fle
         {"action": "revoke_tokens", "_selected_action": [node.pk]},
     )
     assert response.status_code == 302
-    assert services.node_token_authenticate(secret=node_secret) is None
+    assert nodes.node_token_authenticate(secret=node_secret) is None
     assert AuditEvent.objects.filter(action="node_token.revoked", source="admin").exists()
 
 

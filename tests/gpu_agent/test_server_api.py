@@ -11,8 +11,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from gpu_agent import services
 from gpu_agent.models import Gpu, MigInstance, MigLayout, Node, NodeToken
+from gpu_agent.services import layouts, nodes, reports
 from tenants.services import api_token_create
 
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -422,15 +422,15 @@ def test_fleet_reads_take_a_constant_number_of_queries(
     def grow(count: int, start: int) -> None:
         for n in range(start, start + count):
             name = f"node-{n}"
-            node, _ = services.agent_register(
+            node, _ = nodes.agent_register(
                 join_secret=join(admin_client, name), hostname=name, agent_version="1"
             )
             body = report(name, [gpu(name, i, [instance(1, "3g.40gb", 0, 4, 1)]) for i in range(4)])
-            services.agent_report_ingest(node=node, report=body)
+            reports.agent_report_ingest(node=node, report=body)
 
     grow(1, 0)
     keep = [{"profile": "3g.40gb", "start": 0}]
-    services.layout_set(
+    layouts.layout_set(
         gpu=Gpu.objects.get(uuid="GPU-node-0-0000"), instances=keep, actor=world.admin
     )
     with CaptureQueriesContext(connection) as small_list:
@@ -444,7 +444,7 @@ def test_fleet_reads_take_a_constant_number_of_queries(
     grow(5, 1)
     Gpu.objects.filter(node__name="node-1").update(node=Node.objects.get(name="node-0"))
     for moved in Gpu.objects.filter(node__name="node-0"):
-        services.layout_set(gpu=moved, instances=keep, actor=world.admin)
+        layouts.layout_set(gpu=moved, instances=keep, actor=world.admin)
     with django_assert_max_num_queries(list_queries):
         assert admin_client.get("/api/v1/nodes/").json()["count"] == 6
     with django_assert_max_num_queries(detail_queries):

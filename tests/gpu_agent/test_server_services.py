@@ -12,8 +12,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from core.errors import ApplicationError, Conflict, PermissionDenied, ValidationFailed
-from gpu_agent import selectors, services, tasks
+from gpu_agent import selectors, tasks
 from gpu_agent.models import Gpu, LayoutState, MigInstance, MigLayout, Node, NodeJoinToken
+from gpu_agent.services import layouts, nodes, plans, reports
 from tenants.models import AuditEvent, User
 from tests.factories import UserFactory
 
@@ -87,8 +88,8 @@ def admin() -> User:
 
 
 def register(admin: User, name: str = "gpu-node-1") -> tuple[Node, str]:
-    _, join = services.join_token_create(node_name=name, actor=admin)
-    return services.agent_register(join_secret=join, hostname=f"{name}.lab", agent_version="1.0")
+    _, join = nodes.join_token_create(node_name=name, actor=admin)
+    return nodes.agent_register(join_secret=join, hostname=f"{name}.lab", agent_version="1.0")
 
 
 @pytest.fixture
@@ -100,18 +101,18 @@ def node(admin: User) -> Node:
 
 
 def test_a_join_token_registers_a_node_once(admin):
-    token, secret = services.join_token_create(node_name="gpu-node-1", actor=admin)
+    token, secret = nodes.join_token_create(node_name="gpu-node-1", actor=admin)
     assert token.digest != secret and secret.startswith(token.prefix)
     assert not NodeJoinToken.objects.filter(digest=secret).exists()  # only the digest is stored
-    node, node_secret = services.agent_register(
+    node, node_secret = nodes.agent_register(
         join_secret=secret, hostname="gpu-node-1.lab", agent_version="1.0"
     )
     assert node.name == "gpu-node-1" and node.hostname == "gpu-node-1.lab"
-    assert services.node_token_authenticate(secret=node_secret).node == node
+    assert nodes.node_token_authenticate(secret=node_secret).node == node
     token.refresh_from_db()
     assert token.used_at is not None and token.node == node
-    with pytest.raises(services.AuthenticationFailed) as used:
-        services.agent_register(join_secret=secret, hostname="x", agent_version="1.0")
+    with pytest.raises(nodes.AuthenticationFailed) as used:
+        nodes.agent_register(join_secret=secret, hostname="x", agent_version="1.0")
     assert used.value.status_code == 401
     assert Node.objects.count() == 1
     actions = set(AuditEvent.objects.values_list("action", flat=True))
@@ -119,23 +120,23 @@ def test_a_join_token_registers_a_node_once(admin):
 
 
 def test_an_expired_or_unknown_join_token_is_refused(admin):
-    token, secret = services.join_token_create(node_name="gpu-node-1", actor=admin)
+    token, secret = nodes.join_token_create(node_name="gpu-node-1", actor=admin)
     NodeJoinToken.objects.filter(pk=token.pk).update(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
-    with pytest.raises(services.AuthenticationFailed, match="expired"):
-        services.agent_register(join_secret=secret, hostname="x", agent_version="1.0")
-    with pytest.raises(services.AuthenticationFailed, match="Unknown"):
-        services.agent_register(join_secret="not-a-token", hostname="x", agent_version="1.0")
+    with pytest.raises(nodes.AuthenticationFailed, match="expired"):
+        nodes.agent_register(join_secret=secret, hostname="x", agent_version="1.0")
+    with pytest.raises(nodes.AuthenticationFailed, match="Unknown"):
+        nodes.agent_register(join_secret="not-a-token", hostname="x", agent_version="1.0")
     assert not Node.objects.exists()
 
 
 def test_join_tokens_need_a_dns_name_and_a_sane_ttl(admin):
     with pytest.raises(ValidationFailed) as bad:
-        services.join_token_create(node_name="GPU_Node", actor=admin)
+        nodes.join_token_create(node_name="GPU_Node", actor=admin)
     assert "node" in bad.value.fields
     with pytest.raises(ValidationFailed) as ttl:
-        services.join_token_create(node_name="n1", actor=admin, ttl=timedelta(days=30))
+        nodes.join_token_create(node_name="n1", actor=admin, ttl=timedelta(days=30))
     assert "ttl_s" in ttl.value.fields
 
 
@@ -143,15 +144,15 @@ def test_registering_again_revokes_the_earlier_token(admin):
     node, first = register(admin)
     again, second = register(admin)
     assert again == node
-    assert services.node_token_authenticate(secret=first) is None
-    assert services.node_token_authenticate(secret=second).node == node
+    assert nodes.node_token_authenticate(secret=first) is None
+    assert nodes.node_token_authenticate(secret=second).node == node
 
 
 def test_revoking_a_nodes_tokens(admin, node):
     _, secret = register(admin)
-    assert services.node_token_revoke(node=node, actor=admin) == 1
-    assert services.node_token_authenticate(secret=secret) is None
-    assert services.node_token_revoke(node=node, actor=admin) == 0  # idempotent
+    assert nodes.node_token_revoke(node=node, actor=admin) == 1
+    assert nodes.node_token_authenticate(secret=secret) is None
+    assert nodes.node_token_revoke(node=node, actor=admin) == 0  # idempotent
     assert AuditEvent.objects.filter(action="node_token.revoked").count() == 1
 
 
@@ -160,7 +161,7 @@ def test_revoking_a_nodes_tokens(admin, node):
 
 def test_a_report_upserts_gpus_and_replaces_instances(node):
     big = [instance(1, "3g.40gb", 0, 4, 4242), instance(2, "1g.10gb", 4, 1)]
-    generation = services.agent_report_ingest(
+    generation = reports.agent_report_ingest(
         node=node, report=report(node.name, [gpu(node.name, 0, instances=big), gpu(node.name, 1)])
     )
     assert generation == 0
@@ -174,7 +175,7 @@ def test_a_report_upserts_gpus_and_replaces_instances(node):
     # The next report replaces what was observed: instance 2 is gone, the GPU's numbers change.
     second = gpu(node.name, 0, instances=[instance(1, "3g.40gb", 0, 4)])
     second["memory_used_mib"] = 2048
-    services.agent_report_ingest(node=node, report=report(node.name, [second]))
+    reports.agent_report_ingest(node=node, report=report(node.name, [second]))
     assert list(MigInstance.objects.values_list("gi_id", "busy")) == [(1, False)]
     assert Gpu.objects.get(uuid=second["uuid"]).memory_used_mib == 2048
     assert Gpu.objects.count() == 2  # a GPU missing from a report is kept (last_seen_at says when)
@@ -182,7 +183,7 @@ def test_a_report_upserts_gpus_and_replaces_instances(node):
 
 def _ingest_queries(node: Node, gpus: list[dict[str, Any]]) -> int:
     with CaptureQueriesContext(connection) as captured:
-        services.agent_report_ingest(node=node, report=report(node.name, gpus))
+        reports.agent_report_ingest(node=node, report=report(node.name, gpus))
     return len(captured.captured_queries)
 
 
@@ -206,14 +207,14 @@ def test_a_report_takes_the_same_few_queries_whatever_its_size(admin):
 def test_a_report_for_another_node_is_refused_and_nothing_is_stored(admin, node):
     other, _ = register(admin, "gpu-node-2")
     with pytest.raises(PermissionDenied) as refused:
-        services.agent_report_ingest(node=node, report=report("gpu-node-2", [gpu("x", 0)]))
+        reports.agent_report_ingest(node=node, report=report("gpu-node-2", [gpu("x", 0)]))
     assert refused.value.status_code == 403
     # A GPU already registered to another node is not taken over either.
-    services.agent_report_ingest(node=other, report=report(other.name, [gpu("shared", 0)]))
+    reports.agent_report_ingest(node=other, report=report(other.name, [gpu("shared", 0)]))
     stolen_gpu = gpu("shared", 0)
     stolen_gpu["index"] = 1
     with pytest.raises(PermissionDenied) as stolen:
-        services.agent_report_ingest(
+        reports.agent_report_ingest(
             node=node, report=report(node.name, [gpu(node.name, 0), stolen_gpu])
         )
     assert "gpus[1].uuid" in stolen.value.fields
@@ -225,15 +226,15 @@ def test_a_malformed_report_names_every_problem_and_stores_nothing(node):
     twin = gpu(node.name, 0, instances=[instance(1, "1g.10gb", 0, 1), instance(1, "1g.10gb", 1, 1)])
     duplicate = gpu(node.name, 0)
     with pytest.raises(ValidationFailed) as bad:
-        services.agent_report_ingest(node=node, report=report(node.name, [twin, duplicate]))
+        reports.agent_report_ingest(node=node, report=report(node.name, [twin, duplicate]))
     assert {"gpus[0].instances[1].gi_id", "gpus[1].uuid", "gpus[1].index"} <= set(bad.value.fields)
     too_many = [gpu(node.name, i) for i in range(65)]
     with pytest.raises(ValidationFailed) as big:
-        services.agent_report_ingest(node=node, report=report(node.name, too_many))
+        reports.agent_report_ingest(node=node, report=report(node.name, too_many))
     assert "at most 64" in big.value.fields["gpus"][0]
     crowded = gpu(node.name, 0, instances=[*seven_small(), instance(30, "1g.10gb", 7, 1)])
     with pytest.raises(ValidationFailed) as eight:
-        services.agent_report_ingest(node=node, report=report(node.name, [crowded]))
+        reports.agent_report_ingest(node=node, report=report(node.name, [crowded]))
     assert "gpus[0].instances" in eight.value.fields
     assert not Gpu.objects.exists() and not MigInstance.objects.exists()
     node.refresh_from_db()
@@ -246,14 +247,14 @@ def test_a_malformed_report_names_every_problem_and_stores_nothing(node):
 @pytest.fixture
 def a100(node: Node) -> Gpu:
     busy = [instance(1, "3g.40gb", 0, 4, 4242), instance(2, "3g.40gb", 4, 4)]
-    services.agent_report_ingest(
+    reports.agent_report_ingest(
         node=node, report=report(node.name, [gpu(node.name, 0, instances=busy)])
     )
     return Gpu.objects.get(node=node, index=0)
 
 
 def test_a_valid_layout_gets_placements_a_generation_and_a_deadline(admin, a100):
-    layout = services.layout_set(
+    layout = layouts.layout_set(
         gpu=a100,
         instances=[{"profile": "3g.40gb", "start": 0}, {"profile": "1g.10gb"}],
         actor=admin,
@@ -264,7 +265,7 @@ def test_a_valid_layout_gets_placements_a_generation_and_a_deadline(admin, a100)
         {"profile": "1g.10gb", "start": 6},  # the validator's choice for a missing start
     ]
     assert timedelta(minutes=9) < layout.deadline - timezone.now() <= timedelta(minutes=10)
-    second = services.layout_set(
+    second = layouts.layout_set(
         gpu=a100, instances=[{"profile": "3g.40gb", "start": 0}], actor=admin
     )
     assert second.generation == 2
@@ -293,7 +294,7 @@ def test_a_valid_layout_gets_placements_a_generation_and_a_deadline(admin, a100)
 )
 def test_an_invalid_layout_names_every_broken_rule(admin, a100, instances, fields):
     with pytest.raises(ValidationFailed) as bad:
-        services.layout_set(gpu=a100, instances=instances, actor=admin)
+        layouts.layout_set(gpu=a100, instances=instances, actor=admin)
     assert set(bad.value.fields) == fields
     assert bad.value.status_code == 400
     assert "instances[" in bad.value.message
@@ -303,48 +304,48 @@ def test_an_invalid_layout_names_every_broken_rule(admin, a100, instances, field
 def test_a_gpu_model_without_mig_is_refused(admin, node):
     t4 = gpu(node.name, 0, mig=False)
     t4["name"] = "Tesla T4"
-    services.agent_report_ingest(node=node, report=report(node.name, [t4]))
+    reports.agent_report_ingest(node=node, report=report(node.name, [t4]))
     with pytest.raises(ValidationFailed, match="no MIG profiles"):
-        services.layout_set(
+        layouts.layout_set(
             gpu=Gpu.objects.get(uuid=t4["uuid"]), instances=[{"profile": "1g.10gb"}], actor=admin
         )
 
 
 def test_a_layout_that_destroys_a_busy_instance_is_refused_or_drained(admin, node, a100):
     keeps_it = [{"profile": "3g.40gb", "start": 0}, {"profile": "2g.20gb", "start": 4}]
-    assert services.layout_set(gpu=a100, instances=keeps_it, actor=admin).generation == 1
+    assert layouts.layout_set(gpu=a100, instances=keeps_it, actor=admin).generation == 1
     replaces_it = [{"profile": "7g.80gb", "start": 0}]
     with pytest.raises(Conflict) as busy:
-        services.layout_set(gpu=a100, instances=replaces_it, actor=admin)
+        layouts.layout_set(gpu=a100, instances=replaces_it, actor=admin)
     assert busy.value.status_code == 409
     assert "instance 1 (3g.40gb at slice 0) is busy: pid 4242 (pod pod-4242)" in busy.value.message
     assert MigLayout.objects.count() == 1
 
-    drained = services.layout_set(gpu=a100, instances=replaces_it, actor=admin, drain=True)
+    drained = layouts.layout_set(gpu=a100, instances=replaces_it, actor=admin, drain=True)
     assert drained.state == LayoutState.PENDING and drained.generation == 2
     assert drained.message == "waiting for instance 1 to go idle"
     assert drained.waiting_for == [1] and drained.deadline is None
-    assert services.agent_desired(node=node) == []  # not handed out while draining
+    assert layouts.agent_desired(node=node) == []  # not handed out while draining
 
     # Still busy: still waiting. Idle: handed to the agent, with a deadline from now.
     busy_again = [instance(1, "3g.40gb", 0, 4, 4242), instance(2, "3g.40gb", 4, 4)]
     still = [gpu(node.name, 0, instances=busy_again)]
-    assert services.agent_report_ingest(node=node, report=report(node.name, still)) == 0
+    assert reports.agent_report_ingest(node=node, report=report(node.name, still)) == 0
     idle = [gpu(node.name, 0, instances=[instance(1, "3g.40gb", 0, 4)])]
-    assert services.agent_report_ingest(node=node, report=report(node.name, idle)) == 2
+    assert reports.agent_report_ingest(node=node, report=report(node.name, idle)) == 2
     drained.refresh_from_db()
     assert drained.waiting_for == [] and drained.deadline is not None
-    assert [(d.uuid, d.generation) for d in services.agent_desired(node=node)] == [(a100.uuid, 2)]
+    assert [(d.uuid, d.generation) for d in layouts.agent_desired(node=node)] == [(a100.uuid, 2)]
 
 
 def test_turning_mig_on_a_busy_whole_gpu_is_refused(admin, node):
     whole = gpu(node.name, 0, mig=False, processes=[process(77)])
-    services.agent_report_ingest(node=node, report=report(node.name, [whole]))
+    reports.agent_report_ingest(node=node, report=report(node.name, [whole]))
     target = Gpu.objects.get(uuid=whole["uuid"])
     with pytest.raises(Conflict, match="pid 77"):
-        services.layout_set(gpu=target, instances=[{"profile": "7g.80gb"}], actor=admin)
+        layouts.layout_set(gpu=target, instances=[{"profile": "7g.80gb"}], actor=admin)
     with pytest.raises(ValidationFailed):
-        services.layout_set(
+        layouts.layout_set(
             gpu=target, instances=[{"profile": "7g.80gb"}], actor=admin, mig_enabled=False
         )
 
@@ -353,32 +354,32 @@ def test_turning_mig_on_a_busy_whole_gpu_is_refused(admin, node):
 
 
 def test_desired_and_result_round_trip(admin, node, a100):
-    layout = services.layout_set(
+    layout = layouts.layout_set(
         gpu=a100, instances=[{"profile": "3g.40gb", "start": 0}], actor=admin
     )
-    desired = services.agent_desired(node=node)
+    desired = layouts.agent_desired(node=node)
     assert [(d.uuid, d.generation, d.mig_enabled, d.instances) for d in desired] == [
         (a100.uuid, 1, True, [{"profile": "3g.40gb", "start": 0}])
     ]
-    applying = services.agent_result(node=node, uuid=a100.uuid, generation=1, state="applying")
+    applying = layouts.agent_result(node=node, uuid=a100.uuid, generation=1, state="applying")
     assert applying.accepted and applying.state == "applying"
-    assert len(services.agent_desired(node=node)) == 1  # still to be done
-    done = services.agent_result(node=node, uuid=a100.uuid, generation=1, state="success")
+    assert len(layouts.agent_desired(node=node)) == 1  # still to be done
+    done = layouts.agent_result(node=node, uuid=a100.uuid, generation=1, state="success")
     assert done.accepted
     layout.refresh_from_db()
     assert layout.state == LayoutState.SUCCESS and layout.applied_at is not None
-    assert services.agent_desired(node=node) == []
-    late = services.agent_result(
+    assert layouts.agent_desired(node=node) == []
+    late = layouts.agent_result(
         node=node, uuid=a100.uuid, generation=1, state="failed", message="x"
     )
     assert not late.accepted and late.state == "success"
 
     # A newer generation makes results for the older one stale.
-    services.layout_set(gpu=a100, instances=[{"profile": "3g.40gb", "start": 0}], actor=admin)
-    stale = services.agent_result(node=node, uuid=a100.uuid, generation=1, state="failed")
+    layouts.layout_set(gpu=a100, instances=[{"profile": "3g.40gb", "start": 0}], actor=admin)
+    stale = layouts.agent_result(node=node, uuid=a100.uuid, generation=1, state="failed")
     assert not stale.accepted and "not the latest (2)" in stale.detail
     assert MigLayout.objects.get(generation=2).state == LayoutState.PENDING
-    failed = services.agent_result(
+    failed = layouts.agent_result(
         node=node, uuid=a100.uuid, generation=2, state="failed", message="busy: pid 4242"
     )
     assert failed.accepted
@@ -388,30 +389,30 @@ def test_desired_and_result_round_trip(admin, node, a100):
 
 def test_a_result_for_another_nodes_gpu_is_forbidden(admin, node, a100):
     other, _ = register(admin, "gpu-node-2")
-    services.layout_set(gpu=a100, instances=[{"profile": "3g.40gb", "start": 0}], actor=admin)
+    layouts.layout_set(gpu=a100, instances=[{"profile": "3g.40gb", "start": 0}], actor=admin)
     with pytest.raises(PermissionDenied):
-        services.agent_result(node=other, uuid=a100.uuid, generation=1, state="success")
+        layouts.agent_result(node=other, uuid=a100.uuid, generation=1, state="success")
     with pytest.raises(ApplicationError) as missing:
-        services.agent_result(node=other, uuid="GPU-nope", generation=1, state="success")
+        layouts.agent_result(node=other, uuid="GPU-nope", generation=1, state="success")
     assert missing.value.status_code == 404
     assert MigLayout.objects.get().state == LayoutState.PENDING
 
 
 def test_a_mig_mode_change_waits_for_the_reboot(admin, node):
     whole = gpu(node.name, 0, mig=False)
-    services.agent_report_ingest(node=node, report=report(node.name, [whole]))
+    reports.agent_report_ingest(node=node, report=report(node.name, [whole]))
     target = Gpu.objects.get(uuid=whole["uuid"])
-    services.layout_set(gpu=target, instances=[{"profile": "7g.80gb"}], actor=admin)
-    services.agent_result(
+    layouts.layout_set(gpu=target, instances=[{"profile": "7g.80gb"}], actor=admin)
+    layouts.agent_result(
         node=node, uuid=target.uuid, generation=1, state="reboot-required", message="reset"
     )
-    assert services.agent_desired(node=node) == []
+    assert layouts.agent_desired(node=node) == []
     # Same mode after a report: still waiting. MIG on after the reset: pending again.
-    services.agent_report_ingest(node=node, report=report(node.name, [whole]))
+    reports.agent_report_ingest(node=node, report=report(node.name, [whole]))
     assert MigLayout.objects.get().state == LayoutState.REBOOT_REQUIRED
-    services.agent_report_ingest(node=node, report=report(node.name, [gpu(node.name, 0)]))
+    reports.agent_report_ingest(node=node, report=report(node.name, [gpu(node.name, 0)]))
     assert MigLayout.objects.get().state == LayoutState.PENDING
-    assert [d.generation for d in services.agent_desired(node=node)] == [1]
+    assert [d.generation for d in layouts.agent_desired(node=node)] == [1]
 
 
 # --- periodic tasks --------------------------------------------------------------------------
@@ -419,14 +420,14 @@ def test_a_mig_mode_change_waits_for_the_reboot(admin, node):
 
 def test_nodes_that_stop_reporting_become_stale_and_come_back(admin, node, settings):
     settings.AGENT_STALE_AFTER_S = 60
-    services.agent_report_ingest(node=node, report=report(node.name, []))
+    reports.agent_report_ingest(node=node, report=report(node.name, []))
     assert tasks.mark_stale_nodes() == 0
     Node.objects.filter(pk=node.pk).update(last_report_at=timezone.now() - timedelta(seconds=61))
     assert tasks.mark_stale_nodes() == 1
     assert tasks.mark_stale_nodes() == 0  # idempotent
     node.refresh_from_db()
     assert node.stale and selectors.node_is_stale(node)
-    services.agent_report_ingest(node=node, report=report(node.name, []))
+    reports.agent_report_ingest(node=node, report=report(node.name, []))
     node.refresh_from_db()
     assert not node.stale
     assert list(
@@ -437,8 +438,8 @@ def test_nodes_that_stop_reporting_become_stale_and_come_back(admin, node, setti
 
 
 def test_layouts_past_their_deadline_fail_with_the_reason(admin, node, a100):
-    services.agent_report_ingest(node=node, report=report(node.name, []))
-    layout = services.layout_set(
+    reports.agent_report_ingest(node=node, report=report(node.name, []))
+    layout = layouts.layout_set(
         gpu=a100, instances=[{"profile": "3g.40gb", "start": 0}], actor=admin
     )
     assert tasks.fail_overdue_layouts() == 0
@@ -452,14 +453,14 @@ def test_layouts_past_their_deadline_fail_with_the_reason(admin, node, a100):
         f"(last report at {last.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ})"
     )
     assert tasks.fail_overdue_layouts() == 0
-    assert services.agent_desired(node=node) == []
+    assert layouts.agent_desired(node=node) == []
 
 
 # --- selectors -------------------------------------------------------------------------------
 
 
 def test_the_fleet_is_for_platform_admins(admin, node, a100):
-    services.layout_set(gpu=a100, instances=[{"profile": "3g.40gb", "start": 0}], actor=admin)
+    layouts.layout_set(gpu=a100, instances=[{"profile": "3g.40gb", "start": 0}], actor=admin)
     overview = selectors.fleet_overview(user=admin)
     assert (overview.nodes, overview.gpus, overview.gpus_mig_enabled) == (1, 1, 1)
     assert (overview.instances, overview.instances_busy, overview.layouts_open) == (2, 1, 1)
@@ -474,21 +475,21 @@ def test_the_fleet_is_for_platform_admins(admin, node, a100):
 
 
 def test_a_report_of_the_applied_generation_confirms_a_lost_result(admin, node, a100):
-    layout = services.layout_set(
+    layout = layouts.layout_set(
         gpu=a100, instances=[{"profile": "3g.40gb", "start": 0}], actor=admin
     )
     kept = [instance(1, "3g.40gb", 0, 4, 4242)]
     before = report(node.name, [gpu(node.name, 0, instances=kept, applied_generation=0)])
-    assert services.agent_report_ingest(node=node, report=before) == 1
+    assert reports.agent_report_ingest(node=node, report=before) == 1
     after = report(node.name, [gpu(node.name, 0, instances=kept, applied_generation=1)])
-    assert services.agent_report_ingest(node=node, report=after) == 0
+    assert reports.agent_report_ingest(node=node, report=after) == 0
     layout.refresh_from_db()
     assert layout.state == LayoutState.SUCCESS and layout.applied_at is not None
     assert AuditEvent.objects.filter(action="mig_layout.success").count() == 1
 
 
 def test_a_plan_applies_each_gpu_on_its_own_and_is_audited_as_a_whole(admin, node, a100):
-    services.agent_report_ingest(
+    reports.agent_report_ingest(
         node=node,
         report=report(
             node.name,
@@ -497,10 +498,10 @@ def test_a_plan_applies_each_gpu_on_its_own_and_is_audited_as_a_whole(admin, nod
     )
     idle = Gpu.objects.get(node=node, index=1)
 
-    done, refused = services.plan_apply(
-        layouts=[
-            (a100, [{"profile": "7g.80gb", "start": 0}]),  # would destroy pid 4242's instance
-            (idle, [{"profile": "3g.40gb", "start": 4}]),
+    done, refused = plans.mig_plan_layouts_set(
+        changes=[
+            plans.GpuLayout(a100, [{"profile": "7g.80gb", "start": 0}]),  # destroys pid 4242's
+            plans.GpuLayout(idle, [{"profile": "3g.40gb", "start": 4}]),
         ],
         actor=admin,
     )

@@ -187,7 +187,7 @@ def inspect() -> dict[str, Any]:
     from approvals.models import QuotaChangeRequest
     from approvals.services import quota_request_approve
     from gpu_agent.models import MigLayout
-    from gpu_agent.services import node_token_authenticate
+    from gpu_agent.services.nodes import node_token_authenticate
     from quotas.models import Quota, QuotaSet
     from tenants.models import User
     from tenants.services import api_token_authenticate

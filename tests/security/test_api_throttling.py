@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from core.api.throttling import ApiRateThrottle
 from gpu_agent.models import NodeToken
-from gpu_agent.services import agent_register, join_token_create
+from gpu_agent.services.nodes import agent_register, join_token_create
 from tenants.services import api_token_create
 
 PRODUCTION_RATES = dict(django_settings.API_THROTTLE_RATES)  # as configured (env or defaults)

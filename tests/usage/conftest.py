@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -8,11 +9,17 @@ from usage import services
 
 
 @pytest.fixture(autouse=True)
-def _fresh_caches() -> Iterator[None]:
-    """Per-process caches (flavors, pods) keyed by ids a rolled-back test may reuse."""
+def _fresh_caches(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Per-process caches (flavors, pods) keyed by ids a rolled-back test may reuse, and a
+    sample throttle of the test's own (its keys live in the shared cache, which outlives
+    a test: another test's node with the same id must not find its window spent)."""
     services._FLAVOR_CACHE.clear()
     services._POD_CACHE.clear()
-    services._LAST_SAMPLED.clear()
+    monkeypatch.setattr(
+        services,
+        "agent_sample_throttle",
+        services.SampleThrottle(prefix=f"test-agent-sampled-{uuid.uuid4().hex}"),
+    )
     yield
     services._FLAVOR_CACHE.clear()
     services._POD_CACHE.clear()

@@ -3,15 +3,19 @@ local Kubernetes API stand-in (Kueue status written as Kueue would, through ``/s
 
 from __future__ import annotations
 
+import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from django.core.cache import caches
 from django.utils import timezone
 
 from devcluster.runner import Handle
 from gpu_agent.models import MigInstance
-from gpu_agent.services import agent_register, agent_report_ingest, join_token_create
+from gpu_agent.services.nodes import agent_register, join_token_create
+from gpu_agent.services.reports import agent_report_ingest
 from quotas.kube.applier import KubernetesBackend
 from quotas.sync import cluster_reconcile
 from tests.conftest import World
@@ -84,6 +88,24 @@ def test_an_agent_report_becomes_samples_per_gpu_and_mig_instance_with_tenants(
     # The MIG instance carries its tenant too, after every report (they are stored anew).
     tenants = dict(MigInstance.objects.filter(gpu__node=node).values_list("gi_id", "tenant_id"))
     assert tenants == {9: world.team_a.pk, 10: None}
+
+
+def test_two_processes_share_one_sample_budget_per_node(settings: Any) -> None:
+    """Each gunicorn worker has its own throttle and its own cache client, as two throttles
+    with two cache connections here: a node sampled by one is not sampled again by the other
+    within USAGE_AGENT_SAMPLE_EVERY_S (N workers do not accept N times the rate)."""
+    settings.USAGE_AGENT_SAMPLE_EVERY_S = 1
+    prefix = f"test-shared-{uuid.uuid4().hex}"
+    first = services.SampleThrottle(cache=caches.create_connection("default"), prefix=prefix)
+    second = services.SampleThrottle(cache=caches.create_connection("default"), prefix=prefix)
+    assert first.due(node_id=7)
+    assert not second.due(node_id=7)  # the other process sampled node 7 in this window
+    assert not first.due(node_id=7)
+    assert second.due(node_id=8)  # another node has its own window
+    assert not first.due(node_id=8)
+    time.sleep(1.2)  # the window passes: the next report is sampled, once
+    assert second.due(node_id=7)
+    assert not first.due(node_id=7)
 
 
 def _api(handle: Handle) -> KubernetesBackend:

@@ -21,7 +21,7 @@ from alerts.choices import RuleKind
 from alerts.models import AlertRule
 from approvals.services import quota_request_grant, tenant_onboard
 from gpu_agent.models import Node
-from gpu_agent.services import join_token_create
+from gpu_agent.services.nodes import join_token_create
 from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,

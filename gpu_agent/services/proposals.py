@@ -1,15 +1,12 @@
 """The MIG planner run periodically (Celery beat): its latest proposal per cluster, stored,
 and applied only when an admin confirms and the GPUs are still as the planner saw them.
 
-- ``gpu_state`` / ``planner_gpus``: the planner's input from the fleet's reports (the
-  ``/fleet/plan/`` page uses the same).
-- ``plan_proposal_refresh``: run the planner for one cluster over the tenants' MIG quotas
-  (what each is guaranteed); a new ``PlanProposal`` only when the proposal or the GPUs
+- ``plan_proposal_refresh``: ``plans.mig_plan_propose`` for one cluster over the tenants' MIG
+  quotas (what each is guaranteed); a new ``PlanProposal`` only when the proposal or the GPUs
   changed (``digest``), else the latest one is marked checked.
-- ``plan_proposal_apply``: refuses (409) a proposal that is not the cluster's latest or whose
-  GPUs changed since (``state_digest``), then ``plan_apply`` (each GPU on its own, audited).
-
-Kept apart from ``services.py`` (already large); same rules: keyword-only, atomic, audited.
+- ``plan_proposal_apply``: refuses (409) a proposal that is not the cluster's latest, or whose
+  GPUs changed since (``plans.mig_plan_stale_reason``: the same rule as the planner page's),
+  then ``plans.mig_plan_layouts_set`` (each GPU on its own, audited).
 """
 
 from __future__ import annotations
@@ -21,55 +18,22 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet
 from django.utils import timezone
 
 from core.errors import Conflict, NotFound
 from gpu_agent.mig.layout import Placement
-from gpu_agent.mig.planner import CurrentInstance, GpuPlan, GpuState, Plan, plan
+from gpu_agent.mig.planner import GpuPlan, Plan
 from gpu_agent.models import Gpu, MigLayout, PlanProposal
-from gpu_agent.selectors import gpus_with_instances, latest_layouts, quota_demand
-from gpu_agent.services import PlanRefusal, plan_apply
+from gpu_agent.selectors import quota_demand
+from gpu_agent.services.plans import (
+    GpuLayout,
+    PlanRefusal,
+    mig_plan_layouts_set,
+    mig_plan_propose,
+    mig_plan_stale_reason,
+)
 from quotas.models import Cluster
 from tenants.models import User
-
-
-def gpu_state(gpu: Gpu) -> GpuState:
-    """The planner's view of a GPU: model, MIG mode, observed instances and which are busy."""
-    return GpuState(
-        uuid=gpu.uuid,
-        node=gpu.node.name,
-        model_name=gpu.name,
-        instances=tuple(
-            CurrentInstance(profile=i.profile, start=i.start, busy=i.busy)
-            for i in gpu.instances.all()
-        ),
-        mig_enabled=gpu.mig_mode_current,
-    )
-
-
-def planner_gpus(*, cluster: Cluster | None) -> QuerySet[Gpu]:
-    """The GPUs the planner plans over: those of ``cluster``'s nodes (every GPU for None),
-    with their nodes and observed instances."""
-    gpus = gpus_with_instances()
-    return gpus.filter(node__cluster=cluster) if cluster is not None else gpus
-
-
-def state_digest(gpus: Sequence[Gpu], layouts: dict[int, MigLayout]) -> str:
-    """What the planner's answer depends on, per GPU: MIG mode, observed instances (and
-    which are busy), the latest desired layout's generation and state."""
-    data = []
-    for gpu in sorted(gpus, key=lambda g: g.uuid):
-        layout = layouts.get(gpu.pk)
-        data.append(
-            [
-                gpu.uuid,
-                gpu.mig_mode_current,
-                sorted([i.profile, i.start, i.busy] for i in gpu.instances.all()),
-                [layout.generation, layout.state] if layout is not None else None,
-            ]
-        )
-    return hashlib.sha256(json.dumps(data).encode()).hexdigest()
 
 
 def _placements(items: Sequence[Placement]) -> list[dict[str, Any]]:
@@ -116,20 +80,17 @@ def plan_proposal_refresh(
     """Run the planner over ``cluster``'s GPUs for its tenants' MIG quotas. Returns (the
     latest proposal, whether it is new); (None, False) when the cluster has no GPU."""
     now = now or timezone.now()
-    gpus_qs = planner_gpus(cluster=cluster)
-    gpus = list(gpus_qs)
-    if not gpus:
-        return None, False
-    layouts = latest_layouts(gpus_qs)
     lines = quota_demand(cluster=cluster)
     demand = [line.demand for line in lines]
-    result = plan([gpu_state(g) for g in gpus], demand)
-    body = _proposal_json(result)
+    proposed = mig_plan_propose(cluster=cluster, demand=demand, quota_lines=lines)
+    if not proposed.rows:
+        return None, False
+    body = _proposal_json(proposed.plan)
     demand_json = [
         {"profile": d.profile, "count": d.count, "tenant": d.tenant, "model": d.model}
         for d in demand
     ]
-    gpu_digest = state_digest(gpus, layouts)
+    gpu_digest = proposed.state_digest
     digest = hashlib.sha256(
         json.dumps([body, demand_json, gpu_digest], sort_keys=True).encode()
     ).hexdigest()
@@ -200,13 +161,9 @@ def plan_proposal_stale_reason(*, proposal: PlanProposal) -> str:
     )
     if newer is not None:
         return f"proposal {newer.pk} replaced it at {newer.created_at:%Y-%m-%d %H:%M} UTC"
-    gpus_qs = planner_gpus(cluster=proposal.cluster)
-    gpus = list(gpus_qs)
-    if state_digest(gpus, latest_layouts(gpus_qs) if gpus else {}) != proposal.state_digest:
-        return (
-            "the GPUs changed since it was made (instances, busy processes or desired "
-            "layouts); the planner makes a new proposal within a minute"
-        )
+    changed = mig_plan_stale_reason(cluster=proposal.cluster, state_digest=proposal.state_digest)
+    if changed:
+        return f"{changed}; the planner makes a new proposal within a minute"
     return ""
 
 
@@ -214,10 +171,12 @@ def plan_proposal_apply(
     *, proposal: PlanProposal, actor: User
 ) -> tuple[list[MigLayout], list[PlanRefusal]]:
     """Apply a stored proposal: 409 when it is stale (nothing applied), else ``layout_set``
-    for each GPU it changes (``plan_apply``: each GPU all or nothing, audited)."""
+    for each GPU it changes (``mig_plan_layouts_set``: each GPU all or nothing, audited)."""
     reason = plan_proposal_stale_reason(proposal=proposal)
     if reason:
         raise Conflict(f"Proposal {proposal.pk} is stale: {reason}. Nothing was applied.")
     changed = {g["uuid"]: g for g in proposal.gpus if g["changed"]}
     gpus = Gpu.objects.filter(uuid__in=list(changed)).select_related("node").order_by("uuid")
-    return plan_apply(layouts=[(gpu, changed[gpu.uuid]["layout"]) for gpu in gpus], actor=actor)
+    return mig_plan_layouts_set(
+        changes=[GpuLayout(gpu, changed[gpu.uuid]["layout"]) for gpu in gpus], actor=actor
+    )

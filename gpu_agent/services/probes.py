@@ -1,14 +1,15 @@
-"""Isolation probes (R30): services and selectors. An admin asks for a probe of one GPU; the
-node's agent learns of it from its report's answer (``probes``), fetches it (``GET
-agent/probes/``), runs it and posts the outcome (``POST agent/probes/{id}/result/``).
+"""Isolation probes (R30): asked for, handed to the agent and recorded. An admin asks for a
+probe of one GPU; the node's agent learns of it from its report's answer (``probes``),
+fetches it (``GET agent/probes/``), runs it and posts the outcome (``POST
+agent/probes/{id}/result/``).
 
 The probe runs a compute-bound kernel on the target alone, then beside a saturating neighbour
 (a second MIG instance, or a second process on a GPU without MIG); the slowdown is
 ``(t_together / t_alone - 1) * 100``, computed here from the two times the agent measured.
 More than ``ISOLATION_SLOWDOWN_LIMIT_PCT`` (5 %) fails R30.
 
-Kept apart from ``services.py`` (already large); same rules: keyword-only, atomic, audited,
-race-safe transitions.
+Keyword-only, atomic, audited, race-safe transitions; the two reads the probe endpoints need
+(``probe_list``, ``agent_probes``) live here beside them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
+from gpu_agent.conf import layout_deadline
 from gpu_agent.models import (
     OPEN_PROBE_STATES,
     Gpu,
@@ -30,7 +32,7 @@ from gpu_agent.models import (
     ProbeState,
 )
 from gpu_agent.selectors import node_is_stale
-from gpu_agent.services import MESSAGE_MAX, layout_deadline
+from gpu_agent.services.common import MESSAGE_MAX
 from tenants.models import User
 from tenants.services import audit_record
 

@@ -1,19 +1,20 @@
 """MIG through NVIDIA's GPU Operator: the services (the pure compiler is ``gpu_agent.operator``).
 
 For a cluster whose ``mig_driver`` is ``gpu-operator`` the node agent does not apply layouts
-(``agent_desired`` leaves such GPUs out); instead:
+(``layouts.agent_desired`` leaves such GPUs out); instead:
 
 1. ``operator_push``: from the latest desired layout of each GPU, write the mig-parted ConfigMap
    through the cluster-sync applier (its own owner label, so neither it nor the quota sync
    prunes the other's objects), then patch ``nvidia.com/mig.config`` on the Nodes that exist
    (a merge patch with the node's resourceVersion: it never creates a Node, and touches no
-   label but that one and the state label it resets to ``pending``). Triggered on commit by
-   ``layout_set`` and every beat by ``operator_sync``.
+   label but that one and the state label it resets to ``pending``). Queued on commit by
+   ``layouts.layout_set`` (``gpu_agent.tasks.operator_push_cluster``, sent by name) and run
+   every beat by ``operator_sync``.
 2. ``operator_read_state``: read each node's ``nvidia.com/mig.config.state`` and move the
    layouts: ``success`` applies them, ``failed`` fails them with the reason, ``pending`` and
    ``rebooting`` mark them applying; ``operator_layouts_fail_overdue`` fails those past their
    deadline, naming what the node's labels say. What was read is kept per node
-   (``quotas.MigOperatorNode``) for the fleet pages.
+   (``MigOperatorNode``) for the fleet pages.
 
 The Kubernetes Node name is the portal's ``Node.name`` (what the agent registered as; the
 kubelet's node name). mig-parted places instances itself: only the profile counts of a layout
@@ -22,18 +23,17 @@ reach the GPU, not its starts (see ``gpu_agent.operator``).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from gpu_agent import operator
-from gpu_agent.models import OPEN_LAYOUT_STATES, Gpu, LayoutState, MigLayout
+from gpu_agent.conf import operator_settle_time
+from gpu_agent.models import OPEN_LAYOUT_STATES, LayoutState, MigLayout, MigOperatorNode
 from quotas.choices import MigDriver
 from quotas.kube.applier import (
     ApplyError,
@@ -44,11 +44,9 @@ from quotas.kube.applier import (
     apply_objects,
 )
 from quotas.kube.resources import CONFIG_MAP, NODE
-from quotas.models import Cluster, MigOperatorNode
+from quotas.models import Cluster
 from quotas.sync import backend_for
 from tenants.services import audit_record
-
-logger = logging.getLogger(__name__)
 
 # Layouts the operator may still be working on (reboot-required is the agent's word; the
 # operator reboots by itself, "rebooting", which maps to applying).
@@ -57,11 +55,6 @@ _OPEN = (*OPEN_LAYOUT_STATES, LayoutState.REBOOT_REQUIRED)
 
 def operator_clusters() -> list[Cluster]:
     return list(Cluster.objects.filter(mig_driver=MigDriver.GPU_OPERATOR).order_by("name"))
-
-
-def is_operator_driven(gpu: Gpu) -> bool:
-    cluster = gpu.node.cluster
-    return cluster is not None and cluster.mig_driver == MigDriver.GPU_OPERATOR
 
 
 def _latest_layouts(cluster: Cluster) -> list[MigLayout]:
@@ -131,12 +124,6 @@ def _kubernetes(cluster: Cluster) -> KubernetesBackend:
     return backend
 
 
-def settle_time() -> timedelta:
-    """How long a config is in the ConfigMap before a node label names it
-    (``MIG_OPERATOR_SETTLE_S``: the kubelet refreshes mounted ConfigMaps late)."""
-    return timedelta(seconds=settings.MIG_OPERATOR_SETTLE_S)
-
-
 def operator_push(*, cluster: Cluster, now: datetime | None = None) -> OperatorPushOutcome:
     """Write the mig-parted ConfigMap and set the node labels whose config has settled in it
     (see the module docstring). Idempotent: a pass with nothing new writes nothing."""
@@ -181,7 +168,9 @@ def operator_push(*, cluster: Cluster, now: datetime | None = None) -> OperatorP
             if outcome.configmap.failed:  # the API server refused it: no label may name it
                 raise ApplyError("; ".join(m for _, m in outcome.configmap.failed))
             patches, outcome.deferred, outcome.missing = operator.label_patches(
-                plan, live_nodes=live_nodes, ready_configs=plan.ready(now=now, settle=settle_time())
+                plan,
+                live_nodes=live_nodes,
+                ready_configs=plan.ready(now=now, settle=operator_settle_time()),
             )
             for patch in patches:
                 try:
@@ -242,7 +231,7 @@ def _record_push(
             message = (
                 f"config {config} written to ConfigMap {cluster.mig_operator_namespace}/"
                 f"{cluster.mig_operator_configmap}; the node label follows once the kubelet "
-                f"has refreshed it ({settings.MIG_OPERATOR_SETTLE_S} s)"
+                f"has refreshed it ({int(operator_settle_time().total_seconds())} s)"
             )
         else:
             continue
@@ -400,22 +389,3 @@ def operator_sync(*, cluster: Cluster, now: datetime | None = None) -> OperatorP
         except ApplyError as exc:
             outcome.error, outcome.retryable = exc.message, isinstance(exc, RetryableError)
     return outcome
-
-
-def operator_layout_changed(*, gpu: Gpu) -> None:
-    """Called by ``layout_set`` inside its transaction: for a ``gpu-operator`` cluster's GPU,
-    push the cluster once the transaction commits (instead of waiting for an agent)."""
-    if not is_operator_driven(gpu):
-        return
-    cluster_id = gpu.node.cluster_id
-    assert cluster_id is not None
-
-    def enqueue() -> None:
-        from gpu_agent.tasks import operator_push_cluster
-
-        try:
-            operator_push_cluster.delay(cluster_id)
-        except Exception:  # no broker: the beat's operator_sync pushes within a minute
-            logger.warning("could not queue the MIG push of cluster %s", cluster_id)
-
-    transaction.on_commit(enqueue)

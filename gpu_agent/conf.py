@@ -1,0 +1,32 @@
+"""The fleet's timing settings, read in one place: the services, selectors, tasks and pages
+that need a deadline or an interval ask here (``portal/settings.py`` reads them from the
+environment and fails loudly on a bad value)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+
+
+def join_token_ttl_default() -> timedelta:
+    """How long a join token works when its creator gives no TTL (``AGENT_JOIN_TOKEN_TTL_S``)."""
+    return timedelta(seconds=settings.AGENT_JOIN_TOKEN_TTL_S)
+
+
+def stale_after() -> timedelta:
+    """A node is stale after this long without a report (3 missed reports by default,
+    ``AGENT_STALE_AFTER_S``)."""
+    return timedelta(seconds=settings.AGENT_STALE_AFTER_S)
+
+
+def layout_deadline() -> timedelta:
+    """An open desired layout fails when the agent has not applied it within this, and an
+    isolation probe without a result (``AGENT_LAYOUT_DEADLINE_S``)."""
+    return timedelta(seconds=settings.AGENT_LAYOUT_DEADLINE_S)
+
+
+def operator_settle_time() -> timedelta:
+    """How long a config is in the GPU Operator's ConfigMap before a node label names it
+    (``MIG_OPERATOR_SETTLE_S``: the kubelet refreshes mounted ConfigMaps late)."""
+    return timedelta(seconds=settings.MIG_OPERATOR_SETTLE_S)

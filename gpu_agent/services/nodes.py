@@ -1,0 +1,245 @@
+"""Nodes and their credentials: one-time join tokens, an agent's registration (a join token
+for a node token), node tokens checked and revoked, the cluster a node belongs to, and nodes
+marked stale when their agent stops reporting. Only SHA-256 digests of secrets are stored."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import datetime, timedelta
+
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from core.errors import ApplicationError, Conflict, ValidationFailed
+from gpu_agent.conf import join_token_ttl_default, stale_after
+from gpu_agent.models import HOSTNAME_MAX, VERSION_MAX, Node, NodeJoinToken, NodeToken
+from gpu_agent.services.common import check_length, iso
+from quotas.models import Cluster
+from tenants.models import User
+from tenants.services import audit_record
+from tenants.validators import DNS1123_LABEL_MAX, dns1123_label
+
+TOKEN_BYTES = 30  # 240 random bits: a fast hash is enough, there is no dictionary to attack
+TOKEN_PREFIX_LEN = 8
+JOIN_TOKEN_TTL_MIN = timedelta(minutes=1)
+JOIN_TOKEN_TTL_MAX = timedelta(days=7)
+
+
+class AuthenticationFailed(ApplicationError):
+    """A credential the agent presented is unknown, used, expired or revoked (401)."""
+
+    status_code = 401
+    code = "authentication_failed"
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _check_node_name(field_name: str, value: str) -> None:
+    if not value:
+        raise ValidationFailed.for_field(field_name, "This field is required.")
+    if len(value) > DNS1123_LABEL_MAX:
+        raise ValidationFailed.for_field(
+            field_name,
+            f"{value[:80]!r} is {len(value)} characters long; at most {DNS1123_LABEL_MAX} are "
+            "allowed.",
+        )
+    try:
+        dns1123_label(value)
+    except ValidationError as exc:
+        raise ValidationFailed.for_field(field_name, f"{value!r} {exc.messages[0]}.") from exc
+
+
+@transaction.atomic
+def join_token_create(
+    *,
+    node_name: str,
+    actor: User,
+    ttl: timedelta | None = None,
+    cluster: Cluster | None = None,
+) -> tuple[NodeJoinToken, str]:
+    """A one-time join token for ``node_name`` (a new node, or a node re-installing its agent).
+    The secret is returned once; only its digest is stored."""
+    _check_node_name("node", node_name)
+    ttl = join_token_ttl_default() if ttl is None else ttl
+    if not JOIN_TOKEN_TTL_MIN <= ttl <= JOIN_TOKEN_TTL_MAX:
+        raise ValidationFailed.for_field(
+            "ttl_s",
+            f"{int(ttl.total_seconds())} s is outside {int(JOIN_TOKEN_TTL_MIN.total_seconds())} "
+            f"to {int(JOIN_TOKEN_TTL_MAX.total_seconds())} s.",
+        )
+    secret = secrets.token_urlsafe(TOKEN_BYTES)
+    token = NodeJoinToken.objects.create(
+        node_name=node_name,
+        cluster=cluster,
+        prefix=secret[:TOKEN_PREFIX_LEN],
+        digest=_digest(secret),
+        expires_at=timezone.now() + ttl,
+        created_by=actor,
+    )
+    audit_record(
+        actor=actor,
+        action="node_join_token.created",
+        obj=token,
+        object_id=token.prefix,
+        after={
+            "node": node_name,
+            "cluster": cluster.name if cluster else None,
+            "prefix": token.prefix,
+            "expires_at": iso(token.expires_at),
+        },
+    )
+    return token, secret
+
+
+@transaction.atomic
+def agent_register(*, join_secret: str, hostname: str, agent_version: str) -> tuple[Node, str]:
+    """Exchange a join token for a node token (returned once). The join token works once and
+    until it expires; registering an existing node again revokes its earlier tokens."""
+    check_length("hostname", hostname, HOSTNAME_MAX)
+    check_length("agent_version", agent_version, VERSION_MAX)
+    now = timezone.now()
+    join = (
+        NodeJoinToken.objects.select_for_update(of=("self",))
+        .select_related("cluster", "created_by")
+        .filter(digest=_digest(join_secret))
+        .first()
+    )
+    if join is None or join.used_at is not None:
+        raise AuthenticationFailed("Unknown or already used join token.")
+    if join.expires_at <= now:
+        raise AuthenticationFailed(
+            f"The join token expired at {iso(join.expires_at)}; ask an admin for a new one."
+        )
+    node = Node.objects.select_for_update().filter(name=join.node_name).first()
+    revoked: list[str] = []
+    if node is None:
+        try:
+            with transaction.atomic():
+                node = Node.objects.create(
+                    name=join.node_name,
+                    cluster=join.cluster,
+                    hostname=hostname,
+                    agent_version=agent_version,
+                )
+        except IntegrityError as exc:  # a concurrent registration of the same name
+            raise Conflict(f"Node {join.node_name} is registering right now; retry.") from exc
+        action = "node.registered"
+    else:
+        live = NodeToken.objects.filter(node=node, revoked_at__isnull=True)
+        revoked = list(live.values_list("prefix", flat=True))
+        live.update(revoked_at=now)
+        node.hostname = hostname
+        node.agent_version = agent_version
+        if join.cluster is not None:
+            node.cluster = join.cluster
+        node.save(update_fields=["hostname", "agent_version", "cluster"])
+        action = "node.reregistered"
+    secret = secrets.token_urlsafe(TOKEN_BYTES)
+    token = NodeToken.objects.create(
+        node=node, prefix=secret[:TOKEN_PREFIX_LEN], digest=_digest(secret)
+    )
+    NodeJoinToken.objects.filter(pk=join.pk).update(used_at=now, node=node)
+    audit_record(
+        actor=join.created_by,
+        action=action,
+        obj=node,
+        after={
+            "hostname": hostname,
+            "agent_version": agent_version,
+            "join_token": join.prefix,
+            "node_token": token.prefix,
+            "revoked_tokens": revoked,
+        },
+    )
+    return node, secret
+
+
+def node_token_authenticate(*, secret: str) -> NodeToken | None:
+    """The live node token for ``secret`` (with its node), else None."""
+    now = timezone.now()
+    token = (
+        NodeToken.objects.select_related("node")
+        .filter(digest=_digest(secret), revoked_at__isnull=True)
+        .first()
+    )
+    if token is None:
+        return None
+    if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=5):
+        # Coarse on purpose: agents call every few seconds.
+        NodeToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token
+
+
+@transaction.atomic
+def node_token_revoke(*, node: Node, actor: User) -> int:
+    """Revoke every live token of ``node``; its agent answers 401 from now on and needs a new
+    join token. Returns how many were revoked."""
+    live = list(
+        NodeToken.objects.select_for_update()
+        .filter(node=node, revoked_at__isnull=True)
+        .values_list("pk", "prefix")
+    )
+    prefixes = [prefix for _, prefix in live]
+    count = NodeToken.objects.filter(pk__in=[pk for pk, _ in live]).update(
+        revoked_at=timezone.now()
+    )
+    if count:
+        audit_record(
+            actor=actor, action="node_token.revoked", obj=node, after={"prefixes": prefixes}
+        )
+    return count
+
+
+@transaction.atomic
+def node_update(*, node: Node, actor: User, cluster: Cluster | None) -> Node:
+    """Set the cluster a node belongs to (everything else about a node comes from its agent)."""
+    locked = Node.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=node.pk)
+    before = locked.cluster.name if locked.cluster else None
+    after = cluster.name if cluster else None
+    if before != after:
+        Node.objects.filter(pk=node.pk).update(cluster=cluster)
+        audit_record(
+            actor=actor,
+            action="node.updated",
+            obj=locked,
+            before={"cluster": before},
+            after={"cluster": after},
+        )
+    node.cluster = cluster
+    return node
+
+
+# --- stale nodes -------------------------------------------------------------------------
+
+
+@transaction.atomic
+def nodes_mark_stale(*, now: datetime | None = None) -> list[str]:
+    """Mark nodes whose agent stopped reporting (no report for ``AGENT_STALE_AFTER_S``) stale.
+    Idempotent; returns the names marked."""
+    now = now or timezone.now()
+    cutoff = now - stale_after()
+    candidates = list(
+        Node.objects.select_for_update(skip_locked=True)
+        .filter(stale=False)
+        .filter(
+            Q(last_report_at__lt=cutoff) | Q(last_report_at__isnull=True, created_at__lt=cutoff)
+        )
+        .only("pk", "name", "last_report_at")
+    )
+    if not candidates:
+        return []
+    Node.objects.filter(pk__in=[n.pk for n in candidates], stale=False).update(stale=True)
+    for node in candidates:
+        audit_record(
+            actor=None,
+            action="node.stale",
+            obj=node,
+            before={"stale": False},
+            after={"stale": True, "last_report_at": iso(node.last_report_at)},
+        )
+    return [n.name for n in candidates]

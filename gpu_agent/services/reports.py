@@ -1,0 +1,570 @@
+"""Agents' reports: what a node has (GPUs, MIG instances, processes) stored whole or not at
+all, in a bounded number of statements whatever its size, and what the report settles among
+the node's layouts (applied ones confirmed, drained ones released, reset GPUs reopened). Its
+answer says what the agent has to do next. Observations only: nothing here is audited but a
+stale node coming back.
+
+Once a report commits, its ``ReportReadings`` (what each GPU outside MIG and each MIG
+instance was doing, read from the validated report here and nowhere else) go to each
+``REPORT_INGESTED`` hook: ``usage`` registers the one that turns them into samples, in its
+``AppConfig.ready``; this app imports none of them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from core.errors import PermissionDenied, ValidationFailed
+from gpu_agent.conf import layout_deadline
+from gpu_agent.models import (
+    GPU_NAME_MAX,
+    GPU_UUID_MAX,
+    MIG_PROFILE_MAX,
+    OPEN_LAYOUT_STATES,
+    OPEN_PROBE_STATES,
+    VERSION_MAX,
+    Gpu,
+    IsolationProbe,
+    LayoutState,
+    MigInstance,
+    MigLayout,
+    Node,
+)
+from gpu_agent.services.common import iso
+from gpu_agent.services.layouts import WHOLE_GPU, agent_desired_generation, waiting_message
+from tenants.services import audit_record
+
+# Report limits (a report past them is refused whole, nothing stored).
+MAX_GPUS_PER_REPORT = 64
+MAX_INSTANCES_PER_GPU = 7  # the most MIG instances any NVIDIA GPU offers
+MAX_PROCESSES = 256  # per GPU or per MIG instance
+POD_UID_MAX = 64
+
+# Called as ``hook(readings=ReportReadings)`` once a report is ingested and committed, each in
+# its own transaction (a failing hook is logged; the report stands and the agent reports again
+# soon). Registered in other apps' AppConfig.ready() (usage: samples per GPU and MIG
+# instance), so this app imports none of them and the report's transaction stays short.
+REPORT_INGESTED: list[Callable[..., object]] = []
+
+
+@dataclass(frozen=True)
+class DeviceReading:
+    """What one GPU outside MIG (``gi_id`` None), or one MIG instance, was doing."""
+
+    gpu_uuid: str
+    model: str  # the GPU's model name, as NVML reports it
+    gi_id: int | None
+    mig_profile: str | None
+    utilization_pct: int | None
+    memory_used_mib: int
+    processes: int
+    pod_uids: tuple[str, ...]  # of its processes that run in a pod, in the report's order
+
+
+@dataclass(frozen=True)
+class ReportReadings:
+    """A committed report's readings, as the ``REPORT_INGESTED`` hooks receive them."""
+
+    node_id: int
+    cluster_id: int | None
+    at: datetime
+    devices: tuple[DeviceReading, ...]
+
+
+def report_readings(*, node: Node, report: Mapping[str, Any], now: datetime) -> ReportReadings:
+    """The readings of a validated report: one per GPU outside MIG (MIG off, or on with no
+    instance) and one per MIG instance."""
+    devices: list[DeviceReading] = []
+    for g in report.get("gpus") or []:
+        instances = g.get("instances") or []
+        if not g.get("mig_mode_current") or not instances:
+            processes = g.get("processes") or []
+            devices.append(
+                DeviceReading(
+                    gpu_uuid=g["uuid"],
+                    model=g["name"],
+                    gi_id=None,
+                    mig_profile=None,
+                    utilization_pct=g.get("utilization_pct"),
+                    memory_used_mib=g.get("memory_used_mib") or 0,
+                    processes=len(processes),
+                    pod_uids=_pod_uids(processes),
+                )
+            )
+            continue
+        for inst in instances:
+            processes = inst.get("processes") or []
+            devices.append(
+                DeviceReading(
+                    gpu_uuid=g["uuid"],
+                    model=g["name"],
+                    gi_id=inst["gi_id"],
+                    mig_profile=inst["profile"],
+                    utilization_pct=inst.get("utilization_pct"),
+                    memory_used_mib=inst.get("memory_used_mib") or 0,
+                    processes=len(processes),
+                    pod_uids=_pod_uids(processes),
+                )
+            )
+    return ReportReadings(node.pk, node.cluster_id, now, tuple(devices))
+
+
+def _pod_uids(processes: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    return tuple(uid for p in processes if (uid := p.get("pod_uid")))
+
+
+def _report_problems(report: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Sizes and consistency of a report whose shape the API checked. Every problem, by path."""
+    problems: dict[str, list[str]] = {}
+
+    def add(path: str, message: str) -> None:
+        problems.setdefault(path, []).append(message)
+
+    for name, limit in (
+        ("agent_version", VERSION_MAX),
+        ("driver_version", VERSION_MAX),
+    ):
+        if len(report.get(name) or "") > limit:
+            add(name, f"at most {limit} characters are allowed.")
+    gpus = report.get("gpus") or []
+    if len(gpus) > MAX_GPUS_PER_REPORT:
+        add("gpus", f"{len(gpus)} GPUs; at most {MAX_GPUS_PER_REPORT} per node are accepted.")
+        return problems
+    seen_uuids: dict[str, int] = {}
+    seen_indexes: dict[int, int] = {}
+    for i, gpu in enumerate(gpus):
+        at = f"gpus[{i}]"
+        for name, limit in (("uuid", GPU_UUID_MAX), ("name", GPU_NAME_MAX)):
+            if len(gpu[name]) > limit:
+                add(f"{at}.{name}", f"at most {limit} characters are allowed.")
+        if gpu["uuid"] in seen_uuids:
+            add(f"{at}.uuid", f"{gpu['uuid']} is also gpus[{seen_uuids[gpu['uuid']]}].")
+        seen_uuids.setdefault(gpu["uuid"], i)
+        if gpu["index"] in seen_indexes:
+            add(f"{at}.index", f"index {gpu['index']} is also gpus[{seen_indexes[gpu['index']]}].")
+        seen_indexes.setdefault(gpu["index"], i)
+        if len(gpu.get("processes") or []) > MAX_PROCESSES:
+            add(f"{at}.processes", f"at most {MAX_PROCESSES} processes are accepted.")
+        instances = gpu.get("instances") or []
+        if len(instances) > MAX_INSTANCES_PER_GPU:
+            add(
+                f"{at}.instances",
+                f"{len(instances)} MIG instances; a GPU has at most {MAX_INSTANCES_PER_GPU}.",
+            )
+            continue
+        seen_gi: dict[int, int] = {}
+        for j, instance in enumerate(instances):
+            at_instance = f"{at}.instances[{j}]"
+            if len(instance["profile"]) > MIG_PROFILE_MAX:
+                add(f"{at_instance}.profile", f"at most {MIG_PROFILE_MAX} characters are allowed.")
+            if instance["gi_id"] in seen_gi:
+                add(
+                    f"{at_instance}.gi_id",
+                    f"gi_id {instance['gi_id']} is also {at}.instances[{seen_gi[instance['gi_id']]}].",
+                )
+            seen_gi.setdefault(instance["gi_id"], j)
+            if len(instance.get("processes") or []) > MAX_PROCESSES:
+                add(f"{at_instance}.processes", f"at most {MAX_PROCESSES} processes are accepted.")
+    return problems
+
+
+def _processes(raw: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "pid": p["pid"],
+            "used_memory_mib": p.get("used_memory_mib"),
+            "pod_uid": p.get("pod_uid") or "",
+        }
+        for p in raw
+    ]
+
+
+GPU_REPORTED_FIELDS = [
+    "index",
+    "name",
+    "memory_total_mib",
+    "memory_used_mib",
+    "utilization_pct",
+    "mig_mode_current",
+    "mig_mode_pending",
+    "applied_generation",
+    "processes",
+    "last_seen_at",
+]
+
+
+@dataclass(frozen=True)
+class ReportAnswer:
+    """What ``POST agent/report/`` answers: the generation to apply and the open probes."""
+
+    desired_generation: int
+    probes: int
+
+
+def agent_report_ingest(*, node: Node, report: Mapping[str, Any]) -> int:
+    """``agent_report_answer``'s desired generation."""
+    return agent_report_answer(node=node, report=report).desired_generation
+
+
+@transaction.atomic
+def agent_report_answer(*, node: Node, report: Mapping[str, Any]) -> ReportAnswer:
+    """Store what ``node``'s agent reports: GPUs upserted, MIG instances replaced, the node
+    marked seen; layouts the agent reports applied (``applied_generation``) succeed, drained
+    layouts whose instances went idle are released, and layouts waiting for a reboot go back
+    to pending once the GPU's MIG mode is right. A bounded number of queries whatever the
+    report's size (bulk writes). Answers the desired generation (the highest generation the
+    agent has to apply, ``GET agent/desired/``, 0 when none) and how many isolation probes
+    it has to run (``GET agent/probes/``).
+
+    Refused whole (nothing stored): a report for another node (403), a GPU registered to
+    another node (403), sizes past the limits or duplicates (400, every problem named)."""
+    if report.get("node") != node.name:
+        raise PermissionDenied(
+            "A node token may only report for its own node.",
+            fields={"node": [f"this token belongs to node {node.name}"]},
+        )
+    problems = _report_problems(report)
+    if problems:
+        raise ValidationFailed(
+            "; ".join(f"{path}: {msgs[0]}" for path, msgs in problems.items()), fields=problems
+        )
+    now = timezone.now()
+    if connection.vendor == "postgresql":
+        was_stale, busy, layouts_open, probes = _ingest_postgresql(
+            node=node, report=report, now=now
+        )
+    else:
+        was_stale, busy = _ingest_orm(node=node, report=report, now=now)
+        layouts_open = MigLayout.objects.filter(
+            gpu__node_id=node.pk, state__in=[*OPEN_LAYOUT_STATES, LayoutState.REBOOT_REQUIRED]
+        ).exists()
+        probes = IsolationProbe.objects.filter(gpu__node=node, state__in=OPEN_PROBE_STATES).count()
+    if was_stale:
+        audit_record(
+            actor=None,
+            action="node.reporting",
+            obj=node,
+            before={"stale": True},
+            after={"stale": False, "last_report_at": iso(now)},
+        )
+    if REPORT_INGESTED:
+        readings = report_readings(node=node, report=report, now=now)
+        for hook in REPORT_INGESTED:
+            transaction.on_commit(partial(hook, readings=readings), robust=True)
+    if not layouts_open:
+        # No pending, applying or reboot-required layout on the node (the usual case): nothing
+        # to confirm, release or reopen, and nothing for the agent to apply.
+        return ReportAnswer(0, probes)
+    _confirm_applied(node=node, now=now)
+    # After a reset, a GPU whose MIG mode is now the layout's gets its layout applied.
+    MigLayout.objects.filter(
+        gpu__node_id=node.pk,
+        state=LayoutState.REBOOT_REQUIRED,
+        mig_enabled=F("gpu__mig_mode_current"),
+    ).update(
+        state=LayoutState.PENDING,
+        message="MIG mode changed after the reset; applying the layout.",
+        deadline=now + layout_deadline(),
+        updated_at=now,
+    )
+    _release_drained(node=node, busy=busy, now=now)
+    return ReportAnswer(agent_desired_generation(node=node), probes)
+
+
+def _foreign_gpus(uuids: Sequence[str], foreign: Sequence[str]) -> PermissionDenied:
+    return PermissionDenied(
+        "A node may only report its own GPUs.",
+        fields={
+            f"gpus[{uuids.index(u)}].uuid": [f"{u} is registered to another node"]
+            for u in sorted(foreign)
+        },
+    )
+
+
+def _busy(gpus: Sequence[Mapping[str, Any]], ids: Mapping[str, int]) -> dict[int, set[int]]:
+    """GPU id -> gi_ids with processes (WHOLE_GPU: processes outside MIG)."""
+    busy: dict[int, set[int]] = {}
+    for g in gpus:
+        gpu_id = ids[g["uuid"]]
+        if g.get("processes"):
+            busy.setdefault(gpu_id, set()).add(WHOLE_GPU)
+        for inst in g.get("instances") or []:
+            if inst.get("processes"):
+                busy.setdefault(gpu_id, set()).add(inst["gi_id"])
+    return busy
+
+
+def _ingest_orm(
+    *, node: Node, report: Mapping[str, Any], now: datetime
+) -> tuple[bool, dict[int, set[int]]]:
+    """The portable path (SQLite): GPUs, instances and the node through the ORM. Returns
+    whether the node was stale and the busy instances."""
+    gpus = list(report.get("gpus") or [])
+    locked = Node.objects.select_for_update().only("pk", "stale", "name").get(pk=node.pk)
+    uuids = [g["uuid"] for g in gpus]
+    foreign = list(
+        Gpu.objects.filter(uuid__in=uuids)
+        .exclude(node_id=node.pk)
+        .order_by()
+        .values_list("uuid", flat=True)
+    )
+    if foreign:
+        raise _foreign_gpus(uuids, foreign)
+    rows = [
+        Gpu(
+            node_id=node.pk,
+            uuid=g["uuid"],
+            index=g["index"],
+            name=g["name"],
+            memory_total_mib=g["memory_total_mib"],
+            memory_used_mib=g["memory_used_mib"],
+            utilization_pct=g.get("utilization_pct"),
+            mig_mode_current=g["mig_mode_current"],
+            mig_mode_pending=g["mig_mode_pending"],
+            applied_generation=g.get("applied_generation") or 0,
+            processes=_processes(g.get("processes") or []),
+            last_seen_at=now,
+        )
+        for g in gpus
+    ]
+    if rows:
+        saved = Gpu.objects.bulk_create(
+            rows,
+            update_conflicts=True,
+            unique_fields=["uuid"],
+            update_fields=GPU_REPORTED_FIELDS,
+        )
+        ids = {row.uuid: row.pk for row in saved}
+        if None in ids.values():  # a database that does not return ids from an upsert
+            ids = dict(Gpu.objects.filter(uuid__in=uuids).values_list("uuid", "pk"))
+    else:
+        ids = {}
+    MigInstance.objects.filter(gpu__node_id=node.pk).delete()
+    MigInstance.objects.bulk_create(
+        [
+            MigInstance(gpu_id=ids[g["uuid"]], observed_at=now, **_instance_fields(inst))
+            for g in gpus
+            for inst in g.get("instances") or []
+        ]
+    )
+    Node.objects.filter(pk=node.pk).update(
+        last_report_at=now,
+        stale=False,
+        agent_version=report.get("agent_version") or F("agent_version"),
+        driver_version=report.get("driver_version") or F("driver_version"),
+    )
+    return locked.stale, _busy(gpus, ids)
+
+
+def _instance_fields(inst: Mapping[str, Any]) -> dict[str, Any]:
+    processes = _processes(inst.get("processes") or [])
+    return {
+        "gi_id": inst["gi_id"],
+        "profile": inst["profile"],
+        "start": inst["start"],
+        "size": inst["size"],
+        "ci_ids": list(inst.get("ci_ids") or []),
+        "memory_used_mib": inst.get("memory_used_mib") or 0,
+        "utilization_pct": inst.get("utilization_pct"),
+        "busy": bool(processes),
+        "processes": processes,
+    }
+
+
+# PostgreSQL: the node locked and updated in one statement (the old ``stale`` comes back).
+_PG_NODE_UPDATE = """
+UPDATE gpu_agent_node n SET last_report_at = %s, stale = false,
+  agent_version = COALESCE(NULLIF(%s, ''), n.agent_version),
+  driver_version = COALESCE(NULLIF(%s, ''), n.driver_version)
+FROM (SELECT id, stale FROM gpu_agent_node WHERE id = %s FOR UPDATE) o
+WHERE n.id = o.id
+RETURNING o.stale"""
+
+# GPUs upserted from one JSON parameter; a GPU registered to another node is neither updated
+# nor returned (fewer rows back than sent: the report is refused, the transaction rolls back).
+_PG_GPU_UPSERT = """
+INSERT INTO gpu_agent_gpu (node_id, uuid, index, name, memory_total_mib, memory_used_mib,
+  utilization_pct, mig_mode_current, mig_mode_pending, applied_generation, processes,
+  last_seen_at)
+SELECT %s, r.uuid, r.index, r.name, r.memory_total_mib, r.memory_used_mib, r.utilization_pct,
+  r.mig_mode_current, r.mig_mode_pending, r.applied_generation, r.processes, %s
+FROM jsonb_to_recordset(%s::jsonb) AS r(uuid text, index int, name text,
+  memory_total_mib bigint, memory_used_mib bigint, utilization_pct int, mig_mode_current bool,
+  mig_mode_pending bool, applied_generation bigint, processes jsonb)
+ON CONFLICT (uuid) DO UPDATE SET index = EXCLUDED.index, name = EXCLUDED.name,
+  memory_total_mib = EXCLUDED.memory_total_mib, memory_used_mib = EXCLUDED.memory_used_mib,
+  utilization_pct = EXCLUDED.utilization_pct, mig_mode_current = EXCLUDED.mig_mode_current,
+  mig_mode_pending = EXCLUDED.mig_mode_pending,
+  applied_generation = EXCLUDED.applied_generation, processes = EXCLUDED.processes,
+  last_seen_at = EXCLUDED.last_seen_at
+WHERE gpu_agent_gpu.node_id = EXCLUDED.node_id
+RETURNING uuid, id"""
+
+_PG_INSTANCES_DELETE = """
+DELETE FROM gpu_agent_miginstance
+WHERE gpu_id IN (SELECT id FROM gpu_agent_gpu WHERE node_id = %s)"""
+
+_PG_INSTANCES_INSERT = """
+INSERT INTO gpu_agent_miginstance (gpu_id, gi_id, profile, start, size, ci_ids,
+  memory_used_mib, utilization_pct, busy, processes, observed_at)
+SELECT r.gpu_id, r.gi_id, r.profile, r.start, r.size, r.ci_ids, r.memory_used_mib,
+  r.utilization_pct, r.busy, r.processes, %s
+FROM jsonb_to_recordset(%s::jsonb) AS r(gpu_id bigint, gi_id int, profile text, start int,
+  size int, ci_ids jsonb, memory_used_mib bigint, utilization_pct int, busy bool,
+  processes jsonb)"""
+
+# Whether the node has a layout open, and how many isolation probes its agent has to run
+# (the report's answer says so): one round trip.
+_PG_NODE_WORK = """
+SELECT EXISTS (
+  SELECT 1 FROM gpu_agent_miglayout l JOIN gpu_agent_gpu g ON g.id = l.gpu_id
+  WHERE g.node_id = %s AND l.state IN (%s, %s, %s)),
+  (SELECT count(*) FROM gpu_agent_isolationprobe p JOIN gpu_agent_gpu g ON g.id = p.gpu_id
+   WHERE g.node_id = %s AND p.state IN (%s, %s))"""
+
+
+def _ingest_postgresql(
+    *, node: Node, report: Mapping[str, Any], now: datetime
+) -> tuple[bool, dict[int, set[int]], bool, int]:
+    """The same writes as ``_ingest_orm`` in at most five statements (every value a bound
+    parameter). Returns whether the node was stale, the busy instances, whether the node
+    has a layout open (pending, applying, reboot-required) and its open probes."""
+    gpus = list(report.get("gpus") or [])
+    uuids = [g["uuid"] for g in gpus]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _PG_NODE_UPDATE,
+            [now, report.get("agent_version") or "", report.get("driver_version") or "", node.pk],
+        )
+        row = cursor.fetchone()
+        if row is None:
+            raise Node.DoesNotExist("Node matching query does not exist.")
+        was_stale = bool(row[0])
+        ids: dict[str, int] = {}
+        if gpus:
+            rows = [
+                {
+                    "uuid": g["uuid"],
+                    "index": g["index"],
+                    "name": g["name"],
+                    "memory_total_mib": g["memory_total_mib"],
+                    "memory_used_mib": g["memory_used_mib"],
+                    "utilization_pct": g.get("utilization_pct"),
+                    "mig_mode_current": g["mig_mode_current"],
+                    "mig_mode_pending": g["mig_mode_pending"],
+                    "applied_generation": g.get("applied_generation") or 0,
+                    "processes": _processes(g.get("processes") or []),
+                }
+                for g in gpus
+            ]
+            cursor.execute(_PG_GPU_UPSERT, [node.pk, now, json.dumps(rows)])
+            ids = dict(cursor.fetchall())
+            if len(ids) < len(uuids):
+                raise _foreign_gpus(uuids, [u for u in uuids if u not in ids])
+        cursor.execute(_PG_INSTANCES_DELETE, [node.pk])
+        instances = [
+            {"gpu_id": ids[g["uuid"]], **_instance_fields(inst)}
+            for g in gpus
+            for inst in g.get("instances") or []
+        ]
+        if instances:
+            cursor.execute(_PG_INSTANCES_INSERT, [now, json.dumps(instances)])
+        cursor.execute(
+            _PG_NODE_WORK,
+            [
+                node.pk,
+                *(s.value for s in (*OPEN_LAYOUT_STATES, LayoutState.REBOOT_REQUIRED)),
+                node.pk,
+                *(s.value for s in OPEN_PROBE_STATES),
+            ],
+        )
+        layouts_open, probes = cursor.fetchone()
+    return was_stale, _busy(gpus, ids), bool(layouts_open), int(probes)
+
+
+_PG_INSTANCES_ATTRIBUTE = """
+UPDATE gpu_agent_miginstance m SET tenant_id = r.tenant_id
+FROM gpu_agent_gpu g, jsonb_to_recordset(%s::jsonb) AS r(uuid text, gi_id int, tenant_id bigint)
+WHERE g.id = m.gpu_id AND g.node_id = %s AND g.uuid = r.uuid AND m.gi_id = r.gi_id"""
+
+
+def instances_attribute(*, node_id: int, tenants: Mapping[tuple[str, int], int | None]) -> int:
+    """Set ``MigInstance.tenant`` of the node's instances from (GPU uuid, gi_id) -> tenant id
+    (the tenant whose pod runs on it; None: unknown). One statement on PostgreSQL. Returns
+    the rows updated."""
+    if not tenants:
+        return 0
+    if connection.vendor == "postgresql":
+        rows = [{"uuid": u, "gi_id": gi, "tenant_id": t} for (u, gi), t in tenants.items()]
+        with connection.cursor() as cursor:
+            cursor.execute(_PG_INSTANCES_ATTRIBUTE, [json.dumps(rows), node_id])
+            return cursor.rowcount
+    updated = 0
+    for (uuid, gi_id), tenant_id in tenants.items():
+        updated += MigInstance.objects.filter(
+            gpu__node_id=node_id, gpu__uuid=uuid, gi_id=gi_id
+        ).update(tenant_id=tenant_id)
+    return updated
+
+
+def _confirm_applied(*, node: Node, now: datetime) -> None:
+    """A layout whose generation the agent reports as applied (``applied_generation``) is a
+    success even when its result never arrived (a lost POST, an agent restart)."""
+    confirmed = list(
+        MigLayout.objects.filter(
+            gpu__node_id=node.pk,
+            state__in=[*OPEN_LAYOUT_STATES, LayoutState.REBOOT_REQUIRED],
+            generation__lte=F("gpu__applied_generation"),
+        )
+        .filter(waiting_for=[])
+        .select_related("gpu")
+        .only("pk", "generation", "state", "gpu__uuid")
+    )
+    for layout in confirmed:
+        message = "applied (the agent's report says so; its result did not arrive)"
+        updated = MigLayout.objects.filter(pk=layout.pk, state=layout.state).update(
+            state=LayoutState.SUCCESS, message=message, applied_at=now, updated_at=now
+        )
+        if updated:
+            audit_record(
+                actor=None,
+                action="mig_layout.success",
+                obj=layout,
+                object_id=f"{layout.gpu.uuid}@{layout.generation}",
+                before={"state": layout.state},
+                after={"state": LayoutState.SUCCESS, "message": message, "node": node.name},
+            )
+
+
+def _release_drained(*, node: Node, busy: dict[int, set[int]], now: datetime) -> None:
+    """Layouts queued with ``drain`` wait for their busy instances to go idle; release those
+    whose instances are idle now (they get their deadline from now)."""
+    waiting = list(
+        MigLayout.objects.filter(gpu__node_id=node.pk, state=LayoutState.PENDING)
+        .exclude(waiting_for=[])
+        .only("pk", "gpu_id", "waiting_for", "message", "deadline")
+    )
+    changed = []
+    for layout in waiting:
+        still = sorted(set(layout.waiting_for) & busy.get(layout.gpu_id, set()))
+        if still == sorted(layout.waiting_for):
+            continue
+        layout.waiting_for = still
+        if still:
+            layout.message = waiting_message(still)
+        else:
+            layout.message = "Instances idle; the agent applies the layout."
+            layout.deadline = now + layout_deadline()
+        layout.updated_at = now
+        changed.append(layout)
+    if changed:
+        MigLayout.objects.bulk_update(changed, ["waiting_for", "message", "deadline", "updated_at"])
