@@ -177,7 +177,8 @@ USAGE_RETENTION_DAYS = {
 }
 USAGE_PARTITIONS_AHEAD_DAYS = env_int("USAGE_PARTITIONS_AHEAD_DAYS", 3)
 USAGE_AGENT_SAMPLES = env_bool("USAGE_AGENT_SAMPLES", True)  # agents' reports -> samples
-# At most one sample set per node this often (per web process); agents report every 10 s.
+# At most one sample set per node this often, counted in the shared cache across every web
+# process; agents report every 10 s.
 USAGE_AGENT_SAMPLE_EVERY_S = env_int("USAGE_AGENT_SAMPLE_EVERY_S", 60)
 # /metrics (Prometheus): a bearer token, and/or client networks allowed without one.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")

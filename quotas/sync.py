@@ -27,7 +27,6 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from quotas.backends import backend_for as backend_for  # re-exported: gpu_agent's import
 from quotas.backends import cluster_backend
 from quotas.choices import SyncBackend, SyncState
 from quotas.kube import compiler

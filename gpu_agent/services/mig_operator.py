@@ -34,10 +34,12 @@ from django.utils import timezone
 from gpu_agent import operator
 from gpu_agent.conf import operator_settle_time
 from gpu_agent.models import OPEN_LAYOUT_STATES, LayoutState, MigLayout, MigOperatorNode
+from quotas.backends import cluster_backend
 from quotas.choices import MigDriver
 from quotas.kube.applier import (
     ApplyError,
     ApplyResult,
+    Backend,
     KubernetesBackend,
     RetryableError,
     Scope,
@@ -45,7 +47,6 @@ from quotas.kube.applier import (
 )
 from quotas.kube.resources import CONFIG_MAP, NODE
 from quotas.models import Cluster
-from quotas.sync import backend_for
 from tenants.services import audit_record
 
 # Layouts the operator may still be working on (reboot-required is the agent's word; the
@@ -114,8 +115,7 @@ class OperatorPushOutcome:
         return not self.error and (self.configmap is None or not self.configmap.failed)
 
 
-def _kubernetes(cluster: Cluster) -> KubernetesBackend:
-    backend = backend_for(cluster)
+def _kubernetes(cluster: Cluster, backend: Backend) -> KubernetesBackend:
     if not isinstance(backend, KubernetesBackend):
         raise ApplyError(
             f"cluster {cluster.name}: MIG through the GPU Operator needs the Kubernetes API "
@@ -131,8 +131,8 @@ def operator_push(*, cluster: Cluster, now: datetime | None = None) -> OperatorP
     outcome = OperatorPushOutcome()
     nodes, layouts = nodes_wanted(cluster=cluster)
     try:
-        backend = _kubernetes(cluster)
-        try:
+        with cluster_backend(cluster) as opened:
+            backend = _kubernetes(cluster, opened)
             live_cm = backend.read(
                 CONFIG_MAP,
                 namespace=cluster.mig_operator_namespace,
@@ -187,8 +187,6 @@ def operator_push(*, cluster: Cluster, now: datetime | None = None) -> OperatorP
                     raise
                 if "labels" in patch.body["metadata"]:
                     outcome.labelled.append(patch.node)
-        finally:
-            backend.close()
     except RetryableError as exc:
         outcome.error, outcome.retryable = exc.message, True
     except ApplyError as exc:
@@ -303,11 +301,9 @@ def operator_read_state(
     now = now or timezone.now()
     nodes, layouts = nodes_wanted(cluster=cluster)
     plan = operator.compile_operator(nodes, now=now)
-    backend = _kubernetes(cluster)
-    try:
+    with cluster_backend(cluster) as opened:
+        backend = _kubernetes(cluster, opened)
         live = {n["metadata"]["name"]: n["metadata"] for n in backend.list_all(NODE)}
-    finally:
-        backend.close()
     verdicts: dict[str, operator.NodeVerdict] = {}
     with transaction.atomic():
         for node_name, node_layouts in layouts.items():
