@@ -10,7 +10,6 @@ class ApprovalsConfig(AppConfig):
     def ready(self) -> None:
         # The push is the quotas app's; it tells this one where a push stands through its
         # hooks, and requests move with it (approved -> applying -> applied / failed).
-        from approvals import tasks  # noqa: F401 - the upgrade alias of the delivery task
         from approvals.services import quota_requests_push_started, quota_requests_pushed
         from quotas.sync import PUSH_STARTED, PUSHED
 

@@ -1,4 +1,4 @@
-"""The quotas app's wiring: its tasks registered, its hook into tenants (a tenant change
+"""The quotas app's wiring: its hook into tenants (a tenant change
 pushes its quota sets again)."""
 
 from django.apps import AppConfig
@@ -9,9 +9,6 @@ class QuotasConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # The outbox is enqueued by task name; registering the task in every process (not
-        # only in workers) lets eager mode and routing apply to it.
-        from quotas import tasks  # noqa: F401
         from quotas.services import quota_sets_resync
         from tenants.services import TENANT_CHANGED
 

@@ -7,8 +7,8 @@ Every page here reads; none writes. Tenant pages go through ``tenant_get_for_use
 tenant's pages answer 404 to every method, exactly as a tenant that does not exist; members and
 viewers see them read-only.
 
-``tenant_detail`` and ``admin_console`` take over the routes of the views of the same names in
-``portal/views.py``: they build the same context and add the sync sections to it.
+The tenant page and the admin console (``portal/views.py``, above this app) add the sync
+sections through ``cluster_syncs`` and ``console_sync_panel``.
 """
 
 from __future__ import annotations

@@ -242,6 +242,7 @@ def test_a_delivery_queued_under_the_old_task_name_is_still_pushed(world, standi
     from celery import current_app
 
     request, row = approved(world)
+    current_app.loader.import_default_modules()  # what a worker does at start
 
     current_app.tasks["approvals.tasks.deliver_outbox"].apply(args=[row.pk])
 
