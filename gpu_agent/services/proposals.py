@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from core.errors import Conflict, NotFound
@@ -132,13 +133,18 @@ def plan_proposal_latest_list(*, user: User) -> list[PlanProposal]:
     """The latest proposal of each cluster, by cluster name (platform admins only)."""
     if not (user.is_authenticated and user.is_platform_admin):
         return []
-    latest = (
-        PlanProposal.objects.order_by("cluster_id", "-created_at", "-pk")
-        .distinct("cluster_id")
-        .values_list("pk", flat=True)
+    # The newest row of the same cluster (of no cluster, for GPUs of nodes without one): a
+    # correlated subquery every backend runs (PostgreSQL's DISTINCT ON is not SQLite's).
+    newer_first = ("-created_at", "-pk")
+    same_cluster = PlanProposal.objects.filter(cluster_id=OuterRef("cluster_id"))
+    newest = Subquery(same_cluster.order_by(*newer_first).values("pk")[:1])
+    newest_unclustered = Subquery(
+        PlanProposal.objects.filter(cluster__isnull=True).order_by(*newer_first).values("pk")[:1]
     )
     return list(
-        PlanProposal.objects.filter(pk__in=list(latest))
+        PlanProposal.objects.filter(
+            Q(cluster__isnull=False, pk=newest) | Q(cluster__isnull=True, pk=newest_unclustered)
+        )
         .select_related("cluster")
         .order_by("cluster__name")
     )

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal
 
+from django.utils import timezone
+
 from gpu_agent import tasks
 from gpu_agent.models import MigLayout, Node, PlanProposal
 from gpu_agent.services import proposals
@@ -117,3 +119,22 @@ def test_a_proposal_whose_gpus_changed_is_refused_and_marked_stale(world):
     assert response.status_code == 409 and not MigLayout.objects.exists()
     assert logged_in(world.alice).post(f"/fleet/plan/proposals/{proposal.pk}/").status_code == 403
     assert client.post("/fleet/plan/proposals/999999/").status_code == 404
+
+
+def test_the_latest_list_has_the_newest_proposal_of_each_cluster_and_of_none(world):
+    """One row per cluster, the newest (and one for GPUs of nodes without a cluster), on
+    SQLite as on PostgreSQL."""
+
+    def stored(cluster):
+        now = timezone.now()
+        return PlanProposal.objects.create(
+            cluster=cluster, checked_at=now, digest="d", state_digest="s"
+        )
+
+    stored(world.a100), stored(world.h100), stored(None)
+    newest = [stored(world.a100), stored(world.h100), stored(None)]
+
+    latest = proposals.plan_proposal_latest_list(user=world.admin)
+
+    assert sorted(p.pk for p in latest) == sorted(p.pk for p in newest)
+    assert proposals.plan_proposal_latest_list(user=world.alice) == []
