@@ -25,8 +25,14 @@ from core.pages import error_text
 from gpu_agent import selectors as fleet_selectors
 from gpu_agent.mig.catalogue import load_catalogue
 from gpu_agent.mig.planner import Demand
-from gpu_agent.models import Gpu, PlanProposal
-from gpu_agent.services.plans import MigProposal, PlannedGpu, mig_plan_apply, mig_plan_propose
+from gpu_agent.models import Gpu, MigLayout, PlanProposal
+from gpu_agent.services.plans import (
+    MigProposal,
+    PlannedGpu,
+    PlanRefusal,
+    mig_plan_apply,
+    mig_plan_propose,
+)
 from gpu_agent.services.proposals import (
     plan_proposal_apply,
     plan_proposal_get,
@@ -100,6 +106,27 @@ def stored_proposals(user: User) -> list[StoredProposal]:
     ]
 
 
+def _tell_applied(
+    request: HttpRequest, what: str, done: Sequence[MigLayout], refused: Sequence[PlanRefusal]
+) -> None:
+    """What applying a plan or a stored proposal did, GPU by GPU, as messages on the fleet page."""
+    if done:
+        messages.success(
+            request,
+            f"{what} applied to {len(done)} GPU{'s' if len(done) != 1 else ''}: "
+            + "; ".join(f"{layout.gpu.uuid} generation {layout.generation}" for layout in done)
+            + ". Each is pending until its node's agent applies it.",
+        )
+    for refusal in refused:
+        messages.error(
+            request,
+            f"{refusal.gpu.uuid} on {refusal.gpu.node.name} was refused "
+            f"({refusal.status}), nothing changed there: {refusal.message}",
+        )
+    if not done and not refused:
+        messages.info(request, "Nothing to apply: every GPU already has the proposed layout.")
+
+
 @login_required
 @require_POST
 def plan_proposal(request: HttpRequest, pk: int) -> HttpResponse:
@@ -124,21 +151,7 @@ def plan_proposal(request: HttpRequest, pk: int) -> HttpResponse:
     except errors.Conflict as exc:
         context["refusal"] = exc.message
         return render(request, "gpu_agent/proposal_confirm.html", context, status=409)
-    if done:
-        messages.success(
-            request,
-            f"Proposal {proposal.pk} applied to {len(done)} GPU{'s' if len(done) != 1 else ''}: "
-            + "; ".join(f"{layout.gpu.uuid} generation {layout.generation}" for layout in done)
-            + ". Each is pending until its node's agent applies it.",
-        )
-    for refusal in refused:
-        messages.error(
-            request,
-            f"{refusal.gpu.uuid} was refused ({refusal.status}), nothing changed there: "
-            f"{refusal.message}",
-        )
-    if not done and not refused:
-        messages.info(request, "Nothing to apply: the proposal changes no GPU.")
+    _tell_applied(request, f"Proposal {proposal.pk}", done, refused)
     return redirect("portal:fleet")
 
 
@@ -327,19 +340,5 @@ def fleet_plan(request: HttpRequest) -> HttpResponse:
     except errors.Conflict as exc:  # a report changed the GPUs since the fingerprint's check
         messages.error(request, error_text(exc))
         return render(request, "gpu_agent/plan.html", context, status=409)
-    if done:
-        messages.success(
-            request,
-            f"Plan applied to {len(done)} GPU{'s' if len(done) != 1 else ''}: "
-            + "; ".join(f"{layout.gpu.uuid} generation {layout.generation}" for layout in done)
-            + ". Each is pending until its node's agent applies it.",
-        )
-    for refusal in refused:
-        messages.error(
-            request,
-            f"{refusal.gpu.uuid} on {refusal.gpu.node.name} was refused "
-            f"({refusal.status}), nothing changed there: {refusal.message}",
-        )
-    if not done and not refused:
-        messages.info(request, "Nothing to apply: every GPU already has the proposed layout.")
+    _tell_applied(request, "Plan", done, refused)
     return redirect("portal:fleet")
