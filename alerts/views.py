@@ -16,6 +16,7 @@ from alerts import selectors, services
 from alerts.choices import AlertState
 from alerts.models import Alert
 from core.errors import ApplicationError
+from core.pages import error_text
 from tenants.api.base import caller
 
 PAGE_SIZE = 50
@@ -64,7 +65,7 @@ def alert_acknowledge(request: HttpRequest, pk: int) -> HttpResponse:
         services.alert_acknowledge(alert=alert, actor=caller(request))
         messages.success(request, "Alert acknowledged.")
     except ApplicationError as exc:
-        messages.error(request, exc.message)
+        messages.error(request, error_text(exc))
     return HttpResponseRedirect(reverse("portal:alert-detail", args=[alert.pk]))
 
 
@@ -76,5 +77,5 @@ def alert_reactivate(request: HttpRequest, pk: int) -> HttpResponse:
         services.alert_reactivate(alert=alert, actor=caller(request))
         messages.success(request, "The workload is active again and queues for admission.")
     except ApplicationError as exc:
-        messages.error(request, exc.message)
+        messages.error(request, error_text(exc))
     return HttpResponseRedirect(reverse("portal:alert-detail", args=[alert.pk]))
