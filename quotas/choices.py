@@ -17,6 +17,13 @@ class SyncBackend(models.TextChoices):
     NONE = "none", "None (quotas are kept in the portal only)"
 
 
+class Enforcement(models.TextChoices):
+    """How a cluster keeps each tenant within its limit (``quotas.kube.enforcement``)."""
+
+    KUEUE = "kueue", "Kueue manages everything"
+    SPLIT = "split", "Namespace split"
+
+
 class MigDriver(models.TextChoices):
     """Who repartitions a cluster's MIG GPUs: the portal's node agent, or NVIDIA's GPU Operator
     (its MIG manager, driven by a node label and a mig-parted ConfigMap)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
+from quotas.kube.enforcement import KueueConfig
 from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaSpec, TenantSpec
 from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor
 from tenants.choices import MembershipRole
@@ -51,6 +52,10 @@ def cluster_spec(cluster: Cluster) -> ClusterSpec:
         flavors=flavors,
         kubernetes_version=cluster.kubernetes_version,
         has_kueue=cluster.has_kueue,
+        enforcement=cluster.enforcement,
+        kueue_config=(
+            KueueConfig.from_json(cluster.kueue_config) if cluster.kueue_config else None
+        ),
         has_volcano=cluster.has_volcano,
         volcano_hierarchy=cluster.volcano_hierarchy,
     )
@@ -71,7 +76,7 @@ def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -
         )
     namespaces: dict[int, list[NamespaceSpec]] = defaultdict(list)
     for ns in Namespace.objects.filter(tenant_id__in=ids).order_by("name"):
-        namespaces[ns.tenant_id].append(NamespaceSpec(ns.name, ns.purpose))
+        namespaces[ns.tenant_id].append(NamespaceSpec(ns.name, ns.purpose, ns.quota_share))
     editors: dict[int, list[str]] = defaultdict(list)
     viewers: dict[int, list[str]] = defaultdict(list)
     for m in Membership.objects.filter(tenant_id__in=ids).select_related("user"):

@@ -7,7 +7,7 @@ from decimal import Decimal
 from django.db import models
 from django.db.models import F, Q
 
-from quotas.choices import FlavorKind, MigDriver, SyncBackend, SyncState
+from quotas.choices import Enforcement, FlavorKind, MigDriver, SyncBackend, SyncState
 from tenants.models import Tenant
 from tenants.validators import DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX, dns1123_label
 
@@ -51,6 +51,19 @@ class Cluster(models.Model):
         max_length=10, default="1.33", help_text="Compiled objects are validated for it."
     )
     has_kueue = models.BooleanField(default=True)
+    enforcement = models.CharField(
+        max_length=10,
+        choices=Enforcement.choices,
+        default=Enforcement.KUEUE,
+        help_text="Kueue manages everything: an admission policy refuses GPU work Kueue would "
+        "not manage. Namespace split: each tenant's namespace quotas add up to its limit.",
+    )
+    # Kueue's manager configuration as last read from the cluster
+    # (``quotas.kube.enforcement.KueueConfig.as_json``); None when it could not be read, with
+    # the reason in ``kueue_config_error``.
+    kueue_config = models.JSONField(null=True, blank=True)
+    kueue_config_error = models.CharField(max_length=500, blank=True)
+    kueue_config_read_at = models.DateTimeField(null=True, blank=True)
     has_volcano = models.BooleanField(default=False)
     volcano_hierarchy = models.BooleanField(
         default=False, help_text="Volcano's capacity plugin runs with enableHierarchy."

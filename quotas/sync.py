@@ -29,11 +29,13 @@ from django.utils import timezone
 
 from quotas.backends import cluster_backend
 from quotas.choices import SyncBackend, SyncState
-from quotas.kube import compiler
+from quotas.kube import compiler, enforcement
 from quotas.kube.applier import (
     ApplyError,
     ApplyResult,
+    Backend,
     Change,
+    KubernetesBackend,
     RetryableError,
     Scope,
     apply_objects,
@@ -42,7 +44,7 @@ from quotas.kube.applier import (
     sort_for_apply as apply_sort,
 )
 from quotas.kube.diff import differences
-from quotas.kube.resources import CLUSTER_QUEUE, RESOURCE_QUOTA
+from quotas.kube.resources import CLUSTER_QUEUE, CONFIG_MAP, RESOURCE_QUOTA
 from quotas.kube.spec import LABEL_TENANT, NamespaceSpec, QuotaSpec, TenantSpec
 from quotas.kube.validate import validate_objects
 from quotas.loader import cluster_spec, tenant_specs
@@ -64,6 +66,50 @@ def desired_objects(cluster: Cluster, *, tenant: Tenant | None = None) -> list[d
     for t in tenants:
         objects.extend(compiler.compile_tenant(spec, t))
     return objects
+
+
+def kueue_config_refresh(cluster: Cluster, backend: Backend) -> None:
+    """Read Kueue's manager configuration from the cluster (where the backend can read, and
+    the cluster runs Kueue) and keep it on ``cluster`` when it changed: what the admission
+    policy of "Kueue manages everything" is compiled from, and what the cluster page reports.
+    Unreadable, the policy falls back to its strict reading and the page says "unknown"; the
+    push goes on either way."""
+    if not cluster.has_kueue or not isinstance(backend, KubernetesBackend):
+        return
+    try:
+        configmap = backend.read(
+            CONFIG_MAP,
+            namespace=enforcement.KUEUE_CONFIG_NAMESPACE,
+            name=enforcement.KUEUE_CONFIG_NAME,
+        )
+    except RetryableError:
+        raise
+    except ApplyError as exc:
+        config, error = (
+            None,
+            f"reading ConfigMap {enforcement.KUEUE_CONFIG_NAMESPACE}/{enforcement.KUEUE_CONFIG_NAME}: {exc.message}",
+        )
+    else:
+        if configmap is None:
+            config, error = (
+                None,
+                (
+                    f"no ConfigMap {enforcement.KUEUE_CONFIG_NAMESPACE}/"
+                    f"{enforcement.KUEUE_CONFIG_NAME} on the cluster"
+                ),
+            )
+        else:
+            try:
+                config, error = enforcement.parse_kueue_config(configmap).as_json(), ""
+            except ValueError as exc:
+                config, error = None, f"Kueue's configuration: {exc}"
+    now = timezone.now()
+    if config != cluster.kueue_config or error[:500] != cluster.kueue_config_error:
+        cluster.kueue_config, cluster.kueue_config_error = config, error[:500]
+        cluster.kueue_config_read_at = now
+        Cluster.objects.filter(pk=cluster.pk).update(
+            kueue_config=config, kueue_config_error=error[:500], kueue_config_read_at=now
+        )
 
 
 @dataclass
@@ -107,14 +153,15 @@ def tenant_push(*, tenant: Tenant, cluster: Cluster, dry_run: bool = False) -> P
             _record(tenant, cluster, outcome)
         return outcome
     try:
-        desired = desired_objects(cluster, tenant=tenant)
-        errors = validate_objects(desired, kubernetes_version=cluster.kubernetes_version)
-        if errors:
-            # The compiler made an object the cluster would refuse: nothing is sent, the last
-            # good state stays in place.
-            outcome.error = "invalid objects: " + "; ".join(errors[:5])
-        else:
-            with cluster_backend(cluster) as backend:
+        with cluster_backend(cluster) as backend:
+            kueue_config_refresh(cluster, backend)
+            desired = desired_objects(cluster, tenant=tenant)
+            errors = validate_objects(desired, kubernetes_version=cluster.kubernetes_version)
+            if errors:
+                # The compiler made an object the cluster would refuse: nothing is sent, the
+                # last good state stays in place.
+                outcome.error = "invalid objects: " + "; ".join(errors[:5])
+            else:
                 outcome.result = apply_objects(
                     backend, desired, Scope(cluster.name, tenant=tenant.slug), dry_run=dry_run
                 )
@@ -221,12 +268,13 @@ def clusters_to_reconcile() -> list[int]:
 
 def _reconcile_locked(cluster: Cluster, outcome: PushOutcome) -> PushOutcome:
     try:
-        desired = desired_objects(cluster)
-        errors = validate_objects(desired, kubernetes_version=cluster.kubernetes_version)
-        if errors:
-            outcome.error = "invalid objects: " + "; ".join(errors[:5])
-            return outcome
         with cluster_backend(cluster) as backend:
+            kueue_config_refresh(cluster, backend)
+            desired = desired_objects(cluster)
+            errors = validate_objects(desired, kubernetes_version=cluster.kubernetes_version)
+            if errors:
+                outcome.error = "invalid objects: " + "; ".join(errors[:5])
+                return outcome
             outcome.result = apply_objects(backend, desired, Scope(cluster.name))
     except RetryableError as exc:
         outcome.error, outcome.retryable = exc.message, True
@@ -480,7 +528,10 @@ def change_dry_run(
 
 
 def _namespaces(tenant: Tenant) -> tuple[NamespaceSpec, ...]:
-    return tuple(NamespaceSpec(ns.name, ns.purpose) for ns in tenant.namespaces.order_by("name"))
+    return tuple(
+        NamespaceSpec(ns.name, ns.purpose, ns.quota_share)
+        for ns in tenant.namespaces.order_by("name")
+    )
 
 
 @dataclass

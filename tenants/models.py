@@ -81,6 +81,9 @@ class Namespace(models.Model):
     purpose = models.CharField(
         max_length=20, choices=NamespacePurpose.choices, default=NamespacePurpose.GENERAL
     )
+    # Percentage of the tenant's limit this namespace's ResourceQuota holds where a cluster
+    # splits limits across namespaces; null on every namespace of a tenant: an even split.
+    quota_share = models.DecimalField(max_digits=5, decimal_places=2, null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

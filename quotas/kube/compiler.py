@@ -13,9 +13,12 @@ Design choices, each one also explained where it is made:
 * Namespace ResourceQuotas cap what a tenant may *run*, so they hold the tenant's LIMIT
   (guaranteed plus borrowing), never only the guarantee: a tenant borrowing within its cohort
   must not have its pods refused by the quota Kueue knows nothing about.
-* With Kueue, every namespace of a tenant gets the full tenant cap; the ClusterQueue, which
-  selects all the tenant's namespaces, enforces the total across them. Without Kueue nothing
-  else adds the namespaces up, so the cap is divided among them (their sum is the tenant cap).
+* Enforcement (``quotas.kube.enforcement``). When Kueue manages everything, every namespace
+  of a tenant gets the full tenant cap; the ClusterQueue, which selects all the tenant's
+  namespaces, enforces the total across them, and a ValidatingAdmissionPolicy refuses the
+  GPU workloads Kueue would not manage. Under namespace split (and without Kueue) nothing else
+  adds the namespaces up, so the cap is divided among them by their shares (the parts add up
+  to the tenant cap exactly).
 * Accelerators are denied unless granted: the quota holds ``requests.<gpu resource>: 0`` for
   every GPU/MIG resource of the cluster the tenant has no quota for.
 * The NetworkPolicy denies all traffic except within the tenant's own namespaces and DNS.
@@ -38,7 +41,7 @@ from typing import Any, Final
 
 import yaml
 
-from quotas.kube import names
+from quotas.kube import enforcement, names
 from quotas.kube.spec import (
     ANNOTATION_GENERATION,
     LABEL_CLUSTER,
@@ -158,6 +161,8 @@ BATCH_PRIORITY_CLASSES: Final = (
 # Apply order buckets; Cohorts and Volcano group queues add their depth within the bucket.
 _ORDER_NAMESPACE: Final = 0
 _ORDER_CLUSTER_WIDE: Final = 1000
+_ORDER_ADMISSION_POLICY: Final = 1050
+_ORDER_ADMISSION_BINDING: Final = 1060
 _ORDER_RESOURCE_FLAVOR: Final = 1100
 _ORDER_COHORT: Final = 1200
 _ORDER_CONFIGMAP: Final = 1300
@@ -175,6 +180,8 @@ _ORDER_BY_KIND: Final = {
     (API_CORE, "Namespace"): _ORDER_NAMESPACE,
     (API_SCHEDULING, "PriorityClass"): _ORDER_CLUSTER_WIDE,
     (API_KUEUE, "WorkloadPriorityClass"): _ORDER_CLUSTER_WIDE,
+    (enforcement.API_ADMISSION, "ValidatingAdmissionPolicy"): _ORDER_ADMISSION_POLICY,
+    (enforcement.API_ADMISSION, "ValidatingAdmissionPolicyBinding"): _ORDER_ADMISSION_BINDING,
     (API_KUEUE, "ResourceFlavor"): _ORDER_RESOURCE_FLAVOR,
     (API_KUEUE, "Cohort"): _ORDER_COHORT,
     (API_CORE, "ConfigMap"): _ORDER_CONFIGMAP,
@@ -228,8 +235,9 @@ def compile_tenant(cluster: ClusterSpec, tenant: TenantSpec) -> list[KubeObject]
     context = _TenantContext.build(cluster, tenant)
     namespaces = context.namespaces
     objects: list[KubeObject] = []
+    shares = _namespace_shares(context)
     for index, namespace in enumerate(namespaces):
-        share = _Share(parts=1 if cluster.has_kueue else len(namespaces), index=index)
+        share = _Share(shares=shares, index=index)
         objects.append(_namespace(context, namespace.name, namespace.purpose))
         objects.extend(_resource_quotas(context, namespace.name, share))
         limit_range = _limit_range(context, namespace.name)
@@ -258,6 +266,15 @@ def compile_cluster_wide(cluster: ClusterSpec, tenants: Sequence[TenantSpec]) ->
     tree = _CohortTree.build(cluster, tenants)
     if cluster.has_kueue:
         objects.extend(_workload_priority_class(cluster, level) for level in PRIORITY_LADDER)
+        if cluster.enforcement == enforcement.ENFORCEMENT_KUEUE:
+            objects.extend(
+                enforcement.admission_policy(
+                    cluster=cluster.name,
+                    kubernetes_version=cluster.kubernetes_version,
+                    config=cluster.kueue_config,
+                    accelerators=_accelerators(cluster),
+                )
+            )
         objects.extend(
             _resource_flavor(cluster, flavor)
             for flavor in cluster.flavors
@@ -304,20 +321,59 @@ def quantity(amount: Decimal | int, resource: str) -> str:
 
 @dataclass(frozen=True)
 class _Share:
-    """The part of a tenant-wide amount one namespace's ResourceQuota holds."""
+    """The part of a tenant-wide amount one namespace's ResourceQuota holds: all of it
+    (``shares`` empty: Kueue adds the namespaces up), or its percentage of it."""
 
-    parts: int
+    shares: tuple[Decimal, ...]
     index: int
 
     def of(self, total: Decimal, resource: str) -> Decimal:
-        if self.parts == 1:
+        if not self.shares:
             return total
-        # Whole units (millicores for cpu), the remainder to the first namespaces by name, so
-        # the shares add up to the total exactly.
+        # Whole units (millicores for cpu), so the parts add up to the total exactly.
         step = _MILLI if resource.removeprefix("requests.") == CPU else Decimal(1)
-        units = int(total / step)
-        base, remainder = divmod(units, self.parts)
-        return (base + (1 if self.index < remainder else 0)) * step
+        return enforcement.split_shares(total, self.shares, step=step)[self.index]
+
+
+def _namespace_shares(context: _TenantContext) -> tuple[Decimal, ...]:
+    """Each namespace's percentage of the tenant's limit, in name order; () when every
+    namespace holds the whole limit (Kueue manages everything and adds them up)."""
+    cluster, namespaces = context.cluster, context.namespaces
+    if cluster.has_kueue and cluster.enforcement == enforcement.ENFORCEMENT_KUEUE:
+        return ()
+    if len(namespaces) <= 1:
+        return ()
+    given = [namespace.share for namespace in namespaces]
+    if all(share is None for share in given):
+        even = Decimal(100) / len(namespaces)
+        return tuple(even for _ in namespaces)
+    shares: list[Decimal] = []
+    for namespace in namespaces:
+        if namespace.share is None:
+            raise ValueError(
+                f"tenant {context.tenant.slug!r}: namespace {namespace.name!r} has no quota "
+                "share while others have one; give every namespace a share, or none"
+            )
+        shares.append(namespace.share)
+    total = sum(shares, Decimal(0))
+    if total != 100:
+        raise ValueError(
+            f"tenant {context.tenant.slug!r}: the namespaces' quota shares add up to "
+            f"{total}%, not 100%"
+        )
+    return tuple(shares)
+
+
+def _accelerators(cluster: ClusterSpec) -> list[str]:
+    return sorted(
+        {
+            resource
+            for flavor in cluster.flavors
+            if flavor.kind in KUEUE_FLAVOR_KINDS
+            for resource in flavor.capacity
+            if _is_accelerator(resource)
+        }
+    )
 
 
 # --- tenant data ------------------------------------------------------------------------------
@@ -345,6 +401,11 @@ def _flavor_index(cluster: ClusterSpec) -> dict[str, FlavorSpec]:
 def _check_cluster(cluster: ClusterSpec) -> dict[str, FlavorSpec]:
     """Check the cluster's own names; return its flavors by name."""
     names.dns1123_label(cluster.name, what="cluster name")
+    if cluster.enforcement not in (enforcement.ENFORCEMENT_KUEUE, enforcement.ENFORCEMENT_SPLIT):
+        raise ValueError(
+            f"cluster {cluster.name!r} has enforcement {cluster.enforcement!r}; expected "
+            f"{enforcement.ENFORCEMENT_KUEUE!r} or {enforcement.ENFORCEMENT_SPLIT!r}"
+        )
     names.label_value(cluster.name, what="cluster name")
     names.dns1123_label(cluster.root_cohort, what="root cohort")
     return _flavor_index(cluster)

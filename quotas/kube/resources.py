@@ -32,11 +32,14 @@ class Kind:
 
 KUEUE = "kueue.x-k8s.io/v1beta2"
 VOLCANO = "scheduling.volcano.sh/v1beta1"
+ADMISSION = "admissionregistration.k8s.io/v1"
 
 # In apply order: what others refer to comes first (deletes go in reverse).
 KINDS: tuple[Kind, ...] = (
     Kind("v1", "Namespace", "namespaces", False, never_prune=True),
     Kind("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", False),
+    Kind(ADMISSION, "ValidatingAdmissionPolicy", "validatingadmissionpolicies", False),
+    Kind(ADMISSION, "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings", False),
     Kind(KUEUE, "WorkloadPriorityClass", "workloadpriorityclasses", False),
     Kind(KUEUE, "ResourceFlavor", "resourceflavors", False),
     Kind(KUEUE, "Cohort", "cohorts", False),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 # Labels and annotations the portal puts on everything it owns.
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -54,6 +55,9 @@ class QuotaSpec:
 class NamespaceSpec:
     name: str
     purpose: str = "general"  # "general" | "training" | "inference"
+    # Percentage of the tenant's limit its ResourceQuota holds under namespace split; None on
+    # every namespace of a tenant: an even split.
+    share: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,13 @@ class ClusterSpec:
     flavors: tuple[FlavorSpec, ...]
     kubernetes_version: str = "1.33"
     has_kueue: bool = True
+    # "kueue" (Kueue manages everything; an admission policy refuses what it would not) or
+    # "split" (the namespaces' ResourceQuotas add up to each tenant's limit): see
+    # quotas.kube.enforcement.
+    enforcement: str = "kueue"
+    # Kueue's manager configuration as read from the cluster (quotas.kube.enforcement.
+    # KueueConfig); None: not read, or unreadable.
+    kueue_config: Any = None
     has_volcano: bool = False
     # Volcano hierarchical queues need the capacity plugin with enableHierarchy.
     volcano_hierarchy: bool = False
