@@ -11,7 +11,8 @@ from typing import Any
 from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
-from quotas.choices import SyncBackend, SyncState, is_gpu_resource
+from quotas.choices import Enforcement, SyncBackend, SyncState, is_gpu_resource
+from quotas.kube.enforcement import KueueConfig, verdict
 from quotas.models import (
     Cluster,
     FlavorResource,
@@ -228,3 +229,25 @@ def syncs_needing_attention() -> QuerySet[TenantSync]:
         .select_related("tenant", "cluster")
         .order_by("state", "tenant__slug", "cluster__name")
     )
+
+
+def cluster_enforcement(*, cluster: Cluster) -> dict[str, Any]:
+    """How ``cluster`` keeps tenants within their limits, and whether work can get around it
+    (``quotas.kube.enforcement.verdict``), with Kueue's configuration as last read."""
+    config = KueueConfig.from_json(cluster.kueue_config) if cluster.kueue_config else None
+    if cluster.has_kueue and cluster.kueue_config is None and not cluster.kueue_config_error:
+        error = "not read yet: it is read at the next push"
+    else:
+        error = cluster.kueue_config_error
+    found = verdict(
+        mode=cluster.enforcement, has_kueue=cluster.has_kueue, config=config, config_error=error
+    )
+    return {
+        "mode": found.mode,
+        "mode_display": Enforcement(found.mode).label,
+        "bypass": found.bypass,
+        "explanation": list(found.lines),
+        "kueue_config": cluster.kueue_config,
+        "kueue_config_error": error,
+        "kueue_config_read_at": cluster.kueue_config_read_at,
+    }

@@ -29,9 +29,11 @@ from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,
     MEMORY_RESOURCE,
+    Enforcement,
     FlavorKind,
     is_gpu_resource,
 )
+from quotas.kube import enforcement
 from quotas.models import (
     Cluster,
     FlavorResource,
@@ -587,6 +589,49 @@ def quota_sets_resync(*, tenant: Tenant, actor: User | None) -> list[QuotaSet]:
     for quota_set in quota_sets:
         _repush(quota_set)
     return quota_sets
+
+
+@transaction.atomic
+def cluster_enforcement_set(*, cluster: Cluster, mode: str, actor: User | None) -> Cluster:
+    """Choose how ``cluster`` keeps tenants within their limits (``quotas.kube.enforcement``)
+    and push every tenant's objects again at the next generation. Refused, with the field
+    and why, where the cluster cannot run the mode; bad input changes nothing."""
+    if mode not in Enforcement.values:
+        raise ValidationFailed.for_field(
+            "enforcement", f"{mode!r} is not one of {', '.join(Enforcement.values)}."
+        )
+    cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+    if mode == Enforcement.KUEUE:
+        if not cluster.has_kueue:
+            raise ValidationFailed.for_field(
+                "enforcement",
+                f"Cluster {cluster.name} runs no Kueue: only a namespace split can bound its "
+                "tenants.",
+            )
+        if (
+            enforcement.kubernetes_minor(cluster.kubernetes_version)
+            < enforcement.POLICY_MIN_VERSION
+        ):
+            raise ValidationFailed.for_field(
+                "enforcement",
+                f"Cluster {cluster.name} runs Kubernetes {cluster.kubernetes_version}; the "
+                "admission policy this mode needs is there from 1.30.",
+            )
+    if cluster.enforcement == mode:
+        return cluster
+    before = {"enforcement": cluster.enforcement}
+    cluster.enforcement = mode
+    cluster.save(update_fields=["enforcement"])
+    audit_record(
+        actor=actor,
+        action="cluster.enforcement_set",
+        obj=cluster,
+        before=before,
+        after={"enforcement": mode},
+    )
+    for quota_set in QuotaSet.objects.select_for_update().filter(cluster=cluster):
+        _repush(quota_set)
+    return cluster
 
 
 @transaction.atomic

@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -224,6 +225,71 @@ def namespace_create(*, tenant: Tenant, name: str, purpose: str, actor: User | N
     )
     _tenant_changed(tenant, actor)
     return namespace
+
+
+SHARE_PLACES = Decimal("0.01")
+
+
+@transaction.atomic
+def namespace_shares_set(
+    *, tenant: Tenant, shares: Mapping[str, Decimal] | None, actor: User | None
+) -> list[Namespace]:
+    """Set the percentage of the tenant's limit each of its namespaces holds on clusters that
+    split limits across namespaces. ``shares`` names every namespace of the tenant and adds up
+    to 100; None or ``{}`` goes back to an even split. Bad input changes nothing."""
+    namespaces = list(Namespace.objects.select_for_update().filter(tenant=tenant).order_by("name"))
+    by_name = {namespace.name: namespace for namespace in namespaces}
+    wanted: dict[str, Decimal | None] = {name: None for name in by_name}
+    if shares:
+        for name, share in shares.items():
+            field = f"shares.{name}"
+            if name not in by_name:
+                raise ValidationFailed.for_field(field, f"{tenant.slug} has no namespace {name!r}.")
+            if not isinstance(share, Decimal) or not share.is_finite():
+                raise ValidationFailed.for_field(field, "Give a percentage, such as 40 or 12.5.")
+            if share <= 0 or share > 100:
+                raise ValidationFailed.for_field(
+                    field, f"{share}% is not a share: give more than 0% and at most 100%."
+                )
+            if share != share.quantize(SHARE_PLACES):
+                raise ValidationFailed.for_field(
+                    field, f"{share}% has more than two decimal places."
+                )
+            wanted[name] = share
+        missing = [name for name, share in wanted.items() if share is None]
+        if missing:
+            raise ValidationFailed.for_field(
+                f"shares.{missing[0]}",
+                f"Namespace {missing[0]} has no share: give every namespace of "
+                f"{tenant.slug} a share, or none for an even split.",
+            )
+        total = sum((share or Decimal(0) for share in wanted.values()), Decimal(0))
+        if total != 100:
+            listed = ", ".join(f"{name} {share.normalize():f}%" for name, share in shares.items())
+            raise ValidationFailed.for_field(
+                f"shares.{namespaces[-1].name}",
+                f"The shares add up to {total.normalize():f}% ({listed}), not 100%.",
+            )
+    before = {n.name: _share_text(n.quota_share) for n in namespaces}
+    for namespace in namespaces:
+        namespace.quota_share = wanted[namespace.name]
+    Namespace.objects.bulk_update(namespaces, ["quota_share"])
+    after = {n.name: _share_text(n.quota_share) for n in namespaces}
+    if before != after:
+        audit_record(
+            actor=actor,
+            action="namespace.shares_set",
+            obj=tenant,
+            tenant=tenant,
+            before=before,
+            after=after,
+        )
+        _tenant_changed(tenant, actor)
+    return namespaces
+
+
+def _share_text(share: Decimal | None) -> str:
+    return "even" if share is None else f"{share.normalize():f}%"
 
 
 def _ensure_another_lead(*, tenant: Tenant, membership: Membership) -> None:

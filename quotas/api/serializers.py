@@ -11,7 +11,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api.serializers import StrictInputSerializer, utc_iso
-from quotas.choices import SyncState
+from quotas import selectors
+from quotas.choices import Enforcement, SyncState
 from quotas.models import Cluster, ResourceFlavor, TenantSync, TierTemplate
 from quotas.quantity import format_quantity
 from quotas.selectors import EffectiveQuotaSet, TenantSyncRow
@@ -47,7 +48,24 @@ class UnitsField(serializers.DecimalField):
         super().__init__(**kwargs)
 
 
+class EnforcementOutput(serializers.Serializer):
+    mode = serializers.ChoiceField(choices=Enforcement.choices)
+    mode_display = serializers.CharField()
+    bypass = serializers.ChoiceField(
+        choices=["no", "yes", "unknown"],
+        help_text="Can a tenant's GPU work get around its limit on this cluster?",
+    )
+    explanation = serializers.ListField(child=serializers.CharField())
+    kueue_config = serializers.JSONField(
+        allow_null=True, help_text="Kueue's manager configuration as last read."
+    )
+    kueue_config_error = serializers.CharField()
+    kueue_config_read_at = serializers.DateTimeField(allow_null=True)
+
+
 class ClusterOutput(serializers.ModelSerializer):
+    enforcement = serializers.SerializerMethodField()
+
     class Meta:
         model = Cluster
         fields = [
@@ -58,7 +76,16 @@ class ClusterOutput(serializers.ModelSerializer):
             "has_volcano",
             "elastic_cap_fraction",
             "allow_guarantee_overcommit",
+            "enforcement",
         ]
+
+    @extend_schema_field(EnforcementOutput)
+    def get_enforcement(self, cluster: Cluster) -> Any:
+        return EnforcementOutput(selectors.cluster_enforcement(cluster=cluster)).data
+
+
+class ClusterEnforcementInput(StrictInputSerializer):
+    enforcement = serializers.ChoiceField(choices=Enforcement.choices)
 
 
 class FlavorResourceOutput(serializers.Serializer):

@@ -18,6 +18,7 @@ from core.api.renderers import YamlTextRenderer
 from quotas import selectors, services, sync
 from quotas.api.serializers import (
     ClusterDetailOutput,
+    ClusterEnforcementInput,
     ClusterOutput,
     FlavorOutput,
     QuotaSetOutput,
@@ -31,7 +32,11 @@ from tenants.api.base import ReadMembersWriteAdmins, TenantScopedMixin, caller
 
 
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
+    """Clusters; platform admins choose how each enforces tenants' limits (PATCH
+    ``enforcement``), which pushes every tenant on it again."""
+
     serializer_class = ClusterOutput
+    permission_classes = [ReadMembersWriteAdmins]
     lookup_field = "name"
     lookup_value_regex = "[a-z0-9-]+"  # DNS-1123 labels
 
@@ -41,6 +46,17 @@ class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(responses=ClusterDetailOutput)
     def retrieve(self, request: Request, name: str) -> Response:
         cluster = get_object_or_404(self.get_queryset(), name=name)
+        context = {"allocations": selectors.cluster_allocations(cluster=cluster)}
+        return Response(ClusterDetailOutput(cluster, context=context).data)
+
+    @extend_schema(request=ClusterEnforcementInput, responses=ClusterDetailOutput)
+    def partial_update(self, request: Request, name: str) -> Response:
+        cluster = get_object_or_404(self.get_queryset(), name=name)
+        data = ClusterEnforcementInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        cluster = services.cluster_enforcement_set(
+            cluster=cluster, mode=data.validated_data["enforcement"], actor=caller(request)
+        )
         context = {"allocations": selectors.cluster_allocations(cluster=cluster)}
         return Response(ClusterDetailOutput(cluster, context=context).data)
 

@@ -322,7 +322,7 @@ def quantity(amount: Decimal | int, resource: str) -> str:
 @dataclass(frozen=True)
 class _Share:
     """The part of a tenant-wide amount one namespace's ResourceQuota holds: all of it
-    (``shares`` empty: Kueue adds the namespaces up), or its percentage of it."""
+    (``shares`` empty: Kueue adds the namespaces up), or its proportion of it."""
 
     shares: tuple[Decimal, ...]
     index: int
@@ -336,7 +336,8 @@ class _Share:
 
 
 def _namespace_shares(context: _TenantContext) -> tuple[Decimal, ...]:
-    """Each namespace's percentage of the tenant's limit, in name order; () when every
+    """Each namespace's weight in the tenant's limit (its percentage, or 1 each for an even
+    split), in name order; () when every
     namespace holds the whole limit (Kueue manages everything and adds them up)."""
     cluster, namespaces = context.cluster, context.namespaces
     if cluster.has_kueue and cluster.enforcement == enforcement.ENFORCEMENT_KUEUE:
@@ -345,8 +346,7 @@ def _namespace_shares(context: _TenantContext) -> tuple[Decimal, ...]:
         return ()
     given = [namespace.share for namespace in namespaces]
     if all(share is None for share in given):
-        even = Decimal(100) / len(namespaces)
-        return tuple(even for _ in namespaces)
+        return tuple(Decimal(1) for _ in namespaces)  # even
     shares: list[Decimal] = []
     for namespace in namespaces:
         if namespace.share is None:

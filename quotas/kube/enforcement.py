@@ -22,9 +22,11 @@ validator uses (``quotas.kube.cel``) in the tests, and by the API server on the 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
+from fractions import Fraction
 from typing import Any, Final
 
 import yaml
@@ -40,6 +42,7 @@ __all__ = [
     "KueueConfig",
     "Verdict",
     "admission_policy",
+    "kubernetes_minor",
     "parse_kueue_config",
     "selector_matches",
     "split_shares",
@@ -242,7 +245,8 @@ def _selector_cel(selector: Mapping[str, Any], labels: str) -> str:
 # --- the admission policy -------------------------------------------------------------------
 
 
-def _version(text: str) -> tuple[int, int]:
+def kubernetes_minor(text: str) -> tuple[int, int]:
+    """(major, minor) of a Kubernetes version such as "1.33" or "1.30.2"; (0, 0) unreadable."""
     major, _, minor = text.partition(".")
     try:
         return int(major), int(minor.split(".")[0])
@@ -261,11 +265,8 @@ def _managed_cel(config: KueueConfig | None) -> tuple[str, list[str]]:
     message). With the configuration unknown, the strict reading: a queue-name label on a
     kind Kueue can manage with the default integrations plus the pod-based ones."""
     if config is None:
-        kinds = ["Job", "CronJob", "Pod", "Deployment", "StatefulSet"]
-        return (
-            f"object.kind in {_cel_list(kinds)} && variables.queued",
-            kinds,
-        )
+        strict = ["Job", "CronJob", "Pod", "Deployment", "StatefulSet"]
+        return f"object.kind in {_cel_list(strict)} && variables.queued", strict
     selected = _selector_cel(_effective_selector(config), "variables.nsLabels")
     terms: list[str] = []
     kinds: list[str] = []
@@ -305,7 +306,7 @@ def admission_policy(
     A pod (or ReplicaSet, or Job) with a controller owner passes: its owner went through this
     policy when it was created (a Job's pods, a Deployment's ReplicaSet). Kueue's own pod
     webhook trusts owner references the same way."""
-    if _version(kubernetes_version) < POLICY_MIN_VERSION:
+    if kubernetes_minor(kubernetes_version) < POLICY_MIN_VERSION:
         raise ValueError(
             f"cluster {cluster!r}: 'Kueue manages everything' needs a ValidatingAdmissionPolicy "
             f"(admissionregistration.k8s.io/v1, Kubernetes 1.30 or later); the cluster runs "
@@ -414,19 +415,20 @@ def admission_policy(
 
 
 def split_shares(
-    total: Decimal, shares: Sequence[Decimal], *, step: Decimal = Decimal(1)
+    total: Decimal, weights: Sequence[Decimal], *, step: Decimal = Decimal(1)
 ) -> list[Decimal]:
-    """``total`` divided by percentage ``shares`` (which add up to 100) in whole ``step``
-    units; what rounding leaves goes one step at a time to the largest remainders (the
-    earlier namespace on a tie), so the parts add up to ``total`` exactly and none exceeds
-    its share by more than one step."""
-    if sum(shares, Decimal(0)) != 100:
-        raise ValueError(f"the shares add up to {sum(shares, Decimal(0))}%, not 100%")
+    """``total`` divided in proportion to ``weights`` (percentages, or 1 each for an even
+    split) in whole ``step`` units; what rounding leaves goes one step at a time to the
+    largest remainders (the earlier namespace on a tie), so the parts add up to ``total``
+    exactly and none is more than one step above its proportion."""
+    whole = sum((Fraction(w) for w in weights), Fraction(0))
+    if whole <= 0 or any(w < 0 for w in weights):
+        raise ValueError("the shares must be positive")
     units = int((total / step).to_integral_value(rounding=ROUND_FLOOR))
-    exact = [Decimal(units) * share / 100 for share in shares]
-    parts = [int(value.to_integral_value(rounding=ROUND_FLOOR)) for value in exact]
+    exact = [units * Fraction(w) / whole for w in weights]
+    parts = [math.floor(value) for value in exact]
     left = units - sum(parts)
-    order = sorted(range(len(shares)), key=lambda i: (-(exact[i] - parts[i]), i))
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - parts[i]), i))
     for index in order[:left]:
         parts[index] += 1
     return [Decimal(part) * step for part in parts]

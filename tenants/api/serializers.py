@@ -11,9 +11,26 @@ from tenants.validators import DNS1123_LABEL_MAX, TENANT_SLUG_MAX, dns1123_label
 
 
 class NamespaceOutput(serializers.ModelSerializer):
+    quota_share = serializers.DecimalField(
+        max_digits=5,
+        decimal_places=2,
+        coerce_to_string=False,
+        allow_null=True,
+        help_text="Percentage of the tenant's limit this namespace holds on clusters that "
+        "split limits across namespaces; null: an even split.",
+    )
+
     class Meta:
         model = Namespace
-        fields = ["name", "purpose", "created_at"]
+        fields = ["name", "purpose", "quota_share", "created_at"]
+
+
+class NamespaceSharesInput(StrictInputSerializer):
+    shares = serializers.DictField(
+        child=serializers.DecimalField(max_digits=6, decimal_places=2),
+        allow_null=True,
+        help_text="Each namespace's percentage, adding up to 100; null or {} for an even split.",
+    )
 
 
 class TenantOutput(serializers.ModelSerializer):

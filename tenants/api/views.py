@@ -9,6 +9,7 @@ from django.shortcuts import get_object_or_404
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -27,6 +28,7 @@ from tenants.api.serializers import (
     MeOutput,
     NamespaceCreateInput,
     NamespaceOutput,
+    NamespaceSharesInput,
     TenantOutput,
     TenantUpdateInput,
     TokenObtainInput,
@@ -119,6 +121,18 @@ class NamespaceViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.Generi
             tenant=self.tenant, actor=caller(request), **data.validated_data
         )
         return Response(NamespaceOutput(namespace).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=NamespaceSharesInput, responses=NamespaceOutput(many=True))
+    @action(detail=False, methods=["put"], url_path="shares")
+    def shares(self, request: Request, tenant_slug: str) -> Response:
+        """How the tenant's limit is divided among its namespaces on clusters that split it
+        (platform admins)."""
+        data = NamespaceSharesInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        namespaces = services.namespace_shares_set(
+            tenant=self.tenant, shares=data.validated_data["shares"], actor=caller(request)
+        )
+        return Response(NamespaceOutput(namespaces, many=True).data)
 
 
 def _user_by_username(username: str, field: str = "username") -> User:
