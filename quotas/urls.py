@@ -6,6 +6,7 @@ from django.urls import path
 from quotas import views
 
 urlpatterns = [
+    path("clusters/<str:name>/", views.cluster_detail, name="cluster-detail"),
     path(
         "tenants/<str:slug>/clusters/<str:cluster>/",
         views.tenant_cluster,

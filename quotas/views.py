@@ -3,7 +3,8 @@ on the tenant's page, the YAML the portal owns for a tenant on a cluster, what t
 itself reports ("In the cluster", a live read), and the "Cluster sync" panel of the admins'
 console (counts by state, pushes that need attention, recent drift repairs).
 
-Every page here reads; none writes. Tenant pages go through ``tenant_get_for_user``, so another
+Every page here reads, but the cluster page, where platform admins choose how the cluster
+enforces tenants' limits. Tenant pages go through ``tenant_get_for_user``, so another
 tenant's pages answer 404 to every method, exactly as a tenant that does not exist; members and
 viewers see them read-only.
 
@@ -20,13 +21,15 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.utils import timezone
 
-from core.errors import NotFound
+from core.errors import ApplicationError, NotFound, PermissionDenied
+from core.pages import error_text
 from quotas import selectors as quota_selectors
+from quotas import services as quota_services
 from quotas import sync
-from quotas.choices import SyncBackend, SyncState
+from quotas.choices import Enforcement, SyncBackend, SyncState
 from quotas.models import Cluster, TenantSync
 from quotas.selectors import TenantSyncRow
 from tenants import selectors as tenant_selectors
@@ -195,6 +198,7 @@ def tenant_cluster(request: HttpRequest, slug: str, cluster: str) -> HttpRespons
         "live": live,
         "namespace_quotas": _namespace_quotas(live.resource_quotas),
         "read_at": timezone.now(),
+        "enforcement": quota_selectors.cluster_enforcement(cluster=entry.cluster),
     }
     return render(request, "quotas/tenant_cluster.html", context)
 
@@ -286,3 +290,46 @@ def console_sync_panel(*, user: User) -> dict[str, Any]:
         "sync_attention": attention,
         "drift_repairs": _drift_repairs(user),
     }
+
+
+# --- a cluster ------------------------------------------------------------------------------
+
+
+@login_required
+def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
+    """A cluster for everyone signed in: how it keeps tenants within their limits (and
+    whether work can get around them), Kueue's configuration as read, and its capacity.
+    Platform admins change the enforcement mode here (POST)."""
+    user = caller(request)
+    cluster = Cluster.objects.filter(name=name).first()
+    if cluster is None:
+        raise NotFound(f"There is no cluster {name!r}.")
+    error = ""
+    if request.method == "POST":
+        if not user.is_platform_admin:
+            raise PermissionDenied("Only platform admins may change how a cluster enforces quotas.")
+        try:
+            cluster = quota_services.cluster_enforcement_set(
+                cluster=cluster, mode=request.POST.get("enforcement", ""), actor=user
+            )
+        except ApplicationError as exc:
+            error = error_text(exc)
+        else:
+            return redirect("portal:cluster-detail", name=cluster.name)
+    elif request.method != "GET":
+        return HttpResponseNotAllowed(["GET", "POST"])
+    enforcement = quota_selectors.cluster_enforcement(cluster=cluster)
+    return render(
+        request,
+        "quotas/cluster_detail.html",
+        {
+            "cluster": cluster,
+            "enforcement": enforcement,
+            "kueue": enforcement["kueue_config"] or {},
+            "allocations": quota_selectors.cluster_allocations(cluster=cluster),
+            "modes": Enforcement.choices,
+            "can_change": user.is_platform_admin,
+            "error": error,
+        },
+        status=400 if error else 200,
+    )
