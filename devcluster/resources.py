@@ -23,6 +23,7 @@ VALIDATED_GROUPS = frozenset(
         "networking.k8s.io",
         "rbac.authorization.k8s.io",
         "scheduling.k8s.io",
+        "admissionregistration.k8s.io",
     }
 )
 
@@ -115,6 +116,8 @@ def _grouped(
 
 
 RBAC = "rbac.authorization.k8s.io"
+ADMISSION = "admissionregistration.k8s.io"
+WORKLOADS = ("all",)  # kubectl get all
 
 BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _core(
@@ -143,7 +146,36 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _core("ServiceAccount", "serviceaccounts", True, ("sa",), validated=True),
     _core("ConfigMap", "configmaps", True, ("cm",), validated=True),
     _core("Secret", "secrets", True),
-    _core("Pod", "pods", True, ("po",), has_status=True, has_generation=True),
+    _core(
+        "Pod", "pods", True, ("po",), has_status=True, has_generation=True, categories=WORKLOADS
+    ),
+    _core("PersistentVolumeClaim", "persistentvolumeclaims", True, ("pvc",), has_status=True),
+    _grouped(
+        "batch", "Job", "jobs", True, has_status=True, has_generation=True, categories=WORKLOADS
+    ),
+    _grouped(
+        "batch",
+        "CronJob",
+        "cronjobs",
+        True,
+        ("cj",),
+        has_status=True,
+        has_generation=True,
+        categories=WORKLOADS,
+    ),
+    *(
+        _grouped(
+            "apps",
+            kind,
+            kind.lower() + "s",
+            True,
+            (short,),
+            has_status=True,
+            has_generation=True,
+            categories=WORKLOADS,
+        )
+        for kind, short in (("Deployment", "deploy"), ("StatefulSet", "sts"), ("ReplicaSet", "rs"))
+    ),
     _grouped(
         "networking.k8s.io",
         "NetworkPolicy",
@@ -157,6 +189,24 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _grouped(RBAC, "ClusterRole", "clusterroles", False),
     _grouped(RBAC, "ClusterRoleBinding", "clusterrolebindings", False),
     _grouped("scheduling.k8s.io", "PriorityClass", "priorityclasses", False, ("pc",)),
+    # The portal's admission policies; evaluated on writes by devcluster.policies.
+    _grouped(
+        ADMISSION,
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        False,
+        has_status=True,
+        has_generation=True,
+        categories=("api-extensions",),
+    ),
+    _grouped(
+        ADMISSION,
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+        False,
+        has_generation=True,
+        categories=("api-extensions",),
+    ),
     ResourceType(
         group="apiextensions.k8s.io",
         versions=("v1",),
