@@ -669,7 +669,7 @@ def check_schema_rules(
     value = _with_defaults(obj, schema)
     old_value = _with_defaults(old, schema) if old is not None else None
     walker = _Walker(transition_only=transition_only, update=old is not None)
-    walker.walk(schema, value, old_value, (), unchanged=old is not None and value == old_value)
+    walker.walk(schema, value, old_value, (), "", unchanged=old is not None and value == old_value)
     return walker.found
 
 
@@ -710,18 +710,19 @@ class _Walker:
         value: Any,
         old: Any,
         path: tuple[str | int, ...],
+        location: str,
         *,
         unchanged: bool,
     ) -> None:
         if value is None:
             return  # rules run on present, non-null values only
-        rules = _rules_at(schema, "")
+        rules = _rules_at(schema, location)
         if rules:
             self._check(schema, rules, value, old, path, unchanged=unchanged)
         if isinstance(value, Mapping):
-            self._walk_map(schema, value, old, path, unchanged=unchanged)
+            self._walk_map(schema, value, old, path, location, unchanged=unchanged)
         elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-            self._walk_list(schema, value, old, path, unchanged=unchanged)
+            self._walk_list(schema, value, old, path, location, unchanged=unchanged)
 
     def _walk_map(
         self,
@@ -729,6 +730,7 @@ class _Walker:
         value: Mapping[str, Any],
         old: Any,
         path: tuple[str | int, ...],
+        location: str,
         *,
         unchanged: bool,
     ) -> None:
@@ -738,8 +740,9 @@ class _Walker:
         for key, item in value.items():
             sub = properties.get(key)
             step: str | int = key
+            where = _child(location, key)
             if sub is None and isinstance(additional, Mapping):
-                sub, step = additional, MapKey(key)
+                sub, step, where = additional, MapKey(key), f"{location}{{*}}"
             if not isinstance(sub, Mapping):
                 continue
             old_item = old.get(key) if correlatable else None
@@ -748,6 +751,7 @@ class _Walker:
                 item,
                 old_item,
                 (*path, step),
+                where,
                 unchanged=(old_item == item) if old_item is not None else unchanged,
             )
 
@@ -757,6 +761,7 @@ class _Walker:
         value: list[Any],
         old: Any,
         path: tuple[str | int, ...],
+        location: str,
         *,
         unchanged: bool,
     ) -> None:
@@ -775,6 +780,7 @@ class _Walker:
                 item,
                 old_item,
                 (*path, index),
+                f"{location}[*]",
                 unchanged=(old_item == item) if old_item is not None else unchanged,
             )
 
