@@ -10,7 +10,8 @@ Pure Python, no Django and no app imports: validate.py, the applier and the API 
   heterogeneous equality and cross-type numeric comparison (``1 == 1.0``, ``'a' == 1`` is
   false), the Kubernetes string library (``lowerAscii``, ``upperAscii``, ``trim``,
   ``replace``, ``split``, ``join``, ``indexOf``, ``lastIndexOf``, ``substring``, ``charAt``)
-  and list library (``isSorted``, ``sum``, ``min``, ``max``, ``indexOf``, ``lastIndexOf``),
+  and list library (``isSorted``, ``sum``, ``max``, ``indexOf``, ``lastIndexOf``; cel-python
+  has ``min``),
   and ``hasValue`` / ``value`` / ``orValue`` on an optional ``oldSelf``. A function neither
   has is a compile error, as it is for the API server's type checker. Not provided: the
   ``quantity``, ``url``, ``ip``/``cidr``, ``format`` and ``authorizer`` libraries, and
@@ -57,7 +58,8 @@ __all__ = [
 ]
 
 _ENVIRONMENT: Final = celpy.Environment()
-_MACROS: Final = frozenset({"has", "all", "exists", "exists_one", "map", "filter", "dyn"})
+# Handled by cel-python's parser or evaluator itself ("min" is its list reduction).
+_MACROS: Final = frozenset({"has", "all", "exists", "exists_one", "map", "filter", "dyn", "min"})
 _REASONS: Final = {
     None: "Invalid value",
     "FieldValueInvalid": "Invalid value",
@@ -351,7 +353,6 @@ _FUNCTIONS: Final[dict[str, Callable[..., Any]]] = {
     "charAt": _char_at,
     "isSorted": _is_sorted,
     "sum": _sum,
-    "min": _extreme("min", lambda best, item: not _less(item, best)),
     "max": _extreme("max", lambda best, item: not _less(best, item)),
     "hasValue": _has_value,
     "value": _value,
@@ -669,7 +670,7 @@ def check_schema_rules(
     value = _with_defaults(obj, schema)
     old_value = _with_defaults(old, schema) if old is not None else None
     walker = _Walker(transition_only=transition_only, update=old is not None)
-    walker.walk(schema, value, old_value, (), unchanged=old is not None and value == old_value)
+    walker.walk(schema, value, old_value, (), "", unchanged=old is not None and value == old_value)
     return walker.found
 
 
@@ -710,18 +711,19 @@ class _Walker:
         value: Any,
         old: Any,
         path: tuple[str | int, ...],
+        location: str,
         *,
         unchanged: bool,
     ) -> None:
         if value is None:
             return  # rules run on present, non-null values only
-        rules = _rules_at(schema, "")
+        rules = _rules_at(schema, location)
         if rules:
             self._check(schema, rules, value, old, path, unchanged=unchanged)
         if isinstance(value, Mapping):
-            self._walk_map(schema, value, old, path, unchanged=unchanged)
+            self._walk_map(schema, value, old, path, location, unchanged=unchanged)
         elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
-            self._walk_list(schema, value, old, path, unchanged=unchanged)
+            self._walk_list(schema, value, old, path, location, unchanged=unchanged)
 
     def _walk_map(
         self,
@@ -729,6 +731,7 @@ class _Walker:
         value: Mapping[str, Any],
         old: Any,
         path: tuple[str | int, ...],
+        location: str,
         *,
         unchanged: bool,
     ) -> None:
@@ -738,8 +741,9 @@ class _Walker:
         for key, item in value.items():
             sub = properties.get(key)
             step: str | int = key
+            where = _child(location, key)
             if sub is None and isinstance(additional, Mapping):
-                sub, step = additional, MapKey(key)
+                sub, step, where = additional, MapKey(key), f"{location}{{*}}"
             if not isinstance(sub, Mapping):
                 continue
             old_item = old.get(key) if correlatable else None
@@ -748,6 +752,7 @@ class _Walker:
                 item,
                 old_item,
                 (*path, step),
+                where,
                 unchanged=(old_item == item) if old_item is not None else unchanged,
             )
 
@@ -757,6 +762,7 @@ class _Walker:
         value: list[Any],
         old: Any,
         path: tuple[str | int, ...],
+        location: str,
         *,
         unchanged: bool,
     ) -> None:
@@ -775,6 +781,7 @@ class _Walker:
                 item,
                 old_item,
                 (*path, index),
+                f"{location}[*]",
                 unchanged=(old_item == item) if old_item is not None else unchanged,
             )
 

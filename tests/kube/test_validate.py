@@ -20,6 +20,7 @@ from quotas.kube.validate import (
     validate_object,
     validate_objects,
 )
+from tests.kube.test_kueue_rules import BASES
 
 # notes-kueue-volcano.md §1.7, "Minimal valid YAML (validated against the copied v1beta2 schemas)".
 MINIMAL_KUEUE = """
@@ -512,17 +513,14 @@ def test_enum_and_list_map_duplicates() -> None:
 
 
 def test_seed_article_cluster_queue_fails_both_cel_rules() -> None:
-    errors = validate_object(one(SEED_CLUSTER_QUEUE))
-    flavor = f"{CQ}: {RG0}.flavors[0]"
-    assert (
-        f'{flavor}.resources: {FLAVOR_MISSING_RESOURCES}: flavor "a100" lists 1 '
-        "(nvidia.com/gpu) but coveredResources has 3 (cpu, memory, nvidia.com/gpu); missing: "
-        "cpu, memory (give a flavor that does not offer a resource nominalQuota: 0)"
-    ) in errors
-    assert (
-        f"{flavor}.resources[0].borrowingLimit: {BORROWING_NEEDS_COHORT}: spec.cohortName is "
-        "not set, so there is no cohort to borrow from"
-    ) in errors
+    # The CRD's two CEL rules, worded as the API server words them, and the webhook's check
+    # that pairs resources with coveredResources by position.
+    assert validate_object(one(SEED_CLUSTER_QUEUE)) == [
+        f'{CQ}: spec: Invalid value: "object": {BORROWING_NEEDS_COHORT}',
+        f'{CQ}: {RG0}: Invalid value: "object": {FLAVOR_MISSING_RESOURCES}',
+        f"{CQ}: {RG0}.flavors[0].resources[0].name: must match the name in coveredResources: "
+        'expected "cpu" (coveredResources[0]), got "nvidia.com/gpu"; Kueue pairs them by position',
+    ]
 
 
 def test_lending_limit_needs_a_cohort_and_fits_in_nominal_quota() -> None:
@@ -598,10 +596,9 @@ def test_namespace_selector_expressions() -> None:
 
 def test_preemption_reclaim_never_with_borrow_within_cohort() -> None:
     obj = cluster_queue(preemption={"borrowWithinCohort": {"policy": "LowerPriority"}})
-    assert validate_object(obj) == [
-        f"{CQ}: spec.preemption: reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never "
-        "(policy is LowerPriority): preempting to borrow needs reclaimWithinCohort "
-        "LowerPriority or Any"
+    assert validate_object(obj) == [  # reclaimWithinCohort defaults to Never
+        f'{CQ}: spec.preemption: Invalid value: "object": reclaimWithinCohort=Never and '
+        "borrowWithinCohort.Policy!=Never"
     ]
     obj["spec"]["preemption"]["reclaimWithinCohort"] = "Any"
     assert validate_object(obj) == []
@@ -610,10 +607,9 @@ def test_preemption_reclaim_never_with_borrow_within_cohort() -> None:
 def test_flavor_fungibility_preference_needs_try_next_flavor() -> None:
     fungibility = {"whenCanPreempt": "TryNextFlavor", "preference": "BorrowingOverPreemption"}
     obj = cluster_queue(flavorFungibility=fungibility)
-    assert validate_object(obj) == [
-        f"{CQ}: spec.flavorFungibility.preference: preference can only be set when both "
-        "whenCanBorrow and whenCanPreempt are TryNextFlavor (whenCanBorrow is MayStopSearch, "
-        "whenCanPreempt is TryNextFlavor)"
+    assert validate_object(obj) == [  # whenCanBorrow defaults to MayStopSearch
+        f'{CQ}: spec.flavorFungibility: Invalid value: "object": preference can only be set '
+        "when both whenCanBorrow and whenCanPreempt are TryNextFlavor"
     ]
     fungibility["whenCanBorrow"] = "TryNextFlavor"
     assert validate_object(obj) == []
@@ -650,11 +646,9 @@ def test_cohort_limits_need_a_parent() -> None:
 def test_cohort_flavor_must_list_every_covered_resource() -> None:
     cohort = load(MINIMAL_KUEUE)[2]
     cohort["spec"]["resourceGroups"][0]["coveredResources"].append("cpu")
-    (error,) = validate_object(cohort)
-    assert error.startswith(
-        f"Cohort org-research: spec.resourceGroups[0].flavors[0].resources: "
-        f"{FLAVOR_MISSING_RESOURCES}"
-    )
+    assert validate_object(cohort) == [
+        f'Cohort org-research: {RG0}: Invalid value: "object": {FLAVOR_MISSING_RESOURCES}'
+    ]
 
 
 def test_local_queue_needs_a_cluster_queue() -> None:
@@ -672,15 +666,18 @@ def test_resource_flavor_rules() -> None:
     flavor["spec"]["topologyName"] = "default"
     flavor["spec"]["tolerations"] = [{"operator": "Equal", "value": "x", "tolerationSeconds": 5}]
     flavor["spec"]["nodeTaints"] = [{"key": "gpu", "effect": "NoRun"}]
-    tolerations = "ResourceFlavor a100-mig-mixed: spec.tolerations[0]"
+    # Worded as the API server words them, "no such key" included: the first rule reads
+    # self.nodeLabels without has(), and the second reads x.effect, which this toleration lacks.
+    flavor_ = "ResourceFlavor a100-mig-mixed"
     assert validate_object(flavor) == [
-        "ResourceFlavor a100-mig-mixed: spec.nodeLabels: at least one nodeLabel is required "
-        "when topology is set",
-        "ResourceFlavor a100-mig-mixed: spec.nodeTaints[0].effect: supported taint effect "
-        "values: 'NoSchedule', 'PreferNoSchedule', 'NoExecute', got \"NoRun\"",
-        f"{tolerations}.operator: operator must be Exists when 'key' is empty, which means "
-        "'match all values and all keys'",
-        f"{tolerations}.effect: effect must be 'NoExecute' when 'tolerationSeconds' is set",
+        f'{flavor_}: spec: Invalid value: "object": no such key: nodeLabels evaluating rule: at '
+        "least one nodeLabel is required when topology is set",
+        f'{flavor_}: spec.tolerations: Invalid value: "array": operator must be Exists when '
+        "'key' is empty, which means 'match all values and all keys'",
+        f'{flavor_}: spec.tolerations: Invalid value: "array": no such key: effect evaluating '
+        "rule: effect must be 'NoExecute' when 'tolerationSeconds' is set",
+        f'{flavor_}: spec.nodeTaints: Invalid value: "array": supported taint effect values: '
+        "'NoSchedule', 'PreferNoSchedule', 'NoExecute'",
     ]
 
 
@@ -764,3 +761,109 @@ def test_scope_lookup() -> None:
     assert is_namespaced("v1", "ResourceQuota") is True
     assert is_namespaced("scheduling.k8s.io/v1", "PriorityClass") is False
     assert is_namespaced("kueue.x-k8s.io/v1beta2", "Nope") is None
+
+
+# --------------------------------------------------------------------------- ResourceFlavor webhook
+
+RF = "ResourceFlavor h100-80gb"
+NAME_PART = (
+    "the name part must be 1-63 characters of letters, digits, '-', '_' or '.', starting and "
+    "ending with a letter or digit"
+)
+LABEL_VALUE = (
+    "must be at most 63 characters of letters, digits, '-', '_' or '.', starting and ending "
+    "with a letter or digit"
+)
+
+
+def h100_flavor(**spec: Any) -> dict[str, Any]:
+    flavor = load(MINIMAL_KUEUE)[0]
+    flavor["spec"].update(spec)
+    return flavor
+
+
+def test_resource_flavor_node_labels_are_valid_labels() -> None:
+    flavor = h100_flavor(nodeLabels={"@abc": "x", "example.com/zone": "-bad"})
+    assert validate_object(flavor) == [
+        f'{RF}: spec.nodeLabels[@abc]: invalid label key "@abc": {NAME_PART}',
+        f'{RF}: spec.nodeLabels[example.com/zone]: invalid label value "-bad": {LABEL_VALUE}',
+    ]
+    prefix = h100_flavor(nodeLabels={"Example.COM/zone": "a"})
+    assert validate_object(prefix) == [
+        f'{RF}: spec.nodeLabels[Example.COM/zone]: invalid label key "Example.COM/zone": the '
+        "prefix 'Example.COM' must be a lowercase RFC 1123 subdomain"
+    ]
+
+
+def test_resource_flavor_node_taints_keys_values_and_uniqueness() -> None:
+    taints = [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+        {"key": "nvidia.com/gpu", "value": "other", "effect": "NoSchedule"},
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoExecute"},  # other effect: ok
+        {"key": "bad key", "value": "a b", "effect": "NoSchedule"},
+    ]
+    assert validate_object(h100_flavor(nodeTaints=taints)) == [
+        f"{RF}: spec.nodeTaints[1]: Duplicate value: taints must be unique by key and effect "
+        'pair: key "nvidia.com/gpu" with effect "NoSchedule" is already nodeTaints[0]',
+        f'{RF}: spec.nodeTaints[3].key: invalid taint key "bad key": {NAME_PART}',
+        f'{RF}: spec.nodeTaints[3].value: invalid taint value "a b": {LABEL_VALUE}',
+    ]
+
+
+def test_resource_flavor_node_taint_effect_is_required() -> None:
+    taints = [{"key": "nvidia.com/gpu", "effect": ""}]
+    errors = validate_object(h100_flavor(nodeTaints=taints))
+    assert (
+        f"{RF}: spec.nodeTaints[0].effect: Required value: a taint needs an effect (NoSchedule, "
+        "PreferNoSchedule or NoExecute)"
+    ) in errors
+    # The CRD's CEL rule refuses the empty effect too, in the API server's words.
+    assert (
+        f'{RF}: spec.nodeTaints: Invalid value: "array": supported taint effect values: '
+        "'NoSchedule', 'PreferNoSchedule', 'NoExecute'"
+    ) in errors
+
+
+def test_resource_flavor_toleration_keys_are_qualified_names_when_set() -> None:
+    tolerations = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"operator": "Exists"},  # no key: tolerates every taint
+        {"key": "/gpu", "operator": "Exists"},
+    ]
+    assert validate_object(h100_flavor(tolerations=tolerations)) == [
+        f"{RF}: spec.tolerations[2].key: invalid toleration key \"/gpu\": the prefix '' must be "
+        "a lowercase RFC 1123 subdomain"
+    ]
+
+
+def test_update_checks_transition_rules_against_the_stored_object() -> None:
+    stored = h100_flavor(topologyName="default")
+    changed = h100_flavor(topologyName="default", nodeLabels={"nvidia.com/gpu.product": "B200"})
+    assert validate_object(changed) == []  # a create
+    assert validate_object(changed, old=stored) == [
+        f'{RF}: spec: Invalid value: "object": nodeLabels are immutable when topologyName is set'
+    ]
+    assert validate.transition_issues(changed, stored) == validate_object(changed, old=stored)
+    assert validate.transition_issues(stored, stored) == []
+    assert validate.transition_issues(one(VOLCANO_QUEUE), one(VOLCANO_QUEUE)) == []
+
+
+def test_a_local_queue_keeps_its_cluster_queue() -> None:
+    queue = load(MINIMAL_KUEUE)[4]
+    assert validate.transition_issues(queue, {**queue, "spec": {"clusterQueue": "other"}}) == [
+        'LocalQueue team-a/default: spec.clusterQueue: Invalid value: "team-a": field is immutable'
+    ]
+
+
+def test_a_workload_update_cannot_change_status_so_rules_see_the_stored_status() -> None:
+    stored = copy.deepcopy(BASES["Workload"])  # quota reserved and admitted
+    desired = copy.deepcopy(stored)
+    del desired["status"]  # what a client sends: the status subresource keeps the stored one
+    desired["spec"]["queueName"] = "other"
+    assert validate.transition_issues(desired, stored) == [
+        'Workload team-a/job-train-1: Invalid value: "object": queueName is immutable while '
+        "workload quota reserved"
+    ]
+    desired["spec"]["queueName"] = stored["spec"]["queueName"]
+    desired["spec"]["active"] = False  # what idle suspension patches
+    assert validate.transition_issues(desired, stored) == []
