@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha1sum | cut -c1-12)
 PORT ?= 8000
 
-.PHONY: venv run test lint bench lock schema clean
+.PHONY: venv run manage test fuzz lint bench lock schema clean
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,8 +39,20 @@ run: venv
 	  echo "Clusters: $(VENV)/bin/kubectl --kubeconfig .run/kubeconfig get clusterqueues,resourcequotas -A"; \
 	  $(VENV)/bin/gunicorn portal.wsgi --bind 127.0.0.1:$(PORT) --workers 2 --access-logfile - ; }
 
+# A management command with the demo's settings (what make run uses: DEBUG, SQLite or
+# DATABASE_URL, the demo clusters' kubeconfigs): make manage ARGS="createsuperuser".
+manage: venv
+	@DEBUG=$${DEBUG:-true} DEMO_KUBECONFIG_DIR=$(CURDIR)/.run DEMO_AGENT_DIR=$(CURDIR)/.run/agents \
+	  $(PY) manage.py $(ARGS)
+
 test: venv lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The API fuzzer exploring: new random examples each run, 200 per operation (make test runs
+# the same fuzzer derandomized, so CI passes or fails on the code, not on chance). Turn what it
+# finds into plain tests in tests/fuzz/test_found.py.
+fuzz: venv
+	FUZZ_RANDOM=1 FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-200} $(PY) -m pytest tests/fuzz -p no:cacheprovider $(PYTEST_ARGS)
 
 # Lint, format, the import layers (import-linter: contracts in pyproject.toml) and types (mypy
 # with django-stubs loads the settings: DEBUG lets it start without a SECRET_KEY).
