@@ -371,16 +371,22 @@ def format_quantity(amount: Decimal | int, resource: str = "") -> str:
     Kubernetes stores and shows for it (a fixed point of ``canonical``).
 
     Counts, cpu and other resources are DecimalSI ("16", "1k", "500m"). Bytes are BinarySI
-    where a binary suffix is exact ("64Gi", "1536Mi"), unless the DecimalSI text is shorter
-    ("1E" rather than "976562500000000Ki"); otherwise DecimalSI ("1k", "5G", "1025"), because
-    Kubernetes reads plain digits back as DecimalSI. parse_quantity gives amount back."""
+    where a binary suffix is exact ("64Gi", "1000Ki"), unless the DecimalSI mantissa is the
+    rounder number, with fewer significant digits ("64G" rather than "62500000Ki", "1E" rather
+    than "976562500000000Ki"); otherwise DecimalSI ("1k", "5G", "1025"), because Kubernetes
+    reads plain digits back as DecimalSI. parse_quantity gives amount back."""
     value = parse_quantity(amount)
     decimal = format_as(value, DECIMAL_SI)
     if _kind(resource) == "bytes":
         binary = format_as(value, BINARY_SI)
-        if binary.endswith("i") and len(binary) <= len(decimal):
+        if binary.endswith("i") and _significant(binary) <= _significant(decimal):
             return binary
     return decimal
+
+
+def _significant(text: str) -> int:
+    """Significant digits of a written mantissa: "1000Ki" -> 1, "1024k" -> 4."""
+    return len(text.lstrip("-").rstrip("EPTGMkmunKi").rstrip("0"))
 
 
 def _plain(value: Decimal) -> str:
