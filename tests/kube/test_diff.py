@@ -64,8 +64,9 @@ def cluster_queue(nominal: Any, borrowing: Any = "0", weight: Any = "1") -> dict
     ],
 )
 def test_a_canonicalised_quantity_is_no_difference(desired: Any, live: Any) -> None:
-    want, have = resource_quota({"requests.nvidia.com/gpu": desired}), resource_quota(
-        {"requests.nvidia.com/gpu": live}
+    want, have = (
+        resource_quota({"requests.nvidia.com/gpu": desired}),
+        resource_quota({"requests.nvidia.com/gpu": live}),
     )
     assert differences(want, have) == {}
     assert needs_write(want, have, MANAGER) == []

@@ -128,7 +128,9 @@ def test_negatives_print_with_a_minus_and_the_same_digits(text: str) -> None:
     assert canonical("-" + text) == "-" + canonical(text)
 
 
-@pytest.mark.parametrize(("value", "expected"), [(1000, "1k"), (16, "16"), (Decimal("0.25"), "250m")])
+@pytest.mark.parametrize(
+    ("value", "expected"), [(1000, "1k"), (16, "16"), (Decimal("0.25"), "250m")]
+)
 def test_numbers_are_decimal_si(value: int | Decimal, expected: str) -> None:
     """A JSON number reaches Kubernetes as plain digits: DecimalSI."""
     assert canonical(value) == expected
