@@ -279,7 +279,8 @@ def _base10(value: Decimal) -> tuple[int, int]:
 
 
 def _base1024(count: int) -> tuple[int, int]:
-    """count (positive) as mantissa * 1024**power with the largest power (AsCanonicalBase1024)."""
+    """count (positive) as mantissa * 1024**power with the largest power
+    (AsCanonicalBase1024Bytes)."""
     power = 0
     while count % 1024 == 0:
         count, power = count // 1024, power + 1
@@ -328,9 +329,9 @@ def _kept_as_written(text: str) -> bool:
     Its fast path takes a small integer mantissa and keeps the input when it judges it
     canonical: for BinarySI an integer of at most a few digits whose low three bits are not
     all zero ("3Mi", but not "1024Mi"); for the decimal formats a scale that is a multiple of 3,
-    digits not ending in "000" and not starting with 0. That check misses a sign ("+1") and
-    a fraction of 3, 6 or 9 digits ("1.500"), which are then kept as written
-    (kubernetes/kubernetes#138165)."""
+    digits not ending in "000" and not starting with 0 (once leading zeros are dropped). That
+    check misses a sign ("+1"), leading zeros ("007", "01Gi") and a fraction of 3, 6 or 9
+    digits ("1.500", kubernetes/kubernetes#138165), which are then kept as written."""
     if text == "0":
         return True
     match = _NUMBER_RE.match(text)

@@ -213,6 +213,8 @@ def test_quantity_format_follows_the_suffix(text: str, fmt: QuantityFormat) -> N
         ("1.000001", "1.000001"),
         ("1.441k", "1.441k"),
         ("+1Gi", "+1Gi"),
+        ("007", "007"),  # leading zeros are dropped before the check, kept in the text
+        ("01Gi", "01Gi"),
         # and re-emits everything else canonically
         ("1.000", "1"),
         ("1024Mi", "1Gi"),  # low bits all zero: not kept
