@@ -4,6 +4,11 @@ The applier writes an object only when its portal-owned fields differ from the d
 It compares the fields themselves (a hash annotation alone would miss a hand edit made with
 kubectl) and the set of fields the portal's field manager owns (a field the portal set before
 and no longer wants must be removed by a new apply).
+
+Quantity fields (a ResourceQuota's ``hard``, a LimitRange's ``max``, a ClusterQueue's
+``nominalQuota``, ...) are compared as Kubernetes compares quantities, by value: the API server
+re-writes "1000" as "1k" and "1024Mi" as "1Gi", so those are no difference. Where they do
+differ, both sides are shown in Kubernetes' canonical text, as ``kubectl get`` would.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from quotas.kube.spec import ANNOTATION_GENERATION
-from quotas.quantity import QuantityError, parse_quantity
+from quotas.quantity import QuantityError, canonical, parse_quantity
 
 # Written by the API server, never by the portal: not part of what is compared.
 SERVER_METADATA = {
@@ -25,19 +30,60 @@ SERVER_METADATA = {
     "deletionGracePeriodSeconds",
 }
 
+# Maps from a resource name to a quantity: ResourceQuota (hard, used), LimitRange (max, min,
+# default, defaultRequest, maxLimitRequestRatio), containers (requests, limits), nodes
+# (capacity, allocatable), Volcano Queue (capability, deserved, guarantee.resource).
+QUANTITY_MAPS = frozenset(
+    {
+        "hard",
+        "used",
+        "max",
+        "min",
+        "default",
+        "defaultRequest",
+        "maxLimitRequestRatio",
+        "requests",
+        "limits",
+        "capacity",
+        "allocatable",
+        "capability",
+        "deserved",
+        "resource",
+    }
+)
+# Fields that are themselves a quantity: Kueue ClusterQueue resources[], fairSharing.weight.
+QUANTITY_FIELDS = frozenset({"nominalQuota", "borrowingLimit", "lendingLimit"})
 
-def _same_scalar(desired: Any, live: Any) -> bool:
+
+def is_quantity_path(path: tuple[str, ...]) -> bool:
+    """Whether the scalar at ``path`` (keys from the object's root; list items as
+    ``name[i]``) is a Kubernetes quantity."""
+    if not path:
+        return False
+    parent = path[-2].split("[", 1)[0] if len(path) > 1 else ""
+    return (
+        path[-1] in QUANTITY_FIELDS
+        or parent in QUANTITY_MAPS
+        or (parent, path[-1]) == ("fairSharing", "weight")
+    )
+
+
+def _quantity(value: Any) -> str | None:
+    """Canonical text of a quantity value, None when it is not one."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    try:
+        return canonical(value)
+    except QuantityError:
+        return None
+
+
+def _same_scalar(desired: Any, live: Any, path: tuple[str, ...]) -> bool:
     if desired == live:
         return True
-    # The API server canonicalises quantities ("1024Mi" -> "1Gi", 16 -> "16").
-    if isinstance(desired, (str, int)) and isinstance(live, (str, int)):
-        if isinstance(desired, bool) or isinstance(live, bool):
-            return False
-        try:
-            return parse_quantity(desired) == parse_quantity(live)
-        except (QuantityError, TypeError, ValueError):
-            return False
-    return False
+    if not is_quantity_path(path) or _quantity(desired) is None or _quantity(live) is None:
+        return False
+    return parse_quantity(desired) == parse_quantity(live)
 
 
 def differences(desired: Any, live: Any) -> dict[str, tuple[Any, Any]]:
@@ -76,8 +122,12 @@ def _walk(
         for index, (d, v) in enumerate(zip(desired, live, strict=True)):
             _walk(d, v, (*path[:-1], f"{path[-1]}[{index}]") if path else (f"[{index}]",), found)
         return
-    if not _same_scalar(desired, live):
-        found[shown] = (desired, live)
+    if _same_scalar(desired, live, path):
+        return
+    if is_quantity_path(path):
+        desired = _quantity(desired) or desired
+        live = _quantity(live) or live
+    found[shown] = (desired, live)
 
 
 def _desired_paths(obj: Any, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:

@@ -460,32 +460,38 @@ def test_resource_amount_reports_syntax_errors_first() -> None:
         (1025, "memory", "1025"),
         (MAX, "memory", str(MAX)),
         (-GI, "memory", "-1Gi"),
-        (Decimal("0.5"), "memory", "0.5"),  # not whole bytes: still exact
+        (Decimal("0.5"), "memory", "500m"),  # BinarySI below 1024 is written as DecimalSI
+        (5 * 10**9, "memory", "5G"),  # not a multiple of 1024: Kubernetes would read digits
+        (64 * 10**9, "storage", "64G"),  # "62500000Ki" is exact too, but longer
+        (2000, "memory", "2k"),
         (8, "cpu", "8"),
         (Decimal("0.5"), "cpu", "500m"),
         (Decimal("1.5"), "cpu", "1500m"),
         (Decimal("0.001"), "cpu", "1m"),
         (Decimal("0.25"), "requests.cpu", "250m"),
-        (Decimal("1000"), "cpu", "1000"),
+        (Decimal("1000"), "cpu", "1k"),
         (Decimal("-0.5"), "cpu", "-500m"),
         (Decimal("0.0001"), "cpu", "100u"),
         (0, "cpu", "0"),
         (16, "nvidia.com/gpu", "16"),
         (Decimal("16.000"), "nvidia.com/gpu", "16"),
-        (10**6, "pods", "1000000"),
+        (10**6, "pods", "1M"),
+        (1000, "nvidia.com/gpu", "1k"),
+        (1500, "nvidia.com/gpu", "1500"),
+        (16000, "nvidia.com/mig-1g.10gb", "16k"),
         (2 * GI, "count/pods", str(2 * GI)),
         (5, "", "5"),
-        (Decimal("0.5"), "", "0.5"),
+        (Decimal("0.5"), "", "500m"),
         (Decimal("0.001"), "", "1m"),
         (Decimal("0.000001"), "", "1u"),
         (Decimal("0.000000001"), "", "1n"),
         (Decimal("0.000000123"), "", "123n"),
-        (Decimal("1.25"), "", "1.25"),
+        (Decimal("1.25"), "", "1250m"),
         (Decimal("0.0005"), "", "500u"),
-        (Decimal("12.000000001"), "", "12.000000001"),  # tie with "12000000001n": plain
-        (Decimal(10**18), "", str(10**18)),
+        (Decimal("12.000000001"), "", "12000000001n"),
+        (Decimal(10**18), "", "1E"),
         (Decimal("-0.001"), "", "-1m"),
-        (Decimal("1E+3"), "", "1000"),
+        (Decimal("1E+3"), "", "1k"),
     ],
 )
 def test_format_quantity(amount: Decimal | int, resource: str, expected: str) -> None:
@@ -668,10 +674,18 @@ def test_module_uses_only_the_standard_library() -> None:
 
 def test_public_api() -> None:
     assert sorted(quantity.__all__) == [
+        "BINARY_SI",
+        "DECIMAL_EXPONENT",
+        "DECIMAL_SI",
         "QuantityError",
+        "QuantityFormat",
+        "canonical",
+        "format_as",
         "format_quantity",
         "parse_nonnegative_quantity",
         "parse_quantity",
         "parse_resource_amount",
+        "quantity_format",
+        "stored_text",
         "to_display",
     ]
