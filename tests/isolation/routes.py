@@ -81,7 +81,7 @@ SAMPLES: list[tuple[str, str, Sample]] = [
     ("pk", r"^(api/v1/\^)?alerts/",
      Sample(Kind.OWNED, lambda w, s, n: str(s.alert.pk), MISSING_PK)),  # type: ignore[union-attr]
     ("pk", r"^api/v1/\^flavors/", Sample(Kind.SHARED, lambda w, s, n: str(w.a100_gpu.pk))),
-    ("name", r"^api/v1/\^clusters/", Sample(Kind.SHARED, _const("demo-a100"))),
+    ("name", r"^api/v1/\^clusters/|^clusters/", Sample(Kind.SHARED, _const("demo-a100"))),
     ("name", r"^api/v1/\^tier-templates/", Sample(Kind.SHARED, _const("small"))),
     ("name", r"^api/v1/\^nodes/", Sample(Kind.ADMIN, lambda w, s, n: w.node.name, "no-node")),
     ("uuid", r"gpus/", Sample(Kind.ADMIN, lambda w, s, n: w.gpu.uuid, "GPU-0000")),

@@ -165,7 +165,8 @@ BODIES: dict[str, dict[str, Any]] = {
 
 # Pages that check the caller's role before they look the object up: a lead gets the same 403
 # for any id, team-b's or one that does not exist (checked below), which confirms nothing.
-ROLE_FIRST = {"portal:request-approve", "portal:request-reject"}
+# Pages whose POST the view refuses to non-admins itself (the cluster page reads for everyone).
+ROLE_FIRST = {"portal:request-approve", "portal:request-reject", "portal:cluster-detail"}
 
 EXPECTED = {
     Kind.OWNED: {404},
@@ -347,6 +348,7 @@ NO_TENANT_REFERENCE = {
     ("portal:inbox-read-all", "post"),  # the caller's own inbox (checked: bob's stays unread)
     ("portal:home", "post"),  # pages that only read: a POST renders them like a GET
     ("portal:request-list", "post"),
+    ("portal:cluster-detail", "post"),  # a cluster's enforcement mode: no tenant's object
 }
 WRITES = [
     pytest.param(route, method, id=f"{_qualified(route)}-{method}")

@@ -22,6 +22,7 @@ MEMBER_PAGES = {
     "tenant-detail",
     "tenant-cluster",
     "tenant-cluster-manifests",
+    "cluster-detail",  # read by everyone; the view refuses a non-admin's change itself
     "request-new",
     "request-validate",
     "request-list",
