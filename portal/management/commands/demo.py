@@ -26,6 +26,7 @@ from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,
     MEMORY_RESOURCE,
+    Enforcement,
     FlavorKind,
     SyncBackend,
     mig_resource,
@@ -34,7 +35,7 @@ from quotas.models import Cluster, FlavorResource, ResourceFlavor, TierTemplate
 from quotas.services import QuotaItem
 from tenants.choices import MembershipRole
 from tenants.models import Tenant, User
-from tenants.services import membership_set
+from tenants.services import membership_set, namespace_shares_set
 from usage.demo import DAYS as DEMO_DAYS
 from usage.demo import demo_month_fill
 
@@ -149,6 +150,9 @@ class Command(BaseCommand):
                 "display_name": "Demo A100 cluster (2 nodes x 8 A100-80GB)",
                 "api_server": "http://127.0.0.1:8001",
                 "elastic_cap_fraction": Decimal("0.625"),
+                # Each tenant's namespaces hold shares of its limit (team-a: 70% training, 30%
+                # inference); demo-h100 shows the other mode, Kueue manages everything.
+                "enforcement": Enforcement.SPLIT,
             },
         )
         _connect(a100, kube_dir)
@@ -220,6 +224,7 @@ class Command(BaseCommand):
             )
 
         tiers = {t.name: t for t in TierTemplate.objects.all()}
+        made: list[Tenant] = []
         for slug, name, guaranteed, limit, lead, tier in TEAMS:
             if Tenant.objects.filter(slug=slug).exists():
                 continue
@@ -257,6 +262,14 @@ class Command(BaseCommand):
                 },
                 reason="seed example (R19): 16 A100, A 6/10, B 4/6, C 2/4",
             )
+            made.append(tenant)
+        for tenant in made:
+            if tenant.slug == "team-a":
+                namespace_shares_set(
+                    tenant=tenant,
+                    shares={"team-a-training": Decimal(70), "team-a-inference": Decimal(30)},
+                    actor=users["admin"],
+                )
         if agent_dir := os.environ.get("DEMO_AGENT_DIR", ""):
             made = _agent_join_tokens(Path(agent_dir), users["admin"])
             self.stdout.write(f"Simulated GPU nodes: {made} new join token(s) in {agent_dir}")
