@@ -48,7 +48,8 @@ def lead_tenant_ids(*, user: User) -> list[int]:
 
 
 def alerts_for_user(*, user: User) -> QuerySet[Alert]:
-    """Platform admins see every alert; a tenant's leads see its alerts; nobody else any."""
+    """Platform admins see every alert; a tenant's members (leads, members, viewers) see its
+    alerts; nobody else any. Who may act on one is ``alert_may_act``."""
     rows = Alert.objects.select_related(
         "rule", "cluster", "tenant", "flavor", "acknowledged_by"
     ).order_by("-fired_at", "-pk")
@@ -56,7 +57,16 @@ def alerts_for_user(*, user: User) -> QuerySet[Alert]:
         return rows.none()
     if user.is_platform_admin:
         return rows
-    return rows.filter(tenant_id__in=lead_tenant_ids(user=user))
+    return rows.filter(
+        tenant_id__in=Membership.objects.filter(user=user).values_list("tenant_id", flat=True)
+    )
+
+
+def alert_may_act(*, user: User, alert: Alert) -> bool:
+    """Acknowledge an alert, undo a suspension: platform admins, and leads of its tenant."""
+    if user.is_platform_admin:
+        return True
+    return alert.tenant_id is not None and alert.tenant_id in lead_tenant_ids(user=user)
 
 
 def alert_get_for_user(*, user: User, pk: int) -> Alert:

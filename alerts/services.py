@@ -37,7 +37,7 @@ from alerts.choices import (
     WebhookFormat,
 )
 from alerts.models import Alert, AlertEvent, AlertRule, Webhook, WebhookDelivery
-from core.errors import Conflict
+from core.errors import Conflict, PermissionDenied
 from core.tasks import enqueue
 from quotas.backends import workload_set_active
 from quotas.kube.applier import ApplyError
@@ -505,11 +505,21 @@ def workload_suspend(*, alert_id: int, now: datetime | None = None) -> bool:
     return True
 
 
+def _check_may_act(alert: Alert, actor: User) -> None:
+    """Members read their tenants' alerts; leads and platform admins act on them."""
+    if not selectors.alert_may_act(user=actor, alert=alert):
+        tenant = alert.tenant.slug if alert.tenant else "the tenant"
+        raise PermissionDenied(
+            f"Only a lead of {tenant} or a platform admin acts on its alerts; you can read them."
+        )
+
+
 def alert_reactivate(*, alert: Alert, actor: User, now: datetime | None = None) -> Alert:
     """Undo a suspension: ``spec.active: true`` again; the workload queues and is not suspended
     again while this alert is open (the undo counts as progress). 409 when the alert's workload
     is not suspended, or the cluster refuses."""
     now = now or timezone.now()
+    _check_may_act(alert, actor)
     if alert.action_state != ActionState.SUSPENDED or not alert.is_open:
         raise Conflict(
             "Only a suspended workload can be reactivated.",
@@ -546,6 +556,7 @@ def alert_reactivate(*, alert: Alert, actor: User, now: datetime | None = None) 
 def alert_acknowledge(*, alert: Alert, actor: User, now: datetime | None = None) -> Alert:
     """Firing -> acknowledged (who, when). 409 when it is already acknowledged or resolved."""
     now = now or timezone.now()
+    _check_may_act(alert, actor)
     with transaction.atomic():
         done = Alert.objects.filter(pk=alert.pk, state=AlertState.FIRING).update(
             state=AlertState.ACKNOWLEDGED, acknowledged_at=now, acknowledged_by=actor

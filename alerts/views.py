@@ -53,7 +53,11 @@ def alert_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return render(
         request,
         "alerts/detail.html",
-        {"alert": alert, "events": selectors.alert_events(alert=alert)},
+        {
+            "alert": alert,
+            "events": selectors.alert_events(alert=alert),
+            "can_act": selectors.alert_may_act(user=caller(request), alert=alert),
+        },
     )
 
 

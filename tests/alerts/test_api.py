@@ -35,7 +35,8 @@ def test_alerts_are_scoped_and_filtered(world, api_as, django_assert_max_num_que
         assert rows(world.admin) == everything
     assert rows(world.alice) == {("quota-warning", "team-a")}
     assert rows(world.bob) == {("quota-warning", "team-b"), ("quota-block", "team-b")}
-    assert rows(world.carol) == set()  # a member, not a lead
+    # A member reads her tenants' alerts (only leads act on them).
+    assert rows(world.carol) == {("quota-warning", "team-a")}
     assert rows(world.admin, "?tenant=team-b&rule=quota-block") == {("quota-block", "team-b")}
     assert rows(world.admin, "?cluster=demo-h100") == set()
     assert rows(world.admin, "?state=resolved") == set()
@@ -147,3 +148,22 @@ def test_admission_check_bad_input_names_the_field(world, api_as):
         assert field in response.json()["fields"], (body, response.json())
     other = api_as(world.bob).post(CHECK, {"cluster": "demo-a100"}, format="json")
     assert other.status_code == 404
+
+
+def test_a_member_reads_her_tenants_alerts_and_only_leads_act_on_them(world, api_as, client):
+    _fire_for_a_and_b(world)
+    alert = Alert.objects.get(tenant=world.team_a)
+    assert api_as(world.carol).get(f"/api/v1/alerts/{alert.pk}/").status_code == 200
+    refused = api_as(world.carol).post(f"/api/v1/alerts/{alert.pk}/acknowledge/")
+    assert refused.status_code == 403
+    assert "Only a lead of team-a or a platform admin" in refused.json()["detail"]
+    assert Alert.objects.get(pk=alert.pk).state == "firing"
+    # The page shows her the alert, without the buttons she may not use.
+    client.force_login(world.carol)
+    page = client.get(f"/alerts/{alert.pk}/").content.decode()
+    assert "quota-warning" in page and "Acknowledge</button>" not in page
+    client.force_login(world.alice)
+    assert "Acknowledge</button>" in client.get(f"/alerts/{alert.pk}/").content.decode()
+    # Everyone finds the alerts from the navigation.
+    client.force_login(world.carol)
+    assert 'href="/alerts/"' in client.get("/").content.decode()
