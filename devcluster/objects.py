@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from devcluster import managed, patches
+from devcluster.admission import Admission, Attributes
 from devcluster.errors import (
     ApiError,
     already_exists,
@@ -153,6 +154,7 @@ class Objects:
         self.store = store
         self.validator = validator
         self.crds = crds
+        self.admission = Admission(registry, store)
 
     # Seeding ---------------------------------------------------------------------------------
 
@@ -242,7 +244,7 @@ class Objects:
         name = obj["metadata"]["name"]
         if self.store.get(resource_type.key, target.namespace or "", name) is not None:
             raise already_exists(resource_type.plural, resource_type.group, name)
-        self._validate(resource_type, obj)
+        self._admit(self._attributes("CREATE", target, obj, None, dry_run))
         if not dry_run:
             self._store_new(resource_type, obj)
         return self.present(target, obj)
@@ -347,7 +349,7 @@ class Objects:
         if entries:
             obj["metadata"]["managedFields"] = entries
         _prune_managed(obj)
-        self._validate(resource_type, obj)
+        self._admit(self._attributes("CREATE", target, obj, None, dry_run))
         if not dry_run:
             self._store_new(resource_type, obj)
         return self.present(target, obj), True
@@ -501,11 +503,38 @@ class Objects:
             terminating = bool(metadata.get("deletionTimestamp"))
             obj["status"] = {"phase": "Terminating" if terminating else "Active"}
         elif resource_type.key == "resourcequotas":
-            # The quota controller's view: hard mirrors spec.hard; nothing runs, so used is 0.
-            hard = dict((obj.get("spec") or {}).get("hard") or {})
-            obj["status"] = {"hard": hard, "used": dict.fromkeys(hard, "0")}
+            # The quota controller's view: hard mirrors spec.hard, used what the namespace holds.
+            obj["status"] = self.admission.quota_status(obj)
         elif resource_type.key == "pods":
             obj.setdefault("status", {}).setdefault("phase", "Pending")
+
+    def _attributes(
+        self,
+        operation: str,
+        target: Target,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        dry_run: bool,
+    ) -> Attributes:
+        metadata = obj["metadata"]
+        return Attributes(
+            operation=operation,
+            resource_type=target.resource_type,
+            version=target.version,
+            namespace=metadata.get("namespace", ""),
+            name=metadata.get("name", ""),
+            subresource=target.subresource,
+            obj=obj,
+            old=old,
+            dry_run=dry_run,
+        )
+
+    def _admit(self, attributes: Attributes) -> None:
+        """Mutating admission, the object's validation, validating admission (creates)."""
+        assert attributes.obj is not None
+        self.admission.mutate(attributes)
+        self._validate(attributes.resource_type, attributes.obj)
+        self.admission.validate(attributes)
 
     def _store_new(self, resource_type: ResourceType, obj: dict[str, Any]) -> None:
         obj["apiVersion"] = resource_type.api_version(resource_type.storage_version)
@@ -610,6 +639,8 @@ class Objects:
         metadata = new["metadata"]
         metadata["resourceVersion"] = current_meta["resourceVersion"]
         self._server_fields(resource_type, new)
+        attributes = self._attributes("UPDATE", target, new, current, dry_run)
+        self.admission.mutate(attributes)
         if resource_type.has_generation and _spec_of(new) != _spec_of(current):
             metadata["generation"] = int(current_meta.get("generation") or 1) + 1
         if operation == "Apply":
@@ -628,6 +659,7 @@ class Objects:
             return self.present(target, current)  # a no-op keeps the resourceVersion
         self._check_immutable(resource_type, current, new)
         self._validate(resource_type, new)
+        self.admission.validate(attributes)
         if dry_run:
             return self.present(target, new)
         if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):

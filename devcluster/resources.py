@@ -146,9 +146,7 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _core("ServiceAccount", "serviceaccounts", True, ("sa",), validated=True),
     _core("ConfigMap", "configmaps", True, ("cm",), validated=True),
     _core("Secret", "secrets", True),
-    _core(
-        "Pod", "pods", True, ("po",), has_status=True, has_generation=True, categories=WORKLOADS
-    ),
+    _core("Pod", "pods", True, ("po",), has_status=True, has_generation=True, categories=WORKLOADS),
     _core("PersistentVolumeClaim", "persistentvolumeclaims", True, ("pvc",), has_status=True),
     _grouped(
         "batch", "Job", "jobs", True, has_status=True, has_generation=True, categories=WORKLOADS
