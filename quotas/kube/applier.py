@@ -36,6 +36,7 @@ from quotas.kube.spec import (
     LABEL_TENANT,
     MANAGED_BY,
 )
+from quotas.kube.validate import transition_issues
 
 logger = logging.getLogger(__name__)
 
@@ -207,6 +208,8 @@ def apply_objects(
             if dry_run and current is None and kind.kind == "Namespace":
                 new_namespaces.add(key[3])
             try:
+                if current is not None:
+                    refuse_breaking_update(obj, current, key=key)
                 backend.apply(obj, dry_run=dry_run)
             except RetryableError:
                 raise
@@ -241,6 +244,34 @@ def apply_objects(
                         continue
                 result.pruned.append(Change(key))
     return result
+
+
+def as_applied(desired: Any, live: Any) -> Any:
+    """The object a server-side apply of ``desired`` over ``live`` leaves: desired's values
+    over live's, maps merged key by key, lists and scalars replaced. (What another manager
+    set stays; a field the portal stops sending is kept here, so a rule it would break is
+    left to the API server.)"""
+    if isinstance(desired, dict) and isinstance(live, dict):
+        merged = dict(live)
+        for name, value in desired.items():
+            merged[name] = as_applied(value, live.get(name))
+        return merged
+    return desired
+
+
+def refuse_breaking_update(
+    desired: dict[str, Any], live: dict[str, Any], *, key: Key | None = None
+) -> None:
+    """Raise a permanent ``ApplyError`` (nothing is written) when updating ``live`` to
+    ``desired`` breaks a CRD transition rule, such as a LocalQueue's immutable
+    ``spec.clusterQueue``: the API server would refuse it the same way, every pass."""
+    problems = transition_issues(as_applied(desired, live), live)
+    if problems:
+        raise ApplyError(
+            "update refused before writing, the API server would reject it: " + "; ".join(problems),
+            status=422,
+            key=key,
+        )
 
 
 def drift(desired: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:

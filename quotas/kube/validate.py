@@ -84,6 +84,7 @@ import jsonschema
 import yaml
 from referencing import Registry, Resource
 
+from quotas.kube.cel import MapKey, Violation, check_crd_rules
 from quotas.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -93,6 +94,7 @@ __all__ = [
     "is_namespaced",
     "load_crds",
     "shipped_kubernetes_versions",
+    "transition_issues",
     "validate_object",
     "validate_objects",
 ]
@@ -179,16 +181,13 @@ _RENAMED_FIELDS: Final = {
     ("Workload", "spec.priorityClassName"): "v1beta2 uses spec.priorityClassRef",
     ("Workload", "spec.priorityClassSource"): "v1beta2 uses spec.priorityClassRef",
 }
-_TAINT_EFFECTS: Final = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 FieldPath = tuple[str | int, ...]
 Issue = tuple[FieldPath, str]
 
 
-class _Key(str):
-    """A map key (label, resource name) in a field path: always shown in brackets."""
-
-    __slots__ = ()
+# A map key (label, resource name) in a field path: always shown in brackets.
+_Key = MapKey
 
 
 # --------------------------------------------------------------------------- versions
@@ -734,19 +733,6 @@ def _resource_group_issues(spec: dict[str, Any], *, is_cohort: bool) -> Iterator
                     )
             entries = [_dict(entry) for entry in _list(flavor.get("resources"))]
             pairs += len(entries)
-            names = [str(entry.get("name")) for entry in entries]
-            if len(entries) != len(covered):
-                missing = [name for name in covered if name not in names]
-                extra = [name for name in names if name not in covered]
-                detail = f"flavor {_short(flavor_name)} lists {len(entries)} ({', '.join(names) or 'none'}) but coveredResources has {len(covered)} ({', '.join(covered)})"
-                if missing:
-                    detail += f"; missing: {', '.join(missing)} (give a flavor that does not offer a resource nominalQuota: 0)"
-                if extra:
-                    detail += f"; not covered: {', '.join(extra)}"
-                yield (
-                    (*fpath, "resources"),
-                    f"flavors must have the same number of resources as the coveredResources: {detail}",
-                )
             for k, entry in enumerate(entries):
                 rpath = (*fpath, "resources", k)
                 if k < len(covered) and entry.get("name") != covered[k]:
@@ -766,10 +752,13 @@ def _resource_group_issues(spec: dict[str, Any], *, is_cohort: bool) -> Iterator
                             (*rpath, field_name),
                             f"must be greater than or equal to 0, got {entry[field_name]}",
                         )
-                for field_name, action in (
-                    ("borrowingLimit", "borrow from"),
-                    ("lendingLimit", "lend to"),
-                ):
+                # A ClusterQueue's borrowingLimit without a cohort is the CRD's CEL rule.
+                limit_fields = (
+                    (("borrowingLimit", "borrow from"), ("lendingLimit", "lend to"))
+                    if is_cohort
+                    else (("lendingLimit", "lend to"),)
+                )
+                for field_name, action in limit_fields:
                     if entry.get(field_name) is not None and not has_parent:
                         yield (
                             (*rpath, field_name),
@@ -816,27 +805,6 @@ def _fair_sharing_issues(spec: dict[str, Any]) -> Iterator[Issue]:
 def _cluster_queue_issues(spec: dict[str, Any]) -> Iterator[Issue]:
     yield from _namespace_selector_issues(spec)
     yield from _resource_group_issues(spec, is_cohort=False)
-    preemption = spec.get("preemption")
-    if isinstance(preemption, dict):
-        reclaim = preemption.get("reclaimWithinCohort") or "Never"
-        borrow = preemption.get("borrowWithinCohort")
-        policy = _dict(borrow).get("policy") or "Never"
-        if reclaim == "Never" and borrow is not None and policy != "Never":
-            yield (
-                ("spec", "preemption"),
-                f"reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never (policy is {policy}): "
-                "preempting to borrow needs reclaimWithinCohort LowerPriority or Any",
-            )
-    fungibility = spec.get("flavorFungibility")
-    if isinstance(fungibility, dict) and fungibility.get("preference") is not None:
-        when_borrow = fungibility.get("whenCanBorrow") or "MayStopSearch"
-        when_preempt = fungibility.get("whenCanPreempt") or "TryNextFlavor"
-        if when_borrow != "TryNextFlavor" or when_preempt != "TryNextFlavor":
-            yield (
-                ("spec", "flavorFungibility", "preference"),
-                "preference can only be set when both whenCanBorrow and whenCanPreempt are "
-                f"TryNextFlavor (whenCanBorrow is {when_borrow}, whenCanPreempt is {when_preempt})",
-            )
     yield from _fair_sharing_issues(spec)
     flavors = {
         str(_dict(flavor).get("name"))
@@ -854,36 +822,45 @@ def _cluster_queue_issues(spec: dict[str, Any]) -> Iterator[Issue]:
 
 
 def _resource_flavor_issues(spec: dict[str, Any]) -> Iterator[Issue]:
-    if spec.get("topologyName") is not None and not _dict(spec.get("nodeLabels")):
-        yield ("spec", "nodeLabels"), "at least one nodeLabel is required when topology is set"
-    effects = "supported taint effect values: 'NoSchedule', 'PreferNoSchedule', 'NoExecute'"
+    """Kueue's ResourceFlavor webhook (``ValidateResourceFlavor``): node labels, node taints
+    and toleration keys as the core API validates them on Nodes and Pods."""
+    for label, label_value in _dict(spec.get("nodeLabels")).items():
+        where: FieldPath = ("spec", "nodeLabels", _Key(label))
+        for problem in _qualified_name_problems(str(label)):
+            yield where, f"invalid label key {_short(label)}: {problem}"
+        if isinstance(label_value, str) and (bad := _label_value_problem(label_value)):
+            yield where, f"invalid label value {_short(label_value)}: {bad}"
+    seen: dict[tuple[str, str], int] = {}
     for i, taint in enumerate(_list(spec.get("nodeTaints"))):
-        effect = _dict(taint).get("effect")
-        if effect is not None and effect not in _TAINT_EFFECTS:
-            yield ("spec", "nodeTaints", i, "effect"), f"{effects}, got {_short(effect)}"
+        taint, path = _dict(taint), ("spec", "nodeTaints", i)
+        key, value, effect = taint.get("key"), taint.get("value"), taint.get("effect")
+        if isinstance(key, str):
+            for problem in _qualified_name_problems(key):
+                yield (*path, "key"), f"invalid taint key {_short(key)}: {problem}"
+        if isinstance(value, str) and (bad := _label_value_problem(value)):
+            yield (*path, "value"), f"invalid taint value {_short(value)}: {bad}"
+        if effect == "":
+            yield (
+                (*path, "effect"),
+                "Required value: a taint needs an effect (NoSchedule, PreferNoSchedule or NoExecute)",
+            )
+        identity = (str(key), str(effect))
+        if identity in seen:
+            yield (
+                path,
+                f"Duplicate value: taints must be unique by key and effect pair: key {_short(key)} "
+                f"with effect {_short(effect)} is already nodeTaints[{seen[identity]}]",
+            )
+        else:
+            seen[identity] = i
     for i, toleration in enumerate(_list(spec.get("tolerations"))):
-        toleration, path = _dict(toleration), ("spec", "tolerations", i)
-        operator = toleration.get("operator")
-        if toleration.get("key") is None and operator != "Exists":
-            yield (
-                (*path, "operator"),
-                "operator must be Exists when 'key' is empty, which means 'match all values and all keys'",
-            )
-        if (
-            toleration.get("tolerationSeconds") is not None
-            and toleration.get("effect") != "NoExecute"
-        ):
-            yield (*path, "effect"), "effect must be 'NoExecute' when 'tolerationSeconds' is set"
-        if operator is not None and operator not in ("Equal", "Exists"):
-            yield (
-                (*path, "operator"),
-                f"supported toleration values: 'Equal'(default), 'Exists', got {_short(operator)}",
-            )
-        if operator == "Exists" and toleration.get("value") is not None:
-            yield (*path, "value"), "a value must be empty when 'operator' is 'Exists'"
-        effect = toleration.get("effect")
-        if effect is not None and effect not in _TAINT_EFFECTS:
-            yield (*path, "effect"), f"{effects}, got {_short(effect)}"
+        toleration_key = _dict(toleration).get("key")
+        if isinstance(toleration_key, str) and toleration_key:
+            for problem in _qualified_name_problems(toleration_key):
+                yield (
+                    ("spec", "tolerations", i, "key"),
+                    f"invalid toleration key {_short(toleration_key)}: {problem}",
+                )
 
 
 def _is_integer_resource(name: str) -> bool:
@@ -948,7 +925,8 @@ def _volcano_queue_issues(obj: Mapping[str, Any], spec: dict[str, Any]) -> Itera
         yield ("spec", "parent"), "a queue cannot use itself as parent"
 
 
-def _custom_issues(group: str, version: str, kind: str, obj: Mapping[str, Any]) -> Iterator[Issue]:
+def _webhook_issues(group: str, version: str, kind: str, obj: Mapping[str, Any]) -> Iterator[Issue]:
+    """Kueue's and Volcano's admission webhooks (Go code, not CEL), and the portal's rules."""
     spec = _dict(obj.get("spec"))
     if group == "kueue.x-k8s.io" and version == PORTAL_KUEUE_VERSION:
         if kind == "ClusterQueue":
@@ -1024,7 +1002,9 @@ def _shape_issues(data: Any, path: FieldPath, ancestors: set[int]) -> Iterator[I
     ancestors.discard(id(data))
 
 
-def _issues(obj: Mapping[str, Any], kubernetes_version: str) -> Iterator[Issue]:
+def _issues(
+    obj: Mapping[str, Any], kubernetes_version: str, old: Mapping[str, Any] | None = None
+) -> Iterator[Issue]:
     schema_version = core_schema_version(kubernetes_version)
     if shape := list(_shape_issues(obj, (), set())):
         yield from shape
@@ -1041,7 +1021,7 @@ def _issues(obj: Mapping[str, Any], kubernetes_version: str) -> Iterator[Issue]:
     group, version = _split_api_version(api_version)
     crd_groups = {known_group for known_group, _ in _crd_index()}
     if group in crd_groups:
-        yield from _crd_issues(obj, group, version, kind, schema_version)
+        yield from _crd_issues(obj, group, version, kind, schema_version, old)
         return
     validator = _core_validator(schema_version, api_version, kind)
     note = _version_note(kubernetes_version, schema_version)
@@ -1060,7 +1040,12 @@ def _issues(obj: Mapping[str, Any], kubernetes_version: str) -> Iterator[Issue]:
 
 
 def _crd_issues(
-    obj: Mapping[str, Any], group: str, version: str, kind: str, schema_version: str
+    obj: Mapping[str, Any],
+    group: str,
+    version: str,
+    kind: str,
+    schema_version: str,
+    old: Mapping[str, Any] | None = None,
 ) -> Iterator[Issue]:
     crd = find_crd(group, kind)
     if crd is None:
@@ -1090,7 +1075,9 @@ def _crd_issues(
         )
     raw_schema = entry["schema"]["openAPIV3Schema"]
     pruned = _drop_nulls(dict(obj), raw_schema)
+    blocking = False
     for error in _crd_validator(group, version, kind).iter_errors(pruned):
+        blocking = blocking or _is_type_error(error)
         yield from _schema_issues(error, kind)
     metadata = pruned.get("metadata")
     if isinstance(metadata, dict):
@@ -1098,7 +1085,30 @@ def _crd_issues(
             for path, reason in _schema_issues(error, kind):
                 yield ("metadata", *path), reason
     yield from _metadata_issues(pruned, kind, crd["spec"]["scope"] == "Namespaced")
-    yield from _custom_issues(group, version, kind, pruned)
+    if blocking:
+        # As the API server does: CEL rules do not run on values of the wrong type.
+        yield (
+            (),
+            "some validation rules were not checked because the object was invalid; correct "
+            "the existing errors to complete validation",
+        )
+    else:
+        old_pruned = _drop_nulls(dict(old), raw_schema) if isinstance(old, Mapping) else None
+        for violation in check_crd_rules(crd, version, pruned, old_pruned):
+            yield _violation_issue(violation)
+    yield from _webhook_issues(group, version, kind, pruned)
+
+
+def _is_type_error(error: Any) -> bool:
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    return error.validator == "type" or (
+        error.validator == "anyOf" and bool(schema.get("x-kubernetes-int-or-string"))
+    )
+
+
+def _violation_issue(violation: Violation) -> Issue:
+    """A CEL rule's failure as the API server words it: ``Invalid value: "object": message``."""
+    return tuple(violation.path), violation.detail
 
 
 def _portal_version(crd: Mapping[str, Any]) -> str:
@@ -1107,20 +1117,58 @@ def _portal_version(crd: Mapping[str, Any]) -> str:
     return str(storage)
 
 
-def validate_object(obj: Mapping[str, Any], *, kubernetes_version: str = "1.33") -> list[str]:
+def validate_object(
+    obj: Mapping[str, Any],
+    *,
+    kubernetes_version: str = "1.33",
+    old: Mapping[str, Any] | None = None,
+) -> list[str]:
     """Every problem with one object, as ``"Kind namespace/name: field.path: reason"`` lines;
-    [] when the API server and the webhooks would accept it and nothing would be lost."""
+    [] when the API server and the webhooks would accept it and nothing would be lost.
+
+    With ``old`` (the stored object) the check is of an update: CRD transition rules
+    (``oldSelf``) are checked against it, and a rule that fails on a value left unchanged is
+    dropped, as the API server's validation ratcheting does."""
     if not isinstance(obj, Mapping):
         return [f"<not an object>: expected a mapping, got {type(obj).__name__}"]
     obj = obj if isinstance(obj, dict) else dict(obj)
-    described = _describe(obj)
+    return _lines(_describe(obj), _issues(obj, kubernetes_version, old))
+
+
+def _lines(described: str, issues: Iterable[Issue]) -> list[str]:
     messages: list[str] = []
-    for path, reason in _issues(obj, kubernetes_version):
+    for path, reason in issues:
         text = _join(path)
         message = f"{described}: {text}: {reason}" if text else f"{described}: {reason}"
         if message not in messages:
             messages.append(message)
     return messages
+
+
+def transition_issues(obj: Mapping[str, Any], old: Mapping[str, Any]) -> list[str]:
+    """The CRD transition rules (those using ``oldSelf``) that updating ``old`` to ``obj``
+    breaks, as validate_object lines; [] for a kind without a CRD here or a version not served.
+
+    For a CRD with a status subresource the update cannot change ``status`` (the API server
+    keeps the stored one), so the rules see ``old``'s status in ``obj`` too."""
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        return []
+    group, version = _split_api_version(api_version)
+    crd = find_crd(group, kind)
+    entry = (
+        next((v for v in crd["spec"]["versions"] if v["name"] == version), None) if crd else None
+    )
+    if crd is None or entry is None or not entry.get("served"):
+        return []
+    raw_schema = entry["schema"]["openAPIV3Schema"]
+    new, stored = _drop_nulls(dict(obj), raw_schema), _drop_nulls(dict(old), raw_schema)
+    if "status" in (entry.get("subresources") or {}):
+        new.pop("status", None)
+        if "status" in stored:
+            new["status"] = stored["status"]
+    violations = check_crd_rules(crd, version, new, stored, transition_only=True)
+    return _lines(_describe(obj), (_violation_issue(v) for v in violations))
 
 
 def validate_objects(

@@ -512,17 +512,14 @@ def test_enum_and_list_map_duplicates() -> None:
 
 
 def test_seed_article_cluster_queue_fails_both_cel_rules() -> None:
-    errors = validate_object(one(SEED_CLUSTER_QUEUE))
-    flavor = f"{CQ}: {RG0}.flavors[0]"
-    assert (
-        f'{flavor}.resources: {FLAVOR_MISSING_RESOURCES}: flavor "a100" lists 1 '
-        "(nvidia.com/gpu) but coveredResources has 3 (cpu, memory, nvidia.com/gpu); missing: "
-        "cpu, memory (give a flavor that does not offer a resource nominalQuota: 0)"
-    ) in errors
-    assert (
-        f"{flavor}.resources[0].borrowingLimit: {BORROWING_NEEDS_COHORT}: spec.cohortName is "
-        "not set, so there is no cohort to borrow from"
-    ) in errors
+    # The CRD's two CEL rules, worded as the API server words them, and the webhook's check
+    # that pairs resources with coveredResources by position.
+    assert validate_object(one(SEED_CLUSTER_QUEUE)) == [
+        f'{CQ}: spec: Invalid value: "object": {BORROWING_NEEDS_COHORT}',
+        f'{CQ}: {RG0}: Invalid value: "object": {FLAVOR_MISSING_RESOURCES}',
+        f"{CQ}: {RG0}.flavors[0].resources[0].name: must match the name in coveredResources: "
+        'expected "cpu" (coveredResources[0]), got "nvidia.com/gpu"; Kueue pairs them by position',
+    ]
 
 
 def test_lending_limit_needs_a_cohort_and_fits_in_nominal_quota() -> None:
@@ -598,10 +595,9 @@ def test_namespace_selector_expressions() -> None:
 
 def test_preemption_reclaim_never_with_borrow_within_cohort() -> None:
     obj = cluster_queue(preemption={"borrowWithinCohort": {"policy": "LowerPriority"}})
-    assert validate_object(obj) == [
-        f"{CQ}: spec.preemption: reclaimWithinCohort=Never and borrowWithinCohort.Policy!=Never "
-        "(policy is LowerPriority): preempting to borrow needs reclaimWithinCohort "
-        "LowerPriority or Any"
+    assert validate_object(obj) == [  # reclaimWithinCohort defaults to Never
+        f'{CQ}: spec.preemption: Invalid value: "object": reclaimWithinCohort=Never and '
+        "borrowWithinCohort.Policy!=Never"
     ]
     obj["spec"]["preemption"]["reclaimWithinCohort"] = "Any"
     assert validate_object(obj) == []
@@ -610,10 +606,9 @@ def test_preemption_reclaim_never_with_borrow_within_cohort() -> None:
 def test_flavor_fungibility_preference_needs_try_next_flavor() -> None:
     fungibility = {"whenCanPreempt": "TryNextFlavor", "preference": "BorrowingOverPreemption"}
     obj = cluster_queue(flavorFungibility=fungibility)
-    assert validate_object(obj) == [
-        f"{CQ}: spec.flavorFungibility.preference: preference can only be set when both "
-        "whenCanBorrow and whenCanPreempt are TryNextFlavor (whenCanBorrow is MayStopSearch, "
-        "whenCanPreempt is TryNextFlavor)"
+    assert validate_object(obj) == [  # whenCanBorrow defaults to MayStopSearch
+        f'{CQ}: spec.flavorFungibility: Invalid value: "object": preference can only be set '
+        "when both whenCanBorrow and whenCanPreempt are TryNextFlavor"
     ]
     fungibility["whenCanBorrow"] = "TryNextFlavor"
     assert validate_object(obj) == []
@@ -650,11 +645,9 @@ def test_cohort_limits_need_a_parent() -> None:
 def test_cohort_flavor_must_list_every_covered_resource() -> None:
     cohort = load(MINIMAL_KUEUE)[2]
     cohort["spec"]["resourceGroups"][0]["coveredResources"].append("cpu")
-    (error,) = validate_object(cohort)
-    assert error.startswith(
-        f"Cohort org-research: spec.resourceGroups[0].flavors[0].resources: "
-        f"{FLAVOR_MISSING_RESOURCES}"
-    )
+    assert validate_object(cohort) == [
+        f'Cohort org-research: {RG0}: Invalid value: "object": {FLAVOR_MISSING_RESOURCES}'
+    ]
 
 
 def test_local_queue_needs_a_cluster_queue() -> None:
@@ -672,15 +665,18 @@ def test_resource_flavor_rules() -> None:
     flavor["spec"]["topologyName"] = "default"
     flavor["spec"]["tolerations"] = [{"operator": "Equal", "value": "x", "tolerationSeconds": 5}]
     flavor["spec"]["nodeTaints"] = [{"key": "gpu", "effect": "NoRun"}]
-    tolerations = "ResourceFlavor a100-mig-mixed: spec.tolerations[0]"
+    # Worded as the API server words them, "no such key" included: the first rule reads
+    # self.nodeLabels without has(), and the second reads x.effect, which this toleration lacks.
+    flavor_ = "ResourceFlavor a100-mig-mixed"
     assert validate_object(flavor) == [
-        "ResourceFlavor a100-mig-mixed: spec.nodeLabels: at least one nodeLabel is required "
-        "when topology is set",
-        "ResourceFlavor a100-mig-mixed: spec.nodeTaints[0].effect: supported taint effect "
-        "values: 'NoSchedule', 'PreferNoSchedule', 'NoExecute', got \"NoRun\"",
-        f"{tolerations}.operator: operator must be Exists when 'key' is empty, which means "
-        "'match all values and all keys'",
-        f"{tolerations}.effect: effect must be 'NoExecute' when 'tolerationSeconds' is set",
+        f'{flavor_}: spec: Invalid value: "object": no such key: nodeLabels evaluating rule: at '
+        "least one nodeLabel is required when topology is set",
+        f"{flavor_}: spec.tolerations: Invalid value: \"array\": operator must be Exists when "
+        "'key' is empty, which means 'match all values and all keys'",
+        f"{flavor_}: spec.tolerations: Invalid value: \"array\": no such key: effect evaluating "
+        "rule: effect must be 'NoExecute' when 'tolerationSeconds' is set",
+        f"{flavor_}: spec.nodeTaints: Invalid value: \"array\": supported taint effect values: "
+        "'NoSchedule', 'PreferNoSchedule', 'NoExecute'",
     ]
 
 

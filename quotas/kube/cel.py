@@ -1,0 +1,891 @@
+"""CEL expressions, evaluated by a real CEL engine (cel-python), and the CRD rule engine.
+
+Pure Python, no Django and no app imports: validate.py, the applier and the API stand-in use it.
+
+* ``evaluate(expression, variables)`` compiles an expression once (cached by its text) and
+  runs it on JSON-like variables, returning plain Python. cel-python implements the CEL
+  standard definitions (``size``, ``contains``, ``startsWith``, ``endsWith``, ``matches`` (RE2),
+  ``has``, ``all``, ``exists``, ``exists_one``, ``filter``, ``map``, ``in``, conversions);
+  this module adds what Kubernetes' CEL environment has and cel-python lacks:
+  heterogeneous equality and cross-type numeric comparison (``1 == 1.0``, ``'a' == 1`` is
+  false), the Kubernetes string library (``lowerAscii``, ``upperAscii``, ``trim``,
+  ``replace``, ``split``, ``join``, ``indexOf``, ``lastIndexOf``, ``substring``, ``charAt``)
+  and list library (``isSorted``, ``sum``, ``min``, ``max``, ``indexOf``, ``lastIndexOf``),
+  and ``hasValue`` / ``value`` / ``orValue`` on an optional ``oldSelf``. A function neither
+  has is a compile error, as it is for the API server's type checker. Not provided: the
+  ``quantity``, ``url``, ``ip``/``cidr``, ``format`` and ``authorizer`` libraries, and
+  optional syntax (``a.?b``), which cel-python cannot parse.
+* ``crd_rules`` and ``check_crd_rules`` run a CRD's ``x-kubernetes-validations`` on an object
+  the way the API server does (k8s.io/apiextensions-apiserver ``schema/cel``): schema defaults
+  are applied first; each rule runs with ``self`` bound to every value its schema node
+  describes (each list item, each map value), never on an absent or null value; values are
+  typed by the schema (``number`` is a double; a ``set`` or ``map`` list compares equal in any
+  order); a transition rule (one that uses ``oldSelf``) runs only on an update where the old
+  value can be correlated (object fields, map values unless the map is atomic, and
+  ``x-kubernetes-list-type: map`` items by their keys; items of other lists never), unless
+  it says ``optionalOldSelf``; on an update a failure of a rule that does not use ``oldSelf``
+  is dropped where the value (or its nearest correlated ancestor) is unchanged, as the API
+  server's validation ratcheting does (it only warns then).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import itertools
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import celpy
+import lark
+from celpy import celtypes
+from celpy.evaluation import CELEvalError, base_functions
+
+__all__ = [
+    "CelError",
+    "MapKey",
+    "Rule",
+    "Violation",
+    "check_crd_rules",
+    "check_schema_rules",
+    "compile_check",
+    "crd_rules",
+    "evaluate",
+    "schema_rules",
+]
+
+_ENVIRONMENT: Final = celpy.Environment()
+_MACROS: Final = frozenset({"has", "all", "exists", "exists_one", "map", "filter", "dyn"})
+_REASONS: Final = {
+    None: "Invalid value",
+    "FieldValueInvalid": "Invalid value",
+    "FieldValueForbidden": "Forbidden",
+    "FieldValueRequired": "Required value",
+    "FieldValueDuplicate": "Duplicate value",
+}
+
+
+class CelError(ValueError):
+    """A CEL expression that does not compile or fails to evaluate; the message names it.
+
+    ``detail`` is the reason alone ("no such key: effect"), without the expression."""
+
+    def __init__(self, message: str, *, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail or message
+
+
+class MapKey(str):
+    """A map key in a violation's path (shown as ``[key]``), not a field name."""
+
+    __slots__ = ()
+
+
+# --------------------------------------------------------------------------- values
+
+
+class _UnorderedList(celtypes.ListType):
+    """A ``x-kubernetes-list-type: set`` or ``map`` list: equal to a list with the same items
+    in any order, as in the API server's CEL."""
+
+
+class _Optional:
+    """An optional value (``oldSelf`` of an ``optionalOldSelf`` rule)."""
+
+    __slots__ = ("present", "wrapped")
+
+    def __init__(self, wrapped: Any = None, *, present: bool) -> None:
+        self.wrapped, self.present = wrapped, present
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, celtypes.IntType | celtypes.UintType | celtypes.DoubleType)
+
+
+def _plain_number(value: Any) -> int | float:
+    return float(value) if isinstance(value, celtypes.DoubleType) else int(value)
+
+
+def _equal(left: Any, right: Any) -> bool:
+    """CEL heterogeneous equality: values of different types are unequal, numbers compare by
+    value, lists item by item (in any order for set and map lists), maps key by key."""
+    if left is None or right is None:
+        return left is None and right is None
+    if isinstance(left, celtypes.BoolType) or isinstance(right, celtypes.BoolType):
+        return type(left) is type(right) and bool(left) == bool(right)
+    if _is_number(left) and _is_number(right):
+        return _plain_number(left) == _plain_number(right)
+    if isinstance(left, list) and isinstance(right, list):
+        if len(left) != len(right):
+            return False
+        if isinstance(left, _UnorderedList) or isinstance(right, _UnorderedList):
+            remaining = list(right)
+            for item in left:
+                match = next((i for i, other in enumerate(remaining) if _equal(item, other)), None)
+                if match is None:
+                    return False
+                del remaining[match]
+            return True
+        return all(_equal(a, b) for a, b in zip(left, right, strict=True))
+    if isinstance(left, dict) and isinstance(right, dict):
+        return len(left) == len(right) and all(
+            key in right and _equal(value, right[key]) for key, value in left.items()
+        )
+    if type(left) is not type(right):
+        return False
+    try:
+        return bool(left == right)
+    except TypeError:
+        return False
+
+
+def _cel_eq(left: Any, right: Any) -> Any:
+    if isinstance(left, CELEvalError):
+        return left
+    if isinstance(right, CELEvalError):
+        return right
+    return celtypes.BoolType(_equal(left, right))
+
+
+def _cel_ne(left: Any, right: Any) -> Any:
+    result = _cel_eq(left, right)
+    return result if isinstance(result, CELEvalError) else celtypes.BoolType(not result)
+
+
+def _ordering(name: str, compare: Callable[[Any, Any], bool]) -> Callable[[Any, Any], Any]:
+    fallback = base_functions[name]
+
+    def function(left: Any, right: Any) -> Any:
+        if _is_number(left) and _is_number(right):
+            return celtypes.BoolType(compare(_plain_number(left), _plain_number(right)))
+        return fallback(left, right)
+
+    return function
+
+
+def _cel_in(item: Any, container: Any) -> Any:
+    if isinstance(item, CELEvalError):
+        return item
+    if isinstance(container, list):
+        return celtypes.BoolType(any(_equal(item, other) for other in container))
+    if isinstance(container, dict):
+        return celtypes.BoolType(any(_equal(item, key) for key in container))
+    return base_functions["_in_"](item, container)
+
+
+def _string(value: Any, function: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{function}() applies to a string, not {type(value).__name__}")
+    return str(value)
+
+
+def _int(value: Any, function: str) -> int:
+    if not isinstance(value, celtypes.IntType) or isinstance(value, celtypes.BoolType):
+        raise TypeError(f"{function}() takes an int here, not {type(value).__name__}")
+    return int(value)
+
+
+def _index_of(target: Any, needle: Any, offset: Any = None) -> celtypes.IntType:
+    if isinstance(target, list):
+        start = 0 if offset is None else _int(offset, "indexOf")
+        found = next((i for i in range(start, len(target)) if _equal(target[i], needle)), -1)
+        return celtypes.IntType(found)
+    text, sub = _string(target, "indexOf"), _string(needle, "indexOf")
+    start = 0 if offset is None else _int(offset, "indexOf")
+    if not 0 <= start <= len(text):
+        raise ValueError(f"indexOf offset {start} is out of range")
+    return celtypes.IntType(text.find(sub, start))
+
+
+def _last_index_of(target: Any, needle: Any, offset: Any = None) -> celtypes.IntType:
+    if isinstance(target, list):
+        end = len(target) - 1 if offset is None else _int(offset, "lastIndexOf")
+        found = next((i for i in range(end, -1, -1) if _equal(target[i], needle)), -1)
+        return celtypes.IntType(found)
+    text, sub = _string(target, "lastIndexOf"), _string(needle, "lastIndexOf")
+    end = len(text) if offset is None else _int(offset, "lastIndexOf")
+    if not 0 <= end <= len(text):
+        raise ValueError(f"lastIndexOf offset {end} is out of range")
+    return celtypes.IntType(text.rfind(sub, 0, end + len(sub)))
+
+
+def _substring(target: Any, start: Any, end: Any = None) -> celtypes.StringType:
+    text = _string(target, "substring")
+    first = _int(start, "substring")
+    last = len(text) if end is None else _int(end, "substring")
+    if not 0 <= first <= last <= len(text):
+        raise ValueError(f"substring({first}, {last}) is out of range for length {len(text)}")
+    return celtypes.StringType(text[first:last])
+
+
+def _char_at(target: Any, index: Any) -> celtypes.StringType:
+    text, position = _string(target, "charAt"), _int(index, "charAt")
+    if not 0 <= position <= len(text):
+        raise ValueError(f"charAt({position}) is out of range for length {len(text)}")
+    return celtypes.StringType(text[position : position + 1])
+
+
+def _replace(target: Any, old: Any, new: Any, count: Any = None) -> celtypes.StringType:
+    text = _string(target, "replace")
+    limit = -1 if count is None else _int(count, "replace")
+    return celtypes.StringType(
+        text.replace(_string(old, "replace"), _string(new, "replace"), limit)
+    )
+
+
+def _split(target: Any, separator: Any, count: Any = None) -> celtypes.ListType:
+    text, sep = _string(target, "split"), _string(separator, "split")
+    limit = -1 if count is None else _int(count, "split")
+    if limit == 0:
+        return celtypes.ListType()
+    if sep == "":
+        parts = list(text) if limit < 0 else [*text[: limit - 1], text[limit - 1 :]]
+        parts = [part for part in parts if part] if limit > 0 else parts
+    else:
+        parts = text.split(sep, limit - 1 if limit > 0 else -1)
+    return celtypes.ListType(celtypes.StringType(part) for part in parts)
+
+
+def _join(target: Any, separator: Any = None) -> celtypes.StringType:
+    if not isinstance(target, list):
+        raise TypeError(f"join() applies to a list of strings, not {type(target).__name__}")
+    sep = "" if separator is None else _string(separator, "join")
+    return celtypes.StringType(sep.join(_string(item, "join") for item in target))
+
+
+def _numbers(target: Any, function: str) -> list[Any]:
+    if not isinstance(target, list):
+        raise TypeError(f"{function}() applies to a list, not {type(target).__name__}")
+    return list(target)
+
+
+def _less(left: Any, right: Any) -> bool:
+    if _is_number(left) and _is_number(right):
+        return _plain_number(left) < _plain_number(right)
+    if type(left) is not type(right):
+        raise TypeError(f"cannot compare {type(left).__name__} with {type(right).__name__}")
+    return bool(left < right)
+
+
+def _is_sorted(target: Any) -> celtypes.BoolType:
+    items = _numbers(target, "isSorted")
+    return celtypes.BoolType(all(not _less(b, a) for a, b in itertools.pairwise(items)))
+
+
+def _sum(target: Any) -> Any:
+    items = _numbers(target, "sum")
+    if not items:
+        return celtypes.IntType(0)
+    total = items[0]
+    for item in items[1:]:
+        total = total + item
+    return total
+
+
+def _extreme(function: str, pick_left: Callable[[Any, Any], bool]) -> Callable[..., Any]:
+    def run(target: Any) -> Any:
+        items = _numbers(target, function)
+        if not items:
+            raise ValueError(f"{function}() of an empty list")
+        best = items[0]
+        for item in items[1:]:
+            if not pick_left(best, item):
+                best = item
+        return best
+
+    return run
+
+
+def _has_value(target: Any) -> celtypes.BoolType:
+    if not isinstance(target, _Optional):
+        raise TypeError("hasValue() applies to an optional value")
+    return celtypes.BoolType(target.present)
+
+
+def _value(target: Any) -> Any:
+    if not isinstance(target, _Optional):
+        raise TypeError("value() applies to an optional value")
+    if not target.present:
+        raise ValueError("optional.none() dereference")
+    return target.wrapped
+
+
+def _or_value(target: Any, default: Any) -> Any:
+    if not isinstance(target, _Optional):
+        raise TypeError("orValue() applies to an optional value")
+    return target.wrapped if target.present else default
+
+
+def _size(target: Any) -> celtypes.IntType:
+    if isinstance(target, _Optional) or not isinstance(target, str | bytes | list | dict):
+        raise TypeError(
+            f"size() applies to a string, bytes, list or map, not {type(target).__name__}"
+        )
+    return celtypes.IntType(len(target))
+
+
+_FUNCTIONS: Final[dict[str, Callable[..., Any]]] = {
+    "_==_": _cel_eq,
+    "_!=_": _cel_ne,
+    "_<_": _ordering("_<_", lambda a, b: a < b),
+    "_<=_": _ordering("_<=_", lambda a, b: a <= b),
+    "_>_": _ordering("_>_", lambda a, b: a > b),
+    "_>=_": _ordering("_>=_", lambda a, b: a >= b),
+    "_in_": _cel_in,
+    "size": _size,
+    "lowerAscii": lambda s: celtypes.StringType(
+        "".join(c.lower() if c.isascii() else c for c in _string(s, "lowerAscii"))
+    ),
+    "upperAscii": lambda s: celtypes.StringType(
+        "".join(c.upper() if c.isascii() else c for c in _string(s, "upperAscii"))
+    ),
+    "trim": lambda s: celtypes.StringType(_string(s, "trim").strip()),
+    "replace": _replace,
+    "split": _split,
+    "join": _join,
+    "indexOf": _index_of,
+    "lastIndexOf": _last_index_of,
+    "substring": _substring,
+    "charAt": _char_at,
+    "isSorted": _is_sorted,
+    "sum": _sum,
+    "min": _extreme("min", lambda best, item: not _less(item, best)),
+    "max": _extreme("max", lambda best, item: not _less(best, item)),
+    "hasValue": _has_value,
+    "value": _value,
+    "orValue": _or_value,
+}
+_KNOWN_FUNCTIONS: Final = frozenset({*base_functions, *_FUNCTIONS, *_MACROS})
+
+
+def _to_cel(value: Any, schema: Mapping[str, Any] | None = None) -> Any:
+    """A JSON-like value as a CEL value, typed by its structural schema when one is given."""
+    schema = schema or {}
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return celtypes.BoolType(value)
+    if isinstance(value, int):
+        if schema.get("type") == "number":
+            return celtypes.DoubleType(value)
+        if not -(2**63) <= value < 2**63:
+            raise CelError(f"{value} does not fit a CEL int (64 bits)")
+        return celtypes.IntType(value)
+    if isinstance(value, float):
+        if schema.get("type") == "integer" and value.is_integer():
+            return celtypes.IntType(int(value))
+        return celtypes.DoubleType(value)
+    if isinstance(value, str):
+        return _typed_string(
+            value, schema.get("format") if schema.get("type") == "string" else None
+        )
+    if isinstance(value, Mapping):
+        properties = schema.get("properties") or {}
+        additional = schema.get("additionalProperties")
+        additional = additional if isinstance(additional, Mapping) else None
+        return celtypes.MapType(
+            {
+                celtypes.StringType(str(key)): _to_cel(item, properties.get(key, additional))
+                for key, item in value.items()
+            }
+        )
+    if isinstance(value, list | tuple):
+        items = schema.get("items") if isinstance(schema.get("items"), Mapping) else None
+        converted = [_to_cel(item, items) for item in value]
+        if schema.get("x-kubernetes-list-type") in ("set", "map"):
+            return _UnorderedList(converted)
+        return celtypes.ListType(converted)
+    raise CelError(f"cannot pass a {type(value).__name__} to CEL: use JSON-like values")
+
+
+def _typed_string(value: str, string_format: Any) -> Any:
+    try:
+        if string_format == "date-time":
+            return celtypes.TimestampType(value)
+        if string_format == "duration":
+            return celtypes.DurationType(value)
+        if string_format == "byte":
+            return celtypes.BytesType(base64.b64decode(value, validate=True))
+    except (ValueError, TypeError):
+        pass  # a malformed value stays a string; the schema check reports it
+    return celtypes.StringType(value)
+
+
+def _from_cel(value: Any) -> Any:
+    """A CEL result as plain Python: bool, int, float, str, bytes, list, dict or None."""
+    if isinstance(value, CELEvalError):
+        raise value
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, celtypes.BoolType):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, celtypes.TimestampType | celtypes.DurationType):
+        return str(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, bytes):
+        return bytes(value)
+    if isinstance(value, list):
+        return [_from_cel(item) for item in value]
+    if isinstance(value, dict):
+        return {_from_cel(key): _from_cel(item) for key, item in value.items()}
+    if isinstance(value, _Optional):
+        return _from_cel(value.wrapped) if value.present else None
+    return str(value)
+
+
+# --------------------------------------------------------------------------- compile and run
+
+
+def _called_names(ast: lark.Tree) -> Iterator[str]:
+    for node in ast.iter_subtrees():
+        if node.data in ("ident_arg", "member_dot_arg", "dot_ident_arg"):
+            token = next((child for child in node.children if isinstance(child, lark.Token)), None)
+            if token is not None:
+                yield str(token)
+
+
+def _uses_variable(ast: lark.Tree, name: str) -> bool:
+    return any(
+        isinstance(child, lark.Token) and child.type == "IDENT" and child == name
+        for node in ast.iter_subtrees()
+        if node.data == "ident"
+        for child in node.children
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(expression: str) -> tuple[Any, bool]:
+    """(program, uses oldSelf) for an expression; CelError when it does not compile."""
+    try:
+        ast = _ENVIRONMENT.compile(expression)
+    except Exception as error:  # cel-python raises CELParseError and lark errors
+        detail = "syntax error: " + " ".join(str(error).split())
+        raise CelError(f"compile error in {expression!r}: {detail}", detail=detail) from error
+    unknown = sorted({name for name in _called_names(ast) if name not in _KNOWN_FUNCTIONS})
+    if unknown:
+        detail = (
+            f"undeclared reference to {', '.join(repr(name) for name in unknown)} (neither "
+            "cel-python nor this module's Kubernetes library has it)"
+        )
+        raise CelError(f"compile error in {expression!r}: {detail}", detail=detail)
+    program = _ENVIRONMENT.program(ast, functions=_FUNCTIONS)
+    return program, _uses_variable(ast, "oldSelf")
+
+
+def compile_check(expression: str) -> None:
+    """Raise CelError when ``expression`` does not compile (syntax, unknown function)."""
+    _compiled(expression)
+
+
+def _run(expression: str, activation: Mapping[str, Any]) -> Any:
+    program, _ = _compiled(expression)
+    try:
+        result = program.evaluate(dict(activation))
+    except CELEvalError as error:
+        result = error
+    except (RecursionError, TypeError, ValueError, KeyError, AttributeError) as error:
+        raise CelError(f"{error} evaluating {expression!r}", detail=str(error)) from error
+    if isinstance(result, CELEvalError):
+        detail = _eval_error_text(result)
+        raise CelError(f"{detail} evaluating {expression!r}", detail=detail)
+    return result
+
+
+_NO_SUCH_MEMBER: Final = re.compile(r"no such member in mapping: '(.*)'")
+
+
+def _eval_error_text(error: CELEvalError) -> str:
+    """cel-python's error as the API server words it where they differ ("no such key: x")."""
+    args = error.args
+    head = str(args[0]) if args else "evaluation error"
+    if match := _NO_SUCH_MEMBER.fullmatch(head):
+        return f"no such key: {match.group(1)}"
+    cause = args[2] if len(args) > 2 and isinstance(args[2], tuple) and args[2] else None
+    if cause is not None and head != "no such overload":
+        head = f"{head}: {cause[0]!s}"
+    return head
+
+
+def evaluate(expression: str, variables: Mapping[str, Any]) -> Any:
+    """Compile ``expression`` (cached by its text) and evaluate it with ``variables`` (JSON-like
+    values), returning plain Python. CelError on a compile or evaluation error."""
+    activation = {name: _to_cel(value) for name, value in variables.items()}
+    return _from_cel(_run(expression, activation))
+
+
+# --------------------------------------------------------------------------- CRD rules
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One ``x-kubernetes-validations`` entry and where it sits in the schema."""
+
+    location: str  # schema path: "spec.resourceGroups[*]", "spec.nodeLabels{*}", "" for root
+    rule: str
+    message: str | None = None
+    message_expression: str | None = None
+    reason: str | None = None
+    field_path: str | None = None
+    optional_old_self: bool = False
+
+    @property
+    def transition(self) -> bool:
+        """Whether the rule uses ``oldSelf`` (False when it does not compile)."""
+        try:
+            return _compiled(self.rule)[1]
+        except CelError:
+            return "oldSelf" in self.rule
+
+    @property
+    def error_text(self) -> str:
+        """How the API server names the rule in an evaluation error: its message, or itself."""
+        return self.message.strip() if self.message and self.message.strip() else self.rule.strip()
+
+    @property
+    def default_message(self) -> str:
+        """The message the API server shows when the rule fails."""
+        if self.message and self.message.strip():
+            return self.message.strip()
+        return f"failed rule: {self.rule.strip()}"
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A rule that failed (or could not be evaluated) at one place in an object."""
+
+    path: tuple[str | int, ...]  # field names, list indexes, MapKey map keys
+    rule: Rule
+    message: str
+    reason: str  # "Invalid value", "Forbidden", "Required value", "Duplicate value"
+    shown_value: str  # '"object"', '"array"', '"gpu"', '3': what "Invalid value" shows
+
+    @property
+    def field(self) -> str:
+        """The Kubernetes field path: ``spec.tolerations[0]``, ``spec.nodeLabels[zone]``."""
+        out = ""
+        for part in self.path:
+            if isinstance(part, int | MapKey):
+                out += f"[{part}]"
+            else:
+                out += f".{part}" if out else str(part)
+        return out
+
+    @property
+    def detail(self) -> str:
+        """What follows the field path in the API server's message."""
+        if self.reason in ("Forbidden", "Required value"):
+            return f"{self.reason}: {self.message}"
+        if self.reason == "Duplicate value":
+            return f"{self.reason}: {self.shown_value}"
+        return f"{self.reason}: {self.shown_value}: {self.message}"
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.detail}" if self.field else self.detail
+
+
+def _rules_at(node: Mapping[str, Any], location: str) -> list[Rule]:
+    found = []
+    for entry in node.get("x-kubernetes-validations") or []:
+        if isinstance(entry, Mapping) and isinstance(entry.get("rule"), str):
+            found.append(
+                Rule(
+                    location=location,
+                    rule=entry["rule"],
+                    message=entry.get("message"),
+                    message_expression=entry.get("messageExpression"),
+                    reason=entry.get("reason"),
+                    field_path=entry.get("fieldPath"),
+                    optional_old_self=bool(entry.get("optionalOldSelf")),
+                )
+            )
+    for sub in node.get("allOf") or []:
+        if isinstance(sub, Mapping):
+            found.extend(_rules_at(sub, location))
+    return found
+
+
+def _child(location: str, name: str) -> str:
+    return f"{location}.{name}" if location else name
+
+
+def schema_rules(schema: Mapping[str, Any], location: str = "") -> list[Rule]:
+    """Every rule in a structural schema, parents before children."""
+    rules = _rules_at(schema, location)
+    for name, sub in (schema.get("properties") or {}).items():
+        if isinstance(sub, Mapping):
+            rules.extend(schema_rules(sub, _child(location, name)))
+    if isinstance(schema.get("items"), Mapping):
+        rules.extend(schema_rules(schema["items"], f"{location}[*]"))
+    if isinstance(schema.get("additionalProperties"), Mapping):
+        rules.extend(schema_rules(schema["additionalProperties"], f"{location}{{*}}"))
+    return rules
+
+
+def _version_schema(crd: Mapping[str, Any], version: str) -> Mapping[str, Any]:
+    for entry in crd["spec"]["versions"]:
+        if entry["name"] == version:
+            schema: Mapping[str, Any] = entry["schema"]["openAPIV3Schema"]
+            return schema
+    kind = crd["spec"]["names"]["kind"]
+    raise KeyError(f"the {kind} CRD has no version {version!r}")
+
+
+def crd_rules(crd: Mapping[str, Any], version: str) -> list[Rule]:
+    """Every ``x-kubernetes-validations`` rule of one version of a CRD."""
+    return schema_rules(_version_schema(crd, version))
+
+
+def check_crd_rules(
+    crd: Mapping[str, Any],
+    version: str,
+    obj: Mapping[str, Any],
+    old: Mapping[str, Any] | None = None,
+    *,
+    transition_only: bool = False,
+) -> list[Violation]:
+    """The rules of ``crd`` at ``version`` that ``obj`` breaks; with ``old`` (the stored
+    object) transition rules run too. ``transition_only`` keeps just those (what an update
+    adds to the checks of a create)."""
+    return check_schema_rules(
+        _version_schema(crd, version), obj, old, transition_only=transition_only
+    )
+
+
+def check_schema_rules(
+    schema: Mapping[str, Any],
+    obj: Any,
+    old: Any = None,
+    *,
+    transition_only: bool = False,
+) -> list[Violation]:
+    """``check_crd_rules`` for a structural schema."""
+    value = _with_defaults(obj, schema)
+    old_value = _with_defaults(old, schema) if old is not None else None
+    walker = _Walker(transition_only=transition_only, update=old is not None)
+    walker.walk(schema, value, old_value, (), "", unchanged=old is not None and value == old_value)
+    return walker.found
+
+
+def _with_defaults(value: Any, schema: Mapping[str, Any] | None) -> Any:
+    """A copy of ``value`` with the schema's defaults filled in where fields are absent."""
+    if not isinstance(schema, Mapping):
+        return value
+    if isinstance(value, Mapping):
+        properties = schema.get("properties") or {}
+        additional = schema.get("additionalProperties")
+        out = dict(value)
+        for name, sub in properties.items():
+            if name not in out and isinstance(sub, Mapping) and "default" in sub:
+                out[name] = sub["default"]
+        for key, item in out.items():
+            sub = properties.get(key, additional if isinstance(additional, Mapping) else None)
+            out[key] = _with_defaults(item, sub)
+        return out
+    if isinstance(value, list):
+        return [_with_defaults(item, schema.get("items")) for item in value]
+    return value
+
+
+def _list_key(item: Any, keys: Sequence[str]) -> tuple[Any, ...] | None:
+    if not isinstance(item, Mapping):
+        return None
+    return tuple(repr(item.get(key)) for key in keys)
+
+
+class _Walker:
+    def __init__(self, *, transition_only: bool, update: bool) -> None:
+        self.transition_only, self.update = transition_only, update
+        self.found: list[Violation] = []
+
+    def walk(
+        self,
+        schema: Mapping[str, Any],
+        value: Any,
+        old: Any,
+        path: tuple[str | int, ...],
+        location: str,
+        *,
+        unchanged: bool,
+    ) -> None:
+        if value is None:
+            return  # rules run on present, non-null values only
+        rules = _rules_at(schema, location)
+        if rules:
+            self._check(schema, rules, value, old, path, unchanged=unchanged)
+        if isinstance(value, Mapping):
+            self._walk_map(schema, value, old, path, location, unchanged=unchanged)
+        elif isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+            self._walk_list(schema, value, old, path, location, unchanged=unchanged)
+
+    def _walk_map(
+        self,
+        schema: Mapping[str, Any],
+        value: Mapping[str, Any],
+        old: Any,
+        path: tuple[str | int, ...],
+        location: str,
+        *,
+        unchanged: bool,
+    ) -> None:
+        properties = schema.get("properties") or {}
+        additional = schema.get("additionalProperties")
+        correlatable = isinstance(old, Mapping) and schema.get("x-kubernetes-map-type") != "atomic"
+        for key, item in value.items():
+            sub = properties.get(key)
+            step: str | int = key
+            where = _child(location, key)
+            if sub is None and isinstance(additional, Mapping):
+                sub, step, where = additional, MapKey(key), f"{location}{{*}}"
+            if not isinstance(sub, Mapping):
+                continue
+            old_item = old.get(key) if correlatable else None
+            self.walk(
+                sub,
+                item,
+                old_item,
+                (*path, step),
+                where,
+                unchanged=(old_item == item) if old_item is not None else unchanged,
+            )
+
+    def _walk_list(
+        self,
+        schema: Mapping[str, Any],
+        value: list[Any],
+        old: Any,
+        path: tuple[str | int, ...],
+        location: str,
+        *,
+        unchanged: bool,
+    ) -> None:
+        items = schema["items"]
+        keys = schema.get("x-kubernetes-list-map-keys") or []
+        old_by_key: dict[tuple[Any, ...], Any] = {}
+        if schema.get("x-kubernetes-list-type") == "map" and keys and isinstance(old, list):
+            for old_item in old:
+                if (identity := _list_key(old_item, keys)) is not None:
+                    old_by_key.setdefault(identity, old_item)
+        for index, item in enumerate(value):
+            identity = _list_key(item, keys) if old_by_key else None
+            old_item = old_by_key.get(identity) if identity is not None else None
+            self.walk(
+                items,
+                item,
+                old_item,
+                (*path, index),
+                f"{location}[*]",
+                unchanged=(old_item == item) if old_item is not None else unchanged,
+            )
+
+    def _check(
+        self,
+        schema: Mapping[str, Any],
+        rules: list[Rule],
+        value: Any,
+        old: Any,
+        path: tuple[str | int, ...],
+        *,
+        unchanged: bool,
+    ) -> None:
+        node_type = str(schema.get("type", ""))
+        shown = _shown_value(value, node_type)
+        cel_self: Any = None
+        for rule in rules:
+            try:
+                transition = _compiled(rule.rule)[1]
+            except CelError as error:
+                text = f"rule compile error: {error.detail}"
+                self.found.append(Violation(path, rule, text, "Invalid value", f'"{node_type}"'))
+                continue
+            if self.transition_only and not transition:
+                continue
+            if transition and old is None and not rule.optional_old_self:
+                continue  # nothing to compare with: a create, or an uncorrelatable value
+            if cel_self is None:
+                cel_self = _to_cel(value, schema)
+            activation = {"self": cel_self}
+            if transition:
+                old_cel = _to_cel(old, schema) if old is not None else None
+                activation["oldSelf"] = (
+                    _Optional(old_cel, present=old is not None)
+                    if rule.optional_old_self
+                    else old_cel
+                )
+            try:
+                result = _run(rule.rule, activation)
+            except CelError as error:
+                self.found.append(
+                    Violation(
+                        path,
+                        rule,
+                        f"{error.detail} evaluating rule: {rule.error_text}",
+                        "Invalid value",
+                        f'"{node_type}"',
+                    )
+                )
+                continue
+            if isinstance(result, celtypes.BoolType) and bool(result):
+                continue
+            if self.update and not transition and unchanged:
+                continue  # ratcheting: an unchanged value keeps passing on update
+            where = path + _field_path_steps(rule.field_path, schema)
+            self.found.append(
+                Violation(
+                    where,
+                    rule,
+                    self._message(rule, activation),
+                    _REASONS.get(rule.reason, "Invalid value"),
+                    shown,
+                )
+            )
+
+    @staticmethod
+    def _message(rule: Rule, activation: Mapping[str, Any]) -> str:
+        if rule.message_expression:
+            try:
+                text = _from_cel(_run(rule.message_expression, activation))
+            except CelError:
+                text = None
+            if isinstance(text, str) and text.strip() and "\n" not in text.strip():
+                return text.strip()
+        return rule.default_message
+
+
+def _shown_value(value: Any, node_type: str) -> str:
+    """How ``field.Invalid`` prints the value: the type for objects and lists, else the value."""
+    if isinstance(value, Mapping | list) or node_type in ("object", "array"):
+        return f'"{node_type or ("object" if isinstance(value, Mapping) else "array")}"'
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        return f'"{escaped}"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+_FIELD_PATH_TOKEN: Final = re.compile(r"\.([^.\[\]]+)|\['((?:[^'\\]|\\.)*)'\]")
+
+
+def _field_path_steps(field_path: str | None, schema: Mapping[str, Any]) -> tuple[str | int, ...]:
+    """A rule's ``fieldPath`` (``.spec.x``, ``['a.b']``) as path steps relative to its node."""
+    if not field_path:
+        return ()
+    steps: list[str | int] = []
+    node: Any = schema
+    for match in _FIELD_PATH_TOKEN.finditer(field_path):
+        name = match.group(1) if match.group(1) is not None else match.group(2)
+        properties = node.get("properties") if isinstance(node, Mapping) else None
+        if properties and name in properties:
+            steps.append(name)
+            node = properties[name]
+        else:
+            steps.append(MapKey(name))
+            node = node.get("additionalProperties") if isinstance(node, Mapping) else None
+    return tuple(steps)
