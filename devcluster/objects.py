@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import inspect
 import json
 import logging
 import re
@@ -15,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from devcluster import managed, patches
 from devcluster.admission import Admission, Attributes
@@ -34,6 +35,7 @@ from devcluster.store import Store
 
 logger = logging.getLogger("devcluster")
 
+# A validator may also take ``old=`` (the stored object, on updates) for transition rules.
 Validator = Callable[[dict[str, Any]], list[str]]
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -83,7 +85,7 @@ def quotas_validator(kubernetes_version: str) -> Validator:
     the stand-in starts without it (and without Django)."""
     warned = False
 
-    def validate(obj: dict[str, Any]) -> list[str]:
+    def validate(obj: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
         nonlocal warned
         try:
             # Imported here: the stand-in must start without it (and without Django).
@@ -95,7 +97,7 @@ def quotas_validator(kubernetes_version: str) -> Validator:
                 logger.warning("devcluster: %s; objects are NOT validated", error)
                 warned = True
             return []
-        return list(validate_object(obj, kubernetes_version=kubernetes_version))
+        return list(validate_object(obj, kubernetes_version=kubernetes_version, old=old))
 
     return validate
 
@@ -155,6 +157,7 @@ class Objects:
         self.validator = validator
         self.crds = crds
         self.admission = Admission(registry, store)
+        self._validator_takes_old = "old" in inspect.signature(validator).parameters
 
     # Seeding ---------------------------------------------------------------------------------
 
@@ -541,7 +544,11 @@ class Objects:
         obj["metadata"]["resourceVersion"] = self.store.next_resource_version()
         self.store.put(resource_type.key, obj, created=True)
 
-    def _validate(self, resource_type: ResourceType, obj: dict[str, Any]) -> None:
+    def _validate(
+        self, resource_type: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None = None
+    ) -> None:
+        """The name, then the validator (with the stored object on updates, so that CRD
+        transition rules run: 422 naming the rule's message, as the API server)."""
         name = obj["metadata"]["name"]
         if resource_type.key == "namespaces":
             name_ok = bool(_LABEL.match(name)) and len(name) <= 63
@@ -560,10 +567,15 @@ class Objects:
                 }
             )
         elif resource_type.validated:
-            candidate = copy.deepcopy(obj)
-            for key in (*SERVER_METADATA, "resourceVersion", "managedFields"):
-                candidate["metadata"].pop(key, None)
-            causes = [_cause(message, candidate) for message in self.validator(candidate)]
+            candidate = _without_server_metadata(obj)
+            if old is not None and self._validator_takes_old:
+                stored = _without_server_metadata(old)
+                stored["apiVersion"] = candidate["apiVersion"]  # one stored version, served as any
+                takes_old = cast(Callable[..., list[str]], self.validator)
+                messages = takes_old(candidate, old=stored)
+            else:
+                messages = self.validator(candidate)
+            causes = [_cause(message, candidate) for message in messages]
         if causes:
             raise invalid(resource_type.kind, resource_type.group, name, causes)
 
@@ -658,7 +670,7 @@ class Objects:
         if _same_ignoring_times(new, current):
             return self.present(target, current)  # a no-op keeps the resourceVersion
         self._check_immutable(resource_type, current, new)
-        self._validate(resource_type, new)
+        self._validate(resource_type, new, old=current)
         self.admission.validate(attributes)
         if dry_run:
             return self.present(target, new)
@@ -761,6 +773,13 @@ def _same_ignoring_times(new: dict[str, Any], current: dict[str, Any]) -> bool:
         return {**obj, "metadata": metadata}
 
     return strip(new) == strip(current)
+
+
+def _without_server_metadata(obj: dict[str, Any]) -> dict[str, Any]:
+    candidate = copy.deepcopy(obj)
+    for key in (*SERVER_METADATA, "resourceVersion", "managedFields"):
+        candidate["metadata"].pop(key, None)
+    return candidate
 
 
 def _cause(message: str, obj: dict[str, Any]) -> dict[str, str]:
