@@ -11,17 +11,23 @@ is kept current as the objects of its namespace are created, changed and deleted
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from devcluster import limitranger, quota
-from devcluster.errors import forbidden
+from devcluster import limitranger, policies, quota
+from devcluster.errors import ApiError, forbidden, qualified
 from devcluster.resources import Registry, ResourceType
 from devcluster.store import Store
 
+logger = logging.getLogger("devcluster")
+
 QUOTAS = "resourcequotas"
+POLICIES = "validatingadmissionpolicies.admissionregistration.k8s.io"
+BINDINGS = "validatingadmissionpolicybindings.admissionregistration.k8s.io"
+ANONYMOUS = ("system:anonymous", ("system:unauthenticated",))
 LIMIT_RANGES = "limitranges"
 PODS = "pods"
 
@@ -39,7 +45,6 @@ class Attributes:
     obj: dict[str, Any] | None  # None on DELETE
     old: dict[str, Any] | None  # None on CREATE
     dry_run: bool = False
-    user: str = "system:anonymous"
 
 
 class Admission:
@@ -55,7 +60,10 @@ class Admission:
         self.registry = registry
         self.store = store
         self.now = now
-        self.warnings: list[str] = []  # of the request being served (Warning headers)
+        # Of the request being served (one at a time): its user, and Warning headers to send.
+        self.user: tuple[str, tuple[str, ...]] = ANONYMOUS
+        self.warnings: list[str] = []
+        self._cel_missing = False
         self._evaluators: dict[str, quota.Evaluator] = {}
         self._writing_status = False
         store.listeners.append(self._changed)
@@ -75,8 +83,69 @@ class Admission:
             raise forbidden(resource_type.plural, resource_type.group, attributes.name, refusal)
 
     def validate(self, attributes: Attributes) -> None:
-        """Validating admission: ResourceQuota."""
+        """Validating admission: ValidatingAdmissionPolicy, then ResourceQuota."""
+        self._check_policies(attributes)
         self._check_quota(attributes)
+
+    # ValidatingAdmissionPolicy ---------------------------------------------------------------
+
+    def _evaluate(self, expression: str, variables: Mapping[str, Any]) -> Any:
+        from quotas.kube.cel import evaluate  # the portal's CEL engine (no Django)
+
+        return evaluate(expression, variables)
+
+    def _check_policies(self, attributes: Attributes) -> None:
+        bound = self.store.list(BINDINGS)
+        if not bound or self._cel_missing:
+            return
+        resource_type = attributes.resource_type
+        namespace_object = (
+            self.store.get("namespaces", "", attributes.namespace) if attributes.namespace else None
+        )
+        request = policies.Request(
+            operation=attributes.operation,
+            group=resource_type.group,
+            version=attributes.version,
+            versions=resource_type.versions,
+            kind=resource_type.kind,
+            resource=resource_type.plural,
+            subresource=attributes.subresource,
+            namespace=attributes.namespace,
+            name=attributes.name,
+            obj=attributes.obj,
+            old=attributes.old,
+            namespace_object=namespace_object,
+            username=self.user[0],
+            groups=self.user[1],
+            dry_run=attributes.dry_run,
+        )
+        try:
+            outcome = policies.admit(self.store.list(POLICIES), bound, request, self._evaluate)
+        except ModuleNotFoundError as error:
+            if error.name not in ("quotas", "quotas.kube", "quotas.kube.cel"):
+                raise
+            logger.warning("devcluster: %s; admission policies are NOT evaluated", error)
+            self._cel_missing = True
+            return
+        self.warnings.extend(outcome.warnings)
+        if outcome.denial is None:
+            return
+        message, reason = outcome.denial
+        name = attributes.name
+        details: dict[str, Any] = {
+            "name": name,
+            "kind": resource_type.plural,
+            "causes": [{"message": message}],
+        }
+        if resource_type.group:
+            details["group"] = resource_type.group
+        target = qualified(resource_type.plural, resource_type.group)
+        raise ApiError(
+            policies.REASON_CODES.get(reason, 422),
+            f'{target} "{name}" is forbidden: {message}',
+            reason=reason,
+            details=details,
+        )
 
     # ResourceQuota ---------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import re
 import secrets
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -380,6 +380,7 @@ class Objects:
                 f'namespaces "{name}" is forbidden: this namespace may not be deleted',
                 details={"name": name, "kind": "namespaces"},
             )
+        self.admission.validate(self._attributes("DELETE", target, None, current, dry_run))
         removed, answered_with_object = self._remove(target, current, dry_run)
         if answered_with_object or resource_type.is_custom:
             return self.present(target, removed)
@@ -409,7 +410,17 @@ class Objects:
         items, list_meta = self.select(
             target, label_selector=label_selector, field_selector=field_selector
         )
-        removed = [self._remove(target, obj, dry_run)[0] for obj in items]
+        removed = []
+        for obj in items:
+            stored = self.existing(
+                replace(
+                    target,
+                    name=obj["metadata"]["name"],
+                    namespace=obj["metadata"].get("namespace") or None,
+                )
+            )
+            self.admission.validate(self._attributes("DELETE", target, None, stored, dry_run))
+            removed.append(self._remove(target, stored, dry_run)[0])
         return [self.present(target, obj) for obj in removed], list_meta
 
     # Internals -------------------------------------------------------------------------------
@@ -515,11 +526,13 @@ class Objects:
         self,
         operation: str,
         target: Target,
-        obj: dict[str, Any],
+        obj: dict[str, Any] | None,
         old: dict[str, Any] | None,
         dry_run: bool,
     ) -> Attributes:
-        metadata = obj["metadata"]
+        subject = obj if obj is not None else old
+        assert subject is not None
+        metadata = subject["metadata"]
         return Attributes(
             operation=operation,
             resource_type=target.resource_type,
