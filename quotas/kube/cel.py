@@ -10,7 +10,8 @@ Pure Python, no Django and no app imports: validate.py, the applier and the API 
   heterogeneous equality and cross-type numeric comparison (``1 == 1.0``, ``'a' == 1`` is
   false), the Kubernetes string library (``lowerAscii``, ``upperAscii``, ``trim``,
   ``replace``, ``split``, ``join``, ``indexOf``, ``lastIndexOf``, ``substring``, ``charAt``)
-  and list library (``isSorted``, ``sum``, ``min``, ``max``, ``indexOf``, ``lastIndexOf``),
+  and list library (``isSorted``, ``sum``, ``max``, ``indexOf``, ``lastIndexOf``; cel-python
+  has ``min``),
   and ``hasValue`` / ``value`` / ``orValue`` on an optional ``oldSelf``. A function neither
   has is a compile error, as it is for the API server's type checker. Not provided: the
   ``quantity``, ``url``, ``ip``/``cidr``, ``format`` and ``authorizer`` libraries, and
@@ -57,7 +58,8 @@ __all__ = [
 ]
 
 _ENVIRONMENT: Final = celpy.Environment()
-_MACROS: Final = frozenset({"has", "all", "exists", "exists_one", "map", "filter", "dyn"})
+# Handled by cel-python's parser or evaluator itself ("min" is its list reduction).
+_MACROS: Final = frozenset({"has", "all", "exists", "exists_one", "map", "filter", "dyn", "min"})
 _REASONS: Final = {
     None: "Invalid value",
     "FieldValueInvalid": "Invalid value",
@@ -351,7 +353,6 @@ _FUNCTIONS: Final[dict[str, Callable[..., Any]]] = {
     "charAt": _char_at,
     "isSorted": _is_sorted,
     "sum": _sum,
-    "min": _extreme("min", lambda best, item: not _less(item, best)),
     "max": _extreme("max", lambda best, item: not _less(best, item)),
     "hasValue": _has_value,
     "value": _value,

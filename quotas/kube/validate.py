@@ -21,49 +21,58 @@ Pure Python, no Django: the compiler, the local API stand-in and the tests call 
   label keys and values and annotation keys are well formed; a namespaced kind has
   ``metadata.namespace`` and a cluster-scoped one does not.
 
-CEL rules (``x-kubernetes-validations``) and webhook rules checked in code (Kueue v1beta2,
-Volcano v1beta1), because jsonschema does not run CEL:
+CEL rules: every ``x-kubernetes-validations`` rule of every CRD in ``quotas/kube/crds/``
+(Kueue and Volcano, whatever version the object names) is evaluated by a real CEL engine
+(``quotas.kube.cel``, on cel-python) from the CRD files as written, the way the API server
+runs them: after schema defaults, on every value the rule's schema node describes, with
+messages in the API server's words (``spec: Invalid value: "object": <message>``). They do
+not run when the object has a value of the wrong type (the API server's "some validation
+rules were not checked"). With ``old`` (``validate_object(obj, old=...)``, the stored object)
+the check is an update's: transition rules (``oldSelf``) run where the old value can be
+correlated, and a failure on an unchanged value is dropped (validation ratcheting).
+``transition_issues`` runs the transition rules alone; the applier calls it before an update.
 
-* ClusterQueue and Cohort ``resourceGroups``: every flavor lists as many resources as
-  ``coveredResources`` (CEL), with the same names in the same order (webhook: "must match the
-  name in coveredResources"); a resource and a flavor appear in one resource group only;
-  resource names are qualified names; ``nominalQuota``, ``borrowingLimit`` and ``lendingLimit``
-  are >= 0; at most 256 flavors and 256 covered resources in all, 512 flavor-resource pairs
-  per group.
-* ClusterQueue: ``borrowingLimit`` must be nil when ``cohortName`` is empty (CEL; the webhook
-  says the same of ``lendingLimit``); ``lendingLimit`` <= ``nominalQuota``;
-  ``reclaimWithinCohort=Never`` with ``borrowWithinCohort.policy != Never`` is refused;
-  ``flavorFungibility.preference`` needs both ``whenCanBorrow`` and ``whenCanPreempt`` at
-  ``TryNextFlavor`` (defaults applied); ``fairSharing.weight`` >= 0 and, when not 0, > 1n;
-  ``admissionChecksStrategy`` ``onFlavors`` name flavors of this ClusterQueue;
-  ``namespaceSelector`` is a valid label selector. Portal rule: a null or absent
+Webhook rules, checked in code because they are Go code in Kueue's and Volcano's admission
+webhooks, not CEL (Kueue v1beta2, Volcano v1beta1):
+
+* ClusterQueue and Cohort ``resourceGroups``: flavors list the resources of
+  ``coveredResources`` by name in the same order ("must match the name in
+  coveredResources"); a resource and a flavor appear in one resource group only; resource
+  names are qualified names; ``nominalQuota``, ``borrowingLimit`` and ``lendingLimit`` are >=
+  0; at most 256 flavors and 256 covered resources in all, 512 flavor-resource pairs per
+  group.
+* ClusterQueue: ``lendingLimit`` must be nil when ``cohortName`` is empty (the CRD's CEL rule
+  says so of ``borrowingLimit``) and <= ``nominalQuota``; ``fairSharing.weight`` >= 0 and,
+  when not 0, > 1n; ``admissionChecksStrategy`` ``onFlavors`` name flavors of this
+  ClusterQueue; ``namespaceSelector`` is a valid label selector. Portal rule: a null or absent
   ``namespaceSelector`` (selects no namespace) and ``{}`` (selects every namespace) are errors.
 * Cohort: ``borrowingLimit`` / ``lendingLimit`` need ``parentName``; ``fairSharing.weight``.
 * LocalQueue: ``spec.clusterQueue`` must be set (portal rule); ``fairSharing.weight``.
-* ResourceFlavor: ``topologyName`` needs at least one nodeLabel; nodeTaints effects; the five
-  toleration rules (operator Exists without key, tolerationSeconds only with NoExecute,
-  operator Equal|Exists, no value with Exists, effect values).
-* Volcano Queue (webhook): quantities >= 0 (whole numbers for extended resources);
-  deserved <= capability and guarantee <= capability when capability is set, guarantee <=
-  deserved when guarantee is set, a resource missing from the larger list counting as 0, as
-  Volcano's ``LessPartly(..., Zero)`` does; a queue is not its own parent. ``weight`` 1..65535
-  is in the schema.
+* ResourceFlavor (Kueue's ``ValidateResourceFlavor``): ``nodeLabels`` keys are qualified names
+  and values label values; ``nodeTaints`` keys qualified names, values label values, an
+  effect given, unique by key and effect; ``tolerations`` keys, when set, qualified names.
+* Volcano Queue: quantities >= 0 (whole numbers for extended resources); deserved <=
+  capability and guarantee <= capability when capability is set, guarantee <= deserved when
+  guarantee is set, a resource missing from the larger list counting as 0, as Volcano's
+  ``LessPartly(..., Zero)`` does; a queue is not its own parent. ``weight`` 1..65535 is in the
+  schema.
 * PriorityClass (API server): the name does not start with ``system-`` and ``value`` <= 1e9.
 * A batch (``validate_objects``) holds each object once.
 
 Skipped, and why:
 
-* Transition rules, which need the stored object (``oldSelf``): LocalQueue ``clusterQueue`` is
-  immutable; ResourceFlavor ``nodeLabels``, ``tolerations`` and ``topologyName`` are immutable
-  once ``topologyName`` is set; the webhook's ClusterQueue ``concurrentAdmissionPolicy``
-  immutability.
-* ClusterQueue ``concurrentAdmissionPolicy`` rules (feature-gated ConcurrentAdmission; the
-  portal does not set it).
+* Webhook rules that need the stored object: the ClusterQueue webhook's
+  ``concurrentAdmissionPolicy`` immutability (feature-gated; the portal does not set it).
+  (CRD transition rules do run, given ``old``.)
 * Rules that need other objects: Volcano hierarchy (parent exists, children's guarantee and
   deserved sums, child capability <= parent's), Volcano hierarchy annotations; whether flavors,
   cohorts and ClusterQueues that objects name exist.
-* Workload and WorkloadPriorityClass rules, and every rule under ``status``: Kueue writes
-  those, not the portal (their schemas are still checked).
+* Kueue's Workload and WorkloadPriorityClass webhooks: the portal writes neither (it patches
+  a Workload's ``spec.active``); the Workload CRD's CEL rules do run, ``status`` ones too.
+* CEL functions cel-python lacks and ``quotas.kube.cel`` does not add (``quantity``, ``url``,
+  ``ip``, ``format``, optional syntax ``a.?b``): a rule using one reports a compile error; no
+  rule in the CRDs here does (a test says so).
+* The CEL cost budget: rules here are small, and cel-python does not count cost.
 * Semantic quota rules Kubernetes does not enforce at this layer, such as ``limits.`` keys for
   extended resources in a ResourceQuota: the compiler's job.
 """

@@ -20,6 +20,7 @@ from quotas.kube.validate import (
     validate_object,
     validate_objects,
 )
+from tests.kube.test_kueue_rules import BASES
 
 # notes-kueue-volcano.md §1.7, "Minimal valid YAML (validated against the copied v1beta2 schemas)".
 MINIMAL_KUEUE = """
@@ -671,11 +672,11 @@ def test_resource_flavor_rules() -> None:
     assert validate_object(flavor) == [
         f'{flavor_}: spec: Invalid value: "object": no such key: nodeLabels evaluating rule: at '
         "least one nodeLabel is required when topology is set",
-        f"{flavor_}: spec.tolerations: Invalid value: \"array\": operator must be Exists when "
+        f'{flavor_}: spec.tolerations: Invalid value: "array": operator must be Exists when '
         "'key' is empty, which means 'match all values and all keys'",
-        f"{flavor_}: spec.tolerations: Invalid value: \"array\": no such key: effect evaluating "
+        f'{flavor_}: spec.tolerations: Invalid value: "array": no such key: effect evaluating '
         "rule: effect must be 'NoExecute' when 'tolerationSeconds' is set",
-        f"{flavor_}: spec.nodeTaints: Invalid value: \"array\": supported taint effect values: "
+        f'{flavor_}: spec.nodeTaints: Invalid value: "array": supported taint effect values: '
         "'NoSchedule', 'PreferNoSchedule', 'NoExecute'",
     ]
 
@@ -760,3 +761,109 @@ def test_scope_lookup() -> None:
     assert is_namespaced("v1", "ResourceQuota") is True
     assert is_namespaced("scheduling.k8s.io/v1", "PriorityClass") is False
     assert is_namespaced("kueue.x-k8s.io/v1beta2", "Nope") is None
+
+
+# --------------------------------------------------------------------------- ResourceFlavor webhook
+
+RF = "ResourceFlavor h100-80gb"
+NAME_PART = (
+    "the name part must be 1-63 characters of letters, digits, '-', '_' or '.', starting and "
+    "ending with a letter or digit"
+)
+LABEL_VALUE = (
+    "must be at most 63 characters of letters, digits, '-', '_' or '.', starting and ending "
+    "with a letter or digit"
+)
+
+
+def h100_flavor(**spec: Any) -> dict[str, Any]:
+    flavor = load(MINIMAL_KUEUE)[0]
+    flavor["spec"].update(spec)
+    return flavor
+
+
+def test_resource_flavor_node_labels_are_valid_labels() -> None:
+    flavor = h100_flavor(nodeLabels={"@abc": "x", "example.com/zone": "-bad"})
+    assert validate_object(flavor) == [
+        f'{RF}: spec.nodeLabels[@abc]: invalid label key "@abc": {NAME_PART}',
+        f'{RF}: spec.nodeLabels[example.com/zone]: invalid label value "-bad": {LABEL_VALUE}',
+    ]
+    prefix = h100_flavor(nodeLabels={"Example.COM/zone": "a"})
+    assert validate_object(prefix) == [
+        f'{RF}: spec.nodeLabels[Example.COM/zone]: invalid label key "Example.COM/zone": the '
+        "prefix 'Example.COM' must be a lowercase RFC 1123 subdomain"
+    ]
+
+
+def test_resource_flavor_node_taints_keys_values_and_uniqueness() -> None:
+    taints = [
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+        {"key": "nvidia.com/gpu", "value": "other", "effect": "NoSchedule"},
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoExecute"},  # other effect: ok
+        {"key": "bad key", "value": "a b", "effect": "NoSchedule"},
+    ]
+    assert validate_object(h100_flavor(nodeTaints=taints)) == [
+        f"{RF}: spec.nodeTaints[1]: Duplicate value: taints must be unique by key and effect "
+        'pair: key "nvidia.com/gpu" with effect "NoSchedule" is already nodeTaints[0]',
+        f'{RF}: spec.nodeTaints[3].key: invalid taint key "bad key": {NAME_PART}',
+        f'{RF}: spec.nodeTaints[3].value: invalid taint value "a b": {LABEL_VALUE}',
+    ]
+
+
+def test_resource_flavor_node_taint_effect_is_required() -> None:
+    taints = [{"key": "nvidia.com/gpu", "effect": ""}]
+    errors = validate_object(h100_flavor(nodeTaints=taints))
+    assert (
+        f"{RF}: spec.nodeTaints[0].effect: Required value: a taint needs an effect (NoSchedule, "
+        "PreferNoSchedule or NoExecute)"
+    ) in errors
+    # The CRD's CEL rule refuses the empty effect too, in the API server's words.
+    assert (
+        f'{RF}: spec.nodeTaints: Invalid value: "array": supported taint effect values: '
+        "'NoSchedule', 'PreferNoSchedule', 'NoExecute'"
+    ) in errors
+
+
+def test_resource_flavor_toleration_keys_are_qualified_names_when_set() -> None:
+    tolerations = [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"operator": "Exists"},  # no key: tolerates every taint
+        {"key": "/gpu", "operator": "Exists"},
+    ]
+    assert validate_object(h100_flavor(tolerations=tolerations)) == [
+        f"{RF}: spec.tolerations[2].key: invalid toleration key \"/gpu\": the prefix '' must be "
+        "a lowercase RFC 1123 subdomain"
+    ]
+
+
+def test_update_checks_transition_rules_against_the_stored_object() -> None:
+    stored = h100_flavor(topologyName="default")
+    changed = h100_flavor(topologyName="default", nodeLabels={"nvidia.com/gpu.product": "B200"})
+    assert validate_object(changed) == []  # a create
+    assert validate_object(changed, old=stored) == [
+        f'{RF}: spec: Invalid value: "object": nodeLabels are immutable when topologyName is set'
+    ]
+    assert validate.transition_issues(changed, stored) == validate_object(changed, old=stored)
+    assert validate.transition_issues(stored, stored) == []
+    assert validate.transition_issues(one(VOLCANO_QUEUE), one(VOLCANO_QUEUE)) == []
+
+
+def test_a_local_queue_keeps_its_cluster_queue() -> None:
+    queue = load(MINIMAL_KUEUE)[4]
+    assert validate.transition_issues(queue, {**queue, "spec": {"clusterQueue": "other"}}) == [
+        'LocalQueue team-a/default: spec.clusterQueue: Invalid value: "team-a": field is immutable'
+    ]
+
+
+def test_a_workload_update_cannot_change_status_so_rules_see_the_stored_status() -> None:
+    stored = copy.deepcopy(BASES["Workload"])  # quota reserved and admitted
+    desired = copy.deepcopy(stored)
+    del desired["status"]  # what a client sends: the status subresource keeps the stored one
+    desired["spec"]["queueName"] = "other"
+    assert validate.transition_issues(desired, stored) == [
+        'Workload team-a/job-train-1: Invalid value: "object": queueName is immutable while '
+        "workload quota reserved"
+    ]
+    desired["spec"]["queueName"] = stored["spec"]["queueName"]
+    desired["spec"]["active"] = False  # what idle suspension patches
+    assert validate.transition_issues(desired, stored) == []
