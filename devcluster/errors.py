@@ -96,6 +96,16 @@ def conflict(plural: str, group: str, name: str, why: str) -> ApiError:
     )
 
 
+def forbidden(plural: str, group: str, name: str, why: str) -> ApiError:
+    """403 as admission plugins refuse: ``pods "p" is forbidden: <why>``."""
+    details: dict[str, Any] = {"name": name, "kind": plural}
+    if group:
+        details["group"] = group
+    return ApiError(
+        403, f'{qualified(plural, group)} "{name}" is forbidden: {why}', details=details
+    )
+
+
 def invalid(kind: str, group: str, name: str, causes: list[dict[str, str]]) -> ApiError:
     """422 with ``details.causes``; the message lists the causes as a real server does."""
     described = [

@@ -7,17 +7,19 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import inspect
 import json
 import logging
 import re
 import secrets
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from devcluster import managed, patches
+from devcluster.admission import Admission, Attributes
 from devcluster.errors import (
     ApiError,
     already_exists,
@@ -33,6 +35,7 @@ from devcluster.store import Store
 
 logger = logging.getLogger("devcluster")
 
+# A validator may also take ``old=`` (the stored object, on updates) for transition rules.
 Validator = Callable[[dict[str, Any]], list[str]]
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -82,7 +85,7 @@ def quotas_validator(kubernetes_version: str) -> Validator:
     the stand-in starts without it (and without Django)."""
     warned = False
 
-    def validate(obj: dict[str, Any]) -> list[str]:
+    def validate(obj: dict[str, Any], old: dict[str, Any] | None = None) -> list[str]:
         nonlocal warned
         try:
             # Imported here: the stand-in must start without it (and without Django).
@@ -94,7 +97,7 @@ def quotas_validator(kubernetes_version: str) -> Validator:
                 logger.warning("devcluster: %s; objects are NOT validated", error)
                 warned = True
             return []
-        return list(validate_object(obj, kubernetes_version=kubernetes_version))
+        return list(validate_object(obj, kubernetes_version=kubernetes_version, old=old))
 
     return validate
 
@@ -153,6 +156,8 @@ class Objects:
         self.store = store
         self.validator = validator
         self.crds = crds
+        self.admission = Admission(registry, store)
+        self._validator_takes_old = "old" in inspect.signature(validator).parameters
 
     # Seeding ---------------------------------------------------------------------------------
 
@@ -242,7 +247,7 @@ class Objects:
         name = obj["metadata"]["name"]
         if self.store.get(resource_type.key, target.namespace or "", name) is not None:
             raise already_exists(resource_type.plural, resource_type.group, name)
-        self._validate(resource_type, obj)
+        self._admit(self._attributes("CREATE", target, obj, None, dry_run))
         if not dry_run:
             self._store_new(resource_type, obj)
         return self.present(target, obj)
@@ -347,7 +352,7 @@ class Objects:
         if entries:
             obj["metadata"]["managedFields"] = entries
         _prune_managed(obj)
-        self._validate(resource_type, obj)
+        self._admit(self._attributes("CREATE", target, obj, None, dry_run))
         if not dry_run:
             self._store_new(resource_type, obj)
         return self.present(target, obj), True
@@ -375,6 +380,7 @@ class Objects:
                 f'namespaces "{name}" is forbidden: this namespace may not be deleted',
                 details={"name": name, "kind": "namespaces"},
             )
+        self.admission.validate(self._attributes("DELETE", target, None, current, dry_run))
         removed, answered_with_object = self._remove(target, current, dry_run)
         if answered_with_object or resource_type.is_custom:
             return self.present(target, removed)
@@ -404,7 +410,17 @@ class Objects:
         items, list_meta = self.select(
             target, label_selector=label_selector, field_selector=field_selector
         )
-        removed = [self._remove(target, obj, dry_run)[0] for obj in items]
+        removed = []
+        for obj in items:
+            stored = self.existing(
+                replace(
+                    target,
+                    name=obj["metadata"]["name"],
+                    namespace=obj["metadata"].get("namespace") or None,
+                )
+            )
+            self.admission.validate(self._attributes("DELETE", target, None, stored, dry_run))
+            removed.append(self._remove(target, stored, dry_run)[0])
         return [self.present(target, obj) for obj in removed], list_meta
 
     # Internals -------------------------------------------------------------------------------
@@ -501,18 +517,51 @@ class Objects:
             terminating = bool(metadata.get("deletionTimestamp"))
             obj["status"] = {"phase": "Terminating" if terminating else "Active"}
         elif resource_type.key == "resourcequotas":
-            # The quota controller's view: hard mirrors spec.hard; nothing runs, so used is 0.
-            hard = dict((obj.get("spec") or {}).get("hard") or {})
-            obj["status"] = {"hard": hard, "used": dict.fromkeys(hard, "0")}
+            # The quota controller's view: hard mirrors spec.hard, used what the namespace holds.
+            obj["status"] = self.admission.quota_status(obj)
         elif resource_type.key == "pods":
             obj.setdefault("status", {}).setdefault("phase", "Pending")
+
+    def _attributes(
+        self,
+        operation: str,
+        target: Target,
+        obj: dict[str, Any] | None,
+        old: dict[str, Any] | None,
+        dry_run: bool,
+    ) -> Attributes:
+        subject = obj if obj is not None else old
+        assert subject is not None
+        metadata = subject["metadata"]
+        return Attributes(
+            operation=operation,
+            resource_type=target.resource_type,
+            version=target.version,
+            namespace=metadata.get("namespace", ""),
+            name=metadata.get("name", ""),
+            subresource=target.subresource,
+            obj=obj,
+            old=old,
+            dry_run=dry_run,
+        )
+
+    def _admit(self, attributes: Attributes) -> None:
+        """Mutating admission, the object's validation, validating admission (creates)."""
+        assert attributes.obj is not None
+        self.admission.mutate(attributes)
+        self._validate(attributes.resource_type, attributes.obj)
+        self.admission.validate(attributes)
 
     def _store_new(self, resource_type: ResourceType, obj: dict[str, Any]) -> None:
         obj["apiVersion"] = resource_type.api_version(resource_type.storage_version)
         obj["metadata"]["resourceVersion"] = self.store.next_resource_version()
         self.store.put(resource_type.key, obj, created=True)
 
-    def _validate(self, resource_type: ResourceType, obj: dict[str, Any]) -> None:
+    def _validate(
+        self, resource_type: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None = None
+    ) -> None:
+        """The name, then the validator (with the stored object on updates, so that CRD
+        transition rules run: 422 naming the rule's message, as the API server)."""
         name = obj["metadata"]["name"]
         if resource_type.key == "namespaces":
             name_ok = bool(_LABEL.match(name)) and len(name) <= 63
@@ -531,10 +580,15 @@ class Objects:
                 }
             )
         elif resource_type.validated:
-            candidate = copy.deepcopy(obj)
-            for key in (*SERVER_METADATA, "resourceVersion", "managedFields"):
-                candidate["metadata"].pop(key, None)
-            causes = [_cause(message, candidate) for message in self.validator(candidate)]
+            candidate = _without_server_metadata(obj)
+            if old is not None and self._validator_takes_old:
+                stored = _without_server_metadata(old)
+                stored["apiVersion"] = candidate["apiVersion"]  # one stored version, served as any
+                takes_old = cast(Callable[..., list[str]], self.validator)
+                messages = takes_old(candidate, old=stored)
+            else:
+                messages = self.validator(candidate)
+            causes = [_cause(message, candidate) for message in messages]
         if causes:
             raise invalid(resource_type.kind, resource_type.group, name, causes)
 
@@ -610,6 +664,8 @@ class Objects:
         metadata = new["metadata"]
         metadata["resourceVersion"] = current_meta["resourceVersion"]
         self._server_fields(resource_type, new)
+        attributes = self._attributes("UPDATE", target, new, current, dry_run)
+        self.admission.mutate(attributes)
         if resource_type.has_generation and _spec_of(new) != _spec_of(current):
             metadata["generation"] = int(current_meta.get("generation") or 1) + 1
         if operation == "Apply":
@@ -627,7 +683,8 @@ class Objects:
         if _same_ignoring_times(new, current):
             return self.present(target, current)  # a no-op keeps the resourceVersion
         self._check_immutable(resource_type, current, new)
-        self._validate(resource_type, new)
+        self._validate(resource_type, new, old=current)
+        self.admission.validate(attributes)
         if dry_run:
             return self.present(target, new)
         if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
@@ -729,6 +786,13 @@ def _same_ignoring_times(new: dict[str, Any], current: dict[str, Any]) -> bool:
         return {**obj, "metadata": metadata}
 
     return strip(new) == strip(current)
+
+
+def _without_server_metadata(obj: dict[str, Any]) -> dict[str, Any]:
+    candidate = copy.deepcopy(obj)
+    for key in (*SERVER_METADATA, "resourceVersion", "managedFields"):
+        candidate["metadata"].pop(key, None)
+    return candidate
 
 
 def _cause(message: str, obj: dict[str, Any]) -> dict[str, str]:

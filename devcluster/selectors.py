@@ -120,3 +120,24 @@ def parse_field_selector(selector: str | None, kind: str) -> Callable[[Mapping[s
             raise bad_request(f'field label not supported: "{field_name}"')
         checks.append(_field_check(getter, expected, negated=operator == "!="))
     return lambda obj: all(check(obj) for check in checks)
+
+
+_SELECTOR_OPERATORS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """A ``metav1.LabelSelector`` (``matchLabels``, ``matchExpressions``) against labels; an
+    absent or empty selector matches everything. An unknown operator matches nothing."""
+    if not selector:
+        return True
+    requirements = [
+        Requirement(str(key), "=", (str(value),))
+        for key, value in (selector.get("matchLabels") or {}).items()
+    ]
+    for expression in selector.get("matchExpressions") or []:
+        operator = _SELECTOR_OPERATORS.get(str(expression.get("operator")))
+        if operator is None:
+            return False
+        values = tuple(str(v) for v in expression.get("values") or ())
+        requirements.append(Requirement(str(expression.get("key", "")), operator, values))
+    return all(requirement.matches(labels) for requirement in requirements)

@@ -17,6 +17,7 @@ import yaml
 from aiohttp import web
 
 from devcluster import discovery, tables
+from devcluster.admission import ANONYMOUS
 from devcluster.errors import ApiError, bad_request
 from devcluster.faults import FaultRule, Faults, Stats, fault_error
 from devcluster.objects import (
@@ -36,6 +37,8 @@ logger = logging.getLogger("devcluster")
 JSON = "application/json"
 APPLY_PATCH = "application/apply-patch+yaml"
 NOT_FOUND = "the server could not find the requested resource"
+# Who admission policies see (request.userInfo): the static token is the cluster admin.
+TOKEN_USER = ("devcluster-admin", ("system:masters", "system:authenticated"))
 NOT_ALLOWED = "the server does not allow this method on the requested resource"
 
 
@@ -149,11 +152,13 @@ class DevCluster:
         """The static token; without any credentials, the anonymous user if allowed (kubectl
         and client-go never send credentials over plain http)."""
         header = request.headers.get("Authorization", "")
+        self.objects.admission.user = ANONYMOUS
         if not header and self.allow_anonymous:
             return
         scheme, _, presented = header.partition(" ")
         if scheme.lower() != "bearer" or not secrets.compare_digest(presented.strip(), self.token):
             raise ApiError(401, "Unauthorized")
+        self.objects.admission.user = TOKEN_USER
 
     # Discovery and OpenAPI -------------------------------------------------------------------
 
@@ -255,6 +260,7 @@ class DevCluster:
         _field_validation(query)
         deprecation = target.resource_type.deprecated_versions.get(target.version)
         warnings = [deprecation] if deprecation else []
+        objects.admission.warnings = warnings  # admission policies add theirs (Warn)
         manager = query.get("fieldManager") or _manager_from_user_agent(request)
         if len(manager) > 128:
             raise bad_request("fieldManager: Too long: may not be more than 128 bytes")

@@ -306,7 +306,11 @@ def test_invalid_cluster_queue_is_422_with_causes(cqs: Resource) -> None:
     assert status["message"].startswith('ClusterQueue.kueue.x-k8s.io "team-a" is invalid: ')
     assert "borrowingLimit must be nil when cohort is empty" in status["message"]
     cause = status["details"]["causes"][0]
-    assert cause["field"] == "spec"  # where the CRD's CEL rule sits, as a real API server says
+    # The CRD's rule sits on spec, so the API server names spec (not the borrowingLimit).
+    assert cause["field"] == "spec"
+    assert cause["message"] == (
+        'Invalid value: "object": borrowingLimit must be nil when cohort is empty'
+    )
     with pytest.raises(NotFoundError):
         cqs.get(name="team-a")
 
