@@ -79,6 +79,27 @@ class FlavorIndex:
         return None
 
 
+def quota_gpu_used(
+    quotas: Iterable[Mapping[str, Any]], ns_tenant: Mapping[str, int], flavors: FlavorIndex
+) -> dict[tuple[int, int | None], float]:
+    """GPU requests in use per tenant and flavor, from the ResourceQuotas' ``status.used``.
+    Only unscoped quotas count: a pod is in every quota of its namespace that matches it, so a
+    PriorityClass-scoped quota (batch / inference split) would count it a second time."""
+    used: dict[tuple[int, int | None], float] = defaultdict(float)
+    for rq in quotas:
+        spec = rq.get("spec") or {}
+        if spec.get("scopeSelector") or spec.get("scopes"):
+            continue
+        tenant_id = ns_tenant.get((rq.get("metadata") or {}).get("namespace") or "")
+        if tenant_id is None:
+            continue
+        for name, value in ((rq.get("status") or {}).get("used") or {}).items():
+            resource = name.removeprefix("requests.")
+            if name.startswith("requests.") and is_gpu_resource(resource):
+                used[(tenant_id, flavors.for_resource(resource))] += _amount(value)
+    return dict(used)
+
+
 def flavor_index(flavors: Iterable[ResourceFlavor]) -> FlavorIndex:
     by_name: dict[str, int] = {}
     mig: dict[str, int] = {}
@@ -417,17 +438,7 @@ def collected_store(
                     queue, tenant_id=tenant_id, cluster_id=cluster.pk, flavors=flavors, now=now
                 )
             )
-    # ResourceQuotas: GPU requests used per tenant and flavor.
-    rq_used: dict[tuple[int, int | None], float] = defaultdict(float)
-    for rq in quotas:
-        tenant_id = ns_tenant.get((rq.get("metadata") or {}).get("namespace") or "")
-        if tenant_id is None:
-            continue
-        for name, value in ((rq.get("status") or {}).get("used") or {}).items():
-            resource = name.removeprefix("requests.")
-            if name.startswith("requests.") and is_gpu_resource(resource):
-                rq_used[(tenant_id, flavors.for_resource(resource))] += _amount(value)
-    for (tenant_id, flavor_id), amount in rq_used.items():
+    for (tenant_id, flavor_id), amount in quota_gpu_used(quotas, ns_tenant, flavors).items():
         rows.append(
             (
                 now,

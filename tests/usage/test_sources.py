@@ -116,7 +116,12 @@ def _pod(namespace: str, name: str, gpus: dict[str, str], phase: str = "Running"
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace},
+        # Queued through Kueue, as the cluster's admission policy asks of GPU pods.
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"kueue.x-k8s.io/queue-name": "default"},
+        },
         "spec": {
             "containers": [
                 {
@@ -283,3 +288,20 @@ def test_an_unreachable_cluster_stores_nothing_and_says_why(world: World, standi
     outcome = collector.cluster_collect(cluster=world.a100)
     assert not outcome.reachable and "unable to handle the request" in outcome.message
     assert Sample.objects.count() == 0
+
+
+def test_a_pod_in_a_scoped_quota_too_is_counted_once():
+    from usage.collector import FlavorIndex, quota_gpu_used
+
+    flavors = FlavorIndex(by_name={}, mig={}, gpu_by_product={}, only_gpu=7)
+    used = {"status": {"used": {"requests.nvidia.com/gpu": "3", "requests.cpu": "2"}}}
+    quotas = [
+        {"metadata": {"namespace": "team-a-training", "name": "gpu-portal-quota"}, **used},
+        {
+            "metadata": {"namespace": "team-a-training", "name": "gpu-portal-batch"},
+            "spec": {"scopeSelector": {"matchExpressions": [{"scopeName": "PriorityClass"}]}},
+            **used,
+        },
+        {"metadata": {"namespace": "elsewhere", "name": "q"}, **used},
+    ]
+    assert quota_gpu_used(quotas, {"team-a-training": 1}, flavors) == {(1, 7): 3.0}
