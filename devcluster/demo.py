@@ -54,6 +54,43 @@ def merged_kubeconfig(files: dict[str, Path]) -> dict[str, Any]:
     }
 
 
+# What a Kueue install leaves on a cluster that the portal reads: the manager's configuration
+# (the demo's Kueue manages Jobs, plain pods, Deployments and StatefulSets that carry a queue
+# name; see README "No way around a tenant's limit").
+KUEUE_CONFIG = """apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+namespace: kueue-system
+manageJobsWithoutQueueName: false
+integrations:
+  frameworks: ["batch/job", "pod", "deployment", "statefulset"]
+"""
+
+
+def install_kueue_config(endpoint: Endpoint) -> None:
+    """Namespace ``kueue-system`` and ConfigMap ``kueue-manager-config`` where missing (a
+    restart keeps what the state directory holds, an edit included)."""
+    if not endpoint.exists("/api/v1/namespaces/kueue-system"):
+        endpoint.call(
+            "POST",
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}},
+            "application/json",
+        )
+    path = "/api/v1/namespaces/kueue-system/configmaps"
+    if not endpoint.exists(f"{path}/kueue-manager-config"):
+        endpoint.call(
+            "POST",
+            path,
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "kueue-manager-config", "namespace": "kueue-system"},
+                "data": {"controller_manager_config.yaml": KUEUE_CONFIG},
+            },
+            "application/json",
+        )
+
+
 def _simulate(
     endpoints: dict[str, Endpoint], hot: list[str], idle: str | None, started: datetime
 ) -> None:
@@ -114,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         endpoints = {name: Endpoint.from_kubeconfig(path) for name, path in files.items()}
+        for endpoint in endpoints.values():
+            install_kueue_config(endpoint)
         hot = args.hot if args.hot is not None else ["team-a"]
         started = datetime.now(UTC)
         next_status = 0.0

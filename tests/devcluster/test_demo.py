@@ -80,6 +80,24 @@ def test_the_demo_clusters_get_kueue_status_and_stop_on_sigterm(tmp_path: Path) 
         assert int(gpu["borrowed"]) == int(gpu["total"]) - 6
         # The other cluster has no ClusterQueue: nothing written there, and no error either.
         assert _kubectl(merged, "--context", "one", "get", "clusterqueues", "-o", "name") == ""
+        # Each has Kueue's manager configuration where a Kueue install keeps it.
+        for context in ("one", "two"):
+            config = json.loads(
+                _kubectl(
+                    merged,
+                    "--context",
+                    context,
+                    "get",
+                    "configmap",
+                    "-n",
+                    "kueue-system",
+                    "kueue-manager-config",
+                    "-o",
+                    "json",
+                )  # fmt: skip
+            )
+            text = config["data"]["controller_manager_config.yaml"]
+            assert yaml.safe_load(text)["integrations"]["frameworks"][0] == "batch/job"
     finally:
         process.send_signal(signal.SIGTERM)
         output = process.communicate(timeout=30)[0]
