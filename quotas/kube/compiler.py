@@ -114,6 +114,7 @@ DEFAULT_CPU_REQUEST: Final = Decimal("0.1")
 DEFAULT_MEMORY_REQUEST: Final = Decimal(256 * 1024**2)
 
 _MILLI: Final = Decimal("0.001")  # the finest cpu amount Kubernetes keeps (1m)
+_MEBI: Final = Decimal(1024**2)
 
 
 @dataclass(frozen=True)
@@ -330,8 +331,12 @@ class _Share:
     def of(self, total: Decimal, resource: str) -> Decimal:
         if not self.shares:
             return total
-        # Whole units (millicores for cpu), so the parts add up to the total exactly.
-        step = _MILLI if resource.removeprefix("requests.") == CPU else Decimal(1)
+        # Whole units: millicores of cpu, mebibytes of memory and storage (a quota reads
+        # "734003Mi", not "769658139443"), one of anything else; the parts add up to the total.
+        name = resource.removeprefix("requests.")
+        step = _MILLI if name == CPU else Decimal(1)
+        if name == MEMORY or resource.endswith("storage"):
+            step = _MEBI if total % _MEBI == 0 else Decimal(1)
         return enforcement.split_shares(total, self.shares, step=step)[self.index]
 
 

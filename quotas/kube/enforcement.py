@@ -447,6 +447,10 @@ class Verdict:
     lines: tuple[str, ...] = field(default_factory=tuple)
 
 
+def _and(words: Sequence[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
@@ -487,18 +491,21 @@ def verdict(
     without_label = [
         kind for kind in _ALL_KINDS if config.manages(kind, labelled=False, namespace_selected=True)
     ]
-    refused = [kind for kind in _ALL_KINDS if kind not in managed]
+    refused = [f"{kind}s" for kind in _ALL_KINDS if kind not in managed]
+    refusals = [] if without_label else ["work without a queue name"]
+    if refused:
+        refusals.append(f"{_and(refused)} that no managed workload created")
     lines = [
-        f"Kueue manages {', '.join(managed) if managed else 'no workload kind'} here "
-        f"({_plural(len(config.frameworks), 'integration')} enabled).",
+        f"Kueue manages {_and([f'{k}s' for k in managed]) if managed else 'no workload kind'} "
+        f"here ({_plural(len(config.frameworks), 'integration')} enabled).",
         (
-            f"Without a queue name Kueue also takes {', '.join(without_label)} "
+            f"Without a queue name Kueue also takes {_and([f'{k}s' for k in without_label])} "
             "(manageJobsWithoutQueueName)."
             if without_label
             else "Work without a queue name is not managed by Kueue."
         ),
-        f"The admission policy refuses GPU-requesting {', '.join(refused)} objects and any "
-        "workload Kueue would not manage, in every tenant namespace.",
+        "In every tenant namespace the admission policy refuses GPU work Kueue would not "
+        f"manage{': ' + '; '.join(refusals) if refusals else ''}.",
         "Hold, idle suspension and dedicated pools reach every GPU workload the policy lets in.",
     ]
     return Verdict(mode=ENFORCEMENT_KUEUE, bypass="no", lines=tuple(lines))

@@ -201,3 +201,44 @@ def test_the_verdict(mode, has_kueue, config, bypass):
     assert said.lines
     if bypass == "unknown":
         assert "(gone)" in said.lines[0]
+
+
+def test_the_verdict_names_what_the_policy_refuses():
+    config = KueueConfig(frozenset({"batch/job", "pod", "deployment"}))
+    lines = enforcement.verdict(mode="kueue", has_kueue=True, config=config).lines
+    assert (
+        lines[0]
+        == "Kueue manages Pods, Jobs, CronJobs and Deployments here (3 integrations enabled)."
+    )
+    assert lines[2] == (
+        "In every tenant namespace the admission policy refuses GPU work Kueue would not manage: "
+        "work without a queue name; StatefulSets, ReplicaSets, DaemonSets and "
+        "ReplicationControllers that no managed workload created."
+    )
+
+
+def test_split_memory_and_storage_in_whole_mebibytes():
+    flavors = (
+        FlavorSpec("a100", "gpu", {"nvidia.com/gpu": Decimal(16), "memory": Decimal(2**41)}),
+    )
+    tenant = dataclasses.replace(
+        TEAM,
+        quotas=(
+            *TEAM.quotas,
+            QuotaSpec("a100", "memory", Decimal(0), Decimal(2**40)),
+        ),
+        storage_bytes=Decimal(2**40),
+        namespaces=(
+            NamespaceSpec("team-a-inference", share=Decimal(30)),
+            NamespaceSpec("team-a-training", share=Decimal(70)),
+        ),
+    )
+    objects = compiler.compile_cluster(ClusterSpec("c", flavors, enforcement="split"), [tenant])
+    hard = {
+        o["metadata"]["namespace"]: o["spec"]["hard"]
+        for o in objects
+        if o["kind"] == "ResourceQuota"
+    }
+    assert hard["team-a-training"]["requests.memory"] == "734003Mi"
+    assert hard["team-a-inference"]["requests.memory"] == "314573Mi"  # 1Ti in all
+    assert hard["team-a-training"]["requests.storage"] == "734003Mi"

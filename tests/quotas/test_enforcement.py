@@ -224,7 +224,7 @@ def test_the_cluster_page_says_how_limits_hold(world, client):
     assert page.status_code == 200
     words = text_of(page.content.decode())
     assert "Kueue manages everything. No way around a tenant's limit" in words
-    assert "Kueue manages Job, CronJob here (1 integration enabled)" in words
+    assert "Kueue manages Jobs and CronJobs here (1 integration enabled)" in words
     assert "data-enforcement-form" not in page.content.decode()  # members read only
 
 
