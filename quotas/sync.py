@@ -44,7 +44,7 @@ from quotas.kube.applier import (
     sort_for_apply as apply_sort,
 )
 from quotas.kube.diff import differences
-from quotas.kube.resources import CLUSTER_QUEUE, CONFIG_MAP, RESOURCE_QUOTA
+from quotas.kube.resources import CLUSTER_QUEUE, CONFIG_MAP, KINDS, RESOURCE_QUOTA, kind_of
 from quotas.kube.spec import LABEL_TENANT, NamespaceSpec, QuotaSpec, TenantSpec
 from quotas.kube.validate import validate_objects
 from quotas.loader import cluster_spec, tenant_specs
@@ -66,6 +66,30 @@ def desired_objects(cluster: Cluster, *, tenant: Tenant | None = None) -> list[d
     for t in tenants:
         objects.extend(compiler.compile_tenant(spec, t))
     return objects
+
+
+def _apply_gated(
+    backend: Backend, desired: list[dict[str, Any]], scope: Scope, *, dry_run: bool = False
+) -> ApplyResult:
+    """``apply_objects``, the admission policy first: under "Kueue manages everything" each
+    namespace's quota holds the whole limit because the policy keeps other work out, so if the
+    cluster refuses the policy nothing else is written (the namespaces keep what they had)."""
+    gate_kinds = [kind for kind in KINDS if kind.group == "admissionregistration.k8s.io"]
+    gate = [obj for obj in desired if kind_of(obj) in gate_kinds]
+    if not gate:
+        return apply_objects(backend, desired, scope, dry_run=dry_run)
+    first = apply_objects(backend, gate, scope, kinds=gate_kinds, dry_run=dry_run)
+    if first.failed:
+        return first
+    rest = [obj for obj in desired if kind_of(obj) not in gate_kinds]
+    kinds = [kind for kind in KINDS if kind not in gate_kinds]
+    result = apply_objects(backend, rest, scope, kinds=kinds, dry_run=dry_run)
+    result.created[:0] = first.created
+    result.changed[:0] = first.changed
+    result.pruned[:0] = first.pruned
+    result.unchanged += first.unchanged
+    result.skipped[:0] = first.skipped
+    return result
 
 
 def kueue_config_refresh(cluster: Cluster, backend: Backend) -> None:
@@ -162,7 +186,7 @@ def tenant_push(*, tenant: Tenant, cluster: Cluster, dry_run: bool = False) -> P
                 # last good state stays in place.
                 outcome.error = "invalid objects: " + "; ".join(errors[:5])
             else:
-                outcome.result = apply_objects(
+                outcome.result = _apply_gated(
                     backend, desired, Scope(cluster.name, tenant=tenant.slug), dry_run=dry_run
                 )
     except RetryableError as exc:
@@ -275,7 +299,7 @@ def _reconcile_locked(cluster: Cluster, outcome: PushOutcome) -> PushOutcome:
             if errors:
                 outcome.error = "invalid objects: " + "; ".join(errors[:5])
                 return outcome
-            outcome.result = apply_objects(backend, desired, Scope(cluster.name))
+            outcome.result = _apply_gated(backend, desired, Scope(cluster.name))
     except RetryableError as exc:
         outcome.error, outcome.retryable = exc.message, True
         return outcome

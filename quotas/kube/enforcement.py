@@ -254,10 +254,15 @@ def kubernetes_minor(text: str) -> tuple[int, int]:
         return (0, 0)
 
 
-def _gpu_key_cel(accelerators: Sequence[str]) -> str:
-    """CEL: is the resource name ``k`` a GPU or MIG resource?"""
+def _gpu_key_cel(accelerators: Sequence[str], amounts: str) -> str:
+    """CEL: is the resource name ``k`` of the map ``amounts`` a GPU or MIG resource asked
+    for in an amount other than zero?"""
     names = sorted(set(accelerators) | {"nvidia.com/gpu"})
-    return f"(k in {_cel_list(names)} || k.startsWith('nvidia.com/mig-'))"
+    zero = _cel_list(["0", "0m"])
+    return (
+        f"((k in {_cel_list(names)} || k.startsWith('nvidia.com/mig-')) && "
+        f"!(string({amounts}[k]) in {zero}))"
+    )
 
 
 def _managed_cel(config: KueueConfig | None) -> tuple[str, list[str]]:
@@ -313,7 +318,8 @@ def admission_policy(
             f"{kubernetes_version}: choose 'namespace split' for it"
         )
     managed, kinds = _managed_cel(config)
-    gpu = _gpu_key_cel(accelerators)
+    requested = _gpu_key_cel(accelerators, "c.resources.requests")
+    limited = _gpu_key_cel(accelerators, "c.resources.limits")
     containers = (
         "variables.spec.containers + "
         "(has(variables.spec.initContainers) ? variables.spec.initContainers : [])"
@@ -328,8 +334,8 @@ def admission_policy(
         {
             "name": "gpu",
             "expression": f"({containers}).exists(c, has(c.resources) && "
-            f"((has(c.resources.requests) && c.resources.requests.exists(k, {gpu})) || "
-            f"(has(c.resources.limits) && c.resources.limits.exists(k, {gpu}))))",
+            f"((has(c.resources.requests) && c.resources.requests.exists(k, {requested})) || "
+            f"(has(c.resources.limits) && c.resources.limits.exists(k, {limited}))))",
         },
         {
             "name": "labels",

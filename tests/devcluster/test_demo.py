@@ -94,7 +94,7 @@ def test_the_demo_clusters_get_kueue_status_and_stop_on_sigterm(tmp_path: Path) 
                     "kueue-manager-config",
                     "-o",
                     "json",
-                )  # fmt: skip
+                )
             )
             text = config["data"]["controller_manager_config.yaml"]
             assert yaml.safe_load(text)["integrations"]["frameworks"][0] == "batch/job"

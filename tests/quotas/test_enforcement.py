@@ -11,6 +11,7 @@ from decimal import Decimal
 import pytest
 import yaml
 
+from quotas.kube.applier import ApplyError, KubernetesBackend
 from quotas.models import Cluster, QuotaSet, SyncOutbox
 from quotas.sync import tenant_push
 from tenants.models import AuditEvent, Namespace
@@ -261,3 +262,95 @@ def test_shares_split_the_pushed_quotas(world, standin, two_namespaces):
         for ns in two_namespaces
     }
     assert hard == {first: "3", second: "7"}  # team-a's A100 limit is 10
+
+
+# --- on the cluster, with the real kubectl -----------------------------------------------------
+
+
+def create_pod(standin, namespace: str, name: str, gpus: int, labels: dict | None = None):
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "trainer", "resources": {"limits": {GPU: str(gpus)}}}
+            ]
+        },
+    }
+    path = standin.kubeconfig_path.parent / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(pod))
+    return kubectl(standin, "create", "-f", str(path), check=False)
+
+
+GPU = "nvidia.com/gpu"
+QUEUED = {"kueue.x-k8s.io/queue-name": "default"}
+
+
+def test_kueue_manages_everything_refuses_a_bare_gpu_pod_in_a_tenant_namespace(world, standin):
+    kueue_configmap(standin)
+    assert tenant_push(tenant=world.team_a, cluster=world.a100).ok
+    refused = create_pod(standin, "team-a-training", "bare", 1)
+    assert refused.returncode != 0
+    assert "ValidatingAdmissionPolicy 'gpu-quota-portal-kueue-only'" in refused.stderr
+    assert "tenant team-a: this Pod requests GPUs but Kueue would not manage it" in refused.stderr
+    assert "kueue.x-k8s.io/queue-name: default" in refused.stderr
+    # What the message asks for passes; a pod without GPUs was never in question.
+    assert create_pod(standin, "team-a-training", "queued", 1, QUEUED).returncode == 0
+    assert create_pod(standin, "team-a-training", "cpu-only", 0).returncode == 0
+    # The namespace's quota is the backstop: the whole limit (10), no more.
+    over = create_pod(standin, "team-a-inference", "over", 11, QUEUED)
+    assert over.returncode != 0 and "forbidden" in over.stderr
+
+
+def test_namespace_split_refuses_what_would_take_the_namespaces_past_the_limit(world, standin):
+    Cluster.objects.filter(pk=world.a100.pk).update(enforcement="split")
+    world.a100.refresh_from_db()
+    Namespace.objects.filter(name="team-a-training").update(quota_share=Decimal(70))
+    Namespace.objects.filter(name="team-a-inference").update(quota_share=Decimal(30))
+    assert tenant_push(tenant=world.team_a, cluster=world.a100).ok
+    assert create_pod(standin, "team-a-training", "train", 7).returncode == 0
+    refused = create_pod(standin, "team-a-inference", "serve", 4)  # 7 + 4 > 10
+    assert refused.returncode != 0
+    assert (
+        'pods "serve" is forbidden: exceeded quota: gpu-portal-quota, requested: '
+        "requests.nvidia.com/gpu=4, used: requests.nvidia.com/gpu=0, limited: "
+        "requests.nvidia.com/gpu=3"
+    ) in refused.stderr
+    assert create_pod(standin, "team-a-inference", "serve", 3).returncode == 0
+    quota = kubectl_json(
+        standin, "get", "resourcequota", "-n", "team-a-training", "gpu-portal-quota"
+    )
+    assert quota["status"]["used"][f"requests.{GPU}"] == "7"
+
+
+def test_a_policy_the_api_server_refuses_fails_the_push_and_keeps_the_last_good_state(
+    world, standin, monkeypatch
+):
+    Cluster.objects.filter(pk=world.a100.pk).update(enforcement="split")
+    world.a100.refresh_from_db()
+    assert tenant_push(tenant=world.team_a, cluster=world.a100).ok
+    split = kubectl_json(
+        standin, "get", "resourcequota", "-n", "team-a-training", "gpu-portal-quota"
+    )
+    assert split["spec"]["hard"][f"requests.{GPU}"] == "5"
+    # The API server refuses the policy (an admission webhook of the cluster's own, say).
+    refusal = "admission webhook denied the request: policies are frozen"
+    real_apply = KubernetesBackend.apply
+
+    def apply(self, obj, *, dry_run=False):  # type: ignore[no-untyped-def]
+        if obj["kind"] == "ValidatingAdmissionPolicy":
+            raise ApplyError(refusal, status=403)
+        return real_apply(self, obj, dry_run=dry_run)
+
+    monkeypatch.setattr(KubernetesBackend, "apply", apply)
+    Cluster.objects.filter(pk=world.a100.pk).update(enforcement="kueue")
+    world.a100.refresh_from_db()
+    outcome = tenant_push(tenant=world.team_a, cluster=world.a100)
+    assert not outcome.ok
+    assert refusal in outcome.message and "ValidatingAdmissionPolicy" in outcome.message
+    # Without the policy the namespaces keep their split quotas: nothing was relaxed.
+    after = kubectl_json(
+        standin, "get", "resourcequota", "-n", "team-a-training", "gpu-portal-quota"
+    )
+    assert after["spec"] == split["spec"]
