@@ -57,10 +57,10 @@ GUARANTEE_SHARE_OF_PEAK = 0.8
 LOW_UTILIZATION_PCT = 40.0
 HEADROOM = 1.1
 RULE = (
-    "guarantee >= 80% of the highest daily peak (R19), rounded up to whole GPUs; limit covers "
+    "guarantee >= 80% of the highest daily peak, rounded up to whole GPUs; limit covers "
     "the peak (the elastic cap after a month at the limit) and stays within the elastic cap; "
     "below 40% mean utilisation the guarantee moves to the smallest flavor whose memory and "
-    "compute fit (R8)"
+    "compute fit"
 )
 
 
@@ -250,7 +250,7 @@ def _replace_open(tenant: Tenant, actor: User | None) -> int:
 
 
 def _reason(cluster: Cluster, start: datetime, lines: list[dict[str, Any]]) -> str:
-    parts = [f"Suggested by the portal from {start:%B %Y}'s usage on {cluster.name} (R19, R20)."]
+    parts = [f"Suggested by the portal from {start:%B %Y}'s usage on {cluster.name}."]
     for n in lines:
         if (n["guaranteed_before"], n["limit_before"]) == (
             n["guaranteed_after"],

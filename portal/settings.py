@@ -365,6 +365,7 @@ SPECTACULAR_SETTINGS = {
         "SyncStateEnum": "quotas.choices.SyncState",
         "ProbeStateEnum": "gpu_agent.models.ProbeState",
         "AlertStateEnum": "alerts.choices.AlertState",
+        "EnforcementEnum": "quotas.choices.Enforcement",
     },
 }
 

@@ -72,7 +72,7 @@ class Cluster(models.Model):
         max_digits=4,
         decimal_places=3,
         default=Decimal("0.5"),
-        help_text="A tenant's limit may be at most this fraction of a flavor's capacity (R19).",
+        help_text="A tenant's limit may be at most this fraction of a flavor's capacity.",
     )
     allow_guarantee_overcommit = models.BooleanField(
         default=False, help_text="May the sum of guarantees exceed a flavor's capacity?"
@@ -152,7 +152,7 @@ class ResourceFlavor(models.Model):
         max_digits=7,
         decimal_places=3,
         default=Decimal("1"),
-        help_text="Normalised GPU units per unit of this flavor's GPU resource (R5).",
+        help_text="Normalised GPU units per unit of this flavor's GPU resource.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

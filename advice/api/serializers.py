@@ -15,7 +15,7 @@ class SuggestionLineOutput(serializers.Serializer):
     )
     peak = serializers.FloatField(help_text="The highest daily peak.")
     days_with_usage = serializers.IntegerField()
-    p80 = serializers.FloatField(help_text="80% of the highest daily peak (R19).")
+    p80 = serializers.FloatField(help_text="80% of the highest daily peak.")
     guarantee_floor = serializers.FloatField(help_text="p80 rounded up to whole GPUs.")
     elastic_cap = serializers.FloatField()
     capacity = serializers.FloatField()
@@ -26,7 +26,7 @@ class SuggestionLineOutput(serializers.Serializer):
     guaranteed_after = serializers.FloatField()
     limit_after = serializers.FloatField()
     memory_first = serializers.DictField(
-        allow_null=True, help_text="Where the guarantee moves when memory-first applies (R8)."
+        allow_null=True, help_text="Where the guarantee moves when memory-first applies."
     )
     notes = serializers.ListField(child=serializers.CharField())
     rule = serializers.CharField()

@@ -20,7 +20,7 @@ from tenants.api.base import TenantScopedMixin, caller
 
 
 class TenantSuggestionsView(TenantScopedMixin, GenericAPIView):
-    """Quota suggestions from last month's usage (R19, R20), each with the numbers behind it
+    """Quota suggestions from last month's usage, each with the numbers behind it
     and the draft request filed from it. POST computes them now, replacing the tenant's
     unsubmitted suggestion drafts (leads and platform admins); the monthly run does the same."""
 

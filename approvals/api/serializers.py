@@ -285,7 +285,7 @@ class ObjectDiffOutput(serializers.Serializer):
 
 
 class DryRunOutput(serializers.Serializer):
-    """What approving the request would change in the cluster (R21)."""
+    """What approving the request would change in the cluster."""
 
     objects = ObjectDiffOutput(many=True, help_text="Computed offline from the compiler.")
     server_checked = serializers.BooleanField(

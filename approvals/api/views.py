@@ -293,7 +293,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     def dry_run(self, request: Request, pk: str) -> Response:
         """What approving the request would change in the cluster, object by object (from the
         compiler), and the cluster's own verdict from a server-side dry run where the cluster
-        is a Kubernetes API (R21). Changes nothing."""
+        is a Kubernetes API. Changes nothing."""
         dry_run = services.quota_request_dry_run(request=self.get_object())
         return Response(DryRunOutput(dry_run).data)
 

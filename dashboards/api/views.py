@@ -30,7 +30,7 @@ BAD_RANGE = OpenApiResponse(description="Bad range: start after end, or older th
 
 
 class TenantProfileView(TenantScopedMixin, GenericAPIView):
-    """The workload profile report of a tenant for a period (R8, R18): submissions by hour
+    """The workload profile report of a tenant for a period: submissions by hour
     of week, GPUs per job, run times, queue waits, peak concurrent GPUs, peak memory, mean
     utilisation. The evidence a lead attaches to a quota request."""
 

@@ -498,7 +498,7 @@ class ProbeOutput(serializers.Serializer):
         allow_null=True, help_text="(t_together / t_alone - 1) * 100; null until done."
     )
     passed = serializers.BooleanField(
-        allow_null=True, help_text="slowdown_pct <= 5 (R30); null until done."
+        allow_null=True, help_text="slowdown_pct <= 5; null until done."
     )
     simulated = serializers.BooleanField()
     library = serializers.CharField()

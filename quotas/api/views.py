@@ -80,7 +80,7 @@ class FlavorViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class TierTemplateViewSet(viewsets.ReadOnlyModelViewSet):
-    """R9's tiers and any an admin adds. Admins create and change them; quota sets already
+    """The standard tiers (small, medium, large) and any an admin adds. Admins create and change them; quota sets already
     made from a tier keep their numbers."""
 
     serializer_class = TierTemplateOutput

@@ -260,7 +260,7 @@ class Command(BaseCommand):
                     "storage_bytes": tier_t.storage_bytes,
                     "max_pvcs": tier_t.max_pvcs,
                 },
-                reason="seed example (R19): 16 A100, A 6/10, B 4/6, C 2/4",
+                reason="The seed example: 16 A100s, team A 6/10, B 4/6, C 2/4",
             )
             made.append(tenant)
         for tenant in made:
