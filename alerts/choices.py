@@ -35,7 +35,7 @@ OPEN_STATES = (AlertState.FIRING, AlertState.ACKNOWLEDGED)
 class ActionState(models.TextChoices):
     """What the portal did about the alert (blocking at 100%, suspending an idle workload)."""
 
-    NONE = "", "Nothing"
+    NONE = "", "No action taken"
     BLOCKED = "blocked", "New work held (ClusterQueue stopPolicy Hold)"
     NOTIFIED = "notified", "Lead told; suspension due at the deadline"
     SUSPENDED = "suspended", "Workload suspended (spec.active false), quota released"

@@ -130,6 +130,11 @@ def _names() -> tuple[dict[int, str], dict[int, str], dict[int, str]]:
     )
 
 
+def _gpus(amount: float | Decimal) -> str:
+    """``1 GPU``, ``2 GPUs``, ``0.5 GPUs``."""
+    return f"{_n(amount)} GPU" if amount == 1 else f"{_n(amount)} GPUs"
+
+
 def _n(value: Decimal | float) -> str:
     """A number as people write it: 10, 2.5, 536870912000 (no exponent, no trailing zeros)."""
     text = format(Decimal(str(value)).normalize(), "f")
@@ -207,7 +212,7 @@ def quota_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
         out.append(
             Finding(
                 subject=f"quota:{c}:{t}:{f}",
-                message=f"{where} uses {_n(used)} of {_n(limit)} GPUs ({pct:.0f}% of its limit, "
+                message=f"{where} uses {_n(used)} of {_gpus(limit)} ({pct:.0f}% of its limit, "
                 f"threshold {threshold:g}%): {what}.",
                 cluster_id=c,
                 tenant_id=t,
@@ -338,7 +343,7 @@ def idle_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
         out.append(
             _workload_finding(
                 w,
-                f"{w.namespace}/{w.name} ({w.gpus:g} GPUs) has shown no GPU activity (peak "
+                f"{w.namespace}/{w.name} ({_gpus(w.gpus)}) has shown no GPU activity (peak "
                 f"{peak:g}% <= {idle_at_most:g}%) and no progress for {_days(window)}.",
                 value=peak,
                 threshold=idle_at_most,

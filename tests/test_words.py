@@ -30,3 +30,13 @@ def test_help_texts_have_no_requirement_codes():
 
 def test_the_suggestion_rule_has_no_requirement_codes():
     assert CODE.findall(advice_services.RULE) == []
+
+
+def test_the_seeded_tiers_are_described_in_words(db):
+    from quotas.models import TierTemplate
+    from tests.conftest import ensure_tier_templates
+
+    ensure_tier_templates()
+    descriptions = list(TierTemplate.objects.values_list("description", flat=True))
+    assert descriptions and all(d.startswith("Standard tier: ") for d in descriptions)
+    assert [d for d in descriptions if CODE.search(d)] == []

@@ -1193,7 +1193,7 @@ def _explain(
     changed = [p for p in gpu_plans if p.changed]
     wanted_total = sum(problem.wanted.values())
     lines.append(
-        f"{len(gpu_plans)} GPUs: {len(changed)} to reconfigure, "
+        f"{_plural(len(gpu_plans), 'GPU', 'GPUs')}: {len(changed)} to reconfigure, "
         f"{len(gpu_plans) - len(changed)} unchanged; demand met: "
         f"{sum(met.values())} of {wanted_total} instances"
     )

@@ -1,4 +1,4 @@
-"""Seed R9's tier templates: small (trial), medium (regular project), large (core business).
+"""Seed the standard tier templates: small (trial), medium (regular project), large (core business).
 
 Limits are 1.5x the guarantee, so medium gives Kueue nominalQuota 16 and borrowingLimit 8
 for nvidia.com/gpu, as in the seed's example (peak 24).
@@ -27,7 +27,7 @@ def seed(apps, schema_editor):
             name=name,
             defaults={
                 "display_name": display,
-                "description": f"R9 tier: {gg} GPUs, {cg} vCPU, {mg // GI} GiB, {jobs} concurrent jobs.",
+                "description": f"Standard tier: {gg} GPUs, {cg} vCPU, {mg // GI} GiB, {jobs} concurrent jobs.",
                 "gpus_guaranteed": gg,
                 "gpus_limit": gl,
                 "cpu_guaranteed": Decimal(cg),
