@@ -224,7 +224,7 @@ class Command(BaseCommand):
             )
 
         tiers = {t.name: t for t in TierTemplate.objects.all()}
-        made: list[Tenant] = []
+        onboarded: list[Tenant] = []
         for slug, name, guaranteed, limit, lead, tier in TEAMS:
             if Tenant.objects.filter(slug=slug).exists():
                 continue
@@ -262,8 +262,8 @@ class Command(BaseCommand):
                 },
                 reason="The seed example: 16 A100s, team A 6/10, B 4/6, C 2/4",
             )
-            made.append(tenant)
-        for tenant in made:
+            onboarded.append(tenant)
+        for tenant in onboarded:
             if tenant.slug == "team-a":
                 namespace_shares_set(
                     tenant=tenant,
