@@ -190,6 +190,10 @@ ALERT_WEBHOOK_TIMEOUT_S = env_int("ALERT_WEBHOOK_TIMEOUT_S", 5)
 ALERT_WEBHOOK_BACKOFF_S = env_int("ALERT_WEBHOOK_BACKOFF_S", 30)
 ALERT_WEBHOOK_BACKOFF_MAX_S = env_int("ALERT_WEBHOOK_BACKOFF_MAX_S", 3600)
 ALERT_WEBHOOK_MAX_ATTEMPTS = env_int("ALERT_WEBHOOK_MAX_ATTEMPTS", 8)
+# Webhooks go to public addresses only: loopback, link-local (cloud metadata), private and
+# other internal addresses are refused, when saved and when sent, unless named here (comma-
+# separated host names, addresses or networks: "hooks.internal,10.20.0.0/16").
+WEBHOOK_ALLOWED_HOSTS = env_list("WEBHOOK_ALLOWED_HOSTS", [])
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
