@@ -288,9 +288,10 @@ SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if _STRICT else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = _STRICT
 SECURE_HSTS_PRELOAD = _STRICT
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _STRICT)
-# A request is HTTPS when the reverse proxy in front says so: the proxy must set (and never
-# pass on from the client) X-Forwarded-Proto. Without a proxy, gunicorn serves TLS itself.
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Behind TRUSTED_PROXY_COUNT reverse proxies a request is HTTPS when the proxy says so: it must
+# set (and never pass on from the client) X-Forwarded-Proto. With no proxy (0, the default) the
+# header is a client's claim and is ignored: gunicorn serves TLS itself.
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if TRUSTED_PROXY_COUNT > 0 else None
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _STRICT)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _STRICT)
