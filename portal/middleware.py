@@ -126,7 +126,7 @@ class LoginLimitsMiddleware:
         if too_large is not None:
             return _login_refused(request, "Request too large", too_large, status=413)
         throttle = LoginRateThrottle()
-        if throttle.allow_request(request, None):
+        if throttle.allow_attempt(request):
             return None
         seconds = max(1, int(-(-(throttle.wait() or 1) // 1)))
         message = (

@@ -82,5 +82,10 @@ class LoginRateThrottle(SimpleRateThrottle):
     def get_cache_key(self, request: Any, view: Any) -> str:
         return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
 
+    def allow_attempt(self, request: Any) -> bool:
+        """For a Django view (the login pages): counts the attempt like ``allow_request``."""
+        no_view: Any = None  # nothing here reads the view
+        return bool(self.allow_request(request, no_view))
+
     def get_ident(self, request: Any) -> str:
         return client_ip(request) or ""
