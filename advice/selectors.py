@@ -23,6 +23,7 @@ from advice.models import Suggestion
 from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeRequest
 from core.errors import ValidationFailed
+from core.numbers import ascii_whole
 from quotas.choices import FlavorKind, is_gpu_resource
 from quotas.models import Cluster, Quota, QuotaSet, ResourceFlavor
 from tenants.models import Tenant, User
@@ -259,10 +260,11 @@ def what_if_days(raw: Any) -> int:
     """``days`` from a query string: 1..WHAT_IF_DAYS_MAX, default 14 (400 otherwise)."""
     if raw in (None, ""):
         return WHAT_IF_DAYS_DEFAULT
-    try:
-        days = int(str(raw))
-    except ValueError as exc:
-        raise ValidationFailed.for_field("days", "a whole number of days.") from exc
+    days = ascii_whole(str(raw), max_digits=3)
+    if days is None:
+        raise ValidationFailed.for_field(
+            "days", f"a whole number of days, 1 to {WHAT_IF_DAYS_MAX}."
+        )
     if not 1 <= days <= WHAT_IF_DAYS_MAX:
         raise ValidationFailed.for_field("days", f"from 1 to {WHAT_IF_DAYS_MAX} days.")
     return days
@@ -341,13 +343,22 @@ def quota_request_what_if(
 
 
 def what_if_for_user(*, what_if: WhatIf, user: User) -> WhatIf:
-    """The replay as ``user`` may see it: platform admins every tenant of the cluster, others
-    only the rows of tenants they belong to. The other tenants' queues still weigh in the
-    replay; their names and numbers are theirs (another tenant's data is never shown)."""
+    """The replay as ``user`` may see it: platform admins every tenant of the cluster and the
+    cohort's totals, others only the rows of tenants they belong to, and totals of those rows
+    (how many workloads the cohort ran is the other tenants' business too). The other
+    tenants' queues still weigh in the replay; their names and numbers are theirs (another
+    tenant's data is never shown). A tenant's own workloads are never skipped (the request's
+    tenant is always in the replay), so its count of skipped workloads is 0."""
     if user.is_platform_admin:
         return what_if
     visible = set(Tenant.objects.visible_to(user).values_list("slug", flat=True))
-    return replace(what_if, tenants=[row for row in what_if.tenants if row.tenant in visible])
+    rows = [row for row in what_if.tenants if row.tenant in visible]
+    return replace(
+        what_if,
+        tenants=rows,
+        workloads=sum(int(row.before["workloads"]) for row in rows),
+        skipped_workloads=0,
+    )
 
 
 def what_if_as_dict(what_if: WhatIf) -> dict[str, Any]:

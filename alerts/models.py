@@ -16,6 +16,7 @@ from alerts.choices import (
     Severity,
     WebhookFormat,
 )
+from alerts.webhooks import validate_webhook_url
 
 
 class AlertRule(models.Model):
@@ -157,7 +158,12 @@ class Webhook(models.Model):
     """A URL every alert notification is posted to (admins set them)."""
 
     name = models.CharField(max_length=100, unique=True)
-    url = models.URLField(max_length=500)
+    url = models.URLField(
+        max_length=500,
+        validators=[validate_webhook_url],
+        help_text="http(s), to a public address (internal ones only when "
+        "WEBHOOK_ALLOWED_HOSTS names them), without user:password@.",
+    )
     format = models.CharField(
         max_length=10, choices=WebhookFormat.choices, default=WebhookFormat.JSON
     )

@@ -20,6 +20,7 @@ from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 from alerts.choices import OPEN_STATES, ActionState, EventKind, RuleKind
 from alerts.models import Alert, AlertEvent, AlertRule
 from core.errors import NotFound, ValidationFailed
+from core.numbers import ascii_whole
 from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,
@@ -169,7 +170,8 @@ def unobserved_quota_subjects(*, subjects: Iterable[str], now: datetime) -> set[
     keys: dict[str, tuple[int, int, int]] = {}
     for subject in subjects:
         parts = subject.split(":")
-        if len(parts) == 4 and parts[0] == "quota" and all(p.isdigit() for p in parts[1:]):
+        ids = [ascii_whole(p) for p in parts[1:]]
+        if len(parts) == 4 and parts[0] == "quota" and None not in ids:
             keys[subject] = (int(parts[1]), int(parts[2]), int(parts[3]))
     if not keys:
         return set()

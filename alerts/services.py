@@ -12,10 +12,7 @@ I/O it does is the suspension of a workload whose grace has passed, after its tr
 
 from __future__ import annotations
 
-import json
 import logging
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -37,6 +34,7 @@ from alerts.choices import (
     WebhookFormat,
 )
 from alerts.models import Alert, AlertEvent, AlertRule, Webhook, WebhookDelivery
+from alerts.webhooks import WebhookRefused, WebhookUnanswered, post_json, status_error
 from core.errors import Conflict, PermissionDenied
 from core.tasks import enqueue
 from quotas.backends import workload_set_active
@@ -191,25 +189,12 @@ class DeliveryOutcome:
     error: str = ""
 
 
-def _post(url: str, body: dict[str, Any], timeout: float) -> int:
-    data = json.dumps(body).encode()
-    request = urllib.request.Request(  # noqa: S310  # admins set http(s) URLs (URLField)
-        url,
-        data=data,
-        method="POST",
-        headers={"Content-Type": "application/json", "User-Agent": "gpu-quota-portal"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-
-
 def webhook_deliver(*, delivery_id: int, now: datetime | None = None) -> DeliveryOutcome:
-    """Send one delivery once it is due. 2xx: sent. A timeout, a connection error, 408, 429
-    or 5xx: retried later with backoff (``retry_in``), up to ``ALERT_WEBHOOK_MAX_ATTEMPTS``;
-    another 4xx: failed for good. Claimed with a conditional update, so two workers never
+    """Send one delivery once it is due (``alerts.webhooks.post_json``). 2xx: sent. No answer
+    (a timeout, a connection error), 408, 429 or 5xx: retried later with backoff
+    (``retry_in``), up to ``ALERT_WEBHOOK_MAX_ATTEMPTS``; a 3xx (never followed), another 4xx,
+    or a URL that is refused (an internal address, credentials in it): failed for good. The
+    error stored is generic ("the endpoint did not answer", "the endpoint answered 500"). Claimed with a conditional update, so two workers never
     send the same row at once."""
     now = now or timezone.now()
     timeout = float(settings.ALERT_WEBHOOK_TIMEOUT_S)
@@ -224,14 +209,14 @@ def webhook_deliver(*, delivery_id: int, now: datetime | None = None) -> Deliver
         return DeliveryOutcome(sent=False)
     delivery = WebhookDelivery.objects.select_related("webhook").get(pk=delivery_id)
     status: int | None = None
+    refused = False
     try:
-        status = _post(delivery.webhook.url, delivery.payload, timeout)
-        error = "" if 200 <= status < 300 else f"HTTP {status}"
-    except (TimeoutError, urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        error = (
-            f"timed out after {timeout:g} s" if isinstance(reason, TimeoutError) else str(reason)
-        )
+        status = post_json(delivery.webhook.url, delivery.payload, timeout)
+        error = "" if 200 <= status < 300 else status_error(status)
+    except WebhookRefused as exc:
+        refused, error = True, f"not sent: {exc}"
+    except WebhookUnanswered as exc:
+        error = str(exc)
     done = timezone.now()
     if not error:
         WebhookDelivery.objects.filter(pk=delivery_id).update(
@@ -239,7 +224,7 @@ def webhook_deliver(*, delivery_id: int, now: datetime | None = None) -> Deliver
             next_attempt_at=None,
         )  # fmt: skip
         return DeliveryOutcome(sent=True)
-    permanent = status is not None and 400 <= status < 500 and status not in (408, 429)
+    permanent = refused or (status is not None and 300 <= status < 500 and status not in (408, 429))
     if permanent or delivery.attempts >= settings.ALERT_WEBHOOK_MAX_ATTEMPTS:
         WebhookDelivery.objects.filter(pk=delivery_id).update(
             state=DeliveryState.FAILED, last_status=status, last_error=error[:2000],

@@ -7,6 +7,7 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 from approvals.choices import DecisionKind, RequestStatus
 from approvals.models import ApprovalDecision, QuotaChangeItem, QuotaChangeRequest
 from core.errors import NotFound
+from core.numbers import ascii_whole
 from quotas.models import TenantSync
 from tenants.models import AuditEvent, Tenant, User
 
@@ -58,10 +59,11 @@ def quota_request_draft_for_form(
     service, which answers 409 for a draft submitted or cancelled meanwhile)."""
     if not pk:
         return None
-    if not pk.isdigit():
+    number = ascii_whole(pk)
+    if number is None:
         raise NotFound("No such draft request.")
     rows = quota_request_list_for_user(user=user).filter(
-        pk=int(pk), tenant=tenant, cluster_id=cluster_id
+        pk=number, tenant=tenant, cluster_id=cluster_id
     )
     request = (rows.filter(status=RequestStatus.DRAFT) if drafts_only else rows).first()
     if request is None:

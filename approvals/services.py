@@ -614,9 +614,12 @@ def _locked(request: QuotaChangeRequest) -> QuotaChangeRequest:
 
 @transaction.atomic
 def quota_request_submit(*, request: QuotaChangeRequest, actor: User) -> QuotaChangeRequest:
+    """The requester (a lead of the tenant still: the role now, not when the draft was filed)
+    or a platform admin submits a draft."""
     request = _locked(request)
     if request.requester_id != actor.pk and not actor.is_platform_admin:
         raise PermissionDenied("Only the requester or a platform admin submits a draft.")
+    quota_request_ensure_can_file(actor=actor, tenant=request.tenant)
     check = quota_request_check_stored(request=request)
     check.raise_if_invalid()
     _transition(

@@ -9,7 +9,6 @@ unknown cluster or flavor is a 404. ``?download=csv`` gives exactly what the pag
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -22,6 +21,7 @@ from django.shortcuts import render
 from django.utils.http import urlencode
 from django.views import View
 
+from core.csvexport import csv_writer
 from core.errors import ApplicationError, NotFound
 from core.pages import error_text
 from dashboards import charts, selectors
@@ -45,7 +45,7 @@ class RangeForm(forms.Form):
 def _csv(filename: str, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> HttpResponse:
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
-    writer = csv.writer(response)
+    writer = csv_writer(response)
     writer.writerow(columns)
     for row in rows:
         writer.writerow([_cell(row.get(c)) for c in columns])

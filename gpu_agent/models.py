@@ -11,6 +11,8 @@ first contact) and ``NodeToken`` (the agent's bearer token); only SHA-256 digest
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -84,6 +86,18 @@ class Node(models.Model):
         return self.name
 
 
+# An NVML UUID as agents report it: ``GPU-<hex and dashes>`` (a whole GPU) or ``MIG-...`` (a MIG
+# device), letters and digits in the tail (test fleets name theirs ``GPU-node-1-0000``). It is a
+# path segment of the fleet pages and of /api/v1/gpus/{uuid}/: never "/", "?", "#" or spaces.
+GPU_UUID_RE = re.compile(r"(?:GPU|MIG)-[0-9A-Za-z][0-9A-Za-z-]*\Z")
+GPU_UUID_RULE = "an NVML UUID: GPU-<hex and dashes> or MIG-<hex and dashes>"
+
+
+def is_gpu_uuid(value: object) -> bool:
+    """Whether ``value`` is a UUID as NVML writes them (and so safe in a URL)."""
+    return isinstance(value, str) and len(value) <= GPU_UUID_MAX and bool(GPU_UUID_RE.match(value))
+
+
 class Gpu(models.Model):
     """A physical GPU, identified by its NVML UUID, as last reported."""
 
@@ -120,6 +134,12 @@ class Gpu(models.Model):
 
     def __str__(self) -> str:
         return self.uuid
+
+    @property
+    def has_page(self) -> bool:
+        """False for a UUID stored before they were checked that is no NVML UUID: shown as
+        text, with no link (it may hold "/", which no URL takes)."""
+        return is_gpu_uuid(self.uuid)
 
 
 class MigInstance(models.Model):

@@ -10,6 +10,9 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from core.api.limits import anonymous_body_too_large
+from core.api.throttling import LoginRateThrottle
+from core.http import client_ip as core_client_ip
 from tenants.choices import AuditSource
 from tenants.services import audit_source
 
@@ -69,19 +72,8 @@ class ContentSecurityPolicyMiddleware:
 
 
 def client_ip(request: HttpRequest) -> str | None:
-    """The client's address: ``REMOTE_ADDR``, or behind ``TRUSTED_PROXY_COUNT`` reverse proxies
-    the address the outermost of them saw (the ``TRUSTED_PROXY_COUNT``-th entry from the right of
-    ``X-Forwarded-For``; entries further left are the client's own claims and never trusted).
-    Login lockouts (django-axes) key on it; the API throttles use DRF's ``NUM_PROXIES``, the same
-    rule."""
-    proxies = int(getattr(settings, "TRUSTED_PROXY_COUNT", 0))
-    forwarded = request.META.get("HTTP_X_FORWARDED_FOR", "")
-    if proxies > 0 and forwarded:
-        hops = [hop.strip() for hop in forwarded.split(",") if hop.strip()]
-        if hops:
-            return hops[-min(proxies, len(hops))]
-    remote = request.META.get("REMOTE_ADDR")
-    return str(remote) if remote else None
+    """django-axes' ``AXES_CLIENT_IP_CALLABLE``: ``core.http.client_ip``, the one rule."""
+    return core_client_ip(request)
 
 
 def lockout_response(
@@ -107,3 +99,45 @@ def lockout_response(
         response = render(request, "registration/locked_out.html", context, status=429)
     response.headers["Retry-After"] = str(seconds)
     return response
+
+
+LOGIN_VIEWS = frozenset({"login", "admin:login"})  # the login page and Django admin's
+
+
+class LoginLimitsMiddleware:
+    """The login pages' limits, checked before CSRF reads the form: a POST body over
+    ``ANONYMOUS_BODY_MAX_BYTES`` is a 413, and past ``LOGIN_THROTTLE_RATE`` attempts from one
+    address (the API token endpoint's bucket too) the answer is 429 with ``Retry-After``, no
+    password checked, whatever the username."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_view(
+        self, request: HttpRequest, view_func: Any, view_args: Any, view_kwargs: Any
+    ) -> HttpResponse | None:
+        match = request.resolver_match
+        if request.method != "POST" or match is None or match.view_name not in LOGIN_VIEWS:
+            return None
+        too_large = anonymous_body_too_large(request.META)
+        if too_large is not None:
+            return _login_refused(request, "Request too large", too_large, status=413)
+        throttle = LoginRateThrottle()
+        if throttle.allow_attempt(request):
+            return None
+        seconds = max(1, int(-(-(throttle.wait() or 1) // 1)))
+        message = (
+            f"Too many login attempts from your address: try again in {seconds} "
+            f"second{'s' if seconds != 1 else ''}."
+        )
+        response = _login_refused(request, "Too many login attempts", message, status=429)
+        response.headers["Retry-After"] = str(seconds)
+        return response
+
+
+def _login_refused(request: HttpRequest, title: str, message: str, *, status: int) -> HttpResponse:
+    context = {"title": title, "message": message}
+    return render(request, "registration/refused.html", context, status=status)

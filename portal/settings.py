@@ -64,6 +64,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "portal.middleware.LoginLimitsMiddleware",  # before CSRF reads the login form
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -189,6 +190,10 @@ ALERT_WEBHOOK_TIMEOUT_S = env_int("ALERT_WEBHOOK_TIMEOUT_S", 5)
 ALERT_WEBHOOK_BACKOFF_S = env_int("ALERT_WEBHOOK_BACKOFF_S", 30)
 ALERT_WEBHOOK_BACKOFF_MAX_S = env_int("ALERT_WEBHOOK_BACKOFF_MAX_S", 3600)
 ALERT_WEBHOOK_MAX_ATTEMPTS = env_int("ALERT_WEBHOOK_MAX_ATTEMPTS", 8)
+# Webhooks go to public addresses only: loopback, link-local (cloud metadata), private and
+# other internal addresses are refused, when saved and when sent, unless named here (comma-
+# separated host names, addresses or networks: "hooks.internal,10.20.0.0/16").
+WEBHOOK_ALLOWED_HOSTS = env_list("WEBHOOK_ALLOWED_HOSTS", [])
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -222,6 +227,12 @@ AXES_DISABLE_ACCESS_LOG = True  # successful logins are not logged by axes
 AXES_LOCKOUT_CALLABLE = "portal.middleware.lockout_response"  # JSON under /api/, else a page
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_CLIENT_IP_CALLABLE = "portal.middleware.client_ip"
+# Endpoints open to anonymous callers (the token endpoint, agent registration, the login
+# page) read a body of at most this many bytes; a larger one is refused with 413.
+ANONYMOUS_BODY_MAX_BYTES = env_int("ANONYMOUS_BODY_MAX_BYTES", 16 * 1024)
+# Password checks per client address a minute, on the login page and the token endpoint alike
+# (counted in the cache); past it, 429 with Retry-After, whatever the username.
+LOGIN_THROTTLE_RATE = env_str("LOGIN_THROTTLE_RATE", "20/min")
 # Behind reverse proxies: how many, so the client address is read from X-Forwarded-For (the
 # proxies' own entries, counted from the right); 0 (direct) uses the socket's address.
 TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)
@@ -277,9 +288,10 @@ SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if _STRICT else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = _STRICT
 SECURE_HSTS_PRELOAD = _STRICT
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _STRICT)
-# A request is HTTPS when the reverse proxy in front says so: the proxy must set (and never
-# pass on from the client) X-Forwarded-Proto. Without a proxy, gunicorn serves TLS itself.
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# Behind TRUSTED_PROXY_COUNT reverse proxies a request is HTTPS when the proxy says so: it must
+# set (and never pass on from the client) X-Forwarded-Proto. With no proxy (0, the default) the
+# header is a client's claim and is ignored: gunicorn serves TLS itself.
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if TRUSTED_PROXY_COUNT > 0 else None
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _STRICT)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _STRICT)
@@ -319,11 +331,10 @@ API_THROTTLE_RATES = {
     "agent": env_str("API_THROTTLE_AGENT", "120/min"),  # one node token
 }
 API_THROTTLE_AUTH_SCOPES = {"tenants.ApiToken": "token", "gpu_agent.NodeToken": "agent"}
-for _scope, _rate in API_THROTTLE_RATES.items():
-    if not re.fullmatch(r"[1-9]\d*/(s|sec|second|m|min|minute|h|hour|d|day)", _rate):
-        raise ImproperlyConfigured(
-            f"API_THROTTLE_{_scope.upper()}={_rate!r} is not a rate (e.g. 600/min, 10/s, 5000/h)"
-        )
+_RATES = {f"API_THROTTLE_{scope.upper()}": rate for scope, rate in API_THROTTLE_RATES.items()}
+for _name, _rate in {**_RATES, "LOGIN_THROTTLE_RATE": LOGIN_THROTTLE_RATE}.items():
+    if not re.fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", _rate):
+        raise ImproperlyConfigured(f"{_name}={_rate!r} is not a rate (e.g. 600/min, 10/s, 5000/h)")
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "tenants.authentication.HashedTokenAuthentication",
@@ -336,7 +347,9 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "core.api.errors.exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["core.api.throttling.ApiRateThrottle"],
-    "NUM_PROXIES": TRUSTED_PROXY_COUNT or None,
+    # 0: the socket's address. (None would make DRF key anonymous callers on the whole
+    # X-Forwarded-For header, which a direct client writes as it likes.)
+    "NUM_PROXIES": TRUSTED_PROXY_COUNT,
     "DEFAULT_PARSER_CLASSES": [
         "core.api.parsers.JSONParser",
         "rest_framework.parsers.FormParser",

@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
+from core.numbers import ascii_whole
 from tenants import selectors as tenant_selectors
 from tenants.api.base import caller
 from tenants.models import Notification
@@ -43,8 +44,9 @@ def _back_to_inbox(request: HttpRequest) -> HttpResponseRedirect:
     """The inbox page the form was posted from (``page`` in the form), else the first."""
     target = reverse("portal:inbox")
     page = request.POST.get("page", "")
-    if page.isdigit() and page != "1":  # isdigit: nothing but digits reaches the URL
-        target = f"{target}?page={int(page)}"
+    number = ascii_whole(page)  # nothing but ASCII digits reaches the URL
+    if number is not None and number > 1:
+        target = f"{target}?page={number}"
     return HttpResponseRedirect(target)
 
 

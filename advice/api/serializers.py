@@ -83,8 +83,13 @@ class WhatIfOutput(serializers.Serializer):
     days = serializers.IntegerField()
     start = serializers.DateTimeField()
     end = serializers.DateTimeField()
-    workloads = serializers.IntegerField(help_text="Recorded workloads replayed.")
-    skipped_workloads = serializers.IntegerField()
+    workloads = serializers.IntegerField(
+        help_text="Recorded workloads replayed: the cohort's for platform admins, the caller's "
+        "tenants' for everyone else."
+    )
+    skipped_workloads = serializers.IntegerField(
+        help_text="Workloads of tenants without quotas here (platform admins; 0 for others)."
+    )
     replay_ms = serializers.FloatField(help_text="Time the two replays took.")
     changes = WhatIfChangeOutput(many=True)
     tenants = TenantWhatIfOutput(many=True)

@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 from core.errors import ValidationFailed
+from core.numbers import MAX_DIGITS, ascii_whole
 
 
 class PagePagination(PageNumberPagination):
@@ -25,9 +26,12 @@ class PagePagination(PageNumberPagination):
             raw = request.query_params.get(name)
             if raw is None:
                 continue
-            if not raw.isdigit() or int(raw) < 1:
+            number = ascii_whole(raw)
+            if number is None or number < 1:
                 raise ValidationFailed.for_field(
-                    name, f"{name} must be a whole number of 1 or more."
+                    name,
+                    f"{name} must be a whole number of 1 or more "
+                    f"(digits 0-9, at most {MAX_DIGITS} of them).",
                 )
 
     def paginate_queryset(
@@ -62,7 +66,7 @@ class WindowCountPagination(PagePagination):
         self._request = request
         size = self.get_page_size(request) or self.page_size
         raw = request.query_params.get(self.page_query_param, "1")
-        number = int(raw) if raw.isdigit() else 0
+        number = ascii_whole(raw) or 0
         if number < 1:
             raise NotFound("Invalid page.")
         offset = (number - 1) * size

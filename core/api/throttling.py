@@ -6,7 +6,8 @@ Who calls decides the bucket and its rate (``settings.API_THROTTLE_RATES``):
   API token: ``token``; a GPU node's token: ``agent``): one bucket per token;
 * a signed-in browser session: ``user``, one bucket per user;
 * anyone else (the few endpoints open to anonymous callers): ``anon``, one bucket per client
-  address (behind ``NUM_PROXIES`` reverse proxies, read from ``X-Forwarded-For``).
+  address (``core.http.client_ip``: behind ``TRUSTED_PROXY_COUNT`` reverse proxies, read from
+  ``X-Forwarded-For``).
 
 It is the default throttle class, so every endpoint, including ones added later, is limited
 without naming it; a view with its own ``throttle_classes`` (the login endpoint) replaces it.
@@ -20,6 +21,8 @@ from typing import Any
 
 from django.conf import settings
 from rest_framework.throttling import SimpleRateThrottle
+
+from core.http import client_ip
 
 
 def caller_scope(request: Any) -> tuple[str, str]:
@@ -56,3 +59,33 @@ class ApiRateThrottle(SimpleRateThrottle):
 
     def get_cache_key(self, request: Any, view: Any) -> str:
         return self.cache_format % {"scope": self.scope, "ident": self.ident}
+
+    def get_ident(self, request: Any) -> str:
+        return client_ip(request) or ""
+
+
+class LoginRateThrottle(SimpleRateThrottle):
+    """Password checks per client address (``settings.LOGIN_THROTTLE_RATE``), whatever the
+    username: one bucket for the API's token endpoint and the login page, so that spraying
+    usernames from one address gets that many answers a minute and no more. django-axes locks a
+    username and address pair after a few failures; this limits the pairs one address may try.
+
+    A Django ``HttpRequest`` will do (the login page): only ``META`` is read."""
+
+    scope = "login"
+    cache_format = "throttle_%(scope)s_%(ident)s"
+
+    def get_rate(self) -> str:
+        rate: str = settings.LOGIN_THROTTLE_RATE
+        return rate
+
+    def get_cache_key(self, request: Any, view: Any) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+    def allow_attempt(self, request: Any) -> bool:
+        """For a Django view (the login pages): counts the attempt like ``allow_request``."""
+        no_view: Any = None  # nothing here reads the view
+        return bool(self.allow_request(request, no_view))
+
+    def get_ident(self, request: Any) -> str:
+        return client_ip(request) or ""

@@ -38,7 +38,8 @@ def parse_fake_gpus(spec: str, *, catalogue: Catalogue | None = None) -> list[Si
         if len(fields) > 3:
             raise FakeSpecError(f"{entry!r}: expected NAME[:COUNT[:nomig]]")
         if len(fields) >= 2 and fields[1]:
-            if not fields[1].isdigit() or not 1 <= int(fields[1]) <= 64:
+            digits = fields[1].isascii() and fields[1].isdigit() and len(fields[1]) <= 3
+            if not digits or not 1 <= int(fields[1]) <= 64:
                 raise FakeSpecError(f"{entry!r}: the count must be a number from 1 to 64")
             count = int(fields[1])
         if len(fields) == 3:

@@ -137,7 +137,7 @@ def _profile_const(value: object, nvml: Any) -> int | None:
     if isinstance(value, int):
         return value
     if isinstance(value, str):
-        if value.isdigit():
+        if value.isascii() and value.isdigit() and len(value) < 10:
             return int(value)
         resolved = getattr(nvml, value, None)
         return resolved if isinstance(resolved, int) else None

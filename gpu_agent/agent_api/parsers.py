@@ -9,6 +9,7 @@ from typing import Any
 from rest_framework import status
 from rest_framework.exceptions import APIException
 
+from core.api.limits import declared_length
 from core.api.parsers import JSONParser
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -22,12 +23,7 @@ class PayloadTooLarge(APIException):
 
 def check_content_length(request: Any) -> None:
     """Refuse a declared body over the limit before reading it."""
-    raw = request.META.get("CONTENT_LENGTH") or "0"
-    try:
-        length = int(raw)
-    except ValueError:
-        length = 0
-    if length > MAX_BODY_BYTES:
+    if declared_length(request.META) > MAX_BODY_BYTES:
         raise PayloadTooLarge()
 
 

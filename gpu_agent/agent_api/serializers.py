@@ -17,6 +17,8 @@ from core.api.serializers import StrictInputSerializer
 from gpu_agent.models import (
     GPU_NAME_MAX,
     GPU_UUID_MAX,
+    GPU_UUID_RE,
+    GPU_UUID_RULE,
     HOSTNAME_MAX,
     MIG_PROFILE_MAX,
     VERSION_MAX,
@@ -38,6 +40,20 @@ from gpu_agent.services.reports import (
 from tenants.validators import DNS1123_LABEL_MAX, dns1123_label
 
 INT32_MAX = 2**31 - 1
+
+
+def _gpu_uuid(value: str) -> None:
+    if not GPU_UUID_RE.match(value):
+        raise serializers.ValidationError(f"{value!r} is not {GPU_UUID_RULE}.")
+
+
+def gpu_uuid_field() -> serializers.CharField:
+    """A GPU's UUID as an agent reports it (NVML's form; it becomes a URL path segment)."""
+    return serializers.CharField(
+        max_length=GPU_UUID_MAX, validators=[_gpu_uuid], help_text="GPU-... or MIG-... (NVML)."
+    )
+
+
 MAX_SLICES = 64  # memory slices of a GPU, far above any real one (8)
 MAX_GI_ID = 1023
 
@@ -89,7 +105,7 @@ class InstanceReport(StrictInputSerializer):
 
 
 class GpuReport(StrictInputSerializer):
-    uuid = serializers.CharField(max_length=GPU_UUID_MAX)
+    uuid = gpu_uuid_field()
     index = serializers.IntegerField(min_value=0, max_value=MAX_GI_ID)
     name = serializers.CharField(max_length=GPU_NAME_MAX)
     memory_total_mib = serializers.IntegerField(min_value=0, max_value=INT32_MAX)
@@ -164,7 +180,7 @@ class DesiredOutput(serializers.Serializer):
 
 
 class ResultInput(StrictInputSerializer):
-    uuid = serializers.CharField(max_length=GPU_UUID_MAX)
+    uuid = gpu_uuid_field()
     generation = serializers.IntegerField(min_value=1, max_value=INT32_MAX)
     state = serializers.ChoiceField(choices=[(s.value, s.label) for s in RESULT_STATES])
     message = serializers.CharField(
@@ -381,6 +397,13 @@ def _str(value: object, max_length: int, allow_blank: bool = False) -> str:
     return value
 
 
+def _uuid(value: object) -> str:
+    uuid = _str(value, GPU_UUID_MAX)
+    if not GPU_UUID_RE.match(uuid):
+        raise _Unclean
+    return uuid
+
+
 def _list(value: object, max_length: int) -> list[Any]:
     if type(value) is not list or len(value) > max_length:
         raise _Unclean
@@ -426,7 +449,7 @@ def _instance(data: object) -> dict[str, Any]:
 def _gpu(data: object) -> dict[str, Any]:
     g = _keys(data, _GPU_KEYS)
     return {
-        "uuid": _str(g["uuid"], GPU_UUID_MAX),
+        "uuid": _uuid(g["uuid"]),
         "index": _int(g["index"], 0, MAX_GI_ID),
         "name": _str(g["name"], GPU_NAME_MAX),
         "memory_total_mib": _int(g["memory_total_mib"], 0, INT32_MAX),

@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api.limits import AnonymousBodyLimit
 from core.api.serializers import StrictInputSerializer
 from core.errors import NotFound, ValidationFailed
 from gpu_agent import selectors
@@ -86,8 +87,9 @@ class AgentView(APIView):
         super().initial(request, *args, **kwargs)
 
 
-class AgentRegisterView(AgentView):
-    """Exchange a one-time join token for the node's token (shown once, stored hashed)."""
+class AgentRegisterView(AnonymousBodyLimit, AgentView):
+    """Exchange a one-time join token for the node's token (shown once, stored hashed). Open to
+    anyone holding a join token, so its body is at most ``ANONYMOUS_BODY_MAX_BYTES``."""
 
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
@@ -98,7 +100,7 @@ class AgentRegisterView(AgentView):
             201: RegisterOutput,
             400: AGENT_ERRORS[400],
             401: OpenApiResponse(description="Unknown, used or expired join token."),
-            413: AGENT_ERRORS[413],
+            413: OpenApiResponse(description="The body is larger than 16 KiB; nothing was read."),
         },
         auth=[],
     )

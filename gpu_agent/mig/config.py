@@ -54,6 +54,9 @@ SPEC_VERSION = "v1"
 MAX_CONFIG_BYTES = 256 * 1024
 MAX_DEPTH = 12  # the format itself needs 6: root, mig-configs, a config, an entry, a field, a list
 MAX_NODES = 50_000  # NVIDIA's default file has about 1,500
+# A number's text, at most: a config's numbers are GPU indexes and instance counts. Python's
+# int() refuses more than 4,300 digits with a ValueError, so a longer one must never reach it.
+MAX_NUMBER_CHARS = 40
 MAX_CONFIGS = 1_000
 MAX_ENTRIES = 64  # per config
 MAX_DEVICES = 64  # GPU indices per entry
@@ -66,6 +69,7 @@ ENTRY_FIELDS = ("device-filter", "devices", "mig-enabled", "mig-devices")
 _CONFIG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,252}")
 # mig-parted's profile strings: "1g.10gb", "1g.10gb+me", "1c.3g.20gb", "1g.24gb-me", "+me.all"
 _MIG_DEVICE = re.compile(r"(?:[1-9]\d*c\.)?[1-9]\d*g\.[1-9]\d*gb(?:[+-][a-z][a-z.]*)*")
+_NUMBER_TAGS = frozenset(("tag:yaml.org,2002:int", "tag:yaml.org,2002:float"))
 _PLAIN_TAGS = frozenset(
     f"tag:yaml.org,2002:{t}"
     for t in ("str", "int", "bool", "null", "float", "map", "seq", "merge", "timestamp")
@@ -214,6 +218,16 @@ def _check_nodes(root: yaml.Node) -> None:
             )
         if node.tag not in _PLAIN_TAGS:
             raise ConfigError([ConfigProblem("", f"tag {node.tag!r} is not allowed{_mark(node)}")])
+        if node.tag in _NUMBER_TAGS and len(node.value) > MAX_NUMBER_CHARS:
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        "",
+                        f"a number {len(node.value)} characters long{_mark(node)}; a "
+                        f"mig-parted config's numbers have at most {MAX_NUMBER_CHARS}",
+                    )
+                ]
+            )
         if isinstance(node, yaml.MappingNode):
             seen: set[str] = set()
             for key, value in node.value:
@@ -276,7 +290,9 @@ def _load_yaml(text: str) -> Any:
             return None
         _check_nodes(node)
         return loader.construct_document(node)
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, ValueError) as exc:  # ValueError: a value the constructor refuses
+        if isinstance(exc, ConfigError):
+            raise
         raise ConfigError([ConfigProblem("", f"not valid YAML: {exc}")]) from exc
     except RecursionError as exc:
         raise ConfigError(

@@ -28,6 +28,7 @@ from gpu_agent.conf import layout_deadline
 from gpu_agent.models import (
     GPU_NAME_MAX,
     GPU_UUID_MAX,
+    GPU_UUID_RULE,
     MIG_PROFILE_MAX,
     OPEN_LAYOUT_STATES,
     OPEN_PROBE_STATES,
@@ -38,6 +39,7 @@ from gpu_agent.models import (
     MigInstance,
     MigLayout,
     Node,
+    is_gpu_uuid,
 )
 from gpu_agent.services.common import iso
 from gpu_agent.services.layouts import WHOLE_GPU, agent_desired_generation, waiting_message
@@ -146,6 +148,8 @@ def _report_problems(report: Mapping[str, Any]) -> dict[str, list[str]]:
         for name, limit in (("uuid", GPU_UUID_MAX), ("name", GPU_NAME_MAX)):
             if len(gpu[name]) > limit:
                 add(f"{at}.{name}", f"at most {limit} characters are allowed.")
+        if len(gpu["uuid"]) <= GPU_UUID_MAX and not is_gpu_uuid(gpu["uuid"]):
+            add(f"{at}.uuid", f"{gpu['uuid']!r} is not {GPU_UUID_RULE}.")
         if gpu["uuid"] in seen_uuids:
             add(f"{at}.uuid", f"{gpu['uuid']} is also gpus[{seen_uuids[gpu['uuid']]}].")
         seen_uuids.setdefault(gpu["uuid"], i)

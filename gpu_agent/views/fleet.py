@@ -31,6 +31,7 @@ from django.views import View
 from django.views.decorators.http import require_POST
 
 from core import errors
+from core.numbers import ascii_whole
 from core.pages import error_text
 from gpu_agent import selectors as fleet_selectors
 from gpu_agent.conf import layout_deadline
@@ -212,9 +213,10 @@ def _field_target(path: str) -> tuple[int | None, str | None]:
     if not path.startswith(f"{LAYOUT_PREFIX}["):
         return None, None
     index_text, _, rest = path[len(LAYOUT_PREFIX) + 1 :].partition("]")
-    if not index_text.isdigit():
+    index = ascii_whole(index_text)
+    if index is None:
         return None, None
-    return int(index_text), rest.removeprefix(".") or None
+    return index, rest.removeprefix(".") or None
 
 
 @dataclass

@@ -261,8 +261,8 @@ def _fleet_profiles_and_models() -> tuple[list[str], list[str]]:
 
 def _profile_order(name: str) -> tuple[int, int, str]:
     g, _, rest = name.partition("g.")
-    gb = "".join(ch for ch in rest.partition("gb")[0] if ch.isdigit())
-    return (int(g) if g.isdigit() else 99, int(gb) if gb else 0, name)
+    gb = "".join(ch for ch in rest.partition("gb")[0] if "0" <= ch <= "9")[:6]
+    return (int(g) if g.isascii() and g.isdigit() and len(g) < 6 else 99, int(gb or 0), name)
 
 
 @dataclass

@@ -3,7 +3,6 @@ route edits or deletes it)."""
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +17,7 @@ from rest_framework.response import Response
 
 from core.api.filters import UtcIsoDateTimeFilter
 from core.api.serializers import StrictInputSerializer
+from core.csvexport import csv_writer
 from tenants import selectors, services
 from tenants.api.base import caller
 from tenants.choices import AuditSource
@@ -70,7 +70,7 @@ class AuditEventViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     def export(self, request: Request) -> StreamingHttpResponse:
         """The same rows (same filters) as CSV, newest first, up to 100,000."""
         events = self.filter_queryset(self.get_queryset())[:EXPORT_LIMIT]
-        writer = csv.writer(_Echo())
+        writer = csv_writer(_Echo())
         header = ["created_at", "actor", "source", "action", "object_type", "object_id", "tenant",
                   "before", "after"]  # fmt: skip
 

@@ -13,10 +13,11 @@ from rest_framework.decorators import action
 from rest_framework.permissions import AllowAny, IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
+from core.api.limits import AnonymousBodyLimit
 from core.api.pagination import WindowCountPagination
+from core.api.throttling import LoginRateThrottle
 from core.errors import ApplicationError
 from tenants import selectors, services
 from tenants.api.base import ReadMembersWriteAdmins, TenantScopedMixin, caller
@@ -191,17 +192,15 @@ class MembershipViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.Gener
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-class LoginThrottle(AnonRateThrottle):
-    scope = "login"
-    rate = "20/min"
+class TokenObtainView(AnonymousBodyLimit, APIView):
+    """Exchange a username and password for an API token (shown once, stored hashed).
 
-
-class TokenObtainView(APIView):
-    """Exchange a username and password for an API token (shown once, stored hashed)."""
+    Open to anyone: a body of at most ``ANONYMOUS_BODY_MAX_BYTES``, and
+    ``LOGIN_THROTTLE_RATE`` attempts per address (the login page's bucket too)."""
 
     permission_classes = [AllowAny]
     authentication_classes: list[Any] = []
-    throttle_classes = [LoginThrottle]
+    throttle_classes = [LoginRateThrottle]
 
     @extend_schema(request=TokenObtainInput, responses={201: TokenObtainOutput}, auth=[])
     def post(self, request: Request) -> Response:

@@ -57,6 +57,9 @@ def test_what_if_shows_the_preemption_the_request_removes(
     assert [row["tenant"] for row in lead["tenants"]] == ["team-a"]
     assert lead["tenants"][0] == rows["team-a"]
     assert "team-b" not in str(lead)
+    # Totals too: the lead's are her tenant's (its one workload), the cohort's are admins'.
+    assert (lead["workloads"], lead["skipped_workloads"]) == (1, 0)
+    assert lead["workloads"] == rows["team-a"]["before"]["workloads"]
     assert rows["team-a"]["is_requester"]
     assert rows["team-a"]["before"]["preemptions"] == 1
     assert rows["team-a"]["after"]["preemptions"] == 0
@@ -102,7 +105,7 @@ def test_what_if_is_scoped_like_the_request_and_checks_days(
     assert api_as(world.carol).get(url).status_code == 200  # a member sees the request
     assert api_as(world.admin).get(url).status_code == 200
     assert api_as(world.alice).get("/api/v1/quota-requests/999999/what-if/").status_code == 404
-    for bad in ("0", "91", "abc", "-3", "1.5"):
+    for bad in ("0", "91", "abc", "-3", "1.5", "\u0663", "9" * 5000):
         response = api_as(world.alice).get(f"{url}?days={bad}")
         assert response.status_code == 400, bad
         assert "days" in response.json()["fields"]
@@ -153,10 +156,12 @@ def test_pages_show_suggestions_and_the_what_if(world: World, two_jobs: None) ->
     assert 'data-tenant="team-a"' in detail and "<svg" in detail  # team-a waits: bars
     assert "what-if-no-wait" not in detail
     assert 'data-tenant="team-b"' not in detail  # another tenant's numbers: approvers only
+    assert "2 workloads from" in detail  # team-a's two, not the cohort's three
     approver = Client()
     approver.force_login(world.admin)
     seen = approver.get(f"/requests/{draft.pk}/?what_if=1&days=14").content.decode()
     assert 'data-tenant="team-b"' in seen
+    assert "3 workloads from" in seen
     assert "<script" not in detail.split('id="what-if"')[1].split("</section>")[0]
     bad = client.get(f"/requests/{draft.pk}/?what_if=1&days=500").content.decode()
     assert "from 1 to 90 days" in bad

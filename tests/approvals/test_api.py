@@ -15,6 +15,7 @@ from quotas.choices import CPU_RESOURCE, GPU_RESOURCE, MEMORY_RESOURCE
 from quotas.models import FlavorResource, Quota, QuotaSet, SyncOutbox
 from quotas.services import quota_set_create_from_tier
 from tenants.models import AuditEvent
+from tenants.services import membership_remove, membership_set
 from tests.approvals.conftest import (
     URL,
     body,
@@ -193,6 +194,29 @@ def test_a_draft_can_be_cancelled_too(world, api_as):
 
 
 # --- who may do what ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("now", ["member", "viewer", "removed"])
+def test_a_lead_demoted_since_filing_cannot_submit_the_draft(world, api_as, now):
+    """Who may submit is the caller's role now, not who filed the draft."""
+    request = file(world, submit=False)
+    membership_set(tenant=world.team_a, user=world.carol, role="lead", actor=world.admin)
+    if now == "removed":
+        membership_remove(tenant=world.team_a, user=world.alice, actor=world.admin)
+    else:
+        membership_set(tenant=world.team_a, user=world.alice, role=now, actor=world.admin)
+    state = database_state()
+    response = action(api_as(world.alice), request.pk, "submit")
+    assert response.status_code in (403, 404), response.content
+    request.refresh_from_db()
+    assert request.status == "draft"
+    assert database_state() == state
+    if now != "removed":
+        assert response.status_code == 403
+        assert f"you are a {now}" in response.json()["detail"]
+    # Made lead again, she submits it.
+    membership_set(tenant=world.team_a, user=world.alice, role="lead", actor=world.admin)
+    assert action(api_as(world.alice), request.pk, "submit").status_code == 200
 
 
 def test_an_admin_files_for_any_tenant_but_does_not_approve_their_own(world, api_as, admin2):

@@ -802,7 +802,9 @@ def test_a_draft_opens_in_the_form_prefilled_and_what_is_filed_replaces_it(world
     assert f"replaces draft #{draft.pk}" in text(alice.get(response["Location"]))
 
 
-@pytest.mark.parametrize("which", ["team-b", "pending", "other-cluster", "word"])
+@pytest.mark.parametrize(
+    "which", ["team-b", "pending", "other-cluster", "word", "³", "٣", "9" * 5000]
+)
 def test_a_form_cannot_start_from_what_is_not_a_draft_of_the_tenant_here(world, which):
     if which == "team-b":
         pk = quota_request_create(
@@ -815,8 +817,10 @@ def test_a_form_cannot_start_from_what_is_not_a_draft_of_the_tenant_here(world, 
     elif which == "other-cluster":
         pk = _a100_draft(world, 8, 10).pk
         QuotaChangeRequest.objects.filter(pk=pk).update(cluster=world.h100)
-    else:
+    elif which == "word":
         pk = "abc"  # type: ignore[assignment]
+    else:
+        pk = which  # type: ignore[assignment]  # digits str.isdigit() takes, int() may not
 
     response = logged_in(world.alice).get(f"{NEW}&from={pk}")
 

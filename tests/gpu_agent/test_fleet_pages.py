@@ -192,6 +192,21 @@ def test_an_unknown_gpu_is_404_for_admins(world):
 # --- the fleet page --------------------------------------------------------------------------
 
 
+def test_a_gpu_stored_with_a_uuid_that_is_no_url_is_shown_without_a_link(world, fleet):
+    """Stored before uuids were checked: every page still draws, the GPU without a link."""
+    bad = "GPU-a/b?c#d"
+    Gpu.objects.filter(uuid=UUID).update(uuid=bad)
+    client = logged_in(world.admin)
+    for url in (FLEET, PLAN, f"{PLAN}?source=quotas", "/usage/"):
+        response = client.get(url)
+        assert response.status_code == 200, url
+        page = response.content.decode()
+        assert 'href="/fleet/gpus/GPU-a' not in page, url
+    fleet_page = main(client.get(FLEET))
+    assert bad in unescape(fleet_page)
+    assert 'href="/fleet/gpus/GPU-gpu-node-1-0001/"' in fleet_page  # its sound neighbour
+
+
 def test_admins_see_nodes_and_their_gpus(world, fleet):
     response = logged_in(world.admin).get(FLEET)
     assert response.status_code == 200

@@ -242,6 +242,55 @@ def test_a_malformed_report_is_400_with_the_fields_and_nothing_is_stored(agent):
     assert list(MigInstance.objects.values_list("pk", flat=True)) == before
 
 
+NOT_NVML_UUIDS = [
+    "GPU-a/b",
+    "GPU-../../admin",
+    "nvidia0",
+    "GPU-",
+    "GPU-1 2",
+    "<b>GPU-1</b>",
+    "GPU-1?x=1",
+]
+
+
+@pytest.mark.parametrize("uuid", NOT_NVML_UUIDS)
+def test_a_uuid_nvml_never_writes_is_400_naming_the_field(agent, uuid):
+    bad = gpu("gpu-node-1", 1)
+    bad["uuid"] = uuid
+    body = report("gpu-node-1", [gpu("gpu-node-1", 0), bad])
+    response = agent.post(f"{AGENT}/report/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert list(response.json()["fields"]) == ["gpus[1].uuid"]
+    assert "GPU-" in response.json()["fields"]["gpus[1].uuid"][0]
+    assert not Gpu.objects.filter(uuid=uuid).exists()
+    result = agent.post(
+        f"{AGENT}/result/", {"uuid": uuid, "generation": 1, "state": "success"}, format="json"
+    )
+    assert result.status_code == 400, result.content
+    assert list(result.json()["fields"]) == ["uuid"]
+
+
+def test_nvml_uuid_forms_are_accepted(agent):
+    gpu_uuid = "GPU-3f5a9c1e-7b2d-4e8f-a1b2-c3d4e5f60718"
+    mig_uuid = "MIG-0a1B2c3D-4e5f-6789-abcd-ef0123456789"
+    gpus = [gpu("gpu-node-1", 0), gpu("gpu-node-1", 1), gpu("gpu-node-1", 2)]
+    gpus[1]["uuid"], gpus[2]["uuid"] = gpu_uuid, mig_uuid
+    response = agent.post(f"{AGENT}/report/", report("gpu-node-1", gpus), format="json")
+    assert response.status_code == 200, response.content
+    assert Gpu.objects.filter(uuid__in=[gpu_uuid, mig_uuid]).count() == 2
+
+
+def test_the_report_service_refuses_a_uuid_that_is_no_nvml_uuid(agent):
+    from core.errors import ValidationFailed
+
+    node = Node.objects.get(name="gpu-node-1")
+    bad = gpu("gpu-node-1", 0)
+    bad["uuid"] = "GPU-a/b"
+    with pytest.raises(ValidationFailed) as refused:
+        reports.agent_report_ingest(node=node, report=report("gpu-node-1", [bad]))
+    assert list(refused.value.fields) == ["gpus[0].uuid"]
+
+
 def test_a_body_over_1_mib_is_413_and_nothing_is_stored(agent):
     before = list(MigInstance.objects.values_list("pk", flat=True))
     body = report("gpu-node-1", [gpu("gpu-node-1", 0)])
@@ -499,6 +548,9 @@ def _variants() -> list[Any]:
         (("gpus", 0, "surprise"), True),
         (("gpus", 0, "uuid"), None),
         (("gpus", 0, "uuid"), "GPU-ü"),
+        (("gpus", 0, "uuid"), "GPU-a/b"),
+        (("gpus", 0, "uuid"), "nvidia0"),
+        (("gpus", 0, "uuid"), " GPU-1"),
         (("gpus", 0, "index"), "0"),
         (("gpus", 0, "index"), 1.0),
         (("gpus", 0, "index"), 1.5),

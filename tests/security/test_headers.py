@@ -23,10 +23,12 @@ from django.conf import settings
 from django.test import Client
 c = Client()
 plain = c.get("/api/v1/me/", HTTP_HOST="portal.example.com")
+claimed = c.get("/api/v1/me/", HTTP_HOST="portal.example.com", HTTP_X_FORWARDED_PROTO="https")
 tls = c.get("/api/v1/me/", HTTP_HOST="portal.example.com", secure=True)
 print(json.dumps({
     "plain_status": plain.status_code,
     "plain_location": plain.headers.get("Location"),
+    "claimed_status": claimed.status_code,
     "status": tls.status_code,
     "hsts": tls.headers.get("Strict-Transport-Security"),
     "csp": tls.headers.get("Content-Security-Policy"),
@@ -65,6 +67,16 @@ def test_production_is_https_only_with_hsts_and_strict_cookies(tmp_path):
     assert seen["hsts"] == "max-age=31536000; includeSubDomains; preload"
     assert seen["cookies"] == [[True, True, "Lax"], [True, True, "Lax"]]
     assert "script-src 'self'" in str(seen["csp"])
+
+
+def test_x_forwarded_proto_is_trusted_only_behind_a_configured_proxy(tmp_path):
+    """A direct client's "X-Forwarded-Proto: https" over plain HTTP is not HTTPS: it is
+    redirected like any plain request. With TRUSTED_PROXY_COUNT set, the proxy's header is."""
+    direct = probe(DOCUMENTED_PRODUCTION, tmp_path)
+    assert direct["claimed_status"] == 301
+    proxied = probe({**DOCUMENTED_PRODUCTION, "TRUSTED_PROXY_COUNT": "1"}, tmp_path)
+    assert proxied["claimed_status"] == 401  # served as HTTPS: the proxy said so
+    assert proxied["plain_status"] == 301
 
 
 def test_debug_keeps_plain_http_working_for_make_run(tmp_path):

@@ -28,6 +28,12 @@ BILLION_LAUGHS = "version: v1\na: &a [lol, lol, lol, lol, lol, lol, lol, lol, lo
     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
 )
 
+# Past Python's int-size limit (4300 digits) int() raises ValueError, which was a 500.
+HUGE_INTEGER = (
+    "version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: true\n"
+    "      mig-devices:\n        1g.10gb: " + "9" * 5000 + "\n"
+)
+
 
 def test_no_code_loads_yaml_unsafely():
     files = [p for d in SOURCE_DIRS for p in (ROOT / d).rglob("*.py")]
@@ -45,8 +51,10 @@ def test_no_code_loads_yaml_unsafely():
         (BILLION_LAUGHS, "expands to more than"),
         ("!!python/object/apply:os.system ['touch /tmp/pwned']", "is not allowed"),
         ("version: v1\n" + "#" * MAX_CONFIG_BYTES, f"at most {MAX_CONFIG_BYTES}"),
+        (HUGE_INTEGER, "a number 5000 characters long"),
+        (HUGE_INTEGER.replace("1g.10gb: 9", "1g.10gb: 0x9"), "a number 5002 characters long"),
     ],
-    ids=["alias-bomb", "python-tag", "oversized"],
+    ids=["alias-bomb", "python-tag", "oversized", "huge-integer", "huge-hex-integer"],
 )
 def test_a_hostile_pasted_config_is_a_quick_400_for_a_token_user(world, text, words):
     _, secret = api_token_create(user=world.alice)

@@ -117,6 +117,22 @@ def test_a_page_past_the_end_is_a_json_404(world, api_as):
     assert response.json()["code"] == "not_found"
 
 
+NOT_WHOLE_NUMBERS = ["³", "٣", "\uff11", "1.5", "-1", " 1", "0", "9" * 5000]
+
+
+@pytest.mark.parametrize("url", ["/api/v1/tenants/", "/api/v1/audit-events/"])
+@pytest.mark.parametrize("param", ["page", "page_size"])
+@pytest.mark.parametrize("value", NOT_WHOLE_NUMBERS)
+def test_a_page_or_size_that_is_no_ascii_whole_number_is_400_naming_it(
+    world, api_as, url, param, value
+):
+    """Superscript, Arabic-Indic or full-width digits pass str.isdigit() but are no number
+    here; 5,000 digits pass it too and int() refuses them."""
+    response = api_as(world.admin).get(url, {param: value})
+    assert response.status_code == 400, response.content
+    assert list(response.json()["fields"]) == [param]
+
+
 # --- tenants: PATCH ------------------------------------------------------------------------
 
 

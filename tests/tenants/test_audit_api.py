@@ -68,3 +68,24 @@ def test_inbox_lists_and_marks_notifications(world, api_as):
     assert [n["subject"] for n in inbox["results"]] == ["hello"]
     assert alice.post("/api/v1/notifications/mark-read/", {}, format="json").json() == {"marked": 1}
     assert alice.get("/api/v1/notifications/").json()["results"][0]["read_at"] is not None
+
+
+FORMULAS = ['=HYPERLINK("http://evil","x")', "+1+2", "-2+3", "@SUM(A1)", "\tx", "\rx"]
+
+
+def test_csv_export_neutralises_spreadsheet_formulas(world, api_as):
+    """OWASP's CSV injection advice: a cell a spreadsheet would read as a formula starts with a
+    single quote; other cells are written as they are."""
+    for i, text in enumerate(FORMULAS):
+        AuditEvent.objects.create(
+            actor_username=text, action="tenant.update", object_type="tenant",
+            object_id=text, tenant=world.team_a, tenant_slug="team-a", after={"n": i},
+        )  # fmt: skip
+    response = api_as(world.admin).get("/api/v1/audit-events/export/?action=tenant.update")
+    rows = list(csv.reader(io.StringIO(b"".join(response.streaming_content).decode(), newline="")))
+    header, body = rows[0], rows[1:]
+    actor, object_id = header.index("actor"), header.index("object_id")
+    assert sorted(row[actor] for row in body) == sorted(f"'{text}" for text in FORMULAS)
+    assert sorted(row[object_id] for row in body) == sorted(f"'{text}" for text in FORMULAS)
+    assert {row[header.index("tenant")] for row in body} == {"team-a"}
+    assert {row[header.index("after")][:1] for row in body} == {"{"}

@@ -139,6 +139,8 @@ def test_the_page_a_form_was_posted_from_is_kept(world):
     assert alice.post(read_url(oldest), {"page": "1"})["Location"] == INBOX
     assert alice.post(read_url(oldest), {"page": "//evil.example"})["Location"] == INBOX
     assert alice.post(READ_ALL, {"page": "2"})["Location"] == f"{INBOX}?page=2"
+    for odd in ("³", "٣", "9" * 5000):  # not ASCII digits, or too many: the first page
+        assert alice.post(READ_ALL, {"page": odd})["Location"] == INBOX
 
 
 def test_pages_of_50_newest_first(world):

@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api.serializers import StrictInputSerializer
+from core.numbers import ascii_whole
 from tenants.validators import DNS1123_LABEL_MAX
 
 
@@ -19,14 +20,21 @@ class StepField(serializers.Field):
     """Seconds (``3600``) or an ISO 8601 duration (``PT1H``, ``P1D``)."""
 
     default_error_messages = {
-        "invalid": "a number of seconds or an ISO 8601 duration (PT5M, PT1H, P1D) is required."
+        "invalid": "a number of seconds or an ISO 8601 duration (PT5M, PT1H, P1D) is required.",
+        "too_large": "a whole number of seconds of at most 9 digits (a step is at most 1 year).",
     }
 
     def to_internal_value(self, data: Any) -> timedelta:
         text = str(data).strip()
-        if text.isdigit():
-            return timedelta(seconds=int(text))
-        parsed = parse_duration(text) if text.upper().startswith("P") else None
+        if text.isascii() and text.isdigit():
+            seconds = ascii_whole(text, max_digits=9)
+            if seconds is None:
+                self.fail("too_large")
+            return timedelta(seconds=seconds)
+        try:
+            parsed = parse_duration(text) if text.upper().startswith("P") else None
+        except (OverflowError, ValueError):  # P999999999999D: past what a timedelta holds
+            self.fail("too_large")
         if parsed is None:
             self.fail("invalid")
         return parsed
