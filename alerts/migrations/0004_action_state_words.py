@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('alerts', '0002_default_rules'),
+        ('alerts', '0003_webhook_url_checked'),
     ]
 
     operations = [
