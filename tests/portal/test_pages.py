@@ -4,6 +4,9 @@ the 403 page (the service's words and a way back), the tenant page's suggestions
 from __future__ import annotations
 
 import re
+from datetime import timedelta
+
+from django.utils import timezone
 
 from alerts.choices import AlertState
 from tests.pages import fire, logged_in, main, use_now
@@ -44,3 +47,79 @@ def test_a_member_sees_her_tenants_alerts_and_an_outsider_does_not(world):
 
     bob = card(main(logged_in(world.bob).get("/")), "team-b")
     assert "No firing alerts" in bob
+
+
+# --- refusals say why, and offer a way back ------------------------------------------------
+
+
+def test_a_member_refused_the_request_form_reads_the_services_reason_and_a_way_back(world):
+    response = logged_in(world.carol).get("/tenants/team-a/requests/new/?cluster=demo-a100")
+
+    assert response.status_code == 403
+    page = main(response)
+    assert "Only a lead of team-a or a platform admin files its requests; you are a member." in page
+    assert "You may not open this page" not in page
+    assert '<a href="/tenants/team-a/">Back to Team A</a>' in page
+
+
+def test_an_admin_only_page_says_so_and_leads_home(world):
+    response = logged_in(world.alice).get("/usage/")
+
+    assert response.status_code == 403
+    page = main(response)
+    assert "Platform admins only." in page
+    assert '<a href="/">My tenants</a>' in page
+    assert "Back to" not in page  # no tenant in this address
+
+
+def test_a_refusal_links_back_only_to_a_tenant_the_caller_sees(world):
+    # bob leads team-b; team-a's form is a 404 for him, and its 404 page names no way into it.
+    response = logged_in(world.bob).get("/tenants/team-a/requests/new/?cluster=demo-a100")
+
+    assert response.status_code == 404
+    assert "/tenants/team-a/" not in main(response)
+
+
+# --- the tenant page's suggestions: leads review and submit, members read ------------------
+
+
+def suggestion_with_draft(world):  # type: ignore[no-untyped-def]
+    from decimal import Decimal
+
+    from advice.models import Suggestion
+    from approvals.services import quota_request_create
+    from quotas.choices import GPU_RESOURCE
+    from quotas.services import QuotaItem
+
+    draft = quota_request_create(
+        tenant=world.team_a, cluster=world.a100, requester=world.alice, reason="suggested",
+        items=[QuotaItem(world.a100_gpu, GPU_RESOURCE, Decimal(7), Decimal(10))],
+    )  # fmt: skip
+    now = timezone.now()
+    Suggestion.objects.create(
+        tenant=world.team_a, cluster=world.a100, request=draft,
+        period_start=now - timedelta(days=30), period_end=now, created_by=world.alice,
+    )  # fmt: skip
+    return draft
+
+
+def test_a_lead_is_offered_to_review_and_submit_the_suggested_draft(world):
+    draft = suggestion_with_draft(world)
+
+    page = main(logged_in(world.alice).get("/tenants/team-a/"))
+
+    assert f"Review draft #{draft.pk}, its what-if replay, and submit" in page
+    assert f'class="button" href="/requests/{draft.pk}/?what_if=1"' in page
+
+
+def test_a_member_reads_the_suggested_draft_without_an_offer_to_submit(world):
+    draft = suggestion_with_draft(world)
+
+    page = main(logged_in(world.carol).get("/tenants/team-a/"))
+
+    section = page.split('id="suggested-changes"')[1].split("</section>")[0]
+    assert 'data-suggestion="' in section  # the numbers are hers to read
+    assert "submit" not in section.lower()
+    assert "Compute from last month" not in section
+    assert f'href="/requests/{draft.pk}/?what_if=1">draft #{draft.pk}</a>' in section
+    assert "a lead of team-a reviews it and sends it for approval" in section
