@@ -3,8 +3,9 @@
 
 Tenant pages answer 404 to anyone who may not see the tenant (before anything else), admin
 pages 403 to everyone but platform admins. Bad input (start after end, a range the rollups
-no longer hold, a malformed month) renders the page with the message and status 400; an
-unknown cluster or flavor is a 404. ``?download=csv`` gives exactly what the page shows.
+no longer hold, a malformed month, a cluster or flavor the tenant's filter does not offer)
+renders the page with the message and status 400; on the admin page an unknown cluster is a
+404. ``?download=csv`` gives exactly what the page shows.
 """
 
 from __future__ import annotations
@@ -42,6 +43,44 @@ class RangeForm(forms.Form):
     flavor = forms.CharField(required=False, max_length=63)
 
 
+class TenantRangeForm(RangeForm):
+    """The range, and the tenant's clusters and flavors to choose from: a name it does not
+    offer is refused with the choices (status 400, the form kept), not a 404 page."""
+
+    cluster = forms.ChoiceField(required=False)
+    flavor = forms.ChoiceField(required=False)
+
+    def __init__(self, data: Any, *, tenant: Tenant, places: dict[str, list[str]]) -> None:
+        super().__init__(data)
+        self.places = places
+        clusters = list(places)
+        flavors = sorted({f for names in places.values() for f in names})
+        self.fields["cluster"].choices = [("", "all"), *((c, c) for c in clusters)]
+        self.fields["flavor"].choices = [("", "all"), *((f, f) for f in flavors)]
+        self.fields["cluster"].error_messages["invalid_choice"] = _not_one_of(
+            f"{tenant.slug}'s clusters", clusters
+        )
+        self.fields["flavor"].error_messages["invalid_choice"] = _not_one_of(
+            f"{tenant.slug}'s GPU flavors", flavors
+        )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        cluster, flavor = data.get("cluster"), data.get("flavor")
+        if cluster and flavor and flavor not in self.places[cluster]:
+            there = ", ".join(self.places[cluster])
+            self.add_error(
+                "flavor", f"{flavor} is not on {cluster}; its GPU flavors there: {there}."
+            )
+        return data
+
+
+def _not_one_of(what: str, names: list[str]) -> str:
+    if not names:
+        return f"%(value)s is not one of {what}: there are none yet."
+    return f"%(value)s is not one of {what}: {', '.join(names)}."
+
+
 def _csv(filename: str, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> HttpResponse:
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
@@ -76,9 +115,9 @@ class _Page(View):
         return None
 
     def _period(
-        self, request: HttpRequest, default: str = "7d"
+        self, request: HttpRequest, default: str = "7d", form: RangeForm | None = None
     ) -> tuple[RangeForm, selectors.Period | None, str]:
-        form = RangeForm(request.GET)
+        form = form or RangeForm(request.GET)
         if not form.is_valid():
             why = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in form.errors.items())
             return form, None, why
@@ -135,8 +174,13 @@ class TenantUsageView(_TenantPage):
     template_name = "dashboards/tenant_usage.html"
 
     def get(self, request: HttpRequest, slug: str) -> HttpResponse:
-        form, period, error = self._period(request, default="7d")
-        context = self._base(request) | {"form": form, "error": error}
+        places = selectors.tenant_filter_places(tenant=self.tenant)
+        form, period, error = self._period(
+            request,
+            default="7d",
+            form=TenantRangeForm(request.GET, tenant=self.tenant, places=places),
+        )
+        context = self._base(request) | {"form": form, "error": error, "places": places}
         if period is None:
             return self._page(request, context, status=400)
         data = form.cleaned_data
