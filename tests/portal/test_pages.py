@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from pathlib import Path
 
+from django.conf import settings
 from django.utils import timezone
 
 from alerts.choices import AlertState
@@ -123,3 +125,39 @@ def test_a_member_reads_the_suggested_draft_without_an_offer_to_submit(world):
     assert "Compute from last month" not in section
     assert f'href="/requests/{draft.pk}/?what_if=1">draft #{draft.pk}</a>' in section
     assert "a lead of team-a reviews it and sends it for approval" in section
+
+
+# --- one look for every button, and a way from the API docs back to the portal -----------
+
+CSS = Path(settings.BASE_DIR) / "portal" / "static" / "portal" / "portal.css"
+
+
+def css_rules() -> list[tuple[set[str], str]]:
+    text = re.sub(r"/\*.*?\*/", "", CSS.read_text(), flags=re.S)
+    return [
+        ({s.strip() for s in selectors.split(",")}, body)
+        for selectors, body in re.findall(r"([^{}]+)\{([^{}]*)\}", text)
+    ]
+
+
+def test_every_button_and_button_link_share_one_style():
+    base = [body for selectors, body in css_rules() if {"button", "a.button"} <= selectors]
+    assert base, "no rule styles <button> and a.button alike"
+    assert all(p in base[0] for p in ("padding", "border", "border-radius", "background", "font"))
+    # What a class adds on top is a variant of that look (colours), not another size or shape.
+    for selectors, body in css_rules():
+        variants = {s for s in selectors if re.fullmatch(r"button\.(primary|secondary|danger)", s)}
+        if variants:
+            assert "padding" not in body and "font" not in body, (selectors, body)
+
+
+def test_the_api_docs_lead_back_to_the_portal(world):
+    response = logged_in(world.alice).get("/api/v1/docs/")
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert re.search(r'<a [^>]*href="/"[^>]*>[^<]*GPU quota portal', page), page[:2000]
+    assert '<div id="swagger-ui">' in page  # Swagger UI is still there
+    scripts = re.findall(r"<script([^>]*)>(.*?)</script>", page, flags=re.S)
+    assert scripts and all('src="' in a and not body.strip() for a, body in scripts), scripts
+    assert "script-src 'self'" in response["Content-Security-Policy"]
