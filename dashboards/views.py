@@ -33,17 +33,20 @@ from tenants.selectors import membership_role, tenant_get_for_user
 DATETIME_INPUTS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
 
 
-class RangeForm(forms.Form):
+class PeriodForm(forms.Form):
     range = forms.ChoiceField(
         required=False, choices=[(k, v) for k, v in selectors.RANGE_LABELS.items()]
     )
     start = forms.DateTimeField(required=False, input_formats=DATETIME_INPUTS)
     end = forms.DateTimeField(required=False, input_formats=DATETIME_INPUTS)
+
+
+class RangeForm(PeriodForm):
     cluster = forms.CharField(required=False, max_length=63)
     flavor = forms.CharField(required=False, max_length=63)
 
 
-class TenantRangeForm(RangeForm):
+class TenantRangeForm(PeriodForm):
     """The range, and the tenant's clusters and flavors to choose from: a name it does not
     offer is refused with the choices (status 400, the form kept), not a 404 page."""
 
@@ -55,18 +58,18 @@ class TenantRangeForm(RangeForm):
         self.places = places
         clusters = list(places)
         flavors = sorted({f for names in places.values() for f in names})
-        self.fields["cluster"].choices = [("", "all"), *((c, c) for c in clusters)]
-        self.fields["flavor"].choices = [("", "all"), *((f, f) for f in flavors)]
-        self.fields["cluster"].error_messages["invalid_choice"] = _not_one_of(
-            f"{tenant.slug}'s clusters", clusters
-        )
-        self.fields["flavor"].error_messages["invalid_choice"] = _not_one_of(
-            f"{tenant.slug}'s GPU flavors", flavors
-        )
+        for name, names, what in (
+            ("cluster", clusters, f"{tenant.slug}'s clusters"),
+            ("flavor", flavors, f"{tenant.slug}'s GPU flavors"),
+        ):
+            field = self.fields[name]
+            assert isinstance(field, forms.ChoiceField)
+            field.choices = [("", "all"), *((n, n) for n in names)]
+            field.error_messages["invalid_choice"] = _not_one_of(what, names)
 
-    def clean(self) -> dict[str, Any]:
+    def clean(self) -> dict[str, Any] | None:
         data = super().clean()
-        cluster, flavor = data.get("cluster"), data.get("flavor")
+        cluster, flavor = self.cleaned_data.get("cluster"), self.cleaned_data.get("flavor")
         if cluster and flavor and flavor not in self.places[cluster]:
             there = ", ".join(self.places[cluster])
             self.add_error(
@@ -115,8 +118,8 @@ class _Page(View):
         return None
 
     def _period(
-        self, request: HttpRequest, default: str = "7d", form: RangeForm | None = None
-    ) -> tuple[RangeForm, selectors.Period | None, str]:
+        self, request: HttpRequest, default: str = "7d", form: PeriodForm | None = None
+    ) -> tuple[PeriodForm, selectors.Period | None, str]:
         form = form or RangeForm(request.GET)
         if not form.is_valid():
             why = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in form.errors.items())
