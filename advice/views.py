@@ -24,9 +24,12 @@ BAR_WIDTH = 160  # px of the what-if chart's longest bar
 
 def tenant_suggestions_context(*, request: HttpRequest, tenant: Tenant) -> dict[str, Any]:
     """The tenant page's "Suggested changes" (the caller has already seen ``tenant``)."""
+    leads = user_can_manage_tenant(user=caller(request), tenant=tenant)
     return {
         "advice_suggestions": selectors.suggestions_open(tenant=tenant),
-        "advice_can_compute": user_can_manage_tenant(user=caller(request), tenant=tenant),
+        "advice_can_compute": leads,
+        # Members and viewers read a suggested draft; its leads (and admins) submit it.
+        "advice_can_submit": leads,
     }
 
 

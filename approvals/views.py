@@ -58,6 +58,7 @@ from approvals.services import (
     quota_request_check_stored,
     quota_request_create,
     quota_request_dry_run,
+    quota_request_ensure_can_file,
     quota_request_items,
     quota_request_reject,
     quota_request_retry,
@@ -391,8 +392,8 @@ def _tenant_for_filing(request: HttpRequest, slug: str) -> Tenant:
     tenant's routes answer 404 to every method, as the API's do."""
     user = caller(request)
     tenant = tenant_selectors.tenant_get_for_user(user=user, slug=slug)
-    if not tenant_selectors.user_can_manage_tenant(user=user, tenant=tenant):
-        raise PermissionDenied("Only the tenant's leads and platform admins request changes.")
+    # The service's own refusal, word for word as the API gives it (the 403 page shows it).
+    quota_request_ensure_can_file(actor=user, tenant=tenant)
     return tenant
 
 

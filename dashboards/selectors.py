@@ -9,7 +9,8 @@ flavor's ``gpu_weight`` (normalised GPU units, R5).
 - ``period_resolve``: a range picked on a page or asked of the API (24 h, 7 d, 30 d or a
   custom start and end) -> ``Period``, or ValidationFailed (400) naming the limit.
 - ``tenant_dashboard``: a tenant's use vs guaranteed vs limit per cluster and flavor, units,
-  utilisation and the four rollout indicators (R21).
+  utilisation and the four rollout indicators (R21); ``tenant_filter_places``: the clusters
+  and flavors its page's filter offers.
 - ``admin_dashboard``: per-tenant shares of each flavor, guarantees vs capacity, a node x GPU
   utilisation heatmap, free MIG slices, top idle allocations, per cluster and summed (R22).
 - ``workload_profile``: submissions by hour of week, GPUs per job, durations, peaks and mean
@@ -165,6 +166,21 @@ def _flavor_filter(cluster: str | None, flavor: str | None) -> list[ResourceFlav
     if not found and cluster and not Cluster.objects.filter(name=cluster).exists():
         raise NotFound("No such cluster.", fields={"cluster": ["no such cluster"]})
     return found
+
+
+def tenant_filter_places(*, tenant: Tenant) -> dict[str, list[str]]:
+    """The clusters ``tenant`` has quota on, each with its GPU and MIG flavors (names, sorted):
+    what the tenant usage page's filter offers. One query."""
+    rows = (
+        ResourceFlavor.objects.filter(kind__in=GPU_KINDS, cluster__quota_sets__tenant=tenant)
+        .values_list("cluster__name", "name")
+        .distinct()
+        .order_by("cluster__name", "name")
+    )
+    places: dict[str, list[str]] = {}
+    for cluster, flavor in rows:
+        places.setdefault(cluster, []).append(flavor)
+    return places
 
 
 def _iso(when: datetime) -> str:

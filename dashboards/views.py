@@ -3,8 +3,9 @@
 
 Tenant pages answer 404 to anyone who may not see the tenant (before anything else), admin
 pages 403 to everyone but platform admins. Bad input (start after end, a range the rollups
-no longer hold, a malformed month) renders the page with the message and status 400; an
-unknown cluster or flavor is a 404. ``?download=csv`` gives exactly what the page shows.
+no longer hold, a malformed month, a cluster or flavor the tenant's filter does not offer)
+renders the page with the message and status 400; on the admin page an unknown cluster is a
+404. ``?download=csv`` gives exactly what the page shows.
 """
 
 from __future__ import annotations
@@ -32,14 +33,55 @@ from tenants.selectors import membership_role, tenant_get_for_user
 DATETIME_INPUTS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
 
 
-class RangeForm(forms.Form):
+class PeriodForm(forms.Form):
     range = forms.ChoiceField(
         required=False, choices=[(k, v) for k, v in selectors.RANGE_LABELS.items()]
     )
     start = forms.DateTimeField(required=False, input_formats=DATETIME_INPUTS)
     end = forms.DateTimeField(required=False, input_formats=DATETIME_INPUTS)
+
+
+class RangeForm(PeriodForm):
     cluster = forms.CharField(required=False, max_length=63)
     flavor = forms.CharField(required=False, max_length=63)
+
+
+class TenantRangeForm(PeriodForm):
+    """The range, and the tenant's clusters and flavors to choose from: a name it does not
+    offer is refused with the choices (status 400, the form kept), not a 404 page."""
+
+    cluster = forms.ChoiceField(required=False)
+    flavor = forms.ChoiceField(required=False)
+
+    def __init__(self, data: Any, *, tenant: Tenant, places: dict[str, list[str]]) -> None:
+        super().__init__(data)
+        self.places = places
+        clusters = list(places)
+        flavors = sorted({f for names in places.values() for f in names})
+        for name, names, what in (
+            ("cluster", clusters, f"{tenant.slug}'s clusters"),
+            ("flavor", flavors, f"{tenant.slug}'s GPU flavors"),
+        ):
+            field = self.fields[name]
+            assert isinstance(field, forms.ChoiceField)
+            field.choices = [("", "all"), *((n, n) for n in names)]
+            field.error_messages["invalid_choice"] = _not_one_of(what, names)
+
+    def clean(self) -> dict[str, Any] | None:
+        data = super().clean()
+        cluster, flavor = self.cleaned_data.get("cluster"), self.cleaned_data.get("flavor")
+        if cluster and flavor and flavor not in self.places[cluster]:
+            there = ", ".join(self.places[cluster])
+            self.add_error(
+                "flavor", f"{flavor} is not on {cluster}; its GPU flavors there: {there}."
+            )
+        return data
+
+
+def _not_one_of(what: str, names: list[str]) -> str:
+    if not names:
+        return f"%(value)s is not one of {what}: there are none yet."
+    return f"%(value)s is not one of {what}: {', '.join(names)}."
 
 
 def _csv(filename: str, columns: Sequence[str], rows: Iterable[dict[str, Any]]) -> HttpResponse:
@@ -76,9 +118,9 @@ class _Page(View):
         return None
 
     def _period(
-        self, request: HttpRequest, default: str = "7d"
-    ) -> tuple[RangeForm, selectors.Period | None, str]:
-        form = RangeForm(request.GET)
+        self, request: HttpRequest, default: str = "7d", form: PeriodForm | None = None
+    ) -> tuple[PeriodForm, selectors.Period | None, str]:
+        form = form or RangeForm(request.GET)
         if not form.is_valid():
             why = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in form.errors.items())
             return form, None, why
@@ -135,8 +177,13 @@ class TenantUsageView(_TenantPage):
     template_name = "dashboards/tenant_usage.html"
 
     def get(self, request: HttpRequest, slug: str) -> HttpResponse:
-        form, period, error = self._period(request, default="7d")
-        context = self._base(request) | {"form": form, "error": error}
+        places = selectors.tenant_filter_places(tenant=self.tenant)
+        form, period, error = self._period(
+            request,
+            default="7d",
+            form=TenantRangeForm(request.GET, tenant=self.tenant, places=places),
+        )
+        context = self._base(request) | {"form": form, "error": error, "places": places}
         if period is None:
             return self._page(request, context, status=400)
         data = form.cleaned_data

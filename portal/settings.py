@@ -92,6 +92,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "tenants.context_processors.inbox",  # the header's unread count, lazily
+                "tenants.context_processors.address_tenant",  # error pages: a way back, lazily
             ],
         },
     },

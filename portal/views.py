@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
 from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
@@ -18,12 +22,17 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from advice import views as advice_views
+from alerts import selectors as alert_selectors
 from portal.tasks import HEARTBEAT_CACHE_KEY
 from quotas import selectors as quota_selectors
 from quotas import views as quota_views
 from tenants import selectors as tenant_selectors
 from tenants.api.base import caller
 from tenants.models import AuditEvent, Tenant
+from usage import selectors as usage_selectors
+
+# Where a card's bar turns to "high" (the default quota warning rule's threshold).
+NEAR_LIMIT = Decimal("0.8")
 
 
 def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
@@ -46,11 +55,75 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+def _plain(value: Decimal) -> str:
+    """10, 2.5, 7.67: at most two decimals, none trailing."""
+    return format(value.quantize(Decimal("0.01")).normalize(), "f")
+
+
+@dataclass(frozen=True)
+class QuotaUse:
+    """One GPU line of a card: the quota and Kueue's use of it now (None: not reported)."""
+
+    item: quota_selectors.EffectiveQuota
+    used: Decimal | None
+
+    @property
+    def used_text(self) -> str:
+        return "" if self.used is None else _plain(self.used)
+
+    @property
+    def limit_text(self) -> str:
+        return _plain(self.item.limit)
+
+    @property
+    def high_text(self) -> str:
+        return _plain(self.item.limit * NEAR_LIMIT)
+
+    @property
+    def percent(self) -> int | None:
+        if self.used is None or not self.item.limit:
+            return None
+        return round(self.used / self.item.limit * 100)
+
+
+def _quota_uses(
+    tenant: Tenant, quota_sets: list[quota_selectors.EffectiveQuotaSet], used: dict[Any, float]
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "quota_set": qs,
+            "lines": [
+                QuotaUse(item, _used(used.get((tenant.pk, qs.cluster_name, item.flavor_name))))
+                for item in qs.items
+                if item.limit_gpu_units
+            ],
+        }
+        for qs in quota_sets
+    ]
+
+
+def _used(value: float | None) -> Decimal | None:
+    return None if value is None else Decimal(str(value))
+
+
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    tenants = list(tenant_selectors.tenant_list_for_user(user=caller(request)))
+    """Cards of the caller's tenants: each GPU line's use now of its limit, and the firing
+    alerts. A constant number of queries whatever the number of tenants (tests/test_query_counts)."""
+    user = caller(request)
+    tenants = list(tenant_selectors.tenant_list_for_user(user=user))
+    ids = [t.pk for t in tenants]
     quotas = quota_selectors.effective_quotas_for_tenants(tenants=tenants)
-    cards = [{"tenant": t, "quota_sets": quotas[t.pk]} for t in tenants]
+    used = usage_selectors.quota_used_now(tenant_ids=ids)
+    firing = alert_selectors.firing_alert_counts(user=user, tenant_ids=ids)
+    cards = [
+        {
+            "tenant": t,
+            "quota_sets": _quota_uses(t, quotas[t.pk], used),
+            "firing_alerts": firing.get(t.pk, 0),
+        }
+        for t in tenants
+    ]
     return render(request, "portal/home.html", {"cards": cards})
 
 

@@ -18,6 +18,7 @@ from tenants.choices import MembershipRole
 from tenants.models import Tenant, User
 from tenants.services import api_token_create, membership_set, tenant_create
 from tests.factories import ClusterFactory, gpu_flavor
+from tests.pages import fire, use_now
 
 
 def queries(client, url: str) -> int:  # type: ignore[no-untyped-def]
@@ -119,16 +120,29 @@ def test_tenant_quotas_queries_do_not_grow_with_flavors_or_clusters(world):
 def test_the_my_tenants_page_queries_are_constant(world, persona):
     client = Client()
     client.force_login(getattr(world, persona))
+    use_now(world.team_a, world.a100_gpu, 3)
+    fire(world.team_a, world.a100_gpu)
     small = queries(client, "/")
     grow(world, tenants=30, lead=world.alice)
     for n in range(2):
         cluster, flavors = roomy_cluster(f"extra-{n}", flavors=4)
         write_quotas(world.team_a, cluster, flavors)
+        for flavor in flavors:
+            use_now(world.team_a, flavor, 2)
+            fire(world.team_a, flavor)
+    for tenant in Tenant.objects.filter(slug__startswith="grown-"):
+        flavor = tenant.quota_sets.get().quotas.first().flavor
+        use_now(tenant, flavor, 1)
+        fire(tenant, flavor)
     big = queries(client, "/")
     assert big == small
+    # session, user, tenants, quota sets, use now, flavor names, firing alerts (and the inbox)
+    assert small <= 8, small
     page = client.get("/").content.decode()
     assert "grown-29" in page
     assert "extra-1" in page
+    assert "2 of 4 GPUs" in page  # the use shown is the one counted
+    assert "9 firing alerts" in page  # team-a: one on the A100, eight on the extra clusters
 
 
 def test_the_tenant_page_queries_are_constant(world):

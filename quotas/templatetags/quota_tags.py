@@ -4,6 +4,7 @@ from decimal import Decimal
 
 from django import template
 
+from quotas.choices import MIG_RESOURCE_PREFIX
 from quotas.quantity import format_quantity, to_display
 
 register = template.Library()
@@ -38,3 +39,12 @@ def units(amount: Decimal | None) -> str:
         return "—"
     text = f"{amount.quantize(Decimal('0.01')):f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+@register.filter
+def gpu_word(amount: Decimal | str | None, resource: str) -> str:
+    """The noun of a GPU line's amount, singular or plural: "GPU", "GPUs", "MIG instances"."""
+    one = amount is not None and Decimal(str(amount)) == 1
+    if resource.startswith(MIG_RESOURCE_PREFIX):
+        return "MIG instance" if one else "MIG instances"
+    return "GPU" if one else "GPUs"

@@ -7,12 +7,15 @@ import io
 import json
 import re
 from datetime import timedelta
+from html import unescape
 
 import pytest
 from django.test import Client
 
 from tenants.models import Tenant
+from tests.conftest import seed_quota
 from tests.dashboards.data import MIG_UUID, WHOLE_UUID, rollup_rows
+from tests.factories import ClusterFactory, gpu_flavor
 from usage.models import Rollup
 
 pytestmark = pytest.mark.django_db
@@ -125,10 +128,53 @@ def test_bad_ranges_are_explained_on_the_page(usage_data, query, message):
     assert error and message in error[1], response.content.decode()[:2000]
 
 
-@pytest.mark.parametrize("query", ["?flavor=no-such-flavor", "?cluster=no-such-cluster"])
-def test_an_unknown_flavor_or_cluster_is_404(usage_data, query):
+def range_error(response) -> str:  # type: ignore[no-untyped-def]
+    error = re.search(r'class="error range-error"[^>]*>([^<]*)<', response.content.decode())
+    assert error, response.content.decode()[:3000]
+    return unescape(error[1])
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ("?cluster=no-such-cluster",
+         "cluster: no-such-cluster is not one of team-a's clusters: demo-a100, demo-h100."),
+        ("?flavor=no-such-flavor",
+         "flavor: no-such-flavor is not one of team-a's GPU flavors: a100-80gb, h100-80gb, "
+         "h100-mig-1g-10gb."),
+        ("?cluster=demo-h100&flavor=a100-80gb",
+         "flavor: a100-80gb is not on demo-h100; its GPU flavors there: h100-80gb, h100-mig-1g-10gb."),
+    ],
+)  # fmt: skip
+def test_an_unknown_cluster_or_flavor_is_named_on_the_page_with_the_choices(
+    usage_data, query, message
+):
     response = client_for(usage_data.world.alice).get("/tenants/team-a/usage/" + query)
-    assert response.status_code == 404
+
+    assert response.status_code == 400
+    assert range_error(response) == message
+    body = response.content.decode()
+    assert '<select name="cluster"' in body and '<select name="flavor"' in body
+    assert '<option value="demo-h100"' in body and '<option value="h100-mig-1g-10gb"' in body
+    assert "dashboard-charts" not in body  # no charts for a filter that matches nothing
+
+
+def test_the_filter_offers_only_the_tenants_clusters(usage_data):
+    world = usage_data.world
+    l40 = ClusterFactory(name="demo-l40")
+    gpu_flavor(l40, "l40s", gpus=8)
+    seed_quota(world.team_b, l40, l40.flavors.get(), 2, 4)
+
+    response = client_for(world.alice).get("/tenants/team-a/usage/")
+    assert response.status_code == 200
+    assert '<option value="demo-a100"' in response.content.decode()
+    assert "demo-l40" not in response.content.decode()  # team-b's, not team-a's
+    refused = client_for(world.alice).get("/tenants/team-a/usage/?cluster=demo-l40")
+    assert refused.status_code == 400
+    assert range_error(refused).startswith("cluster: demo-l40 is not one of team-a's clusters")
+    # A choice made is kept selected.
+    chosen = client_for(world.alice).get("/tenants/team-a/usage/?cluster=demo-h100")
+    assert '<option value="demo-h100" selected>' in chosen.content.decode()
 
 
 def test_the_csv_is_exactly_what_the_page_shows(usage_data):
