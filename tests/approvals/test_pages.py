@@ -347,6 +347,25 @@ def test_the_check_button_shows_the_difference_and_stores_nothing(world):
     assert slot(response, "reason") == ""  # a check does not need a reason yet
 
 
+def test_the_capacity_lines_read_in_units_a_person_reads(world):
+    response = logged_in(world.alice).post(
+        NEW, a100_form(**{"items-2-guaranteed": "512Gi", "action": "check"})
+    )
+
+    body = text(response)
+    capacity = re.search(r'<table class="capacity">.*?</table>', body, re.S)
+    assert capacity
+    memory = re.search(
+        r'<tr data-flavor="a100-80gb" data-resource="memory".*?</tr>', capacity.group(0), re.S
+    )
+    assert memory
+    cells = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", memory.group(0))).split()
+    # capacity 2 TiB; this change (the guarantee) +128 GiB; max limit per tenant 0.625 of it
+    assert "2 TiB" in " ".join(cells) and "+128 GiB" in " ".join(cells)
+    assert "1.25 TiB" in " ".join(cells)
+    assert "1280Gi" not in body.split('<table class="capacity">')[1]
+
+
 def test_lowering_a_quota_is_allowed_with_a_warning(world):
     response = logged_in(world.alice).post(
         NEW, a100_form(**{"items-0-guaranteed": "2", "items-0-limit": "4", "action": "check"})

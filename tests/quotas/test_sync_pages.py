@@ -180,6 +180,24 @@ def test_the_in_cluster_page_reads_the_quotas_and_the_queue_live(world, standin)
     assert "team-b" not in page
 
 
+def test_the_in_cluster_page_shows_bytes_in_units_a_person_reads(world, standin):
+    delivered(world)
+    usage = [{"name": "a100-80gb", "resources": [
+        {"name": "memory", "total": "609852613404", "borrowed": "0"}]}]  # fmt: skip
+    kubectl(standin, "patch", "clusterqueue", "team-a", "--subresource=status", "--type", "merge",
+            "-p", json.dumps({"status": {"flavorsUsage": usage}}))  # fmt: skip
+
+    page = main(logged_in(world.alice).get(IN_CLUSTER))
+
+    queue = element(page, "section", 'data-cluster-queue="team-a"')
+    memory = words(element(queue, "tr", 'data-resource="memory"'))
+    assert memory == "a100-80gb memory 568 GiB 0 B"
+    training = element(page, "section", 'data-namespace="team-a-training"')
+    hard = words(element(training, "tr", 'data-resource="requests.memory"'))
+    assert re.fullmatch(r"requests\.memory [\d.]+ (GiB|TiB) 0 B", hard), hard
+    assert "609852613404" not in page
+
+
 def test_an_unreachable_or_portal_only_cluster_says_why_it_was_not_read(world, tmp_path):
     point_at(world.a100, closed_port_kubeconfig(tmp_path))
     client = logged_in(world.alice)
