@@ -596,6 +596,7 @@ class ObjectChange:
     object: str
     change: str
     fields: list[FieldChange]
+    descriptions: list[str]
 
 
 def _dry_run_objects(dry_run: DryRun) -> list[ObjectChange]:
@@ -607,6 +608,7 @@ def _dry_run_objects(dry_run: DryRun) -> list[ObjectChange]:
                 FieldChange(path, value_shown(d.get("before")), value_shown(d.get("after")))
                 for path, d in sorted(o.fields.items())
             ],
+            o.descriptions,
         )
         for o in dry_run.objects
     ]

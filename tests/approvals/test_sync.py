@@ -156,7 +156,11 @@ def test_the_dry_run_shows_the_object_diff_and_the_servers_verdict(world, standi
     changed = {o["object"]: o for o in data["objects"]}
     cq = changed["ClusterQueue team-a"]
     assert cq["change"] == "changed"
-    assert any(f == {"before": "8", "after": "9"} for f in cq["fields"].values())
+    guaranteed = "nvidia.com/gpu on a100-80gb: guaranteed 8 → 9"
+    assert any(
+        f == {"before": "8", "after": "9", "description": guaranteed} for f in cq["fields"].values()
+    )
+    assert cq["descriptions"] == [guaranteed]
     # A dry run writes nothing.
     assert (
         a100_gpu_quota(kubectl_json(standin, "get", "clusterqueue", "team-a"))["nominalQuota"]

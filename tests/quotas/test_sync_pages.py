@@ -328,6 +328,10 @@ def test_a_pending_request_shows_what_the_cluster_would_see(world, standin):
         for row in re.findall(r"<tr data-path=\"[^\"]*nominalQuota[^\"]*\">.*?</tr>", table, re.S)
     ]
     assert any(line.endswith(" 8 9") for line in nominal), nominal  # path, before, after
+    # ...and in words first: what a person reads, not the JSON paths.
+    said = words(element(section, "ul", 'class="change-words" data-object="ClusterQueue team-a"'))
+    assert said == "nvidia.com/gpu on a100-80gb: guaranteed 8 → 9", said
+    assert ".spec." not in words(section.split("<details>")[0])
     assert standin.stats()["total"] > 0  # the cluster was asked (a server-side dry run)
     # ...and wrote nothing: the queue still guarantees 8.
     assert team_a_gpu_nominal(standin) == "8"
