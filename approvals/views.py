@@ -156,18 +156,33 @@ def _safe_next(request: HttpRequest, target: str | None) -> str | None:
     return None
 
 
+# What each event of a request's history says; {cluster} is the request's cluster. Approving
+# writes the quotas in the portal; they are in force once the push applied them in the cluster.
 TIMELINE_LABELS = {
     "quota_request.created": "Filed",
     "quota_request.pending": "Submitted for approval",
     "quota_request.approval_recorded": "Approval recorded",
-    "quota_request.approved": "Approved: the new quotas are in force",
-    "quota_request.applying": "Being applied on the cluster",
-    "quota_request.applied": "Applied on the cluster",
-    "quota_request.failed": "Applying on the cluster failed",
+    "quota_request.approved": "Approved; pushing to {cluster}",
+    "quota_request.applying": "Pushing to {cluster}",
+    "quota_request.applied": "Applied in {cluster}",
+    "quota_request.failed": "The push to {cluster} failed",
+    "quota_request.retried": "Push to {cluster} retried",
     "quota_request.rejected": "Rejected",
     "quota_request.cancelled": "Cancelled",
     "quota_request.expired": "Expired",
 }
+# A cluster kept in the portal only (backend none) is never pushed to.
+PORTAL_ONLY_LABELS = {
+    "quota_request.approved": "Approved; {cluster} is kept in the portal only, nothing is pushed",
+    "quota_request.applied": "Recorded for {cluster} (kept in the portal only)",
+}
+
+
+def _timeline_label(action: str, cluster: Cluster) -> str:
+    labels = TIMELINE_LABELS
+    if cluster.backend == SyncBackend.NONE:
+        labels = {**TIMELINE_LABELS, **PORTAL_ONLY_LABELS}
+    return labels.get(action, action).format(cluster=cluster.name)
 
 
 @dataclass(frozen=True)
@@ -196,7 +211,7 @@ def _timeline_detail(event: AuditEvent) -> str:
 def _timeline(change: QuotaChangeRequest) -> list[TimelineEntry]:
     """The request's audit events, oldest first, with what each one means."""
     return [
-        TimelineEntry(e, TIMELINE_LABELS.get(e.action, e.action), _timeline_detail(e))
+        TimelineEntry(e, _timeline_label(e.action, change.cluster), _timeline_detail(e))
         for e in approval_selectors.quota_request_timeline(request=change)
     ]
 

@@ -466,7 +466,11 @@ def test_a_request_page_shows_the_diff_decisions_and_timeline(world):
     body = text(response)
     assert "Pending approval" in body
     assert "more training runs" in body
-    assert re.sub(r"<[^>]+>|\s+", "", body).count("6→8") == 1
+    diff = re.search(r'<table class="diff">.*?</table>', body, re.S)
+    assert diff
+    assert re.sub(r"<[^>]+>|\s+", "", diff.group(0)).count("6→8") == 1
+    # ...and what the cluster would see says it in words (the dry run).
+    assert "nvidia.com/gpu on a100-80gb: guaranteed 6 → 8" in body
     assert re.findall(r'data-action="([^"]+)"', body) == [
         "quota_request.created",
         "quota_request.pending",

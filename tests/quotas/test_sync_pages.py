@@ -262,6 +262,41 @@ def test_a_request_shows_where_its_push_stands(world, standin):
     assert "Retry push" not in push
 
 
+def timeline(page: str) -> dict[str, str]:
+    """The request page's timeline: action -> what the entry says."""
+    section = page.split('<ol class="timeline">')[1].split("</ol>")[0]
+    return {
+        action: words(entry)
+        for action, entry in re.findall(r'<li data-action="([^"]+)">(.*?)</li>', section, re.S)
+    }
+
+
+def test_the_timeline_says_the_push_is_pending_until_the_cluster_applied_it(world, standin):
+    request, row = approved(world)
+    client = logged_in(world.alice)
+    url = f"/requests/{request.pk}/"
+
+    said = timeline(main(client.get(url)))
+    assert "Approved; pushing to demo-a100" in said["quota_request.approved"]
+    assert "in force" not in main(client.get(url))
+    assert "quota_request.applied" not in said
+
+    sync.outbox_deliver(outbox_id=row.pk)
+    said = timeline(main(client.get(url)))
+    assert "Approved; pushing to demo-a100" in said["quota_request.approved"]  # as it was then
+    assert "Pushing to demo-a100" in said["quota_request.applying"]
+    assert "Applied in demo-a100" in said["quota_request.applied"]
+
+
+def test_the_timeline_of_a_portal_only_cluster_says_nothing_is_pushed(world):
+    request, _ = approved(world)  # demo-a100 has backend none here: kept in the portal only
+
+    said = timeline(main(logged_in(world.alice).get(f"/requests/{request.pk}/")))
+
+    approval = said["quota_request.approved"]
+    assert "Approved; demo-a100 is kept in the portal only, nothing is pushed" in approval
+
+
 def test_a_failed_push_shows_the_clusters_message_and_admins_retry_it(world, tmp_path):
     with start_in_thread(kubeconfig_path=tmp_path / "kc", validator=refuse_cluster_queues) as h:
         point_at(world.a100, h.kubeconfig_path)
