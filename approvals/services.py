@@ -30,7 +30,7 @@ from core.errors import (
     ValidationFailed,
 )
 from quotas import sync
-from quotas.choices import FlavorKind
+from quotas.choices import FlavorKind, SyncBackend
 from quotas.kube.spec import QuotaSpec
 from quotas.models import (
     Cluster,
@@ -60,11 +60,13 @@ from tenants.services import audit_record, audit_source, membership_set, notify,
 
 SCHEDULING_FIELDS = ("max_running_jobs", "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs")
 Key = tuple[int, str]  # (flavor id, resource)
+# What the requester is told when their request becomes one of these ({cluster}: its cluster).
 DECISION_NOTICES: dict[str, str] = {
-    RequestStatus.APPROVED: "approved",
-    RequestStatus.REJECTED: "rejected",
+    RequestStatus.APPROVED: "was approved",
+    RequestStatus.REJECTED: "was rejected",
     RequestStatus.EXPIRED: "expired unanswered",
-    RequestStatus.FAILED: "approved but could not be applied to the cluster",
+    RequestStatus.APPLIED: "was applied in {cluster}",
+    RequestStatus.FAILED: "could not be applied in {cluster}",
 }
 
 
@@ -392,10 +394,11 @@ def _transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **f
         and request.requester is not None
         and request.requester_id != getattr(actor, "pk", None)
     ):
+        what = DECISION_NOTICES[to].format(cluster=request.cluster.name)
         notify(
             users=[request.requester],
-            subject=f"Request #{request.pk} for {request.tenant.slug} was {DECISION_NOTICES[to]}",
-            body=request.reason,
+            subject=f"Request #{request.pk} for {request.tenant.slug} {what}",
+            body=_notice_body(request, to),
             url=f"/requests/{request.pk}/",
         )
     audit_record(
@@ -407,6 +410,36 @@ def _transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **f
         before={"status": before},
         after={"status": to, **_jsonable(fields)},
     )
+
+
+def _notice_body(request: QuotaChangeRequest, to: str) -> str:
+    """What the requester reads with the news: the approvers' comments on a decision, where
+    the change stands in the cluster, the cluster's message on a failure, and their reason."""
+    cluster = request.cluster.name
+    parts: list[str] = []
+    if to in (RequestStatus.APPROVED, RequestStatus.REJECTED):
+        kind = DecisionKind.APPROVE if to == RequestStatus.APPROVED else DecisionKind.REJECT
+        for decision in request.decisions.filter(decision=kind).select_related("approver"):
+            said = decision.comment.strip() or "(no comment)"
+            verb = "Approved" if kind == DecisionKind.APPROVE else "Rejected"
+            parts.append(f"{verb} by {decision.approver.get_username()}: {said}")
+    if to == RequestStatus.APPROVED:
+        if request.cluster.backend == SyncBackend.NONE:
+            parts.append(f"The new quotas are in force ({cluster} is kept in the portal only).")
+        else:
+            parts.append(
+                f"The new quotas are being pushed to {cluster}. "
+                f"You will be told when they are applied in {cluster}."
+            )
+    elif to == RequestStatus.APPLIED:
+        parts.append(f"The new quotas are in force in {cluster}.")
+    elif to == RequestStatus.FAILED:
+        parts.append(
+            f"{cluster} did not accept the new quotas: {request.failure_message or 'no reason given'}"
+            "\nA platform admin can retry the push once the cause is fixed."
+        )
+    parts.append(f"Your reason: {request.reason}")
+    return "\n\n".join(parts)
 
 
 def _jsonable(fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -583,6 +616,27 @@ def quota_request_check_stored(*, request: QuotaChangeRequest) -> RequestCheck:
     )
 
 
+def quota_request_approved_diff(*, request: QuotaChangeRequest) -> list[DiffLine]:
+    """What an approved request changed: each line against the one in force when it was
+    approved ([] when that was not kept: not approved yet, or approved before it was)."""
+    lines = []
+    for item in request.items.select_related("flavor"):
+        if item.guaranteed_before is None or item.limit_before is None:
+            return []
+        lines.append(
+            DiffLine(
+                item.flavor.name,
+                item.resource,
+                item.guaranteed_before,
+                item.limit_before,
+                item.guaranteed,
+                item.limit,
+                item.flavor.gpu_weight,
+            )
+        )
+    return lines
+
+
 def _request_snapshot(request: QuotaChangeRequest, check: RequestCheck) -> dict[str, Any]:
     return {
         "cluster": request.cluster.name,
@@ -722,6 +776,13 @@ def _apply(request: QuotaChangeRequest, *, actor: User | None) -> None:
         # (``exc`` numbers the merged quota set's lines).
         errors = quota_request_check_stored(request=request).errors or exc.fields
         raise Conflict(next(iter(errors.values()))[0], fields=errors) from exc
+    # What it changed, as it stood when approved: the request keeps showing "6 -> 8".
+    lines = list(request.items.all())
+    for line in lines:
+        before = current.get((line.flavor_id, line.resource))
+        line.guaranteed_before = before.guaranteed if before else Decimal(0)
+        line.limit_before = before.limit if before else Decimal(0)
+    QuotaChangeItem.objects.bulk_update(lines, ["guaranteed_before", "limit_before"])
     _transition(
         request,
         RequestStatus.APPROVED,

@@ -54,6 +54,7 @@ from approvals.services import (
     diff_line,
     quota_request_approve,
     quota_request_cancel,
+    quota_request_approved_diff,
     quota_request_check,
     quota_request_check_stored,
     quota_request_create,
@@ -646,13 +647,12 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     dry_run = quota_request_dry_run(request=change) if pending else None
     dry_run_objects = _dry_run_objects(dry_run) if dry_run else []
     check = quota_request_check_stored(request=change) if is_open else None
-    lines = (
-        _change_lines(
+    if check:
+        lines = _change_lines(
             change.cluster, quota_selectors.cluster_allocations(cluster=change.cluster), check.diff
         )
-        if check
-        else []
-    )
+    else:  # decided: what it changed, against the quota in force when it was approved
+        lines = [ChangeLine(d, None) for d in quota_request_approved_diff(request=change)]
     own = change.requester_id == user.pk
     context: dict[str, Any] = {
         "change": change,

@@ -278,7 +278,7 @@ def test_the_timeline_says_the_push_is_pending_until_the_cluster_applied_it(worl
 
     said = timeline(main(client.get(url)))
     assert "Approved; pushing to demo-a100" in said["quota_request.approved"]
-    assert "in force" not in main(client.get(url))
+    assert not any("in force" in entry for entry in said.values())
     assert "quota_request.applied" not in said
 
     sync.outbox_deliver(outbox_id=row.pk)
@@ -295,6 +295,19 @@ def test_the_timeline_of_a_portal_only_cluster_says_nothing_is_pushed(world):
 
     approval = said["quota_request.approved"]
     assert "Approved; demo-a100 is kept in the portal only, nothing is pushed" in approval
+
+
+def test_an_approved_request_keeps_showing_what_it_changed(world, standin):
+    request, row = approved(world)  # team-a's A100s 6/10 -> 8/10
+    client = logged_in(world.carol)
+    url = f"/requests/{request.pk}/"
+
+    for _ in ("approved", "applied"):
+        page = main(client.get(url))
+        diff = element(page, "table", 'class="diff"')
+        line = words(element(diff, "tr", 'data-resource="nvidia.com/gpu"'))
+        assert re.search(r"6 → 8 10 → 10", line), line
+        sync.outbox_deliver(outbox_id=row.pk)
 
 
 def test_a_failed_push_shows_the_clusters_message_and_admins_retry_it(world, tmp_path):
