@@ -39,7 +39,7 @@ from quotas.models import (
     ResourceFlavor,
     TierTemplate,
 )
-from quotas.quantity import format_quantity
+from quotas.quantity import format_quantity, to_display
 from quotas.selectors import gpu_units
 from quotas.services import (
     QuotaItem,
@@ -278,6 +278,41 @@ def _merged_scheduling(quota_set: QuotaSet | None, changes: Mapping[str, Any]) -
     return SchedulingQuotas(**values)
 
 
+def _refuse_what_changes_nothing(
+    check: RequestCheck,
+    quota_set: QuotaSet | None,
+    current: Mapping[Key, QuotaItem],
+    items: Sequence[QuotaItem],
+    scheduling: Mapping[str, Any],
+) -> None:
+    """The one rule the form and the API share: a quota line that leaves the one in force as
+    it is has no place in a request (approved later, it would put back stale numbers over a
+    newer change), and a request that changes nothing at all is refused, naming each field."""
+    for index, item in enumerate(items):
+        before = current.get((item.flavor.pk, item.resource))
+        if before is None or (before.guaranteed, before.limit, before.lending_limit) != (
+            item.guaranteed,
+            item.limit,
+            item.lending_limit,
+        ):
+            continue
+        shown = f"{to_display(item.guaranteed, item.resource)} guaranteed, " + (
+            f"{to_display(item.limit, item.resource)} limit"
+        )
+        check.errors.setdefault(f"items[{index}]", []).append(
+            f"{item.resource} on {item.flavor.name} is already {shown}: this line changes "
+            "nothing; leave it out"
+        )
+    if items:
+        return
+    given = {name: value for name, value in scheduling.items() if value is not None}
+    if given and all(getattr(quota_set, name, None) == value for name, value in given.items()):
+        for name, value in given.items():
+            check.errors.setdefault(name, []).append(
+                f"{name} is already {value}: the request changes nothing"
+            )
+
+
 def quota_request_check(
     *,
     tenant: Tenant,
@@ -300,6 +335,7 @@ def quota_request_check(
         seen[key] = index
     if not items and not any(v is not None for v in (scheduling or {}).values()):
         check.errors["items"] = ["a request must change at least one quota"]
+    _refuse_what_changes_nothing(check, quota_set, current, items, scheduling or {})
     if check.errors:
         return check
 
@@ -369,13 +405,18 @@ def _ensure_can_decide(*, actor: User, request: QuotaChangeRequest) -> None:
         raise PermissionDenied("Nobody approves or rejects their own request: another admin must.")
 
 
-def _transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **fields: Any) -> None:
-    """Move ``request`` to ``to`` if that is legal from its status now (conditional update)."""
+def _ensure_may_become(request: QuotaChangeRequest, to: str) -> None:
+    """409 unless ``to`` may follow the request's status now."""
     if to not in TRANSITIONS[request.status]:
         raise Conflict(
             f"Request #{request.pk} is {request.status}; it cannot become {to}.",
             fields={"status": [f"{request.status} -> {to} is not allowed"]},
         )
+
+
+def _transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **fields: Any) -> None:
+    """Move ``request`` to ``to`` if that is legal from its status now (conditional update)."""
+    _ensure_may_become(request, to)
     updated = QuotaChangeRequest.objects.filter(pk=request.pk, status=request.status).update(
         status=to, **fields
     )
@@ -637,6 +678,20 @@ def quota_request_approved_diff(*, request: QuotaChangeRequest) -> list[DiffLine
     return lines
 
 
+def quota_request_check_shown(*, request: QuotaChangeRequest) -> RequestCheck:
+    """What a request's page and the API show of it: while it is open, its check against the
+    quotas in force now; once approved, what it changed then (where that was kept)."""
+    if request.status not in OPEN_STATUSES:
+        diff = quota_request_approved_diff(request=request)
+        if diff:
+            return RequestCheck(
+                diff=diff,
+                required_approvals=request.required_approvals,
+                base_generation=request.base_generation,
+            )
+    return quota_request_check_stored(request=request)
+
+
 def _request_snapshot(request: QuotaChangeRequest, check: RequestCheck) -> dict[str, Any]:
     return {
         "cluster": request.cluster.name,
@@ -671,6 +726,7 @@ def quota_request_submit(*, request: QuotaChangeRequest, actor: User) -> QuotaCh
     request = _locked(request)
     if request.requester_id != actor.pk and not actor.is_platform_admin:
         raise PermissionDenied("Only the requester or a platform admin submits a draft.")
+    _ensure_may_become(request, RequestStatus.PENDING)  # a decided one: 409, before its numbers
     check = quota_request_check_stored(request=request)
     check.raise_if_invalid()
     _transition(

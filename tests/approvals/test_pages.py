@@ -601,8 +601,8 @@ def test_the_queue_runs_a_constant_number_of_queries(world):
     def add(count: int) -> None:
         for n in range(count):
             tenant = (world.team_a, world.team_b, world.team_c)[n % 3]
-            if n % 2:
-                file_request(world, tenant=tenant, guaranteed=2, limit=4)
+            if n % 2:  # (team-c holds 2/4 already: a request must change something)
+                file_request(world, tenant=tenant, guaranteed=3, limit=4)
             else:
                 file_request(
                     world,
