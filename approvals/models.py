@@ -102,6 +102,11 @@ class QuotaChangeItem(models.Model):
     guaranteed = _quantity()
     limit = _quantity()
     lending_limit = _quantity(null=True, blank=True)
+    # The line in force when the request was approved (0 where the tenant had none), kept so
+    # the request shows what it changed ("6 -> 8") after the quota in force moved on. Null
+    # until approval, and for requests approved before these were kept.
+    guaranteed_before = _quantity(null=True, blank=True)
+    limit_before = _quantity(null=True, blank=True)
 
     class Meta:
         ordering = ["flavor__name", "resource"]

@@ -30,7 +30,7 @@ from core.errors import (
     ValidationFailed,
 )
 from quotas import sync
-from quotas.choices import FlavorKind
+from quotas.choices import FlavorKind, SyncBackend
 from quotas.kube.spec import QuotaSpec
 from quotas.models import (
     Cluster,
@@ -39,7 +39,7 @@ from quotas.models import (
     ResourceFlavor,
     TierTemplate,
 )
-from quotas.quantity import format_quantity
+from quotas.quantity import format_quantity, to_display
 from quotas.selectors import gpu_units
 from quotas.services import (
     QuotaItem,
@@ -60,11 +60,13 @@ from tenants.services import audit_record, audit_source, membership_set, notify,
 
 SCHEDULING_FIELDS = ("max_running_jobs", "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs")
 Key = tuple[int, str]  # (flavor id, resource)
+# What the requester is told when their request becomes one of these ({cluster}: its cluster).
 DECISION_NOTICES: dict[str, str] = {
-    RequestStatus.APPROVED: "approved",
-    RequestStatus.REJECTED: "rejected",
+    RequestStatus.APPROVED: "was approved",
+    RequestStatus.REJECTED: "was rejected",
     RequestStatus.EXPIRED: "expired unanswered",
-    RequestStatus.FAILED: "approved but could not be applied to the cluster",
+    RequestStatus.APPLIED: "was applied in {cluster}",
+    RequestStatus.FAILED: "could not be applied in {cluster}",
 }
 
 
@@ -276,6 +278,41 @@ def _merged_scheduling(quota_set: QuotaSet | None, changes: Mapping[str, Any]) -
     return SchedulingQuotas(**values)
 
 
+def _refuse_what_changes_nothing(
+    check: RequestCheck,
+    quota_set: QuotaSet | None,
+    current: Mapping[Key, QuotaItem],
+    items: Sequence[QuotaItem],
+    scheduling: Mapping[str, Any],
+) -> None:
+    """The one rule the form and the API share: a quota line that leaves the one in force as
+    it is has no place in a request (approved later, it would put back stale numbers over a
+    newer change), and a request that changes nothing at all is refused, naming each field."""
+    for index, item in enumerate(items):
+        before = current.get((item.flavor.pk, item.resource))
+        if before is None or (before.guaranteed, before.limit, before.lending_limit) != (
+            item.guaranteed,
+            item.limit,
+            item.lending_limit,
+        ):
+            continue
+        shown = f"{to_display(item.guaranteed, item.resource)} guaranteed, " + (
+            f"{to_display(item.limit, item.resource)} limit"
+        )
+        check.errors.setdefault(f"items[{index}]", []).append(
+            f"{item.resource} on {item.flavor.name} is already {shown}: this line changes "
+            "nothing; leave it out"
+        )
+    if items:
+        return
+    given = {name: value for name, value in scheduling.items() if value is not None}
+    if given and all(getattr(quota_set, name, None) == value for name, value in given.items()):
+        for name, value in given.items():
+            check.errors.setdefault(name, []).append(
+                f"{name} is already {value}: the request changes nothing"
+            )
+
+
 def quota_request_check(
     *,
     tenant: Tenant,
@@ -298,6 +335,7 @@ def quota_request_check(
         seen[key] = index
     if not items and not any(v is not None for v in (scheduling or {}).values()):
         check.errors["items"] = ["a request must change at least one quota"]
+    _refuse_what_changes_nothing(check, quota_set, current, items, scheduling or {})
     if check.errors:
         return check
 
@@ -367,13 +405,18 @@ def _ensure_can_decide(*, actor: User, request: QuotaChangeRequest) -> None:
         raise PermissionDenied("Nobody approves or rejects their own request: another admin must.")
 
 
-def _transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **fields: Any) -> None:
-    """Move ``request`` to ``to`` if that is legal from its status now (conditional update)."""
+def _ensure_may_become(request: QuotaChangeRequest, to: str) -> None:
+    """409 unless ``to`` may follow the request's status now."""
     if to not in TRANSITIONS[request.status]:
         raise Conflict(
             f"Request #{request.pk} is {request.status}; it cannot become {to}.",
             fields={"status": [f"{request.status} -> {to} is not allowed"]},
         )
+
+
+def _transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **fields: Any) -> None:
+    """Move ``request`` to ``to`` if that is legal from its status now (conditional update)."""
+    _ensure_may_become(request, to)
     updated = QuotaChangeRequest.objects.filter(pk=request.pk, status=request.status).update(
         status=to, **fields
     )
@@ -392,10 +435,11 @@ def _transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **f
         and request.requester is not None
         and request.requester_id != getattr(actor, "pk", None)
     ):
+        what = DECISION_NOTICES[to].format(cluster=request.cluster.name)
         notify(
             users=[request.requester],
-            subject=f"Request #{request.pk} for {request.tenant.slug} was {DECISION_NOTICES[to]}",
-            body=request.reason,
+            subject=f"Request #{request.pk} for {request.tenant.slug} {what}",
+            body=_notice_body(request, to),
             url=f"/requests/{request.pk}/",
         )
     audit_record(
@@ -407,6 +451,36 @@ def _transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **f
         before={"status": before},
         after={"status": to, **_jsonable(fields)},
     )
+
+
+def _notice_body(request: QuotaChangeRequest, to: str) -> str:
+    """What the requester reads with the news: the approvers' comments on a decision, where
+    the change stands in the cluster, the cluster's message on a failure, and their reason."""
+    cluster = request.cluster.name
+    parts: list[str] = []
+    if to in (RequestStatus.APPROVED, RequestStatus.REJECTED):
+        kind = DecisionKind.APPROVE if to == RequestStatus.APPROVED else DecisionKind.REJECT
+        for decision in request.decisions.filter(decision=kind).select_related("approver"):
+            said = decision.comment.strip() or "(no comment)"
+            verb = "Approved" if kind == DecisionKind.APPROVE else "Rejected"
+            parts.append(f"{verb} by {decision.approver.get_username()}: {said}")
+    if to == RequestStatus.APPROVED:
+        if request.cluster.backend == SyncBackend.NONE:
+            parts.append(f"The new quotas are in force ({cluster} is kept in the portal only).")
+        else:
+            parts.append(
+                f"The new quotas are being pushed to {cluster}. "
+                f"You will be told when they are applied in {cluster}."
+            )
+    elif to == RequestStatus.APPLIED:
+        parts.append(f"The new quotas are in force in {cluster}.")
+    elif to == RequestStatus.FAILED:
+        parts.append(
+            f"{cluster} did not accept the new quotas: {request.failure_message or 'no reason given'}"
+            "\nA platform admin can retry the push once the cause is fixed."
+        )
+    parts.append(f"Your reason: {request.reason}")
+    return "\n\n".join(parts)
 
 
 def _jsonable(fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -583,6 +657,41 @@ def quota_request_check_stored(*, request: QuotaChangeRequest) -> RequestCheck:
     )
 
 
+def quota_request_approved_diff(*, request: QuotaChangeRequest) -> list[DiffLine]:
+    """What an approved request changed: each line against the one in force when it was
+    approved ([] when that was not kept: not approved yet, or approved before it was)."""
+    lines = []
+    for item in request.items.select_related("flavor"):
+        if item.guaranteed_before is None or item.limit_before is None:
+            return []
+        lines.append(
+            DiffLine(
+                item.flavor.name,
+                item.resource,
+                item.guaranteed_before,
+                item.limit_before,
+                item.guaranteed,
+                item.limit,
+                item.flavor.gpu_weight,
+            )
+        )
+    return lines
+
+
+def quota_request_check_shown(*, request: QuotaChangeRequest) -> RequestCheck:
+    """What a request's page and the API show of it: while it is open, its check against the
+    quotas in force now; once approved, what it changed then (where that was kept)."""
+    if request.status not in OPEN_STATUSES:
+        diff = quota_request_approved_diff(request=request)
+        if diff:
+            return RequestCheck(
+                diff=diff,
+                required_approvals=request.required_approvals,
+                base_generation=request.base_generation,
+            )
+    return quota_request_check_stored(request=request)
+
+
 def _request_snapshot(request: QuotaChangeRequest, check: RequestCheck) -> dict[str, Any]:
     return {
         "cluster": request.cluster.name,
@@ -620,6 +729,7 @@ def quota_request_submit(*, request: QuotaChangeRequest, actor: User) -> QuotaCh
     if request.requester_id != actor.pk and not actor.is_platform_admin:
         raise PermissionDenied("Only the requester or a platform admin submits a draft.")
     quota_request_ensure_can_file(actor=actor, tenant=request.tenant)
+    _ensure_may_become(request, RequestStatus.PENDING)  # a decided one: 409, before its numbers
     check = quota_request_check_stored(request=request)
     check.raise_if_invalid()
     _transition(
@@ -725,6 +835,13 @@ def _apply(request: QuotaChangeRequest, *, actor: User | None) -> None:
         # (``exc`` numbers the merged quota set's lines).
         errors = quota_request_check_stored(request=request).errors or exc.fields
         raise Conflict(next(iter(errors.values()))[0], fields=errors) from exc
+    # What it changed, as it stood when approved: the request keeps showing "6 -> 8".
+    lines = list(request.items.all())
+    for line in lines:
+        before = current.get((line.flavor_id, line.resource))
+        line.guaranteed_before = before.guaranteed if before else Decimal(0)
+        line.limit_before = before.limit if before else Decimal(0)
+    QuotaChangeItem.objects.bulk_update(lines, ["guaranteed_before", "limit_before"])
     _transition(
         request,
         RequestStatus.APPROVED,

@@ -53,6 +53,7 @@ from approvals.services import (
     approval_policy,
     diff_line,
     quota_request_approve,
+    quota_request_approved_diff,
     quota_request_cancel,
     quota_request_check,
     quota_request_check_stored,
@@ -157,18 +158,33 @@ def _safe_next(request: HttpRequest, target: str | None) -> str | None:
     return None
 
 
+# What each event of a request's history says; {cluster} is the request's cluster. Approving
+# writes the quotas in the portal; they are in force once the push applied them in the cluster.
 TIMELINE_LABELS = {
     "quota_request.created": "Filed",
     "quota_request.pending": "Submitted for approval",
     "quota_request.approval_recorded": "Approval recorded",
-    "quota_request.approved": "Approved: the new quotas are in force",
-    "quota_request.applying": "Being applied on the cluster",
-    "quota_request.applied": "Applied on the cluster",
-    "quota_request.failed": "Applying on the cluster failed",
+    "quota_request.approved": "Approved; pushing to {cluster}",
+    "quota_request.applying": "Pushing to {cluster}",
+    "quota_request.applied": "Applied in {cluster}",
+    "quota_request.failed": "The push to {cluster} failed",
+    "quota_request.retried": "Push to {cluster} retried",
     "quota_request.rejected": "Rejected",
     "quota_request.cancelled": "Cancelled",
     "quota_request.expired": "Expired",
 }
+# A cluster kept in the portal only (backend none) is never pushed to.
+PORTAL_ONLY_LABELS = {
+    "quota_request.approved": "Approved; {cluster} is kept in the portal only, nothing is pushed",
+    "quota_request.applied": "Recorded for {cluster} (kept in the portal only)",
+}
+
+
+def _timeline_label(action: str, cluster: Cluster) -> str:
+    labels = TIMELINE_LABELS
+    if cluster.backend == SyncBackend.NONE:
+        labels = {**TIMELINE_LABELS, **PORTAL_ONLY_LABELS}
+    return labels.get(action, action).format(cluster=cluster.name)
 
 
 @dataclass(frozen=True)
@@ -197,7 +213,7 @@ def _timeline_detail(event: AuditEvent) -> str:
 def _timeline(change: QuotaChangeRequest) -> list[TimelineEntry]:
     """The request's audit events, oldest first, with what each one means."""
     return [
-        TimelineEntry(e, TIMELINE_LABELS.get(e.action, e.action), _timeline_detail(e))
+        TimelineEntry(e, _timeline_label(e.action, change.cluster), _timeline_detail(e))
         for e in approval_selectors.quota_request_timeline(request=change)
     ]
 
@@ -597,6 +613,7 @@ class ObjectChange:
     object: str
     change: str
     fields: list[FieldChange]
+    descriptions: list[str]
 
 
 def _dry_run_objects(dry_run: DryRun) -> list[ObjectChange]:
@@ -608,6 +625,7 @@ def _dry_run_objects(dry_run: DryRun) -> list[ObjectChange]:
                 FieldChange(path, value_shown(d.get("before")), value_shown(d.get("after")))
                 for path, d in sorted(o.fields.items())
             ],
+            o.descriptions,
         )
         for o in dry_run.objects
     ]
@@ -630,13 +648,12 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     dry_run = quota_request_dry_run(request=change) if pending else None
     dry_run_objects = _dry_run_objects(dry_run) if dry_run else []
     check = quota_request_check_stored(request=change) if is_open else None
-    lines = (
-        _change_lines(
+    if check:
+        lines = _change_lines(
             change.cluster, quota_selectors.cluster_allocations(cluster=change.cluster), check.diff
         )
-        if check
-        else []
-    )
+    else:  # decided: what it changed, against the quota in force when it was approved
+        lines = [ChangeLine(d, None) for d in quota_request_approved_diff(request=change)]
     own = change.requester_id == user.pk
     context: dict[str, Any] = {
         "change": change,

@@ -20,7 +20,7 @@ above 2^63-1 is capped there when it has a binary suffix (a decimal one is kept,
 """
 
 import re
-from decimal import ROUND_UP, Context, Decimal, Inexact, InvalidOperation, Overflow
+from decimal import ROUND_HALF_UP, ROUND_UP, Context, Decimal, Inexact, InvalidOperation, Overflow
 from typing import Final, Literal
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "QuantityError",
     "QuantityFormat",
     "canonical",
+    "counted_text",
     "format_as",
     "format_quantity",
     "parse_nonnegative_quantity",
@@ -394,8 +395,17 @@ def _plain(value: Decimal) -> str:
     return format(value, "f") if _decimal_places(value) else str(int(value))
 
 
+def _rounded_for_people(value: Decimal) -> Decimal:
+    """Three significant figures at most, and never more than two decimals: 567.97 -> 568,
+    62.5 -> 62.5, 9.765 -> 9.77 (a whole number above 100 stays whole: 1023)."""
+    places = 2 if abs(value) < 10 else 1 if abs(value) < 100 else 0
+    return value.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP)
+
+
 def to_display(amount: str | int | Decimal, resource: str) -> str:
-    """Human text for pages: '64 GiB', '0.5 cores', '16'."""
+    """Human text for pages: '64 GiB', '62.5 TiB', '0.5 cores', '16'. Bytes are shown in the
+    largest binary unit that leaves at least 1, to three significant figures at most; cpu in
+    cores; counts (GPUs, pods) as the number itself."""
     value = parse_quantity(amount)
     kind = _kind(resource)
     if kind == "cpu":
@@ -406,5 +416,14 @@ def to_display(amount: str | int | Decimal, resource: str) -> str:
     power = 0
     while power < len(units) - 1 and abs(value) >= 1024 ** (power + 1):
         power += 1
-    shown = (value / Decimal(1024**power)).quantize(Decimal("0.01"))
+    shown = _rounded_for_people(value / Decimal(1024**power))
+    if abs(shown) >= 1024 and power < len(units) - 1:  # 1023.7 GiB reads as 1 TiB, not 1024 GiB
+        power += 1
+        shown = _rounded_for_people(value / Decimal(1024**power))
     return f"{_plain(_checked(shown, shown))} {units[power]}"
+
+
+def counted_text(count: int | Decimal, word: str) -> str:
+    """A whole count and its unit word, singular or plural: "1 GPU", "2 GPUs", "0 pods"."""
+    number = _plain(parse_quantity(count))
+    return f"{number} {word if number == '1' else word + 's'}"

@@ -43,6 +43,7 @@ from quotas.kube.applier import (
 from quotas.kube.applier import (
     sort_for_apply as apply_sort,
 )
+from quotas.kube.describe import describe_changes
 from quotas.kube.diff import differences
 from quotas.kube.resources import CLUSTER_QUEUE, CONFIG_MAP, KINDS, RESOURCE_QUOTA, kind_of
 from quotas.kube.spec import LABEL_TENANT, NamespaceSpec, QuotaSpec, TenantSpec
@@ -457,7 +458,13 @@ def tenant_manifests(*, tenant: Tenant, cluster: Cluster) -> str:
 class ObjectDiff:
     object: str
     change: str  # "created" | "changed" | "deleted"
+    # path -> {"before", "after", "description"}: the field as Kubernetes names it, and in words
     fields: dict[str, dict[str, Any]]
+
+    @property
+    def descriptions(self) -> list[str]:
+        """What changes, in words a person reads, each line once, in path order."""
+        return list(dict.fromkeys(f["description"] for _, f in sorted(self.fields.items())))
 
 
 def object_diff(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[ObjectDiff]:
@@ -484,6 +491,9 @@ def object_diff(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> li
                     if path not in fields
                 }
             )
+            words = describe_changes(old[key], new[key], fields)
+            for path, field_change in fields.items():
+                field_change["description"] = words[path]
             if fields:
                 diffs.append(ObjectDiff(shown, "changed", fields))
     return diffs

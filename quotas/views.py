@@ -31,6 +31,7 @@ from quotas import services as quota_services
 from quotas import sync
 from quotas.choices import Enforcement, SyncBackend, SyncState
 from quotas.models import Cluster, TenantSync
+from quotas.quantity import QuantityError, to_display
 from quotas.selectors import TenantSyncRow
 from tenants import selectors as tenant_selectors
 from tenants.api.base import caller
@@ -171,16 +172,57 @@ class NamespaceQuota:
     lines: list[QuotaLine] = field(default_factory=list)
 
 
+def amount_shown(value: Any, resource: str) -> str:
+    """A quantity the cluster reports, in units a person reads ("568 GiB" for
+    "609852613404"); "—" where it is absent, the cluster's own text where it is not one."""
+    if value is None:
+        return "—"
+    try:
+        return to_display(value if isinstance(value, int) else str(value), resource)
+    except QuantityError:
+        return value_shown(value)
+
+
+@dataclass(frozen=True)
+class FlavorUsageLine:
+    flavor: str
+    resource: str
+    total: str
+    borrowed: str
+
+
 def _namespace_quotas(resource_quotas: list[dict[str, Any]]) -> list[NamespaceQuota]:
     quotas = []
     for rq in resource_quotas:
         hard, used = rq.get("hard") or {}, rq.get("used") or {}
         lines = [
-            QuotaLine(resource, value_shown(hard.get(resource)), value_shown(used.get(resource)))
+            QuotaLine(
+                resource,
+                amount_shown(hard.get(resource), resource),
+                amount_shown(used.get(resource), resource),
+            )
             for resource in sorted(hard.keys() | used.keys())
         ]
         quotas.append(NamespaceQuota(rq["namespace"], rq["name"], lines))
     return quotas
+
+
+def _flavor_usage(cluster_queue: dict[str, Any] | None) -> list[FlavorUsageLine]:
+    """Kueue's flavorsUsage (what the queue's workloads use and borrow, per flavor and
+    resource), in units a person reads."""
+    lines = []
+    for flavor in (cluster_queue or {}).get("flavors_usage") or []:
+        for r in flavor.get("resources") or []:
+            name = str(r.get("name", ""))
+            lines.append(
+                FlavorUsageLine(
+                    str(flavor.get("name", "")),
+                    name,
+                    amount_shown(r.get("total") or 0, name),
+                    amount_shown(r.get("borrowed") or 0, name),
+                )
+            )
+    return lines
 
 
 @login_required
@@ -197,6 +239,7 @@ def tenant_cluster(request: HttpRequest, slug: str, cluster: str) -> HttpRespons
         "entry": entry,
         "live": live,
         "namespace_quotas": _namespace_quotas(live.resource_quotas),
+        "flavor_usage": _flavor_usage(live.cluster_queue),
         "read_at": timezone.now(),
         "enforcement": quota_selectors.cluster_enforcement(cluster=entry.cluster),
     }

@@ -70,13 +70,45 @@ TENANT_SERIES = {
 
 
 def _label(seconds: int) -> str:
-    if seconds % 86400 == 0:
-        return f"{seconds // 86400} d"
-    if seconds % 3600 == 0:
-        return f"{seconds // 3600} h"
-    if seconds % 60 == 0:
-        return f"{seconds // 60} min"
-    return f"{seconds} s"
+    """A length of time as a person says it: "1 day", "5 minutes", "90 seconds"."""
+    for unit, word in ((86400, "day"), (3600, "hour"), (60, "minute"), (1, "second")):
+        if seconds % unit == 0:
+            count = seconds // unit
+            return f"{count} {word}{'' if count == 1 else 's'}"
+    return f"{seconds} seconds"  # pragma: no cover - every whole number divides by 1
+
+
+# What each resolution keeps, as the sentence that says how long it is kept starts.
+_KEPT_WORDS = {
+    RAW: "Raw usage samples are",
+    Resolution.FIVE_MINUTES: "Usage totals per 5 minutes are",
+    Resolution.HOUR: "Hourly usage totals are",
+    Resolution.DAY: "Daily usage totals are",
+}
+
+
+def _too_old(
+    *, resolution: int, step_seconds: int, kept: timedelta, start: datetime, now: datetime
+) -> str:
+    """Why ``start`` is too old for a step: what the step reads, how long that is kept, the
+    earliest start it allows and, where one reaches back to ``start``, a coarser step."""
+    years = round(kept.days / 365)
+    how_long = f"{kept.days} days" + (
+        f" (about {years} year{'' if years == 1 else 's'})" if kept.days >= 365 else ""
+    )
+    earliest = now - kept
+    said = (
+        f"{_KEPT_WORDS[resolution]} kept for {how_long}, so a range in steps of "
+        f"{_label(step_seconds)} can start on {earliest:%Y-%m-%d} at {earliest:%H:%M} UTC "
+        "at the earliest."
+    )
+    coarser = [r for r in RESOLUTIONS if r > resolution and start >= now - retention(r)]
+    if coarser:  # RESOLUTIONS go coarsest first: the last is the finest that reaches back
+        said += (
+            f" Use a step of {_label(int(coarser[-1]))} (or a multiple of it) to reach "
+            "further back."
+        )
+    return said
 
 
 @dataclass(frozen=True)
@@ -112,13 +144,11 @@ def series_plan(
         )
     kept = retention(resolution)
     if start < now - kept:
-        coarser = [r for r in RESOLUTIONS if r > resolution and start >= now - retention(r)]
-        hint = f" Use a step of {_label(int(coarser[-1]))} or a multiple of it." if coarser else ""
-        what = "raw samples are" if resolution == RAW else f"{_label(resolution)} rollups are"
         raise ValidationFailed.for_field(
             "start",
-            f"a step of {_label(int(seconds))} reads {what} kept for "
-            f"{kept.days} days: start must be after {(now - kept):%Y-%m-%dT%H:%M:%SZ}.{hint}",
+            _too_old(
+                resolution=resolution, step_seconds=int(seconds), kept=kept, start=start, now=now
+            ),
         )
     points = (end - start) / step
     if points > MAX_POINTS:

@@ -273,6 +273,9 @@ class TimelineEventOutput(serializers.Serializer):
 class FieldChangeOutput(serializers.Serializer):
     before = serializers.JSONField(allow_null=True)
     after = serializers.JSONField(allow_null=True)
+    description = serializers.CharField(
+        help_text='The change in words, e.g. "nvidia.com/gpu on a100-80gb: guaranteed 6 → 7".'
+    )
 
 
 class ObjectDiffOutput(serializers.Serializer):
@@ -280,7 +283,14 @@ class ObjectDiffOutput(serializers.Serializer):
     change = serializers.ChoiceField(choices=["created", "changed", "deleted"])
     # "fields" shadows Serializer.fields for mypy only: DRF's metaclass pops declared fields.
     fields = serializers.DictField(  # type: ignore[assignment]
-        child=FieldChangeOutput(), help_text="Field path -> before and after."
+        child=FieldChangeOutput(),
+        help_text="Field path -> before and after, as Kubernetes names and writes them, and "
+        "the change in words.",
+    )
+    descriptions = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="What changes in the object, in words (each line once; empty when the "
+        "object is created or deleted).",
     )
 
 
@@ -299,7 +309,12 @@ class DryRunOutput(serializers.Serializer):
     def to_representation(self, dry_run: DryRun) -> dict[str, Any]:
         return {
             "objects": [
-                {"object": o.object, "change": o.change, "fields": o.fields}
+                {
+                    "object": o.object,
+                    "change": o.change,
+                    "fields": o.fields,
+                    "descriptions": o.descriptions,
+                }
                 for o in dry_run.objects
             ],
             "server_checked": dry_run.server_checked,

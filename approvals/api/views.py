@@ -103,10 +103,11 @@ class QuotaRequestFilter(filters.FilterSet):
 
 
 def _detail(quota_request: QuotaChangeRequest) -> dict[str, Any]:
-    """The detail representation: the request, its diff against the quotas in force now and
-    its timeline (a constant number of queries)."""
+    """The detail representation: the request, its diff (against the quotas in force now
+    while it is open; once approved, against those in force then) and its timeline (a
+    constant number of queries)."""
     context = {
-        "check": services.quota_request_check_stored(request=quota_request),
+        "check": services.quota_request_check_shown(request=quota_request),
         "timeline": selectors.quota_request_timeline(request=quota_request),
         "push": selectors.quota_request_push(request=quota_request),
     }

@@ -5,7 +5,7 @@ from decimal import Decimal
 from django import template
 
 from quotas.choices import MIG_RESOURCE_PREFIX
-from quotas.quantity import format_quantity, to_display
+from quotas.quantity import counted_text, format_quantity, to_display
 
 register = template.Library()
 
@@ -16,6 +16,23 @@ def quantity(amount: Decimal | None, resource: str) -> str:
     if amount is None:
         return "—"
     return to_display(amount, resource)
+
+
+@register.filter
+def quantity_change(amount: Decimal | None, resource: str) -> str:
+    """A change of an amount for people, signed: "+2", "-512 MiB", "+1.25 TiB", "±0"."""
+    if amount is None:
+        return "—"
+    if not amount:
+        return "±0"
+    text = to_display(abs(amount), resource)
+    return f"-{text}" if amount < 0 else f"+{text}"
+
+
+@register.filter
+def counted(count: int | Decimal, word: str) -> str:
+    """``{{ n|counted:"GPU" }}`` -> "1 GPU", "2 GPUs"."""
+    return counted_text(count, word)
 
 
 @register.filter

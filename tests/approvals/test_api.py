@@ -522,6 +522,9 @@ BAD_INPUT = [
     # (persona, body, status, field, words in the message)
     pytest.param("alice", body(items=[item(), item(guaranteed=7)]), 400, "items[1].resource", "listed twice", id="item-twice"),
     pytest.param("alice", body(items=[]), 400, "items", "at least one quota", id="empty-request"),
+    pytest.param("alice", body(items=[item(guaranteed=6, limit=10)]), 400, "items[0]", "nvidia.com/gpu on a100-80gb is already 6 guaranteed, 10 limit: this line changes nothing", id="unchanged-line"),
+    pytest.param("alice", body(items=[item(), item(resource="cpu", guaranteed=48, limit=80)]), 400, "items[1]", "cpu on a100-80gb is already 48 cores guaranteed, 80 cores limit", id="one-line-unchanged"),
+    pytest.param("alice", body(items=[], max_running_jobs=5), 400, "max_running_jobs", "max_running_jobs is already 5: the request changes nothing", id="unchanged-scheduling"),
     pytest.param("alice", body(reason="    "), 400, "reason", "a reason is required", id="reason-only-spaces"),
     pytest.param("alice", body(reason=""), 400, "reason", "a reason is required", id="reason-empty"),
     pytest.param("alice", {k: v for k, v in body().items() if k != "reason"}, 400, "reason", "required", id="reason-missing"),

@@ -347,6 +347,25 @@ def test_the_check_button_shows_the_difference_and_stores_nothing(world):
     assert slot(response, "reason") == ""  # a check does not need a reason yet
 
 
+def test_the_capacity_lines_read_in_units_a_person_reads(world):
+    response = logged_in(world.alice).post(
+        NEW, a100_form(**{"items-2-guaranteed": "512Gi", "action": "check"})
+    )
+
+    body = text(response)
+    capacity = re.search(r'<table class="capacity">.*?</table>', body, re.S)
+    assert capacity
+    memory = re.search(
+        r'<tr data-flavor="a100-80gb" data-resource="memory".*?</tr>', capacity.group(0), re.S
+    )
+    assert memory
+    cells = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", memory.group(0))).split()
+    # capacity 2 TiB; this change (the guarantee) +128 GiB; max limit per tenant 0.625 of it
+    assert "2 TiB" in " ".join(cells) and "+128 GiB" in " ".join(cells)
+    assert "1.25 TiB" in " ".join(cells)
+    assert "1280Gi" not in body.split('<table class="capacity">')[1]
+
+
 def test_lowering_a_quota_is_allowed_with_a_warning(world):
     response = logged_in(world.alice).post(
         NEW, a100_form(**{"items-0-guaranteed": "2", "items-0-limit": "4", "action": "check"})
@@ -447,7 +466,11 @@ def test_a_request_page_shows_the_diff_decisions_and_timeline(world):
     body = text(response)
     assert "Pending approval" in body
     assert "more training runs" in body
-    assert re.sub(r"<[^>]+>|\s+", "", body).count("6→8") == 1
+    diff = re.search(r'<table class="diff">.*?</table>', body, re.S)
+    assert diff
+    assert re.sub(r"<[^>]+>|\s+", "", diff.group(0)).count("6→8") == 1
+    # ...and what the cluster would see says it in words (the dry run).
+    assert "nvidia.com/gpu on a100-80gb: guaranteed 6 → 8" in body
     assert re.findall(r'data-action="([^"]+)"', body) == [
         "quota_request.created",
         "quota_request.pending",
@@ -578,8 +601,8 @@ def test_the_queue_runs_a_constant_number_of_queries(world):
     def add(count: int) -> None:
         for n in range(count):
             tenant = (world.team_a, world.team_b, world.team_c)[n % 3]
-            if n % 2:
-                file_request(world, tenant=tenant, guaranteed=2, limit=4)
+            if n % 2:  # (team-c holds 2/4 already: a request must change something)
+                file_request(world, tenant=tenant, guaranteed=3, limit=4)
             else:
                 file_request(
                     world,

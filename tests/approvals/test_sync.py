@@ -15,7 +15,7 @@ from quotas.choices import SyncBackend, SyncState
 from quotas.kube.applier import RetryableError
 from quotas.models import Cluster, SyncOutbox, TenantSync
 from quotas.sync import cluster_reconcile_by_id, outbox_deliver
-from tenants.models import AuditEvent
+from tenants.models import AuditEvent, Notification
 from tests.approvals.conftest import file, item
 from tests.standin import (
     a100_gpu_quota,
@@ -156,7 +156,11 @@ def test_the_dry_run_shows_the_object_diff_and_the_servers_verdict(world, standi
     changed = {o["object"]: o for o in data["objects"]}
     cq = changed["ClusterQueue team-a"]
     assert cq["change"] == "changed"
-    assert any(f == {"before": "8", "after": "9"} for f in cq["fields"].values())
+    guaranteed = "nvidia.com/gpu on a100-80gb: guaranteed 8 → 9"
+    assert any(
+        f == {"before": "8", "after": "9", "description": guaranteed} for f in cq["fields"].values()
+    )
+    assert cq["descriptions"] == [guaranteed]
     # A dry run writes nothing.
     assert (
         a100_gpu_quota(kubectl_json(standin, "get", "clusterqueue", "team-a"))["nominalQuota"]
@@ -250,3 +254,27 @@ def test_a_delivery_queued_under_the_old_task_name_is_still_pushed(world, standi
     assert request.status == RequestStatus.APPLIED
     row.refresh_from_db()
     assert row.completed_at is not None
+
+
+def test_the_requester_is_told_when_the_change_is_applied_in_the_cluster(world, standin):
+    request, row = approved(world)
+    told = Notification.objects.filter(user=world.alice, url=f"/requests/{request.pk}/")
+    assert [n.subject for n in told] == [f"Request #{request.pk} for team-a was approved"]
+
+    outbox_deliver(outbox_id=row.pk)
+
+    assert [n.subject for n in told.order_by("pk")][1:] == [
+        f"Request #{request.pk} for team-a was applied in demo-a100"
+    ]
+
+
+def test_the_requester_is_told_when_the_cluster_refused_the_change(world, tmp_path):
+    with start_in_thread(kubeconfig_path=tmp_path / "kc", validator=refuse_cluster_queues) as h:
+        point_at(world.a100, h.kubeconfig_path)
+        request, row = approved(world)
+        outbox_deliver(outbox_id=row.pk)
+
+    notice = Notification.objects.filter(user=world.alice).order_by("pk").last()
+    assert notice is not None
+    assert notice.subject == f"Request #{request.pk} for team-a could not be applied in demo-a100"
+    assert "refused by policy" in notice.body

@@ -652,6 +652,23 @@ def test_to_display(amount: str | int | Decimal, resource: str, expected: str) -
     assert to_display(amount, resource) == expected
 
 
+@pytest.mark.parametrize(
+    ("amount", "resource", "expected"),
+    [
+        ("64000Gi", "memory", "62.5 TiB"),  # a capacity, in the largest unit a person reads
+        ("609852613404", "memory", "568 GiB"),  # Kueue's flavorsUsage reports plain bytes
+        ("1280Gi", "memory", "1.25 TiB"),
+        ("10000Mi", "memory", "9.77 GiB"),
+        ("1023Gi", "memory", "1023 GiB"),
+        ("1", "nvidia.com/gpu", "1"),
+    ],
+)
+def test_to_display_rounds_to_three_figures_at_most(
+    amount: str, resource: str, expected: str
+) -> None:
+    assert to_display(amount, resource) == expected
+
+
 def test_to_display_rejects_bad_input() -> None:
     with pytest.raises(QuantityError, match="unknown suffix 'GB'"):
         to_display("12GB", "memory")
@@ -680,6 +697,7 @@ def test_public_api() -> None:
         "QuantityError",
         "QuantityFormat",
         "canonical",
+        "counted_text",
         "format_as",
         "format_quantity",
         "parse_nonnegative_quantity",

@@ -56,3 +56,28 @@ def test_k8s_quantity_is_what_kubectl_shows(
 )
 def test_k8s_change_is_signed(amount: Decimal, resource: str, expected: str) -> None:
     assert render("{{ a|k8s_change:r }}", a=amount, r=resource) == expected
+
+
+@pytest.mark.parametrize(
+    ("amount", "resource", "expected"),
+    [
+        (Decimal(2), "nvidia.com/gpu", "+2"),
+        (Decimal(-512 * 1024**2), "memory", "-512 MiB"),
+        (Decimal(1280 * GI), "memory", "+1.25 TiB"),
+        (Decimal("0.25"), "cpu", "+0.25 cores"),
+        (Decimal(0), "cpu", "±0"),
+        (None, "cpu", "—"),
+    ],
+)
+def test_quantity_change_is_signed_and_for_people(
+    amount: Decimal | None, resource: str, expected: str
+) -> None:
+    assert render("{{ a|quantity_change:r }}", a=amount, r=resource) == expected
+
+
+@pytest.mark.parametrize(
+    ("count", "word", "expected"),
+    [(1, "GPU", "1 GPU"), (2, "GPU", "2 GPUs"), (0, "GPU", "0 GPUs"), (Decimal(1), "pod", "1 pod")],
+)
+def test_counted_says_singular_or_plural(count: object, word: str, expected: str) -> None:
+    assert render("{{ n|counted:w }}", n=count, w=word) == expected

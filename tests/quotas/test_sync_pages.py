@@ -180,6 +180,24 @@ def test_the_in_cluster_page_reads_the_quotas_and_the_queue_live(world, standin)
     assert "team-b" not in page
 
 
+def test_the_in_cluster_page_shows_bytes_in_units_a_person_reads(world, standin):
+    delivered(world)
+    usage = [{"name": "a100-80gb", "resources": [
+        {"name": "memory", "total": "609852613404", "borrowed": "0"}]}]  # fmt: skip
+    kubectl(standin, "patch", "clusterqueue", "team-a", "--subresource=status", "--type", "merge",
+            "-p", json.dumps({"status": {"flavorsUsage": usage}}))  # fmt: skip
+
+    page = main(logged_in(world.alice).get(IN_CLUSTER))
+
+    queue = element(page, "section", 'data-cluster-queue="team-a"')
+    memory = words(element(queue, "tr", 'data-resource="memory"'))
+    assert memory == "a100-80gb memory 568 GiB 0 B"
+    training = element(page, "section", 'data-namespace="team-a-training"')
+    hard = words(element(training, "tr", 'data-resource="requests.memory"'))
+    assert re.fullmatch(r"requests\.memory [\d.]+ (GiB|TiB) 0 B", hard), hard
+    assert "609852613404" not in page
+
+
 def test_an_unreachable_or_portal_only_cluster_says_why_it_was_not_read(world, tmp_path):
     point_at(world.a100, closed_port_kubeconfig(tmp_path))
     client = logged_in(world.alice)
@@ -242,6 +260,54 @@ def test_a_request_shows_where_its_push_stands(world, standin):
     push = words(element(main(client.get(url)), "section", 'data-push="applied"'))
     assert f"Applied at generation {request.approved_generation}" in push
     assert "Retry push" not in push
+
+
+def timeline(page: str) -> dict[str, str]:
+    """The request page's timeline: action -> what the entry says."""
+    section = page.split('<ol class="timeline">')[1].split("</ol>")[0]
+    return {
+        action: words(entry)
+        for action, entry in re.findall(r'<li data-action="([^"]+)">(.*?)</li>', section, re.S)
+    }
+
+
+def test_the_timeline_says_the_push_is_pending_until_the_cluster_applied_it(world, standin):
+    request, row = approved(world)
+    client = logged_in(world.alice)
+    url = f"/requests/{request.pk}/"
+
+    said = timeline(main(client.get(url)))
+    assert "Approved; pushing to demo-a100" in said["quota_request.approved"]
+    assert not any("in force" in entry for entry in said.values())
+    assert "quota_request.applied" not in said
+
+    sync.outbox_deliver(outbox_id=row.pk)
+    said = timeline(main(client.get(url)))
+    assert "Approved; pushing to demo-a100" in said["quota_request.approved"]  # as it was then
+    assert "Pushing to demo-a100" in said["quota_request.applying"]
+    assert "Applied in demo-a100" in said["quota_request.applied"]
+
+
+def test_the_timeline_of_a_portal_only_cluster_says_nothing_is_pushed(world):
+    request, _ = approved(world)  # demo-a100 has backend none here: kept in the portal only
+
+    said = timeline(main(logged_in(world.alice).get(f"/requests/{request.pk}/")))
+
+    approval = said["quota_request.approved"]
+    assert "Approved; demo-a100 is kept in the portal only, nothing is pushed" in approval
+
+
+def test_an_approved_request_keeps_showing_what_it_changed(world, standin):
+    request, row = approved(world)  # team-a's A100s 6/10 -> 8/10
+    client = logged_in(world.carol)
+    url = f"/requests/{request.pk}/"
+
+    for _ in ("approved", "applied"):
+        page = main(client.get(url))
+        diff = element(page, "table", 'class="diff"')
+        line = words(element(diff, "tr", 'data-resource="nvidia.com/gpu"'))
+        assert re.search(r"6 → 8 10 → 10", line), line
+        sync.outbox_deliver(outbox_id=row.pk)
 
 
 def test_a_failed_push_shows_the_clusters_message_and_admins_retry_it(world, tmp_path):
@@ -310,6 +376,10 @@ def test_a_pending_request_shows_what_the_cluster_would_see(world, standin):
         for row in re.findall(r"<tr data-path=\"[^\"]*nominalQuota[^\"]*\">.*?</tr>", table, re.S)
     ]
     assert any(line.endswith(" 8 9") for line in nominal), nominal  # path, before, after
+    # ...and in words first: what a person reads, not the JSON paths.
+    said = words(element(section, "ul", 'class="change-words" data-object="ClusterQueue team-a"'))
+    assert said == "nvidia.com/gpu on a100-80gb: guaranteed 8 → 9", said
+    assert ".spec." not in words(section.split("<details>")[0])
     assert standin.stats()["total"] > 0  # the cluster was asked (a server-side dry run)
     # ...and wrote nothing: the queue still guarantees 8.
     assert team_a_gpu_nominal(standin) == "8"

@@ -13,6 +13,8 @@ from approvals.services import (
     request_items_parse,
 )
 from portal.celery import app as celery_app
+from quotas.choices import SyncBackend
+from quotas.models import Cluster
 from tenants.models import Notification
 from tests.factories import UserFactory
 
@@ -59,9 +61,35 @@ def test_the_requester_is_told_of_the_decision(
     mail.outbox.clear()
     with django_capture_on_commit_callbacks(execute=True):
         decide(request=request, approver=world.admin, comment="ok")
-    notice = Notification.objects.get(user=world.alice)
+    notice = Notification.objects.get(user=world.alice, subject__contains=f"was {word}")
     assert notice.subject == f"Request #{request.pk} for team-a was {word}"
-    assert [m.to for m in mail.outbox] == [["alice@example.com"]]
+    assert ["alice@example.com"] in [m.to for m in mail.outbox]
+    assert {tuple(m.to) for m in mail.outbox} == {("alice@example.com",)}  # nobody else
+
+
+@pytest.mark.parametrize("decide", [quota_request_approve, quota_request_reject])
+def test_the_decision_notice_carries_the_approvers_comment(world, decide):
+    request = _file(world)
+
+    decide(request=request, approver=world.admin, comment="The cohort has room until June.")
+
+    notice = Notification.objects.filter(user=world.alice).order_by("pk").first()
+    assert notice is not None
+    verb = "Approved" if decide is quota_request_approve else "Rejected"
+    assert f"{verb} by admin: The cohort has room until June." in notice.body
+    assert "bigger runs" in notice.body  # the reason it answers
+
+
+def test_an_approval_notice_says_the_quotas_are_pushed_not_yet_in_force(world):
+    Cluster.objects.filter(pk=world.a100.pk).update(backend=SyncBackend.KUBERNETES)
+    request = _file(world)
+
+    quota_request_approve(request=request, approver=world.admin)
+
+    notice = Notification.objects.get(user=world.alice)
+    assert notice.subject == f"Request #{request.pk} for team-a was approved"
+    assert "You will be told when they are applied in demo-a100." in notice.body
+    assert "in force" not in notice.body
 
 
 def test_a_failing_mail_server_delays_the_email_not_the_decision(
@@ -76,7 +104,7 @@ def test_a_failing_mail_server_delays_the_email_not_the_decision(
     # The decision stands (and, the tasks being eager here, the push ran too).
     assert request.status == "applied"
     assert request.decided_at is not None
-    notice = Notification.objects.get(user=world.alice)
+    notice = Notification.objects.get(user=world.alice, subject__endswith="was approved")
     assert notice.emailed_at is None and notice.email_attempts >= 1  # the task will retry
 
 

@@ -175,7 +175,7 @@ def test_bad_ranges_and_steps_are_400_with_the_reason(
     messages = " ".join(response.json()["fields"][field])
     assert says in messages
     if field == "start" and "kept for 30" in says:
-        assert "Use a step of 1 h" in messages  # what would work
+        assert "Use a step of 1 hour" in messages  # what would work
 
 
 def test_unknown_flavor_or_cluster_is_404(world: World, api_as: Any) -> None:
@@ -243,3 +243,40 @@ def test_metrics_need_the_token_or_an_allowed_network(
     assert client.get("/metrics").status_code == 403
     settings.METRICS_ALLOWED_CIDRS = ["127.0.0.0/8"]
     assert client.get("/metrics").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("step", "days_back", "says"),
+    [
+        (
+            timedelta(days=1),
+            2000,
+            "Daily usage totals are kept for 1830 days (about 5 years), so a range in steps "
+            "of 1 day can start on 2021-11-30 at 12:00 UTC at the earliest.",
+        ),
+        (
+            timedelta(minutes=5),
+            40,
+            "Usage totals per 5 minutes are kept for 30 days, so a range in steps of 5 "
+            "minutes can start on 2026-11-04 at 12:00 UTC at the earliest. Use a step of "
+            "1 hour (or a multiple of it) to reach further back.",
+        ),
+        (
+            timedelta(seconds=60),
+            4,
+            "Raw usage samples are kept for 3 days, so a range in steps of 1 minute can start "
+            "on 2026-12-01 at 12:00 UTC at the earliest. Use a step of 5 minutes (or a "
+            "multiple of it) to reach further back.",
+        ),
+    ],
+)
+def test_a_start_older_than_what_is_kept_says_so_in_plain_words(
+    step: timedelta, days_back: int, says: str
+) -> None:
+    from core.errors import ValidationFailed
+    from usage.selectors import series_plan
+
+    now = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+    with pytest.raises(ValidationFailed) as refused:
+        series_plan(start=now - timedelta(days=days_back), end=now, step=step, now=now)
+    assert refused.value.fields == {"start": [says]}

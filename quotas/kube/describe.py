@@ -1,0 +1,225 @@
+"""A change to a Kubernetes object in words a person reads. Pure functions, no I/O.
+
+A dry run lists the fields a change touches as JSON paths
+(``.spec.resourceGroups[0].flavors[0].resources[2].nominalQuota``); a person wants
+"nvidia.com/gpu on a100-80gb: guaranteed 6 → 7". ``describe_changes`` gives each path such a
+line, by the object's kind:
+
+- ClusterQueue (Kueue): per flavor and resource, ``nominalQuota`` is the guarantee and the
+  limit is ``nominalQuota + borrowingLimit`` (no ``borrowingLimit``: no limit), as the portal
+  writes them; a lending limit is named as such.
+- ResourceQuota: per namespace, each ``hard`` key by name ("team-a-training: GPUs 10 → 11").
+- LimitRange: per namespace, the bound per container or per pod.
+- Anything else: "<Kind> <name>: <field> changed".
+
+Amounts read as on the portal's pages (``quotas.quantity.to_display``: "64 GiB", "2 cores").
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from quotas.quantity import QuantityError, parse_quantity, to_display
+
+__all__ = ["describe_changes"]
+
+Line = tuple[str, str]  # (flavor, resource) of a ClusterQueue
+Amounts = dict[str, Decimal | None]  # nominalQuota, borrowingLimit, lendingLimit
+
+_CQ_FIELD = re.compile(
+    r"^\.spec\.resourceGroups\[(\d+)\]\.flavors\[(\d+)\]\.resources\[(\d+)\](?:\..*)?$"
+)
+_LIMIT_RANGE_FIELD = re.compile(
+    r"^\.spec\.limits\[(\d+)\]\.(max|min|default|defaultRequest)\.(.+)$"
+)
+_RESOURCE_WORDS = {
+    "nvidia.com/gpu": "GPUs",
+    "requests.nvidia.com/gpu": "GPUs",
+    "limits.nvidia.com/gpu": "GPUs",
+    "cpu": "CPU",
+    "memory": "memory",
+    "requests.cpu": "CPU requests",
+    "limits.cpu": "CPU limits",
+    "requests.memory": "memory requests",
+    "limits.memory": "memory limits",
+    "requests.storage": "storage",
+    "persistentvolumeclaims": "PVCs",
+    "pods": "pods",
+}
+_BOUND_WORDS = {
+    "max": "at most",
+    "min": "at least",
+    "default": "default limit of",
+    "defaultRequest": "default request of",
+}
+
+
+def _amount(value: Any) -> Decimal | None:
+    if value is None or isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return None
+
+
+def _shown(value: Any, resource: str, absent: str = "not set") -> str:
+    if value is None:
+        return absent
+    amount = _amount(value)
+    if amount is None:
+        return str(value)
+    return to_display(amount, resource)
+
+
+def _resource_words(resource: str) -> str:
+    return _RESOURCE_WORDS.get(resource, resource)
+
+
+def _where(obj: Mapping[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    namespace, name = metadata.get("namespace"), metadata.get("name", "")
+    return f"{namespace}/{name}" if namespace else str(name)
+
+
+def _field_name(path: str) -> str:
+    """ ".spec.cohort" -> "cohort", ".metadata.labels.a" -> "labels.a"."""
+    parts = path.lstrip(".").split(".")
+    if len(parts) > 1 and parts[0] in ("spec", "metadata"):
+        parts = parts[1:]
+    return ".".join(parts)
+
+
+def _other(obj: Mapping[str, Any], path: str) -> str:
+    return f"{obj.get('kind', 'Object')} {_where(obj)}: {_field_name(path)} changed"
+
+
+# --- ClusterQueue -----------------------------------------------------------------------------
+
+
+def _cq_lines(obj: Mapping[str, Any]) -> dict[Line, Amounts]:
+    lines: dict[Line, Amounts] = {}
+    for group in (obj.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for resource in flavor.get("resources") or []:
+                lines[(str(flavor.get("name", "")), str(resource.get("name", "")))] = {
+                    name: _amount(resource.get(name))
+                    for name in ("nominalQuota", "borrowingLimit", "lendingLimit")
+                }
+    return lines
+
+
+def _cq_line_at(obj: Mapping[str, Any], match: re.Match[str]) -> Line | None:
+    group, flavor, resource = (int(i) for i in match.groups())
+    try:
+        f = (obj.get("spec") or {})["resourceGroups"][group]["flavors"][flavor]
+        return (str(f["name"]), str(f["resources"][resource]["name"]))
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+def _limit(amounts: Amounts) -> Decimal | None:
+    """Guaranteed plus what may be borrowed; None: borrowing has no bound."""
+    nominal, borrowing = amounts["nominalQuota"] or Decimal(0), amounts["borrowingLimit"]
+    return None if borrowing is None else nominal + borrowing
+
+
+def _cq_line_words(line: Line, old: Amounts | None, new: Amounts | None) -> str:
+    flavor, resource = line
+
+    def amount(value: Decimal | None, absent: str = "0") -> str:
+        return absent if value is None else to_display(value, resource)
+
+    head = f"{resource} on {flavor}:"
+    if old is None and new is not None:
+        limit = _limit(new)
+        limit_words = "no limit" if limit is None else f"limit {amount(limit)}"
+        return f"{head} new, guaranteed {amount(new['nominalQuota'])}, {limit_words}"
+    if new is None and old is not None:
+        return f"{head} removed (it guaranteed {amount(old['nominalQuota'])})"
+    assert old is not None and new is not None
+    parts = []
+    if old["nominalQuota"] != new["nominalQuota"]:
+        parts.append(f"guaranteed {amount(old['nominalQuota'])} → {amount(new['nominalQuota'])}")
+    if _limit(old) != _limit(new):
+        parts.append(f"limit {amount(_limit(old), 'no limit')} → {amount(_limit(new), 'no limit')}")
+    if old["lendingLimit"] != new["lendingLimit"]:
+        parts.append(
+            f"lending limit {amount(old['lendingLimit'], 'none')} → "
+            f"{amount(new['lendingLimit'], 'none')}"
+        )
+    return f"{head} {', '.join(parts)}" if parts else f"{head} changed"
+
+
+def _cluster_queue(old: Mapping[str, Any], new: Mapping[str, Any], path: str) -> str:
+    before, after = _cq_lines(old), _cq_lines(new)
+    match = _CQ_FIELD.match(path)
+    if match:
+        line = _cq_line_at(new, match) or _cq_line_at(old, match)
+        if line is not None:
+            return _cq_line_words(line, before.get(line), after.get(line))
+    if path.startswith(".spec.resourceGroups"):  # a list of flavors or resources as a whole
+        changed = [
+            _cq_line_words(line, before.get(line), after.get(line))
+            for line in sorted(before.keys() | after.keys())
+            if before.get(line) != after.get(line)
+        ]
+        if changed:
+            return "; ".join(changed)
+    return _other(new, path)
+
+
+# --- ResourceQuota and LimitRange -----------------------------------------------------------
+
+
+def _resource_quota(old: Mapping[str, Any], new: Mapping[str, Any], path: str) -> str:
+    if not path.startswith(".spec.hard."):
+        return _other(new, path)
+    key = path.removeprefix(".spec.hard.")
+    before = ((old.get("spec") or {}).get("hard") or {}).get(key)
+    after = ((new.get("spec") or {}).get("hard") or {}).get(key)
+    namespace = (new.get("metadata") or {}).get("namespace", "")
+    return (
+        f"{namespace}: {_resource_words(key)} "
+        f"{_shown(before, key)} → {_shown(after, key, absent='removed')}"
+    )
+
+
+def _limit_range(old: Mapping[str, Any], new: Mapping[str, Any], path: str) -> str:
+    match = _LIMIT_RANGE_FIELD.match(path)
+    if not match:
+        return _other(new, path)
+    index, bound, resource = int(match[1]), match[2], match[3]
+
+    def entry(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+        limits = (obj.get("spec") or {}).get("limits") or []
+        return limits[index] if index < len(limits) else {}
+
+    before = (entry(old).get(bound) or {}).get(resource)
+    after = (entry(new).get(bound) or {}).get(resource)
+    kind = str(entry(new).get("type") or entry(old).get("type") or "").lower() or "object"
+    namespace = (new.get("metadata") or {}).get("namespace", "")
+    return (
+        f"{namespace}: {_BOUND_WORDS[bound]} {_resource_words(resource)} per {kind} "
+        f"{_shown(before, resource)} → {_shown(after, resource, absent='removed')}"
+    )
+
+
+_BY_KIND = {
+    "ClusterQueue": _cluster_queue,
+    "ResourceQuota": _resource_quota,
+    "LimitRange": _limit_range,
+}
+
+
+def describe_changes(
+    old: Mapping[str, Any], new: Mapping[str, Any], paths: Iterable[str]
+) -> dict[str, str]:
+    """Each changed field ``path`` of an object (``old`` -> ``new``, one kind and name) in
+    words; fields of one ClusterQueue line share the line's words."""
+    kind = str(new.get("kind") or old.get("kind") or "")
+    words = _BY_KIND.get(kind)
+    return {path: words(old, new, path) if words else _other(new or old, path) for path in paths}
