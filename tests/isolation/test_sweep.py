@@ -116,7 +116,14 @@ def _normalised(text: str) -> str:
 
 
 def _leaks(text: str) -> list[str]:
-    return [secret for secret in THEIR_SECRETS if secret in text]
+    """team-b's secrets found in text as words: a random CSRF token that happens to hold
+    "bob" is not a leak (it made the sweep fail now and then)."""
+    text = re.sub(r'name="csrfmiddlewaretoken" value="[^"]*"', "", text)
+    return [
+        secret
+        for secret in THEIR_SECRETS
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", text)
+    ]
 
 
 def _project_tables() -> list[str]:
