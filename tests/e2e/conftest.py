@@ -205,3 +205,10 @@ def browse(browser: Any, live_server: Any) -> Iterator[Callable[[], Browsing]]:
         context.close()
     for _, browsing in opened:
         browsing.assert_clean()
+
+
+@pytest.fixture(autouse=True)
+def _logins_unthrottled(settings):  # type: ignore[no-untyped-def]
+    """The browser tests log in a few times a minute from one address, more than the login
+    throttle lets a sprayer have (tests/security/test_anonymous_abuse.py checks that limit)."""
+    settings.LOGIN_THROTTLE_RATE = "10000/min"
