@@ -7,7 +7,10 @@ RUN pip install --no-cache-dir -r requirements.lock
 COPY . .
 # collectstatic needs settings but no database or secret; the build-time key is thrown away.
 RUN SECRET_KEY=build-only-not-used-at-runtime python manage.py collectstatic --noinput \
-    && useradd --system --home /app portal && mkdir -p /data && chown portal /data
-USER portal
+    && groupadd --system --gid 10001 portal \
+    && useradd --system --uid 10001 --gid 10001 --home /app portal \
+    && mkdir -p /data && chown portal /data
+# Numeric, so that Kubernetes can check runAsNonRoot (deploy/kubernetes runs it as 10001).
+USER 10001:10001
 EXPOSE 8000
 CMD ["gunicorn", "portal.wsgi", "--bind", "0.0.0.0:8000", "--workers", "4", "--access-logfile", "-"]

@@ -1,0 +1,332 @@
+"""deploy/kubernetes/: every overlay renders with the real ``kubectl kustomize``, every object
+validates against the Kubernetes schemas (kubernetes-validate, strict), the pods are locked
+down as the README says, and what the local stand-in serves is applied to it with the real
+kubectl."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from django.urls import resolve
+
+from devcluster.runner import Handle
+from portal import views
+from tests.deploy.manifests import (
+    KUBERNETES_VERSIONS,
+    Obj,
+    discovery,
+    dockerfile_user,
+    examples,
+    find,
+    kubectl,
+    kustomizations,
+    overlay,
+    overlay_id,
+    pod_spec,
+    render,
+    workloads,
+)
+
+OVERLAYS = kustomizations()
+GPU_OPERATOR_NAMESPACE = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: gpu-operator\n"
+PORTAL_COMPONENTS = {"web", "worker", "beat", "migrate"}
+
+
+def test_the_overlays_are_the_ones_the_readme_names():
+    assert [overlay_id(p) for p in OVERLAYS] == [
+        "in-cluster",
+        "outside",
+        "outside/managed-cluster",
+    ]
+
+
+@pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("path", OVERLAYS, ids=overlay_id)
+def test_every_rendered_object_validates(path: Path, version: str):
+    objects = render(path)
+    assert objects
+    problems = []
+    for obj in [*objects, *examples()]:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as error:
+            problems.append(f"{obj['kind']} {obj['metadata']['name']}: {error.message}")
+    assert problems == []
+
+
+def test_a_misspelt_field_fails_the_validation():
+    """The strict check the test above relies on catches what kubectl kustomize lets through."""
+    web = json.loads(json.dumps(find(overlay("in-cluster"), "Deployment", "portal-web")))
+    web["spec"]["template"]["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesytem"] = (
+        True
+    )
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(web, KUBERNETES_VERSIONS[0], strict=True)
+
+
+def _portal_workloads(objects: tuple[Obj, ...]) -> list[Obj]:
+    return [
+        o
+        for o in workloads(objects)
+        if o["metadata"]["labels"].get("app.kubernetes.io/name") == "gpu-quota-portal"
+    ]
+
+
+@pytest.mark.parametrize("name", ["in-cluster", "outside"])
+def test_portal_pods_run_as_the_image_user_without_privileges(name: str):
+    uid, gid = dockerfile_user()
+    found = set()
+    for obj in _portal_workloads(overlay(name)):
+        found.add(obj["metadata"]["labels"]["app.kubernetes.io/component"])
+        spec = pod_spec(obj)
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True
+        assert (pod["runAsUser"], pod["runAsGroup"]) == (uid, gid)
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
+        mounts_needed = {"/tmp", "/data"}  # noqa: S108 - paths inside the pod, not files here
+        for container in [*spec.get("initContainers", []), *spec["containers"]]:
+            where = f"{obj['metadata']['name']}/{container['name']}"
+            context = container["securityContext"]
+            assert context["allowPrivilegeEscalation"] is False, where
+            assert context["readOnlyRootFilesystem"] is True, where
+            assert context["capabilities"] == {"drop": ["ALL"]}, where
+            assert "privileged" not in context, where
+            resources = container["resources"]
+            assert {"cpu", "memory"} <= set(resources["requests"]), where
+            assert {"cpu", "memory"} <= set(resources["limits"]), where
+            # What writes (temporary files, DATA_DIR: beat's schedule) is an emptyDir.
+            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            volumes = {v["name"]: v for v in spec["volumes"]}
+            for path in mounts_needed:
+                assert "emptyDir" in volumes[mounts[path]], f"{where}: {path}"
+    assert found == PORTAL_COMPONENTS
+
+
+def test_the_writable_paths_are_the_ones_the_settings_write_to():
+    config = find(overlay("in-cluster"), "ConfigMap", "portal-config")["data"]
+    assert config["DATA_DIR"] == "/data"
+    beat = find(overlay("in-cluster"), "Deployment", "portal-beat")
+    assert "--schedule=/data/celerybeat-schedule" in pod_spec(beat)["containers"][0]["command"]
+    web = pod_spec(find(overlay("in-cluster"), "Deployment", "portal-web"))["containers"][0]
+    # gunicorn's heartbeat files go to a memory-backed emptyDir, not the read-only root.
+    assert "--worker-tmp-dir=/dev/shm" in web["command"]
+    assert "/dev/shm" in {m["mountPath"] for m in web["volumeMounts"]}  # noqa: S108 - a path inside the pod
+
+
+def test_beat_is_exactly_one_and_never_two_during_an_upgrade():
+    for name in ("in-cluster", "outside"):
+        beat = find(overlay(name), "Deployment", "portal-beat")
+        assert beat["spec"]["replicas"] == 1
+        assert beat["spec"]["strategy"] == {"type": "Recreate"}
+
+
+@pytest.mark.django_db
+def test_the_web_probes_reach_healthz_through_the_host_check(client, settings):
+    """The kubelet's probe, as the manifests write it, answers 200 from the portal configured
+    as the ConfigMap says (DEBUG off: Django refuses a Host not in ALLOWED_HOSTS)."""
+    objects = overlay("in-cluster")
+    config = find(objects, "ConfigMap", "portal-config")["data"]
+    web = pod_spec(find(objects, "Deployment", "portal-web"))["containers"][0]
+    port_names = {p["name"]: p["containerPort"] for p in web["ports"]}
+    settings.DEBUG = False
+    settings.ALLOWED_HOSTS = config["ALLOWED_HOSTS"].split(",")
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        http = web[probe]["httpGet"]
+        assert port_names[http["port"]] == 8000
+        assert resolve(http["path"]).func is views.healthz
+        headers = {h["name"]: h["value"] for h in http.get("httpHeaders", [])}
+        answer = client.get(http["path"], HTTP_HOST=f"{headers['Host']}:8000")
+        assert answer.status_code == 200, probe
+        assert answer.json() == {"status": "ok"}
+    # Without the header the pod's own address is the Host: refused.
+    assert client.get("/healthz", HTTP_HOST="10.1.2.3:8000").status_code == 400
+
+
+def test_secrets_come_from_files_of_the_example_secret():
+    secret = next(o for o in examples() if o["metadata"]["name"] == "portal-secrets")
+    keys = set(secret["stringData"])
+    for obj in _portal_workloads(overlay("in-cluster")):
+        spec = pod_spec(obj)
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        for container in [*spec.get("initContainers", []), *spec["containers"]]:
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert {"DATABASE_URL_FILE", "REDIS_URL_FILE", "SECRET_KEY_FILE"} <= set(env)
+            assert not {"DATABASE_URL", "REDIS_URL", "SECRET_KEY"} & set(env)
+            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            for name, value in env.items():
+                if not name.endswith("_FILE"):
+                    continue
+                path = Path(value)
+                volume = volumes[mounts[str(path.parent)]]
+                assert volume["secret"]["secretName"] == "portal-secrets"
+                assert path.name in keys
+
+
+def test_the_settings_read_each_secret_file(tmp_path, monkeypatch):
+    """core.env reads NAME_FILE before NAME: what the manifests rely on."""
+    from core.env import env_str
+
+    (tmp_path / "database-url").write_text("postgres://portal:s3cret@db:5432/portal\n")
+    monkeypatch.setenv("DATABASE_URL_FILE", str(tmp_path / "database-url"))
+    monkeypatch.setenv("DATABASE_URL", "postgres://wrong")
+    assert env_str("DATABASE_URL") == "postgres://portal:s3cret@db:5432/portal"
+
+
+def _automount(obj: Obj) -> bool:
+    return bool(pod_spec(obj).get("automountServiceAccountToken", True))
+
+
+def test_in_cluster_only_web_and_worker_carry_the_token_bound_to_the_cluster_role():
+    objects = overlay("in-cluster")
+    mounted = {
+        o["metadata"]["labels"]["app.kubernetes.io/component"]
+        for o in _portal_workloads(objects)
+        if _automount(o)
+    }
+    assert mounted == {"web", "worker"}
+    binding = find(objects, "ClusterRoleBinding", "gpu-quota-portal")
+    assert binding["roleRef"]["name"] == "gpu-quota-portal"
+    web = find(objects, "Deployment", "portal-web")
+    [subject] = binding["subjects"]
+    assert (subject["name"], subject["namespace"]) == (
+        pod_spec(web)["serviceAccountName"],
+        web["metadata"]["namespace"],
+    )
+    find(objects, "ServiceAccount", subject["name"])
+
+
+def test_outside_mounts_the_kubeconfigs_and_binds_nothing_in_its_own_cluster():
+    objects = overlay("outside")
+    assert not [o for o in objects if o["kind"] in {"ClusterRole", "ClusterRoleBinding"}]
+    assert not [o for o in _portal_workloads(objects) if _automount(o)]
+    for name in ("portal-web", "portal-worker"):
+        spec = pod_spec(find(objects, "Deployment", name))
+        kubeconfigs = next(v for v in spec["volumes"] if v["name"] == "kubeconfigs")
+        assert kubeconfigs["secret"]["secretName"] == "portal-kubeconfigs"
+        mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "kubeconfigs")
+        assert (mount["mountPath"], mount["readOnly"]) == ("/kubeconfigs", True)
+    # The managed cluster gets the identity the kubeconfig's token belongs to.
+    managed = overlay("outside/managed-cluster")
+    token = find(managed, "Secret", "gpu-quota-portal-token")
+    assert token["type"] == "kubernetes.io/service-account-token"
+    account = token["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    binding = find(managed, "ClusterRoleBinding", "gpu-quota-portal")
+    assert [(s["name"], s["namespace"]) for s in binding["subjects"]] == [
+        (account, token["metadata"]["namespace"])
+    ]
+    assert not [o for o in managed if o["kind"] in {"Deployment", "Job"}]
+
+
+@pytest.mark.parametrize("name", ["in-cluster", "outside/managed-cluster"])
+def test_the_node_agent_runs_on_gpu_nodes_with_only_what_nvml_needs(name: str):
+    agent = find(overlay(name), "DaemonSet", "gpu-agent")
+    spec = pod_spec(agent)
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+    assert spec["hostPID"] is True  # /proc/PID/cgroup of GPU processes names their pods
+    assert spec["runtimeClassName"] == "nvidia"
+    [container] = spec["containers"]
+    context = container["securityContext"]
+    assert context["privileged"] is False
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["readOnlyRootFilesystem"] is True
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NVIDIA_MIG_CONFIG_DEVICES"] == "all"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    host_paths = {v["hostPath"]["path"] for v in volumes.values() if "hostPath" in v}
+    assert host_paths == {"/var/lib/gpu-agent"}  # its state only: no /dev, no /proc
+    assert volumes["join-tokens"]["secret"]["secretName"] == "gpu-agent-join-tokens"
+    args = container["args"]
+    assert "--state-dir=/var/lib/gpu-agent" in args
+    assert "--join-token-file=/etc/gpu-agent/join-tokens/$(NODE_NAME)" in args
+    # --restart-device-plugin: list and delete pods in the GPU Operator's namespace only.
+    role = find(overlay(name), "Role", "gpu-agent-device-plugin-restart")
+    assert role["metadata"]["namespace"] == "gpu-operator"
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]}
+    ]
+
+
+def _pods_selected(policy: Obj, objects: tuple[Obj, ...]) -> set[str]:
+    wanted = policy["spec"]["podSelector"]["matchLabels"]
+    return {
+        o["metadata"]["name"]
+        for o in _portal_workloads(objects)
+        if wanted.items() <= o["spec"]["template"]["metadata"]["labels"].items()
+    }
+
+
+@pytest.mark.parametrize("name", ["in-cluster", "outside"])
+def test_the_network_policy_holds_the_portal_to_its_own_traffic(name: str):
+    objects = overlay(name)
+    policy = find(objects, "NetworkPolicy", "portal")
+    assert _pods_selected(policy, objects) == {
+        "portal-web",
+        "portal-worker",
+        "portal-beat",
+        "portal-migrate",
+    }
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    [ingress] = policy["spec"]["ingress"]
+    assert ingress["ports"] == [{"protocol": "TCP", "port": 8000}]
+    sources = {
+        s["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+        for s in ingress["from"]
+    }
+    assert sources == {"ingress-nginx", "monitoring"}
+    ports = {(p["protocol"], p["port"]) for rule in policy["spec"]["egress"] for p in rule["ports"]}
+    assert {("UDP", 53), ("TCP", 53), ("TCP", 5432), ("TCP", 6379), ("TCP", 6443)} <= ports
+    # HTTPS to the internet (webhooks) never reaches a private network.
+    for rule in policy["spec"]["egress"]:
+        for peer in rule.get("to", []):
+            block = peer.get("ipBlock")
+            if block and block["cidr"] == "0.0.0.0/0":
+                excluded = [ipaddress.ip_network(c) for c in block["except"]]
+                for private in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"):
+                    assert ipaddress.ip_network(private) in excluded
+
+
+# --- the stand-in ------------------------------------------------------------------------------
+
+
+def _group(obj: Obj) -> str:
+    return str(obj["apiVersion"]).rpartition("/")[0]
+
+
+@pytest.mark.parametrize("path", OVERLAYS, ids=overlay_id)
+def test_what_the_stand_in_serves_applies_to_it_with_kubectl(standin_server: Handle, path: Path):
+    standin_server.reset()
+    served = set(discovery(standin_server))
+    # The GPU Operator's namespace exists where the agent's Role goes (its install made it).
+    kubectl(standin_server, "apply", "-f", "-", stdin=GPU_OPERATOR_NAMESPACE)
+    objects = [*examples(), *render(path)]
+    applied = [o for o in objects if (_group(o), o["kind"]) in served]
+    skipped = {o["kind"] for o in objects} - {o["kind"] for o in applied}
+    # Not served by the stand-in (validated above instead): nothing else is left out.
+    assert skipped <= {"DaemonSet", "Service", "Ingress"}
+    # Namespaces first, as kubectl would need them.
+    applied.sort(key=lambda o: o["kind"] != "Namespace")
+    text = yaml.safe_dump_all(applied)
+    done = kubectl(standin_server, "apply", "-f", "-", stdin=text)
+    assert done.returncode == 0, done.stderr
+    for obj in applied:
+        where = ["-n", obj["metadata"]["namespace"]] if obj["metadata"].get("namespace") else []
+        kind = obj["kind"].lower() + ("." + _group(obj) if _group(obj) else "")
+        got = kubectl(standin_server, "get", kind, obj["metadata"]["name"], *where, "-o", "json")
+        assert got.returncode == 0, got.stderr
+        live: dict[str, Any] = json.loads(got.stdout)
+        # What the manifest says is what the server holds (it may add its own labels).
+        assert (
+            obj["metadata"].get("labels", {}).items() <= live["metadata"].get("labels", {}).items()
+        )
+        if obj["kind"] in {"Deployment", "Job"}:
+            assert live["spec"]["template"] == obj["spec"]["template"]
