@@ -330,3 +330,14 @@ def test_what_the_stand_in_serves_applies_to_it_with_kubectl(standin_server: Han
         )
         if obj["kind"] in {"Deployment", "Job"}:
             assert live["spec"]["template"] == obj["spec"]["template"]
+
+
+@pytest.mark.parametrize("name", ["in-cluster", "outside"])
+def test_the_upgrade_selector_picks_the_migration_job_alone(name: str):
+    """docs/operations.md applies ``-l app.kubernetes.io/component=migrate`` first."""
+    picked = [
+        (o["kind"], o["metadata"]["name"])
+        for o in overlay(name)
+        if (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "migrate"
+    ]
+    assert picked == [("Job", "portal-migrate")]
