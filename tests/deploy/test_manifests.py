@@ -136,6 +136,7 @@ def test_the_web_probes_reach_healthz_through_the_host_check(client, settings):
     port_names = {p["name"]: p["containerPort"] for p in web["ports"]}
     settings.DEBUG = False
     settings.ALLOWED_HOSTS = config["ALLOWED_HOSTS"].split(",")
+    settings.SECURE_SSL_REDIRECT = True  # on in production: the probes speak plain HTTP
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         http = web[probe]["httpGet"]
         assert port_names[http["port"]] == 8000
@@ -146,6 +147,8 @@ def test_the_web_probes_reach_healthz_through_the_host_check(client, settings):
         assert answer.json() == {"status": "ok"}
     # Without the header the pod's own address is the Host: refused.
     assert client.get("/healthz", HTTP_HOST="10.1.2.3:8000").status_code == 400
+    # Plain HTTP elsewhere is redirected: the probes pass because /healthz is exempt.
+    assert client.get("/accounts/login/", HTTP_HOST="localhost:8000").status_code == 301
 
 
 def test_secrets_come_from_files_of_the_example_secret():
