@@ -344,3 +344,38 @@ def test_the_upgrade_selector_picks_the_migration_job_alone(name: str):
         if (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "migrate"
     ]
     assert picked == [("Job", "portal-migrate")]
+
+
+# Secrets the operator creates by hand, each with its command in the manifests and the README:
+# the example files show the portal's; the TLS certificate and the agents' join tokens are
+# the ingress's and the agents' own.
+CREATED_BY_HAND = {"portal-tls", "gpu-agent-join-tokens"}
+
+
+@pytest.mark.parametrize("path", OVERLAYS, ids=overlay_id)
+def test_every_config_map_and_secret_a_pod_needs_is_rendered_or_has_an_example(path: Path):
+    objects = render(path)
+    config_maps = {o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"}
+    secrets = {o["metadata"]["name"] for o in [*objects, *examples()] if o["kind"] == "Secret"}
+    for obj in workloads(objects):
+        spec = pod_spec(obj)
+        for volume in spec.get("volumes", []):
+            if "secret" in volume:
+                assert volume["secret"]["secretName"] in secrets | CREATED_BY_HAND
+        for container in [*spec.get("initContainers", []), *spec["containers"]]:
+            for source in container.get("envFrom", []):
+                assert source["configMapRef"]["name"] in config_maps
+    for ingress in (o for o in objects if o["kind"] == "Ingress"):
+        assert {t["secretName"] for t in ingress["spec"]["tls"]} <= CREATED_BY_HAND
+
+
+def test_the_kubeconfig_example_is_one_the_kubernetes_client_loads(tmp_path: Path):
+    """What a cluster's kubeconfig path points at in the outside overlay."""
+    from kubernetes import client, config
+
+    secret = next(o for o in examples() if o["metadata"]["name"] == "portal-kubeconfigs")
+    [(key, text)] = secret["stringData"].items()
+    (tmp_path / key).write_text(text)
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(tmp_path / key), client_configuration=configuration)
+    assert configuration.host == "https://gpu-east.example.org:6443"
