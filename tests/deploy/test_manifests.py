@@ -315,7 +315,7 @@ def test_what_the_stand_in_serves_applies_to_it_with_kubectl(standin_server: Han
     applied = [o for o in objects if (_group(o), o["kind"]) in served]
     skipped = {o["kind"] for o in objects} - {o["kind"] for o in applied}
     # Not served by the stand-in (validated above instead): nothing else is left out.
-    assert skipped <= {"DaemonSet", "Service", "Ingress"}
+    assert skipped <= {"DaemonSet", "Service", "Ingress", "PodDisruptionBudget"}
     # Namespaces first, as kubectl would need them.
     applied.sort(key=lambda o: o["kind"] != "Namespace")
     text = yaml.safe_dump_all(applied)
@@ -379,3 +379,18 @@ def test_the_kubeconfig_example_is_one_the_kubernetes_client_loads(tmp_path: Pat
     configuration = client.Configuration()
     config.load_kube_config(config_file=str(tmp_path / key), client_configuration=configuration)
     assert configuration.host == "https://gpu-east.example.org:6443"
+
+
+@pytest.mark.parametrize("name", ["in-cluster", "outside"])
+def test_the_service_and_the_disruption_budget_select_the_web_pods(name: str):
+    objects = overlay(name)
+    web = find(objects, "Deployment", "portal-web")
+    labels = web["spec"]["template"]["metadata"]["labels"]
+    service = find(objects, "Service", "portal-web")
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+    budget = find(objects, "PodDisruptionBudget", "portal-web")
+    assert budget["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    assert budget["spec"]["minAvailable"] < web["spec"]["replicas"]
+    backend = find(objects, "Ingress", "portal-web")["spec"]["rules"][0]["http"]["paths"][0]
+    assert backend["backend"]["service"] == {"name": "portal-web", "port": {"name": "http"}}
