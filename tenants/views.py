@@ -100,10 +100,10 @@ class TeamAddForm(forms.Form):
 
     def __init__(self, *args: Any, roles: list[str], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["role"].choices = [
-            (v, label) for v, label in MembershipRole.choices if v in roles
-        ]
-        self.fields["role"].initial = MembershipRole.MEMBER
+        role = self.fields["role"]
+        assert isinstance(role, forms.ChoiceField)  # declared above; narrows the type
+        role.choices = [(v, label) for v, label in MembershipRole.choices if v in roles]
+        role.initial = MembershipRole.MEMBER
 
 
 def _team_page(
