@@ -210,3 +210,11 @@ def test_the_roles_each_persona_may_give(world):
     ]
     assert team_roles_to_give(user=world.carol, tenant=world.team_a) == []
     assert team_roles_to_give(user=world.bob, tenant=world.team_a) == []
+
+
+def test_a_team_add_users_value_outside_the_two_fails_loudly_at_start(tmp_path):
+    from tests.portal.test_settings import PRODUCTION, manage
+
+    result = manage("check", env={**PRODUCTION, "TEAM_ADD_USERS": "everyone"}, tmp_path=tmp_path)
+    assert result.returncode != 0
+    assert "TEAM_ADD_USERS='everyone': give 'existing' or 'any'." in result.stderr
