@@ -234,6 +234,13 @@ ANONYMOUS_BODY_MAX_BYTES = env_int("ANONYMOUS_BODY_MAX_BYTES", 16 * 1024)
 # Password checks per client address a minute, on the login page and the token endpoint alike
 # (counted in the cache); past it, 429 with Retry-After, whatever the username.
 LOGIN_THROTTLE_RATE = env_str("LOGIN_THROTTLE_RATE", "20/min")
+# Whom a lead (or an admin) may add to a team: "existing" (only accounts the portal already
+# knows: people who signed in once, or whom an admin or the directory created) or "any" (an
+# unknown username becomes a local account with no password, usable once its owner signs in
+# through the company's sign-in or an admin sets a password).
+TEAM_ADD_USERS = env_str("TEAM_ADD_USERS", "existing")
+if TEAM_ADD_USERS not in ("existing", "any"):
+    raise ImproperlyConfigured(f"TEAM_ADD_USERS={TEAM_ADD_USERS!r}: give 'existing' or 'any'.")
 # Behind reverse proxies: how many, so the client address is read from X-Forwarded-For (the
 # proxies' own entries, counted from the right); 0 (direct) uses the socket's address.
 TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)

@@ -7,7 +7,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection
-from django.db.models import OuterRef, QuerySet
+from django.db.models import CharField, OuterRef, QuerySet, Subquery, Value
+from django.db.models.functions import Concat
 
 from core.errors import NotFound
 from tenants.choices import MembershipRole
@@ -90,9 +91,35 @@ def namespace_list_for_tenant(*, tenant: Tenant) -> QuerySet[Namespace]:
 
 
 def membership_list_for_tenant(*, tenant: Tenant) -> QuerySet[Membership]:
+    """The tenant's members by username, each with ``added_by``: the username of whoever
+    added them last (from the audit trail; "system" for a seed or a sign-in, None where the
+    trail has no record), and ``created_at``, when."""
+    added = AuditEvent.objects.filter(
+        tenant=OuterRef("tenant"),
+        action="membership.added",
+        object_id=Concat(
+            OuterRef("user__username"),
+            Value("@"),
+            OuterRef("tenant__slug"),
+            output_field=CharField(),
+        ),
+    ).order_by("-created_at", "-id")
     return (
-        Membership.objects.filter(tenant=tenant).select_related("user").order_by("user__username")
+        Membership.objects.filter(tenant=tenant)
+        .select_related("user")
+        .annotate(added_by=Subquery(added.values("actor_username")[:1]))
+        .order_by("user__username")
     )
+
+
+def team_roles_to_give(*, user: User, tenant: Tenant) -> list[str]:
+    """The roles ``user`` may give in ``tenant``'s team: every role for a platform admin, member
+    and viewer for a lead, none for anyone else."""
+    if user.is_platform_admin:
+        return list(MembershipRole.values)
+    if membership_role(user=user, tenant=tenant) == MembershipRole.LEAD:
+        return [MembershipRole.MEMBER, MembershipRole.VIEWER]
+    return []
 
 
 def api_token_list_for_user(*, user: User) -> QuerySet[ApiToken]:

@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from core.errors import Conflict, NotFound, ValidationFailed
+from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from core.tasks import enqueue
 from tenants.choices import AuditSource, MembershipRole, NamespacePurpose, Priority, TenantState
 from tenants.models import (
@@ -349,6 +349,242 @@ def membership_remove(*, tenant: Tenant, user: User, actor: User | None) -> None
         object_id=f"{user.username}@{tenant.slug}",
         tenant=tenant,
         before={"user": user.username, "role": membership.role},
+    )
+    membership.delete()
+    _tenant_changed(tenant, actor)
+
+
+# --- team management: leads manage their own team --------------------------------------------
+
+# The roles a lead gives and takes away; only platform admins make, change or remove leads.
+LEAD_MANAGED_ROLES = (MembershipRole.MEMBER, MembershipRole.VIEWER)
+TEAM_ADD_EXISTING = "existing"
+TEAM_ADD_ANY = "any"
+
+
+def team_ensure_can_manage(*, actor: User, tenant: Tenant) -> None:
+    """A lead of ``tenant`` or a platform admin manages its members: 404 for a tenant the
+    actor cannot see, 403 for a member or viewer."""
+    if actor.is_platform_admin:
+        return
+    role = Membership.objects.filter(tenant=tenant, user=actor).values_list("role", flat=True)
+    current = role.first()
+    if current is None:
+        raise NotFound("No such tenant, or it is not yours to see.")
+    if current != MembershipRole.LEAD:
+        raise PermissionDenied(
+            f"Only a lead of {tenant.slug} or a platform admin manages its members; "
+            f"you are a {current}."
+        )
+
+
+def _ensure_lead_may(
+    *, actor: User, tenant: Tenant, username: str, role: str, current: str | None = None
+) -> None:
+    """Leads give and take away the member and viewer roles only: making someone a lead, or
+    changing or removing a lead (themselves included), is for platform admins (403)."""
+    if actor.is_platform_admin:
+        return
+    if current == MembershipRole.LEAD:
+        raise PermissionDenied(
+            f"{username} is a lead of {tenant.slug}: only a platform admin changes or removes "
+            "a lead.",
+            fields={"username": ["leads change and remove members and viewers only"]},
+        )
+    if role not in LEAD_MANAGED_ROLES:
+        raise PermissionDenied(
+            f"Only a platform admin makes someone a lead of {tenant.slug}; "
+            "a lead adds members and viewers.",
+            fields={"role": ["leads give the member and viewer roles only"]},
+        )
+
+
+def _check_role(role: str) -> None:
+    if role not in MembershipRole.values:
+        choices = ", ".join(MembershipRole.values)
+        raise ValidationFailed.for_field("role", f"{role!r} is not a role: give one of {choices}.")
+
+
+def team_user_for_add(*, username: str, actor: User) -> User:
+    """The account ``username`` names, within the limit ``TEAM_ADD_USERS`` sets: "existing"
+    (the default) only finds accounts the portal knows; "any" also creates a local account with
+    no password for a new name (audited). Bad input raises a 400 naming ``username``."""
+    from django.contrib.auth.validators import UnicodeUsernameValidator
+    from django.core.exceptions import ValidationError
+
+    username = username.strip()
+    if not username:
+        raise ValidationFailed.for_field("username", "This field is required.")
+    user = User.objects.filter(username=username).first()
+    if user is not None:
+        if not user.is_active:
+            raise ValidationFailed.for_field(
+                "username", f"{username}'s account is deactivated; a platform admin can restore it."
+            )
+        return user
+    if settings.TEAM_ADD_USERS != TEAM_ADD_ANY:
+        raise ValidationFailed.for_field(
+            "username",
+            f"No user {username!r} is known to the portal: they sign in once first, "
+            "or a platform admin creates the account.",
+        )
+    field = User._meta.get_field("username")
+    if len(username) > (field.max_length or 150):
+        raise ValidationFailed.for_field(
+            "username", f"A username has at most {field.max_length} characters."
+        )
+    try:
+        UnicodeUsernameValidator()(username)
+    except ValidationError as exc:
+        raise ValidationFailed.for_field(
+            "username", f"{username!r} is not a username: {exc.messages[0]}"
+        ) from exc
+    try:
+        with transaction.atomic():
+            user = User.objects.create_user(username=username)  # no usable password
+    except IntegrityError:  # created at the same moment by someone else
+        return User.objects.get(username=username)
+    audit_record(
+        actor=actor,
+        action="user.created",
+        obj=user,
+        object_id=username,
+        after={"username": username, "password": "none (signs in through the company)"},
+    )
+    return user
+
+
+def _team_notify(*, user: User, actor: User, subject: str, body: str, url: str = "") -> None:
+    if user.pk != actor.pk:  # nobody is told what they did themselves
+        notify(users=[user], subject=subject, body=body, url=url)
+
+
+@transaction.atomic
+def team_member_add(*, tenant: Tenant, username: str, role: str, actor: User) -> Membership:
+    """A lead adds a member or viewer to her tenant; a platform admin adds any role. Someone
+    who already belongs is a 409 (change their role instead); the person added is told."""
+    team_ensure_can_manage(actor=actor, tenant=tenant)
+    _check_role(role)
+    _ensure_lead_may(actor=actor, tenant=tenant, username=username, role=role)
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)  # serialises team changes
+    user = team_user_for_add(username=username, actor=actor)
+    existing = Membership.objects.filter(tenant=tenant, user=user).first()
+    if existing is not None:
+        raise Conflict(
+            f"{user.username} is already a {existing.role} of {tenant.slug}; "
+            "change their role instead.",
+            fields={"username": [f"already a {existing.role} of {tenant.slug}"]},
+        )
+    membership = Membership.objects.create(tenant=tenant, user=user, role=role)
+    audit_record(
+        actor=actor,
+        action="membership.added",
+        obj=membership,
+        object_id=f"{user.username}@{tenant.slug}",
+        tenant=tenant,
+        after={"user": user.username, "role": role},
+    )
+    _team_notify(
+        user=user,
+        actor=actor,
+        subject=f"You were added to {tenant.slug} as a {role}",
+        body=f"{actor.username} added you to {tenant.display_name} ({tenant.slug}) as a {role}.",
+        url=f"/tenants/{tenant.slug}/",
+    )
+    _tenant_changed(tenant, actor)  # RBAC bindings follow the members
+    return membership
+
+
+def _team_membership(*, tenant: Tenant, username: str) -> Membership:
+    membership = (
+        Membership.objects.select_related("user")
+        .filter(tenant=tenant, user__username=username)
+        .first()
+    )
+    if membership is None:
+        raise NotFound(f"{username} is not a member of {tenant.slug}.")
+    return membership
+
+
+def team_change_check(
+    *, tenant: Tenant, username: str, actor: User, role: str | None = None
+) -> Membership:
+    """What ``actor`` may do to ``username``'s membership, checked without changing anything:
+    a new ``role``, or (None) removal. Returns the membership; raises 404 (not a member),
+    403 (not the actor's to change), 400 (no such role) or 409 (the only lead). The pages ask
+    this before their confirmation; the services ask it again inside their transaction."""
+    team_ensure_can_manage(actor=actor, tenant=tenant)
+    if role is not None:
+        _check_role(role)
+    membership = _team_membership(tenant=tenant, username=username)
+    _ensure_lead_may(
+        actor=actor,
+        tenant=tenant,
+        username=username,
+        role=membership.role if role is None else role,
+        current=membership.role,
+    )
+    if role != membership.role:
+        _ensure_another_lead(tenant=tenant, membership=membership)
+    return membership
+
+
+@transaction.atomic
+def team_member_role_change(*, tenant: Tenant, username: str, role: str, actor: User) -> Membership:
+    """A lead turns a member into a viewer or back; a platform admin changes any role, never
+    leaving an active tenant without a lead (409). The person is told."""
+    team_ensure_can_manage(actor=actor, tenant=tenant)
+    _check_role(role)
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)  # serialises lead changes
+    membership = team_change_check(tenant=tenant, username=username, actor=actor, role=role)
+    if membership.role == role:
+        return membership
+    before = {"user": username, "role": membership.role}
+    membership.role = role
+    membership.save(update_fields=["role"])
+    audit_record(
+        actor=actor,
+        action="membership.role_changed",
+        obj=membership,
+        object_id=f"{username}@{tenant.slug}",
+        tenant=tenant,
+        before=before,
+        after={"user": username, "role": role},
+    )
+    _team_notify(
+        user=membership.user,
+        actor=actor,
+        subject=f"You are now a {role} of {tenant.slug}",
+        body=f"{actor.username} changed your role in {tenant.slug} "
+        f"from {before['role']} to {role}.",
+        url=f"/tenants/{tenant.slug}/",
+    )
+    _tenant_changed(tenant, actor)
+    return membership
+
+
+@transaction.atomic
+def team_member_remove(*, tenant: Tenant, username: str, actor: User) -> None:
+    """A lead removes a member or viewer; a platform admin anyone but an active tenant's only
+    lead (409). Access ends at once (pages and tokens look memberships up on every request);
+    the person removed is told."""
+    team_ensure_can_manage(actor=actor, tenant=tenant)
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)  # serialises lead changes
+    membership = team_change_check(tenant=tenant, username=username, actor=actor)
+    audit_record(
+        actor=actor,
+        action="membership.removed",
+        obj=membership,
+        object_id=f"{username}@{tenant.slug}",
+        tenant=tenant,
+        before={"user": username, "role": membership.role},
+    )
+    _team_notify(
+        user=membership.user,
+        actor=actor,
+        subject=f"You were removed from {tenant.slug}",
+        body=f"{actor.username} removed you from {tenant.display_name} ({tenant.slug}); "
+        f"you were a {membership.role}.",
     )
     membership.delete()
     _tenant_changed(tenant, actor)

@@ -1,4 +1,5 @@
-"""The portal's inbox: the signed-in user's notifications, newest first, and marking them read.
+"""The portal's inbox (the signed-in user's notifications, newest first, and marking them
+read) and a tenant's team page (its people; leads and admins add, change and remove them).
 
 Views stay thin: the selectors read only the caller's own notifications (another user's answers
 404), the service marks them read. The header's unread count comes from
@@ -8,21 +9,34 @@ Views stay thin: the selectors read only the caller's own notifications (another
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from core import errors
 from core.numbers import ascii_whole
+from core.pages import error_text
 from tenants import selectors as tenant_selectors
 from tenants.api.base import caller
-from tenants.models import Notification
-from tenants.services import notifications_mark_read
+from tenants.choices import MembershipRole
+from tenants.models import Notification, Tenant
+from tenants.services import (
+    notifications_mark_read,
+    team_change_check,
+    team_ensure_can_manage,
+    team_member_add,
+    team_member_remove,
+    team_member_role_change,
+)
 
 PAGE_SIZE = 50
 
@@ -75,3 +89,96 @@ def inbox_mark_all_read(request: HttpRequest) -> HttpResponse:
     if marked:
         messages.success(request, f"Marked {marked} notification{'s' if marked != 1 else ''} read.")
     return _back_to_inbox(request)
+
+
+# --- the team page: a tenant's people, and (leads, admins) adding, changing, removing ------
+
+
+class TeamAddForm(forms.Form):
+    username = forms.CharField(max_length=150, strip=True)
+    role = forms.ChoiceField(choices=MembershipRole.choices)
+
+    def __init__(self, *args: Any, roles: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        role = self.fields["role"]
+        assert isinstance(role, forms.ChoiceField)  # declared above; narrows the type
+        role.choices = [(v, label) for v, label in MembershipRole.choices if v in roles]
+        role.initial = MembershipRole.MEMBER
+
+
+def _team_page(
+    request: HttpRequest, tenant: Tenant, form: TeamAddForm | None = None, status: int = 200
+) -> HttpResponse:
+    user = caller(request)
+    roles = tenant_selectors.team_roles_to_give(user=user, tenant=tenant)
+    context = {
+        "tenant": tenant,
+        "members": tenant_selectors.membership_list_for_tenant(tenant=tenant),
+        "roles": [(v, label) for v, label in MembershipRole.choices if v in roles],
+        "can_manage": bool(roles),
+        "is_admin": user.is_platform_admin,
+        "form": form or TeamAddForm(roles=roles),
+        "add_users": settings.TEAM_ADD_USERS,
+    }
+    return render(request, "tenants/team.html", context, status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def team(request: HttpRequest, slug: str) -> HttpResponse:
+    """GET: the tenant's people. POST: add one (a lead: members and viewers; an admin: any
+    role); a refused add shows the reason beside the field, with the service's status."""
+    user = caller(request)
+    tenant = tenant_selectors.tenant_get_for_user(user=user, slug=slug)
+    if request.method == "GET":
+        return _team_page(request, tenant)
+    team_ensure_can_manage(actor=user, tenant=tenant)
+    form = TeamAddForm(
+        request.POST, roles=tenant_selectors.team_roles_to_give(user=user, tenant=tenant)
+    )
+    if not form.is_valid():
+        return _team_page(request, tenant, form, status=400)
+    username, role = form.cleaned_data["username"], form.cleaned_data["role"]
+    try:
+        team_member_add(tenant=tenant, username=username, role=role, actor=user)
+    except (errors.PermissionDenied, errors.NotFound):
+        raise  # the page for it
+    except errors.ApplicationError as exc:
+        field = next((f for f in exc.fields if f in form.fields), "username")
+        form.add_error(field, error_text(exc))
+        return _team_page(request, tenant, form, status=exc.status_code)
+    messages.success(request, f"{username} is now a {role} of {tenant.slug}.")
+    return redirect("portal:tenant-team", slug=tenant.slug)
+
+
+def _confirmed_change(
+    request: HttpRequest, slug: str, username: str, *, role: str | None
+) -> HttpResponse:
+    """Both team changes ask first: a POST without ``confirm=yes`` shows what will happen
+    (after the same checks as the change, so a refusal shows at once) and changes nothing."""
+    user = caller(request)
+    tenant = tenant_selectors.tenant_get_for_user(user=user, slug=slug)
+    membership = team_change_check(tenant=tenant, username=username, actor=user, role=role)
+    if request.POST.get("confirm") != "yes":
+        context = {"tenant": tenant, "membership": membership, "role": role}
+        return render(request, "tenants/team_confirm.html", context)
+    if role is None:
+        team_member_remove(tenant=tenant, username=username, actor=user)
+        messages.success(request, f"{username} was removed from {tenant.slug}.")
+    else:
+        team_member_role_change(tenant=tenant, username=username, role=role, actor=user)
+        messages.success(request, f"{username} is now a {role} of {tenant.slug}.")
+    return redirect("portal:tenant-team", slug=tenant.slug)
+
+
+@login_required
+@require_POST
+def team_member_role(request: HttpRequest, slug: str, username: str) -> HttpResponse:
+    role = request.POST.get("role", "")  # checked by the service: 400 naming role
+    return _confirmed_change(request, slug, username, role=role)
+
+
+@login_required
+@require_POST
+def team_member_removal(request: HttpRequest, slug: str, username: str) -> HttpResponse:
+    return _confirmed_change(request, slug, username, role=None)

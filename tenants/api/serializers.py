@@ -117,10 +117,16 @@ class NamespaceCreateInput(StrictInputSerializer):
 class MembershipOutput(serializers.ModelSerializer):
     username = serializers.CharField(source="user.username", read_only=True)
     email = serializers.CharField(source="user.email", read_only=True, help_text="May be empty.")
+    added_by = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="Username of whoever added them ('system' for a seed or a sign-in); null "
+        "where the audit trail has no record. created_at says when.",
+    )
 
     class Meta:
         model = Membership
-        fields = ["username", "email", "role", "created_at"]
+        fields = ["username", "email", "role", "added_by", "created_at"]
 
 
 class MembershipSetInput(StrictInputSerializer):

@@ -136,59 +136,55 @@ class NamespaceViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.Generi
         return Response(NamespaceOutput(namespaces, many=True).data)
 
 
-def _user_by_username(username: str, field: str = "username") -> User:
-    user = User.objects.filter(username=username, is_active=True).first()
-    if user is None:
-        raise ApplicationError.for_field(field, f"No active user {username!r}.")
-    return user
-
-
 class MembershipViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
-    """Members of a tenant. Members read; only platform admins add, change or remove."""
+    """Members of a tenant. Members read; a lead adds, changes and removes members and viewers
+    of her tenant; a platform admin any role (the services decide, with a 403 that says why)."""
 
     serializer_class = MembershipOutput
     queryset = Membership.objects.none()  # for the schema; get_queryset() scopes it
-    permission_classes = [ReadMembersWriteAdmins]
+    permission_classes = [IsAuthenticated]  # the tenant is resolved first: 404 outside it
     lookup_field = "username"
     lookup_value_regex = r"[\w.@+-]+"  # what Django's username validator allows
 
     def get_queryset(self) -> Any:
         return selectors.membership_list_for_tenant(tenant=self.tenant)
 
-    def _membership(self, username: str) -> Membership:
-        return get_object_or_404(self.get_queryset(), user__username=username)
+    def _output(self, username: str) -> dict[str, Any]:
+        return MembershipOutput(
+            get_object_or_404(self.get_queryset(), user__username=username)
+        ).data
 
     @extend_schema(responses=MembershipOutput)
     def retrieve(self, request: Request, tenant_slug: str, username: str) -> Response:
-        return Response(MembershipOutput(self._membership(username)).data)
+        return Response(self._output(username))
 
     @extend_schema(request=MembershipSetInput, responses={201: MembershipOutput})
     def create(self, request: Request, tenant_slug: str) -> Response:
         data = MembershipSetInput(data=request.data)
         data.is_valid(raise_exception=True)
-        user = _user_by_username(data.validated_data["username"])
-        membership = services.membership_set(
-            tenant=self.tenant, user=user, role=data.validated_data["role"], actor=caller(request)
-        )
-        return Response(MembershipOutput(membership).data, status=status.HTTP_201_CREATED)
-
-    @extend_schema(request=MembershipRoleInput, responses=MembershipOutput)
-    def partial_update(self, request: Request, tenant_slug: str, username: str) -> Response:
-        membership = self._membership(username)
-        data = MembershipRoleInput(data=request.data)
-        data.is_valid(raise_exception=True)
-        membership = services.membership_set(
+        membership = services.team_member_add(
             tenant=self.tenant,
-            user=membership.user,
+            username=data.validated_data["username"],
             role=data.validated_data["role"],
             actor=caller(request),
         )
-        return Response(MembershipOutput(membership).data)
+        return Response(self._output(membership.user.username), status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=MembershipRoleInput, responses=MembershipOutput)
+    def partial_update(self, request: Request, tenant_slug: str, username: str) -> Response:
+        data = MembershipRoleInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.team_member_role_change(
+            tenant=self.tenant,
+            username=username,
+            role=data.validated_data["role"],
+            actor=caller(request),
+        )
+        return Response(self._output(username))
 
     @extend_schema(responses={204: None})
     def destroy(self, request: Request, tenant_slug: str, username: str) -> Response:
-        membership = self._membership(username)
-        services.membership_remove(tenant=self.tenant, user=membership.user, actor=caller(request))
+        services.team_member_remove(tenant=self.tenant, username=username, actor=caller(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -72,6 +72,8 @@ SAMPLES: list[tuple[str, str, Sample]] = [
     ("tenant_slug", r"^api/v1/tenants/", Sample(Kind.OWNED, _slug, MISSING_SLUG)),
     ("slug", r"tenants/", Sample(Kind.OWNED, _slug, MISSING_SLUG)),
     ("username", r"members/", Sample(Kind.OWNED, lambda w, s, n: s.lead.username, "nobody")),
+    ("username", r"^tenants/.*team/",
+     Sample(Kind.OWNED, lambda w, s, n: s.lead.username, "nobody")),
     ("cluster", r"tenants/", Sample(Kind.SHARED, _const("demo-a100"))),
     ("pk|id", r"quota-requests/|^requests/", Sample(Kind.OWNED, _request_pk, MISSING_PK)),
     ("pk", r"^api/v1/\^auth/tokens/",

@@ -43,6 +43,9 @@ MEMBER_PAGES = {
     "alert-detail",
     "alert-acknowledge",
     "alert-reactivate",
+    "tenant-team",  # members read; leads and admins change (tests/tenants/test_team_pages.py)
+    "tenant-team-role",
+    "tenant-team-remove",
 }
 PUBLIC_PAGES = {"login", "logout", "healthz", "favicon.ico"}
 # For machines, with their own credentials (the Prometheus scrape: a bearer token or networks).
