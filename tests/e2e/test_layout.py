@@ -40,8 +40,15 @@ LAPTOP = {"width": 1366, "height": 768}
 WIDTHS = [PHONE, LAPTOP]
 SCREENSHOT = "/tmp/e2e-layout-{who}-{width}-{n}.png"  # noqa: S108 - a fixed place a person can open
 UUID = "GPU-gpu-node-1-0000"
-# A desired layout with every kind of block, so the fleet page's "Desired layout" cell is long.
 LONG_LAYOUT = [{"profile": "1g.10gb", "start": i} for i in range(7)]
+# What an agent may answer for a layout it could not apply: long, with long words (the fleet
+# page's "Desired layout" cell used to push its table out of the card at 1366 px).
+LONG_FAILURE = (
+    "nvidia-smi mig -cgi 19,19,19,19,19,19,19 -C failed on GPU-gpu-node-1-0002: "
+    "Unable to create a GPU instance on GPU 2 using profile 19: In use by another client; "
+    "/var/lib/kubelet/device-plugins/nvidia-gpu.sock still holds MIG-7c2f1a4e-91d2-5b77-a0c3-"
+    "6d1e2f3a4b5c and MIG-0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d"
+)
 
 
 @dataclass
@@ -106,7 +113,7 @@ def horizontal_overflow(page: Any) -> str | None:
             const w = window.innerWidth, out = [];
             for (const e of document.body.querySelectorAll('*')) {
                 const r = e.getBoundingClientRect();
-                if (r.right > w + 1 && !e.closest('.table-scroll')) {
+                if (r.right > w + 1 && !(e.parentElement && e.parentElement.closest('.table-scroll'))) {
                     out.push(e.tagName.toLowerCase() + (e.className && typeof e.className === 'string' ? '.' + e.className.trim().split(/\\s+/).join('.') : '') + ' (' + Math.round(r.right) + ' px)');
                 }
             }
@@ -115,6 +122,18 @@ def horizontal_overflow(page: Any) -> str | None:
     )
     width = page.evaluate("() => document.scrollingElement.scrollWidth")
     return f"the page is {width} px wide, wider than the window; sticking out: {culprits}"
+
+
+def tables_wider_than_their_box(page: Any) -> list[str]:
+    """The tables on the page that scroll inside their box: wider than the box they are in."""
+    return list(
+        page.eval_on_selector_all(
+            ".table-scroll",
+            """els => els.filter(e => e.scrollWidth > e.clientWidth + 1)
+                        .map(e => e.firstElementChild.className + ' (' + e.scrollWidth + ' px in '
+                                  + e.clientWidth + ' px)')""",
+        )
+    )
 
 
 def check_pages(browsing: Browsing, who: str, paths: list[str]) -> list[Finding]:
@@ -166,7 +185,7 @@ def pages_world(live_world: World) -> dict[str, str]:
         items=[QuotaItem(world.a100_gpu, GPU_RESOURCE, Decimal(8), Decimal(10))],
         submit=True,
     )
-    add_node(
+    node = add_node(
         world.admin,
         "gpu-node-1",
         [gpu("gpu-node-1", 0, instances=BUSY_3G), gpu("gpu-node-1", 1), gpu("gpu-node-1", 2)],
@@ -174,6 +193,9 @@ def pages_world(live_world: World) -> dict[str, str]:
     MigInstance.objects.filter(gpu__uuid=UUID, gi_id=1).update(tenant=world.team_a)
     layouts.layout_set(
         gpu=Gpu.objects.get(uuid="GPU-gpu-node-1-0002"), instances=LONG_LAYOUT, actor=world.admin
+    )
+    layouts.agent_result(
+        node=node, uuid="GPU-gpu-node-1-0002", generation=1, state="failed", message=LONG_FAILURE
     )
     return {"alert": f"/alerts/{alert.pk}/", "request": f"/requests/{request.pk}/"}
 
@@ -229,6 +251,13 @@ def test_admin_pages_fit_and_pass_axe(axe: Path, pages_world: dict[str, str], br
     ]
     findings = check_pages(admin, "admin", paths)
     assert not findings, report(findings)
+
+    # At a laptop's width the fleet's GPU tables fit their node's card: a long agent message in
+    # "Desired layout" wraps in its cell.
+    admin.page.set_viewport_size(LAPTOP)
+    admin.goto("/fleet/")
+    assert LONG_FAILURE[:40] in admin.page.inner_text("table.fleet-gpus")
+    assert tables_wider_than_their_box(admin.page) == []
 
 
 def test_the_login_page_fits_and_passes_axe(axe: Path, live_world: World, browse: Any) -> None:
