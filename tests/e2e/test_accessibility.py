@@ -38,7 +38,7 @@ AXE = Path(settings.BASE_DIR) / "node_modules" / "axe-core" / "axe.min.js"
 PHONE = {"width": 390, "height": 844}
 LAPTOP = {"width": 1366, "height": 768}
 WIDTHS = [PHONE, LAPTOP]
-SCREENSHOT = "/tmp/e2e-layout-{who}-{width}-{n}.png"  # noqa: S108 - a fixed place a person can open
+SCREENSHOT = "/tmp/e2e-a11y-{who}-{width}-{n}.png"  # noqa: S108 - a fixed place a person can open
 UUID = "GPU-gpu-node-1-0000"
 LONG_LAYOUT = [{"profile": "1g.10gb", "start": i} for i in range(7)]
 # What an agent may answer for a layout it could not apply: long, with long words (the fleet
@@ -136,15 +136,17 @@ def tables_wider_than_their_box(page: Any) -> list[str]:
     )
 
 
-def check_pages(browsing: Browsing, who: str, paths: list[str]) -> list[Finding]:
+def check_pages(browsing: Browsing, who: str, paths: list[str | tuple[str, int]]) -> list[Finding]:
+    """Each of ``paths`` (or ``(path, expected status)``) at each width: what is wrong."""
     findings: list[Finding] = []
     page = browsing.page
     serve_axe(browsing)
     for width in WIDTHS:
         page.set_viewport_size(width)
-        for n, path in enumerate(paths):
+        for n, entry in enumerate(paths):
+            path, status = entry if isinstance(entry, tuple) else (entry, 200)
             before = len(findings)
-            browsing.goto(path)
+            browsing.goto(path, status=status)
             page.wait_for_load_state("load")
             overflow = horizontal_overflow(page)
             if overflow:
@@ -205,7 +207,7 @@ def test_a_lead_pages_fit_a_phone_and_a_laptop_and_pass_axe(
 ) -> None:
     alice = browse()
     alice.log_in("alice")
-    paths = [
+    paths: list[str | tuple[str, int]] = [
         "/",
         "/tenants/team-a/",
         "/tenants/team-a/requests/new/?cluster=demo-a100",
@@ -228,14 +230,21 @@ def test_a_member_pages_fit_and_pass_axe(
 ) -> None:
     carol = browse()
     carol.log_in("carol")
-    findings = check_pages(carol, "carol", ["/", "/tenants/team-a/", "/alerts/"])
+    paths: list[str | tuple[str, int]] = [
+        "/",
+        "/tenants/team-a/",
+        "/alerts/",
+        ("/tenants/team-a/requests/new/?cluster=demo-a100", 403),  # a member files nothing
+        ("/tenants/team-b/", 404),
+    ]
+    findings = check_pages(carol, "carol", paths)
     assert not findings, report(findings)
 
 
 def test_admin_pages_fit_and_pass_axe(axe: Path, pages_world: dict[str, str], browse: Any) -> None:
     admin = browse()
     admin.log_in("admin")
-    paths = [
+    paths: list[str | tuple[str, int]] = [
         "/",
         "/console/",
         "/console/approvals/",
@@ -248,6 +257,8 @@ def test_admin_pages_fit_and_pass_axe(axe: Path, pages_world: dict[str, str], br
         "/usage/?range=7d",
         "/showback/",
         "/alerts/",
+        "/admin/",
+        "/admin/tenants/tenant/",
     ]
     findings = check_pages(admin, "admin", paths)
     assert not findings, report(findings)
