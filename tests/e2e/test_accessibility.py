@@ -263,9 +263,15 @@ def test_admin_pages_fit_and_pass_axe(axe: Path, pages_world: dict[str, str], br
     findings = check_pages(admin, "admin", paths)
     assert not findings, report(findings)
 
-    # At a laptop's width the fleet's GPU tables fit their node's card: a long agent message in
-    # "Desired layout" wraps in its cell.
+
+def test_the_fleet_tables_fit_their_cards_at_a_laptops_width(
+    pages_world: dict[str, str], browse: Any
+) -> None:
+    """A long agent message in "Desired layout" wraps in its cell instead of widening the table
+    past its node's card (where it would have to scroll)."""
+    admin = browse()
     admin.page.set_viewport_size(LAPTOP)
+    admin.log_in("admin")
     admin.goto("/fleet/")
     assert LONG_FAILURE[:40] in admin.page.inner_text("table.fleet-gpus")
     assert tables_wider_than_their_box(admin.page) == []
