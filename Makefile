@@ -18,6 +18,14 @@ $(STAMP): requirements.lock pyproject.toml
 
 venv: $(STAMP)
 
+# The browser tests' JavaScript tools (axe-core, pinned in package-lock.json), installed from the
+# lock file only; the tests read them from disk, so nothing downloads while they run.
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund --ignore-scripts
+	@touch $@
+
+node_modules: node_modules/.package-lock.json
+
 # Serves http://127.0.0.1:$(PORT) with a Celery worker and beat beside it, and a local
 # Kubernetes API stand-in per demo cluster (devcluster/, development only) that approved quotas
 # are pushed to: `kubectl --kubeconfig .run/kubeconfig get clusterqueues,resourcequotas -A`,
@@ -45,7 +53,7 @@ manage: venv
 	@DEBUG=$${DEBUG:-true} DEMO_KUBECONFIG_DIR=$(CURDIR)/.run DEMO_AGENT_DIR=$(CURDIR)/.run/agents \
 	  $(PY) manage.py $(ARGS)
 
-test: venv lint
+test: venv lint node_modules
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The API fuzzer exploring: new random examples each run, 200 per operation (make test runs
@@ -79,4 +87,4 @@ lock:
 	rm -rf .lock-venv
 
 clean:
-	rm -rf $(VENV) .data .run .pytest_cache .ruff_cache
+	rm -rf $(VENV) node_modules .data .run .pytest_cache .ruff_cache
