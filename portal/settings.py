@@ -191,6 +191,13 @@ ALERT_WEBHOOK_TIMEOUT_S = env_int("ALERT_WEBHOOK_TIMEOUT_S", 5)
 ALERT_WEBHOOK_BACKOFF_S = env_int("ALERT_WEBHOOK_BACKOFF_S", 30)
 ALERT_WEBHOOK_BACKOFF_MAX_S = env_int("ALERT_WEBHOOK_BACKOFF_MAX_S", 3600)
 ALERT_WEBHOOK_MAX_ATTEMPTS = env_int("ALERT_WEBHOOK_MAX_ATTEMPTS", 8)
+# The what-if's calibration: how far (in percent) the replay of the recorded period may be
+# from what was recorded before the page warns that its "after" is a direction, not a forecast.
+WHAT_IF_TOLERANCE_PCT = env_int("WHAT_IF_TOLERANCE_PCT", 25)
+if not 1 <= WHAT_IF_TOLERANCE_PCT <= 1000:
+    raise ImproperlyConfigured(
+        f"WHAT_IF_TOLERANCE_PCT={WHAT_IF_TOLERANCE_PCT} is not a percentage from 1 to 1000"
+    )
 # Webhooks go to public addresses only: loopback, link-local (cloud metadata), private and
 # other internal addresses are refused, when saved and when sent, unless named here (comma-
 # separated host names, addresses or networks: "hooks.internal,10.20.0.0/16").
