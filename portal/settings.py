@@ -252,6 +252,10 @@ USE_I18N = True
 USE_TZ = True
 
 # --- Static files, served by the app itself (WhiteNoise) -----------------------------------
+# collectstatic writes hashed names with gzip and brotli copies; WhiteNoise serves those with
+# "Cache-Control: max-age=315360000, public, immutable" and the encoding the browser accepts.
+# Under DEBUG (make run, which runs collectstatic first) the same for what was collected; the
+# rest, and everything in the test suite, is served from the apps' folders by plain name.
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(DATA_DIR / "static")))
 if DEBUG or TESTING:
@@ -260,19 +264,25 @@ STATICFILES_DIRS = [BASE_DIR / "portal" / "static"]
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
-    "dashboards.staticfiles.PlotlyFinder",  # plotly.min.js from the plotly package (no CDN)
 ]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": (
             "django.contrib.staticfiles.storage.StaticFilesStorage"
-            if DEBUG or TESTING
-            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if TESTING
+            else "dashboards.staticfiles.HashedStaticFilesStorage"
         )
     },
 }
-WHITENOISE_USE_FINDERS = DEBUG or TESTING
+WHITENOISE_USE_FINDERS = DEBUG or TESTING  # files not collected (yet), by their plain names
+# Source maps (the API docs' 20 MB of them) are for a developer's tools: not worth compressing.
+WHITENOISE_SKIP_COMPRESS_EXTENSIONS = (
+    *("jpg", "jpeg", "png", "gif", "webp", "zip", "gz", "tgz", "bz2", "tbz", "xz", "br"),
+    *("swf", "flv", "woff", "woff2", "3gp", "3gpp", "asf", "avi", "m4v", "mov", "mp4"),
+    *("mpeg", "mpg", "webm", "wmv"),
+    "map",
+)
 
 # --- Email ---------------------------------------------------------------------------------
 EMAIL_BACKEND = env_str(
