@@ -125,7 +125,7 @@ def test_a_record_the_quotas_cannot_produce_is_flagged_in_words(world: World, ap
     assert "team-a: The replay of the quotas in force differs from what was recorded" in page
     assert "114.0 min replayed" in page
     assert "reproduces what was recorded" not in page
-    assert 'data-tenant="team-b"' not in page
+    assert 'data-tenant="team-b"' not in page and 'data-calibration-tenant="team-b"' not in page
 
 
 def test_the_tolerance_is_a_setting() -> None:
