@@ -31,6 +31,7 @@ node_modules: node_modules/.package-lock.json
 # are pushed to: `kubectl --kubeconfig .run/kubeconfig get clusterqueues,resourcequotas -A`,
 # and simulated GPU node agents (fake backend) for the demo clusters' nodes.
 # With no DATABASE_URL / REDIS_URL it runs on SQLite and a filesystem broker under .data/.
+# Static files are collected first (hashed, gzip and brotli: served as in production).
 run: venv
 	@export DEBUG=$${DEBUG:-true} DEMO_KUBECONFIG_DIR=$(CURDIR)/.run DEMO_AGENT_DIR=$(CURDIR)/.run/agents; \
 	rm -f .run/kubeconfig; \
@@ -39,6 +40,7 @@ run: venv
 	for _ in $$(seq 1 120); do test -s .run/kubeconfig && break; sleep 0.5; done; \
 	test -s .run/kubeconfig || { echo "the local clusters did not start"; exit 1; }; \
 	$(PY) manage.py migrate --noinput && \
+	$(PY) manage.py collectstatic --noinput --verbosity 0 && \
 	$(PY) manage.py demo && \
 	{ $(VENV)/bin/celery -A portal worker --beat --loglevel=info --concurrency=2 & worker=$$!; \
 	  $(PY) -m gpu_agent.agent.demo --portal http://127.0.0.1:$(PORT) --dir .run/agents \

@@ -24,7 +24,12 @@ The model (Kueue v1beta2 with the portal's ClusterQueue settings, flattened):
   admission, several flavors per workload, fair sharing.
 
 Times are seconds from the start of the window; the window ends at ``horizon``. A workload
-still waiting at the horizon counts with the wait so far (a lower bound).
+still waiting at the horizon counts with the wait so far (a lower bound). What was already
+there when the window opened is replayed too, so the first hours start from the recorded
+state rather than from an empty cluster: a workload created before the window (negative
+``created``) waits from then, in FIFO order, and one admitted before it
+(``running_at_start``) holds its GPUs from the start for the rest of its run without being
+counted among the window's workloads.
 """
 
 from __future__ import annotations
@@ -74,6 +79,7 @@ class Job:
     created: float
     duration: float
     priority: int = 0
+    running_at_start: bool = False  # admitted before the window: runs from 0 for ``duration``
 
 
 @dataclass
@@ -114,6 +120,7 @@ class ReplayResult:
     queues: dict[str, QueueStats]
     events: int
     skipped_jobs: int  # jobs of queues or flavors not in the replay
+    admitted_at: dict[str, float] = field(default_factory=dict)  # job id -> first admission
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -210,15 +217,20 @@ def replay(queues: Sequence[Queue], jobs: Sequence[Job], *, horizon: float) -> R
     events: list[tuple[float, int, int, int, _Run]] = []
     seq = 0
     skipped = 0
+    carried: list[_Run] = []
     for job in sorted(jobs, key=lambda j: (j.created, j.id)):
-        if job.queue not in stats or job.created >= horizon or job.created < 0:
+        if job.queue not in stats or job.created >= horizon:
             skipped += 1
+            continue
+        if job.running_at_start:
+            carried.append(_Run(job, job.created))
             continue
         stats[job.queue].jobs += 1
         if not cohort.could_ever_fit(job):
             stats[job.queue].never_fits += 1
         seq += 1
-        heapq.heappush(events, (job.created, ARRIVAL, seq, 0, _Run(job, job.created)))
+        # Created before the window: it arrives at 0, keeping its place in the queue.
+        heapq.heappush(events, (max(job.created, 0.0), ARRIVAL, seq, 0, _Run(job, job.created)))
 
     # Waiting workloads by (queue, flavor, GPUs, priority), each group in FIFO order (a
     # newcomer or an evicted workload is always the latest, so appending keeps the order).
@@ -230,6 +242,7 @@ def replay(queues: Sequence[Queue], jobs: Sequence[Job], *, horizon: float) -> R
         groups.setdefault((job.gpus, job.priority), deque()).append(run)
 
     running: dict[str, list[_Run]] = {q.name: [] for q in queues}
+    admitted_at: dict[str, float] = {}
     clock = 0.0
     processed = 0
 
@@ -253,8 +266,10 @@ def replay(queues: Sequence[Queue], jobs: Sequence[Job], *, horizon: float) -> R
         run.started = now
         if run.first_admitted is None:
             run.first_admitted = now
-            stats[job.queue].admitted += 1
-            stats[job.queue].waits.append(now - job.created)
+            admitted_at[job.id] = now
+            if not job.running_at_start:
+                stats[job.queue].admitted += 1
+                stats[job.queue].waits.append(now - job.created)
         running[job.queue].append(run)
         seq += 1
         heapq.heappush(events, (now + job.duration, FINISH, seq, run.token, run))
@@ -358,6 +373,8 @@ def replay(queues: Sequence[Queue], jobs: Sequence[Job], *, horizon: float) -> R
             else:
                 failed.add((*outer, *inner))
 
+    for run in carried:  # as recorded: admitted already, whatever the quotas say now
+        start(run, 0.0)
     dirty = False  # something finished: what waits gets a pass
     while events and events[0][0] < horizon:
         now, kind, _, token, run = heapq.heappop(events)
@@ -384,6 +401,8 @@ def replay(queues: Sequence[Queue], jobs: Sequence[Job], *, horizon: float) -> R
 
     for groups in pending.values():
         for waiting in (r for group in groups.values() for r in group):
+            if waiting.job.running_at_start:
+                continue  # not one of the window's workloads
             queue_stats = stats[waiting.job.queue]
             queue_stats.waiting_at_end += 1
             if waiting.first_admitted is None:
@@ -391,4 +410,4 @@ def replay(queues: Sequence[Queue], jobs: Sequence[Job], *, horizon: float) -> R
     for queue_stats in stats.values():
         queue_stats.wait_p50_s = percentile(queue_stats.waits, 0.5)
         queue_stats.wait_p95_s = percentile(queue_stats.waits, 0.95)
-    return ReplayResult(horizon, stats, processed, skipped)
+    return ReplayResult(horizon, stats, processed, skipped, admitted_at)

@@ -14,8 +14,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
-from django.db.models import Count, Max, QuerySet, Sum
+from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
 from advice import replay
@@ -154,17 +155,35 @@ def cluster_gpu_quotas(
     return dict(out)
 
 
-def replay_jobs(
+@dataclass
+class ReplayInput:
+    """The replay's jobs, and per tenant slug the GPU-hours its workloads were recorded to use
+    within the window (what the replay of the quotas in force should come back to)."""
+
+    jobs: list[replay.Job]
+    recorded_gpu_hours: dict[str, float]
+
+    @property
+    def window_jobs(self) -> int:
+        return sum(1 for job in self.jobs if not job.running_at_start)
+
+
+def replay_input(
     *, cluster: Cluster, start: datetime, end: datetime, default_flavor: dict[str, str]
-) -> list[replay.Job]:
-    """The cluster's recorded workloads created in [start, end) as replay jobs. Run time:
-    admitted to finished; still running: to ``end``; never admitted: the median run time of
-    the others (unknown otherwise). Flavor: the first it was admitted on, else the tenant's
-    biggest guarantee (``default_flavor``). One query."""
+) -> ReplayInput:
+    """The cluster's recorded workloads as replay jobs: those created in [start, end), and
+    those the window opened with (still running: ``running_at_start``, for the rest of their
+    run; still waiting: created before ``start``, at most one window length before, so a
+    workload the collector never saw finish does not wait for ever). Run time: admitted to
+    finished; still running: to ``end``; never admitted: the median run time of the others
+    (unknown otherwise). Flavor: the first it was admitted on, else the tenant's biggest
+    guarantee (``default_flavor``). One query."""
     rows = list(
         Workload.objects.filter(
-            cluster=cluster, created_at__gte=start, created_at__lt=end, tenant__isnull=False
+            cluster=cluster, created_at__gte=start - (end - start), created_at__lt=end,
+            tenant__isnull=False,
         )
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=start))
         .order_by("created_at", "pk")
         .values_list(
             "pk", "tenant__slug", "flavors", "gpus", "created_at", "admitted_at", "finished_at",
@@ -176,20 +195,98 @@ def replay_jobs(
     )
     typical = replay.percentile(runs, 0.5) or 3600.0
     jobs = []
+    used: dict[str, float] = defaultdict(float)
     for pk, slug, flavors, gpus, created, admitted, finished, priority in rows:
         flavor = flavors[0] if flavors else default_flavor.get(slug)
         if not flavor or gpus <= 0:
             continue
+        running_at_start = admitted is not None and admitted < start
+        if created < start and admitted is None and finished is not None:
+            continue  # gone before the window without running: nothing to replay
         if admitted is not None:
-            duration = ((finished or end) - admitted).total_seconds()
+            stop = min(finished or end, end)
+            used[slug] += float(gpus) * max((stop - max(admitted, start)).total_seconds(), 0) / 3600
+            duration = (stop - max(admitted, start)).total_seconds()
+            if not running_at_start:
+                duration = ((finished or end) - admitted).total_seconds()
         else:
             duration = typical
         job = replay.Job(
             str(pk), slug, flavor, float(gpus), (created - start).total_seconds(),
-            max(duration, 0.0), priority or 0,
+            max(duration, 0.0), priority or 0, running_at_start,
         )  # fmt: skip
         jobs.append(job)
-    return jobs
+    return ReplayInput(jobs, dict(used))
+
+
+def replay_jobs(
+    *, cluster: Cluster, start: datetime, end: datetime, default_flavor: dict[str, str]
+) -> list[replay.Job]:
+    """``replay_input``'s jobs."""
+    return replay_input(cluster=cluster, start=start, end=end, default_flavor=default_flavor).jobs
+
+
+# Calibration: what the replay of the quotas in force gives against what was recorded. Two
+# figures agree when they are within the tolerance (WHAT_IF_TOLERANCE_PCT of the recorded
+# value) or within the floor, whichever is wider: waits a minute apart agree whatever their
+# ratio, as do GPU-hours one apart.
+CALIBRATION_FIGURES = (
+    # key, label, unit, recorded field, replayed field, floor
+    ("wait_p50", "Queue wait p50", "min", "recorded_wait_p50_s", "wait_p50_s", 60.0),
+    ("wait_p95", "Queue wait p95", "min", "recorded_wait_p95_s", "wait_p95_s", 60.0),
+    ("gpu_hours", "GPU-hours used", "GPU-h", "recorded_gpu_hours", "used_gpu_hours", 1.0),
+)
+
+
+def tolerance_pct() -> int:
+    return int(getattr(settings, "WHAT_IF_TOLERANCE_PCT", 25))
+
+
+def _in_words(value: float, unit: str) -> str:
+    if unit == "min":
+        return f"{value / 60:.1f} min"
+    return f"{value:.1f} {unit}"
+
+
+def calibration(
+    *, recorded: dict[str, float | None], before: dict[str, Any], tolerance: int
+) -> tuple[list[dict[str, Any]], str]:
+    """The recorded and the replayed-before figures side by side, each within tolerance or
+    not (None where one side has no value: nothing to compare), and a sentence naming the
+    figures that differ by more ("" when none does)."""
+    rows = []
+    off = []
+    for key, label, unit, recorded_field, replayed_field, floor in CALIBRATION_FIGURES:
+        was, replayed = recorded.get(recorded_field), before.get(replayed_field)
+        within: bool | None = None
+        difference_pct: float | None = None
+        if was is not None and replayed is not None:
+            within = abs(replayed - was) <= max(was * tolerance / 100, floor) + 1e-9
+            difference_pct = None if was <= 0 else round((replayed - was) / was * 100, 1)
+            if not within:
+                off.append(
+                    f"{label.lower()} {_in_words(replayed, unit)} replayed, "
+                    f"{_in_words(was, unit)} recorded"
+                )
+        rows.append(
+            {
+                "figure": key,
+                "name": label,
+                "unit": unit,
+                "recorded": was,
+                "replayed": replayed,
+                "difference_pct": difference_pct,
+                "within_tolerance": within,
+            }
+        )
+    note = ""
+    if off:
+        note = (
+            f"The replay of the quotas in force differs from what was recorded by more than "
+            f"{tolerance}% ({'; '.join(off)}): read its predictions as a direction, not as a "
+            "forecast."
+        )
+    return rows, note
 
 
 @dataclass
@@ -200,6 +297,10 @@ class TenantWhatIf:
     recorded_wait_p95_s: float | None
     before: dict[str, Any]
     after: dict[str, Any]
+    recorded_gpu_hours: float = 0.0
+    calibration: list[dict[str, Any]] = field(default_factory=list)
+    calibrated: bool = True  # every figure the replay of the record has is within tolerance
+    calibration_note: str = ""  # in words, when not calibrated
 
 
 @dataclass
@@ -214,6 +315,7 @@ class WhatIf:
     replay_ms: float
     tenants: list[TenantWhatIf]
     changes: list[dict[str, Any]]
+    tolerance_pct: int = 25
 
 
 def _stats(stats: replay.QueueStats) -> dict[str, Any]:
@@ -247,13 +349,13 @@ def _cache_key(request: QuotaChangeRequest, days: int, end: datetime) -> str:
     )
     recorded = Workload.objects.filter(
         cluster_id=request.cluster_id,
-        created_at__gte=end - timedelta(days=days),
+        created_at__gte=end - timedelta(days=2 * days),  # the window and what it opened with
         created_at__lt=end,
     ).aggregate(n=Count("pk"), changed=Max("updated_at"))
     digest = hashlib.sha256(
         json.dumps([request.created_at, generations, items, recorded], default=str).encode()
     ).hexdigest()[:16]
-    return f"advice:what-if:{request.pk}:{days}:{end:%Y%m%d%H}:{digest}"
+    return f"advice:what-if:v2:{request.pk}:{days}:{end:%Y%m%d%H}:{digest}"
 
 
 def what_if_days(raw: Any) -> int:
@@ -308,7 +410,8 @@ def quota_request_what_if(
         for slug, lines in proposed.items()
         if lines
     }
-    jobs = replay_jobs(cluster=cluster, start=start, end=end, default_flavor=default_flavor)
+    given = replay_input(cluster=cluster, start=start, end=end, default_flavor=default_flavor)
+    jobs = given.jobs
     horizon = (end - start).total_seconds()
     began = time.perf_counter()
     before_result = replay.replay(
@@ -320,26 +423,56 @@ def quota_request_what_if(
     elapsed_ms = (time.perf_counter() - began) * 1000
     tenants = {t.slug: t.pk for t in Tenant.objects.filter(slug__in=list(proposed))}
     recorded = workload_stats(start=start, end=end, cluster_ids=[cluster.pk])
+    tolerance = tolerance_pct()
     rows = []
     for slug in sorted(proposed, key=lambda s: (s != request.tenant.slug, s)):
         stats = recorded.get(tenants.get(slug, 0))
         empty = replay.QueueStats(slug)
+        replayed_before = _stats(before_result.queues.get(slug, empty))
+        was: dict[str, float | None] = {
+            "recorded_wait_p50_s": stats.queue_wait_p50_s if stats else None,
+            "recorded_wait_p95_s": stats.queue_wait_p95_s if stats else None,
+            "recorded_gpu_hours": given.recorded_gpu_hours.get(slug, 0.0),
+        }
+        figures, note = calibration(recorded=was, before=replayed_before, tolerance=tolerance)
         rows.append(
             TenantWhatIf(
                 slug,
                 slug == request.tenant.slug,
-                stats.queue_wait_p50_s if stats else None,
-                stats.queue_wait_p95_s if stats else None,
-                _stats(before_result.queues.get(slug, empty)),
+                was["recorded_wait_p50_s"],
+                was["recorded_wait_p95_s"],
+                replayed_before,
                 _stats(after_result.queues.get(slug, empty)),
+                round(given.recorded_gpu_hours.get(slug, 0.0), 3),
+                figures,
+                not note,
+                note,
             )
         )
     result = WhatIf(
-        request.pk, cluster.name, days, start, end, len(jobs),
-        after_result.skipped_jobs, round(elapsed_ms, 1), rows, changes,
+        request.pk, cluster.name, days, start, end, given.window_jobs,
+        after_result.skipped_jobs, round(elapsed_ms, 1), rows, changes, tolerance,
     )  # fmt: skip
     cache.set(key, result, WHAT_IF_CACHE_S)
     return result
+
+
+def admission_times(
+    *, cluster: Cluster, jobs: list[tuple[str, str, str, float, float, float]], horizon: float
+) -> dict[str, float]:
+    """When each of ``jobs`` (id, tenant slug, flavor name, GPUs, created and run time in
+    seconds from the start) is first admitted under the cluster's quotas in force, by the
+    replay's admission model; jobs not admitted before ``horizon`` are left out. The demo's
+    simulated month (``usage.demo``) is admitted this way, so its recorded history is one the
+    quotas allow (an earlier demo drew waits at random and ran more GPUs at once than the
+    quotas hold, which no replay can reproduce)."""
+    quotas = cluster_gpu_quotas(cluster=cluster)
+    result = replay.replay(
+        [_queue(lines, slug) for slug, lines in sorted(quotas.items())],
+        [replay.Job(*job) for job in jobs],
+        horizon=horizon,
+    )
+    return result.admitted_at
 
 
 def what_if_for_user(*, what_if: WhatIf, user: User) -> WhatIf:

@@ -88,6 +88,7 @@ def request_what_if_context(*, request: HttpRequest, change: QuotaChangeRequest)
         what_if=result,
         what_if_days=days,
         what_if_bars=_bars(result.tenants),
+        what_if_calibrated=bool(result.tenants) and all(row.calibrated for row in result.tenants),
         what_if_any_wait=any(
             row.before["wait_p95_s"] or row.after["wait_p95_s"] for row in result.tenants
         ),

@@ -4,7 +4,7 @@ profile report, showback with flavor prices; charts are JSON that the bundled pl
 
 Modules: ``models`` (flavor prices), ``selectors`` (reads the usage rollups), ``services``,
 ``charts`` (figures as data), ``views``, ``templates/``, ``templatetags/``, ``staticfiles``
-(plotly.min.js from the plotly package), ``api/``, ``admin``.
+(the vendored plotly.js cartesian bundle, the hashed and compressed static storage), ``api/``, ``admin``.
 
 Top of the apps with advice and alerts; reads usage, gpu_agent, quotas, tenants, core.
 """

@@ -191,6 +191,13 @@ ALERT_WEBHOOK_TIMEOUT_S = env_int("ALERT_WEBHOOK_TIMEOUT_S", 5)
 ALERT_WEBHOOK_BACKOFF_S = env_int("ALERT_WEBHOOK_BACKOFF_S", 30)
 ALERT_WEBHOOK_BACKOFF_MAX_S = env_int("ALERT_WEBHOOK_BACKOFF_MAX_S", 3600)
 ALERT_WEBHOOK_MAX_ATTEMPTS = env_int("ALERT_WEBHOOK_MAX_ATTEMPTS", 8)
+# The what-if's calibration: how far (in percent) the replay of the recorded period may be
+# from what was recorded before the page warns that its "after" is a direction, not a forecast.
+WHAT_IF_TOLERANCE_PCT = env_int("WHAT_IF_TOLERANCE_PCT", 25)
+if not 1 <= WHAT_IF_TOLERANCE_PCT <= 1000:
+    raise ImproperlyConfigured(
+        f"WHAT_IF_TOLERANCE_PCT={WHAT_IF_TOLERANCE_PCT} is not a percentage from 1 to 1000"
+    )
 # Webhooks go to public addresses only: loopback, link-local (cloud metadata), private and
 # other internal addresses are refused, when saved and when sent, unless named here (comma-
 # separated host names, addresses or networks: "hooks.internal,10.20.0.0/16").
@@ -252,6 +259,10 @@ USE_I18N = True
 USE_TZ = True
 
 # --- Static files, served by the app itself (WhiteNoise) -----------------------------------
+# collectstatic writes hashed names with gzip and brotli copies; WhiteNoise serves those with
+# "Cache-Control: max-age=315360000, public, immutable" and the encoding the browser accepts.
+# Under DEBUG (make run, which runs collectstatic first) the same for what was collected; the
+# rest, and everything in the test suite, is served from the apps' folders by plain name.
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(DATA_DIR / "static")))
 if DEBUG or TESTING:
@@ -260,19 +271,25 @@ STATICFILES_DIRS = [BASE_DIR / "portal" / "static"]
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
     "django.contrib.staticfiles.finders.AppDirectoriesFinder",
-    "dashboards.staticfiles.PlotlyFinder",  # plotly.min.js from the plotly package (no CDN)
 ]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": (
             "django.contrib.staticfiles.storage.StaticFilesStorage"
-            if DEBUG or TESTING
-            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if TESTING
+            else "dashboards.staticfiles.HashedStaticFilesStorage"
         )
     },
 }
-WHITENOISE_USE_FINDERS = DEBUG or TESTING
+WHITENOISE_USE_FINDERS = DEBUG or TESTING  # files not collected (yet), by their plain names
+# Source maps (the API docs' 20 MB of them) are for a developer's tools: not worth compressing.
+WHITENOISE_SKIP_COMPRESS_EXTENSIONS = (
+    *("jpg", "jpeg", "png", "gif", "webp", "zip", "gz", "tgz", "bz2", "tbz", "xz", "br"),
+    *("swf", "flv", "woff", "woff2", "3gp", "3gpp", "asf", "avi", "m4v", "mov", "mp4"),
+    *("mpeg", "mpg", "webm", "wmv"),
+    "map",
+)
 
 # --- Email ---------------------------------------------------------------------------------
 EMAIL_BACKEND = env_str(

@@ -1,6 +1,7 @@
 """A simulated month of usage for the demo (``manage.py demo``): samples every 10 minutes for
 each tenant's GPU quotas (used with a daily rhythm, borrowing above the guarantee, pods'
-GPUs, utilisation, pending workloads) and Kueue workload lifecycles, from a fixed seed,
+GPUs, utilisation, pending workloads) and Kueue workload lifecycles admitted under the quotas (the caller's
+admission model), from a fixed seed,
 written through ``samples_write`` and rolled up. team-a's A100 use climbs past 80% of its
 limit in the last days (the warning alert has something to find); team-b's GPUs on the first
 cluster show no activity for the last four days (the idle rule has something to find).
@@ -11,12 +12,14 @@ from __future__ import annotations
 
 import math
 import random
+from collections import defaultdict
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
 from django.utils import timezone
 
 from quotas.choices import is_gpu_resource
-from quotas.models import Quota
+from quotas.models import Cluster, Quota
 from usage import services
 from usage.choices import Metric, WorkloadState
 from usage.models import Workload
@@ -46,8 +49,9 @@ def _load(rng: random.Random, t: datetime, now: datetime, *, limit: float, share
     return round(min(max(value, 0.0), limit * top), 2)
 
 
-def demo_month_fill(*, now: datetime | None = None, seed: int = SEED) -> int:
-    """Fill the month; returns the samples written (0 when already filled)."""
+def demo_month_fill(*, admit: Admission, now: datetime | None = None, seed: int = SEED) -> int:
+    """Fill the month, the workloads admitted by ``admit``; returns the samples written (0
+    when already filled)."""
     if Workload.objects.exists():
         return 0
     now = (now or timezone.now()).replace(second=0, microsecond=0)
@@ -88,18 +92,29 @@ def demo_month_fill(*, now: datetime | None = None, seed: int = SEED) -> int:
                 )
             )
     written = services.samples_write(rows=rows)
-    _workloads(rng, quotas, start, now)
+    _workloads(rng, quotas, start, now, admit)
     services.rollups_run_all(now=now)
     services.retention_enforce(now=now)
     return written
 
 
-def _workloads(rng: random.Random, quotas: list[Quota], start: datetime, now: datetime) -> None:
+# A demo job as its admission sees it: id, tenant slug, flavor name, GPUs, and its creation
+# and run time in seconds from the start of the month.
+DemoJob = tuple[str, str, str, float, float, float]
+# When each job is first admitted (seconds from the start) on a cluster, under its quotas;
+# jobs never admitted before the horizon are left out. The portal's demo command passes
+# ``advice.selectors.admission_times`` (the what-if's admission model).
+Admission = Callable[[Cluster, list[DemoJob], float], Mapping[str, float]]
+
+
+def _workloads(
+    rng: random.Random, quotas: list[Quota], start: datetime, now: datetime, admit: Admission
+) -> None:
     """About 10 jobs a day per tenant and flavor (16 for team-a in its busy last week) of
-    1-8 GPUs for 20 minutes to 4 hours: queue waits that grow with the load, a few evictions
-    and preemptions. Light enough that replaying them against the quotas (what-if) shows
-    waits of minutes to hours, as the recorded ones are."""
-    objects = []
+    1-8 GPUs for 20 minutes to 4 hours, admitted under the quotas (``admit``): queue waits
+    come from the load, as Kueue's would, so replaying the month against the same quotas
+    (the what-if) reproduces them. A few evictions and preemptions are marked at random."""
+    planned: dict[Cluster, list[tuple[DemoJob, Workload]]] = defaultdict(list)
     for q in quotas:
         tenant, cluster = q.quota_set.tenant, q.quota_set.cluster
         namespace = f"{tenant.slug}-training"
@@ -110,32 +125,51 @@ def _workloads(rng: random.Random, quotas: list[Quota], start: datetime, now: da
                 created = start + timedelta(days=day, minutes=rng.randint(0, 24 * 60 - 1))
                 if created >= now:
                     continue
-                wait = rng.expovariate(1 / (900 if busy else 240))
-                admitted = created + timedelta(seconds=wait)
                 run = timedelta(minutes=rng.randint(20, 4 * 60))
-                finished = admitted + run if admitted + run < now else None
                 evictions = 1 if rng.random() < 0.06 else 0
                 preemptions = evictions if rng.random() < 0.7 else 0
-                objects.append(
-                    Workload(
-                        cluster=cluster,
-                        tenant=tenant,
-                        namespace=namespace,
-                        name=f"job-{q.flavor.name}-{day:02d}-{j:02d}",
-                        uid=f"demo-{cluster.name}-{q.flavor.pk}-{tenant.slug}-{day}-{j}",
-                        queue_name="default",
-                        cluster_queue=tenant.slug,
-                        gpus=float(rng.choice(sizes)),
-                        flavors=[q.flavor.name],
-                        state=WorkloadState.FINISHED if finished else WorkloadState.ADMITTED,
-                        created_at=created,
-                        admitted_at=admitted if admitted < now else None,
-                        finished_at=finished,
-                        evicted_at=admitted + run / 2 if evictions else None,
-                        evictions=evictions,
-                        preemptions=preemptions,
-                        queue_wait_s=wait if admitted < now else None,
-                        updated_at=now,
+                uid = f"demo-{cluster.name}-{q.flavor.pk}-{tenant.slug}-{day}-{j}"
+                gpus = float(rng.choice(sizes))
+                job = (uid, tenant.slug, q.flavor.name, gpus,
+                       (created - start).total_seconds(), run.total_seconds())  # fmt: skip
+                planned[cluster].append(
+                    (
+                        job,
+                        Workload(
+                            cluster=cluster,
+                            tenant=tenant,
+                            namespace=namespace,
+                            name=f"job-{q.flavor.name}-{day:02d}-{j:02d}",
+                            uid=uid,
+                            queue_name="default",
+                            cluster_queue=tenant.slug,
+                            gpus=gpus,
+                            flavors=[q.flavor.name],
+                            state=WorkloadState.PENDING,
+                            created_at=created,
+                            evictions=evictions,
+                            preemptions=preemptions,
+                            updated_at=now,
+                        ),
                     )
                 )
+    objects = []
+    horizon = (now - start).total_seconds()
+    for cluster, pairs in planned.items():
+        admitted = admit(cluster, [job for job, _ in pairs], horizon)
+        for job, workload in pairs:
+            if job[0] in admitted:
+                workload.admitted_at = start + timedelta(seconds=admitted[job[0]])
+                workload.queue_wait_s = (workload.admitted_at - workload.created_at).total_seconds()
+                run = timedelta(seconds=job[5])
+                if workload.admitted_at + run < now:
+                    workload.finished_at = workload.admitted_at + run
+                workload.state = (
+                    WorkloadState.FINISHED if workload.finished_at else WorkloadState.ADMITTED
+                )
+                if workload.evictions:
+                    workload.evicted_at = workload.admitted_at + run / 2
+            else:
+                workload.evictions = workload.preemptions = 0
+            objects.append(workload)
     Workload.objects.bulk_create(objects, batch_size=1000)

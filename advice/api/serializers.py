@@ -60,13 +60,43 @@ class ReplayStatsOutput(serializers.Serializer):
     preemptions = serializers.IntegerField()
 
 
+class CalibrationFigureOutput(serializers.Serializer):
+    figure = serializers.ChoiceField(choices=["wait_p50", "wait_p95", "gpu_hours"])
+    name = serializers.CharField(help_text="The figure in words.")
+    unit = serializers.CharField(help_text="min: the values are seconds; GPU-h: GPU-hours.")
+    recorded = serializers.FloatField(allow_null=True, help_text="What was recorded.")
+    replayed = serializers.FloatField(
+        allow_null=True, help_text="The replay of the quotas in force (before)."
+    )
+    difference_pct = serializers.FloatField(
+        allow_null=True, help_text="(replayed - recorded) / recorded, in percent."
+    )
+    within_tolerance = serializers.BooleanField(
+        allow_null=True, help_text="null where one side has no value to compare."
+    )
+
+
 class TenantWhatIfOutput(serializers.Serializer):
     tenant = serializers.CharField()
     is_requester = serializers.BooleanField()
     recorded_wait_p50_s = serializers.FloatField(allow_null=True)
     recorded_wait_p95_s = serializers.FloatField(allow_null=True)
+    recorded_gpu_hours = serializers.FloatField(
+        help_text="GPU-hours the tenant's workloads were recorded to use within the window."
+    )
     before = ReplayStatsOutput()
     after = ReplayStatsOutput()
+    calibration = CalibrationFigureOutput(
+        many=True, help_text="Recorded and replayed-before figures side by side."
+    )
+    calibrated = serializers.BooleanField(
+        help_text="Every figure of the replay of the quotas in force is within tolerance of "
+        "the record: its 'after' can be trusted as far as the model goes."
+    )
+    calibration_note = serializers.CharField(
+        help_text="In words, the figures that differ by more than the tolerance (empty when "
+        "none does)."
+    )
 
 
 class WhatIfChangeOutput(serializers.Serializer):
@@ -91,5 +121,10 @@ class WhatIfOutput(serializers.Serializer):
         help_text="Workloads of tenants without quotas here (platform admins; 0 for others)."
     )
     replay_ms = serializers.FloatField(help_text="Time the two replays took.")
+    tolerance_pct = serializers.IntegerField(
+        help_text="How far (percent of the recorded value) the replay of the quotas in force "
+        "may be from the record (WHAT_IF_TOLERANCE_PCT); waits a minute apart and GPU-hours "
+        "one apart always agree."
+    )
     changes = WhatIfChangeOutput(many=True)
     tenants = TenantWhatIfOutput(many=True)

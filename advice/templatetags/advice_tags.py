@@ -17,3 +17,13 @@ def minutes(seconds: float | None) -> str:
 def percent(fraction: float | None) -> str:
     """0..1 as a whole percentage; "—" for none."""
     return "—" if fraction is None else f"{fraction * 100:.0f}%"
+
+
+@register.filter
+def calibration_value(value: float | None, unit: str) -> str:
+    """A calibration figure as a person reads it: waits in minutes, GPU-hours; "—" for none."""
+    if value is None:
+        return "—"
+    if unit == "min":
+        return f"{value / 60:.1f} min"
+    return f"{value:.1f} {unit}"

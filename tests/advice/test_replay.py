@@ -153,3 +153,30 @@ def test_replay_of_two_weeks_of_thousands_of_workloads_is_fast() -> None:
     assert sum(q.jobs for q in result.queues.values()) == 4000
     assert sum(q.preemptions for q in result.queues.values()) > 0
     assert elapsed < 1.5, f"replay took {elapsed:.2f} s of CPU"
+
+
+def test_a_workload_running_when_the_window_opens_holds_its_gpus() -> None:
+    # a guarantees 4 and may not borrow. A 4-GPU job admitted before the window runs 100 s
+    # more; a 2-GPU job created at 10 waits for it: 100 - 10 = 90 s. The carried job is not
+    # one of the window's workloads (no wait of its own), but its GPU-seconds are used.
+    queues = [Queue("a", {"f": FlavorQuota(4, borrowing_limit=0)})]
+    jobs = [
+        Job("old", "a", "f", 4, -500, 100, running_at_start=True),
+        Job("new", "a", "f", 2, 10, 50),
+    ]
+    result = replay(queues, jobs, horizon=1000)
+    stats = result.queues["a"]
+    assert (stats.jobs, stats.admitted, stats.finished) == (1, 1, 2)
+    assert stats.waits == [90]
+    assert stats.used_gpu_hours * 3600 == pytest.approx(4 * 100 + 2 * 50)
+    assert result.admitted_at == {"old": 0.0, "new": 100.0}
+
+
+def test_a_workload_created_before_the_window_waits_from_its_creation_and_keeps_its_place() -> None:
+    # Created at -60 (still waiting when the window opens) and at 0, both 4 GPUs on a queue
+    # of 4: the older one goes first at 0 (wait 60 s), the other after its 100 s (wait 100).
+    queues = [Queue("a", {"f": FlavorQuota(4, borrowing_limit=0)})]
+    jobs = [Job("late", "a", "f", 4, 0, 100), Job("early", "a", "f", 4, -60, 100)]
+    result = replay(queues, jobs, horizon=1000)
+    assert result.admitted_at == {"early": 0.0, "late": 100.0}
+    assert sorted(result.queues["a"].waits) == [60, 100]

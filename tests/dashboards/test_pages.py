@@ -298,25 +298,6 @@ def test_the_admin_dashboard_queries_are_bounded_with_many_tenants(
     assert any(t["name"].endswith("others") for t in share["data"])
 
 
-# --- plotly.js from the portal itself --------------------------------------------------------
-
-
-def test_plotly_is_served_from_the_installed_package_and_nothing_else_of_it():
-    from django.contrib.staticfiles import finders
-
-    from dashboards.staticfiles import PlotlyFinder, plotly_package_dir
-
-    found = finders.find("dashboards/plotly.min.js")
-    assert found == str(plotly_package_dir() / "plotly.min.js")
-    # collectstatic lists exactly that one file of the package (not its 4.8 MB widget bundle).
-    assert [path for path, _ in PlotlyFinder().list([])] == ["plotly.min.js"]
-    assert finders.find("dashboards/widgetbundle.js") is None
-    response = Client().get("/static/dashboards/plotly.min.js")
-    assert response.status_code == 200
-    body = b"".join(response.streaming_content)  # type: ignore[attr-defined]
-    assert body.startswith(b"/**\n* plotly.js v") and len(body) > 3_000_000
-
-
 def test_the_profile_and_showback_pages_queries_are_bounded(
     usage_data, django_assert_max_num_queries
 ):

@@ -46,9 +46,9 @@ def test_alice_sees_team_a_usage_drawn_under_the_policy(live_usage: UsageData, b
     # Plotly drew the series: the A100 chart has the four quota traces and the peak.
     assert page.locator("#chart-flavor-0 .scatterlayer .trace").count() == 5
     assert page.locator("[data-kpi=borrowing] .kpi-value").inner_text() == "16.7 %"
-    # plotly.js came from the portal itself.
+    # plotly.js (its cartesian bundle) came from the portal itself.
     scripts = page.eval_on_selector_all("script[src]", "els => els.map(e => e.src)")
-    assert any(s.endswith("/static/dashboards/plotly.min.js") for s in scripts)
+    assert any(s.endswith("/static/dashboards/plotly-cartesian.min.js") for s in scripts)
     page.screenshot(path=TENANT_SCREENSHOT, full_page=True)
 
     # Picking a preset in the range picker reloads the page with it.

@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
+from advice.selectors import admission_times
 from advice.services import suggestions_compute
 from alerts.choices import RuleKind
 from alerts.models import AlertRule
@@ -61,6 +62,10 @@ TEAMS = [
     ("team-b", "Team B (speech)", 4, 6, "bob", "small"),
     ("team-c", "Team C (recsys)", 2, 4, None, "small"),
 ]
+
+
+def _admit(cluster: Cluster, jobs: list[Any], horizon: float) -> dict[str, float]:
+    return admission_times(cluster=cluster, jobs=jobs, horizon=horizon)
 
 
 def _flavor(
@@ -277,7 +282,8 @@ class Command(BaseCommand):
         membership_set(
             tenant=team_a, user=users["carol"], role=MembershipRole.MEMBER, actor=users["admin"]
         )
-        if samples := demo_month_fill():  # a simulated month of usage, once
+        # A simulated month of usage, once; its workloads admitted as the what-if replays them.
+        if samples := demo_month_fill(admit=_admit):
             self.stdout.write(f"Usage: a simulated month, {samples} samples, rolled up")
             # alice finds a suggested change from it, whatever the day of the month.
             now = timezone.now()
