@@ -724,6 +724,9 @@ def request_status(request: HttpRequest, pk: int) -> JsonResponse:
     }
     if push is not None:
         fragments["push"] = render_to_string("approvals/_push.html", context, request=request)
+        fragments["timeline"] = render_to_string(
+            "approvals/_timeline.html", {"timeline": _timeline(change)}, request=request
+        )
     body = {
         "request": change.pk,
         "status": change.status,

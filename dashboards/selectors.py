@@ -183,6 +183,22 @@ def tenant_filter_places(*, tenant: Tenant) -> dict[str, list[str]]:
     return places
 
 
+def admin_filter_places() -> dict[str, list[str]]:
+    """Every cluster, each with its GPU and MIG flavors (names, sorted; none for a cluster
+    without any yet): what the admin usage page's filter offers. Two queries."""
+    places: dict[str, list[str]] = {
+        name: [] for name in Cluster.objects.order_by("name").values_list("name", flat=True)
+    }
+    rows = (
+        ResourceFlavor.objects.filter(kind__in=GPU_KINDS)
+        .values_list("cluster__name", "name")
+        .order_by("cluster__name", "name")
+    )
+    for cluster, flavor in rows:
+        places.setdefault(cluster, []).append(flavor)
+    return places
+
+
 def _iso(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -504,10 +520,14 @@ def _gpu_cells(clusters: dict[int, ClusterView], now: datetime) -> None:
 
 
 def admin_dashboard(
-    *, period: Period, cluster: str | None = None, now: datetime | None = None
+    *,
+    period: Period,
+    cluster: str | None = None,
+    flavor: str | None = None,
+    now: datetime | None = None,
 ) -> AdminDashboard:
-    """Every cluster (or one), in a fixed number of queries (about ten) whatever the number
-    of tenants, flavors or GPUs."""
+    """Every cluster (or one), every GPU flavor (or those of one name), in a fixed number of
+    queries (about ten) whatever the number of tenants, flavors or GPUs."""
     now = now or timezone.now()
     cluster_rows = Cluster.objects.order_by("name")
     if cluster:
@@ -515,12 +535,13 @@ def admin_dashboard(
     views = {c.pk: ClusterView(c) for c in cluster_rows}
     if cluster and not views:
         raise NotFound("No such cluster.", fields={"cluster": ["no such cluster"]})
-    flavors = {
-        f.pk: f
-        for f in ResourceFlavor.objects.filter(cluster_id__in=list(views), kind__in=GPU_KINDS)
-        .select_related("cluster")
-        .order_by("name")
-    }
+    flavor_rows = ResourceFlavor.objects.filter(cluster_id__in=list(views), kind__in=GPU_KINDS)
+    if flavor:
+        flavor_rows = flavor_rows.filter(name=flavor)
+    flavors = {f.pk: f for f in flavor_rows.select_related("cluster").order_by("name")}
+    if flavor:  # only the clusters that have it
+        having = {f.cluster_id for f in flavors.values()}
+        views = {pk: view for pk, view in views.items() if pk in having}
     capacity = {
         (fr.flavor_id, fr.resource): float(fr.capacity)
         for fr in FlavorResource.objects.filter(flavor_id__in=list(flavors))

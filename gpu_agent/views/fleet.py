@@ -23,13 +23,13 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.views import View
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST
 
 from core import errors
 from core.numbers import ascii_whole
@@ -508,14 +508,15 @@ def gpu_detail(request: HttpRequest, uuid: str) -> HttpResponse:
 
 
 @login_required
-@require_GET
-def gpu_layout_status(request: HttpRequest, uuid: str) -> JsonResponse:
+def gpu_layout_status(request: HttpRequest, uuid: str) -> HttpResponse:
     """Where a GPU's MIG layout stands, for its page's script while the agent works: the
     desired layout (generation, state, message, instances) against what the agent last
     reported, ``final`` (the agent has nothing left to do), a ``version`` fingerprint and the
     page's layouts block rendered again (``fragments``) to swap in. The page's access:
     platform admins only (403 for others), 404 for an unknown GPU."""
-    user = admin_user(request)
+    user = admin_user(request)  # first, as on every fleet page: 403 whatever the method
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET", "HEAD"])
     gpu = gpu_for(user, uuid)
     observed = _observed(gpu)
     history = fleet_selectors.layout_history(gpu, limit=1)

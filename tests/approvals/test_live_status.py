@@ -81,6 +81,8 @@ def test_the_status_follows_the_push_step_by_step(world: World, standin) -> None
     assert 'data-live-final="true"' in applied["fragments"]["push"]
     assert "reload the page" not in applied["fragments"]["push"]
     assert applied["version"] not in (waiting["version"], applying["version"])
+    assert "Applied in demo-a100" in words(applied["fragments"]["timeline"])
+    assert "Applied in demo-a100" not in words(waiting["fragments"]["timeline"])
     # Asked again with nothing changed: the same fingerprint, so the page swaps nothing.
     assert ask(carol, request.pk)["version"] == applied["version"]
 

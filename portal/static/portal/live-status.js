@@ -35,7 +35,6 @@
   function say(text) {
     if (announce) {
       announce.textContent = text;
-      announce.hidden = !text;
     }
   }
 
