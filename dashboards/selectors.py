@@ -556,17 +556,17 @@ def admin_dashboard(
     )
     quotas = {(r["flavor_id"], r["resource"]): r for r in quota_rows}
     by_flavor: dict[int, FlavorCapacity] = {}
-    for flavor in flavors.values():
-        resource = _count_resource(flavor)
-        q = quotas.get((flavor.pk, resource), {})
-        by_flavor[flavor.pk] = FlavorCapacity(
-            flavor,
-            capacity.get((flavor.pk, resource), 0.0),
+    for row in flavors.values():
+        resource = _count_resource(row)
+        q = quotas.get((row.pk, resource), {})
+        by_flavor[row.pk] = FlavorCapacity(
+            row,
+            capacity.get((row.pk, resource), 0.0),
             float(q.get("g") or 0),
             float(q.get("lim") or 0),
             int(q.get("n") or 0),
         )
-        views[flavor.cluster_id].flavors.append(by_flavor[flavor.pk])
+        views[row.cluster_id].flavors.append(by_flavor[row.pk])
     aggregates = _period_aggregates(
         period,
         [Metric.QUOTA_USED, Metric.GPUS_ALLOCATED, Metric.GPU_UTILIZATION],
