@@ -24,7 +24,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -105,6 +105,16 @@ class Period:
     @property
     def source(self) -> str:
         return self.plan.source
+
+    @property
+    def step_words(self) -> str:
+        """The step as a person says it: "5 minutes", "1 hour", "1 day"."""
+        return usage_selectors.length_words(int(self.step.total_seconds()))
+
+    @property
+    def source_words(self) -> str:
+        """What the period is read from: "hourly usage totals", "raw usage samples"."""
+        return usage_selectors.RESOLUTION_WORDS[self.plan.resolution]
 
 
 def period_resolve(
@@ -867,11 +877,14 @@ def showback(
         raise ValidationFailed.for_field("month", "the month has not begun yet.")
     kept = retention(Resolution.HOUR)
     if start < now - kept:
-        oldest = (now - kept).date()
+        oldest = now - kept
+        first = date(oldest.year, oldest.month, 1)
+        if (oldest.day, oldest.time()) != (1, time(0)):  # that month lacks its first hours
+            first = date(oldest.year + oldest.month // 12, oldest.month % 12 + 1, 1)
         raise ValidationFailed.for_field(
             "month",
-            f"hourly rollups are kept for {kept.days} days: the oldest month with every hour "
-            f"is after {oldest:%Y-%m-%d}.",
+            f"hourly usage totals are kept for {usage_selectors.kept_words(kept)}, so the "
+            f"oldest month with every hour is {first:%B %Y}.",
         )
     hours = usage_selectors.gpu_hours(start=start, end=end, tenant_ids=tenant_ids)
     slugs = dict(
