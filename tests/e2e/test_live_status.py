@@ -1,7 +1,8 @@
 """After an action the page moves on its own: an admin approves alice's request on its page,
 the push runs (the worker's own function, against the local Kubernetes API stand-in) while the
 page stays open, and the page turns to "Applied" in place, without a reload, under the strict
-Content-Security-Policy (any violation is a console error, which fails the test).
+Content-Security-Policy (any violation is a console error, which fails the test). A GPU's page
+does the same while its agent applies a MIG layout and reports.
 
 demo-a100 points at the stand-in; team-a holds 6/10 A100s and the request asks for 8/10.
 """
@@ -11,10 +12,15 @@ from __future__ import annotations
 import pytest
 
 from approvals.choices import RequestStatus
+from gpu_agent.models import Gpu
+from gpu_agent.services import layouts
 from quotas.models import SyncOutbox
 from quotas.sync import outbox_deliver
 from tests.approvals.conftest import file
 from tests.approvals.test_live_status import STRICT_POLICY
+from tests.gpu_agent.test_fleet_live_status import NEW_LAYOUT, report
+from tests.gpu_agent.test_fleet_live_status import UUID as GPU_UUID
+from tests.gpu_agent.test_fleet_pages import BUSY_3G, add_node, gpu, instance
 
 pytestmark = [pytest.mark.e2e]
 
@@ -67,3 +73,34 @@ def test_the_request_page_turns_applied_without_a_reload(live_world, standin, br
     count = len(asked)
     page.wait_for_timeout(2500)
     assert len([u for u in admin.requests if u.endswith("/status/")]) == count
+
+
+def test_the_gpu_page_turns_applied_without_a_reload(live_world, browse) -> None:
+    node = add_node(live_world.admin, "gpu-node-1", [gpu("gpu-node-1", 0, instances=BUSY_3G)])
+    layouts.layout_set(
+        gpu=Gpu.objects.get(uuid=GPU_UUID), instances=NEW_LAYOUT, actor=live_world.admin
+    )
+    admin = browse()
+    admin.log_in("admin")
+    response = admin.goto(f"/fleet/gpus/{GPU_UUID}/")
+    assert response.headers["content-security-policy"] == STRICT_POLICY
+    page = admin.page
+    assert page.locator("#desired [data-layout-state]").get_attribute("data-layout-state") == (
+        "pending"
+    )
+    assert page.locator("#observed [data-profile='3g.40gb'][data-start='4']").count() == 0
+    page.evaluate("() => { window.__sameDocument = true; }")
+
+    # The agent applies it and reports (what its next poll does).
+    layouts.agent_result(node=node, uuid=GPU_UUID, generation=1, state="success")
+    report(node, 1, [instance(1, "3g.40gb", 0, 4, 4242), instance(3, "3g.40gb", 4, 4)])
+
+    page.locator("#desired [data-layout-state=success]").wait_for(timeout=FOLLOW_MS)
+    assert page.evaluate("() => window.__sameDocument === true"), "the page was reloaded"
+    assert page.locator("#observed [data-profile='3g.40gb'][data-start='4']").count() == 1
+    assert (
+        page.locator("[data-live-announce]")
+        .inner_text()
+        .startswith("Generation 1 (3g.40gb@0, 3g.40gb@4) is applied")
+    )
+    assert page.locator("[data-live-note]").count() == 0
