@@ -33,6 +33,9 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 }  # fmt: skip
 
 OPEN_STATUSES = (RequestStatus.DRAFT, RequestStatus.PENDING)
+# A request in one of these moves on its own (the push takes it to applied or failed); in any
+# other it stays as it is until someone acts.
+PUSH_UNDER_WAY_STATUSES = (RequestStatus.APPROVED, RequestStatus.APPLYING)
 
 
 class DecisionKind(models.TextChoices):

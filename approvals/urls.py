@@ -15,6 +15,7 @@ urlpatterns = [
     ),
     path("requests/", views.request_list, name="request-list"),
     path("requests/<int:pk>/", views.request_detail, name="request-detail"),
+    path("requests/<int:pk>/status/", views.request_status, name="request-status"),
     path("requests/<int:pk>/submit/", views.request_submit, name="request-submit"),
     path("requests/<int:pk>/cancel/", views.request_cancel, name="request-cancel"),
     path("requests/<int:pk>/approve/", views.request_approve, name="request-approve"),

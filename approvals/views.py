@@ -10,6 +10,7 @@ it is about. Every page works without JavaScript; ``request-form.js`` only asks
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -33,10 +34,10 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from approvals import selectors as approval_selectors
-from approvals.choices import OPEN_STATUSES, RequestStatus
+from approvals.choices import OPEN_STATUSES, PUSH_UNDER_WAY_STATUSES, RequestStatus
 from approvals.forms import (
     ApprovalQueueFilterForm,
     DecisionForm,
@@ -607,6 +608,25 @@ def _push_state(change: QuotaChangeRequest, push: TenantSync | None) -> PushStat
 
 
 @dataclass(frozen=True)
+class LiveStatus:
+    """What the request page's script follows (``live-status.js``): the status endpoint, a
+    fingerprint of what the status section shows, and whether it can still move on its own."""
+
+    url: str
+    version: str
+    final: bool
+
+
+def _live_status(change: QuotaChangeRequest, push: PushState | None) -> LiveStatus:
+    shown = f"{change.status}|{push.text if push else ''}"
+    return LiveStatus(
+        url=reverse("portal:request-status", args=[change.pk]),
+        version=hashlib.sha256(shown.encode()).hexdigest()[:16],
+        final=change.status not in PUSH_UNDER_WAY_STATUSES,
+    )
+
+
+@dataclass(frozen=True)
 class ObjectChange:
     """One object of a dry run: created, deleted, or changed with its fields before -> after."""
 
@@ -656,6 +676,7 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
         lines = [ChangeLine(d, None) for d in quota_request_approved_diff(request=change)]
     own = change.requester_id == user.pk
     context: dict[str, Any] = {
+        "live": _live_status(change, push),
         "change": change,
         "check": check,
         "lines": lines,
@@ -674,6 +695,55 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     }
     context["panels"] = request_panels_render(request=request, change=change)
     return render(request, "approvals/detail.html", context)
+
+
+@login_required
+@require_GET
+def request_status(request: HttpRequest, pk: int) -> JsonResponse:
+    """Where a request stands, for its page's script while the push runs: the status in words,
+    the push's progress, ``final`` (nothing moves it any more without someone acting), a
+    ``version`` fingerprint of what the page shows, and the page's status badge and "In the
+    cluster" section rendered again (``fragments``) to swap in. The same access as the page:
+    404 for a request the caller does not see."""
+    user = caller(request)
+    change = _visible_request(user, pk)
+    sync = None
+    push = None
+    if change.status in PUSHED_STATUSES:
+        sync = approval_selectors.quota_request_push(request=change)
+        push = _push_state(change, sync)
+    live = _live_status(change, push)
+    context = {
+        "change": change,
+        "push": push,
+        "live": live,
+        "can_retry": change.status == RequestStatus.FAILED and user.is_platform_admin,
+    }
+    fragments = {
+        "badge": render_to_string("approvals/_status_badge.html", context, request=request)
+    }
+    if push is not None:
+        fragments["push"] = render_to_string("approvals/_push.html", context, request=request)
+        fragments["timeline"] = render_to_string(
+            "approvals/_timeline.html", {"timeline": _timeline(change)}, request=request
+        )
+    body = {
+        "request": change.pk,
+        "status": change.status,
+        "status_display": change.get_status_display(),
+        "text": push.text if push else change.get_status_display(),
+        "push": (
+            {"state": sync.state, "attempts": sync.attempts, "message": sync.message}
+            if push is not None and sync is not None
+            else None
+        ),
+        "final": live.final,
+        "version": live.version,
+        "fragments": fragments,
+    }
+    response = JsonResponse(body)
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 @login_required

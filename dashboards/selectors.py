@@ -24,7 +24,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -106,6 +106,16 @@ class Period:
     def source(self) -> str:
         return self.plan.source
 
+    @property
+    def step_words(self) -> str:
+        """The step as a person says it: "5 minutes", "1 hour", "1 day"."""
+        return usage_selectors.length_words(int(self.step.total_seconds()))
+
+    @property
+    def source_words(self) -> str:
+        """What the period is read from: "hourly usage totals", "raw usage samples"."""
+        return usage_selectors.RESOLUTION_WORDS[self.plan.resolution]
+
 
 def period_resolve(
     *,
@@ -178,6 +188,22 @@ def tenant_filter_places(*, tenant: Tenant) -> dict[str, list[str]]:
         .order_by("cluster__name", "name")
     )
     places: dict[str, list[str]] = {}
+    for cluster, flavor in rows:
+        places.setdefault(cluster, []).append(flavor)
+    return places
+
+
+def admin_filter_places() -> dict[str, list[str]]:
+    """Every cluster, each with its GPU and MIG flavors (names, sorted; none for a cluster
+    without any yet): what the admin usage page's filter offers. Two queries."""
+    places: dict[str, list[str]] = {
+        name: [] for name in Cluster.objects.order_by("name").values_list("name", flat=True)
+    }
+    rows = (
+        ResourceFlavor.objects.filter(kind__in=GPU_KINDS)
+        .values_list("cluster__name", "name")
+        .order_by("cluster__name", "name")
+    )
     for cluster, flavor in rows:
         places.setdefault(cluster, []).append(flavor)
     return places
@@ -504,10 +530,14 @@ def _gpu_cells(clusters: dict[int, ClusterView], now: datetime) -> None:
 
 
 def admin_dashboard(
-    *, period: Period, cluster: str | None = None, now: datetime | None = None
+    *,
+    period: Period,
+    cluster: str | None = None,
+    flavor: str | None = None,
+    now: datetime | None = None,
 ) -> AdminDashboard:
-    """Every cluster (or one), in a fixed number of queries (about ten) whatever the number
-    of tenants, flavors or GPUs."""
+    """Every cluster (or one), every GPU flavor (or those of one name), in a fixed number of
+    queries (about ten) whatever the number of tenants, flavors or GPUs."""
     now = now or timezone.now()
     cluster_rows = Cluster.objects.order_by("name")
     if cluster:
@@ -515,12 +545,13 @@ def admin_dashboard(
     views = {c.pk: ClusterView(c) for c in cluster_rows}
     if cluster and not views:
         raise NotFound("No such cluster.", fields={"cluster": ["no such cluster"]})
-    flavors = {
-        f.pk: f
-        for f in ResourceFlavor.objects.filter(cluster_id__in=list(views), kind__in=GPU_KINDS)
-        .select_related("cluster")
-        .order_by("name")
-    }
+    flavor_rows = ResourceFlavor.objects.filter(cluster_id__in=list(views), kind__in=GPU_KINDS)
+    if flavor:
+        flavor_rows = flavor_rows.filter(name=flavor)
+    flavors = {f.pk: f for f in flavor_rows.select_related("cluster").order_by("name")}
+    if flavor:  # only the clusters that have it
+        having = {f.cluster_id for f in flavors.values()}
+        views = {pk: view for pk, view in views.items() if pk in having}
     capacity = {
         (fr.flavor_id, fr.resource): float(fr.capacity)
         for fr in FlavorResource.objects.filter(flavor_id__in=list(flavors))
@@ -535,17 +566,17 @@ def admin_dashboard(
     )
     quotas = {(r["flavor_id"], r["resource"]): r for r in quota_rows}
     by_flavor: dict[int, FlavorCapacity] = {}
-    for flavor in flavors.values():
-        resource = _count_resource(flavor)
-        q = quotas.get((flavor.pk, resource), {})
-        by_flavor[flavor.pk] = FlavorCapacity(
-            flavor,
-            capacity.get((flavor.pk, resource), 0.0),
+    for row in flavors.values():
+        resource = _count_resource(row)
+        q = quotas.get((row.pk, resource), {})
+        by_flavor[row.pk] = FlavorCapacity(
+            row,
+            capacity.get((row.pk, resource), 0.0),
             float(q.get("g") or 0),
             float(q.get("lim") or 0),
             int(q.get("n") or 0),
         )
-        views[flavor.cluster_id].flavors.append(by_flavor[flavor.pk])
+        views[row.cluster_id].flavors.append(by_flavor[row.pk])
     aggregates = _period_aggregates(
         period,
         [Metric.QUOTA_USED, Metric.GPUS_ALLOCATED, Metric.GPU_UTILIZATION],
@@ -846,11 +877,14 @@ def showback(
         raise ValidationFailed.for_field("month", "the month has not begun yet.")
     kept = retention(Resolution.HOUR)
     if start < now - kept:
-        oldest = (now - kept).date()
+        oldest = now - kept
+        first = date(oldest.year, oldest.month, 1)
+        if (oldest.day, oldest.time()) != (1, time(0)):  # that month lacks its first hours
+            first = date(oldest.year + oldest.month // 12, oldest.month % 12 + 1, 1)
         raise ValidationFailed.for_field(
             "month",
-            f"hourly rollups are kept for {kept.days} days: the oldest month with every hour "
-            f"is after {oldest:%Y-%m-%d}.",
+            f"hourly usage totals are kept for {usage_selectors.kept_words(kept)}, so the "
+            f"oldest month with every hour is {first:%B %Y}.",
         )
     hours = usage_selectors.gpu_hours(start=start, end=end, tenant_ids=tenant_ids)
     slugs = dict(

@@ -46,21 +46,24 @@ class RangeForm(PeriodForm):
     flavor = forms.CharField(required=False, max_length=63)
 
 
-class TenantRangeForm(PeriodForm):
-    """The range, and the tenant's clusters and flavors to choose from: a name it does not
-    offer is refused with the choices (status 400, the form kept), not a 404 page."""
+class PlaceRangeForm(PeriodForm):
+    """The range, and the clusters and GPU flavors to choose from (``places``: cluster name ->
+    its flavor names): a name not offered is refused with the choices (status 400, the form
+    kept), not a 404 page."""
 
     cluster = forms.ChoiceField(required=False)
     flavor = forms.ChoiceField(required=False)
 
-    def __init__(self, data: Any, *, tenant: Tenant, places: dict[str, list[str]]) -> None:
+    def __init__(
+        self, data: Any, *, places: dict[str, list[str]], clusters_are: str, flavors_are: str
+    ) -> None:
         super().__init__(data)
         self.places = places
         clusters = list(places)
         flavors = sorted({f for names in places.values() for f in names})
         for name, names, what in (
-            ("cluster", clusters, f"{tenant.slug}'s clusters"),
-            ("flavor", flavors, f"{tenant.slug}'s GPU flavors"),
+            ("cluster", clusters, clusters_are),
+            ("flavor", flavors, flavors_are),
         ):
             field = self.fields[name]
             assert isinstance(field, forms.ChoiceField)
@@ -72,10 +75,30 @@ class TenantRangeForm(PeriodForm):
         cluster, flavor = self.cleaned_data.get("cluster"), self.cleaned_data.get("flavor")
         if cluster and flavor and flavor not in self.places[cluster]:
             there = ", ".join(self.places[cluster])
-            self.add_error(
-                "flavor", f"{flavor} is not on {cluster}; its GPU flavors there: {there}."
-            )
+            why = f"its GPU flavors there: {there}." if there else "it has no GPU flavors yet."
+            self.add_error("flavor", f"{flavor} is not on {cluster}; {why}")
         return data
+
+
+class TenantRangeForm(PlaceRangeForm):
+    """The tenant usage page's filter: the tenant's clusters and flavors."""
+
+    def __init__(self, data: Any, *, tenant: Tenant, places: dict[str, list[str]]) -> None:
+        super().__init__(
+            data,
+            places=places,
+            clusters_are=f"{tenant.slug}'s clusters",
+            flavors_are=f"{tenant.slug}'s GPU flavors",
+        )
+
+
+class AdminRangeForm(PlaceRangeForm):
+    """The admin usage page's filter: every cluster and its GPU flavors."""
+
+    def __init__(self, data: Any, *, places: dict[str, list[str]]) -> None:
+        super().__init__(
+            data, places=places, clusters_are="the clusters", flavors_are="the GPU flavors"
+        )
 
 
 def _not_one_of(what: str, names: list[str]) -> str:
@@ -214,12 +237,17 @@ class AdminUsageView(_AdminPage):
     template_name = "dashboards/admin_usage.html"
 
     def get(self, request: HttpRequest) -> HttpResponse:
-        form, period, error = self._period(request, default="24h")
+        places = selectors.admin_filter_places()
+        form, period, error = self._period(
+            request, default="24h", form=AdminRangeForm(request.GET, places=places)
+        )
         context: dict[str, Any] = {"form": form, "error": error, "ranges": selectors.RANGE_LABELS}
         if period is None:
             return self._page(request, context, status=400)
         dashboard = selectors.admin_dashboard(
-            period=period, cluster=form.cleaned_data.get("cluster") or None
+            period=period,
+            cluster=form.cleaned_data.get("cluster") or None,
+            flavor=form.cleaned_data.get("flavor") or None,
         )
         context |= {
             "period": period,

@@ -11,6 +11,7 @@ urlpatterns = [
     path("fleet/plan/proposals/<int:pk>/", plan.plan_proposal, name="fleet-plan-proposal"),
     path("fleet/gpus/<str:uuid>/", fleet.gpu_detail, name="fleet-gpu"),
     path("fleet/gpus/<str:uuid>/layout/", fleet.gpu_layout, name="fleet-gpu-layout"),
+    path("fleet/gpus/<str:uuid>/status/", fleet.gpu_layout_status, name="fleet-gpu-status"),
     path("fleet/gpus/<str:uuid>/probes/", probe.gpu_probe, name="fleet-gpu-probes"),
     path(
         "fleet/gpus/<str:uuid>/layout/validate/",

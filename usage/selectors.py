@@ -69,7 +69,7 @@ TENANT_SERIES = {
 }
 
 
-def _label(seconds: int) -> str:
+def length_words(seconds: int) -> str:
     """A length of time as a person says it: "1 day", "5 minutes", "90 seconds"."""
     for unit, word in ((86400, "day"), (3600, "hour"), (60, "minute"), (1, "second")):
         if seconds % unit == 0:
@@ -78,13 +78,22 @@ def _label(seconds: int) -> str:
     return f"{seconds} seconds"  # pragma: no cover - every whole number divides by 1
 
 
-# What each resolution keeps, as the sentence that says how long it is kept starts.
-_KEPT_WORDS = {
-    RAW: "Raw usage samples are",
-    Resolution.FIVE_MINUTES: "Usage totals per 5 minutes are",
-    Resolution.HOUR: "Hourly usage totals are",
-    Resolution.DAY: "Daily usage totals are",
+# What each resolution holds, as a person names it ("read from the hourly usage totals").
+RESOLUTION_WORDS = {
+    RAW: "raw usage samples",
+    Resolution.FIVE_MINUTES: "usage totals per 5 minutes",
+    Resolution.HOUR: "hourly usage totals",
+    Resolution.DAY: "daily usage totals",
 }
+
+
+def kept_words(kept: timedelta) -> str:
+    """How long something is kept: "30 days", "1 day", "36 hours", "400 days (about 1 year)"."""
+    said = length_words(int(kept.total_seconds()))
+    years = round(kept.days / 365)
+    if kept.days >= 365:
+        said += f" (about {years} year{'' if years == 1 else 's'})"
+    return said
 
 
 def _too_old(
@@ -92,20 +101,17 @@ def _too_old(
 ) -> str:
     """Why ``start`` is too old for a step: what the step reads, how long that is kept, the
     earliest start it allows and, where one reaches back to ``start``, a coarser step."""
-    years = round(kept.days / 365)
-    how_long = f"{kept.days} days" + (
-        f" (about {years} year{'' if years == 1 else 's'})" if kept.days >= 365 else ""
-    )
     earliest = now - kept
     said = (
-        f"{_KEPT_WORDS[resolution]} kept for {how_long}, so a range in steps of "
-        f"{_label(step_seconds)} can start on {earliest:%Y-%m-%d} at {earliest:%H:%M} UTC "
+        f"{RESOLUTION_WORDS[resolution].capitalize()} are kept for {kept_words(kept)}, so a "
+        "range in steps of "
+        f"{length_words(step_seconds)} can start on {earliest:%Y-%m-%d} at {earliest:%H:%M} UTC "
         "at the earliest."
     )
     coarser = [r for r in RESOLUTIONS if r > resolution and start >= now - retention(r)]
     if coarser:  # RESOLUTIONS go coarsest first: the last is the finest that reaches back
         said += (
-            f" Use a step of {_label(int(coarser[-1]))} (or a multiple of it) to reach "
+            f" Use a step of {length_words(int(coarser[-1]))} (or a multiple of it) to reach "
             "further back."
         )
     return said
@@ -155,7 +161,7 @@ def series_plan(
         raise ValidationFailed.for_field(
             "step",
             f"{math.ceil(points)} points; at most {MAX_POINTS} per series: use a step of at "
-            f"least {_label(math.ceil((end - start).total_seconds() / MAX_POINTS / 300) * 300)}.",
+            f"least {length_words(math.ceil((end - start).total_seconds() / MAX_POINTS / 300) * 300)}.",
         )
     return SeriesPlan(start, end, step, resolution)
 

@@ -13,6 +13,7 @@ stored).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +23,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -394,21 +395,66 @@ class HistoryRow:
     described: str
 
 
-def _gpu_context(
-    gpu: Gpu, draft: LayoutDraft | None, observed: list[MigInstance]
+@dataclass(frozen=True)
+class LiveLayout:
+    """What the GPU page's script follows (``live-status.js``): the status endpoint, a
+    fingerprint of what the layouts block shows, and whether the agent still has work to do."""
+
+    url: str
+    version: str
+    final: bool
+    text: str
+
+
+# A desired layout's state as the end of a sentence about it.
+_STATE_WORDS: dict[str, str] = {
+    LayoutState.PENDING: "is pending",
+    LayoutState.APPLYING: "is being applied",
+    LayoutState.SUCCESS: "is applied",
+    LayoutState.FAILED: "failed",
+    LayoutState.REBOOT_REQUIRED: "needs a reboot of the node",
+}
+
+
+def _layout_words(desired: MigLayout | None) -> str:
+    """Where the GPU's desired layout stands, in a sentence."""
+    if desired is None:
+        return "No desired layout set: the GPU keeps what it has."
+    what = f"Generation {desired.generation} ({describe(desired.instances)}"
+    what += ")" if desired.mig_enabled else ", MIG disabled)"
+    text = f"{what} {_STATE_WORDS.get(desired.state, desired.state)}"
+    if desired.state == LayoutState.SUCCESS and desired.applied_at:
+        text += f" (at {desired.applied_at:%H:%M} UTC)"
+    return f"{text}: {desired.message}" if desired.message else f"{text}."
+
+
+def _live_layout(gpu: Gpu, desired: MigLayout | None, observed: list[MigInstance]) -> LiveLayout:
+    shown = "|".join(
+        [
+            str(gpu.applied_generation),
+            str(desired.generation if desired else ""),
+            desired.state if desired else "",
+            desired.message if desired else "",
+            str(desired.waiting_for if desired else ""),
+            ";".join(f"{i.profile}@{i.start}:{i.busy}:{i.tenant_id}" for i in observed),
+            str(fleet_selectors.node_is_stale(gpu.node)),
+        ]
+    )
+    return LiveLayout(
+        url=reverse("portal:fleet-gpu-status", args=[gpu.uuid]),
+        version=hashlib.sha256(shown.encode()).hexdigest()[:16],
+        final=desired is None or desired.state not in OPEN_LAYOUT_STATES,
+        text=_layout_words(desired),
+    )
+
+
+def _layouts_context(
+    gpu: Gpu, model: GpuModel | None, desired: MigLayout | None, observed: list[MigInstance]
 ) -> dict[str, Any]:
-    model = model_of(gpu)
-    history = fleet_selectors.layout_history(gpu, limit=HISTORY_LENGTH)
-    desired = history[0] if history else None
-    if model is not None and draft is None:
-        draft = layout_draft(gpu=gpu, model=model, observed=observed, layout=desired)
+    """For ``_layouts.html``: the GPU's layout observed and desired, drawn as slices."""
     return {
         "gpu": gpu,
-        "node": gpu.node,
-        "model": model,
         "stale": fleet_selectors.node_is_stale(gpu.node),
-        "last_report": ago(gpu.node.last_report_at, timezone.now()),
-        "row": GpuRow(gpu, model, desired, observed),
         "observed": drawing_observed(gpu, model, observed),
         "desired": desired,
         "desired_drawing": (
@@ -419,6 +465,24 @@ def _gpu_context(
             else None
         ),
         "desired_open": desired is not None and desired.state in OPEN_LAYOUT_STATES,
+        "live": _live_layout(gpu, desired, observed),
+    }
+
+
+def _gpu_context(
+    gpu: Gpu, draft: LayoutDraft | None, observed: list[MigInstance]
+) -> dict[str, Any]:
+    model = model_of(gpu)
+    history = fleet_selectors.layout_history(gpu, limit=HISTORY_LENGTH)
+    desired = history[0] if history else None
+    if model is not None and draft is None:
+        draft = layout_draft(gpu=gpu, model=model, observed=observed, layout=desired)
+    return {
+        **_layouts_context(gpu, model, desired, observed),
+        "node": gpu.node,
+        "model": model,
+        "last_report": ago(gpu.node.last_report_at, timezone.now()),
+        "row": GpuRow(gpu, model, desired, observed),
         "history": [HistoryRow(h, describe(h.instances)) for h in history],
         "draft": draft,
         "deadline_minutes": round(layout_deadline().total_seconds() / 60),
@@ -441,6 +505,52 @@ def gpu_detail(request: HttpRequest, uuid: str) -> HttpResponse:
     observed = _observed(gpu)
     context = {**_gpu_context(gpu, None, observed), **_mig_operator_context(user, gpu)}
     return render(request, "gpu_agent/gpu.html", context)
+
+
+@login_required
+def gpu_layout_status(request: HttpRequest, uuid: str) -> HttpResponse:
+    """Where a GPU's MIG layout stands, for its page's script while the agent works: the
+    desired layout (generation, state, message, instances) against what the agent last
+    reported, ``final`` (the agent has nothing left to do), a ``version`` fingerprint and the
+    page's layouts block rendered again (``fragments``) to swap in. The page's access:
+    platform admins only (403 for others), 404 for an unknown GPU."""
+    user = admin_user(request)  # first, as on every fleet page: 403 whatever the method
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET", "HEAD"])
+    gpu = gpu_for(user, uuid)
+    observed = _observed(gpu)
+    history = fleet_selectors.layout_history(gpu, limit=1)
+    desired = history[0] if history else None
+    context = _layouts_context(gpu, model_of(gpu), desired, observed)
+    live: LiveLayout = context["live"]
+    body = {
+        "gpu": gpu.uuid,
+        "node": gpu.node.name,
+        "stale": context["stale"],
+        "applied_generation": gpu.applied_generation,
+        "observed": [{"profile": i.profile, "start": i.start, "busy": i.busy} for i in observed],
+        "desired": (
+            {
+                "generation": desired.generation,
+                "state": desired.state,
+                "message": desired.message,
+                "mig_enabled": desired.mig_enabled,
+                "instances": desired.instances,
+                "waiting_for": len(desired.waiting_for or []),
+            }
+            if desired
+            else None
+        ),
+        "text": live.text,
+        "final": live.final,
+        "version": live.version,
+        "fragments": {
+            "layouts": render_to_string("gpu_agent/_layouts.html", context, request=request)
+        },
+    }
+    response = JsonResponse(body)
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 def _mig_operator_context(user: User, gpu: Gpu) -> dict[str, Any]:

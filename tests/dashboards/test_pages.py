@@ -271,7 +271,11 @@ def test_the_admin_dashboard_for_one_cluster_and_an_unknown_one(usage_data):
     admin = client_for(usage_data.world.admin)
     response = admin.get("/usage/?cluster=demo-h100")
     assert [c.cluster.name for c in response.context["dashboard"].clusters] == ["demo-h100"]
-    assert admin.get("/usage/?cluster=nowhere").status_code == 404
+    refused = admin.get("/usage/?cluster=nowhere")  # inline, with the choices, not a 404 page
+    assert refused.status_code == 400
+    assert range_error(refused) == (
+        "cluster: nowhere is not one of the clusters: demo-a100, demo-h100."
+    )
 
 
 def test_the_admin_dashboard_queries_are_bounded_with_many_tenants(

@@ -56,7 +56,11 @@ def test_alice_sees_team_a_usage_drawn_under_the_policy(live_usage: UsageData, b
         page.select_option("select[name=range]", "24h")
     assert "range=24h" in page.url
     charts_drawn(alice)
-    assert page.locator("p.period").inner_text().endswith("read from the 5m rollups")
+    assert (
+        page.locator("p.period")
+        .inner_text()
+        .endswith("in steps of 5 minutes, read from the usage totals per 5 minutes")
+    )
 
 
 def test_the_admin_dashboard_draws_shares_capacity_and_the_heatmap(

@@ -27,6 +27,7 @@ MEMBER_PAGES = {
     "request-validate",
     "request-list",
     "request-detail",
+    "request-status",  # the request page's status, for its script: the page's own access
     "request-submit",
     "request-cancel",
     "request-approve",  # the view refuses non-admins itself (tests/portal/test_request_pages.py)

@@ -255,6 +255,20 @@ def test_metrics_need_the_token_or_an_allowed_network(
             "of 1 day can start on 2021-11-30 at 12:00 UTC at the earliest.",
         ),
         (
+            timedelta(hours=1),
+            500,
+            "Hourly usage totals are kept for 400 days (about 1 year), so a range in steps of "
+            "1 hour can start on 2025-10-30 at 12:00 UTC at the earliest. Use a step of 1 day "
+            "(or a multiple of it) to reach further back.",
+        ),
+        (
+            timedelta(hours=2),
+            500,
+            "Hourly usage totals are kept for 400 days (about 1 year), so a range in steps of "
+            "2 hours can start on 2025-10-30 at 12:00 UTC at the earliest. Use a step of 1 day "
+            "(or a multiple of it) to reach further back.",
+        ),
+        (
             timedelta(minutes=5),
             40,
             "Usage totals per 5 minutes are kept for 30 days, so a range in steps of 5 "
