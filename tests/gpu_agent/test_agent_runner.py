@@ -213,6 +213,10 @@ def make_agent(
     random: Callable[[], float] = lambda: 0.5,
     **options: Any,
 ) -> tuple[Agent, Clock]:
+    """An agent of the fake portal, which speaks report protocol 1 (every report whole):
+    these tests are about the loop; protocol 2 is tested against the portal itself
+    (tests/gpu_agent/test_report_protocol.py)."""
+    options.setdefault("report_protocol", 1)
     clock = Clock()
     agent = Agent(
         backend=node.backend,
