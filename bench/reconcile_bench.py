@@ -324,7 +324,7 @@ def standin_alone(standin: ProcessHandle, threads: int, seconds: float = 3.0) ->
     def hammer(i: int) -> None:
         with urllib3.PoolManager(maxsize=1) as http:
             while time.perf_counter() < deadline:
-                http.request("GET", standin.url + "/version", headers=headers).data
+                http.request("GET", standin.url + "/version", headers=headers)
                 counts[i] += 1
 
     server0, wall0 = server_cpu(standin), time.perf_counter()

@@ -459,10 +459,11 @@ def _busy_stored(node: Node) -> dict[int, set[int]]:
     return busy
 
 
-# PostgreSQL, a change report with no GPU changed and the node holding its base (the usual
-# report of a quiet node): the node moved to this report and the work it has, one statement.
-# No row back: the node does not hold the base (the general path decides what to answer).
-_PG_UNCHANGED = """
+# PostgreSQL, a change report on the base the node holds: the node moved to this report and
+# the work it has, in one statement (all of a quiet node's report); then the changed GPUs, if
+# any, as a whole report writes them. No row back: the node does not hold the base (the
+# general path decides what to answer).
+_PG_ON_BASE = """
 UPDATE gpu_agent_node n SET last_report_at = %s, stale = false, report_seq = %s,
   report_digest = %s,
   agent_version = COALESCE(NULLIF(%s, ''), n.agent_version),
@@ -487,10 +488,10 @@ def _change_report(
     gpus = list(report.get("gpus") or [])
     _check_readings(node=node, report=report)
     versions = [report.get("agent_version") or "", report.get("driver_version") or ""]
-    if connection.vendor == "postgresql" and not gpus:
+    if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(
-                _PG_UNCHANGED,
+                _PG_ON_BASE,
                 [
                     now, report["seq"], report["digest"], *versions, node.pk, report["session"],
                     report["base"], report["base_digest"],
@@ -499,6 +500,8 @@ def _change_report(
                 ],
             )  # fmt: skip
             row = cursor.fetchone()
+            if row is not None and gpus:
+                _pg_write_gpus(cursor, node=node, gpus=gpus, now=now, only_these=True)
         if row is not None:
             return bool(row[0]), report["seq"], False, bool(row[1]), int(row[2])
     locked = (
@@ -668,7 +671,6 @@ def _ingest_postgresql(
     parameter). Returns whether the node was stale, the busy instances, whether the node
     has a layout open (pending, applying, reboot-required) and its open probes."""
     gpus = list(report.get("gpus") or [])
-    uuids = [g["uuid"] for g in gpus]
     with connection.cursor() as cursor:
         base = _base_fields(report)
         cursor.execute(
@@ -683,35 +685,7 @@ def _ingest_postgresql(
         if row is None:
             raise Node.DoesNotExist("Node matching query does not exist.")
         was_stale = bool(row[0])
-        ids: dict[str, int] = {}
-        if gpus:
-            rows = [
-                {
-                    "uuid": g["uuid"],
-                    "index": g["index"],
-                    "name": g["name"],
-                    "memory_total_mib": g["memory_total_mib"],
-                    "memory_used_mib": g["memory_used_mib"],
-                    "utilization_pct": g.get("utilization_pct"),
-                    "mig_mode_current": g["mig_mode_current"],
-                    "mig_mode_pending": g["mig_mode_pending"],
-                    "applied_generation": g.get("applied_generation") or 0,
-                    "processes": _processes(g.get("processes") or []),
-                }
-                for g in gpus
-            ]
-            cursor.execute(_PG_GPU_UPSERT, [node.pk, now, json.dumps(rows)])
-            ids = dict(cursor.fetchall())
-            if len(ids) < len(uuids):
-                raise _foreign_gpus(uuids, [u for u in uuids if u not in ids])
-        cursor.execute(_PG_INSTANCES_DELETE, [node.pk])
-        instances = [
-            {"gpu_id": ids[g["uuid"]], **_instance_fields(inst)}
-            for g in gpus
-            for inst in g.get("instances") or []
-        ]
-        if instances:
-            cursor.execute(_PG_INSTANCES_INSERT, [now, json.dumps(instances)])
+        ids = _pg_write_gpus(cursor, node=node, gpus=gpus, now=now, only_these=False)
         cursor.execute(
             _PG_NODE_WORK,
             [
@@ -723,6 +697,56 @@ def _ingest_postgresql(
         )
         layouts_open, probes = cursor.fetchone()
     return was_stale, _busy(gpus, ids), bool(layouts_open), int(probes)
+
+
+_PG_INSTANCES_DELETE_OF = """
+DELETE FROM gpu_agent_miginstance WHERE gpu_id = ANY(%s)"""
+
+
+def _pg_write_gpus(
+    cursor: Any,
+    *,
+    node: Node,
+    gpus: Sequence[Mapping[str, Any]],
+    now: datetime,
+    only_these: bool,
+) -> dict[str, int]:
+    """GPUs upserted, their instances replaced (``only_these``: of these GPUs; else of the
+    whole node), at most three statements. A GPU of another node refuses the report."""
+    uuids = [g["uuid"] for g in gpus]
+    ids: dict[str, int] = {}
+    if gpus:
+        rows = [
+            {
+                "uuid": g["uuid"],
+                "index": g["index"],
+                "name": g["name"],
+                "memory_total_mib": g["memory_total_mib"],
+                "memory_used_mib": g["memory_used_mib"],
+                "utilization_pct": g.get("utilization_pct"),
+                "mig_mode_current": g["mig_mode_current"],
+                "mig_mode_pending": g["mig_mode_pending"],
+                "applied_generation": g.get("applied_generation") or 0,
+                "processes": _processes(g.get("processes") or []),
+            }
+            for g in gpus
+        ]
+        cursor.execute(_PG_GPU_UPSERT, [node.pk, now, json.dumps(rows)])
+        ids = dict(cursor.fetchall())
+        if len(ids) < len(uuids):
+            raise _foreign_gpus(uuids, [u for u in uuids if u not in ids])
+    if only_these:
+        cursor.execute(_PG_INSTANCES_DELETE_OF, [list(ids.values())])
+    else:
+        cursor.execute(_PG_INSTANCES_DELETE, [node.pk])
+    instances = [
+        {"gpu_id": ids[g["uuid"]], **_instance_fields(inst)}
+        for g in gpus
+        for inst in g.get("instances") or []
+    ]
+    if instances:
+        cursor.execute(_PG_INSTANCES_INSERT, [now, json.dumps(instances)])
+    return ids
 
 
 _PG_INSTANCES_ATTRIBUTE = """

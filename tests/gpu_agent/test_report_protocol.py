@@ -137,7 +137,9 @@ def test_a_report_with_nothing_changed_sends_no_gpu_and_writes_only_the_node(age
 
 def test_a_change_report_replaces_only_the_gpus_that_changed(agent):
     untouched = Gpu.objects.get(uuid=f"GPU-{NODE}-0001")
-    untouched_instances = list(MigInstance.objects.filter(gpu=untouched).values_list("pk", flat=True))
+    untouched_instances = list(
+        MigInstance.objects.filter(gpu=untouched).values_list("pk", flat=True)
+    )
     changed = inventory(busy_pid=None)  # the process on GPU 0 ended
 
     answer = agent.report(changed)

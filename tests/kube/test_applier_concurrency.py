@@ -121,7 +121,7 @@ def test_parallel_writes_never_start_before_what_they_refer_to(standin):
 
     by_name = {(k[1], k[3]): k for k in spans}
     for key, (start, _) in spans.items():
-        _, kind, namespace, _ = key
+        namespace = key[2]
         if namespace:  # after its Namespace was written
             assert ended(by_name[("Namespace", namespace)]) <= start, key
     cohorts = [o for o in desired if o["kind"] == "Cohort"]
