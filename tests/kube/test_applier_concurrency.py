@@ -212,3 +212,27 @@ def test_the_client_pool_holds_a_connection_per_concurrent_write(standin):
         backend.close()
     with pytest.raises(ValueError, match="concurrency"):
         KubernetesBackend(object(), concurrency=0)
+
+
+def test_pruning_in_parallel_removes_what_a_sequential_pass_removes(standin):
+    spec = cluster()
+    everyone, fewer = tenants(), tenants()[3:]  # team-0 (a parent) and its children leave
+    pruned = []
+    for concurrency in (1, 8):
+        standin.reset()
+        backend = KubernetesBackend.from_kubeconfig(
+            str(standin.kubeconfig_path), concurrency=concurrency
+        )
+        try:
+            apply_objects(backend, compiler.compile_cluster(spec, everyone), Scope(spec.name))
+            result = apply_objects(backend, compiler.compile_cluster(spec, fewer), Scope(spec.name))
+            again = apply_objects(backend, compiler.compile_cluster(spec, fewer), Scope(spec.name))
+        finally:
+            backend.close()
+        assert not result.failed, result.failed
+        assert again.writes == 0  # nothing left behind
+        pruned.append([c.key for c in result.pruned])
+    sequential, parallel = pruned
+    assert parallel == sequential
+    kinds = {key[1] for key in parallel}
+    assert {"ClusterQueue", "LocalQueue", "Cohort"} <= kinds and "Namespace" not in kinds
