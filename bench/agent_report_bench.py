@@ -20,18 +20,26 @@ inventory and metrics every 10 s, through gunicorn (2 sync workers) on PostgreSQ
    and the time of its parts, per report, over ``--inprocess`` reports (JSON parsing, the
    report's validator as the endpoint runs it, ``validate_report``, the token lookup,
    ``agent_report_ingest``, the whole request).
-5. gunicorn: ``--clients`` threads (8) drive ``GET /api/v1/me/`` (the baseline) and
-   ``POST /api/v1/agent/report/`` in alternating rounds, as bench/api_bench.py does: 2 s warm-up
-   each, then ``--seconds`` each in ``--rounds`` rounds. Every report is the next node's (a
-   shared counter cycles through the nodes), with that node's token. The CPU that gunicorn
-   and the bench database's PostgreSQL backends use in each round (from /proc) gives the
-   server CPU per request of each endpoint.
+5. gunicorn: ``--clients`` threads (8) drive ``GET /api/v1/me/`` (the baseline) and three kinds
+   of ``POST /api/v1/agent/report/`` in alternating rounds, as bench/api_bench.py does: 2 s
+   warm-up each, then ``--seconds`` each in ``--rounds`` rounds. The nodes are split in three
+   groups, one per kind, so that a protocol 1 report never resets a protocol 2 node's base:
+   protocol 1, every report whole (today's agents; no target, reported against the baseline);
+   protocol 2 with nothing changed (target >= 0.8: the report of a quiet node, no GPU in it);
+   protocol 2 with one GPU changed (target >= 0.5: GPU 0 sent whole, its applied generation
+   flipped between two values, so the portal upserts it and replaces its instances, what any
+   change to one GPU costs). Protocol 2 nodes got a full protocol 2 report when seeded; each
+   change report names the base the portal acknowledged last (the client keeps each node's
+   acknowledged report, as the agent does) and an answer without ``ack`` is an error. Every
+   report is the next node's of its group (a shared counter cycles through them), with that
+   node's token. The CPU that gunicorn and the bench database's PostgreSQL backends use in
+   each round (from /proc) gives the server CPU per request of each endpoint.
 6. The data landed: every node posted over HTTP has the reported agent version (its seeded
    report said an older one), every GPU of those nodes was seen after the HTTP phase began,
    and the MIG instances (and busy ones) observed since then are exactly those their reports
    hold; the fleet's totals are the expected ones.
 
-It prints req/s, p50/p99 and the ratio report / baseline (target >= 0.5), the server CPU per
+It prints req/s, p50/p99 and the ratio report / baseline (targets above), the server CPU per
 request of each endpoint, what 1,000 agents every 10 s need (100 reports/s) against the
 measured capacity, and a ``BENCH_JSON {...}`` line.
 
@@ -71,18 +79,27 @@ from figures import emit  # noqa: E402 - the line bench/run.py reads
 from mig_bench import MODELS, typical_layouts  # noqa: E402
 
 from gpu_agent.agent import AGENT_VERSION  # noqa: E402
+from gpu_agent.agent.delta import PROTOCOL, gpu_state, state_digest  # noqa: E402
 from gpu_agent.agent.nvml import NvmlBackend  # noqa: E402
 from gpu_agent.agent.runner import Agent, AgentState, PortalClient  # noqa: E402
 from gpu_agent.agent.simnvml import SimGpuSpec, SimulatedNvml  # noqa: E402
 from gpu_agent.mig.catalogue import load_catalogue  # noqa: E402
 
-TARGET = 0.5
+TARGET = 0.5  # a protocol 2 report with one GPU changed, vs GET me/
+TARGET_NO_CHANGE = 0.8  # a protocol 2 report with nothing changed, vs GET me/
 ERRORS = (RuntimeError, psycopg.Error, subprocess.CalledProcessError)  # a run that did not finish
 AGENTS, GPUS_PER_NODE, INTERVAL_S = 1000, 8, 10.0
 MIG_FRACTION, BUSY_FRACTION = 0.6, 0.4
 SEEDED_VERSION = "0.9"  # the agent version of the seeded reports; HTTP reports say AGENT_VERSION
 ME_PATH, REPORT_PATH = "/api/v1/me/", "/api/v1/agent/report/"
-ENDPOINTS = ("me (baseline)", "agent report")
+ENDPOINTS = (
+    "me (baseline)",
+    "agent report, protocol 1 (whole)",
+    "agent report, protocol 2, no change",
+    "agent report, protocol 2, one GPU changed",
+)
+TARGETS = (None, None, TARGET_NO_CHANGE, TARGET)
+GROUPS = 3  # nodes split among the three kinds of report
 
 
 # --- the simulated nodes ---------------------------------------------------------------------
@@ -94,6 +111,42 @@ class SimNode:
     report: dict[str, Any]  # Agent.inventory(), as posted over HTTP
     body: bytes = b""
     token: str = ""
+    # Protocol 2: the session, the acknowledged report's seq, which of the two states of GPU 0
+    # (its applied generation as reported, or one more) the portal holds, and their digests.
+    session: str = ""
+    seq: int = 0
+    flipped: bool = False
+    digests: tuple[str, str] = ("", "")
+    gpu0: tuple[dict[str, Any], dict[str, Any]] = ({}, {})
+
+    def prepare_changes(self) -> None:
+        """The two states of GPU 0 and the node's digest in each."""
+        first = self.report["gpus"][0]
+        other = {**first, "applied_generation": first.get("applied_generation", 0) + 1}
+        self.gpu0 = (first, other)
+        self.session = f"{abs(hash(self.name)):016x}"[:16]
+        states = {g["uuid"]: gpu_state(g) for g in self.report["gpus"]}
+        flipped = {**states, first["uuid"]: gpu_state(other)}
+        self.digests = (state_digest(states), state_digest(flipped))
+
+    def full_v2(self) -> dict[str, Any]:
+        """The full protocol 2 report that makes the node's first base (seq 1)."""
+        self.seq, self.flipped = 1, False
+        return {**self.report, "protocol": PROTOCOL, "session": self.session, "seq": 1,
+                "full": True, "digest": self.digests[0]}  # fmt: skip
+
+    def change_v2(self, *, change: bool) -> tuple[dict[str, Any], bool]:
+        """The next change report on the acknowledged base: nothing changed, or GPU 0 flipped.
+        Returns the body and the state it describes."""
+        flipped = not self.flipped if change else self.flipped
+        body = {
+            "node": self.name, "sent_at": self.report["sent_at"],
+            "agent_version": AGENT_VERSION, "driver_version": self.report["driver_version"],
+            "protocol": PROTOCOL, "session": self.session, "seq": self.seq + 1, "full": False,
+            "base": self.seq, "base_digest": self.digests[self.flipped],
+            "digest": self.digests[flipped], "gpus": [self.gpu0[flipped]] if change else [],
+        }  # fmt: skip
+        return body, flipped
 
 
 def node_name(i: int) -> str:
@@ -176,6 +229,7 @@ def seed(nodes: list[SimNode]) -> tuple[str, dict[str, float]]:
     from django.db import connection
     from django.utils import timezone
 
+    from gpu_agent.agent_api.serializers import validate_report
     from gpu_agent.models import Node, NodeToken
     from gpu_agent.services.nodes import agent_register, join_token_create
     from gpu_agent.services.reports import agent_report_ingest
@@ -195,14 +249,27 @@ def seed(nodes: list[SimNode]) -> tuple[str, dict[str, float]]:
     timings["register_s"] = time.perf_counter() - started
     started = time.perf_counter()
     by_name = {n.name: n for n in Node.objects.all()}
-    for node in nodes:
+    groups = split(nodes)
+    for node in groups[0]:
         agent_report_ingest(
             node=by_name[node.name], report={**node.report, "agent_version": SEEDED_VERSION}
+        )
+    for node in [*groups[1], *groups[2]]:
+        node.prepare_changes()
+        body = json.loads(json.dumps(node.full_v2()))  # as the endpoint receives it
+        agent_report_ingest(
+            node=by_name[node.name],
+            report={**validate_report(body), "agent_version": SEEDED_VERSION},
         )
     timings["first_ingest_s"] = time.perf_counter() - started
     with connection.cursor() as cursor:  # fresh planner statistics, as autovacuum would give
         cursor.execute("ANALYZE")
     return me_token, timings
+
+
+def split(nodes: list[SimNode]) -> list[list[SimNode]]:
+    """The nodes of each kind of report: protocol 1, protocol 2 no change, protocol 2 changed."""
+    return [nodes[i::GROUPS] for i in range(GROUPS)]
 
 
 def _post(client: Any, node: SimNode) -> Any:
@@ -284,6 +351,7 @@ class Load:
 
     next_request: Any  # () -> (method, url, body, headers, key)
     answered: set[Any] = field(default_factory=set)
+    on_answer: Any = None  # (key, answer bytes) -> an error or None, for a 200
 
 
 def drive(port: int, clients: int, seconds: float, load: Load, tally: api_bench.Tally) -> None:
@@ -301,6 +369,9 @@ def drive(port: int, clients: int, seconds: float, load: Load, tally: api_bench.
                 answer = response.read()
                 if response.status == 200:
                     load.answered.add(key)
+                    problem = load.on_answer(key, answer) if load.on_answer else None
+                    if problem:
+                        tally.errors.append(f"{method} {url}: {problem}")
                 else:
                     tally.errors.append(f"{method} {url}: HTTP {response.status} {answer[:300]!r}")
             except (OSError, http.client.HTTPException) as exc:
@@ -317,18 +388,50 @@ def drive(port: int, clients: int, seconds: float, load: Load, tally: api_bench.
 
 def loads(nodes: list[SimNode], me_token: str) -> dict[str, Load]:
     me_headers = {"Authorization": f"Token {me_token}"}
-    turn = itertools.count()  # next() is atomic: the threads share it
-    headers = [
-        {"Authorization": f"Bearer {n.token}", "Content-Type": "application/json"} for n in nodes
-    ]
+    whole, quiet, changing = split(nodes)
+    index = {n.name: i for i, n in enumerate(nodes)}
 
-    def report() -> tuple[str, str, bytes, dict[str, str], int]:
-        i = next(turn) % len(nodes)
-        return "POST", REPORT_PATH, nodes[i].body, headers[i], i
+    def headers(node: SimNode) -> dict[str, str]:
+        return {"Authorization": f"Bearer {node.token}", "Content-Type": "application/json"}
+
+    def whole_load() -> Load:
+        turn = itertools.count()  # next() is atomic: the threads share it
+
+        def report() -> tuple[str, str, bytes, dict[str, str], int]:
+            node = whole[next(turn) % len(whole)]
+            return "POST", REPORT_PATH, node.body, headers(node), index[node.name]
+
+        return Load(report)
+
+    def changes_load(group: list[SimNode], *, change: bool) -> Load:
+        turn = itertools.count()
+        in_flight: dict[int, tuple[int, bool]] = {}  # node -> (seq sent, state sent)
+
+        def report() -> tuple[str, str, bytes, dict[str, str], int]:
+            while True:  # a node whose last report is still unanswered waits its turn
+                node = group[next(turn) % len(group)]
+                i = index[node.name]
+                if in_flight.setdefault(i, (-1, False))[0] == -1:
+                    break
+            body, flipped = node.change_v2(change=change)
+            in_flight[i] = (body["seq"], flipped)
+            return "POST", REPORT_PATH, json.dumps(body).encode(), headers(node), i
+
+        def answered(i: int, raw: bytes) -> str | None:
+            seq, flipped = in_flight.pop(i)
+            answer = json.loads(raw)
+            if answer.get("ack") != seq:
+                return f"not acknowledged: {answer}"
+            nodes[i].seq, nodes[i].flipped = seq, flipped
+            return None
+
+        return Load(report, on_answer=answered)
 
     return {
         ENDPOINTS[0]: Load(lambda: ("GET", ME_PATH, None, me_headers, None)),
-        ENDPOINTS[1]: Load(report),
+        ENDPOINTS[1]: whole_load(),
+        ENDPOINTS[2]: changes_load(quiet, change=False),
+        ENDPOINTS[3]: changes_load(changing, change=True),
     }
 
 
@@ -401,6 +504,16 @@ def check_landed(nodes: list[SimNode], posted: set[int], since: Any) -> dict[str
     shape = report_shape(nodes)
     sent = [nodes[i] for i in posted]
     names = [n.name for n in sent]
+    whole = [n.name for n in split(nodes)[0]]
+    v2 = [n for group in split(nodes)[1:] for n in group]
+    held = dict(
+        Node.objects.filter(name__in=[n.name for n in v2]).values_list("name", "report_seq")
+    )
+    generations = dict(
+        Gpu.objects.filter(node__name__in=[n.name for n in v2], index=0).values_list(
+            "node__name", "applied_generation"
+        )
+    )
     sent_instances = [i for n in sent for g in n.report["gpus"] for i in g["instances"]]
     result = {
         "nodes": Node.objects.count(),
@@ -411,11 +524,26 @@ def check_landed(nodes: list[SimNode], posted: set[int], since: Any) -> dict[str
         "busy_instances": MigInstance.objects.filter(busy=True).count(),
         "expected_busy_instances": shape["busy_instances"],
         "nodes_posted": len(sent),
-        "nodes_with_new_version": Node.objects.filter(agent_version=AGENT_VERSION).count(),
-        "nodes_reported_since": Node.objects.filter(last_report_at__gte=since).count(),
-        "gpus_seen_since": Gpu.objects.filter(last_seen_at__gte=since).count(),
+        "nodes_with_new_version": Node.objects.filter(
+            agent_version=AGENT_VERSION, name__in=whole
+        ).count(),
+        "nodes_reported_since": Node.objects.filter(
+            last_report_at__gte=since, name__in=whole
+        ).count(),
+        "protocol_2_nodes": len(v2),
+        # Each protocol 2 node holds the report the client saw acknowledged last, and GPU 0 in
+        # the state that report described.
+        "protocol_2_bases_as_acknowledged": sum(held.get(n.name) == n.seq for n in v2),
+        "protocol_2_gpu0_as_reported": sum(
+            generations.get(n.name) == n.gpu0[n.flipped].get("applied_generation", 0) for n in v2
+        ),
+        "gpus_seen_since": Gpu.objects.filter(
+            last_seen_at__gte=since, node__name__in=whole
+        ).count(),
         "expected_gpus_seen": sum(len(n.report["gpus"]) for n in sent),
-        "instances_observed_since": MigInstance.objects.filter(observed_at__gte=since).count(),
+        "instances_observed_since": MigInstance.objects.filter(
+            observed_at__gte=since, gpu__node__name__in=whole
+        ).count(),
         "expected_instances_observed": len(sent_instances),
         "busy_observed_since": MigInstance.objects.filter(observed_at__gte=since, busy=True)
         .filter(gpu__node__name__in=names)
@@ -433,6 +561,8 @@ def check_landed(nodes: list[SimNode], posted: set[int], since: Any) -> dict[str
         and result["gpus_seen_since"] == result["expected_gpus_seen"]
         and result["instances_observed_since"] == result["expected_instances_observed"]
         and result["busy_observed_since"] == result["expected_busy_observed"]
+        and result["protocol_2_bases_as_acknowledged"] == len(v2)
+        and result["protocol_2_gpu0_as_reported"] == len(v2)
     )
     return result
 
@@ -510,7 +640,7 @@ def measure(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
     print(f"registered {len(nodes)} nodes through the services (join token, register) in "
           f"{timings['register_s']:.1f} s; first reports ingested in this process in "
           f"{timings['first_ingest_s']:.1f} s")  # fmt: skip
-    local = inprocess(nodes, args.inprocess, args.profile)
+    local = inprocess(split(nodes)[0], args.inprocess, args.profile)  # protocol 1 nodes
     parts = local["ms_per_report"]
     print(f"SQL queries per report: {local['sql_queries_per_report']}")
     for sql in local["sql"]:
@@ -551,17 +681,21 @@ def measure(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
           f"{check['instances_observed_since']}/{check['expected_instances_observed']} MIG "
           f"instances ({check['busy_observed_since']}/{check['expected_busy_observed']} busy) "
           f"observed since; fleet: {check['gpus']}/{check['expected_gpus']} GPUs, "
-          f"{check['instances']}/{check['expected_instances']} instances")  # fmt: skip
+          f"{check['instances']}/{check['expected_instances']} instances; protocol 2: "
+          f"{check['protocol_2_bases_as_acknowledged']}/{check['protocol_2_nodes']} nodes hold "
+          f"the report last acknowledged, {check['protocol_2_gpu0_as_reported']} with GPU 0 as "
+          "that report said")  # fmt: skip
 
     base = tallies[ENDPOINTS[0]]
     base_rps = len(base.latencies) / base.seconds
     rows = [
-        api_bench.summarize(name, t, None if t is base else base_rps, target=TARGET)
-        for name, t in tallies.items()
+        api_bench.summarize(name, t, None if t is base else base_rps, target=target)
+        for (name, t), target in zip(tallies.items(), TARGETS, strict=True)
     ]
     if not check["ok"]:
-        rows[1]["result"] = "FAIL"
-        rows[1]["first_error"] = rows[1]["first_error"] or f"data check failed: {check}"
+        for row in rows[1:]:
+            row["result"] = "FAIL"
+            row["first_error"] = row["first_error"] or f"data check failed: {check}"
     need = args.agents / INTERVAL_S
     capacity = {
         "agents": args.agents,
@@ -570,6 +704,8 @@ def measure(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
         "measured_reports_per_s": rows[1]["rps"],
         "headroom": round(rows[1]["rps"] / need, 2),
         "agents_at_10s_supported": int(rows[1]["rps"] * INTERVAL_S),
+        "protocol_2_quiet_reports_per_s": rows[2]["rps"],
+        "protocol_2_agents_at_10s_supported": int(rows[2]["rps"] * INTERVAL_S),
     }
     local.pop("sql")
     return {

@@ -57,17 +57,22 @@ class NodeAdmin(admin.ModelAdmin):
         "cluster",
         "hostname",
         "agent_version",
+        "report_protocol",
         "driver_version",
         "last_report_at",
         "stale",
     ]
-    list_filter = ["stale", "cluster"]
+    list_filter = ["stale", "cluster", "report_protocol"]
     search_fields = ["name", "hostname"]
     # Only the cluster is an admin's to set; the rest comes from the agent.
     readonly_fields = [
         "name",
         "hostname",
         "agent_version",
+        "report_protocol",
+        "report_session",
+        "report_seq",
+        "report_digest",
         "driver_version",
         "last_report_at",
         "stale",

@@ -51,6 +51,10 @@ class DevicePlugin(models.TextChoices):
     RESTART_FAILED = "restart-failed", "Restart failed"
 
 
+REPORT_SESSION_MAX = 32
+REPORT_DIGEST_MAX = 64  # a SHA-256 in hex
+
+
 class Node(models.Model):
     """A GPU node running the agent. Created when the agent registers with a join token."""
 
@@ -72,6 +76,14 @@ class Node(models.Model):
         help_text="Set by a periodic task when reports stop (AGENT_STALE_AFTER_S); "
         "cleared by the next report.",
     )
+    # The report protocol the agent speaks (PROTOCOL.md): 1 sends every report whole, 2 sends
+    # what changed since the report the portal last acknowledged. For protocol 2, that report:
+    # the agent's session (a new one each start), its sequence number and the digest of the
+    # node's state it described; a change report must name all three to be applied.
+    report_protocol = models.PositiveSmallIntegerField(default=1)
+    report_session = models.CharField(max_length=REPORT_SESSION_MAX, blank=True)
+    report_seq = models.BigIntegerField(default=0)
+    report_digest = models.CharField(max_length=REPORT_DIGEST_MAX, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -169,6 +169,13 @@ MIG_OPERATOR_SETTLE_S = env_int("MIG_OPERATOR_SETTLE_S", 90)
 AGENT_JOIN_TOKEN_TTL_S = env_int("AGENT_JOIN_TOKEN_TTL_S", 3600)
 # The queue cluster pushes go to (empty: the default queue). Tests with a real worker set it.
 SYNC_QUEUE = env_str("SYNC_QUEUE", "")
+# How many writes a push or reconcile sends to a cluster's API server at once (its HTTP
+# connection pool is as large). 1 is one at a time; dependency order holds at any value.
+KUBE_APPLY_CONCURRENCY = env_int("KUBE_APPLY_CONCURRENCY", 8)
+if not 1 <= KUBE_APPLY_CONCURRENCY <= 64:
+    raise ImproperlyConfigured(
+        f"KUBE_APPLY_CONCURRENCY={KUBE_APPLY_CONCURRENCY} must be between 1 and 64"
+    )
 # Usage store: how long each resolution is kept, in days (raw samples, 5-minute, hourly and
 # daily rollups); raw partitions created this many days ahead.
 USAGE_RETENTION_DAYS = {

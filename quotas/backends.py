@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from django.conf import settings
+
 from quotas.choices import SyncBackend
 from quotas.kube.applier import ApplyError, Backend, KubernetesBackend, ManifestsBackend
 from quotas.kube.resources import WORKLOAD
@@ -23,18 +25,22 @@ class NoBackend(ApplyError):
 
 
 def backend_for(cluster: Cluster) -> Backend:
-    """A new backend for ``cluster``; the caller closes it (``cluster_backend`` does)."""
+    """A new backend for ``cluster``; the caller closes it (``cluster_backend`` does). The
+    Kubernetes API takes ``KUBE_APPLY_CONCURRENCY`` writes at once; a folder of YAML one."""
     if cluster.backend == SyncBackend.MANIFESTS:
         if not cluster.manifests_dir:
             raise NoBackend(f"cluster {cluster.name} has no manifests directory set")
         return ManifestsBackend(cluster.manifests_dir)
     if cluster.backend == SyncBackend.KUBERNETES:
+        concurrency = settings.KUBE_APPLY_CONCURRENCY
         if cluster.in_cluster:
-            return KubernetesBackend.in_cluster()
+            return KubernetesBackend.in_cluster(concurrency=concurrency)
         if not cluster.kubeconfig_path:
             raise NoBackend(f"cluster {cluster.name} has no kubeconfig path and is not in-cluster")
         try:
-            return KubernetesBackend.from_kubeconfig(cluster.kubeconfig_path)
+            return KubernetesBackend.from_kubeconfig(
+                cluster.kubeconfig_path, concurrency=concurrency
+            )
         except Exception as exc:  # a missing or broken kubeconfig file: say which
             raise NoBackend(f"cluster {cluster.name}: kubeconfig unusable: {exc}") from exc
     raise NoBackend(f"cluster {cluster.name} keeps quotas in the portal only (backend none)")

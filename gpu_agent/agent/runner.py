@@ -2,7 +2,11 @@
 
 Every ``--interval`` seconds (jittered by +/-20% so a fleet does not call in step) the agent:
 
-1. reports the node's inventory (``POST /api/v1/agent/report/``, PROTOCOL.md);
+1. reports the node's inventory (``POST /api/v1/agent/report/``, PROTOCOL.md): with report
+   protocol 2 (the default) only what changed since the report the portal acknowledged, whole
+   at start, when the portal asks and every ``--full-report-every`` seconds
+   (``gpu_agent.agent.delta``); protocol 1 (``--report-protocol 1``, and by itself against a
+   portal that refuses protocol 2) sends every report whole;
 2. unless the answer's ``desired_generation`` is 0 (nothing to do), fetches the desired
    layouts (``GET /api/v1/agent/desired/``) and applies each one with
    ``gpu_agent.agent.apply`` (posting ``applying`` first when something is to change);
@@ -57,6 +61,7 @@ from gpu_agent.agent.apply import (
     plan_gpu,
 )
 from gpu_agent.agent.backend import Backend, BackendError
+from gpu_agent.agent.delta import DEFAULT_FULL_EVERY_S, PROTOCOL, ReportTracker
 from gpu_agent.agent.device_plugin import (
     DEFAULT_NAMESPACE,
     DEFAULT_SELECTOR,
@@ -109,6 +114,11 @@ class PortalRejected(PortalError):
 class ReportAnswer(NamedTuple):
     desired_generation: int
     probes: int  # isolation probes to run (0 from a portal that predates them)
+    raw: dict[str, Any] = {}  # the whole answer (protocol 2: ack, full_report, sample_every_s)
+
+    @property
+    def full_report(self) -> bool:
+        return bool(self.raw.get("full_report"))
 
 
 class PortalClient:
@@ -192,6 +202,7 @@ class PortalClient:
         return ReportAnswer(
             generation if isinstance(generation, int) else 0,
             probes if isinstance(probes, int) else 0,
+            answer,
         )
 
     def probes(self) -> list[ProbeRequest]:
@@ -363,6 +374,9 @@ class Agent:
         out: TextIO | None = None,
         prober: Prober | None = None,
         device_plugin: DevicePluginRestarter | None = None,
+        report_protocol: int = PROTOCOL,
+        full_report_every: float = DEFAULT_FULL_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.backend = backend
         self.client = client
@@ -385,6 +399,12 @@ class Agent:
         self.device_plugin = device_plugin
         self._changed: list[ApplyResult] = []  # successes waiting for the device plugin
         self._probe_outcomes: dict[int, ProbeOutcome] = {}  # run, not posted yet
+        # Protocol 2: what the portal acknowledged (None: protocol 1, every report whole).
+        self.tracker: ReportTracker | None = (
+            ReportTracker(full_every_s=full_report_every, clock=clock)
+            if report_protocol >= PROTOCOL
+            else None
+        )
 
     # -- inventory --------------------------------------------------------------------------------
 
@@ -448,7 +468,7 @@ class Agent:
         if self.dry_run:
             self.print_plans()
             return
-        answer = self.client.report(self.inventory())
+        answer = self.report()
         changed = False
         if answer.desired_generation:
             for desired in self.client.desired():
@@ -458,7 +478,36 @@ class Agent:
             for probe in self.client.probes():
                 self.probe(probe)
         if changed:
-            self.client.report(self.inventory())
+            self.report()
+
+    def report(self) -> ReportAnswer:
+        """One report (protocol 2: what changed since the acknowledged one), and at once a full
+        one when the portal asks for it. A portal that refuses protocol 2 (400: it predates it)
+        gets protocol 1 from then on."""
+        if self.tracker is None:
+            return self.client.report(self.inventory())
+        tracker = self.tracker
+        for _ in range(2):  # a change report, then (when asked) a full one
+            inventory = self.inventory()
+            body = tracker.body(inventory)
+            try:
+                answer = self.client.report(body)
+            except PortalRejected as error:
+                tracker.lost()
+                if error.status != 400 or "protocol" not in str(error):
+                    raise
+                logger.warning(
+                    "the portal refuses report protocol 2 (%s): sending protocol 1", error
+                )
+                self.tracker = None
+                return self.client.report(inventory)
+            except PortalError:
+                tracker.lost()
+                raise
+            tracker.answered(answer.raw)
+            if not answer.full_report:
+                return answer
+        return answer
 
     def print_plans(self) -> None:
         """``--dry-run``: what the pending layouts would change; nothing is changed or posted."""
@@ -744,6 +793,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds between cycles, jittered +/-20%% (default 10) (GPU_AGENT_INTERVAL)",
     )
     parser.add_argument(
+        "--report-protocol",
+        type=int,
+        choices=(1, 2),
+        default=env("GPU_AGENT_REPORT_PROTOCOL", str(PROTOCOL)),
+        help="2 (default): report what changed since the report the portal acknowledged; 1: "
+        "every report whole, for a portal that predates protocol 2 (GPU_AGENT_REPORT_PROTOCOL)",
+    )
+    parser.add_argument(
+        "--full-report-every",
+        type=_positive_float,
+        default=env("GPU_AGENT_FULL_REPORT_EVERY", str(DEFAULT_FULL_EVERY_S)),
+        help="protocol 2: a full report at least this often, seconds (default 600) "
+        "(GPU_AGENT_FULL_REPORT_EVERY)",
+    )
+    parser.add_argument(
         "--max-backoff",
         type=_positive_float,
         default=env("GPU_AGENT_MAX_BACKOFF", str(DEFAULT_MAX_BACKOFF)),
@@ -927,6 +991,8 @@ def main(argv: Sequence[str] | None = None, *, sleep: Callable[[float], None] = 
         sleep=sleep,
         prober=prober,
         device_plugin=restarter,
+        report_protocol=args.report_protocol,
+        full_report_every=args.full_report_every,
     )
     previous: Any = None
     with contextlib.suppress(ValueError):  # only the main thread may set handlers

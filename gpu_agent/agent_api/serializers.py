@@ -21,6 +21,8 @@ from gpu_agent.models import (
     GPU_UUID_RULE,
     HOSTNAME_MAX,
     MIG_PROFILE_MAX,
+    REPORT_DIGEST_MAX,
+    REPORT_SESSION_MAX,
     VERSION_MAX,
     DevicePlugin,
     LayoutState,
@@ -35,7 +37,10 @@ from gpu_agent.services.reports import (
     MAX_GPUS_PER_REPORT,
     MAX_INSTANCES_PER_GPU,
     MAX_PROCESSES,
+    MAX_READINGS,
+    MAX_REPORT_SEQ,
     POD_UID_MAX,
+    REPORT_PROTOCOLS,
 )
 from tenants.validators import DNS1123_LABEL_MAX, dns1123_label
 
@@ -139,6 +144,26 @@ class GpuReport(StrictInputSerializer):
     )
 
 
+class ReadingReport(StrictInputSerializer):
+    """Protocol 2: what one GPU outside MIG (``gi_id`` null) or one MIG instance was doing."""
+
+    uuid = gpu_uuid_field()
+    model = serializers.CharField(max_length=GPU_NAME_MAX, help_text="The GPU's model name.")
+    gi_id = serializers.IntegerField(min_value=0, max_value=MAX_GI_ID, allow_null=True)
+    profile = serializers.CharField(max_length=MIG_PROFILE_MAX, allow_null=True)
+    utilization_pct = serializers.IntegerField(min_value=0, max_value=100, allow_null=True)
+    memory_used_mib = serializers.IntegerField(min_value=0, max_value=INT32_MAX)
+    processes = serializers.IntegerField(min_value=0, max_value=MAX_PROCESSES)
+    pod_uids = serializers.ListField(
+        child=serializers.CharField(max_length=POD_UID_MAX), max_length=MAX_PROCESSES
+    )
+
+
+def _hex(value: str) -> None:
+    if value and not all(c in "0123456789abcdef" for c in value):
+        raise serializers.ValidationError("lower-case hexadecimal digits only.")
+
+
 class ReportInput(StrictInputSerializer):
     node = serializers.CharField(
         max_length=DNS1123_LABEL_MAX, help_text="Must be the node the token belongs to."
@@ -146,7 +171,58 @@ class ReportInput(StrictInputSerializer):
     sent_at = serializers.DateTimeField()
     agent_version = serializers.CharField(max_length=VERSION_MAX, allow_blank=True, default="")
     driver_version = serializers.CharField(max_length=VERSION_MAX, allow_blank=True, default="")
-    gpus = serializers.ListField(child=GpuReport(), max_length=MAX_GPUS_PER_REPORT)
+    gpus = serializers.ListField(
+        child=GpuReport(),
+        max_length=MAX_GPUS_PER_REPORT,
+        help_text="Every GPU (protocol 1, or a full report); a change report: the GPUs that "
+        "changed since the base report, each whole.",
+    )
+    protocol = serializers.ChoiceField(
+        choices=REPORT_PROTOCOLS,
+        default=1,
+        help_text="1: every report whole; 2: full reports and change reports (PROTOCOL.md).",
+    )
+    session = serializers.CharField(
+        max_length=REPORT_SESSION_MAX,
+        allow_blank=True,
+        default="",
+        validators=[_hex],
+        help_text="Protocol 2: the agent's session, new at each start.",
+    )
+    seq = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_REPORT_SEQ,
+        allow_null=True,
+        default=None,
+        help_text="Protocol 2: this report's number in the session.",
+    )
+    full = serializers.BooleanField(
+        default=True, help_text="Protocol 2: false for a change report."
+    )
+    base = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_REPORT_SEQ,
+        allow_null=True,
+        default=None,
+        help_text="A change report: the acknowledged report it is relative to.",
+    )
+    base_digest = serializers.CharField(
+        max_length=REPORT_DIGEST_MAX, allow_blank=True, default="", validators=[_hex]
+    )
+    digest = serializers.CharField(
+        max_length=REPORT_DIGEST_MAX,
+        allow_blank=True,
+        default="",
+        validators=[_hex],
+        help_text="Protocol 2: SHA-256 of the node's state after this report.",
+    )
+    readings = serializers.ListField(
+        child=ReadingReport(),
+        max_length=MAX_READINGS,
+        allow_null=True,
+        default=None,
+        help_text="A change report: each device's readings, once a sampling interval.",
+    )
 
 
 class ReportOutput(serializers.Serializer):
@@ -156,6 +232,24 @@ class ReportOutput(serializers.Serializer):
     )
     probes = serializers.IntegerField(
         help_text="Isolation probes the agent has to run (GET agent/probes/); 0: none."
+    )
+
+
+class ReportChangesOutput(ReportOutput):
+    """The answer to a protocol 2 report (a protocol 1 report gets ``ReportOutput`` alone)."""
+
+    ack = serializers.IntegerField(
+        allow_null=True,
+        required=False,
+        help_text="Protocol 2 only: the report the portal now holds (its seq); null when it "
+        "did not apply this one.",
+    )
+    full_report = serializers.BooleanField(
+        required=False,
+        help_text="Protocol 2 only: send a full report now (the portal does not hold the base).",
+    )
+    sample_every_s = serializers.IntegerField(
+        required=False, help_text="Protocol 2 only: send readings this often (seconds)."
     )
 
 
@@ -241,6 +335,9 @@ class NodeOutput(serializers.Serializer):
     cluster = serializers.CharField(source="cluster.name", allow_null=True)
     hostname = serializers.CharField()
     agent_version = serializers.CharField()
+    report_protocol = serializers.IntegerField(
+        help_text="The report protocol the agent speaks: 1 every report whole, 2 changes only."
+    )
     driver_version = serializers.CharField()
     last_report_at = serializers.DateTimeField(allow_null=True)
     stale = serializers.SerializerMethodField(
@@ -359,7 +456,8 @@ class _Unclean(Exception):
 
 
 _sent_at_field = serializers.DateTimeField()
-_REPORT_KEYS = frozenset(("node", "sent_at", "agent_version", "driver_version", "gpus"))
+_REPORT_KEYS = frozenset(ReportInput._declared_fields)
+_READING_KEYS = frozenset(ReadingReport._declared_fields)
 _GPU_KEYS = frozenset(GpuReport._declared_fields)
 _GPU_REQUIRED = (
     "uuid",
@@ -463,18 +561,53 @@ def _gpu(data: object) -> dict[str, Any]:
     }
 
 
+def _hex_str(value: object, max_length: int) -> str:
+    text = _str(value, max_length, allow_blank=True)
+    if text and not all(c in "0123456789abcdef" for c in text):
+        raise _Unclean
+    return text
+
+
+def _reading(data: object) -> dict[str, Any]:
+    r = _keys(data, _READING_KEYS)
+    return {
+        "uuid": _uuid(r["uuid"]),
+        "model": _str(r["model"], GPU_NAME_MAX),
+        "gi_id": _opt_int(r["gi_id"], 0, MAX_GI_ID),
+        "profile": None if r["profile"] is None else _str(r["profile"], MIG_PROFILE_MAX),
+        "utilization_pct": _opt_int(r["utilization_pct"], 0, 100),
+        "memory_used_mib": _int(r["memory_used_mib"], 0, INT32_MAX),
+        "processes": _int(r["processes"], 0, MAX_PROCESSES),
+        "pod_uids": [_str(u, POD_UID_MAX) for u in _list(r["pod_uids"], MAX_PROCESSES)],
+    }
+
+
 def _report_fast(data: object) -> dict[str, Any]:
     r = _keys(data, _REPORT_KEYS)
     try:
         sent_at = _sent_at_field.run_validation(r["sent_at"])
     except serializers.ValidationError as exc:
         raise _Unclean from exc
+    protocol = r.get("protocol", 1)
+    if type(protocol) is not int or protocol not in dict(REPORT_PROTOCOLS):
+        raise _Unclean
+    readings = r.get("readings")
     return {
         "node": _str(r["node"], DNS1123_LABEL_MAX),
         "sent_at": sent_at,
         "agent_version": _str(r.get("agent_version", ""), VERSION_MAX, allow_blank=True),
         "driver_version": _str(r.get("driver_version", ""), VERSION_MAX, allow_blank=True),
         "gpus": [_gpu(g) for g in _list(r["gpus"], MAX_GPUS_PER_REPORT)],
+        "protocol": protocol,
+        "session": _hex_str(r.get("session", ""), REPORT_SESSION_MAX),
+        "seq": _opt_int(r.get("seq"), 1, MAX_REPORT_SEQ),
+        "full": _bool(r.get("full", True)),
+        "base": _opt_int(r.get("base"), 1, MAX_REPORT_SEQ),
+        "base_digest": _hex_str(r.get("base_digest", ""), REPORT_DIGEST_MAX),
+        "digest": _hex_str(r.get("digest", ""), REPORT_DIGEST_MAX),
+        "readings": None
+        if readings is None
+        else [_reading(x) for x in _list(readings, MAX_READINGS)],
     }
 
 

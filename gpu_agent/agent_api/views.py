@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django_filters import rest_framework as filters
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -39,6 +40,7 @@ from gpu_agent.agent_api.serializers import (
     ProbeResultOutput,
     RegisterInput,
     RegisterOutput,
+    ReportChangesOutput,
     ReportInput,
     ReportOutput,
     ResultInput,
@@ -121,16 +123,23 @@ class AgentRegisterView(AnonymousBodyLimit, AgentView):
 class AgentReportView(AgentView):
     """What the node has: GPUs, MIG instances, processes. Stored whole or not at all."""
 
-    @extend_schema(request=ReportInput, responses={200: ReportOutput, **AGENT_ERRORS})
+    @extend_schema(request=ReportInput, responses={200: ReportChangesOutput, **AGENT_ERRORS})
     def post(self, request: Request) -> Response:
         report = validate_report(request.data)  # ReportInput's checks, by hand when clean
         node = calling_node(request)
         answer = reports.agent_report_answer(node=node, report=report)
-        return Response(
-            ReportOutput(
-                {"desired_generation": answer.desired_generation, "probes": answer.probes}
-            ).data
+        data: dict[str, Any] = {
+            "desired_generation": answer.desired_generation,
+            "probes": answer.probes,
+        }
+        if report.get("protocol") != reports.PROTOCOL_CHANGES:
+            return Response(ReportOutput(data).data)  # protocol 1: the answer it always had
+        data.update(
+            ack=answer.ack,
+            full_report=answer.full_report,
+            sample_every_s=settings.USAGE_AGENT_SAMPLE_EVERY_S,
         )
+        return Response(ReportChangesOutput(data).data)
 
 
 class AgentDesiredView(AgentView):

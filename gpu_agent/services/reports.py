@@ -4,6 +4,14 @@ the node's layouts (applied ones confirmed, drained ones released, reset GPUs re
 answer says what the agent has to do next. Observations only: nothing here is audited but a
 stale node coming back.
 
+Two report protocols (PROTOCOL.md). Protocol 1: every report whole. Protocol 2: a full report
+(at the agent's start, when asked, every few minutes) stored as protocol 1 is, and change
+reports, each naming the acknowledged report it is relative to (``base``: session, sequence
+number and state digest): applied (the changed GPUs replaced whole) only when the node holds
+exactly that base, else answered with ``full_report`` and nothing applied, so the stored
+state never drifts from the agent's. A change report with nothing changed costs one statement
+on PostgreSQL. The node records the protocol it speaks (the fleet page shows it).
+
 Once a report commits, its ``ReportReadings`` (what each GPU outside MIG and each MIG
 instance was doing, read from the validated report here and nowhere else) go to each
 ``REPORT_INGESTED`` hook: ``usage`` registers the one that turns them into samples, in its
@@ -50,6 +58,13 @@ MAX_GPUS_PER_REPORT = 64
 MAX_INSTANCES_PER_GPU = 7  # the most MIG instances any NVIDIA GPU offers
 MAX_PROCESSES = 256  # per GPU or per MIG instance
 POD_UID_MAX = 64
+MAX_READINGS = MAX_GPUS_PER_REPORT * MAX_INSTANCES_PER_GPU
+MAX_REPORT_SEQ = 2**62
+PROTOCOL_WHOLE, PROTOCOL_CHANGES = 1, 2
+REPORT_PROTOCOLS = [
+    (PROTOCOL_WHOLE, "1: every report whole"),
+    (PROTOCOL_CHANGES, "2: what changed since the acknowledged report"),
+]
 
 # Called as ``hook(readings=ReportReadings)`` once a report is ingested and committed, each in
 # its own transaction (a failing hook is logged; the report stands and the agent reports again
@@ -84,7 +99,26 @@ class ReportReadings:
 
 def report_readings(*, node: Node, report: Mapping[str, Any], now: datetime) -> ReportReadings:
     """The readings of a validated report: one per GPU outside MIG (MIG off, or on with no
-    instance) and one per MIG instance."""
+    instance) and one per MIG instance (a protocol 2 change report sends them as such)."""
+    if report.get("readings") is not None:
+        return ReportReadings(
+            node.pk,
+            node.cluster_id,
+            now,
+            tuple(
+                DeviceReading(
+                    gpu_uuid=r["uuid"],
+                    model=r["model"],
+                    gi_id=r["gi_id"],
+                    mig_profile=r["profile"],
+                    utilization_pct=r["utilization_pct"],
+                    memory_used_mib=r["memory_used_mib"],
+                    processes=r["processes"],
+                    pod_uids=tuple(r["pod_uids"]),
+                )
+                for r in report["readings"]
+            ),
+        )
     devices: list[DeviceReading] = []
     for g in report.get("gpus") or []:
         instances = g.get("instances") or []
@@ -137,6 +171,24 @@ def _report_problems(report: Mapping[str, Any]) -> dict[str, list[str]]:
     ):
         if len(report.get(name) or "") > limit:
             add(name, f"at most {limit} characters are allowed.")
+    if report.get("protocol", PROTOCOL_WHOLE) == PROTOCOL_CHANGES:
+        for name in ("session", "seq", "digest"):
+            if not report.get(name):
+                add(name, "protocol 2 reports need it.")
+        if not report.get("full", True):
+            for name in ("base", "base_digest"):
+                if not report.get(name):
+                    add(name, "a change report (full: false) needs it.")
+            if report.get("base") and report.get("seq") and report["base"] >= report["seq"]:
+                add("base", "must be lower than seq: the base is an earlier report.")
+        elif report.get("readings") is not None:
+            add("readings", "only in a change report: a full report's GPUs carry the readings.")
+    else:
+        for name in ("session", "seq", "base", "base_digest", "digest", "readings"):
+            if report.get(name):
+                add(name, "only with protocol 2.")
+        if not report.get("full", True):
+            add("full", "only with protocol 2: a protocol 1 report is always whole.")
     gpus = report.get("gpus") or []
     if len(gpus) > MAX_GPUS_PER_REPORT:
         add("gpus", f"{len(gpus)} GPUs; at most {MAX_GPUS_PER_REPORT} per node are accepted.")
@@ -208,10 +260,14 @@ GPU_REPORTED_FIELDS = [
 
 @dataclass(frozen=True)
 class ReportAnswer:
-    """What ``POST agent/report/`` answers: the generation to apply and the open probes."""
+    """What ``POST agent/report/`` answers: the generation to apply and the open probes; for
+    protocol 2, the report the node now holds (``ack``, None when this one was not applied)
+    and whether the agent must send a full report."""
 
     desired_generation: int
     probes: int
+    ack: int | None = None
+    full_report: bool = False
 
 
 def agent_report_ingest(*, node: Node, report: Mapping[str, Any]) -> int:
@@ -242,16 +298,23 @@ def agent_report_answer(*, node: Node, report: Mapping[str, Any]) -> ReportAnswe
             "; ".join(f"{path}: {msgs[0]}" for path, msgs in problems.items()), fields=problems
         )
     now = timezone.now()
-    if connection.vendor == "postgresql":
+    ack: int | None = None
+    full_report = False
+    busy: dict[int, set[int]] | None
+    if report.get("protocol", PROTOCOL_WHOLE) == PROTOCOL_CHANGES and not report.get("full", True):
+        was_stale, ack, full_report, layouts_open, probes = _change_report(
+            node=node, report=report, now=now
+        )
+        busy = None  # read from the database if a drained layout needs it
+    elif connection.vendor == "postgresql":
         was_stale, busy, layouts_open, probes = _ingest_postgresql(
             node=node, report=report, now=now
         )
     else:
         was_stale, busy = _ingest_orm(node=node, report=report, now=now)
-        layouts_open = MigLayout.objects.filter(
-            gpu__node_id=node.pk, state__in=[*OPEN_LAYOUT_STATES, LayoutState.REBOOT_REQUIRED]
-        ).exists()
-        probes = IsolationProbe.objects.filter(gpu__node=node, state__in=OPEN_PROBE_STATES).count()
+        layouts_open, probes = _node_work(node)
+    if report.get("protocol", PROTOCOL_WHOLE) == PROTOCOL_CHANGES and report.get("full", True):
+        ack = report["seq"]  # a full report is always taken: it is the new base
     if was_stale:
         audit_record(
             actor=None,
@@ -260,14 +323,18 @@ def agent_report_answer(*, node: Node, report: Mapping[str, Any]) -> ReportAnswe
             before={"stale": True},
             after={"stale": False, "last_report_at": iso(now)},
         )
-    if REPORT_INGESTED:
+    # A whole report's GPUs carry their readings; a change report sends them once a sampling
+    # interval as ``readings`` (taken even when the report is not applied: they do not
+    # depend on the base).
+    has_readings = report.get("full", True) or report.get("readings") is not None
+    if REPORT_INGESTED and has_readings:
         readings = report_readings(node=node, report=report, now=now)
         for hook in REPORT_INGESTED:
             transaction.on_commit(partial(hook, readings=readings), robust=True)
     if not layouts_open:
         # No pending, applying or reboot-required layout on the node (the usual case): nothing
         # to confirm, release or reopen, and nothing for the agent to apply.
-        return ReportAnswer(0, probes)
+        return ReportAnswer(0, probes, ack, full_report)
     _confirm_applied(node=node, now=now)
     # After a reset, a GPU whose MIG mode is now the layout's gets its layout applied.
     MigLayout.objects.filter(
@@ -280,8 +347,8 @@ def agent_report_answer(*, node: Node, report: Mapping[str, Any]) -> ReportAnswe
         deadline=now + layout_deadline(),
         updated_at=now,
     )
-    _release_drained(node=node, busy=busy, now=now)
-    return ReportAnswer(agent_desired_generation(node=node), probes)
+    _release_drained(node=node, busy=_busy_stored(node) if busy is None else busy, now=now)
+    return ReportAnswer(agent_desired_generation(node=node), probes, ack, full_report)
 
 
 def _foreign_gpus(uuids: Sequence[str], foreign: Sequence[str]) -> PermissionDenied:
@@ -323,23 +390,7 @@ def _ingest_orm(
     )
     if foreign:
         raise _foreign_gpus(uuids, foreign)
-    rows = [
-        Gpu(
-            node_id=node.pk,
-            uuid=g["uuid"],
-            index=g["index"],
-            name=g["name"],
-            memory_total_mib=g["memory_total_mib"],
-            memory_used_mib=g["memory_used_mib"],
-            utilization_pct=g.get("utilization_pct"),
-            mig_mode_current=g["mig_mode_current"],
-            mig_mode_pending=g["mig_mode_pending"],
-            applied_generation=g.get("applied_generation") or 0,
-            processes=_processes(g.get("processes") or []),
-            last_seen_at=now,
-        )
-        for g in gpus
-    ]
+    rows = [_gpu_row(node, g, now) for g in gpus]
     if rows:
         saved = Gpu.objects.bulk_create(
             rows,
@@ -365,8 +416,184 @@ def _ingest_orm(
         stale=False,
         agent_version=report.get("agent_version") or F("agent_version"),
         driver_version=report.get("driver_version") or F("driver_version"),
+        **_base_fields(report),
     )
     return locked.stale, _busy(gpus, ids)
+
+
+def _base_fields(report: Mapping[str, Any]) -> dict[str, Any]:
+    """What a whole report makes the node's base: its protocol, and for protocol 2 the
+    report's session, number and digest (protocol 1: none, so no change report matches)."""
+    protocol = report.get("protocol", PROTOCOL_WHOLE)
+    if protocol != PROTOCOL_CHANGES:
+        return {"report_protocol": protocol, "report_session": "", "report_seq": 0,
+                "report_digest": ""}  # fmt: skip
+    return {
+        "report_protocol": protocol,
+        "report_session": report["session"],
+        "report_seq": report["seq"],
+        "report_digest": report["digest"],
+    }
+
+
+def _node_work(node: Node) -> tuple[bool, int]:
+    """Whether the node has a layout open (pending, applying, reboot-required), and its open
+    isolation probes."""
+    layouts_open = MigLayout.objects.filter(
+        gpu__node_id=node.pk, state__in=[*OPEN_LAYOUT_STATES, LayoutState.REBOOT_REQUIRED]
+    ).exists()
+    probes = IsolationProbe.objects.filter(gpu__node=node, state__in=OPEN_PROBE_STATES).count()
+    return layouts_open, probes
+
+
+def _busy_stored(node: Node) -> dict[int, set[int]]:
+    """The busy instances as stored (a change report sends only the GPUs that changed)."""
+    busy: dict[int, set[int]] = {}
+    for gpu_id, processes in Gpu.objects.filter(node_id=node.pk).values_list("id", "processes"):
+        if processes:
+            busy.setdefault(gpu_id, set()).add(WHOLE_GPU)
+    for gpu_id, gi_id in MigInstance.objects.filter(gpu__node_id=node.pk, busy=True).values_list(
+        "gpu_id", "gi_id"
+    ):
+        busy.setdefault(gpu_id, set()).add(gi_id)
+    return busy
+
+
+# PostgreSQL, a change report on the base the node holds: the node moved to this report and
+# the work it has, in one statement (all of a quiet node's report); then the changed GPUs, if
+# any, as a whole report writes them. No row back: the node does not hold the base (the
+# general path decides what to answer).
+_PG_ON_BASE = """
+UPDATE gpu_agent_node n SET last_report_at = %s, stale = false, report_seq = %s,
+  report_digest = %s,
+  agent_version = COALESCE(NULLIF(%s, ''), n.agent_version),
+  driver_version = COALESCE(NULLIF(%s, ''), n.driver_version)
+FROM (SELECT id, stale FROM gpu_agent_node WHERE id = %s FOR UPDATE) o
+WHERE n.id = o.id AND n.report_protocol = 2 AND n.report_session = %s AND n.report_seq = %s
+  AND n.report_digest = %s
+RETURNING o.stale,
+  EXISTS (SELECT 1 FROM gpu_agent_miglayout l JOIN gpu_agent_gpu g ON g.id = l.gpu_id
+          WHERE g.node_id = n.id AND l.state IN (%s, %s, %s)),
+  (SELECT count(*) FROM gpu_agent_isolationprobe p JOIN gpu_agent_gpu g ON g.id = p.gpu_id
+   WHERE g.node_id = n.id AND p.state IN (%s, %s))"""
+
+
+def _change_report(
+    *, node: Node, report: Mapping[str, Any], now: datetime
+) -> tuple[bool, int | None, bool, bool, int]:
+    """A protocol 2 change report: applied when the node holds its base (the changed GPUs
+    upserted whole, their instances replaced), taken as done when it is the report the node
+    already holds (delivered twice), else nothing applied and a full report asked for.
+    Returns (was stale, ack, full report wanted, layouts open, open probes)."""
+    gpus = list(report.get("gpus") or [])
+    _check_readings(node=node, report=report)
+    versions = [report.get("agent_version") or "", report.get("driver_version") or ""]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _PG_ON_BASE,
+                [
+                    now, report["seq"], report["digest"], *versions, node.pk, report["session"],
+                    report["base"], report["base_digest"],
+                    *(s.value for s in (*OPEN_LAYOUT_STATES, LayoutState.REBOOT_REQUIRED)),
+                    *(s.value for s in OPEN_PROBE_STATES),
+                ],
+            )  # fmt: skip
+            row = cursor.fetchone()
+            if row is not None and gpus:
+                _pg_write_gpus(cursor, node=node, gpus=gpus, now=now, only_these=True)
+        if row is not None:
+            return bool(row[0]), report["seq"], False, bool(row[1]), int(row[2])
+    locked = (
+        Node.objects.select_for_update()
+        .only("pk", "stale", "report_protocol", "report_session", "report_seq", "report_digest")
+        .get(pk=node.pk)
+    )
+    held = (locked.report_protocol, locked.report_session, locked.report_seq, locked.report_digest)
+    session = report["session"]
+    seen: dict[str, Any] = {"last_report_at": now, "stale": False}
+    if held == (PROTOCOL_CHANGES, session, report["base"], report["base_digest"]):
+        if gpus:
+            _upsert_changed_gpus(node=node, gpus=gpus, now=now)
+        Node.objects.filter(pk=node.pk).update(
+            **seen,
+            report_seq=report["seq"],
+            report_digest=report["digest"],
+            agent_version=versions[0] or F("agent_version"),
+            driver_version=versions[1] or F("driver_version"),
+        )
+        ack, full_report = report["seq"], False
+    elif held == (PROTOCOL_CHANGES, session, report["seq"], report["digest"]):
+        Node.objects.filter(pk=node.pk).update(**seen)  # this report again: already applied
+        ack, full_report = report["seq"], False
+    else:
+        Node.objects.filter(pk=node.pk).update(**seen)  # alive, but the base is not held
+        ack, full_report = None, True
+    layouts_open, probes = _node_work(node)
+    return locked.stale, ack, full_report, layouts_open, probes
+
+
+def _check_readings(*, node: Node, report: Mapping[str, Any]) -> None:
+    """Readings name only the node's own GPUs (400, naming the reading, otherwise)."""
+    readings = report.get("readings") or []
+    if not readings:
+        return
+    uuids = {r["uuid"] for r in readings}
+    own = set(Gpu.objects.filter(node_id=node.pk, uuid__in=uuids).values_list("uuid", flat=True))
+    problems = {
+        f"readings[{i}].uuid": [f"{r['uuid']} is not a GPU this node has reported."]
+        for i, r in enumerate(readings)
+        if r["uuid"] not in own
+    }
+    if problems:
+        raise ValidationFailed(
+            "; ".join(f"{k}: {v[0]}" for k, v in problems.items()), fields=problems
+        )
+
+
+def _upsert_changed_gpus(*, node: Node, gpus: Sequence[Mapping[str, Any]], now: datetime) -> None:
+    """The GPUs a change report sends, each whole: upserted, and their instances replaced
+    (those of the other GPUs stay). A GPU of another node refuses the report (403)."""
+    uuids = [g["uuid"] for g in gpus]
+    foreign = list(
+        Gpu.objects.filter(uuid__in=uuids).exclude(node_id=node.pk).values_list("uuid", flat=True)
+    )
+    if foreign:
+        raise _foreign_gpus(uuids, foreign)
+    saved = Gpu.objects.bulk_create(
+        [_gpu_row(node, g, now) for g in gpus],
+        update_conflicts=True,
+        unique_fields=["uuid"],
+        update_fields=GPU_REPORTED_FIELDS,
+    )
+    ids = {row.uuid: row.pk for row in saved}
+    if None in ids.values():  # a database that does not return ids from an upsert
+        ids = dict(Gpu.objects.filter(uuid__in=uuids).values_list("uuid", "pk"))
+    MigInstance.objects.filter(gpu_id__in=ids.values()).delete()
+    MigInstance.objects.bulk_create(
+        [
+            MigInstance(gpu_id=ids[g["uuid"]], observed_at=now, **_instance_fields(inst))
+            for g in gpus
+            for inst in g.get("instances") or []
+        ]
+    )
+
+
+def _gpu_row(node: Node, g: Mapping[str, Any], now: datetime) -> Gpu:
+    return Gpu(
+        node_id=node.pk,
+        uuid=g["uuid"],
+        index=g["index"],
+        name=g["name"],
+        memory_total_mib=g["memory_total_mib"],
+        memory_used_mib=g["memory_used_mib"],
+        utilization_pct=g.get("utilization_pct"),
+        mig_mode_current=g["mig_mode_current"],
+        mig_mode_pending=g["mig_mode_pending"],
+        applied_generation=g.get("applied_generation") or 0,
+        processes=_processes(g.get("processes") or []),
+        last_seen_at=now,
+    )
 
 
 def _instance_fields(inst: Mapping[str, Any]) -> dict[str, Any]:
@@ -388,7 +615,8 @@ def _instance_fields(inst: Mapping[str, Any]) -> dict[str, Any]:
 _PG_NODE_UPDATE = """
 UPDATE gpu_agent_node n SET last_report_at = %s, stale = false,
   agent_version = COALESCE(NULLIF(%s, ''), n.agent_version),
-  driver_version = COALESCE(NULLIF(%s, ''), n.driver_version)
+  driver_version = COALESCE(NULLIF(%s, ''), n.driver_version),
+  report_protocol = %s, report_session = %s, report_seq = %s, report_digest = %s
 FROM (SELECT id, stale FROM gpu_agent_node WHERE id = %s FOR UPDATE) o
 WHERE n.id = o.id
 RETURNING o.stale"""
@@ -443,45 +671,21 @@ def _ingest_postgresql(
     parameter). Returns whether the node was stale, the busy instances, whether the node
     has a layout open (pending, applying, reboot-required) and its open probes."""
     gpus = list(report.get("gpus") or [])
-    uuids = [g["uuid"] for g in gpus]
     with connection.cursor() as cursor:
+        base = _base_fields(report)
         cursor.execute(
             _PG_NODE_UPDATE,
-            [now, report.get("agent_version") or "", report.get("driver_version") or "", node.pk],
-        )
+            [
+                now, report.get("agent_version") or "", report.get("driver_version") or "",
+                base["report_protocol"], base["report_session"], base["report_seq"],
+                base["report_digest"], node.pk,
+            ],
+        )  # fmt: skip
         row = cursor.fetchone()
         if row is None:
             raise Node.DoesNotExist("Node matching query does not exist.")
         was_stale = bool(row[0])
-        ids: dict[str, int] = {}
-        if gpus:
-            rows = [
-                {
-                    "uuid": g["uuid"],
-                    "index": g["index"],
-                    "name": g["name"],
-                    "memory_total_mib": g["memory_total_mib"],
-                    "memory_used_mib": g["memory_used_mib"],
-                    "utilization_pct": g.get("utilization_pct"),
-                    "mig_mode_current": g["mig_mode_current"],
-                    "mig_mode_pending": g["mig_mode_pending"],
-                    "applied_generation": g.get("applied_generation") or 0,
-                    "processes": _processes(g.get("processes") or []),
-                }
-                for g in gpus
-            ]
-            cursor.execute(_PG_GPU_UPSERT, [node.pk, now, json.dumps(rows)])
-            ids = dict(cursor.fetchall())
-            if len(ids) < len(uuids):
-                raise _foreign_gpus(uuids, [u for u in uuids if u not in ids])
-        cursor.execute(_PG_INSTANCES_DELETE, [node.pk])
-        instances = [
-            {"gpu_id": ids[g["uuid"]], **_instance_fields(inst)}
-            for g in gpus
-            for inst in g.get("instances") or []
-        ]
-        if instances:
-            cursor.execute(_PG_INSTANCES_INSERT, [now, json.dumps(instances)])
+        ids = _pg_write_gpus(cursor, node=node, gpus=gpus, now=now, only_these=False)
         cursor.execute(
             _PG_NODE_WORK,
             [
@@ -493,6 +697,56 @@ def _ingest_postgresql(
         )
         layouts_open, probes = cursor.fetchone()
     return was_stale, _busy(gpus, ids), bool(layouts_open), int(probes)
+
+
+_PG_INSTANCES_DELETE_OF = """
+DELETE FROM gpu_agent_miginstance WHERE gpu_id = ANY(%s)"""
+
+
+def _pg_write_gpus(
+    cursor: Any,
+    *,
+    node: Node,
+    gpus: Sequence[Mapping[str, Any]],
+    now: datetime,
+    only_these: bool,
+) -> dict[str, int]:
+    """GPUs upserted, their instances replaced (``only_these``: of these GPUs; else of the
+    whole node), at most three statements. A GPU of another node refuses the report."""
+    uuids = [g["uuid"] for g in gpus]
+    ids: dict[str, int] = {}
+    if gpus:
+        rows = [
+            {
+                "uuid": g["uuid"],
+                "index": g["index"],
+                "name": g["name"],
+                "memory_total_mib": g["memory_total_mib"],
+                "memory_used_mib": g["memory_used_mib"],
+                "utilization_pct": g.get("utilization_pct"),
+                "mig_mode_current": g["mig_mode_current"],
+                "mig_mode_pending": g["mig_mode_pending"],
+                "applied_generation": g.get("applied_generation") or 0,
+                "processes": _processes(g.get("processes") or []),
+            }
+            for g in gpus
+        ]
+        cursor.execute(_PG_GPU_UPSERT, [node.pk, now, json.dumps(rows)])
+        ids = dict(cursor.fetchall())
+        if len(ids) < len(uuids):
+            raise _foreign_gpus(uuids, [u for u in uuids if u not in ids])
+    if only_these:
+        cursor.execute(_PG_INSTANCES_DELETE_OF, [list(ids.values())])
+    else:
+        cursor.execute(_PG_INSTANCES_DELETE, [node.pk])
+    instances = [
+        {"gpu_id": ids[g["uuid"]], **_instance_fields(inst)}
+        for g in gpus
+        for inst in g.get("instances") or []
+    ]
+    if instances:
+        cursor.execute(_PG_INSTANCES_INSERT, [now, json.dumps(instances)])
+    return ids
 
 
 _PG_INSTANCES_ATTRIBUTE = """

@@ -13,16 +13,26 @@ delete for each owned object no longer desired. Backends:
 Errors: 422 and other 4xx are permanent (the object is wrong: retrying will not help); 408, 409,
 429, 5xx, timeouts and connection errors are retryable (``RetryableError``), and the caller
 retries the whole pass with backoff. Applies are idempotent, so a retried pass is safe.
+
+Concurrency: a backend may say how many writes it takes at once (``concurrency``; the
+Kubernetes backend's connection pool is that large, a folder of YAML takes one). The writes of a
+pass then go in waves: one wave per kind in ``KINDS`` order, split where the compiler orders
+objects of a kind among themselves (parent Cohorts before their children, Volcano group queues
+before tenants' queues), and a wave starts only when the one before it has finished, so an
+object is never written before what it refers to (its Namespace, its Cohort, its ClusterQueue).
+Within a wave the writes run on a pool of threads; what each one did is recorded in the wave's
+order, as a sequential pass would.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import yaml
 
@@ -44,6 +54,7 @@ Key = tuple[str, str, str, str]
 LIST_PAGE = 500
 TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
 RETRYABLE_STATUSES = {408, 409, 429, 500, 502, 503, 504}
+_T = TypeVar("_T")
 
 
 class ApplyError(Exception):
@@ -133,7 +144,9 @@ class ApplyResult:
 
 class Backend(Protocol):
     """Where a pass writes. A backend may hold connections: whoever makes one closes it
-    (``quotas.backends.cluster_backend`` does, on leaving its ``with``)."""
+    (``quotas.backends.cluster_backend`` does, on leaving its ``with``). A backend that can
+    take several writes at once (from several threads) says how many in ``concurrency``
+    (read with ``getattr``: 1 where it says nothing)."""
 
     def list_owned(self, kind: Kind, selector: str) -> list[dict[str, Any]]: ...
 
@@ -189,61 +202,170 @@ def apply_objects(
                 result.skipped.append(exc.message)
                 result.failed.extend((key_of(obj), exc.message) for obj in wanted)
 
+    concurrency = max(1, int(getattr(backend, "concurrency", 1) or 1))
+    pool = ThreadPoolExecutor(concurrency, "apply") if concurrency > 1 else None
+    try:
+        _write_desired(backend, by_kind, live, served, kinds, result, dry_run, pool)
+        if scope.prune:
+            _prune(backend, desired, live, served, kinds, scope, result, dry_run, pool)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return result
+
+
+@dataclass
+class _Write:
+    obj: dict[str, Any]
+    key: Key
+    current: dict[str, Any] | None
+    reasons: list[str]
+
+
+def _waves(objects: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """A kind's objects (sorted by ``compiler.sort_key``) cut where the compiler's order
+    changes: what a later wave refers to (a parent Cohort) is in an earlier one."""
+    waves: list[list[dict[str, Any]]] = []
+    last: int | None = None
+    for obj in objects:
+        order = compiler.apply_order(obj)
+        if order != last:
+            waves.append([])
+            last = order
+        waves[-1].append(obj)
+    return waves
+
+
+def _run_wave(
+    items: Sequence[_T], work: Callable[[_T], str | None], pool: ThreadPoolExecutor | None
+) -> list[str | None]:
+    """``work`` for every item (on ``pool`` when there is one and more than one item), the
+    answers in the items' order: None for done, a message for a permanent failure. The first
+    ``RetryableError`` is raised once the writes already running have finished, and nothing
+    after it starts: the pass is retried whole, and every write is idempotent."""
+    if pool is None or len(items) < 2:
+        return [work(item) for item in items]
+    futures: list[Future[str | None]] = [pool.submit(work, item) for item in items]
+    answers: list[str | None] = []
+    retry: RetryableError | None = None
+    for future in futures:
+        if retry is not None:
+            future.cancel()
+            continue
+        try:
+            answers.append(future.result())
+        except RetryableError as exc:
+            retry = exc
+            for later in futures:
+                later.cancel()
+    if retry is not None:
+        for future in futures:
+            if not future.cancelled():
+                future.exception()  # wait for what was already running
+        raise retry
+    return answers
+
+
+def _write_desired(
+    backend: Backend,
+    by_kind: dict[Kind, list[dict[str, Any]]],
+    live: dict[Key, dict[str, Any]],
+    served: set[Kind],
+    kinds: Sequence[Kind],
+    result: ApplyResult,
+    dry_run: bool,
+    pool: ThreadPoolExecutor | None,
+) -> None:
+    def write(item: _Write) -> str | None:
+        try:
+            if item.current is not None:
+                refuse_breaking_update(item.obj, item.current, key=item.key)
+            backend.apply(item.obj, dry_run=dry_run)
+        except RetryableError:
+            raise
+        except ApplyError as exc:
+            return exc.message
+        return None
+
     new_namespaces: set[str] = set()  # a dry run creates nothing: what goes in them waits
     for kind in kinds:
         if kind not in served:
             continue
-        for obj in by_kind.get(kind, []):
-            key = key_of(obj)
-            current = live.get(key)
-            reasons = needs_write(obj, current, FIELD_MANAGER)
-            if not reasons:
-                result.unchanged += 1
-                continue
-            if dry_run and key[2] in new_namespaces:
-                result.skipped.append(
-                    f"{Change(key).describe()} not checked: its namespace does not exist yet"
-                )
-                continue
-            if dry_run and current is None and kind.kind == "Namespace":
-                new_namespaces.add(key[3])
-            try:
-                if current is not None:
-                    refuse_breaking_update(obj, current, key=key)
-                backend.apply(obj, dry_run=dry_run)
-            except RetryableError:
-                raise
-            except ApplyError as exc:
-                result.failed.append((key, exc.message))
-                continue
-            if current is None:
-                result.created.append(Change(key))
-            else:
-                result.changed.append(Change(key, reasons, drift(obj, current)))
-
-    if scope.prune:
-        wanted_keys = {key_of(o) for o in desired}
-        live_by_kind: dict[tuple[str, str], list[tuple[Key, dict[str, Any]]]] = {}
-        for key, obj in live.items():
-            live_by_kind.setdefault(key[:2], []).append((key, obj))
-        for kind in reversed(kinds):
-            if kind not in served or kind.never_prune:
-                continue
-            for key, obj in live_by_kind.get((kind.api_version, kind.kind), []):
-                if key in wanted_keys:
+        for wave in _waves(by_kind.get(kind, [])):
+            todo: list[_Write] = []
+            for obj in wave:
+                key = key_of(obj)
+                current = live.get(key)
+                reasons = needs_write(obj, current, FIELD_MANAGER)
+                if not reasons:
+                    result.unchanged += 1
                     continue
-                if scope.tenant is not None and not _tenant_owned(obj):
-                    continue  # cluster-wide objects are pruned by the full pass only
-                if not dry_run:
-                    try:
-                        backend.delete(kind, namespace=key[2] or None, name=key[3])
-                    except RetryableError:
-                        raise
-                    except ApplyError as exc:
-                        result.failed.append((key, exc.message))
-                        continue
-                result.pruned.append(Change(key))
-    return result
+                if dry_run and key[2] in new_namespaces:
+                    result.skipped.append(
+                        f"{Change(key).describe()} not checked: its namespace does not exist yet"
+                    )
+                    continue
+                if dry_run and current is None and kind.kind == "Namespace":
+                    new_namespaces.add(key[3])
+                todo.append(_Write(obj, key, current, reasons))
+            for item, failure in zip(todo, _run_wave(todo, write, pool), strict=True):
+                if failure is not None:
+                    result.failed.append((item.key, failure))
+                elif item.current is None:
+                    result.created.append(Change(item.key))
+                else:
+                    result.changed.append(
+                        Change(item.key, item.reasons, drift(item.obj, item.current))
+                    )
+
+
+def _prune(
+    backend: Backend,
+    desired: Sequence[dict[str, Any]],
+    live: dict[Key, dict[str, Any]],
+    served: set[Kind],
+    kinds: Sequence[Kind],
+    scope: Scope,
+    result: ApplyResult,
+    dry_run: bool,
+    pool: ThreadPoolExecutor | None,
+) -> None:
+    """Delete owned objects in scope no longer desired: kinds in reverse order, and within a
+    kind the compiler's order reversed (child Cohorts before their parents)."""
+
+    def delete(target: tuple[Kind, Key]) -> str | None:
+        kind, key = target
+        if dry_run:
+            return None
+        try:
+            backend.delete(kind, namespace=key[2] or None, name=key[3])
+        except RetryableError:
+            raise
+        except ApplyError as exc:
+            return exc.message
+        return None
+
+    wanted_keys = {key_of(o) for o in desired}
+    live_by_kind: dict[tuple[str, str], list[tuple[Key, dict[str, Any]]]] = {}
+    for key, obj in live.items():
+        live_by_kind.setdefault(key[:2], []).append((key, obj))
+    for kind in reversed(kinds):
+        if kind not in served or kind.never_prune:
+            continue
+        gone = [
+            obj
+            for key, obj in live_by_kind.get((kind.api_version, kind.kind), [])
+            if key not in wanted_keys
+            # cluster-wide objects are pruned by the full pass only
+            and (scope.tenant is None or _tenant_owned(obj))
+        ]
+        for wave in reversed(_waves(sort_for_apply(gone))):
+            doomed = [(kind, key_of(obj)) for obj in wave]
+            for (_, key), failure in zip(doomed, _run_wave(doomed, delete, pool), strict=True):
+                if failure is not None:
+                    result.failed.append((key, failure))
+                else:
+                    result.pruned.append(Change(key))
 
 
 def as_applied(desired: Any, live: Any) -> Any:
@@ -287,29 +409,44 @@ def drift(desired: dict[str, Any], live: dict[str, Any]) -> dict[str, Any]:
 
 class KubernetesBackend:
     """A cluster through the official client. ``api_client`` comes from a kubeconfig
-    (``from_kubeconfig``) or the in-cluster service account (``in_cluster``)."""
+    (``from_kubeconfig``) or the in-cluster service account (``in_cluster``). ``concurrency``
+    is how many writes a pass sends at once; the client's connection pool
+    (``connection_pool_maxsize``) is made that large, so each thread keeps its connection."""
 
-    def __init__(self, api_client: Any, *, field_manager: str = FIELD_MANAGER) -> None:
+    def __init__(
+        self, api_client: Any, *, field_manager: str = FIELD_MANAGER, concurrency: int = 1
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be 1 or more, not {concurrency}")
         self.api = api_client
         self.field_manager = field_manager
+        self.concurrency = concurrency
 
     @classmethod
-    def from_kubeconfig(cls, path: str, *, context: str | None = None) -> KubernetesBackend:
+    def from_kubeconfig(
+        cls, path: str, *, context: str | None = None, concurrency: int = 1
+    ) -> KubernetesBackend:
         from kubernetes import client, config
 
         configuration = client.Configuration()
         config.load_kube_config(
             config_file=path, context=context, client_configuration=configuration
         )
-        return cls(client.ApiClient(_no_client_retries(configuration)))
+        return cls(
+            client.ApiClient(_client_configuration(configuration, concurrency)),
+            concurrency=concurrency,
+        )
 
     @classmethod
-    def in_cluster(cls) -> KubernetesBackend:
+    def in_cluster(cls, *, concurrency: int = 1) -> KubernetesBackend:
         from kubernetes import client, config
 
         configuration = client.Configuration()
         config.load_incluster_config(client_configuration=configuration)
-        return cls(client.ApiClient(_no_client_retries(configuration)))
+        return cls(
+            client.ApiClient(_client_configuration(configuration, concurrency)),
+            concurrency=concurrency,
+        )
 
     def close(self) -> None:
         self.api.close()
@@ -421,10 +558,15 @@ class KubernetesBackend:
                 raise
 
 
-def _no_client_retries(configuration: Any) -> Any:
-    """The pass retries as a whole, with backoff (the task); urllib3's own silent retries would
-    only stretch a page view's dry run against a cluster that drops connections."""
+def _client_configuration(configuration: Any, concurrency: int) -> Any:
+    """No client retries: the pass retries as a whole, with backoff (the task); urllib3's own
+    silent retries would only stretch a page view's dry run against a cluster that drops
+    connections. A connection pool at least ``concurrency`` large: a smaller one would open and
+    discard a connection per write beyond it."""
     configuration.retries = False
+    configuration.connection_pool_maxsize = max(
+        concurrency, configuration.connection_pool_maxsize or 1
+    )
     return configuration
 
 

@@ -1,6 +1,7 @@
 """Faults between the portal and a GPU node agent: the agent disconnected in the middle of a MIG
 apply (killed between destroying and creating instances, or the portal unreachable from
-there on), and the agent's clock hours off the portal's.
+there on), and the agent's clock hours off the portal's. Each under both report protocols: 1
+(every report whole) and 2 (what changed since the acknowledged report).
 
 The portal is the real one (``live_server``: Django over HTTP on the test database); the agent
 is the real ``gpu_agent.agent.runner.Agent`` with the fake backend (the simulated NVML, saved
@@ -85,6 +86,7 @@ class Node1:
     directory: Path
     token: str = ""
     fake: FakeNode | None = None
+    protocol: int = 2  # the report protocol the agent speaks
 
     def start(
         self, *, portal: str | None = None, now: Any = None
@@ -93,7 +95,7 @@ class Node1:
             f"{H100}:1", state_path=self.directory / FAKE_STATE_FILE, seed=NODE
         )
         backend = Recording(self.fake.backend)
-        client = PortalClient(portal or self.portal, token=self.token or None, timeout=5)
+        client = self.client_class(portal or self.portal, token=self.token or None, timeout=5)
         state = AgentState(self.directory)
         extra = {"now": now} if now is not None else {}
         agent = Agent(
@@ -104,15 +106,18 @@ class Node1:
             pod_lookup=self.fake.pod_uid_for_pid,
             prober=SimulatedProber(seed=NODE),
             sleep=lambda _s: None,
+            report_protocol=self.protocol,
             **extra,
         )
         return agent, backend, client
 
+    client_class: Any = PortalClient
 
-@pytest.fixture
-def node(transactional_db, live_server, world, tmp_path) -> Node1:  # type: ignore[no-untyped-def]
+
+@pytest.fixture(params=[1, 2], ids=["protocol-1", "protocol-2"])
+def node(request, transactional_db, live_server, world, tmp_path) -> Node1:  # type: ignore[no-untyped-def]
     _, join = join_token_create(node_name=NODE, actor=world.admin, cluster=world.h100)
-    result = Node1(live_server.url, tmp_path / "agent")
+    result = Node1(live_server.url, tmp_path / "agent", protocol=request.param)
     agent, _, client = result.start()
     _, result.token = client.register(join, NODE)
     agent.state.write_token(result.token, join_token=join)

@@ -213,6 +213,10 @@ def make_agent(
     random: Callable[[], float] = lambda: 0.5,
     **options: Any,
 ) -> tuple[Agent, Clock]:
+    """An agent of the fake portal, which speaks report protocol 1 (every report whole):
+    these tests are about the loop; protocol 2 is tested against the portal itself
+    (tests/gpu_agent/test_report_protocol.py)."""
+    options.setdefault("report_protocol", 1)
     clock = Clock()
     agent = Agent(
         backend=node.backend,
@@ -482,6 +486,8 @@ def test_a_revoked_token_is_replaced_by_a_new_join_token(
         A100,
         "--state-dir",
         str(tmp_path),
+        "--report-protocol",
+        "1",  # the fake portal's
     ]
     join_file = tmp_path / "join" / NODE  # as a Secret with a key per node mounts it
     join_file.parent.mkdir()
@@ -587,3 +593,19 @@ def test_fake_gpu_uuids_differ_between_nodes(tmp_path: Path) -> None:
     # Other GPUs than the saved ones: a fresh simulated node.
     other = build_fake_node(f"{A100}:2", state_path=tmp_path / "a.json", seed="node-a")
     assert len(other.nvml.gpu_uuids()) == 2
+
+
+def test_an_agent_meeting_a_portal_without_protocol_2_falls_back_to_protocol_1(
+    portal: FakePortal, tmp_path: Path
+) -> None:
+    node = fake_node(tmp_path)
+    agent, _ = make_agent(portal.url, tmp_path, node, report_protocol=2)
+
+    assert agent.run(once=True) == 0
+    assert agent.run(once=True) == 0
+
+    # The first report (protocol 2) was refused; the same inventory went whole at once, and
+    # every report after it is protocol 1, whole.
+    assert portal.paths() == ["POST report/"] * 3
+    assert len(portal.reports) == 2
+    assert all("protocol" not in r and len(r["gpus"]) == 2 for r in portal.reports)
