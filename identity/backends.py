@@ -15,7 +15,6 @@ import jwt
 import requests
 from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
-from django.core.exceptions import SuspiciousOperation
 from django_auth_ldap.backend import LDAPBackend
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
@@ -99,15 +98,38 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
                 f"({type(exc).__name__})."
             ) from exc
 
-    def retrieve_matching_jwk(self, token: str) -> Any:
+    def signing_keys(self, token: str, header: dict[str, Any]) -> list[jwt.PyJWK]:
+        """The provider's keys (its JWKS) that may have signed ``token``: the one its ``kid``
+        names, or, for a token without ``kid`` (some providers leave it out when they have a
+        single key), every signing key of the algorithm's type."""
+        name = oidc.provider_name()
+        response = requests.get(
+            self.OIDC_OP_JWKS_ENDPOINT,
+            timeout=settings.OIDC_TIMEOUT,
+            verify=settings.OIDC_VERIFY_SSL,
+        )
+        response.raise_for_status()
         try:
-            return super().retrieve_matching_jwk(token)
-        except SuspiciousOperation as exc:
-            raise IdentityError(
-                f"The ID token is signed with a key {oidc.provider_name()} does not publish."
-            ) from exc
-        except (KeyError, jwt.PyJWTError) as exc:
-            raise IdentityError(f"{oidc.provider_name()}'s signing keys cannot be read.") from exc
+            published = response.json()["keys"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise IdentityError(f"{name}'s signing keys (JWKS) cannot be read.") from exc
+        kid = header.get("kid")
+        kty = "EC" if self.OIDC_RP_SIGN_ALGO.startswith("ES") else "RSA"
+        keys = []
+        for item in published if isinstance(published, list) else []:
+            if not isinstance(item, dict) or item.get("use", "sig") != "sig":
+                continue
+            if kid is not None and item.get("kid") != kid:
+                continue
+            if item.get("kty") != kty or item.get("alg", self.OIDC_RP_SIGN_ALGO) != header["alg"]:
+                continue
+            try:
+                keys.append(jwt.PyJWK(item, algorithm=self.OIDC_RP_SIGN_ALGO))
+            except jwt.PyJWTError:
+                continue
+        if not keys:
+            raise IdentityError(f"The ID token is signed with a key {name} does not publish.")
+        return keys
 
     def verify_token(self, token: str, **kwargs: Any) -> dict[str, Any]:
         name = oidc.provider_name()
@@ -122,32 +144,38 @@ class PortalOIDCBackend(OIDCAuthenticationBackend):
                 f"{name}'s ID token is signed with {header.get('alg')!r}, not "
                 f"{self.OIDC_RP_SIGN_ALGO} (OIDC_SIGN_ALGO)."
             )
-        key = self.retrieve_matching_jwk(token)
-        try:
-            payload: dict[str, Any] = jwt.decode(
-                token,
-                key,
-                algorithms=[self.OIDC_RP_SIGN_ALGO],
-                audience=self.OIDC_RP_CLIENT_ID,
-                issuer=oidc.metadata().get("issuer", settings.OIDC_ISSUER),
-                leeway=CLOCK_SKEW_SECONDS,
-                options={"require": ["exp", "iat", "iss", "aud", "sub"]},
-            )
-        except jwt.ExpiredSignatureError as exc:
-            raise IdentityError(f"{name}'s ID token has expired: sign in again.") from exc
-        except jwt.InvalidSignatureError as exc:
-            raise IdentityError(
-                f"{name}'s ID token failed its signature check: it was not signed by "
-                "the provider's key."
-            ) from exc
-        except jwt.InvalidAudienceError as exc:
-            raise IdentityError(
-                f"{name}'s ID token was issued for another client than OIDC_CLIENT_ID."
-            ) from exc
-        except jwt.InvalidIssuerError as exc:
-            raise IdentityError(f"{name}'s ID token names another issuer.") from exc
-        except jwt.PyJWTError as exc:
-            raise IdentityError(f"{name}'s ID token was refused: {exc}.") from exc
+        keys = self.signing_keys(token, header)
+        payload: dict[str, Any] | None = None
+        for index, key in enumerate(keys):
+            try:
+                payload = jwt.decode(
+                    token,
+                    key,
+                    algorithms=[self.OIDC_RP_SIGN_ALGO],
+                    audience=self.OIDC_RP_CLIENT_ID,
+                    issuer=oidc.metadata().get("issuer", settings.OIDC_ISSUER),
+                    leeway=CLOCK_SKEW_SECONDS,
+                    options={"require": ["exp", "iat", "iss", "aud", "sub"]},
+                )
+                break
+            except jwt.InvalidSignatureError as exc:
+                if index + 1 < len(keys):
+                    continue  # a token without kid: the next key may be the one
+                raise IdentityError(
+                    f"{name}'s ID token failed its signature check: it was not signed by "
+                    "the provider's key."
+                ) from exc
+            except jwt.ExpiredSignatureError as exc:
+                raise IdentityError(f"{name}'s ID token has expired: sign in again.") from exc
+            except jwt.InvalidAudienceError as exc:
+                raise IdentityError(
+                    f"{name}'s ID token was issued for another client than OIDC_CLIENT_ID."
+                ) from exc
+            except jwt.InvalidIssuerError as exc:
+                raise IdentityError(f"{name}'s ID token names another issuer.") from exc
+            except jwt.PyJWTError as exc:
+                raise IdentityError(f"{name}'s ID token was refused: {exc}.") from exc
+        assert payload is not None  # every path above returns a payload or raises
         nonce = kwargs.get("nonce")
         if not nonce or payload.get("nonce") != nonce:
             raise IdentityError(
