@@ -460,6 +460,8 @@ SPECTACULAR_SETTINGS = {
         "ProbeStateEnum": "gpu_agent.models.ProbeState",
         "AlertStateEnum": "alerts.choices.AlertState",
         "EnforcementEnum": "quotas.choices.Enforcement",
+        "GroupRoleEnum": "identity.choices.GroupRole",
+        "MembershipRoleEnum": "tenants.choices.MembershipRole",
     },
 }
 

@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,7 +30,7 @@ from identity import oidc
 from tests.conftest import require_service
 
 CLIENT_ID = "gpu-portal"
-CLIENT_SECRET = "client-secret-Qw8rT2vX"  # noqa: S105 - the test client's secret
+CLIENT_SECRET = "client-secret-Qw8rT2vX"
 PROVIDER_NAME = "Company SSO"
 OIDC_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
@@ -98,7 +97,7 @@ def sso_sign_in(client: Any, sub: str, *, next_url: str | None = None) -> Any:
 
 LDAP_SUFFIX = "dc=example,dc=org"
 LDAP_ADMIN_DN = f"cn=admin,{LDAP_SUFFIX}"
-LDAP_ADMIN_PASSWORD = "ldap-admin-Pw7z"  # noqa: S105 - the test directory's bind password
+LDAP_ADMIN_PASSWORD = "ldap-admin-Pw7z"
 LDAP_USERS = f"ou=people,{LDAP_SUFFIX}"
 LDAP_GROUPS = f"ou=groups,{LDAP_SUFFIX}"
 SCHEMAS = ("core", "cosine", "inetorgperson", "nis")
@@ -142,7 +141,7 @@ class Directory:
     root: Path
 
     def _tool(self, tool: str, ldif: str) -> None:
-        done = subprocess.run(  # noqa: S603 - fixed tools, test input
+        done = subprocess.run(
             [tool, "-x", "-H", self.uri, "-D", LDAP_ADMIN_DN, "-w", LDAP_ADMIN_PASSWORD],
             input=ldif,
             capture_output=True,
@@ -180,9 +179,13 @@ class Directory:
 @contextmanager
 def slapd(tmp: Path) -> Iterator[Directory]:
     """A fresh OpenLDAP server on a free port, in the foreground, stopped at the end."""
-    binary = shutil.which("slapd") or ("/usr/sbin/slapd" if os.path.exists("/usr/sbin/slapd") else "")
+    binary = shutil.which("slapd") or (
+        "/usr/sbin/slapd" if os.path.exists("/usr/sbin/slapd") else ""
+    )
     require_service("slapd", bool(binary), "no slapd (apt-get install slapd ldap-utils)")
-    require_service("ldapadd", bool(shutil.which("ldapadd")), "no ldapadd (apt-get install ldap-utils)")
+    require_service(
+        "ldapadd", bool(shutil.which("ldapadd")), "no ldapadd (apt-get install ldap-utils)"
+    )
     (tmp / "data").mkdir(parents=True)
     includes = "\n".join(f"include /etc/ldap/schema/{s}.schema" for s in SCHEMAS)
     conf = tmp / "slapd.conf"
@@ -197,7 +200,7 @@ def slapd(tmp: Path) -> Iterator[Directory]:
     )
     port = free_port()
     uri = f"ldap://127.0.0.1:{port}"
-    process = subprocess.Popen(  # noqa: S603 - the system's slapd, test config
+    process = subprocess.Popen(
         [binary, "-f", str(conf), "-h", f"{uri}/", "-d", "0"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -51,7 +51,9 @@ def _file_request(token: str) -> int:
         "tenant": "team-a",
         "cluster": "demo-a100",
         "reason": "bigger training runs",
-        "items": [{"flavor": "a100-80gb", "resource": "nvidia.com/gpu", "guaranteed": 8, "limit": 10}],
+        "items": [
+            {"flavor": "a100-80gb", "resource": "nvidia.com/gpu", "guaranteed": 8, "limit": 10}
+        ],
     }
     return api.post("/api/v1/quota-requests/", body, format="json").status_code
 
@@ -179,7 +181,9 @@ def test_a_wrong_nonce_is_refused(world, issuer):
     session = client.session
     session["oidc_states"][state]["nonce"] = "a-nonce-of-another-sign-in"
     session.save()
-    approved = requests.post(start["Location"], data={"sub": "gil"}, allow_redirects=False, timeout=10)
+    approved = requests.post(
+        start["Location"], data={"sub": "gil"}, allow_redirects=False, timeout=10
+    )
     back = urlsplit(approved.headers["Location"])
     answer = client.get(f"{back.path}?{back.query}")
     assert answer.status_code == 400
@@ -202,7 +206,7 @@ def test_an_expired_id_token_is_refused(world, settings):
 class _Keys(BaseHTTPRequestHandler):
     body = b""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
@@ -294,7 +298,9 @@ def test_no_code_token_or_secret_reaches_the_logs(world, issuer, caplog):
     provider_user_set(issuer, "kim", preferred_username="kim", groups=["x"])
     client = Client()
     start = client.get("/oidc/authenticate/")
-    approved = requests.post(start["Location"], data={"sub": "kim"}, allow_redirects=False, timeout=10)
+    approved = requests.post(
+        start["Location"], data={"sub": "kim"}, allow_redirects=False, timeout=10
+    )
     back = urlsplit(approved.headers["Location"])
     code = parse_qs(back.query)["code"][0]
     client.get(f"{back.path}?{back.query}")

@@ -63,16 +63,6 @@ def _slug(world: IsoWorld, side: Side, name: str) -> str:
     return side.tenant.slug
 
 
-def _group_mapping_pk() -> str:
-    """An identity-group mapping (platform-wide, so both sides see the same one)."""
-    from identity.models import GroupMapping
-
-    mapping, _ = GroupMapping.objects.get_or_create(
-        group="iso-admins", tenant_slug="", defaults={"role": "platform-admin"}
-    )
-    return str(mapping.pk)
-
-
 def _const(value: str) -> Pick:
     return lambda world, side, name: value
 
@@ -98,7 +88,7 @@ SAMPLES: list[tuple[str, str, Sample]] = [
     ("pk", r"^fleet/plan/proposals/",
      Sample(Kind.ADMIN, lambda w, s, n: str(w.proposal.pk), MISSING_PK)),
     ("pk", r"^api/v1/\^identity-groups/",
-     Sample(Kind.ADMIN, lambda w, s, n: _group_mapping_pk(), MISSING_PK)),
+     Sample(Kind.ADMIN, lambda w, s, n: str(w.group_mapping.pk), MISSING_PK)),
     ("id", r"^api/v1/agent/probes/",
      Sample(Kind.AGENT, lambda w, s, n: str(w.probe.pk), MISSING_PK)),
 ]  # fmt: skip
