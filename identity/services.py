@@ -188,12 +188,12 @@ def identity_groups_apply(*, user: User, groups: Iterable[str], provider: str) -
         source = f"{GROUP_SOURCE_PREFIX}{group}"
         membership = current.get(tenant_id)
         if membership is None:
-            Membership.objects.create(user=user, tenant=tenant, role=role, source=source)
+            created = Membership.objects.create(user=user, tenant=tenant, role=role, source=source)
             result.added.append((tenant.slug, role, group))
             audit_record(
                 actor=user,
                 action="membership.added_by_group",
-                obj=user,
+                obj=created,
                 object_id=f"{user.username}@{tenant.slug}",
                 tenant=tenant,
                 after={"user": user.username, "role": role, "group": group, "provider": provider},
