@@ -213,15 +213,6 @@ AUTH_PASSWORD_VALIDATORS = [
 API_TOKEN_TTL_DAYS = env_int("API_TOKEN_TTL_DAYS", 90)
 if TESTING:
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-# Login lockouts (django-axes, failures kept in the database): LOGIN_FAILURE_LIMIT wrong
-# passwords for one username from one address lock that pair out for LOGIN_COOLOFF_MINUTES,
-# on the login page, Django admin and POST /api/v1/auth/token/ alike (they all authenticate
-# through these backends); a successful login clears the count.
-AUTHENTICATION_BACKENDS = [
-    "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
-]
-
 # --- Sign-in through the company's identity provider (identity app) --------------------------
 # Local accounts (the login form): an admin may turn the form off once everyone signs in
 # through OIDC; Django admin's own form and POST /api/v1/auth/token/ follow the same switch
@@ -292,8 +283,13 @@ if LDAP_ENABLED:
     if LDAP_CA_CERT_FILE:
         AUTH_LDAP_GLOBAL_OPTIONS = {ldap.OPT_X_TLS_CACERTFILE: LDAP_CA_CERT_FILE}
 
-# Order matters: axes first (lockouts apply to every form), then the directory, then local
-# accounts (only while the local form is on), then OIDC (which only answers its callback).
+# Login lockouts (django-axes, failures kept in the database): LOGIN_FAILURE_LIMIT wrong
+# passwords for one username from one address lock that pair out for LOGIN_COOLOFF_MINUTES,
+# on the login page, Django admin and POST /api/v1/auth/token/ alike, for local and directory
+# passwords (they all authenticate through these backends); a successful login clears the
+# count. Order matters: axes first (its lockout applies to every form), then the directory,
+# then local accounts (only while the local form is on), then OIDC (which only answers its
+# callback).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     *(["identity.backends.PortalLDAPBackend"] if LDAP_ENABLED else []),
