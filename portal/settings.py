@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "axes",  # login lockouts (django-axes)
     "tenants",
+    "identity",
     "quotas",
     "approvals",
     "gpu_agent",
@@ -226,13 +227,88 @@ AUTH_PASSWORD_VALIDATORS = [
 API_TOKEN_TTL_DAYS = env_int("API_TOKEN_TTL_DAYS", 90)
 if TESTING:
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# --- Sign-in through the company's identity provider (identity app) --------------------------
+# Local accounts (the login form): an admin may turn the form off once everyone signs in
+# through OIDC; Django admin's own form and POST /api/v1/auth/token/ follow the same switch
+# for password checks against local accounts (LDAP passwords still work where configured).
+LOCAL_LOGIN_ENABLED = env_bool("LOCAL_LOGIN_ENABLED", True)
+
+# OpenID Connect (mozilla-django-oidc, authorization code flow with PKCE). Endpoints come from
+# the issuer's discovery document (<issuer>/.well-known/openid-configuration), fetched on first
+# use and cached; an OIDC_OP_*_ENDPOINT variable overrides the one it names.
+OIDC_ISSUER = env_str("OIDC_ISSUER").rstrip("/")
+OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME", "single sign-on")
+OIDC_RP_CLIENT_ID = env_str("OIDC_CLIENT_ID")
+OIDC_RP_CLIENT_SECRET = env_str("OIDC_CLIENT_SECRET")  # or OIDC_CLIENT_SECRET_FILE
+OIDC_RP_SCOPES = " ".join(env_list("OIDC_SCOPES", ["openid", "email", "profile"]))
+OIDC_RP_SIGN_ALGO = env_str("OIDC_SIGN_ALGO", "RS256")
+OIDC_USERNAME_CLAIM = env_str("OIDC_USERNAME_CLAIM", "preferred_username")
+OIDC_EMAIL_CLAIM = env_str("OIDC_EMAIL_CLAIM", "email")
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups")
+OIDC_USE_PKCE = True
+OIDC_USE_NONCE = True
+OIDC_PKCE_CODE_CHALLENGE_METHOD = "S256"
+OIDC_TIMEOUT = env_int("OIDC_TIMEOUT_SECONDS", 10)
+OIDC_VERIFY_SSL = env_bool("OIDC_VERIFY_SSL", True)
+OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("OIDC_OP_AUTHORIZATION_ENDPOINT")
+OIDC_OP_TOKEN_ENDPOINT = env_str("OIDC_OP_TOKEN_ENDPOINT")
+OIDC_OP_USER_ENDPOINT = env_str("OIDC_OP_USER_ENDPOINT")
+OIDC_OP_JWKS_ENDPOINT = env_str("OIDC_OP_JWKS_ENDPOINT")
+OIDC_OP_LOGOUT_ENDPOINT = env_str("OIDC_OP_LOGOUT_ENDPOINT")
+OIDC_STORE_ID_TOKEN = True  # the id_token_hint of RP-initiated logout
+OIDC_AUTHENTICATION_CALLBACK_URL = "oidc_authentication_callback"
+OIDC_RENEW_ID_TOKEN_EXPIRY_SECONDS = 15 * 60
+OIDC_ENABLED = bool(OIDC_ISSUER and OIDC_RP_CLIENT_ID)
+if OIDC_ISSUER and not OIDC_RP_CLIENT_ID:
+    raise ImproperlyConfigured("OIDC_ISSUER is set but OIDC_CLIENT_ID is not: set both.")
+
+# LDAP (django-auth-ldap): the login form checks the password against the directory first.
+LDAP_SERVER_URI = env_str("LDAP_SERVER_URI")
+LDAP_ENABLED = bool(LDAP_SERVER_URI)
+AUTH_LDAP_SERVER_URI = LDAP_SERVER_URI
+AUTH_LDAP_BIND_DN = env_str("LDAP_BIND_DN")
+AUTH_LDAP_BIND_PASSWORD = env_str("LDAP_BIND_PASSWORD")  # or LDAP_BIND_PASSWORD_FILE
+AUTH_LDAP_START_TLS = env_bool("LDAP_START_TLS", False)
+LDAP_USER_BASE = env_str("LDAP_USER_BASE")
+LDAP_USER_FILTER = env_str("LDAP_USER_FILTER", "(uid=%(user)s)")
+LDAP_GROUP_BASE = env_str("LDAP_GROUP_BASE")
+LDAP_GROUP_FILTER = env_str("LDAP_GROUP_FILTER", "(objectClass=groupOfNames)")
+LDAP_CA_CERT_FILE = env_str("LDAP_CA_CERT_FILE")
+AUTH_LDAP_USER_ATTR_MAP = {
+    "first_name": env_str("LDAP_ATTR_FIRST_NAME", "givenName"),
+    "last_name": env_str("LDAP_ATTR_LAST_NAME", "sn"),
+    "email": env_str("LDAP_ATTR_EMAIL", "mail"),
+}
+AUTH_LDAP_ALWAYS_UPDATE_USER = True
+AUTH_LDAP_CACHE_TIMEOUT = 0  # groups are read at each sign-in: they make roles
+if LDAP_ENABLED:
+    if not LDAP_USER_BASE or not LDAP_GROUP_BASE:
+        raise ImproperlyConfigured(
+            "LDAP_SERVER_URI is set: set LDAP_USER_BASE and LDAP_GROUP_BASE too."
+        )
+    import ldap
+    from django_auth_ldap.config import GroupOfNamesType, LDAPSearch
+
+    AUTH_LDAP_USER_SEARCH = LDAPSearch(LDAP_USER_BASE, ldap.SCOPE_SUBTREE, LDAP_USER_FILTER)
+    AUTH_LDAP_GROUP_SEARCH = LDAPSearch(LDAP_GROUP_BASE, ldap.SCOPE_SUBTREE, LDAP_GROUP_FILTER)
+    AUTH_LDAP_GROUP_TYPE = GroupOfNamesType(name_attr="cn")
+    AUTH_LDAP_FIND_GROUP_PERMS = False
+    AUTH_LDAP_CONNECTION_OPTIONS = {ldap.OPT_NETWORK_TIMEOUT: env_int("LDAP_TIMEOUT_SECONDS", 10)}
+    if LDAP_CA_CERT_FILE:
+        AUTH_LDAP_GLOBAL_OPTIONS = {ldap.OPT_X_TLS_CACERTFILE: LDAP_CA_CERT_FILE}
+
 # Login lockouts (django-axes, failures kept in the database): LOGIN_FAILURE_LIMIT wrong
 # passwords for one username from one address lock that pair out for LOGIN_COOLOFF_MINUTES,
-# on the login page, Django admin and POST /api/v1/auth/token/ alike (they all authenticate
-# through these backends); a successful login clears the count.
+# on the login page, Django admin and POST /api/v1/auth/token/ alike, for local and directory
+# passwords (they all authenticate through these backends); a successful login clears the
+# count. Order matters: axes first (its lockout applies to every form), then the directory,
+# then local accounts (only while the local form is on), then OIDC (which only answers its
+# callback).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    *(["identity.backends.PortalLDAPBackend"] if LDAP_ENABLED else []),
+    "identity.backends.LocalBackend",
+    *(["identity.backends.PortalOIDCBackend"] if OIDC_ENABLED else []),
 ]
 AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_COOLOFF_MINUTES", 15))
@@ -411,6 +487,8 @@ SPECTACULAR_SETTINGS = {
         "ProbeStateEnum": "gpu_agent.models.ProbeState",
         "AlertStateEnum": "alerts.choices.AlertState",
         "EnforcementEnum": "quotas.choices.Enforcement",
+        "GroupRoleEnum": "identity.choices.GroupRole",
+        "MembershipRoleEnum": "tenants.choices.MembershipRole",
     },
 }
 

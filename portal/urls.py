@@ -1,5 +1,4 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from portal import views
@@ -8,8 +7,7 @@ from usage import metrics as usage_metrics
 urlpatterns = [
     path("api/v1/", include("portal.api.urls")),
     path("admin/", admin.site.urls),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("identity.urls")),  # login, logout, the OpenID Connect redirect and callback
     path("healthz", views.healthz, name="healthz"),
     path("metrics", usage_metrics.metrics, name="metrics"),  # Prometheus (token or networks)
     # Browsers ask for /favicon.ico on pages without a <link rel="icon"> (Django admin's).

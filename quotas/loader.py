@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
+from identity.selectors import tenant_groups
 from quotas.kube.enforcement import KueueConfig
 from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaSpec, TenantSpec
 from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor
@@ -82,6 +83,7 @@ def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -
     for m in Membership.objects.filter(tenant_id__in=ids).select_related("user"):
         target = viewers if m.role == MembershipRole.VIEWER else editors
         target[m.tenant_id].append(m.user.get_username())
+    groups = tenant_groups(ids)
     blocked = blocked_tenant_ids(cluster, ids)
     specs = []
     for qs in quota_sets:
@@ -104,6 +106,8 @@ def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -
                 max_pvcs=qs.max_pvcs,
                 editors=tuple(sorted(editors[tenant.pk])),
                 viewers=tuple(sorted(viewers[tenant.pk])),
+                editor_groups=tuple(groups.get(tenant.pk, ((), ()))[0]),
+                viewer_groups=tuple(groups.get(tenant.pk, ((), ()))[1]),
                 blocked=tenant.pk in blocked,
             )
         )

@@ -15,6 +15,9 @@ from tenants.validators import (
     dns1123_label,
 )
 
+MEMBERSHIP_SOURCE_MANUAL = "manual"
+GROUP_SOURCE_PREFIX = "group:"
+
 
 class User(AbstractUser):
     """A person or automation account. Platform admins approve quotas and manage tenants."""
@@ -22,6 +25,9 @@ class User(AbstractUser):
     is_platform_admin = models.BooleanField(
         default=False, help_text="May manage every tenant, approve requests and see all data."
     )
+    # Where ``is_platform_admin`` came from: empty (granted by hand, or not an admin) or
+    # ``group:<name>`` (an identity-provider group; brought in line at each sign-in).
+    platform_admin_source = models.CharField(max_length=210, blank=True, default="")
 
 
 class TenantQuerySet(models.QuerySet["Tenant"]):
@@ -104,6 +110,10 @@ class Membership(models.Model):
     )
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=20, choices=MembershipRole.choices)
+    # Where the membership came from: ``manual`` (granted by hand: stays whatever the identity
+    # provider says) or ``group:<name>`` (an identity-provider group: brought in line with the
+    # user's groups at each sign-in).
+    source = models.CharField(max_length=210, default=MEMBERSHIP_SOURCE_MANUAL)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -11,8 +11,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 APPS = (
-    "core", "tenants", "quotas", "gpu_agent", "approvals", "usage", "alerts", "advice",
-    "dashboards", "portal", "devcluster",
+    "core", "tenants", "identity", "quotas", "gpu_agent", "approvals", "usage", "alerts",
+    "advice", "dashboards", "portal", "devcluster",
 )  # fmt: skip
 
 

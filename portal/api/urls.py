@@ -9,6 +9,7 @@ from alerts.api.views import AdmissionCheckView, AlertViewSet
 from approvals.api.views import QuotaRequestViewSet, TenantViewSet
 from dashboards.api.views import FlavorPriceListView, ShowbackView, TenantProfileView
 from gpu_agent.agent_api import urls as gpu_agent_urls
+from identity.api.views import GroupMappingViewSet
 from quotas.api.views import (
     ClusterViewSet,
     FlavorViewSet,
@@ -37,6 +38,7 @@ router.register("auth/tokens", ApiTokenViewSet, basename="api-token")
 router.register("audit-events", AuditEventViewSet, basename="audit-event")
 router.register("notifications", NotificationViewSet, basename="notification")
 router.register("alerts", AlertViewSet, basename="alert")
+router.register("identity-groups", GroupMappingViewSet, basename="identity-group")
 
 tenant_router = DefaultRouter(trailing_slash=True)
 tenant_router.include_root_view = False

@@ -802,23 +802,19 @@ def _role_binding(
 
 def _role_bindings(context: _TenantContext, namespace: str) -> list[KubeObject]:
     """R29: editors get the built-in ``edit`` role, viewers ``view``, each binding also naming an
-    identity-provider group (``gpu-portal:<slug>:edit``/``:view``), so it always has a subject.
+    identity-provider group (``gpu-portal:<slug>:edit``/``:view``), so it always has a subject,
+    and the groups mapped to the tenant (``editor_groups``/``viewer_groups``).
     With Kueue, editors also get ``kueue-batch-user-role`` to see their LocalQueue and
     Workloads, which ``edit`` does not cover."""
     slug = context.tenant.slug
     editors = sorted(set(context.tenant.editors))
     viewers = sorted(set(context.tenant.viewers))
-    edit_group = names.rbac_group(slug, "edit")
+    # The portal's own group first, then the identity-provider groups mapped to the tenant.
+    edit_groups = [names.rbac_group(slug, "edit"), *sorted(set(context.tenant.editor_groups))]
+    view_groups = [names.rbac_group(slug, "view"), *sorted(set(context.tenant.viewer_groups))]
     bindings = [
-        _role_binding(context, namespace, names.ROLE_BINDING_EDIT, "edit", [edit_group], editors),
-        _role_binding(
-            context,
-            namespace,
-            names.ROLE_BINDING_VIEW,
-            "view",
-            [names.rbac_group(slug, "view")],
-            viewers,
-        ),
+        _role_binding(context, namespace, names.ROLE_BINDING_EDIT, "edit", edit_groups, editors),
+        _role_binding(context, namespace, names.ROLE_BINDING_VIEW, "view", view_groups, viewers),
     ]
     if context.cluster.has_kueue:
         bindings.append(
@@ -827,7 +823,7 @@ def _role_bindings(context: _TenantContext, namespace: str) -> list[KubeObject]:
                 namespace,
                 names.ROLE_BINDING_KUEUE_USER,
                 "kueue-batch-user-role",
-                [edit_group],
+                edit_groups,
                 editors,
             )
         )

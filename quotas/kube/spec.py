@@ -88,6 +88,11 @@ class TenantSpec:
     # RBAC (R29): Kubernetes users bound to the built-in ClusterRoles in every namespace.
     editors: tuple[str, ...] = ()
     viewers: tuple[str, ...] = ()
+    # Identity-provider groups mapped to the tenant (the portal's group mappings): groups of
+    # leads and members edit, groups of viewers view, as the portal's own roles do, so that
+    # kubectl users signed in through the same provider get the same access.
+    editor_groups: tuple[str, ...] = ()
+    viewer_groups: tuple[str, ...] = ()
     # Flavors whose use reached 100% of the limit: new work is held (R11, alerts issue).
     blocked: bool = False
 

@@ -89,6 +89,8 @@ SAMPLES: list[tuple[str, str, Sample]] = [
     ("uuid", r"gpus/", Sample(Kind.ADMIN, lambda w, s, n: w.gpu.uuid, "GPU-0000")),
     ("pk", r"^fleet/plan/proposals/",
      Sample(Kind.ADMIN, lambda w, s, n: str(w.proposal.pk), MISSING_PK)),
+    ("pk", r"^api/v1/\^identity-groups/",
+     Sample(Kind.ADMIN, lambda w, s, n: str(w.group_mapping.pk), MISSING_PK)),
     ("id", r"^api/v1/agent/probes/",
      Sample(Kind.AGENT, lambda w, s, n: str(w.probe.pk), MISSING_PK)),
 ]  # fmt: skip

@@ -17,6 +17,7 @@ from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeRequest
 from approvals.services import quota_request_create, tenant_onboard
 from gpu_agent.models import Gpu, IsolationProbe, MigInstance, MigLayout, Node, PlanProposal
+from identity.models import GroupMapping
 from quotas.choices import GPU_RESOURCE
 from quotas.models import Cluster, ResourceFlavor, TierTemplate
 from quotas.services import QuotaItem
@@ -74,6 +75,7 @@ class IsoWorld:
     gpu: Gpu
     probe: IsolationProbe
     proposal: PlanProposal
+    group_mapping: GroupMapping
 
 
 def _requests(side: Side, cluster: Cluster, flavor: ResourceFlavor, reason: str) -> None:
@@ -165,6 +167,10 @@ def build() -> IsoWorld:
         cluster=h100, checked_at=now, digest="d" * 64, state_digest="s" * 64,
         demand=[{"profile": "1g.10gb", "count": 1, "tenant": "team-b", "model": "H100"}],
     )  # fmt: skip
-    return IsoWorld(
-        admin, alice, carol, bob, a100, h100, a100_gpu, ours, theirs, node, gpu, probe, proposal
+    group_mapping = GroupMapping.objects.create(
+        group="team-b-leads", role="lead", tenant=theirs.tenant, tenant_slug=theirs.tenant.slug
     )
+    return IsoWorld(
+        admin, alice, carol, bob, a100, h100, a100_gpu, ours, theirs, node, gpu, probe, proposal,
+        group_mapping,
+    )  # fmt: skip

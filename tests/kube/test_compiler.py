@@ -907,6 +907,31 @@ def test_role_bindings_name_users_and_idp_groups() -> None:
     assert account["automountServiceAccountToken"] is False
 
 
+def test_role_bindings_bind_the_identity_groups_mapped_to_the_tenant() -> None:
+    """Groups mapped to the tenant (identity app) are bound like the portal's own roles: lead
+    and member groups edit (and use Kueue), viewer groups view."""
+    tenant = medium_tenant(
+        editors=("alice",),
+        editor_groups=("gpu-team-a-leads", "gpu-team-a", "gpu-team-a"),
+        viewer_groups=("gpu-team-a-auditors",),
+    )
+    objects = compile_tenant(seed_cluster(), tenant)
+    edit = find(objects, "RoleBinding", "gpu-portal-edit", "tenant-a")
+    assert [(s["kind"], s["name"]) for s in edit["subjects"]] == [
+        ("Group", "gpu-portal:tenant-a:edit"),
+        ("Group", "gpu-team-a"),
+        ("Group", "gpu-team-a-leads"),
+        ("User", "alice"),
+    ]
+    view = find(objects, "RoleBinding", "gpu-portal-view", "tenant-a")
+    assert [s["name"] for s in view["subjects"]] == [
+        "gpu-portal:tenant-a:view",
+        "gpu-team-a-auditors",
+    ]
+    kueue_user = find(objects, "RoleBinding", "gpu-portal-kueue-batch-user", "tenant-a")
+    assert "gpu-team-a-leads" in [s["name"] for s in kueue_user["subjects"]]
+
+
 def test_local_queue_named_default_points_at_the_tenant_queue() -> None:
     tenant = medium_tenant(namespaces=(NamespaceSpec("one"), NamespaceSpec("two")))
     objects = compile_tenant(seed_cluster(), tenant)

@@ -48,7 +48,16 @@ MEMBER_PAGES = {
     "tenant-team-role",
     "tenant-team-remove",
 }
-PUBLIC_PAGES = {"login", "logout", "healthz", "favicon.ico"}
+PUBLIC_PAGES = {
+    "login",
+    "logout",
+    "healthz",
+    "favicon.ico",
+    # Single sign-on: the redirect to the identity provider and its answer (404 while OIDC is
+    # not configured; tests/identity/test_oidc.py).
+    "oidc_authentication_init",
+    "oidc_authentication_callback",
+}
 # For machines, with their own credentials (the Prometheus scrape: a bearer token or networks).
 MACHINE_ENDPOINTS = {"metrics"}
 

@@ -109,3 +109,58 @@ def test_no_secret_reaches_the_logs(world, caplog):
     assert "Unauthorized: /api/v1/agent/desired/" in logged  # the capture did see the requests
     for secret in secrets:
         assert secret not in logged, f"a secret ({secret[:4]}...) is in the logs"
+
+
+def test_no_secret_from_single_sign_on_or_the_directory_reaches_the_logs(
+    world, settings, caplog, tmp_path
+):
+    """The sign-in paths of the identity app: the OpenID provider's code, ID token and the
+    client secret, and a directory password (right and wrong), are never logged."""
+    from urllib.parse import parse_qs, urlsplit
+
+    import requests
+
+    from tests.identity.servers import (
+        CLIENT_SECRET,
+        LDAP_ADMIN_PASSWORD,
+        oidc_provider,
+        provider_user_set,
+        slapd,
+        use_ldap,
+        use_oidc,
+    )
+
+    caplog.set_level(logging.DEBUG)
+    secrets: list[str] = [CLIENT_SECRET, LDAP_ADMIN_PASSWORD, "ldap-pass-Hj52", "ldap-wrong-Ty09"]
+    with oidc_provider() as issuer:
+        use_oidc(settings, issuer)
+        provider_user_set(issuer, "kim", preferred_username="kim", groups=["x"])
+        client = Client()
+        start = client.get("/oidc/authenticate/")
+        approved = requests.post(
+            start["Location"], data={"sub": "kim"}, allow_redirects=False, timeout=10
+        )
+        back = urlsplit(approved.headers["Location"])
+        secrets.append(parse_qs(back.query)["code"][0])
+        assert client.get(f"{back.path}?{back.query}").status_code == 302
+        secrets += [client.session["oidc_id_token"], client.cookies["sessionid"].value]
+        client.post("/logout/")
+    with slapd(tmp_path / "ldap") as directory:
+        use_ldap(settings, directory)
+        directory.user_add("lou", secrets[2])
+        assert (
+            Client().post("/login/", {"username": "lou", "password": secrets[3]}).status_code == 200
+        )
+        assert (
+            Client().post("/login/", {"username": "lou", "password": secrets[2]}).status_code == 302
+        )
+
+    # The provider runs in this process for the test; its own logs (werkzeug's request log,
+    # Authlib's grant debugging) are the provider's, not the portal's, which uses neither.
+    provider_loggers = ("werkzeug", "oidc_provider_mock", "authlib")
+    portal = [r for r in caplog.records if not r.name.startswith(provider_loggers)]
+    logged = "\n".join(f"{r.getMessage()} {r.args}" for r in portal)
+    assert "/oidc/callback/" in logged  # the capture did see the sign-ins
+    for secret in secrets:
+        leaks = sorted({r.name for r in portal if secret in f"{r.getMessage()} {r.args}"})
+        assert secret not in logged, f"a secret ({secret[:4]}...) is in the logs of {leaks}"

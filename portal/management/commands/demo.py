@@ -23,6 +23,9 @@ from alerts.models import AlertRule
 from approvals.services import quota_request_grant, tenant_onboard
 from gpu_agent.models import Node
 from gpu_agent.services.nodes import join_token_create
+from identity.choices import GroupRole
+from identity.models import GroupMapping
+from identity.services import group_mapping_create
 from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,
@@ -282,6 +285,19 @@ class Command(BaseCommand):
         membership_set(
             tenant=team_a, user=users["carol"], role=MembershipRole.MEMBER, actor=users["admin"]
         )
+        # Identity-provider groups that make roles: with OIDC or LDAP configured, a user in
+        # gpu-team-a-leads signs in as lead of team-a (and kubectl users in these groups get
+        # the same access in team-a's namespaces).
+        mappings: list[tuple[str, str, Tenant | None]] = [
+            ("gpu-team-a-leads", GroupRole.LEAD, team_a),
+            ("gpu-team-a", GroupRole.MEMBER, team_a),
+            ("gpu-platform-admins", GroupRole.PLATFORM_ADMIN, None),
+        ]
+        for group, group_role, mapped_tenant in mappings:
+            if not GroupMapping.objects.filter(group=group).exists():
+                group_mapping_create(
+                    group=group, role=group_role, tenant=mapped_tenant, actor=users["admin"]
+                )
         # A simulated month of usage, once; its workloads admitted as the what-if replays them.
         if samples := demo_month_fill(admit=_admit):
             self.stdout.write(f"Usage: a simulated month, {samples} samples, rolled up")
@@ -306,3 +322,7 @@ class Command(BaseCommand):
                 }[username]
             )
             self.stdout.write(f"  {username:<6} / {DEMO_PASSWORD}   {role}")
+        self.stdout.write(
+            "Group mappings (single sign-on / LDAP): gpu-team-a-leads -> lead of team-a, "
+            "gpu-team-a -> member of team-a, gpu-platform-admins -> platform admin"
+        )
