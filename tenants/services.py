@@ -21,6 +21,7 @@ from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from core.tasks import enqueue
 from tenants.choices import AuditSource, MembershipRole, NamespacePurpose, Priority, TenantState
 from tenants.models import (
+    MEMBERSHIP_SOURCE_MANUAL,
     ApiToken,
     AuditEvent,
     Membership,
@@ -321,7 +322,8 @@ def membership_set(*, tenant: Tenant, user: User, role: str, actor: User | None)
     if not created:
         _ensure_another_lead(tenant=tenant, membership=membership)
         membership.role = role
-        membership.save(update_fields=["role"])
+        membership.source = MEMBERSHIP_SOURCE_MANUAL  # a hand edit: group sync leaves it
+        membership.save(update_fields=["role", "source"])
     audit_record(
         actor=actor,
         action="membership.added" if created else "membership.role_changed",
@@ -541,7 +543,8 @@ def team_member_role_change(*, tenant: Tenant, username: str, role: str, actor: 
         return membership
     before = {"user": username, "role": membership.role}
     membership.role = role
-    membership.save(update_fields=["role"])
+    membership.source = MEMBERSHIP_SOURCE_MANUAL  # a hand edit: sign-in's group sync leaves it
+    membership.save(update_fields=["role", "source"])
     audit_record(
         actor=actor,
         action="membership.role_changed",
