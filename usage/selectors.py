@@ -43,14 +43,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
 from core.errors import ValidationFailed
 from quotas.models import ResourceFlavor
 from tenants.models import Tenant
 from usage.choices import RAW, Metric, Resolution
-from usage.models import Rollup, RollupState, Sample, Workload
+from usage.models import PrometheusSource, Rollup, RollupState, Sample, VolumeRoom, Workload
 from usage.services import EPOCH, RESOLUTION_NAMES, retention
 
 MAX_POINTS = 5000
@@ -549,3 +549,17 @@ def rollup_freshness() -> dict[str, dict[str, datetime | None]]:
         }
         for s in RollupState.objects.all()
     }
+
+
+def prometheus_sources() -> QuerySet[PrometheusSource]:
+    """Every cluster's Prometheus source with its cluster (platform admins only)."""
+    return PrometheusSource.objects.select_related("cluster").order_by("cluster__name")
+
+
+def volume_room(*, tenant_id: int, cluster_id: int) -> list[VolumeRoom]:
+    """The tenant's volumes on the cluster with their free space, fullest first."""
+    return list(
+        VolumeRoom.objects.filter(tenant_id=tenant_id, cluster_id=cluster_id).order_by(
+            "available_bytes", "namespace", "claim"
+        )
+    )

@@ -24,7 +24,7 @@ from tenants.api.views import (
     NamespaceViewSet,
     TokenObtainView,
 )
-from usage.api.views import SamplesView, TenantUsageView
+from usage.api.views import PrometheusSourceViewSet, SamplesView, TenantUsageView
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
@@ -37,6 +37,9 @@ router.register("auth/tokens", ApiTokenViewSet, basename="api-token")
 router.register("audit-events", AuditEventViewSet, basename="audit-event")
 router.register("notifications", NotificationViewSet, basename="notification")
 router.register("alerts", AlertViewSet, basename="alert")
+router.register(
+    "usage/prometheus-sources", PrometheusSourceViewSet, basename="usage-prometheus-source"
+)
 
 tenant_router = DefaultRouter(trailing_slash=True)
 tenant_router.include_root_view = False
