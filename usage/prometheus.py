@@ -139,11 +139,13 @@ class PrometheusClient:
             response = self.session.post(
                 f"{self.base}/api/v1/query_range", data=form, timeout=self.timeout_s
             )
-        except requests.Timeout:
-            raise PrometheusError(
-                f"{self.base} did not answer within {self.timeout_s:g} seconds."
-            ) from None
         except requests.RequestException as exc:
+            # urllib3 wraps a read timeout it will not retry in a MaxRetryError.
+            if isinstance(exc, requests.Timeout) or "Read timed out" in str(exc):
+                unit = "second" if self.timeout_s == 1 else "seconds"
+                raise PrometheusError(
+                    f"{self.base} did not answer within {self.timeout_s:g} {unit}."
+                ) from None
             raise PrometheusError(f"{self.base} could not be reached: {_reason(exc)}") from None
         try:
             body = response.json()
