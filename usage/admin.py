@@ -21,7 +21,6 @@ STATUS_FIELDS: list[str | list[str] | tuple[str, ...] | tuple[()]] = [
 
 
 class PrometheusSourceForm(forms.ModelForm):
-    url = forms.URLField(assume_scheme="https", max_length=200)
     figures = forms.MultipleChoiceField(
         choices=PrometheusFigure.choices, widget=forms.CheckboxSelectMultiple, required=False
     )

@@ -208,9 +208,11 @@ class PrometheusSource(models.Model):
     cluster = models.OneToOneField(
         "quotas.Cluster", on_delete=models.CASCADE, related_name="prometheus_source"
     )
-    url = models.URLField(
+    # Not a URLField: in-cluster service names have no dot (http://prometheus:9090).
+    url = models.CharField(
+        max_length=500,
         help_text="Base URL of the Prometheus HTTP API, e.g. http://prometheus.monitoring:9090 "
-        "(the part before /api/v1/)."
+        "(the part before /api/v1/).",
     )
     enabled = models.BooleanField(default=True)
     bearer_token_file = models.CharField(

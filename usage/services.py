@@ -20,6 +20,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.cache import BaseCache, caches
@@ -672,8 +673,11 @@ def prometheus_settings_check(*, settings_: Mapping[str, Any]) -> None:
         raise ValidationFailed.for_field(
             "figures", f"{unknown[0]!r} is not one of {', '.join(PrometheusFigure.values)}."
         )
-    if not url.startswith(("http://", "https://")):
-        raise ValidationFailed.for_field("url", "an http:// or https:// address is required.")
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.query:
+        raise ValidationFailed.for_field(
+            "url", "an http:// or https:// URL with a host (and no query) is required."
+        )
     timeout = settings_.get("query_timeout_s", 10)
     if not isinstance(timeout, int) or not 1 <= timeout <= PROMETHEUS_TIMEOUT_MAX_S:
         raise ValidationFailed.for_field(

@@ -13,12 +13,15 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 import requests
 from django.test import Client
 from django.utils import timezone
 
+from alerts import services as alert_services
+from alerts.models import Alert
 from quotas.choices import SyncBackend
 from quotas.models import Cluster
 from tenants.models import Namespace, Tenant
@@ -72,6 +75,7 @@ def test_simulated_dcgm_and_kube_state_metrics_become_the_tenants_usage(
     world: World,
     prometheus_server: Handle,
     client: Client,
+    api_as: Any,
 ) -> None:
     label = new_cluster_label()
     exporters = prometheus_server.exporters
@@ -84,7 +88,7 @@ def test_simulated_dcgm_and_kube_state_metrics_become_the_tenants_usage(
     exporters.pod_requests(label, namespace=ns_a, pod="train-0", gpus=1)
     exporters.pod_requests(label, namespace=ns_a, pod="train-1", gpus=1)
     exporters.pod_requests(label, namespace=ns_a, pod="done-0", gpus=4, phase="Succeeded")
-    exporters.cq_usage.labels(label, "gpu", world.team_a.slug, "a100-80gb", "nvidia.com/gpu").set(2)
+    exporters.cq_usage.labels(label, "gpu", world.team_a.slug, "a100-80gb", "nvidia.com/gpu").set(9)
     exporters.pending.labels(label, world.team_a.slug, "active").set(3)
     exporters.pending.labels(label, world.team_a.slug, "inadmissible").set(1)
     exporters.volume_available.labels(label, ns_a, "datasets").set(5 * GIB)
@@ -101,7 +105,7 @@ def test_simulated_dcgm_and_kube_state_metrics_become_the_tenants_usage(
     assert set(_values(world.team_a, Metric.GPU_UTILIZATION)) == {50.0, 70.0}
     assert set(_values(world.team_a, Metric.GPU_MEMORY_USED)) == {20480.0, 40960.0}
     assert set(_values(world.team_a, Metric.GPUS_ALLOCATED)) == {2.0}  # the finished pod: no
-    assert set(_values(world.team_a, Metric.QUOTA_USED)) == {2.0}
+    assert set(_values(world.team_a, Metric.QUOTA_USED)) == {9.0}
     assert set(_values(world.team_a, Metric.WORKLOADS_PENDING)) == {4.0}
     flavors = set(
         Sample.objects.filter(tenant_id=world.team_a.pk, source=Source.PROMETHEUS)
@@ -134,6 +138,42 @@ def test_simulated_dcgm_and_kube_state_metrics_become_the_tenants_usage(
     assert "GPU utilisation from Prometheus" in html
     assert "GPUs requested by running pods from Prometheus" in html
     assert '<span class="kpi-value">60 %</span><span class="kpi-label">mean GPU utilisation' in html
+
+    # Its alerts: 9 of its 10 A100s in use (Kueue's metric through Prometheus) warns.
+    alert_services.evaluate(now=now)
+    warned = Alert.objects.filter(
+        tenant=world.team_a, cluster=world.a100, rule__name="quota-warning"
+    )
+    assert warned.exists()
+    # The admission pre-check: 9 in use + 2 asked > 10, and 10 GiB to write to a volume the
+    # kubelet says has 5 GiB free would end in "No space left on device".
+    answer = api_as(world.alice).post(
+        f"/api/v1/tenants/{world.team_a.slug}/admission-check/",
+        {
+            "cluster": "demo-a100",
+            "gpus": {"a100-80gb": "2"},
+            "volumes": {f"{ns_a}/datasets": "10Gi"},
+        },
+        format="json",
+    )
+    assert answer.status_code == 200, answer.content
+    verdicts = {r["resource"]: r for r in answer.json()["resources"]}
+    assert answer.json()["fits"] is False
+    assert verdicts["gpu:a100-80gb"]["used"] == 9
+    assert "9 in use + 2 asked = 11 > the limit 10" in verdicts["gpu:a100-80gb"]["reason"]
+    volume = verdicts[f"volume:{ns_a}/datasets"]
+    assert volume["fits"] is False and volume["headroom"] == 5 * GIB
+    assert (
+        volume["reason"]
+        == "10.0 GiB to write, 5.0 GiB free: the job would fail with 'No space left on device'."
+    )
+    other = api_as(world.alice).post(
+        f"/api/v1/tenants/{world.team_a.slug}/admission-check/",
+        {"cluster": "demo-a100", "volumes": {"zephyr-vault/secrets": "1Gi"}},
+        format="json",
+    )
+    assert other.status_code == 400
+    assert "volumes.zephyr-vault/secrets" in other.json()["fields"]
 
     # The next pass reads on from where this one ended: nothing twice.
     before = Sample.objects.filter(source=Source.PROMETHEUS).count()

@@ -112,7 +112,10 @@ class SamplesOutput(serializers.Serializer):
 class PrometheusSourceInput(StrictInputSerializer):
     """A cluster's Prometheus (PUT replaces it whole; settings left out take their defaults)."""
 
-    url = serializers.URLField(max_length=200)
+    url = serializers.CharField(
+        max_length=500,
+        help_text="Base URL of the HTTP API, e.g. http://prometheus.monitoring:9090.",
+    )
     enabled = serializers.BooleanField(required=False)
     bearer_token_file = serializers.CharField(max_length=500, required=False, allow_blank=True)
     basic_auth_user = serializers.CharField(max_length=200, required=False, allow_blank=True)
