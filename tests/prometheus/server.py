@@ -29,7 +29,7 @@ import pytest
 import requests
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-from tests.conftest import require_service
+from tests.conftest import require_service  # the tests' rule: skip, or fail in CI
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -173,11 +173,6 @@ def new_cluster_label() -> str:
     return f"c{uuid.uuid4().hex[:12]}"
 
 
-def _serve(registry: CollectorRegistry) -> tuple[Any, int]:
-    server, _thread = start_http_server(0, addr="127.0.0.1", registry=registry)
-    return server, int(server.server_port)
-
-
 def write_config(path: Path, targets: dict[str, list[str]], interval: str = "1s") -> None:
     jobs = [
         {
@@ -194,53 +189,71 @@ def write_config(path: Path, targets: dict[str, list[str]], interval: str = "1s"
     path.write_text(json.dumps(config))  # JSON is YAML
 
 
+def start_prometheus(folder: Path, exporters: Exporters, targets: dict[str, list[str]]) -> Handle:
+    """Prometheus on a free local port scraping ``targets`` every second, storage in
+    ``folder``; returns once it is ready (stop it with ``stop_prometheus``)."""
+    config = folder / "prometheus.yml"
+    write_config(config, targets)
+    port = free_port()
+    log_path = folder / "prometheus.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [
+                PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle",
+                "--storage.tsdb.retention.time=1h", "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    handle = Handle(f"http://127.0.0.1:{port}", port, exporters, config, process)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if requests.get(f"{handle.url}/-/ready", timeout=2).status_code == 200:
+                return handle
+        except requests.RequestException:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop_prometheus(handle)
+            raise AssertionError("prometheus did not start: " + log_path.read_text()[-2000:])
+        time.sleep(0.2)
+
+
+def stop_prometheus(handle: Handle) -> None:
+    handle.process.terminate()
+    try:
+        handle.process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        handle.process.kill()
+
+
+def serve(registry: CollectorRegistry) -> tuple[Any, int]:
+    """A simulated exporter: ``registry`` on a free local port (the server, its port)."""
+    server, _thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    return server, int(server.server_port)
+
+
 @pytest.fixture(scope="session")
 def prometheus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Handle]:
-    available = Path(PROMETHEUS).exists()
-    require_service("prometheus", available, "install the Debian package prometheus")
+    require_service(
+        "prometheus", Path(PROMETHEUS).exists(), "install the Debian package prometheus"
+    )
     exporters = Exporters()
-    dcgm_server, dcgm_port = _serve(exporters.dcgm)
-    kube_server, kube_port = _serve(exporters.kube)
-    folder = tmp_path_factory.mktemp("prometheus")
-    config = folder / "prometheus.yml"
-    write_config(
-        config,
-        {"dcgm-exporter": [f"127.0.0.1:{dcgm_port}"],
-         "kube-state-metrics": [f"127.0.0.1:{kube_port}"]},
-    )  # fmt: skip
-    port = free_port()
-    log = (folder / "prometheus.log").open("wb")
-    process = subprocess.Popen(
-        [
-            PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--web.enable-lifecycle",
-            "--storage.tsdb.retention.time=1h", "--log.level=warn",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    handle = Handle(f"http://127.0.0.1:{port}", port, exporters, config, process)
+    dcgm_server, dcgm_port = serve(exporters.dcgm)
+    kube_server, kube_port = serve(exporters.kube)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(f"{handle.url}/-/ready", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(
-                    "prometheus did not start: " + (folder / "prometheus.log").read_text()[-2000:]
-                )
-            time.sleep(0.2)
-        yield handle
-    finally:
-        process.terminate()
+        handle = start_prometheus(
+            tmp_path_factory.mktemp("prometheus"),
+            exporters,
+            {"dcgm-exporter": [f"127.0.0.1:{dcgm_port}"],
+             "kube-state-metrics": [f"127.0.0.1:{kube_port}"]},
+        )  # fmt: skip
         try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+            yield handle
+        finally:
+            stop_prometheus(handle)
+    finally:
         dcgm_server.shutdown()
         kube_server.shutdown()
 
