@@ -32,7 +32,7 @@ from quotas.choices import (
 )
 from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor
 from tenants.choices import MembershipRole
-from tenants.models import Membership, Tenant, User
+from tenants.models import Membership, Namespace, Tenant, User
 from usage import selectors as usage_selectors
 from usage.choices import Metric, Resolution, WorkloadState
 from usage.models import Rollup, Workload
@@ -482,6 +482,7 @@ def admission_check(
     storage: Decimal | None,
     now: datetime,
     storage_used: Decimal | None = None,
+    volumes: Mapping[str, Decimal] | None = None,
 ) -> AdmissionVerdict:
     """Would a job asking for ``gpus`` (per flavor name), ``cpu``, ``memory`` and ``storage``
     (base units) be admitted now? GPUs: the tenant's use (latest 5-minute mean) plus the job
@@ -489,7 +490,9 @@ def admission_check(
     (peers' unused lendable quota, bounded by the flavor's free capacity). CPU and memory:
     within the tenant's limit on the cluster (their use is not collected). Storage: within the
     storage quota minus ``storage_used`` (the namespaces' ResourceQuota, read by the caller).
-    Unknown flavors are a 400 naming ``gpus.<name>``."""
+    ``volumes``: bytes written to existing claims (``namespace/claim``) against the free space
+    the kubelet last reported (R13). Unknown flavors are a 400 naming ``gpus.<name>``, a claim
+    outside the tenant's namespaces one naming ``volumes.<claim>``."""
     flavors = {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster)}
     for name in gpus:
         flavor = flavors.get(name)
@@ -594,8 +597,53 @@ def admission_check(
         )  # fmt: skip
     if storage is not None:
         verdict.resources.append(_storage_verdict(quota_set, storage, storage_used))
+    if volumes:
+        verdict.resources.extend(_volume_verdicts(tenant, cluster, volumes))
     verdict.fits = all(r.fits for r in verdict.resources)
     return verdict
+
+
+def _gib(amount: Decimal | int) -> str:
+    return f"{Decimal(amount) / Decimal(1024**3):.1f} GiB"
+
+
+def _volume_verdicts(
+    tenant: Tenant, cluster: Cluster, volumes: Mapping[str, Decimal]
+) -> list[ResourceVerdict]:
+    """Whether each existing volume the job writes to has room for what it writes."""
+    own = set(Namespace.objects.filter(tenant=tenant).values_list("name", flat=True))
+    rooms = {
+        f"{r.namespace}/{r.claim}": r
+        for r in usage_selectors.volume_room(tenant_id=tenant.pk, cluster_id=cluster.pk)
+    }
+    out = []
+    for key, requested in sorted(volumes.items()):
+        namespace, _, claim = key.partition("/")
+        if not claim or namespace not in own:
+            raise ValidationFailed.for_field(
+                f"volumes.{key}",
+                f"a claim as namespace/claim in one of {tenant.slug}'s namespaces is required.",
+            )
+        room = rooms.get(key)
+        label = f"volume:{key}"
+        if room is None:
+            out.append(
+                ResourceVerdict(label, requested, True,
+                                f"no free-space reading for {key} on {cluster.name}: not checked.")
+            )  # fmt: skip
+            continue
+        free = Decimal(room.available_bytes)
+        fits = requested <= free
+        out.append(
+            ResourceVerdict(
+                label, requested, fits,
+                f"{_gib(requested)} to write, {_gib(free)} free"
+                + ("." if fits else ": the job would fail with 'No space left on device'."),
+                headroom=free,
+                limit=None if room.capacity_bytes is None else Decimal(room.capacity_bytes),
+            )
+        )  # fmt: skip
+    return out
 
 
 def _storage_verdict(

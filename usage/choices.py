@@ -49,3 +49,25 @@ class WorkloadState(models.TextChoices):
     FINISHED = "finished", "Finished"
     EVICTED = "evicted", "Evicted (waiting again)"
     INACTIVE = "inactive", "Inactive"
+
+
+class Source(models.IntegerChoices):
+    """Where a sample's figure came from, stored with it (and, for a rollup bucket, the
+    highest code among its samples: a bucket rarely mixes sources, since a cluster whose
+    Prometheus gives GPU figures can turn its node agents' samples off)."""
+
+    UNKNOWN = 0, "not recorded"
+    NODE_AGENT = 1, "the node agent"
+    CLUSTER_API = 2, "the Kubernetes and Kueue APIs"
+    API = 3, "sent through the portal's API"
+    DEMO = 4, "the demo's simulation"
+    PROMETHEUS = 5, "Prometheus"
+
+
+class PrometheusFigure(models.TextChoices):
+    """What a cluster's Prometheus may be read for."""
+
+    GPU_USAGE = "gpu_usage", "GPU utilisation and memory (DCGM exporter)"
+    GPU_REQUESTS = "gpu_requests", "GPUs requested by pods (kube-state-metrics)"
+    KUEUE = "kueue", "Kueue queue use and pending workloads (Kueue's metrics)"
+    VOLUMES = "volumes", "free space of volumes (kubelet)"

@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -37,8 +38,9 @@ from quotas.kube.spec import LABEL_TENANT
 from quotas.models import Cluster, Quota, ResourceFlavor
 from quotas.quantity import QuantityError, parse_quantity
 from tenants.models import Namespace, Tenant
-from usage.choices import Metric, WorkloadState
+from usage.choices import Metric, PrometheusFigure, Source, WorkloadState
 from usage.models import Pod, Workload
+from usage.prometheus import PrometheusOutcome, prometheus_collect
 from usage.services import SampleRow, samples_write
 
 logger = logging.getLogger(__name__)
@@ -295,13 +297,18 @@ class CollectOutcome:
     pods: int = 0
     workloads: int = 0
     message: str = ""
+    prometheus: PrometheusOutcome | None = None
 
 
 def collectable_cluster_ids() -> list[int]:
+    """Clusters with a Kubernetes API to read, or a Prometheus."""
     return list(
-        Cluster.objects.filter(backend=SyncBackend.KUBERNETES)
+        Cluster.objects.filter(
+            Q(backend=SyncBackend.KUBERNETES) | Q(prometheus_source__enabled=True)
+        )
         .order_by("pk")
         .values_list("pk", flat=True)
+        .distinct()
     )
 
 
@@ -320,26 +327,47 @@ def _list(backend: Backend, kind: Kind, selector: str) -> list[dict[str, Any]] |
 
 
 def cluster_collect(*, cluster: Cluster, now: datetime | None = None) -> CollectOutcome:
-    """Read the cluster once and store what it says (samples, pods, workloads). An unreachable
+    """Read the cluster once and store what it says (samples, pods, workloads). Its
+    Prometheus, where it has one, first: what that delivered (GPU requests, Kueue's queue
+    use) is not read again from the objects; what it could not deliver is. An unreachable
     cluster stores nothing and says why."""
     now = now or timezone.now()
+    from_prometheus = prometheus_collect(cluster=cluster, now=now)
+    delivered = set(from_prometheus.figures) if from_prometheus is not None else set()
     if cluster.backend != SyncBackend.KUBERNETES:
         return CollectOutcome(
-            cluster.name, False, message=f"backend {cluster.backend}: nothing to read"
+            cluster.name,
+            from_prometheus is not None and from_prometheus.ok,
+            samples=from_prometheus.samples if from_prometheus else 0,
+            message=from_prometheus.message
+            if from_prometheus
+            else f"backend {cluster.backend}: nothing to read",
+            prometheus=from_prometheus,
         )
     owned = Scope(cluster.name).selectors([])[0]
     try:
         with cluster_backend(cluster) as backend:
             pods = _list(backend, POD, "") or []
-            queues = _list(backend, CLUSTER_QUEUE, owned) if cluster.has_kueue else None
+            kueue_polled = cluster.has_kueue and PrometheusFigure.KUEUE not in delivered
+            queues = _list(backend, CLUSTER_QUEUE, owned) if kueue_polled else None
             workloads = _list(backend, WORKLOAD, "") if cluster.has_kueue else None
             quotas = _list(backend, RESOURCE_QUOTA, owned) or []
     except ApplyError as exc:
         logger.warning("usage collection of %s failed: %s", cluster.name, exc.message)
-        return CollectOutcome(cluster.name, False, message=exc.message)
-    return collected_store(
-        cluster=cluster, pods=pods, queues=queues or [], workloads=workloads, quotas=quotas, now=now
+        return CollectOutcome(cluster.name, False, message=exc.message, prometheus=from_prometheus)
+    outcome = collected_store(
+        cluster=cluster,
+        pods=pods,
+        queues=queues or [],
+        workloads=workloads,
+        quotas=quotas,
+        now=now,
+        allocated=PrometheusFigure.GPU_REQUESTS not in delivered,
     )
+    outcome.prometheus = from_prometheus
+    if from_prometheus is not None:
+        outcome.samples += from_prometheus.samples
+    return outcome
 
 
 @transaction.atomic
@@ -351,15 +379,18 @@ def collected_store(
     workloads: Sequence[Mapping[str, Any]] | None,
     quotas: Sequence[Mapping[str, Any]],
     now: datetime,
+    allocated: bool = True,
 ) -> CollectOutcome:
-    """Store one reading of a cluster (lists of objects as the API returned them)."""
+    """Store one reading of a cluster (lists of objects as the API returned them).
+    ``allocated``: whether the pods' GPU requests become samples (not where the cluster's
+    Prometheus gave them)."""
     flavors = flavor_index(ResourceFlavor.objects.filter(cluster=cluster))
     ns_tenant = dict(Namespace.objects.values_list("name", "tenant_id"))
     slug_tenant = dict(Tenant.objects.values_list("slug", "pk"))
     rows: list[SampleRow] = []
     # Guaranteed and limit per GPU flavor, from the portal's quotas; zero use by default so a
     # tenant with nothing running still has a series.
-    allocated: dict[tuple[int, int | None], float] = {}
+    requested: dict[tuple[int, int | None], float] = {}
     quota_rows = Quota.objects.filter(quota_set__cluster=cluster).values_list(
         "quota_set__tenant_id", "flavor_id", "resource", "guaranteed", "limit"
     )
@@ -371,7 +402,7 @@ def collected_store(
         base = (cluster.pk, tenant_id, flavor_id, None, None, None, None)
         rows.append((now, Metric.QUOTA_GUARANTEED, float(guaranteed), *base))
         rows.append((now, Metric.QUOTA_LIMIT, float(limit), *base))
-        allocated[(tenant_id, flavor_id)] = 0.0
+        requested[(tenant_id, flavor_id)] = 0.0
     # Pods.
     parsed = pod_rows(pods)
     pod_objects = []
@@ -394,8 +425,8 @@ def collected_store(
             continue
         for resource, amount in pod.gpus.items():
             key = (tenant_id, flavors.for_resource(resource, pod.node_selector))
-            allocated[key] = allocated.get(key, 0.0) + amount
-    for (tenant_id, flavor_id), amount in allocated.items():
+            requested[key] = requested.get(key, 0.0) + amount
+    for (tenant_id, flavor_id), amount in requested.items() if allocated else ():
         rows.append(
             (
                 now,
@@ -453,7 +484,7 @@ def collected_store(
                 None,
             )
         )
-    written = samples_write(rows=rows)
+    written = samples_write(rows=rows, source=Source.CLUSTER_API)
     seen = (
         workloads_store(cluster=cluster, workloads=workloads, ns_tenant=ns_tenant, now=now)
         if workloads is not None

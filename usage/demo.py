@@ -21,7 +21,7 @@ from django.utils import timezone
 from quotas.choices import is_gpu_resource
 from quotas.models import Cluster, Quota
 from usage import services
-from usage.choices import Metric, WorkloadState
+from usage.choices import Metric, Source, WorkloadState
 from usage.models import Workload
 
 STEP = timedelta(minutes=10)
@@ -91,7 +91,7 @@ def demo_month_fill(*, admit: Admission, now: datetime | None = None, seed: int 
                     (Metric.GPU_UTILIZATION, round(util, 1)),
                 )
             )
-    written = services.samples_write(rows=rows)
+    written = services.samples_write(rows=rows, source=Source.DEMO)
     _workloads(rng, quotas, start, now, admit)
     services.rollups_run_all(now=now)
     services.retention_enforce(now=now)

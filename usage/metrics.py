@@ -2,6 +2,13 @@
 flavor, read from the database at scrape time (a custom collector, so nothing is kept in a
 worker's memory). Other apps add families through ``EXTRA_COLLECTORS`` (alerts).
 
+Prometheus' conventions hold for every family (tests/prometheus/test_conventions.py): names
+``portal_<area>_<what>_<unit>`` in snake case, base units (seconds, bytes, ratios 0-1, not
+percent), ``_total`` only on counters, timestamps as ``_timestamp_seconds``, and label names
+from a fixed set whose values come from the portal's own bounded lists (clusters, tenants,
+flavors, nodes, rule names, states), never ids, times or free text. The alerting rules and
+Grafana dashboards built on these series are in ``deploy/prometheus/`` and ``deploy/grafana/``.
+
 Access: ``Authorization: Bearer <METRICS_TOKEN>``, or a client address inside
 ``METRICS_ALLOWED_CIDRS``. Otherwise 401 (a token is configured but missing or wrong) or 403.
 """
@@ -22,11 +29,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gpu_agent.models import Node
 from quotas.choices import is_gpu_resource
 from quotas.models import Cluster, Quota, ResourceFlavor, TenantSync
 from tenants.models import Tenant
 from usage import selectors
 from usage.choices import Metric
+from usage.models import PrometheusSource
 
 # Callables returning metric families, added by other apps' AppConfig.ready().
 EXTRA_COLLECTORS: list[Callable[[], Iterable[Any]]] = []
@@ -36,7 +45,10 @@ USAGE_GAUGES = {
     Metric.QUOTA_USED: ("portal_usage_gpus_used", "GPUs in use (Kueue), latest 5-minute mean."),
     Metric.QUOTA_BORROWED: ("portal_usage_gpus_borrowed", "GPUs borrowed from the cohort."),
     Metric.GPUS_ALLOCATED: ("portal_usage_gpus_allocated", "GPUs requested by running pods."),
-    Metric.GPU_UTILIZATION: ("portal_usage_gpu_utilization_percent", "Mean GPU utilisation."),
+    Metric.GPU_UTILIZATION: (
+        "portal_usage_gpu_utilization_ratio",
+        "Mean GPU utilisation, 0 to 1, latest 5-minute mean.",
+    ),
     Metric.WORKLOADS_PENDING: ("portal_usage_workloads_pending", "Pending Kueue workloads."),
 }
 
@@ -94,7 +106,8 @@ class PortalCollector(Collector):
             labels = [clusters.get(c, ""), tenants.get(t, ""), flavors.get(f, "")]
             for metric, value in values.items():
                 if metric in families:
-                    families[metric].add_metric(labels, value)
+                    scale = 0.01 if metric == Metric.GPU_UTILIZATION else 1.0  # percent -> ratio
+                    families[metric].add_metric(labels, value * scale)
         yield from families.values()
         sync_state = GaugeMetricFamily(
             "portal_sync_in_sync", "1 when the cluster has the tenant's latest quotas.",
@@ -128,8 +141,60 @@ class PortalCollector(Collector):
             if rolled_until is not None:
                 lag.add_metric([resolution], (now - rolled_until).total_seconds())
         yield lag
+        yield from _agent_families(clusters)
+        yield from _prometheus_source_families(clusters)
         for extra in EXTRA_COLLECTORS:
             yield from extra()
+
+
+def _timestamp(when: Any) -> float:
+    return float(when.timestamp())
+
+
+def _agent_families(clusters: dict[int, str]) -> Iterable[Any]:
+    """When each GPU node's agent last reported (the "agent stale" alert compares it with
+    ``time()``)."""
+    last_report = GaugeMetricFamily(
+        "portal_agent_last_report_timestamp_seconds",
+        "When the node's agent last reported (Unix time).",
+        labels=["cluster", "node"],
+    )
+    for name, cluster_id, at in Node.objects.exclude(last_report_at=None).values_list(
+        "name", "cluster_id", "last_report_at"
+    ):
+        last_report.add_metric([clusters.get(cluster_id, ""), name], _timestamp(at))
+    yield last_report
+
+
+def _prometheus_source_families(clusters: dict[int, str]) -> Iterable[Any]:
+    """How the clusters' Prometheus sources were last read."""
+    up = GaugeMetricFamily(
+        "portal_prometheus_source_up",
+        "1 when the last reading of the cluster's Prometheus succeeded.",
+        labels=["cluster"],
+    )
+    success = GaugeMetricFamily(
+        "portal_prometheus_source_last_success_timestamp_seconds",
+        "When the cluster's Prometheus was last read successfully (Unix time).",
+        labels=["cluster"],
+    )
+    unknown = GaugeMetricFamily(
+        "portal_prometheus_source_unknown_series",
+        "Series in the last reading whose namespace no tenant owns (ignored).",
+        labels=["cluster"],
+    )
+    rows = PrometheusSource.objects.filter(enabled=True).values_list(
+        "cluster_id", "last_error", "last_success_at", "last_unknown_series"
+    )
+    for cluster_id, error, last_success, unknown_series in rows:
+        name = clusters.get(cluster_id, "")
+        up.add_metric([name], 0.0 if error or last_success is None else 1.0)
+        if last_success is not None:
+            success.add_metric([name], _timestamp(last_success))
+        unknown.add_metric([name], float(unknown_series))
+    yield up
+    yield success
+    yield unknown
 
 
 @require_GET

@@ -11,6 +11,10 @@ keys): a sample outlives nothing it names and ``COPY`` checks no constraint.
 (avg = sum / count); 0 stands for "none" in the key so the unique constraint holds.
 ``PendingBucket``: buckets to roll again (written with every sample batch, so late samples
 re-roll their window). ``RollupState``: the watermark of each resolution.
+``PrometheusSource``: a cluster's Prometheus (or Thanos, Mimir, VictoriaMetrics) as a usage
+source: where it is, how to authenticate (secrets in files on the worker, never in the
+database), what to read from it, and how the last reading went. ``VolumeRoom``: free space of
+the tenants' volumes as the kubelet reports it (through that Prometheus).
 ``Pod`` (pod uid -> namespace -> tenant, from the collector) and ``Workload`` (one row per Kueue
 Workload, updated: created, admitted, finished, evictions) come from the cluster.
 """
@@ -20,7 +24,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from usage.choices import Metric, Resolution, WorkloadState
+from usage.choices import Metric, PrometheusFigure, Resolution, Source, WorkloadState
 
 MIG_PROFILE_MAX = 32
 GPU_UUID_MAX = 100
@@ -38,6 +42,8 @@ class Sample(models.Model):
     gpu_uuid = models.CharField(max_length=GPU_UUID_MAX, null=True, blank=True)  # noqa: DJ001
     gi_id = models.SmallIntegerField(null=True, blank=True, help_text="MIG GPU instance id.")
     mig_profile = models.CharField(max_length=MIG_PROFILE_MAX, null=True, blank=True)  # noqa: DJ001
+    # A database default, so that a COPY naming no source column still fills it.
+    source = models.PositiveSmallIntegerField(choices=Source.choices, db_default=Source.UNKNOWN)
 
     class Meta:
         db_table = "usage_sample"
@@ -59,6 +65,11 @@ class Rollup(models.Model):
     sum = models.FloatField()
     min = models.FloatField()
     max = models.FloatField()
+    source = models.PositiveSmallIntegerField(
+        choices=Source.choices,
+        db_default=Source.UNKNOWN,
+        help_text="Where the bucket's samples came from (the highest code where they mix).",
+    )
 
     class Meta:
         db_table = "usage_rollup"
@@ -179,3 +190,113 @@ class Workload(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+PROMETHEUS_TIMEOUT_MAX_S = 120
+PROMETHEUS_STEP_MIN_S = 15
+PROMETHEUS_STEP_MAX_S = 3600
+
+
+def default_figures() -> list[str]:
+    return [PrometheusFigure.GPU_USAGE, PrometheusFigure.GPU_REQUESTS]
+
+
+class PrometheusSource(models.Model):
+    """A cluster's Prometheus, read by the usage collector on its schedule (PromQL over the
+    HTTP API). One per cluster; the collector reads it alongside the cluster's API."""
+
+    cluster = models.OneToOneField(
+        "quotas.Cluster", on_delete=models.CASCADE, related_name="prometheus_source"
+    )
+    # Not a URLField: in-cluster service names have no dot (http://prometheus:9090).
+    url = models.CharField(
+        max_length=500,
+        help_text="Base URL of the Prometheus HTTP API, e.g. http://prometheus.monitoring:9090 "
+        "(the part before /api/v1/).",
+    )
+    enabled = models.BooleanField(default=True)
+    bearer_token_file = models.CharField(
+        max_length=500, blank=True, help_text="Path on the worker of a file holding a bearer token."
+    )
+    basic_auth_user = models.CharField(max_length=200, blank=True)
+    basic_auth_password_file = models.CharField(
+        max_length=500, blank=True, help_text="Path on the worker of a file holding the password."
+    )
+    ca_bundle = models.CharField(
+        max_length=500, blank=True, help_text="Path on the worker of a PEM CA bundle for https."
+    )
+    label_matchers = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text='Added to every selector, for a store holding several clusters: cluster="gpu-a".',
+    )
+    query_timeout_s = models.PositiveIntegerField(
+        default=10, help_text="Seconds one query may take (the server is told the same)."
+    )
+    step_s = models.PositiveIntegerField(
+        default=60, help_text="Resolution of the ranges read, in seconds."
+    )
+    figures = models.JSONField(
+        default=default_figures, blank=True, help_text="What to read from this Prometheus."
+    )
+    node_agent_samples = models.BooleanField(
+        default=True,
+        help_text="Keep the node agents' usage samples too. Off: where this Prometheus gives GPU "
+        "utilisation and memory, the agents only drive MIG.",
+    )
+    # How the last reading went.
+    last_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=1000, blank=True)
+    last_warnings = models.JSONField(default=list, blank=True)
+    last_samples = models.PositiveIntegerField(default=0)
+    last_unknown_namespaces = models.JSONField(
+        default=list, blank=True, help_text="Namespaces in the series that no tenant owns."
+    )
+    last_unknown_series = models.PositiveIntegerField(default=0)
+    read_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="The end of the last range read (the next one starts here).",
+    )
+
+    class Meta:
+        db_table = "usage_prometheus_source"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(query_timeout_s__gte=1, query_timeout_s__lte=PROMETHEUS_TIMEOUT_MAX_S),
+                name="usage_prometheus_timeout_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(step_s__gte=PROMETHEUS_STEP_MIN_S, step_s__lte=PROMETHEUS_STEP_MAX_S),
+                name="usage_prometheus_step_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Prometheus of cluster {self.cluster_id}: {self.url}"
+
+
+class VolumeRoom(models.Model):
+    """Free space of one PersistentVolumeClaim, as the kubelet last reported it."""
+
+    cluster = models.ForeignKey("quotas.Cluster", on_delete=models.CASCADE, related_name="+")
+    tenant = models.ForeignKey(
+        "tenants.Tenant", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    namespace = models.CharField(max_length=63)
+    claim = models.CharField(max_length=253)
+    available_bytes = models.BigIntegerField()
+    capacity_bytes = models.BigIntegerField(null=True, blank=True)
+    read_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "usage_volume_room"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "namespace", "claim"], name="usage_volume_room_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.claim}: {self.available_bytes} bytes free"

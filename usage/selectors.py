@@ -43,14 +43,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Max, Q, Sum
+from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
 from core.errors import ValidationFailed
 from quotas.models import ResourceFlavor
 from tenants.models import Tenant
-from usage.choices import RAW, Metric, Resolution
-from usage.models import Rollup, RollupState, Sample, Workload
+from usage.choices import RAW, Metric, Resolution, Source
+from usage.models import PrometheusSource, Rollup, RollupState, Sample, VolumeRoom, Workload
 from usage.services import EPOCH, RESOLUTION_NAMES, retention
 
 MAX_POINTS = 5000
@@ -66,6 +66,18 @@ TENANT_SERIES = {
     "reserved": Metric.QUOTA_RESERVED,
     "allocated": Metric.GPUS_ALLOCATED,
     "gpu_utilization": Metric.GPU_UTILIZATION,
+}
+
+
+# The figures of a tenant's series as the usage page names them.
+FIELD_WORDS = {
+    "used": "GPUs in use",
+    "allocated": "GPUs requested by running pods",
+    "gpu_utilization": "GPU utilisation",
+    "reserved": "GPUs reserved",
+    "borrowed": "GPUs borrowed",
+    "guaranteed": "guaranteed GPUs",
+    "limit": "GPU limit",
 }
 
 
@@ -177,6 +189,7 @@ class SeriesPoint:
     sum: float
     min: float
     max: float
+    source: int = 0  # a usage.choices.Source (the highest among the points merged)
 
     @property
     def avg(self) -> float:
@@ -209,20 +222,21 @@ def usage_series(
     step_s = int(plan.step.total_seconds())
     origin = int((plan.start - EPOCH).total_seconds())
     points: dict[tuple[int, int, int, int, int], SeriesPoint] = {}
-    for cluster_id, tenant_id, flavor_id, metric, when, count, total, low, high in rows:
+    for cluster_id, tenant_id, flavor_id, metric, when, count, total, low, high, source in rows:
         offset = (int((when - EPOCH).total_seconds()) - origin) // step_s
         key = (cluster_id, tenant_id, flavor_id, metric, offset)
         point = points.get(key)
         if point is None:
             points[key] = SeriesPoint(
                 cluster_id, tenant_id, flavor_id, metric,
-                plan.start + timedelta(seconds=offset * step_s), count, total, low, high,
+                plan.start + timedelta(seconds=offset * step_s), count, total, low, high, source,
             )  # fmt: skip
         else:
             point.samples += count
             point.sum += total
             point.min = min(point.min, low)
             point.max = max(point.max, high)
+            point.source = max(point.source, source)
     return sorted(points.values(), key=lambda p: (p.time, p.cluster_id, p.flavor_id, p.metric))
 
 
@@ -243,7 +257,16 @@ def _rollup_rows(
     if flavor_ids is not None:
         rows = rows.filter(flavor_id__in=flavor_ids)
     return rows.order_by().values_list(
-        "cluster_id", "tenant_id", "flavor_id", "metric", "bucket", "samples", "sum", "min", "max"
+        "cluster_id",
+        "tenant_id",
+        "flavor_id",
+        "metric",
+        "bucket",
+        "samples",
+        "sum",
+        "min",
+        "max",
+        "source",
     )
 
 
@@ -261,8 +284,16 @@ def _raw_rows(
         rows = rows.filter(cluster_id__in=cluster_ids)
     if flavor_ids is not None:
         rows = rows.filter(flavor_id__in=flavor_ids)
-    for cluster_id, tenant_id, flavor_id, metric, when, value in rows.order_by().values_list(
-        "cluster_id", "tenant_id", "flavor_id", "metric", "time", "value"
+    for (
+        cluster_id,
+        tenant_id,
+        flavor_id,
+        metric,
+        when,
+        value,
+        source,
+    ) in rows.order_by().values_list(
+        "cluster_id", "tenant_id", "flavor_id", "metric", "time", "value", "source"
     ):
         yield (
             cluster_id or 0,
@@ -274,6 +305,7 @@ def _raw_rows(
             value,
             value,
             value,
+            source,
         )
 
 
@@ -289,6 +321,17 @@ class FlavorSeries:
     flavor: str
     gpu_weight: float
     points: list[FlavorPoint] = field(default_factory=list)
+    # field -> where its latest figure came from (a usage.choices.Source label).
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def source_lines(self) -> list[tuple[str, str]]:
+        """(what, where from) for the page, in the order of ``FIELD_WORDS``."""
+        return [
+            (words, self.sources[name])
+            for name, words in FIELD_WORDS.items()
+            if self.sources.get(name)
+        ]
 
 
 def tenant_usage(
@@ -327,6 +370,8 @@ def tenant_usage(
             series.points.append(point)
         name = names[p.metric]
         point.values[name] = p.avg
+        # An unrecorded source (samples older than the column) says nothing.
+        series.sources[name] = Source(p.source).label if p.source in Source.values[1:] else ""
         if p.metric == Metric.QUOTA_USED:
             point.values["used_max"] = p.max
     return sorted(out.values(), key=lambda s: (s.cluster, s.flavor))
@@ -555,3 +600,17 @@ def rollup_freshness() -> dict[str, dict[str, datetime | None]]:
         }
         for s in RollupState.objects.all()
     }
+
+
+def prometheus_sources() -> QuerySet[PrometheusSource]:
+    """Every cluster's Prometheus source with its cluster (platform admins only)."""
+    return PrometheusSource.objects.select_related("cluster").order_by("cluster__name")
+
+
+def volume_room(*, tenant_id: int, cluster_id: int) -> list[VolumeRoom]:
+    """The tenant's volumes on the cluster with their free space, fullest first."""
+    return list(
+        VolumeRoom.objects.filter(tenant_id=tenant_id, cluster_id=cluster_id).order_by(
+            "available_bytes", "namespace", "claim"
+        )
+    )

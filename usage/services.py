@@ -20,6 +20,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.cache import BaseCache, caches
@@ -29,16 +30,22 @@ from django.utils import timezone
 from core.errors import ValidationFailed
 from gpu_agent.services.reports import DeviceReading, ReportReadings, instances_attribute
 from quotas.models import ResourceFlavor
-from usage.choices import RAW, ROLLUP_SOURCE, Metric, Resolution
+from tenants.services import audit_record
+from usage.choices import RAW, ROLLUP_SOURCE, Metric, PrometheusFigure, Resolution, Source
 from usage.models import (
     GPU_UUID_MAX,
     MIG_PROFILE_MAX,
+    PROMETHEUS_STEP_MAX_S,
+    PROMETHEUS_STEP_MIN_S,
+    PROMETHEUS_TIMEOUT_MAX_S,
     PendingBucket,
     Pod,
+    PrometheusSource,
     Rollup,
     RollupState,
     Sample,
 )
+from usage.promql import parse_label_matchers
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +57,7 @@ SampleRow = tuple[
     datetime, int, float, int | None, int | None, int | None, int | None, str | None,
     int | None, str | None,
 ]  # fmt: skip
-COPY_SQL = f"COPY usage_sample ({', '.join(COLUMNS)}) FROM STDIN"
+COPY_SQL = f"COPY usage_sample ({', '.join(COLUMNS)}, source) FROM STDIN"
 MAX_BATCH = 2_000_000
 METRICS = frozenset(int(m) for m in Metric)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -181,23 +188,23 @@ def _check_rows(rows: Sequence[SampleRow]) -> set[int]:
     return buckets
 
 
-def _copy(rows: Sequence[SampleRow]) -> None:
+def _copy(rows: Sequence[SampleRow], source: int) -> None:
     with connection.cursor() as cursor, cursor.cursor.copy(COPY_SQL) as copy:
         for row in rows:
-            copy.write_row(row)
+            copy.write_row((*row, source))
 
 
-def _insert_portable(rows: Sequence[SampleRow]) -> None:
+def _insert_portable(rows: Sequence[SampleRow], source: int) -> None:
     """Other databases (SQLite: the embedded demo): one prepared INSERT run for every row
     (``executemany``); ``bulk_create`` would split a batch into statements of ~90 rows and
     build a model instance per row, 5-10x slower for a month of demo samples."""
     adapt = connection.ops.adapt_datetimefield_value
     sql = (
-        f"INSERT INTO usage_sample ({', '.join(COLUMNS)}) "  # noqa: S608 - constant SQL; every value is a parameter
-        f"VALUES ({', '.join(['%s'] * len(COLUMNS))})"
+        f"INSERT INTO usage_sample ({', '.join(COLUMNS)}, source) "  # noqa: S608 - constant SQL; every value is a parameter
+        f"VALUES ({', '.join(['%s'] * (len(COLUMNS) + 1))})"
     )
     with connection.cursor() as cursor:
-        cursor.executemany(sql, [(adapt(row[0]), *row[1:]) for row in rows])
+        cursor.executemany(sql, [(adapt(row[0]), *row[1:], source) for row in rows])
 
 
 def _mark_pending(resolution: int, buckets: Iterable[datetime]) -> None:
@@ -218,13 +225,16 @@ def _mark_pending(resolution: int, buckets: Iterable[datetime]) -> None:
         )
 
 
-def samples_write(*, rows: Sequence[SampleRow]) -> int:
-    """Store ``rows`` (tuples in ``COLUMNS`` order) whole or not at all: every row is checked
+def samples_write(*, rows: Sequence[SampleRow], source: int = Source.UNKNOWN) -> int:
+    """Store ``rows`` (tuples in ``COLUMNS`` order), all from ``source`` (a ``Source``, stored
+    with each row), whole or not at all: every row is checked
     first (ValidationFailed, 400, names the row and field); then one ``COPY`` on PostgreSQL
     (partitions for new days created on demand), ``executemany`` elsewhere; the rows'
     5-minute buckets are marked for rollup. Returns the rows written."""
     if not rows:
         return 0
+    if source not in Source.values:
+        raise ValidationFailed.for_field("source", f"{source!r} is not a known source.")
     buckets = _check_rows(rows)  # before any write: a bad batch changes nothing
     # No savepoint of its own: inside a caller's transaction it joins it (the agents' hook).
     with transaction.atomic(savepoint=False):
@@ -240,9 +250,9 @@ def samples_write(*, rows: Sequence[SampleRow]) -> int:
                 missing = {row[0] for row in cursor.fetchall()}
             if missing:
                 partitions_ensure(days=[d for d in days if partition_name(d) in missing])
-            _copy(rows)
+            _copy(rows, int(source))
         else:
-            _insert_portable(rows)
+            _insert_portable(rows, int(source))
             _mark_pending(FIVE_MINUTES, starts)
     return len(rows)
 
@@ -288,7 +298,7 @@ def samples_ingest(*, samples: Sequence[Mapping[str, Any]]) -> int:
                 *(item.get(c) for c in COLUMNS[3:]),
             )
         )
-    return samples_write(rows=rows)
+    return samples_write(rows=rows, source=Source.API)
 
 
 # --- agents' reports -------------------------------------------------------------------------
@@ -349,6 +359,28 @@ def _owner(device: DeviceReading, tenants: Mapping[str, int | None]) -> int | No
     return None
 
 
+_AGENT_SAMPLES_CACHE: dict[int, tuple[datetime, bool]] = {}
+
+
+def agent_samples_wanted(cluster_id: int | None, now: datetime) -> bool:
+    """False where the cluster's Prometheus gives GPU utilisation and memory and its admin
+    turned the node agents' usage samples off (the agents then only drive MIG). Read once a
+    minute per process."""
+    if cluster_id is None:
+        return True
+    cached = _AGENT_SAMPLES_CACHE.get(cluster_id)
+    if cached is None or not timedelta(0) <= now - cached[0] <= FLAVOR_CACHE_TTL:
+        source = (
+            PrometheusSource.objects.filter(cluster_id=cluster_id, enabled=True)
+            .values_list("node_agent_samples", "figures")
+            .first()
+        )
+        wanted = source is None or source[0] or PrometheusFigure.GPU_USAGE not in source[1]
+        cached = (now, bool(wanted))
+        _AGENT_SAMPLES_CACHE[cluster_id] = cached
+    return cached[1]
+
+
 class SampleThrottle:
     """At most one sample set per node per ``USAGE_AGENT_SAMPLE_EVERY_S``, whichever web
     process receives its reports: a node's first report in a window adds a key to the shared
@@ -396,6 +428,8 @@ def agent_readings_record(*, readings: ReportReadings) -> int:
     with transaction.atomic():
         if attributed:
             instances_attribute(node_id=readings.node_id, tenants=attributed)
+        if not agent_samples_wanted(readings.cluster_id, readings.at):
+            return 0
         if not agent_sample_throttle.due(node_id=readings.node_id):
             return 0
         flavors = _flavors_cached(readings.cluster_id, readings.at)
@@ -416,7 +450,7 @@ def agent_readings_record(*, readings: ReportReadings) -> int:
                 )
             rows.append((readings.at, Metric.GPU_MEMORY_USED, float(device.memory_used_mib), *base))
             rows.append((readings.at, Metric.GPU_PROCESSES, float(device.processes), *base))
-        return samples_write(rows=rows)
+        return samples_write(rows=rows, source=Source.NODE_AGENT)
 
 
 # --- rollups ---------------------------------------------------------------------------------
@@ -458,9 +492,9 @@ def _rollup_insert_sql(resolution: int, source: int | None) -> str:
         bucket = _bucket_sql("time", resolution)
         return (
             "INSERT INTO usage_rollup (resolution, bucket, metric, cluster_id, tenant_id, "  # noqa: S608 - constant SQL; every value is a parameter
-            "flavor_id, samples, sum, min, max) "
+            "flavor_id, samples, sum, min, max, source) "
             f"SELECT %s, {bucket}, metric, COALESCE(cluster_id, 0), COALESCE(tenant_id, 0), "
-            "COALESCE(flavor_id, 0), COUNT(*), SUM(value), MIN(value), MAX(value) "
+            "COALESCE(flavor_id, 0), COUNT(*), SUM(value), MIN(value), MAX(value), MAX(source) "
             f"FROM usage_sample WHERE time >= %s AND time < %s AND {bucket} {_in_buckets()} "
             f"GROUP BY {bucket}, metric, COALESCE(cluster_id, 0), COALESCE(tenant_id, 0), "
             "COALESCE(flavor_id, 0)"
@@ -468,9 +502,9 @@ def _rollup_insert_sql(resolution: int, source: int | None) -> str:
     bucket = _bucket_sql("bucket", resolution)
     return (
         "INSERT INTO usage_rollup (resolution, bucket, metric, cluster_id, tenant_id, "  # noqa: S608 - constant SQL; every value is a parameter
-        "flavor_id, samples, sum, min, max) "
+        "flavor_id, samples, sum, min, max, source) "
         f"SELECT %s, {bucket}, metric, cluster_id, tenant_id, flavor_id, SUM(samples), "
-        "SUM(sum), MIN(min), MAX(max) FROM usage_rollup "
+        "SUM(sum), MIN(min), MAX(max), MAX(source) FROM usage_rollup "
         f"WHERE resolution = %s AND bucket >= %s AND bucket < %s AND {bucket} {_in_buckets()} "
         f"GROUP BY {bucket}, metric, cluster_id, tenant_id, flavor_id"
     )
@@ -567,3 +601,103 @@ def retention_enforce(*, now: datetime | None = None) -> dict[str, int]:
         ).delete()[0]
     out["pods"] = Pod.objects.filter(seen_at__lt=now - timedelta(hours=1)).delete()[0]
     return out
+
+
+# --- Prometheus sources ----------------------------------------------------------------------
+
+PROMETHEUS_SETTINGS = (
+    "url", "enabled", "bearer_token_file", "basic_auth_user", "basic_auth_password_file",
+    "ca_bundle", "label_matchers", "query_timeout_s", "step_s", "figures", "node_agent_samples",
+)  # fmt: skip
+
+
+def _prometheus_settings(source: PrometheusSource) -> dict[str, Any]:
+    return {name: getattr(source, name) for name in PROMETHEUS_SETTINGS}
+
+
+@transaction.atomic
+def prometheus_source_set(
+    *, cluster: Any, actor: Any, settings_: Mapping[str, Any]
+) -> PrometheusSource:
+    """Create or replace the Prometheus a cluster's usage is read from (the settings not
+    given take their defaults). Refused whole, naming the field, on a bad value; audited."""
+    unknown = sorted(set(settings_) - set(PROMETHEUS_SETTINGS))
+    if unknown:
+        raise ValidationFailed.for_field(unknown[0], "Unknown field: this setting does not exist.")
+    existing = PrometheusSource.objects.select_for_update().filter(cluster=cluster).first()
+    before = _prometheus_settings(existing) if existing else None
+    source = existing or PrometheusSource(cluster=cluster)
+    fresh = PrometheusSource(cluster=cluster)
+    for name in PROMETHEUS_SETTINGS:
+        setattr(source, name, settings_.get(name, getattr(fresh, name)))
+    source.figures = sorted(set(source.figures or []))
+    prometheus_settings_check(settings_=_prometheus_settings(source))
+    if before is not None and before["url"] != source.url:
+        source.read_until = None  # another server: read its recent window afresh
+    source.save()
+    _AGENT_SAMPLES_CACHE.pop(cluster.pk, None)
+    audit_record(
+        actor=actor,
+        action="usage.prometheus_source_set",
+        obj=cluster,
+        before=before,
+        after=_prometheus_settings(source),
+    )
+    return source
+
+
+@transaction.atomic
+def prometheus_source_remove(*, cluster: Any, actor: Any) -> bool:
+    """Stop reading the cluster's Prometheus (its samples stay). False where it had none."""
+    source = PrometheusSource.objects.select_for_update().filter(cluster=cluster).first()
+    if source is None:
+        return False
+    before = _prometheus_settings(source)
+    source.delete()
+    _AGENT_SAMPLES_CACHE.pop(cluster.pk, None)
+    audit_record(actor=actor, action="usage.prometheus_source_remove", obj=cluster, before=before)
+    return True
+
+
+def prometheus_settings_check(*, settings_: Mapping[str, Any]) -> None:
+    """The rules of a Prometheus source's settings (ValidationFailed naming the field)."""
+    url = str(settings_.get("url") or "")
+    label_matchers = str(settings_.get("label_matchers") or "")
+    figures = settings_.get("figures") or []
+    try:
+        parse_label_matchers(label_matchers)
+    except ValueError as exc:
+        raise ValidationFailed.for_field("label_matchers", str(exc)) from None
+    unknown = sorted(set(figures) - set(PrometheusFigure.values))
+    if unknown:
+        raise ValidationFailed.for_field(
+            "figures", f"{unknown[0]!r} is not one of {', '.join(PrometheusFigure.values)}."
+        )
+    parsed = urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname or parsed.query:
+        raise ValidationFailed.for_field(
+            "url", "an http:// or https:// URL with a host (and no query) is required."
+        )
+    timeout = settings_.get("query_timeout_s", 10)
+    if not isinstance(timeout, int) or not 1 <= timeout <= PROMETHEUS_TIMEOUT_MAX_S:
+        raise ValidationFailed.for_field(
+            "query_timeout_s", f"a whole number of seconds from 1 to {PROMETHEUS_TIMEOUT_MAX_S}."
+        )
+    step = settings_.get("step_s", 60)
+    if not isinstance(step, int) or not PROMETHEUS_STEP_MIN_S <= step <= PROMETHEUS_STEP_MAX_S:
+        raise ValidationFailed.for_field(
+            "step_s",
+            f"a whole number of seconds from {PROMETHEUS_STEP_MIN_S} to {PROMETHEUS_STEP_MAX_S}.",
+        )
+    for name in ("bearer_token_file", "basic_auth_password_file", "ca_bundle"):
+        path = str(settings_.get(name) or "")
+        if path and not path.startswith("/"):
+            raise ValidationFailed.for_field(name, "an absolute path on the worker is required.")
+    if settings_.get("basic_auth_password_file") and not settings_.get("basic_auth_user"):
+        raise ValidationFailed.for_field(
+            "basic_auth_user", "a password file needs the user it belongs to."
+        )
+    if settings_.get("bearer_token_file") and settings_.get("basic_auth_user"):
+        raise ValidationFailed.for_field(
+            "bearer_token_file", "use a bearer token or basic auth, not both."
+        )

@@ -84,6 +84,12 @@ class AdmissionCheckInput(StrictInputSerializer):
     cpu = QuantityField(required=False, help_text='Cores, e.g. "8" or "500m".')
     memory = QuantityField(required=False, help_text='Bytes, e.g. "64Gi".')
     storage = QuantityField(required=False, help_text='Bytes of new PVCs, e.g. "500Gi".')
+    volumes = serializers.DictField(
+        child=QuantityField(), required=False,
+        help_text="Bytes the job writes to existing volumes, by namespace/claim, e.g. "
+        '{"team-a/datasets": "200Gi"}: checked against the free space the kubelet reports '
+        "(through the cluster's Prometheus).",
+    )  # fmt: skip
 
 
 class ResourceVerdictOutput(serializers.Serializer):

@@ -128,5 +128,6 @@ class AdmissionCheckView(TenantScopedMixin, GenericAPIView):
                 if storage is not None
                 else None
             ),
+            volumes=body.get("volumes") or {},
         )
         return Response(AdmissionCheckOutput(verdict).data)

@@ -25,7 +25,7 @@ from tenants.api.views import (
     NamespaceViewSet,
     TokenObtainView,
 )
-from usage.api.views import SamplesView, TenantUsageView
+from usage.api.views import PrometheusSourceViewSet, SamplesView, TenantUsageView
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False
@@ -39,6 +39,9 @@ router.register("audit-events", AuditEventViewSet, basename="audit-event")
 router.register("notifications", NotificationViewSet, basename="notification")
 router.register("alerts", AlertViewSet, basename="alert")
 router.register("identity-groups", GroupMappingViewSet, basename="identity-group")
+router.register(
+    "usage/prometheus-sources", PrometheusSourceViewSet, basename="usage-prometheus-source"
+)
 
 tenant_router = DefaultRouter(trailing_slash=True)
 tenant_router.include_root_view = False

@@ -75,6 +75,7 @@ SAMPLES: list[tuple[str, str, Sample]] = [
     ("username", r"^tenants/.*team/",
      Sample(Kind.OWNED, lambda w, s, n: s.lead.username, "nobody")),
     ("cluster", r"tenants/", Sample(Kind.SHARED, _const("demo-a100"))),
+    ("cluster", r"prometheus-sources/", Sample(Kind.SHARED, _const("demo-a100"))),
     ("pk|id", r"quota-requests/|^requests/", Sample(Kind.OWNED, _request_pk, MISSING_PK)),
     ("pk", r"^api/v1/\^auth/tokens/",
      Sample(Kind.OWNED, lambda w, s, n: str(s.token.pk), MISSING_PK)),  # type: ignore[union-attr]

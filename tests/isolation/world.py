@@ -27,7 +27,7 @@ from tenants.services import api_token_create, membership_set, notify
 from tests.conftest import ensure_tier_templates, seed_quota
 from tests.factories import ClusterFactory, UserFactory, gpu_flavor, mig_flavor
 from usage.choices import WorkloadState
-from usage.models import Workload
+from usage.models import PrometheusSource, Workload
 
 # What must never reach alice: team-b's slug, display name, description, namespace, the
 # reasons of its requests, its lead's notifications, token and username, its workloads and
@@ -163,6 +163,8 @@ def build() -> IsoWorld:
         gpu=gpu, generation=1, instances=[{"profile": "1g.10gb", "start": 0}], requested_by=admin
     )
     probe = IsolationProbe.objects.create(gpu=gpu, mig=True, target_gi_id=1, requested_by=admin)
+    # The usage source of a cluster (platform admins only).
+    PrometheusSource.objects.create(cluster=a100, url="http://prometheus.monitoring:9090")
     proposal = PlanProposal.objects.create(
         cluster=h100, checked_at=now, digest="d" * 64, state_digest="s" * 64,
         demand=[{"profile": "1g.10gb", "count": 1, "tenant": "team-b", "model": "H100"}],

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.prometheus.server import prometheus_server  # noqa: F401 - the real Prometheus
 from usage import services
 
 
@@ -15,6 +16,7 @@ def _fresh_caches(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     a test: another test's node with the same id must not find its window spent)."""
     services._FLAVOR_CACHE.clear()
     services._POD_CACHE.clear()
+    services._AGENT_SAMPLES_CACHE.clear()
     monkeypatch.setattr(
         services,
         "agent_sample_throttle",
@@ -23,3 +25,4 @@ def _fresh_caches(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     services._FLAVOR_CACHE.clear()
     services._POD_CACHE.clear()
+    services._AGENT_SAMPLES_CACHE.clear()

@@ -13,6 +13,13 @@ from rest_framework import serializers
 from core.api.serializers import StrictInputSerializer
 from core.numbers import ascii_whole
 from tenants.validators import DNS1123_LABEL_MAX
+from usage.choices import PrometheusFigure
+from usage.models import (
+    PROMETHEUS_STEP_MAX_S,
+    PROMETHEUS_STEP_MIN_S,
+    PROMETHEUS_TIMEOUT_MAX_S,
+    PrometheusSource,
+)
 
 
 @extend_schema_field(OpenApiTypes.STR)
@@ -100,3 +107,48 @@ class SamplesInput(serializers.Serializer):
 
 class SamplesOutput(serializers.Serializer):
     written = serializers.IntegerField()
+
+
+class PrometheusSourceInput(StrictInputSerializer):
+    """A cluster's Prometheus (PUT replaces it whole; settings left out take their defaults)."""
+
+    url = serializers.CharField(
+        max_length=500,
+        help_text="Base URL of the HTTP API, e.g. http://prometheus.monitoring:9090.",
+    )
+    enabled = serializers.BooleanField(required=False)
+    bearer_token_file = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    basic_auth_user = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    basic_auth_password_file = serializers.CharField(
+        max_length=500, required=False, allow_blank=True
+    )
+    ca_bundle = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    label_matchers = serializers.CharField(max_length=500, required=False, allow_blank=True)
+    query_timeout_s = serializers.IntegerField(
+        required=False, min_value=1, max_value=PROMETHEUS_TIMEOUT_MAX_S
+    )
+    step_s = serializers.IntegerField(
+        required=False, min_value=PROMETHEUS_STEP_MIN_S, max_value=PROMETHEUS_STEP_MAX_S
+    )
+    figures = serializers.ListField(
+        child=serializers.ChoiceField(choices=PrometheusFigure.choices), required=False
+    )
+    node_agent_samples = serializers.BooleanField(required=False)
+
+
+class PrometheusSourceOutput(serializers.ModelSerializer):
+    cluster = serializers.CharField(source="cluster.name")
+    figures = serializers.ListField(child=serializers.ChoiceField(choices=PrometheusFigure.choices))
+    last_warnings = serializers.ListField(child=serializers.CharField())
+    last_unknown_namespaces = serializers.ListField(child=serializers.CharField())
+
+    class Meta:
+        model = PrometheusSource
+        fields = [
+            "cluster", "url", "enabled", "bearer_token_file", "basic_auth_user",
+            "basic_auth_password_file", "ca_bundle", "label_matchers", "query_timeout_s",
+            "step_s", "figures", "node_agent_samples", "last_attempt_at", "last_success_at",
+            "last_error", "last_warnings", "last_samples", "last_unknown_series",
+            "last_unknown_namespaces", "read_until",
+        ]  # fmt: skip
+        read_only_fields = fields

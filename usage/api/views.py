@@ -7,16 +7,24 @@ from typing import Any
 
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import viewsets
 from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.errors import NotFound, ValidationFailed
-from quotas.models import ResourceFlavor
-from tenants.api.base import IsPlatformAdmin, TenantScopedMixin
+from quotas.models import Cluster, ResourceFlavor
+from tenants.api.base import IsPlatformAdmin, TenantScopedMixin, caller
 from usage import selectors, services
-from usage.api.serializers import SamplesInput, SamplesOutput, UsageOutput, UsageQueryInput
+from usage.api.serializers import (
+    PrometheusSourceInput,
+    PrometheusSourceOutput,
+    SamplesInput,
+    SamplesOutput,
+    UsageOutput,
+    UsageQueryInput,
+)
 
 UNITS = ("used", "used_max", "guaranteed", "limit", "borrowed")
 FIELDS = (*selectors.TENANT_SERIES, "used_max")
@@ -122,3 +130,55 @@ class SamplesView(APIView):
             )
         written = services.samples_ingest(samples=body.get("samples"))  # type: ignore[arg-type]
         return Response(SamplesOutput({"written": written}).data, status=201)
+
+
+class PrometheusSourceViewSet(viewsets.GenericViewSet):
+    """The Prometheus each cluster's usage is read from (platform admins): list, read,
+    PUT (create or replace), DELETE (stop reading it; its samples stay). Secrets are never
+    stored: the settings name files on the worker that hold them."""
+
+    permission_classes = [IsPlatformAdmin]
+    serializer_class = PrometheusSourceOutput
+    lookup_field = "cluster"
+    lookup_value_regex = "[a-z0-9-]+"  # cluster names are DNS-1123 labels
+    pagination_class = None
+
+    def get_queryset(self) -> Any:
+        return selectors.prometheus_sources()
+
+    def list(self, request: Request) -> Response:
+        return Response(PrometheusSourceOutput(self.get_queryset(), many=True).data)
+
+    def retrieve(self, request: Request, cluster: str) -> Response:
+        source = self.get_queryset().filter(cluster__name=cluster).first()
+        if source is None:
+            raise NotFound(f"Cluster {cluster} has no Prometheus source.")
+        return Response(PrometheusSourceOutput(source).data)
+
+    @extend_schema(
+        request=PrometheusSourceInput,
+        responses={
+            200: PrometheusSourceOutput,
+            400: OpenApiResponse(description="A bad setting; nothing was changed."),
+            404: OpenApiResponse(description="No such cluster."),
+        },
+    )
+    def update(self, request: Request, cluster: str) -> Response:
+        target = Cluster.objects.filter(name=cluster).first()
+        if target is None:
+            raise NotFound("No such cluster.")
+        data = PrometheusSourceInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        source = services.prometheus_source_set(
+            cluster=target, actor=caller(request), settings_=data.validated_data
+        )
+        return Response(PrometheusSourceOutput(source).data)
+
+    @extend_schema(responses={204: None, 404: OpenApiResponse(description="No such source.")})
+    def destroy(self, request: Request, cluster: str) -> Response:
+        target = Cluster.objects.filter(name=cluster).first()
+        if target is None or not services.prometheus_source_remove(
+            cluster=target, actor=caller(request)
+        ):
+            raise NotFound(f"Cluster {cluster} has no Prometheus source.")
+        return Response(status=204)
