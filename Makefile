@@ -6,6 +6,11 @@ PY := $(VENV)/bin/python
 # The virtual environment is reused while requirements.lock and pyproject.toml are unchanged.
 STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha1sum | cut -c1-12)
 PORT ?= 8000
+# make run's Prometheus (when the binary is installed) and the demo DCGM exporter it scrapes;
+# not 9090 / 9100, where Debian's prometheus package runs its own service and node exporter.
+PROMETHEUS ?= $(shell command -v prometheus || echo /usr/bin/prometheus)
+PROMETHEUS_PORT ?= 9095
+DEMO_METRICS_PORT ?= 9400
 
 .PHONY: venv run manage test fuzz lint bench lock schema clean
 
@@ -32,11 +37,26 @@ node_modules: node_modules/.package-lock.json
 # and simulated GPU node agents (fake backend) for the demo clusters' nodes.
 # With no DATABASE_URL / REDIS_URL it runs on SQLite and a filesystem broker under .data/.
 # Static files are collected first (hashed, gzip and brotli: served as in production).
+# Where the prometheus binary is installed, a Prometheus on 127.0.0.1:$(PROMETHEUS_PORT) scrapes
+# DCGM-exporter and kube-state-metrics series of demo-h100's simulated GPUs (served by the
+# agents' process on $(DEMO_METRICS_PORT)), and demo-h100 reads its GPU usage from it; without
+# it, everything else runs as before (demo-h100 reads its node agents).
 run: venv
 	@export DEBUG=$${DEBUG:-true} DEMO_KUBECONFIG_DIR=$(CURDIR)/.run DEMO_AGENT_DIR=$(CURDIR)/.run/agents; \
 	rm -f .run/kubeconfig; \
 	$(PY) -m devcluster.demo --run-dir .run --state-dir .data/devcluster demo-a100 demo-h100 & clusters=$$!; \
-	trap 'kill $$worker $$clusters $$agents 2>/dev/null; wait $$worker $$clusters $$agents 2>/dev/null' EXIT INT TERM; \
+	trap 'kill $$worker $$clusters $$agents $$prom 2>/dev/null; wait $$worker $$clusters $$agents $$prom 2>/dev/null' EXIT INT TERM; \
+	if test -x "$(PROMETHEUS)"; then \
+	  mkdir -p .run .data/prometheus; \
+	  printf '{"global": {"scrape_interval": "5s"}, "scrape_configs": [{"job_name": "dcgm-exporter", "honor_labels": true, "static_configs": [{"targets": ["127.0.0.1:%s"]}]}]}\n' \
+	    $(DEMO_METRICS_PORT) > .run/prometheus.yml; \
+	  "$(PROMETHEUS)" --config.file=.run/prometheus.yml --storage.tsdb.path=.data/prometheus \
+	    --storage.tsdb.retention.time=2d --web.listen-address=127.0.0.1:$(PROMETHEUS_PORT) \
+	    --log.level=warn & prom=$$!; \
+	  export DEMO_PROMETHEUS_URL=http://127.0.0.1:$(PROMETHEUS_PORT) DEMO_METRICS="--metrics-port $(DEMO_METRICS_PORT)"; \
+	else \
+	  echo "Prometheus is not installed, so demo-h100 reads its node agents only. To see its GPU usage read from Prometheus as well: sudo apt-get install prometheus, then make run again."; \
+	fi; \
 	for _ in $$(seq 1 120); do test -s .run/kubeconfig && break; sleep 0.5; done; \
 	test -s .run/kubeconfig || { echo "the local clusters did not start"; exit 1; }; \
 	$(PY) manage.py migrate --noinput && \
@@ -44,8 +64,9 @@ run: venv
 	$(PY) manage.py demo && \
 	{ $(VENV)/bin/celery -A portal worker --beat --loglevel=info --concurrency=2 & worker=$$!; \
 	  $(PY) -m gpu_agent.agent.demo --portal http://127.0.0.1:$(PORT) --dir .run/agents \
-	    --state-dir .data/agents & agents=$$!; \
+	    --state-dir .data/agents $${DEMO_METRICS:-} & agents=$$!; \
 	  echo "Portal: http://127.0.0.1:$(PORT)/  (API docs: /api/v1/docs/)"; \
+	  test -z "$${DEMO_PROMETHEUS_URL:-}" || echo "Prometheus: $${DEMO_PROMETHEUS_URL}/  (demo-h100's DCGM exporter: http://127.0.0.1:$(DEMO_METRICS_PORT)/metrics)"; \
 	  echo "Clusters: $(VENV)/bin/kubectl --kubeconfig .run/kubeconfig get clusterqueues,resourcequotas -A"; \
 	  $(VENV)/bin/gunicorn portal.wsgi --bind 127.0.0.1:$(PORT) --workers 2 --access-logfile - ; }
 

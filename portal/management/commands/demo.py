@@ -38,10 +38,13 @@ from quotas.choices import (
 from quotas.models import Cluster, FlavorResource, ResourceFlavor, TierTemplate
 from quotas.services import QuotaItem
 from tenants.choices import MembershipRole
-from tenants.models import Tenant, User
+from tenants.models import Namespace, Tenant, User
 from tenants.services import membership_set, namespace_shares_set
+from usage.choices import PrometheusFigure
 from usage.demo import DAYS as DEMO_DAYS
 from usage.demo import demo_month_fill
+from usage.models import PrometheusSource
+from usage.services import PROMETHEUS_SETTINGS, prometheus_source_set
 
 GI = 1024**3
 TI = 1024**4
@@ -124,6 +127,54 @@ def _agent_join_tokens(agent_dir: Path, admin: User) -> int:
         join.chmod(0o600)
         made += 1
     return made
+
+
+# The demo cluster whose usage comes from a Prometheus (when `make run` started one): its node
+# agents' simulated devices are served as DCGM-exporter series (gpu_agent.agent.demo_metrics).
+PROMETHEUS_CLUSTER = "demo-h100"
+PROMETHEUS_PLAN = "prometheus.json"  # gpu_agent.agent.demo_metrics.PLAN_FILE
+
+
+def _prometheus_source(url: str, agent_dir: str, admin: User) -> str:
+    """Read demo-h100's usage from the Prometheus at ``url`` (DCGM exporter and
+    kube-state-metrics series of its simulated nodes; the node agents then only drive MIG), and
+    tell the demo exporter which nodes and namespaces to simulate. Without ``url``, a source
+    left from an earlier run is switched off. Returns what it did, for the start-up output."""
+    cluster = Cluster.objects.get(name=PROMETHEUS_CLUSTER)
+    existing = PrometheusSource.objects.filter(cluster=cluster).first()
+    plan = Path(agent_dir) / PROMETHEUS_PLAN if agent_dir else None
+    if not url:
+        if plan is not None:
+            plan.unlink(missing_ok=True)
+        if existing is None or not existing.enabled:
+            return ""
+        settings_ = {name: getattr(existing, name) for name in PROMETHEUS_SETTINGS}
+        prometheus_source_set(
+            cluster=cluster, actor=admin, settings_=settings_ | {"enabled": False}
+        )
+        return f"Prometheus: not running, {cluster.name} reads its node agents again"
+    if plan is not None:
+        nodes = [name for name, cluster_name, _gpus in DEMO_NODES if cluster_name == cluster.name]
+        namespaces = sorted(
+            Namespace.objects.filter(tenant__slug__in=[t[0] for t in TEAMS]).values_list(
+                "name", flat=True
+            )
+        )
+        plan.parent.mkdir(parents=True, exist_ok=True)
+        plan.write_text(
+            json.dumps({"cluster": cluster.name, "nodes": nodes, "namespaces": namespaces})
+        )
+    wanted = {
+        "url": url,
+        "enabled": True,
+        "step_s": 15,
+        "query_timeout_s": 10,
+        "figures": sorted([PrometheusFigure.GPU_USAGE, PrometheusFigure.GPU_REQUESTS]),
+        "node_agent_samples": False,
+    }
+    if existing is None or any(getattr(existing, k) != v for k, v in wanted.items()):
+        prometheus_source_set(cluster=cluster, actor=admin, settings_=wanted)
+    return f"Prometheus: {cluster.name}'s GPU usage is read from {url}"
 
 
 class Command(BaseCommand):
@@ -281,6 +332,13 @@ class Command(BaseCommand):
         if agent_dir := os.environ.get("DEMO_AGENT_DIR", ""):
             made = _agent_join_tokens(Path(agent_dir), users["admin"])
             self.stdout.write(f"Simulated GPU nodes: {made} new join token(s) in {agent_dir}")
+        said = _prometheus_source(
+            os.environ.get("DEMO_PROMETHEUS_URL", ""),
+            os.environ.get("DEMO_AGENT_DIR", ""),
+            users["admin"],
+        )
+        if said:
+            self.stdout.write(said)
         team_a = Tenant.objects.get(slug="team-a")
         membership_set(
             tenant=team_a, user=users["carol"], role=MembershipRole.MEMBER, actor=users["admin"]
