@@ -21,6 +21,7 @@ from advice.services import suggestions_compute
 from alerts.choices import RuleKind
 from alerts.models import AlertRule
 from approvals.services import quota_request_grant, tenant_onboard
+from gpu_agent.agent.demo_metrics import PLAN_FILE
 from gpu_agent.models import Node
 from gpu_agent.services.nodes import join_token_create
 from identity.choices import GroupRole
@@ -132,7 +133,7 @@ def _agent_join_tokens(agent_dir: Path, admin: User) -> int:
 # The demo cluster whose usage comes from a Prometheus (when `make run` started one): its node
 # agents' simulated devices are served as DCGM-exporter series (gpu_agent.agent.demo_metrics).
 PROMETHEUS_CLUSTER = "demo-h100"
-PROMETHEUS_PLAN = "prometheus.json"  # gpu_agent.agent.demo_metrics.PLAN_FILE
+PROMETHEUS_PLAN = PLAN_FILE  # which nodes and namespaces the demo exporter simulates
 
 
 def _prometheus_source(url: str, agent_dir: str, admin: User) -> str:
