@@ -11,6 +11,7 @@ from typing import Any
 from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
+from quotas import isolation
 from quotas.choices import Enforcement, SyncBackend, SyncState, is_gpu_resource
 from quotas.kube import names
 from quotas.kube.enforcement import KueueConfig, verdict
@@ -23,6 +24,7 @@ from quotas.models import (
     TenantSync,
     TierTemplate,
 )
+from tenants.choices import IsolationLevel
 from tenants.models import Namespace, Tenant
 
 
@@ -287,4 +289,16 @@ def tenant_pipeline_access(*, tenant: Tenant) -> dict[str, Any]:
         ],
         "queue_label": f"kueue.x-k8s.io/queue-name: {names.LOCAL_QUEUE}",
         "kueue_clusters": [name for name, has_kueue in clusters if has_kueue],
+    }
+
+
+def tenant_isolation(*, tenant: Tenant) -> dict[str, Any]:
+    """R23: the tenant's isolation level, its three layers (fault, performance, security) as
+    the seed rates them, and which GPU flavors the level allows."""
+    level = tenant.isolation_level
+    return {
+        "level": level,
+        "label": IsolationLevel(level).label,
+        "layers": isolation.LAYERS[level],
+        "allowed": isolation.allowed_words(level),
     }
