@@ -306,3 +306,23 @@ def test_a_lead_asks_for_a_level_on_the_request_form_and_a_refusal_names_the_rul
     words = text_of(refused.content.decode())
     assert "a100-80gb gives whole GPUs" in words
     assert not QuotaChangeRequest.objects.filter(isolation_level="time-sliced").exists()
+
+
+def test_a_time_sliced_flavor_reaches_the_device_plugins_config(world):
+    """The flavor a time-sliced tenant holds is what the compiler shares: the loader carries
+    its replicas, and the cluster-wide objects get the device plugin's time-slicing config."""
+    from quotas.kube.compiler import compile_cluster_wide
+    from quotas.loader import cluster_spec
+
+    shared_flavor(world.a100, replicas=4)
+    objects = compile_cluster_wide(cluster_spec(world.a100), [])
+    configmaps = [o for o in objects if o["kind"] == "ConfigMap"]
+    assert [list(c["data"]) for c in configmaps] == [["a100-shared"]]
+    assert "replicas: 4" in configmaps[0]["data"]["a100-shared"]
+
+
+def test_a_flavor_shared_by_fewer_than_two_is_refused_by_the_database(world):
+    from django.db import IntegrityError, transaction
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        shared_flavor(world.a100, replicas=1)
