@@ -326,3 +326,12 @@ def test_a_flavor_shared_by_fewer_than_two_is_refused_by_the_database(world):
 
     with pytest.raises(IntegrityError), transaction.atomic():
         shared_flavor(world.a100, replicas=1)
+
+
+def test_django_admin_shows_the_level_but_does_not_edit_it(world, client):
+    client.force_login(world.admin)
+    page = client.get(f"/admin/tenants/tenant/{world.team_a.pk}/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Whole GPU" in html
+    assert 'name="isolation_level"' not in html
