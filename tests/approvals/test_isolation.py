@@ -335,3 +335,24 @@ def test_django_admin_shows_the_level_but_does_not_edit_it(world, client):
     html = page.content.decode()
     assert "Whole GPU" in html
     assert 'name="isolation_level"' not in html
+
+
+def test_a_lead_files_a_level_change_on_the_form(world, client):
+    client.force_login(world.bob)
+    posted = client.post(
+        "/tenants/team-b/requests/new/?cluster=demo-a100",
+        {
+            "isolation_level": "namespace",
+            "reason": "development only",
+            "action": "submit",
+            **{"items-0-guaranteed": "4", "items-0-limit": "6"},
+            **{"items-1-guaranteed": "32", "items-1-limit": "48"},
+            **{"items-2-guaranteed": "256Gi", "items-2-limit": "384Gi"},
+        },
+    )
+    assert posted.status_code == 302
+    request = QuotaChangeRequest.objects.get(tenant=world.team_b, isolation_level="namespace")
+    assert request.status == "pending"
+    assert not request.items.exists()
+    detail = text_of(client.get(posted["Location"]).content.decode())
+    assert "Isolation level to Namespace and cgroup sharing" in detail
