@@ -13,6 +13,7 @@ from django import forms
 from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
 from quotas.selectors import EffectiveQuota, EffectiveQuotaSet, FlavorAllocation
 from quotas.services import QuotaItem
+from tenants.choices import IsolationLevel
 
 AMOUNT_FIELDS = ("guaranteed", "limit", "lending_limit")
 SCHEDULING_COUNT_FIELDS = ("max_running_jobs", "max_queued_jobs", "max_pods", "max_pvcs")
@@ -129,6 +130,13 @@ class QuotaRequestForm(forms.Form):
     )
     max_pvcs = forms.IntegerField(
         required=False, min_value=0, max_value=POSITIVE_INTEGER_MAX, label="Max PVCs"
+    )
+    isolation_level = forms.ChoiceField(
+        required=False,
+        choices=[("", "Unchanged"), *IsolationLevel.choices],
+        label="Isolation level",
+        help_text="For the whole team, on every cluster: it decides which flavors the team's "
+        "quotas may be on.",
     )
 
     def __init__(

@@ -16,7 +16,7 @@ from quotas.models import (
     ResourceFlavor,
     TierTemplate,
 )
-from tenants.choices import AuditSource
+from tenants.choices import AuditSource, IsolationLevel
 from tenants.models import Tenant
 
 
@@ -59,6 +59,14 @@ class QuotaChangeRequest(models.Model):
         TierTemplate, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
         help_text="A tier change (small -> medium): the quota set takes this tier when applied.",
     )  # fmt: skip
+    # R23: the tenant's isolation level once applied; empty: unchanged. A tenant attribute,
+    # so it holds for every cluster: the tenant's quotas everywhere must fit it.
+    isolation_level = models.CharField(
+        max_length=20,
+        choices=IsolationLevel.choices,
+        blank=True,
+        help_text="The tenant's new isolation level; empty leaves it as it is.",
+    )
     max_running_jobs = models.PositiveIntegerField(null=True, blank=True)
     max_queued_jobs = models.PositiveIntegerField(null=True, blank=True)
     max_pods = models.PositiveIntegerField(null=True, blank=True)

@@ -31,10 +31,12 @@ from core.errors import (
 )
 from quotas import sync
 from quotas.choices import FlavorKind, SyncBackend
+from quotas.isolation import flavor_isolation, isolation_rule_broken
 from quotas.kube.spec import QuotaSpec
 from quotas.models import (
     Cluster,
     FlavorResource,
+    Quota,
     QuotaSet,
     ResourceFlavor,
     TierTemplate,
@@ -53,10 +55,17 @@ from quotas.services import (
     tier_items,
     tier_scheduling,
 )
-from tenants.choices import AuditSource, MembershipRole, Priority
+from tenants.choices import AuditSource, IsolationLevel, MembershipRole, Priority
 from tenants.models import Tenant, User
 from tenants.selectors import membership_role
-from tenants.services import audit_record, audit_source, membership_set, notify, tenant_create
+from tenants.services import (
+    audit_record,
+    audit_source,
+    membership_set,
+    notify,
+    tenant_create,
+    tenant_isolation_level_set,
+)
 
 SCHEDULING_FIELDS = ("max_running_jobs", "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs")
 Key = tuple[int, str]  # (flavor id, resource)
@@ -319,6 +328,7 @@ def quota_request_check(
     cluster: Cluster,
     items: Sequence[QuotaItem],
     scheduling: Mapping[str, Any] | None = None,
+    isolation_level: str = "",
 ) -> RequestCheck:
     """The one validation of a change, used at submit, at approval and by the live check of
     the portal and the API: the merged quota set must pass every rule of
@@ -333,9 +343,18 @@ def quota_request_check(
                 f"{item.resource} on {item.flavor.name} is listed twice (items {seen[key]} and {index})"
             )
         seen[key] = index
-    if not items and not any(v is not None for v in (scheduling or {}).values()):
+    changes_level = bool(isolation_level)
+    if (
+        not items
+        and not changes_level
+        and not any(v is not None for v in (scheduling or {}).values())
+    ):
         check.errors["items"] = ["a request must change at least one quota"]
-    _refuse_what_changes_nothing(check, quota_set, current, items, scheduling or {})
+    if not changes_level:
+        _refuse_what_changes_nothing(check, quota_set, current, items, scheduling or {})
+    _isolation_check(
+        check, tenant=tenant, cluster=cluster, current=current, items=items, level=isolation_level
+    )
     if check.errors:
         return check
 
@@ -379,6 +398,66 @@ def quota_request_check(
         two_approvers = True
     check.required_approvals = 2 if two_approvers else 1
     return check
+
+
+def _isolation_check(
+    check: RequestCheck,
+    *,
+    tenant: Tenant,
+    cluster: Cluster,
+    current: Mapping[Key, QuotaItem],
+    items: Sequence[QuotaItem],
+    level: str,
+) -> None:
+    """R23: the tenant's isolation level (the requested one, else the one in force) decides
+    which flavors its quotas may be on. A line of the request on a flavor the level does not
+    allow is refused (a line lowering it to 0 is fine); a new level is refused while any of the
+    tenant's quotas, on any cluster, is on a flavor it does not allow, naming each."""
+    if level and level not in IsolationLevel.values:
+        check.errors.setdefault("isolation_level", []).append(
+            f"{level!r} is not an isolation level; choose one of {', '.join(IsolationLevel.values)}"
+        )
+        return
+    if level and level == tenant.isolation_level:
+        check.errors.setdefault("isolation_level", []).append(
+            f"{tenant.slug} is already at {IsolationLevel(level).label.lower()}: "
+            "the request changes nothing there; leave it out"
+        )
+        return
+    in_force = level or tenant.isolation_level
+    for index, item in enumerate(items):
+        broken = _isolation_broken(in_force, item.flavor) if item.limit > 0 else None
+        if broken:
+            check.errors.setdefault(f"items[{index}].flavor", []).append(broken)
+    if not level:
+        return
+    requested = {(i.flavor.pk, i.resource) for i in items}
+    held = [(cluster.name, q) for key, q in current.items() if key not in requested]
+    others = Quota.objects.filter(quota_set__tenant=tenant).exclude(quota_set__cluster=cluster)
+    for q in others.select_related("flavor", "quota_set__cluster"):
+        held.append(
+            (q.quota_set.cluster.name, QuotaItem(q.flavor, q.resource, q.guaranteed, q.limit))
+        )
+    for cluster_name, line in sorted(held, key=lambda h: (h[0], h[1].flavor.name, h[1].resource)):
+        broken = _isolation_broken(level, line.flavor) if line.limit > 0 else None
+        if broken:
+            check.errors.setdefault("isolation_level", []).append(
+                f"{broken}; {tenant.slug} holds a limit of "
+                f"{to_display(line.limit, line.resource)} {line.resource} on {cluster_name}: "
+                "lower it to 0 first"
+            )
+
+
+def _isolation_broken(level: str, flavor: ResourceFlavor) -> str | None:
+    return isolation_rule_broken(
+        level=level,
+        flavor_name=flavor.name,
+        isolation=flavor_isolation(
+            kind=flavor.kind,
+            node_taints=flavor.node_taints,
+            time_slicing_replicas=flavor.time_slicing_replicas,
+        ),
+    )
 
 
 # --- permissions ----------------------------------------------------------------------------
@@ -499,6 +578,7 @@ def quota_request_validate(
     raw_items: Sequence[Mapping[str, Any]],
     scheduling: Mapping[str, Any] | None = None,
     tier: TierTemplate | None = None,
+    isolation_level: str = "",
 ) -> RequestCheck:
     """What filing this request would answer, storing nothing (the API's and the portal's
     live check). Who may file is enforced as for ``quota_request_create`` (404 / 403); every
@@ -512,7 +592,11 @@ def quota_request_validate(
     except ValidationFailed as exc:
         return RequestCheck(errors={**errors, **exc.fields})
     check = quota_request_check(
-        tenant=tenant, cluster=cluster, items=changes["items"], scheduling=changes["scheduling"]
+        tenant=tenant,
+        cluster=cluster,
+        items=changes["items"],
+        scheduling=changes["scheduling"],
+        isolation_level=isolation_level,
     )
     check.errors = {**errors, **check.errors}
     return check
@@ -533,6 +617,7 @@ def quota_request_create(
     submit: bool = False,
     tier: TierTemplate | None = None,
     replaces: QuotaChangeRequest | None = None,
+    isolation_level: str = "",
 ) -> QuotaChangeRequest:
     """File a request (a draft, or pending with ``submit``). Refused whole, storing nothing,
     when it breaks a rule. ``replaces``: a draft of the same tenant and cluster (a suggested
@@ -542,13 +627,20 @@ def quota_request_create(
     if not reason.strip():
         raise ValidationFailed.for_field("reason", REASON_REQUIRED)
     scheduling = dict(scheduling or {})
-    check = quota_request_check(tenant=tenant, cluster=cluster, items=items, scheduling=scheduling)
+    check = quota_request_check(
+        tenant=tenant,
+        cluster=cluster,
+        items=items,
+        scheduling=scheduling,
+        isolation_level=isolation_level,
+    )
     check.raise_if_invalid()
     with transaction.atomic():
         replaced = _replaceable(replaces, tenant=tenant, cluster=cluster, actor=requester)
         request = _create(
             tenant=tenant, cluster=cluster, requester=requester, reason=reason, check=check,
             items=items, scheduling=scheduling, tier=tier, replaced=replaced,
+            isolation_level=isolation_level,
         )  # fmt: skip
         if submit:
             quota_request_submit(request=request, actor=requester)
@@ -589,6 +681,7 @@ def _create(
     scheduling: Mapping[str, Any],
     tier: TierTemplate | None,
     replaced: QuotaChangeRequest | None,
+    isolation_level: str = "",
 ) -> QuotaChangeRequest:
     request = QuotaChangeRequest.objects.create(
         tenant=tenant,
@@ -599,6 +692,7 @@ def _create(
         base_generation=check.base_generation,
         required_approvals=check.required_approvals,
         tier=tier,
+        isolation_level=isolation_level,
         **{k: v for k, v in scheduling.items() if k in SCHEDULING_FIELDS},
     )
     _store_items(request, items)
@@ -654,6 +748,7 @@ def quota_request_check_stored(*, request: QuotaChangeRequest) -> RequestCheck:
         cluster=request.cluster,
         items=quota_request_items(request),
         scheduling=_request_scheduling(request),
+        isolation_level=request.isolation_level,
     )
 
 
@@ -707,6 +802,7 @@ def _request_snapshot(request: QuotaChangeRequest, check: RequestCheck) -> dict[
         ],
         "required_approvals": check.required_approvals,
         **({"tier": request.tier.name} if request.tier else {}),
+        **({"isolation_level": request.isolation_level} if request.isolation_level else {}),
     }
 
 
@@ -842,6 +938,13 @@ def _apply(request: QuotaChangeRequest, *, actor: User | None) -> None:
         line.guaranteed_before = before.guaranteed if before else Decimal(0)
         line.limit_before = before.limit if before else Decimal(0)
     QuotaChangeItem.objects.bulk_update(lines, ["guaranteed_before", "limit_before"])
+    if request.isolation_level:
+        tenant_isolation_level_set(
+            tenant=request.tenant,
+            isolation_level=request.isolation_level,
+            actor=actor,
+            reason=f"request #{request.pk}: {request.reason}",
+        )
     _transition(
         request,
         RequestStatus.APPROVED,

@@ -237,6 +237,7 @@ class RequestDraft:
     index_map: list[int] = field(default_factory=list)
     scheduling: dict[str, Any] = field(default_factory=dict)
     check: RequestCheck | None = None
+    isolation_level: str = ""
 
     @property
     def valid(self) -> bool:
@@ -264,8 +265,13 @@ class RequestDraft:
         except errors.ValidationFailed as exc:
             self.show_errors(exc.fields)
             return
+        self.isolation_level = self.form.cleaned_data.get("isolation_level") or ""
         self.check = quota_request_check(
-            tenant=self.tenant, cluster=self.cluster, items=self.items, scheduling=self.scheduling
+            tenant=self.tenant,
+            cluster=self.cluster,
+            items=self.items,
+            scheduling=self.scheduling,
+            isolation_level=self.isolation_level,
         )
         self.show_errors(self.check.errors)
 
@@ -352,7 +358,7 @@ def _request_initial(source: QuotaChangeRequest | None) -> dict[str, Any]:
     if source is None:
         return {}
     initial = {k: v for k, v in QuotaRequestForm.initial_from(source).items() if v is not None}
-    return initial | {"reason": source.reason}
+    return initial | {"reason": source.reason, "isolation_level": source.isolation_level}
 
 
 def _draft(
@@ -501,6 +507,7 @@ def request_new(request: HttpRequest, slug: str) -> HttpResponse:
                 submit=action == "submit",
                 tier=tier,
                 replaces=source,
+                isolation_level=draft.isolation_level,
             )
         except errors.ValidationFailed as exc:
             draft.show_errors(exc.fields)

@@ -138,6 +138,8 @@ def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "role": tenant_selectors.membership_role(user=caller(request), tenant=tenant),
         # Where its quotas stand in each cluster (no live read: "In the cluster" does that).
         "cluster_syncs": quota_views.cluster_syncs(tenant=tenant),
+        "pipeline": quota_selectors.tenant_pipeline_access(tenant=tenant),
+        "isolation": quota_selectors.tenant_isolation(tenant=tenant),
     }
     context |= advice_views.tenant_suggestions_context(request=request, tenant=tenant)
     return render(request, "portal/tenant_detail.html", context)

@@ -4,7 +4,8 @@ quotas into clusters with its record of what each cluster has observed.
 
 Modules: ``models``, ``choices``, ``quantity`` (Kubernetes quantities), ``selectors``
 (reads), ``services`` (writes: quota sets, tiers, the outbox, holds, the rules),
-``loader`` (database -> compiler specs), ``backends`` (the way to a cluster), ``sync`` (the
+``loader`` (database -> compiler specs), ``isolation`` (isolation levels: their layers and
+the flavors each allows), ``backends`` (the way to a cluster), ``sync`` (the
 push, drift repair, dry runs, reads of the cluster), ``tasks`` (delivery, sweep, reconcile),
 ``kube/`` (compiler, validation, applier: no Django), ``api/``, ``views`` (sync pages).
 

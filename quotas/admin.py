@@ -39,7 +39,10 @@ class FlavorResourceInline(admin.TabularInline):
 
 @admin.register(ResourceFlavor)
 class ResourceFlavorAdmin(admin.ModelAdmin):
-    list_display = ["name", "cluster", "kind", "gpu_model", "mig_profile", "gpu_weight"]
+    list_display = [
+        "name", "cluster", "kind", "gpu_model", "mig_profile", "time_slicing_replicas",
+        "gpu_weight",
+    ]  # fmt: skip
     list_filter = ["cluster", "kind"]
     search_fields = ["name", "gpu_model"]
     inlines = [FlavorResourceInline]

@@ -45,6 +45,7 @@ def cluster_spec(cluster: Cluster) -> ClusterSpec:
             storage_class=f.storage_class,
             node_labels=dict(f.node_labels or {}),
             node_taints=tuple(f.node_taints or ()),
+            time_slicing_replicas=f.time_slicing_replicas,
         )
         for f in ResourceFlavor.objects.filter(cluster=cluster).order_by("name")
     )

@@ -148,6 +148,13 @@ class ResourceFlavor(models.Model):
     storage_class = models.CharField(max_length=DNS1123_LABEL_MAX, blank=True)
     node_labels = models.JSONField(default=dict, blank=True)
     node_taints = models.JSONField(default=list, blank=True)
+    # Time-sliced sharing (R25): the device plugin advertises each GPU this many times; empty:
+    # not shared. A time-sliced flavor is what tenants at the time-sliced isolation level get.
+    time_slicing_replicas = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="Shares per GPU when the device plugin time-slices this flavor's GPUs.",
+    )
     gpu_weight = models.DecimalField(
         max_digits=7,
         decimal_places=3,
@@ -180,6 +187,10 @@ class ResourceFlavor(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(kind__in=FlavorKind.values), name="flavor_kind_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(time_slicing_replicas__isnull=True) | Q(time_slicing_replicas__gte=2),
+                name="flavor_time_slicing_replicas_at_least_two",
             ),
         ]
 

@@ -11,7 +11,9 @@ from typing import Any
 from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 
+from quotas import isolation
 from quotas.choices import Enforcement, SyncBackend, SyncState, is_gpu_resource
+from quotas.kube import names
 from quotas.kube.enforcement import KueueConfig, verdict
 from quotas.models import (
     Cluster,
@@ -22,7 +24,8 @@ from quotas.models import (
     TenantSync,
     TierTemplate,
 )
-from tenants.models import Tenant
+from tenants.choices import IsolationLevel
+from tenants.models import Namespace, Tenant
 
 
 def gpu_units(amount: Decimal, *, resource: str, weight: Decimal) -> Decimal:
@@ -250,4 +253,52 @@ def cluster_enforcement(*, cluster: Cluster) -> dict[str, Any]:
         "kueue_config": cluster.kueue_config,
         "kueue_config_error": error,
         "kueue_config_read_at": cluster.kueue_config_read_at,
+    }
+
+
+@dataclass(frozen=True)
+class PipelineAccess:
+    """How a team's pipeline reaches one of its namespaces (R29): the ServiceAccount the
+    portal binds to ``edit`` (and Kueue's batch user role) there and the command that gives it
+    a short-lived token."""
+
+    namespace: str
+    service_account: str
+    token_command: str
+
+
+def tenant_pipeline_access(*, tenant: Tenant) -> dict[str, Any]:
+    """Per namespace of ``tenant``: its ServiceAccount and ``kubectl create token`` line; the
+    Kueue LocalQueue label jobs carry, and the tenant's clusters that run Kueue."""
+    account = names.service_account(tenant.slug)
+    namespaces = Namespace.objects.filter(tenant=tenant).order_by("name")
+    clusters = (
+        Cluster.objects.filter(quota_sets__tenant=tenant)
+        .distinct()
+        .order_by("name")
+        .values_list("name", "has_kueue")
+    )
+    return {
+        "namespaces": [
+            PipelineAccess(
+                namespace=ns.name,
+                service_account=account,
+                token_command=f"kubectl create token {account} -n {ns.name} --duration=1h",
+            )
+            for ns in namespaces
+        ],
+        "queue_label": f"kueue.x-k8s.io/queue-name: {names.LOCAL_QUEUE}",
+        "kueue_clusters": [name for name, has_kueue in clusters if has_kueue],
+    }
+
+
+def tenant_isolation(*, tenant: Tenant) -> dict[str, Any]:
+    """R23: the tenant's isolation level, its three layers (fault, performance, security) as
+    the seed rates them, and which GPU flavors the level allows."""
+    level = tenant.isolation_level
+    return {
+        "level": level,
+        "label": IsolationLevel(level).label,
+        "layers": isolation.LAYERS[level],
+        "allowed": isolation.allowed_words(level),
     }

@@ -40,14 +40,19 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ["slug", "display_name", "parent", "cohort", "state", "created_at"]
-    list_filter = ["state", "default_priority"]
+    list_display = [
+        "slug", "display_name", "parent", "cohort", "state", "isolation_level", "created_at",
+    ]  # fmt: skip
+    list_filter = ["state", "default_priority", "isolation_level"]
     search_fields = ["slug", "display_name"]
     inlines = [NamespaceInline, MembershipInline]
 
     def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
-        # The slug names namespaces and cluster objects: fixed once created.
-        return ["slug", "parent", "cohort", "created_at", "updated_at"] if obj else []
+        # The slug names namespaces and cluster objects: fixed once created. The isolation
+        # level changes only through a request, checked against the tenant's quotas.
+        if obj:
+            return ["slug", "parent", "cohort", "isolation_level", "created_at", "updated_at"]
+        return ["isolation_level"]
 
     def save_model(self, request: Any, obj: Tenant, form: Any, change: bool) -> None:
         if change:

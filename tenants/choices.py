@@ -33,3 +33,15 @@ class AuditSource(models.TextChoices):
     API = "api", "REST API"
     ADMIN = "admin", "Django admin"
     SYSTEM = "system", "System"
+
+
+class IsolationLevel(models.TextChoices):
+    """How far a tenant's work is kept apart from other tenants' (R23): the seed's five options,
+    each with its fault, performance and security isolation (``quotas.isolation``). It decides
+    which flavors the tenant's quotas may be on; set through a request."""
+
+    NAMESPACE = "namespace", "Namespace and cgroup sharing"
+    TIME_SLICED = "time-sliced", "Time-sliced GPU share"
+    MIG = "mig", "MIG instance"
+    WHOLE_GPU = "whole-gpu", "Whole GPU"
+    DEDICATED = "dedicated", "Dedicated nodes"

@@ -7,7 +7,14 @@ from django.contrib.auth.models import AbstractUser
 from django.db import models
 from django.db.models import F, Q
 
-from tenants.choices import AuditSource, MembershipRole, NamespacePurpose, Priority, TenantState
+from tenants.choices import (
+    AuditSource,
+    IsolationLevel,
+    MembershipRole,
+    NamespacePurpose,
+    Priority,
+    TenantState,
+)
 from tenants.validators import (
     DNS1123_LABEL_MAX,
     DNS1123_LABEL_REGEX,
@@ -57,6 +64,13 @@ class Tenant(models.Model):
         max_length=20, choices=Priority.choices, default=Priority.DEFAULT
     )
     state = models.CharField(max_length=20, choices=TenantState.choices, default=TenantState.ACTIVE)
+    # R23: set through a request (approvals), never by a direct edit outside Django admin.
+    isolation_level = models.CharField(
+        max_length=20,
+        choices=IsolationLevel.choices,
+        default=IsolationLevel.WHOLE_GPU,
+        help_text="Which flavors its quotas may be on; changed through a request.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -73,6 +87,10 @@ class Tenant(models.Model):
                 name="tenant_cohort_dns1123",
             ),
             models.CheckConstraint(condition=~Q(parent=F("pk")), name="tenant_not_own_parent"),
+            models.CheckConstraint(
+                condition=Q(isolation_level__in=IsolationLevel.values),
+                name="tenant_isolation_level_valid",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -19,7 +19,14 @@ from django.utils import timezone
 
 from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from core.tasks import enqueue
-from tenants.choices import AuditSource, MembershipRole, NamespacePurpose, Priority, TenantState
+from tenants.choices import (
+    AuditSource,
+    IsolationLevel,
+    MembershipRole,
+    NamespacePurpose,
+    Priority,
+    TenantState,
+)
 from tenants.models import (
     MEMBERSHIP_SOURCE_MANUAL,
     ApiToken,
@@ -200,6 +207,33 @@ def tenant_update(
             after=after,
         )
         _tenant_changed(tenant, actor)
+    return tenant
+
+
+@transaction.atomic
+def tenant_isolation_level_set(
+    *, tenant: Tenant, isolation_level: str, actor: User | None, reason: str
+) -> Tenant:
+    """R23: the tenant's isolation level, as an approved request sets it (the approvals app
+    checks the tenant's quotas fit it first; nothing else calls this). Audited."""
+    if isolation_level not in IsolationLevel.values:
+        raise ValidationFailed.for_field(
+            "isolation_level", f"{isolation_level!r} is not one of {IsolationLevel.values}."
+        )
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    before = tenant.isolation_level
+    if before == isolation_level:
+        return tenant
+    tenant.isolation_level = isolation_level
+    tenant.save(update_fields=["isolation_level", "updated_at"])
+    audit_record(
+        actor=actor,
+        action="tenant.isolation_level_changed",
+        obj=tenant,
+        tenant=tenant,
+        before={"isolation_level": before},
+        after={"isolation_level": isolation_level, "reason": reason},
+    )
     return tenant
 
 

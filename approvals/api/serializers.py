@@ -22,7 +22,7 @@ from quotas.choices import STORAGE_RESOURCE
 from quotas.models import TenantSync
 from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
 from quotas.sync import DryRun
-from tenants.choices import AuditSource
+from tenants.choices import AuditSource, IsolationLevel
 from tenants.models import AuditEvent
 
 MAX_ITEMS = 100
@@ -79,6 +79,13 @@ class QuotaRequestInput(StrictInputSerializer):
         help_text="A tier change (small -> medium): the quota set takes this tier when the "
         "request is applied. With no `items`, the items and the scheduling and storage quotas "
         "are the tier template's, on the cluster's first whole-GPU flavor.",
+    )
+    isolation_level = serializers.ChoiceField(
+        choices=IsolationLevel.choices,
+        required=False,
+        allow_null=True,
+        help_text="A new isolation level for the tenant (on every cluster): it decides which "
+        "flavors its quotas may be on. Left out or null: unchanged.",
     )
     replaces = serializers.IntegerField(
         min_value=1,
@@ -168,6 +175,11 @@ class QuotaRequestOutput(serializers.Serializer):
     )
     failure_message = serializers.CharField()
     tier = serializers.CharField(allow_null=True, help_text="The tier it moves the tenant to.")
+    isolation_level = serializers.ChoiceField(
+        choices=IsolationLevel.choices,
+        allow_null=True,
+        help_text="The isolation level it moves the tenant to; null: unchanged.",
+    )
     max_running_jobs = serializers.IntegerField(allow_null=True)
     max_queued_jobs = serializers.IntegerField(allow_null=True)
     max_pods = serializers.IntegerField(allow_null=True)
@@ -199,6 +211,7 @@ class QuotaRequestOutput(serializers.Serializer):
             "applied_generation": request.approved_generation,
             "failure_message": request.failure_message,
             "tier": request.tier.name if request.tier else None,
+            "isolation_level": request.isolation_level or None,
             "max_running_jobs": request.max_running_jobs,
             "max_queued_jobs": request.max_queued_jobs,
             "max_pods": request.max_pods,

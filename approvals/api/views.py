@@ -191,6 +191,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             reason=v["reason"],
             submit=v["submit"],
             replaces=self._replaces(v, request, tenant, cluster),
+            isolation_level=v.get("isolation_level") or "",
             **self._changes(v, cluster),
         )
         return Response(self._fresh(quota_request), status=status.HTTP_201_CREATED)
@@ -236,6 +237,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             raw_items=v.get("items", []),
             scheduling=_scheduling(v),
             tier=self._tier(v),
+            isolation_level=v.get("isolation_level") or "",
         )
         return Response(QuotaRequestValidationOutput(check).data)
 

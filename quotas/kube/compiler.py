@@ -771,8 +771,9 @@ def _network_policy(context: _TenantContext, namespace: str) -> KubeObject:
 
 
 def _service_account(context: _TenantContext, namespace: str) -> KubeObject:
-    # Training and serving pods rarely need the Kubernetes API (and egress to it is denied by
-    # the NetworkPolicy): no token unless a pod asks for one.
+    # The team's pipeline account (bound to edit and Kueue's batch user role, R29): a pipeline
+    # takes a token with `kubectl create token`. Pods rarely need the Kubernetes API (and egress
+    # to it is denied by the NetworkPolicy): no token mounted unless a pod asks for one.
     return {
         "apiVersion": API_CORE,
         "kind": "ServiceAccount",
@@ -788,9 +789,15 @@ def _role_binding(
     role: str,
     groups: list[str],
     users: list[str],
+    service_account: str | None = None,
 ) -> KubeObject:
-    subjects = [{"apiGroup": RBAC_GROUP, "kind": "Group", "name": group} for group in groups]
+    subjects: list[dict[str, str]] = [
+        {"apiGroup": RBAC_GROUP, "kind": "Group", "name": group} for group in groups
+    ]
     subjects += [{"apiGroup": RBAC_GROUP, "kind": "User", "name": user} for user in users]
+    if service_account:
+        # ServiceAccount subjects take no apiGroup and must name their namespace.
+        subjects.append({"kind": "ServiceAccount", "name": service_account, "namespace": namespace})
     return {
         "apiVersion": API_RBAC,
         "kind": "RoleBinding",
@@ -805,15 +812,19 @@ def _role_bindings(context: _TenantContext, namespace: str) -> list[KubeObject]:
     identity-provider group (``gpu-portal:<slug>:edit``/``:view``), so it always has a subject,
     and the groups mapped to the tenant (``editor_groups``/``viewer_groups``).
     With Kueue, editors also get ``kueue-batch-user-role`` to see their LocalQueue and
-    Workloads, which ``edit`` does not cover."""
+    Workloads, which ``edit`` does not cover. The tenant's ServiceAccount of the namespace is
+    an editor too (R29), so a team's pipeline can submit with its token."""
     slug = context.tenant.slug
+    account = names.service_account(slug)
     editors = sorted(set(context.tenant.editors))
     viewers = sorted(set(context.tenant.viewers))
     # The portal's own group first, then the identity-provider groups mapped to the tenant.
     edit_groups = [names.rbac_group(slug, "edit"), *sorted(set(context.tenant.editor_groups))]
     view_groups = [names.rbac_group(slug, "view"), *sorted(set(context.tenant.viewer_groups))]
     bindings = [
-        _role_binding(context, namespace, names.ROLE_BINDING_EDIT, "edit", edit_groups, editors),
+        _role_binding(
+            context, namespace, names.ROLE_BINDING_EDIT, "edit", edit_groups, editors, account
+        ),
         _role_binding(context, namespace, names.ROLE_BINDING_VIEW, "view", view_groups, viewers),
     ]
     if context.cluster.has_kueue:
@@ -825,6 +836,7 @@ def _role_bindings(context: _TenantContext, namespace: str) -> list[KubeObject]:
                 "kueue-batch-user-role",
                 edit_groups,
                 editors,
+                account,
             )
         )
     return bindings

@@ -891,6 +891,7 @@ def test_role_bindings_name_users_and_idp_groups() -> None:
         ("Group", "gpu-portal:tenant-a:edit"),
         ("User", "alice"),
         ("User", "bob"),
+        ("ServiceAccount", "tenant-a-workloads"),
     ]
     view = find(objects, "RoleBinding", "gpu-portal-view", "tenant-a")
     assert view["roleRef"]["name"] == "view"
@@ -922,6 +923,7 @@ def test_role_bindings_bind_the_identity_groups_mapped_to_the_tenant() -> None:
         ("Group", "gpu-team-a"),
         ("Group", "gpu-team-a-leads"),
         ("User", "alice"),
+        ("ServiceAccount", "tenant-a-workloads"),
     ]
     view = find(objects, "RoleBinding", "gpu-portal-view", "tenant-a")
     assert [s["name"] for s in view["subjects"]] == [
@@ -930,6 +932,38 @@ def test_role_bindings_bind_the_identity_groups_mapped_to_the_tenant() -> None:
     ]
     kueue_user = find(objects, "RoleBinding", "gpu-portal-kueue-batch-user", "tenant-a")
     assert "gpu-team-a-leads" in [s["name"] for s in kueue_user["subjects"]]
+
+
+def test_the_tenant_service_account_edits_and_submits_in_each_of_its_namespaces() -> None:
+    """R29: a team's pipeline signs in as the tenant's ServiceAccount of a namespace, so that
+    account is bound to ``edit`` and (with Kueue) to Kueue's batch user role there, and only
+    there: a binding's ServiceAccount subject names its own namespace."""
+    tenant = medium_tenant(namespaces=(NamespaceSpec("one"), NamespaceSpec("two")))
+    objects = compile_tenant(seed_cluster(), tenant)
+    for namespace in ("one", "two"):
+        account = find(objects, "ServiceAccount", "tenant-a-workloads", namespace)
+        assert account["metadata"]["namespace"] == namespace
+        expected = {"kind": "ServiceAccount", "name": "tenant-a-workloads", "namespace": namespace}
+        for name, role in (
+            ("gpu-portal-edit", "edit"),
+            ("gpu-portal-kueue-batch-user", "kueue-batch-user-role"),
+        ):
+            binding = find(objects, "RoleBinding", name, namespace)
+            assert binding["roleRef"] == {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            }
+            accounts = [s for s in binding["subjects"] if s["kind"] == "ServiceAccount"]
+            assert accounts == [expected]
+            assert validate_object(binding) == []
+        view = find(objects, "RoleBinding", "gpu-portal-view", namespace)
+        assert all(s["kind"] != "ServiceAccount" for s in view["subjects"])
+    # Without Kueue there is no batch user role to bind; edit still is.
+    plain = compile_tenant(replace(seed_cluster(), has_kueue=False), tenant)
+    assert not [o for o in of_kind(plain, "RoleBinding") if "kueue" in o["metadata"]["name"]]
+    edit = find(plain, "RoleBinding", "gpu-portal-edit", "one")
+    assert edit["subjects"][-1]["kind"] == "ServiceAccount"
 
 
 def test_local_queue_named_default_points_at_the_tenant_queue() -> None:

@@ -20,7 +20,12 @@ from advice.selectors import admission_times
 from advice.services import suggestions_compute
 from alerts.choices import RuleKind
 from alerts.models import AlertRule
-from approvals.services import quota_request_grant, tenant_onboard
+from approvals.services import (
+    quota_request_approve,
+    quota_request_create,
+    quota_request_grant,
+    tenant_onboard,
+)
 from gpu_agent.agent.demo_metrics import PLAN_FILE
 from gpu_agent.models import Node
 from gpu_agent.services.nodes import join_token_create
@@ -38,7 +43,7 @@ from quotas.choices import (
 )
 from quotas.models import Cluster, FlavorResource, ResourceFlavor, TierTemplate
 from quotas.services import QuotaItem
-from tenants.choices import MembershipRole
+from tenants.choices import IsolationLevel, MembershipRole
 from tenants.models import Namespace, Tenant, User
 from tenants.services import membership_set, namespace_shares_set
 from usage.choices import PrometheusFigure
@@ -69,6 +74,22 @@ TEAMS = [
     ("team-b", "Team B (speech)", 4, 6, "bob", "small"),
     ("team-c", "Team C (recsys)", 2, 4, None, "small"),
 ]
+
+
+def _isolation_level_by_request(tenant: Tenant, cluster: Cluster, lead: User, admin: User) -> None:
+    """Tenants at different isolation levels (R23), each set as a lead would: team-b's lead
+    asks for namespace and cgroup sharing (development and tests), an admin approves. team-a
+    and team-c stay at whole GPUs."""
+    request = quota_request_create(
+        tenant=tenant,
+        cluster=cluster,
+        requester=lead,
+        reason="Speech experiments in development: namespace sharing is enough",
+        items=[],
+        isolation_level=IsolationLevel.NAMESPACE,
+        submit=True,
+    )
+    quota_request_approve(request=request, approver=admin, comment="Fine for dev and test")
 
 
 def _admit(cluster: Cluster, jobs: list[Any], horizon: float) -> dict[str, float]:
@@ -330,6 +351,9 @@ class Command(BaseCommand):
                     shares={"team-a-training": Decimal(70), "team-a-inference": Decimal(30)},
                     actor=users["admin"],
                 )
+        for tenant in onboarded:
+            if tenant.slug == "team-b":
+                _isolation_level_by_request(tenant, h100, users["bob"], users["admin"])
         if agent_dir := os.environ.get("DEMO_AGENT_DIR", ""):
             made = _agent_join_tokens(Path(agent_dir), users["admin"])
             self.stdout.write(f"Simulated GPU nodes: {made} new join token(s) in {agent_dir}")
