@@ -34,13 +34,12 @@ from quotas.choices import FlavorKind, SyncBackend
 from quotas.kube.spec import QuotaSpec
 from quotas.models import (
     Cluster,
-    FlavorResource,
     QuotaSet,
     ResourceFlavor,
     TierTemplate,
 )
 from quotas.quantity import format_quantity, to_display
-from quotas.selectors import gpu_units
+from quotas.selectors import flavor_capacities, gpu_units
 from quotas.services import (
     QuotaItem,
     SchedulingQuotas,
@@ -352,8 +351,7 @@ def quota_request_check(
         check.errors.setdefault(target, []).extend(messages)
 
     capacities = {
-        (fr.flavor_id, fr.resource): fr.capacity
-        for fr in FlavorResource.objects.filter(flavor__cluster=cluster)
+        key: capacity.amount for key, capacity in flavor_capacities(cluster=cluster).items()
     }
     policy = approval_policy()
     two_approvers = False
