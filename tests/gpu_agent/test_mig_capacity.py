@@ -278,3 +278,13 @@ def test_one_gpu_and_one_instance_read_in_the_singular(world):
     row = capacity_cells(client.get("/clusters/tiny/").content.decode(), flavor.name)
     assert "the fleet: 1 instance observed on 1 GPU" in row
     assert "instances" not in row and "GPUs" not in row
+
+
+def test_the_api_gives_the_capacity_and_where_it_comes_from(world, fleet, api_as):
+    answer = api_as(world.alice).get("/api/v1/clusters/demo-h100/")
+    assert answer.status_code == 200
+    rows = {(r["flavor"], r["resource"]): r for r in answer.json()["allocations"]}
+    mig = rows[("h100-mig-1g-10gb", MIG_1G)]
+    assert mig["capacity"] == "8"
+    assert mig["fleet"] == {"observed": 6, "planned": 2, "gpus": 4}
+    assert rows[("h100-80gb", "nvidia.com/gpu")]["fleet"] is None
