@@ -43,9 +43,9 @@ from approvals.choices import RequestStatus
 from approvals.services import quota_request_cancel, quota_request_create
 from core.errors import ApplicationError
 from quotas.choices import FlavorKind, is_gpu_resource, mig_resource
-from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor
+from quotas.models import Cluster, Quota, QuotaSet, ResourceFlavor
 from quotas.quantity import format_quantity
-from quotas.selectors import guarantees_by_flavor
+from quotas.selectors import flavor_capacities, guarantees_by_flavor
 from quotas.services import QuotaItem, elastic_cap
 from tenants.choices import MembershipRole
 from tenants.models import Membership, Tenant, User
@@ -289,9 +289,8 @@ def suggestion_compute(
     if not quotas:
         return None
     usage = _month_usage(tenant=tenant, cluster=cluster, start=start, end=end, now=now)
-    capacities = {
-        (fr.flavor_id, fr.resource): fr.capacity
-        for fr in FlavorResource.objects.filter(flavor__cluster=cluster)
+    capacities = {  # a MIG flavor's: the fleet's instances (R24)
+        key: capacity.amount for key, capacity in flavor_capacities(cluster=cluster).items()
     }
     taken = guarantees_by_flavor(cluster=cluster, exclude_quota_set=quota_set)
     context: dict[str, Any] = {

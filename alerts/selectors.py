@@ -30,7 +30,8 @@ from quotas.choices import (
     is_gpu_resource,
     mig_resource,
 )
-from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor
+from quotas.models import Cluster, Quota, QuotaSet, ResourceFlavor
+from quotas.selectors import flavor_capacities
 from tenants.choices import MembershipRole
 from tenants.models import Membership, Namespace, Tenant, User
 from usage import selectors as usage_selectors
@@ -519,9 +520,8 @@ def admission_check(
         (t, f): Decimal(str(round(values.get(Metric.QUOTA_USED, 0.0), 6)))
         for (_, t, f), values in use.items()
     }
-    capacity = {
-        (fr.flavor_id, fr.resource): fr.capacity
-        for fr in FlavorResource.objects.filter(flavor__cluster=cluster)
+    capacity = {  # a MIG flavor's: the fleet's instances (R24)
+        key: amount.amount for key, amount in flavor_capacities(cluster=cluster).items()
     }
     verdict = AdmissionVerdict(tenant.slug, cluster.name, True, measured_at=now)
     for name, requested in sorted(gpus.items()):

@@ -35,14 +35,13 @@ from quotas.isolation import flavor_isolation, isolation_rule_broken
 from quotas.kube.spec import QuotaSpec
 from quotas.models import (
     Cluster,
-    FlavorResource,
     Quota,
     QuotaSet,
     ResourceFlavor,
     TierTemplate,
 )
 from quotas.quantity import format_quantity, to_display
-from quotas.selectors import gpu_units
+from quotas.selectors import flavor_capacities, gpu_units
 from quotas.services import (
     QuotaItem,
     SchedulingQuotas,
@@ -371,8 +370,7 @@ def quota_request_check(
         check.errors.setdefault(target, []).extend(messages)
 
     capacities = {
-        (fr.flavor_id, fr.resource): fr.capacity
-        for fr in FlavorResource.objects.filter(flavor__cluster=cluster)
+        key: capacity.amount for key, capacity in flavor_capacities(cluster=cluster).items()
     }
     policy = approval_policy()
     two_approvers = False

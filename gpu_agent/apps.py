@@ -1,4 +1,5 @@
-"""The GPU fleet app; ``ready`` registers the node token's OpenAPI description."""
+"""The GPU fleet app; ``ready`` registers the node token's OpenAPI description and the
+fleet's count of MIG instances as the capacity of MIG flavors (``quotas.selectors.MIG_CAPACITY``)."""
 
 from django.apps import AppConfig
 
@@ -10,3 +11,8 @@ class GpuAgentConfig(AppConfig):
 
     def ready(self) -> None:
         from gpu_agent.agent_api import schema  # noqa: F401 - registers the OpenAPI auth extension
+        from gpu_agent.selectors import mig_capacity
+        from quotas.selectors import MIG_CAPACITY
+
+        if mig_capacity not in MIG_CAPACITY:
+            MIG_CAPACITY.append(mig_capacity)

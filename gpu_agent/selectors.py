@@ -1,5 +1,6 @@
 """Reads of the GPU fleet: nodes, GPUs with their instances and layouts, the fleet's counts,
-the tenants' MIG quotas as the planner's demand, and what the GPU Operator's labels said.
+the tenants' MIG quotas as the planner's demand, what the GPU Operator's labels said, and what
+MIG flavors' capacity is (``mig_capacity``: instances observed or planned, R24).
 Fleet data is for platform admins: every selector that answers a person takes the actor and
 shows nothing (or 404) to anyone else; the helpers without an actor serve the services and
 the pages' own checks. Imports no service."""
@@ -9,12 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.urls import reverse
 from django.utils import timezone
 
 from core.errors import NotFound
 from gpu_agent.conf import stale_after
+from gpu_agent.mig.catalogue import load_catalogue, normalise_model_name
 from gpu_agent.mig.planner import Demand
 from gpu_agent.models import (
     OPEN_LAYOUT_STATES,
@@ -26,7 +30,8 @@ from gpu_agent.models import (
     Node,
 )
 from quotas.choices import MIG_RESOURCE_PREFIX, FlavorKind, MigDriver, mig_resource
-from quotas.models import Cluster, Quota
+from quotas.models import Cluster, Quota, ResourceFlavor
+from quotas.selectors import FleetCapacity
 from tenants.models import User
 
 
@@ -283,3 +288,78 @@ def mig_operator_states(*, user: User, nodes: Sequence[Node]) -> dict[int, MigOp
         for row in rows
         if (row.cluster_id, row.node_name) in wanted
     }
+
+
+def _same_model(flavor_model: str, gpu_name: str) -> bool:
+    """Whether a flavor's GPU model and a GPU's NVML name are one model: the catalogue's
+    entry for both (aliases, no "NVIDIA " prefix), else the names compared loosely."""
+    catalogue = load_catalogue()
+    wanted, seen = catalogue.find_model(flavor_model), catalogue.find_model(gpu_name)
+    if wanted is not None and seen is not None:
+        return wanted is seen
+    return normalise_model_name(flavor_model) == normalise_model_name(gpu_name)
+
+
+def _plan_link(cluster: Cluster, flavor: ResourceFlavor) -> str:
+    """The planner's page (``/fleet/plan/``) asking for this flavor's profile on its model and
+    cluster; "{count}" stands for the number of instances."""
+    query = urlencode(
+        {
+            "source": "manual",
+            "cluster": cluster.name,
+            "demand-0-profile": flavor.mig_profile,
+            "demand-0-count": "COUNT",
+            "demand-0-model": flavor.gpu_model,
+        }
+    ).replace("COUNT", "{count}")
+    return f"{reverse('portal:fleet-plan')}?{query}"
+
+
+def mig_capacity(
+    *, cluster: Cluster, flavors: Sequence[ResourceFlavor]
+) -> dict[int, FleetCapacity]:
+    """What the cluster's GPUs are partitioned into, per MIG flavor of ``flavors`` (by id):
+    per GPU of the flavor's model on the cluster's nodes, the instances of the flavor's profile
+    its open desired layout will make (a repartition under way: pending or applying), else the
+    instances its agent reports. A flavor with no GPU of its model on the cluster is left out
+    (its capacity stays the number an admin entered). Registered as
+    ``quotas.selectors.MIG_CAPACITY``. Three queries."""
+    wanted = [f for f in flavors if f.kind == FlavorKind.MIG and f.mig_profile and f.gpu_model]
+    if not wanted:
+        return {}
+    gpus = list(
+        Gpu.objects.filter(node__cluster=cluster)
+        .prefetch_related(
+            Prefetch("instances", queryset=MigInstance.objects.only("gpu", "profile"))
+        )
+        .order_by("pk")
+    )
+    if not gpus:
+        return {}
+    layouts = latest_layouts(Gpu.objects.filter(pk__in=[g.pk for g in gpus]))
+    found: dict[int, FleetCapacity] = {}
+    for flavor in wanted:
+        observed = planned = count = 0
+        for gpu in gpus:
+            if not _same_model(flavor.gpu_model, gpu.name):
+                continue
+            count += 1
+            layout = layouts.get(gpu.pk)
+            if layout is not None and layout.state in OPEN_LAYOUT_STATES:
+                if layout.mig_enabled:
+                    planned += sum(
+                        1
+                        for instance in layout.instances or []
+                        if isinstance(instance, dict)
+                        and instance.get("profile") == flavor.mig_profile
+                    )
+                continue
+            observed += sum(1 for i in gpu.instances.all() if i.profile == flavor.mig_profile)
+        if count:
+            found[flavor.pk] = FleetCapacity(
+                observed=observed,
+                planned=planned,
+                gpus=count,
+                plan_link=_plan_link(cluster, flavor),
+            )
+    return found

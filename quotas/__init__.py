@@ -11,5 +11,6 @@ push, drift repair, dry runs, reads of the cluster), ``tasks`` (delivery, sweep,
 
 Below approvals, gpu_agent, usage and alerts, which it never imports. It offers them hooks:
 ``loader.BLOCKED_TENANTS`` (which tenants have new work held) and ``sync.PUSH_STARTED`` /
-``sync.PUSHED`` (where a tenant's push stands).
+``sync.PUSHED`` (where a tenant's push stands) and ``selectors.MIG_CAPACITY`` (what a MIG
+flavor's capacity is: the fleet's instances, observed or planned).
 """

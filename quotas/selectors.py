@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -12,7 +12,14 @@ from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery, Sum,
 from django.db.models.functions import Coalesce
 
 from quotas import isolation
-from quotas.choices import Enforcement, SyncBackend, SyncState, is_gpu_resource
+from quotas.choices import (
+    Enforcement,
+    FlavorKind,
+    SyncBackend,
+    SyncState,
+    is_gpu_resource,
+    mig_resource,
+)
 from quotas.kube import names
 from quotas.kube.enforcement import KueueConfig, verdict
 from quotas.models import (
@@ -156,28 +163,119 @@ def tier_list() -> QuerySet[TierTemplate]:
 
 
 @dataclass(frozen=True)
+class FleetCapacity:
+    """What a cluster's GPUs are partitioned into for one MIG flavor (R24), as the fleet (an
+    app above this one) counts it: instances the node agents report on GPUs that keep their
+    layout (``observed``), and the instances of desired layouts still to be applied on GPUs
+    being repartitioned (``planned``; they replace what those GPUs have now)."""
+
+    observed: int
+    planned: int
+    gpus: int  # GPUs of the flavor's model on the cluster's reporting nodes
+    # The planner's page with this flavor's profile, model and cluster filled in, "{count}"
+    # standing for the instances wanted; empty where no planner is offered.
+    plan_link: str = ""
+
+    @property
+    def total(self) -> int:
+        return self.observed + self.planned
+
+    def plan_for(self, count: int) -> str:
+        """The planner's page asking for ``count`` instances ("" where none is offered)."""
+        return self.plan_link.replace("{count}", str(count)) if self.plan_link else ""
+
+
+# The hook through which the fleet says what MIG flavors' capacity is: each function takes
+# ``cluster=`` and ``flavors=`` (the cluster's MIG flavors) and returns, by flavor id, the
+# flavors it can count (GPUs of the flavor's model report on the cluster). A MIG flavor no hook
+# counts keeps the capacity an admin entered. ``gpu_agent`` registers in its ``ready``.
+MIG_CAPACITY: list[Callable[..., Mapping[int, FleetCapacity]]] = []
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """A flavor's resource's capacity and where it comes from: the fleet (``fleet``) for the
+    MIG resource of a MIG flavor whose GPUs report, else the number an admin entered."""
+
+    amount: Decimal
+    fleet: FleetCapacity | None = None
+
+
+def _fleet_capacities(
+    cluster: Cluster, flavors: Sequence[ResourceFlavor]
+) -> dict[int, FleetCapacity]:
+    mig = [f for f in flavors if f.kind == FlavorKind.MIG and f.mig_profile]
+    found: dict[int, FleetCapacity] = {}
+    if not mig:
+        return found
+    for hook in MIG_CAPACITY:
+        found.update(hook(cluster=cluster, flavors=mig))
+    return found
+
+
+def flavor_capacities(*, cluster: Cluster) -> dict[tuple[int, str], Capacity]:
+    """Per (flavor id, resource) of ``cluster``: its capacity. A MIG flavor's MIG resource
+    counts what the fleet has (``MIG_CAPACITY``), not the number typed in Django admin."""
+    rows = list(FlavorResource.objects.filter(flavor__cluster=cluster).select_related("flavor"))
+    fleet = _fleet_capacities(cluster, list({fr.flavor_id: fr.flavor for fr in rows}.values()))
+    return {(fr.flavor_id, fr.resource): _capacity_of(fr, fleet.get(fr.flavor_id)) for fr in rows}
+
+
+def _capacity_of(fr: FlavorResource, fleet: FleetCapacity | None) -> Capacity:
+    if fleet is not None and fr.resource == mig_resource(fr.flavor.mig_profile):
+        return Capacity(Decimal(fleet.total), fleet)
+    return Capacity(fr.capacity)
+
+
+@dataclass(frozen=True)
 class FlavorAllocation:
     flavor: ResourceFlavor
     resource: str
     capacity: Decimal
     guaranteed: Decimal
+    fleet: FleetCapacity | None = None  # None: ``capacity`` is the number an admin entered
 
     @property
     def free(self) -> Decimal:
         return self.capacity - self.guaranteed
 
+    @property
+    def entered(self) -> bool:
+        """Whether an admin typed this capacity in (not a MIG flavor the fleet counts)."""
+        return self.fleet is None
+
+    @property
+    def plan_url(self) -> str:
+        """The planner's page asking for the instances tenants are guaranteed (at least one);
+        "" for capacities the fleet does not count."""
+        if self.fleet is None:
+            return ""
+        return self.fleet.plan_for(max(int(self.guaranteed), 1))
+
 
 def cluster_allocations(*, cluster: Cluster) -> list[FlavorAllocation]:
-    """Per flavor and resource: capacity and the sum of all tenants' guarantees."""
+    """Per flavor and resource: capacity (``flavor_capacities``: a MIG flavor's from the
+    fleet) and the sum of all tenants' guarantees."""
     totals = guarantees_by_flavor(cluster=cluster)
-    return [
-        FlavorAllocation(
-            fr.flavor, fr.resource, fr.capacity, totals.get((fr.flavor_id, fr.resource), Decimal(0))
-        )
-        for fr in FlavorResource.objects.filter(flavor__cluster=cluster)
+    rows = list(
+        FlavorResource.objects.filter(flavor__cluster=cluster)
         .select_related("flavor")
         .order_by("flavor__name", "resource")
-    ]
+    )
+    fleet = _fleet_capacities(cluster, list({fr.flavor_id: fr.flavor for fr in rows}.values()))
+    out = []
+    for fr in rows:
+        capacity = _capacity_of(fr, fleet.get(fr.flavor_id))
+        out.append(
+            FlavorAllocation(
+                fr.flavor,
+                fr.resource,
+                capacity.amount,
+                totals.get((fr.flavor_id, fr.resource), Decimal(0)),
+                capacity.fleet,
+            )
+        )
+    return out
 
 
 @dataclass

@@ -32,11 +32,11 @@ from quotas.choices import (
     Enforcement,
     FlavorKind,
     is_gpu_resource,
+    mig_resource,
 )
 from quotas.kube import enforcement
 from quotas.models import (
     Cluster,
-    FlavorResource,
     Quota,
     QuotaSet,
     ResourceFlavor,
@@ -44,7 +44,12 @@ from quotas.models import (
     TierTemplate,
 )
 from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
-from quotas.selectors import FlavorAllocation, guarantees_by_flavor
+from quotas.selectors import (
+    FlavorAllocation,
+    FleetCapacity,
+    flavor_capacities,
+    guarantees_by_flavor,
+)
 from tenants.models import Tenant, User
 from tenants.services import audit_record
 
@@ -129,16 +134,41 @@ def _capacity_label(flavor: ResourceFlavor, resource: str) -> str:
     return f"{resource} in {flavor.name}"
 
 
+def mig_shortfall(
+    *,
+    flavor: ResourceFlavor,
+    cluster: Cluster,
+    asked: Decimal,
+    fleet: FleetCapacity,
+    detail: str = "",
+) -> str:
+    """Why ``asked`` instances of a MIG flavor cannot be had: the profile, the count asked and
+    what the fleet has, and where an admin plans a repartition."""
+    have = fleet.total
+    text = (
+        f"{flavor.mig_profile} on {cluster.name}: "
+        f"{format_quantity(asked, mig_resource(flavor.mig_profile))} asked, "
+        f"{have} {'instance exists' if have == 1 else 'instances exist'} or "
+        f"{'is' if have == 1 else 'are'} planned"
+    )
+    if fleet.planned:
+        text += f" ({fleet.planned} of them in repartitions under way)"
+    text += detail
+    link = fleet.plan_for(int(asked))
+    if link:
+        text += f". A platform admin can plan a repartition for it: {link}"
+    return text
+
+
 def quota_items_check(
     *, cluster: Cluster, items: Sequence[QuotaItem], quota_set: QuotaSet | None = None
 ) -> QuotaCheck:
     """Business rules for a tenant's items on ``cluster``. Errors name the item, the rule and
-    the numbers. Capacity sums exclude ``quota_set`` (the set being replaced)."""
+    the numbers. Capacity sums exclude ``quota_set`` (the set being replaced). A MIG flavor's
+    capacity is what the fleet has (``quotas.selectors.flavor_capacities``): asking for more
+    instances than exist or are planned is refused naming the profile and the counts."""
     check = QuotaCheck()
-    covered = {
-        (fr.flavor_id, fr.resource): fr.capacity
-        for fr in FlavorResource.objects.filter(flavor__cluster=cluster)
-    }
+    capacities = flavor_capacities(cluster=cluster)
     guaranteed_elsewhere = guarantees_by_flavor(cluster=cluster, exclude_quota_set=quota_set)
     seen: set[tuple[int, str]] = set()
     for index, item in enumerate(items):
@@ -156,7 +186,7 @@ def quota_items_check(
             check.error(f"{name}.resource", f"{what} is listed twice")
             continue
         seen.add(key)
-        if key not in covered:
+        if key not in capacities:
             check.error(
                 f"{name}.resource", f"flavor {item.flavor.name!r} does not cover {item.resource!r}"
             )
@@ -174,8 +204,34 @@ def quota_items_check(
                 f"{format_quantity(item.lending_limit, item.resource)} is above guaranteed "
                 f"{format_quantity(item.guaranteed, item.resource)}",
             )
-        capacity = covered[key]
+        capacity = capacities[key].amount
+        fleet = capacities[key].fleet
         taken = guaranteed_elsewhere.get(key) or Decimal(0)
+        if fleet is not None and item.limit > capacity:
+            check.error(
+                f"{name}.limit",
+                mig_shortfall(flavor=item.flavor, cluster=cluster, asked=item.limit, fleet=fleet),
+            )
+            continue
+        if (
+            fleet is not None
+            and not cluster.allow_guarantee_overcommit
+            and taken + item.guaranteed > capacity
+        ):
+            check.error(
+                f"{name}.guaranteed",
+                mig_shortfall(
+                    flavor=item.flavor,
+                    cluster=cluster,
+                    asked=taken + item.guaranteed,
+                    fleet=fleet,
+                    detail=(
+                        f"; guaranteed {format_quantity(item.guaranteed, item.resource)} here "
+                        f"and {format_quantity(taken, item.resource)} to other tenants"
+                    ),
+                ),
+            )
+            continue
         if not guarantees_fit(
             capacity=capacity,
             guaranteed=taken + item.guaranteed,

@@ -114,10 +114,27 @@ class FlavorOutput(serializers.ModelSerializer):
         ]
 
 
+class FleetCapacityOutput(serializers.Serializer):
+    observed = serializers.IntegerField(
+        help_text="Instances the node agents report on GPUs that keep their layout."
+    )
+    planned = serializers.IntegerField(
+        help_text="Instances of repartitions under way (desired layouts not applied yet)."
+    )
+    gpus = serializers.IntegerField(help_text="GPUs of the flavor's model on the cluster.")
+
+
 class AllocationOutput(serializers.Serializer):
     flavor = serializers.CharField(source="flavor.name")
     resource = serializers.CharField()
-    capacity = QuantityField()
+    capacity = QuantityField(
+        help_text="A MIG flavor's: the instances the fleet has (observed or planned); "
+        "otherwise the number an admin entered."
+    )
+    fleet = FleetCapacityOutput(
+        allow_null=True,
+        help_text="Where a MIG flavor's capacity comes from; null: the number an admin entered.",
+    )
     guaranteed = QuantityField(help_text="Sum of all tenants' guarantees.")
     free = QuantityField()
 

@@ -41,7 +41,14 @@ ALL_MODELS = [
     "NVIDIA GH200 144G HBM3e",
     "NVIDIA B200",
     "NVIDIA GB200",
+    "NVIDIA H100 96GB HBM3",
+    "NVIDIA H20",
+    "NVIDIA PG506-96GB",
+    "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+    "NVIDIA B300",
+    "NVIDIA GB300",
 ]
+FOUR_SLICE_MODELS = {"NVIDIA A30", "NVIDIA RTX PRO 6000 Blackwell Server Edition"}
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +77,7 @@ def test_every_model_of_the_reference_loads(catalogue):
     assert set(catalogue.model_names()) == set(raw_table()["gpus"])
     for model in catalogue.models():
         assert model.profiles, model.name
-        if model.name == "NVIDIA A30":
+        if model.name in FOUR_SLICE_MODELS:
             assert (model.compute_slices, model.memory_slices) == (4, 4)
         else:
             assert (model.compute_slices, model.memory_slices) == (7, 8), model.name
@@ -127,7 +134,7 @@ def test_the_two_profile_ids_are_kept_apart(catalogue):
         "NVML_GPU_INSTANCE_PROFILE_7_SLICE": (4, 0),
     }
     for model in catalogue.models():
-        if model.name == "NVIDIA A30":
+        if model.name in FOUR_SLICE_MODELS:
             continue
         for profile in model.profiles.values():
             assert seven_slice[profile.nvml_profile_const] == (
@@ -143,6 +150,15 @@ def test_the_two_profile_ids_are_kept_apart(catalogue):
         "4g.24gb": 0,
     }
     assert a30.profiles["2g.12gb+me"].nvml_profile_const == "NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1"
+    # the 4-slice RTX PRO 6000 numbers its plain and +me profiles as the A30 does
+    rtx = catalogue.model("NVIDIA RTX PRO 6000 Blackwell Server Edition")
+    rtx_ids = {p.name: p.nvidia_smi_profile_id for p in rtx.profiles.values()}
+    assert {n: rtx_ids[n] for n in ("1g.24gb", "1g.24gb+me", "2g.48gb", "4g.96gb")} == {
+        "1g.24gb": 14,
+        "1g.24gb+me": 21,
+        "2g.48gb": 5,
+        "4g.96gb": 0,
+    }
     assert placements(a30) == {
         "1g.6gb": (0, 1, 2, 3),
         "1g.6gb+me": (0, 1, 2, 3),
@@ -295,7 +311,10 @@ def test_find_model_by_pci_device_id(catalogue):
     )
     # Listed by both; the entry that is only this id wins.
     assert catalogue.find_model_by_pci_device_id("0x233110DE").name == "NVIDIA H100 PCIe"
-    assert catalogue.find_model_by_pci_device_id("0x2BB510DE") is None  # RTX PRO 6000
+    assert catalogue.find_model_by_pci_device_id("0x2BB510DE").name == (
+        "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    )
+    assert catalogue.find_model_by_pci_device_id("0x2B8510DE") is None  # RTX 5090: no MIG
     assert catalogue.find_model_by_pci_device_id("bogus") is None
 
 
@@ -383,3 +402,82 @@ def test_gpu_agent_mig_imports_only_the_standard_library_and_pyyaml():
     outside, django_modules = done.stdout.splitlines()
     assert outside == "[]"
     assert django_modules == "[]"
+
+
+# --- NVIDIA's default mig-parted config against the catalogue --------------------------------
+
+# Profiles the default config offers to every GPU ("devices: all", no device filter) that no
+# catalogue model has: names some GB200 boards report (3g.95gb, 4g.95gb, 7g.189gb, beside the
+# 93gb/186gb names of others; gpu-operator PR 1303). Which NVML name they come with is not in
+# NVIDIA's MIG guide, so the catalogue does not guess a model for them.
+UNPLACED_DEFAULT_PROFILES = {"3g.95gb", "4g.95gb", "7g.189gb"}
+
+
+def default_config():
+    from gpu_agent.mig.config import read_mig_parted_config
+
+    return read_mig_parted_config(DATA_DIR / "mig-parted-config-example.yaml")
+
+
+def test_every_gpu_the_default_mig_parted_config_names_is_in_the_catalogue(catalogue):
+    config = default_config()
+    filtered = [
+        (name, entry)
+        for name in config.names()
+        for entry in config.config(name)
+        if entry.device_filter
+    ]
+    assert filtered  # the file does name GPUs by PCI id
+    for name, entry in filtered:
+        for pci in entry.device_filter:
+            model = catalogue.find_model_by_pci_device_id(pci)
+            assert model is not None, f"{name}: {pci} is not in the catalogue"
+            assert entry.applies_to(model)
+            missing = [p for p in entry.mig_devices if model.find_profile(p) is None]
+            assert not missing, f"{name}: {model.name} ({pci}) has no {missing}"
+
+
+def test_every_balanced_layout_of_the_default_config_is_valid_for_its_gpus(catalogue):
+    from gpu_agent.mig.config import validate_config
+
+    config = default_config()
+    pcis = {p for e in config.config("all-balanced") for p in e.device_filter}
+    models = {catalogue.find_model_by_pci_device_id(p) for p in pcis}
+    assert None not in models
+    for model in models:
+        check = validate_config(config, "all-balanced", model)
+        assert check.ok, (model.name, check.errors)
+
+
+def test_every_unfiltered_profile_of_the_default_config_has_a_model(catalogue):
+    config = default_config()
+    offered = {
+        profile
+        for name in config.names()
+        for entry in config.config(name)
+        if not entry.device_filter
+        for profile in entry.mig_devices
+    }
+    with_model = {p for p in offered if catalogue.models_with_profile(p)}
+    assert offered - with_model == UNPLACED_DEFAULT_PROFILES
+
+
+def test_the_new_models_keep_their_confirmed_and_inferred_marks(catalogue):
+    rtx = catalogue.find_model_by_pci_device_id("0x2BB510DE")
+    assert rtx is not None and rtx.name == "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    assert (rtx.compute_slices, rtx.memory_slices) == (4, 4)
+    assert catalogue.find_model("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition") is rtx
+    one = rtx.profiles["1g.24gb+me.all"]
+    # name and id read from NVIDIA's guide and nvidia-smi; placements not read on hardware
+    assert one.name_confirmed and one.profile_id_confirmed and not one.placements_confirmed
+    assert (one.nvidia_smi_profile_id, one.max_count, one.media_extensions) == (65, 1, True)
+    assert rtx.profiles["1g.24gb-me"].media_extensions is False
+    b300 = catalogue.find_model_by_pci_device_id("0x318210DE")
+    assert b300 is not None and b300.full_profile().name == "7g.269gb"
+    assert not any(p.profile_id_confirmed for p in b300.profiles.values())
+    gb300 = catalogue.find_model_by_pci_device_id("0x31C210DE")
+    assert gb300 is not None and gb300.full_profile().name == "7g.278gb"
+    for pci in ("0x233D10DE", "0x232910DE", "0x20B610DE"):
+        model = catalogue.find_model_by_pci_device_id(pci)
+        assert model is not None and model.derived_from == "NVIDIA GH200 480GB"
+        assert "3g.48gb" in model.profiles and not model.confirmed

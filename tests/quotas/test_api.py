@@ -40,6 +40,7 @@ def test_cluster_detail_sums_every_tenants_guarantees_against_capacity(world, ap
         "flavor": "a100-80gb",
         "resource": "nvidia.com/gpu",
         "capacity": "16",
+        "fleet": None,  # whole GPUs: the number an admin entered
         "guaranteed": "12",
         "free": "4",
     }
