@@ -45,6 +45,8 @@ from quotas.services import (
     QuotaItem,
     SchedulingQuotas,
     default_gpu_flavor,
+    department_check,
+    fair_share_weight_check,
     outbox_record,
     outbox_reopen,
     quota_item_parse,
@@ -58,7 +60,10 @@ from tenants.models import Tenant, User
 from tenants.selectors import membership_role
 from tenants.services import audit_record, audit_source, membership_set, notify, tenant_create
 
-SCHEDULING_FIELDS = ("max_running_jobs", "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs")
+SCHEDULING_FIELDS = (
+    "max_running_jobs", "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs",
+    "fair_share_weight",
+)  # fmt: skip
 Key = tuple[int, str]  # (flavor id, resource)
 # What the requester is told when their request becomes one of these ({cluster}: its cluster).
 DECISION_NOTICES: dict[str, str] = {
@@ -341,10 +346,14 @@ def quota_request_check(
 
     merged = {**current, **{(i.flavor.pk, i.resource): i for i in items}}
     order = list(merged)
-    rules = quota_items_check(
-        cluster=cluster, items=[merged[k] for k in order], quota_set=quota_set
-    )
-    for name, messages in rules.errors.items():
+    whole = [merged[k] for k in order]
+    rules = quota_items_check(cluster=cluster, items=whole, quota_set=quota_set)
+    department = department_check(tenant=tenant, cluster=cluster, items=whole)
+    fair_share_weight_check(department, (scheduling or {}).get("fair_share_weight"))
+    for name, messages in [*rules.errors.items(), *department.errors.items()]:
+        if not name.startswith("items["):
+            check.errors.setdefault(name, []).extend(messages)
+            continue
         # "items[7].limit" of the merged list -> the request's own index, or the line in force.
         position, _, attribute = name.partition("].")
         key = order[int(position.removeprefix("items["))]

@@ -68,6 +68,7 @@ class EffectiveQuotaSet:
     max_pods: int | None
     storage_bytes: Decimal | None
     max_pvcs: int | None
+    fair_share_weight: int | None
     updated_at: datetime
     items: list[EffectiveQuota] = field(default_factory=list)
 
@@ -82,7 +83,8 @@ class EffectiveQuotaSet:
 
 _SET_FIELDS = (
     "id", "tenant_id", "cluster__name", "generation", "tier__name", "max_running_jobs",
-    "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs", "updated_at",
+    "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs",
+    "fair_share_weight", "updated_at",
 )  # fmt: skip
 _ITEM_FIELDS = (
     "quotas__flavor__name", "quotas__flavor__kind", "quotas__flavor__gpu_weight",

@@ -43,7 +43,7 @@ from quotas.models import (
     SyncOutbox,
     TierTemplate,
 )
-from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
+from quotas.quantity import QuantityError, format_quantity, parse_resource_amount, to_display
 from quotas.selectors import FlavorAllocation, guarantees_by_flavor
 from tenants.models import Tenant, User
 from tenants.services import audit_record
@@ -71,6 +71,7 @@ class SchedulingQuotas:
     max_pods: int | None = None
     storage_bytes: Decimal | None = None
     max_pvcs: int | None = None
+    fair_share_weight: int | None = None
 
 
 @dataclass
@@ -205,6 +206,78 @@ def quota_items_check(
     return check
 
 
+FAIR_SHARE_WEIGHT_MAX = 1000
+
+
+def fair_share_weight_check(check: QuotaCheck, weight: Any) -> None:
+    """Kueue's fairSharing.weight as the portal takes it: a whole number from 1 to 1000 (0
+    would give the tenant an infinite share of nothing; larger ratios help nobody)."""
+    if weight is None:
+        return
+    if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 1000:
+        check.error(
+            "fair_share_weight",
+            f"fair-share weight must be a whole number from 1 to {FAIR_SHARE_WEIGHT_MAX}; "
+            f"got {weight!r}",
+        )
+
+
+def _lines_of(quota_sets: Iterable[QuotaSet]) -> dict[tuple[int, str], tuple[Decimal, Decimal]]:
+    """Per (flavor id, resource), the summed (guaranteed, limit) of the quota sets' lines."""
+    sums: dict[tuple[int, str], tuple[Decimal, Decimal]] = {}
+    for q in Quota.objects.filter(quota_set__in=list(quota_sets)):
+        g, lim = sums.get((q.flavor_id, q.resource), (Decimal(0), Decimal(0)))
+        sums[(q.flavor_id, q.resource)] = (g + q.guaranteed, lim + q.limit)
+    return sums
+
+
+def department_check(*, tenant: Tenant, cluster: Cluster, items: Sequence[QuotaItem]) -> QuotaCheck:
+    """The department rules (R14) for ``items``, the whole quota set ``tenant`` would have on
+    ``cluster``; errors name ``items[i].limit``.
+
+    * A team's limits and its sibling teams' add up to at most its department's cap (the
+      department's limit on the same flavor and resource), when the department has one.
+    * A department's cap holds at least its own pool (guaranteed) plus its teams' guarantees:
+      what the cluster promises below it must fit under it."""
+    check = QuotaCheck()
+    parent = tenant.parent
+    if parent is not None:
+        caps = {
+            (q.flavor_id, q.resource): q.limit
+            for q in Quota.objects.filter(quota_set__tenant=parent, quota_set__cluster=cluster)
+        }
+        siblings = _lines_of(
+            QuotaSet.objects.filter(tenant__parent=parent, cluster=cluster).exclude(tenant=tenant)
+        )
+        for index, item in enumerate(items):
+            key = (item.flavor.pk, item.resource)
+            cap = caps.get(key)
+            if cap is None:
+                continue
+            total = siblings.get(key, (Decimal(0), Decimal(0)))[1] + item.limit
+            if total > cap:
+                check.error(
+                    f"items[{index}].limit",
+                    f"{item.resource} on {item.flavor.name}: the department {parent.slug} caps "
+                    f"its teams at {to_display(cap, item.resource)}; with this limit of "
+                    f"{to_display(item.limit, item.resource)} their limits would add up to "
+                    f"{to_display(total, item.resource)}",
+                )
+    children = _lines_of(QuotaSet.objects.filter(tenant__parent=tenant, cluster=cluster))
+    for index, item in enumerate(items):
+        below = children.get((item.flavor.pk, item.resource), (Decimal(0), Decimal(0)))[0]
+        if below and item.limit < below + item.guaranteed:
+            check.error(
+                f"items[{index}].limit",
+                f"{item.resource} on {item.flavor.name}: the department cap of "
+                f"{to_display(item.limit, item.resource)} is below what it must hold: its teams' "
+                f"guarantees of {to_display(below, item.resource)} plus its own pool of "
+                f"{to_display(item.guaranteed, item.resource)} make "
+                f"{to_display(below + item.guaranteed, item.resource)}",
+            )
+    return check
+
+
 def elastic_cap(*, capacity: Decimal, fraction: Decimal, resource: str) -> Decimal:
     """The most a single tenant's limit may be (R19); whole units for GPUs and MIG slices."""
     cap = capacity * fraction
@@ -315,6 +388,7 @@ def _snapshot(quota_set: QuotaSet) -> dict[str, Any]:
         "max_pods": quota_set.max_pods,
         "storage_bytes": None if quota_set.storage_bytes is None else str(quota_set.storage_bytes),
         "max_pvcs": quota_set.max_pvcs,
+        "fair_share_weight": quota_set.fair_share_weight,
         "items": [
             {
                 "flavor": q.flavor.name,
@@ -373,6 +447,7 @@ def quota_set_write(
     quota_set.max_pods = scheduling.max_pods
     quota_set.storage_bytes = scheduling.storage_bytes
     quota_set.max_pvcs = scheduling.max_pvcs
+    quota_set.fair_share_weight = scheduling.fair_share_weight
     if tier is not None:
         quota_set.tier = tier
     if not created:
