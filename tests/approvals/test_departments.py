@@ -1,0 +1,116 @@
+"""Department caps and fair sharing (R14) through the request flow: a team's limits and its
+sibling teams' stay within the department's cap, a department's cap holds its teams'
+guarantees and its own pool, a department's own request is checked against the cluster, and
+the fair-share weight is a validated request field that reaches the compiler's input."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from approvals.services import quota_request_approve, request_items_parse
+from core.errors import ValidationFailed
+from quotas.choices import GPU_RESOURCE
+from quotas.loader import tenant_specs
+from quotas.models import QuotaSet
+from quotas.services import QuotaItem, SchedulingQuotas, quota_set_write
+from tenants.models import Tenant
+from tests.approvals.conftest import database_state, file, gpu_quota, item
+
+
+@pytest.fixture
+def research(world: Any) -> Tenant:
+    """Department "research" over team-b (4 guaranteed / 6 limit) and team-c (2 / 4) on
+    demo-a100 (16 GPUs), with a pool of 2 GPUs and a cap of 10, its lead alice."""
+    from approvals.services import tenant_onboard
+
+    department = tenant_onboard(
+        slug="research",
+        display_name="Research",
+        tier=world.small,
+        cluster=world.h100,
+        gpu_flavor=world.h100_gpu,
+        actor=world.admin,
+        leads=[world.alice],
+    )
+    Tenant.objects.filter(pk__in=[world.team_b.pk, world.team_c.pk]).update(parent=department)
+    quota_set_write(
+        tenant=department,
+        cluster=world.a100,
+        actor=world.admin,
+        items=[QuotaItem(world.a100_gpu, GPU_RESOURCE, Decimal(2), Decimal(10))],
+        scheduling=SchedulingQuotas(),
+    )
+    world.team_b.refresh_from_db()
+    world.team_c.refresh_from_db()
+    return department
+
+
+def test_a_team_over_its_departments_cap_is_refused_naming_it(world, research):
+    before = database_state()
+    with pytest.raises(ValidationFailed) as refused:
+        file(world, tenant=world.team_b, requester=world.bob, items=[item(guaranteed=4, limit=7)])
+    message = refused.value.fields["items[0].limit"][0]
+    assert "department research" in message
+    assert "caps its teams at 10" in message
+    assert "add up to 11" in message  # 7 + team-c's 4
+    assert database_state() == before
+
+
+def test_a_team_within_its_departments_cap_is_approved(world, research, admin2):
+    shrink = file(world, tenant=world.team_c, requester=admin2, items=[item(guaranteed=2, limit=3)])
+    quota_request_approve(request=shrink, approver=world.admin)
+    grow = file(
+        world, tenant=world.team_b, requester=world.bob, items=[item(guaranteed=4, limit=7)]
+    )
+    quota_request_approve(request=grow, approver=world.admin)
+    assert gpu_quota(world, world.team_b) == (4, 7)
+
+
+def test_a_department_cap_below_its_teams_guarantees_is_refused_with_the_numbers(world, research):
+    before = database_state()
+    with pytest.raises(ValidationFailed) as refused:
+        file(world, tenant=research, items=[item(guaranteed=2, limit=7)])
+    message = refused.value.fields["items[0].limit"][0]
+    assert "department cap of 7" in message
+    assert "teams' guarantees of 6" in message
+    assert "own pool of 2" in message
+    assert "make 8" in message
+    assert database_state() == before
+
+
+def test_a_departments_own_pool_is_checked_against_the_cluster(world, research):
+    # The cluster's 16 GPUs: teams guarantee 6 + 4 + 2; a pool of 5 would not fit.
+    with pytest.raises(ValidationFailed) as refused:
+        file(world, tenant=research, items=[item(guaranteed=5, limit=10)])
+    assert "does not fit" in refused.value.fields["items[0].guaranteed"][0]
+
+
+def test_fair_share_weight_is_validated_and_reaches_the_compiler(world, research):
+    from approvals.services import quota_request_create
+
+    def ask(weight: Any) -> Any:
+        return quota_request_create(
+            tenant=world.team_b,
+            cluster=world.a100,
+            requester=world.bob,
+            reason="a larger share of idle GPUs",
+            items=request_items_parse(cluster=world.a100, raw_items=[]),
+            scheduling={"fair_share_weight": weight},
+            submit=True,
+        )
+
+    before = database_state()
+    for bad in (0, 1001):
+        with pytest.raises(ValidationFailed) as refused:
+            ask(bad)
+        assert "from 1 to 1000" in refused.value.fields["fair_share_weight"][0]
+    assert database_state() == before
+    quota_request_approve(request=ask(3), approver=world.admin)
+    assert QuotaSet.objects.get(tenant=world.team_b, cluster=world.a100).fair_share_weight == 3
+    specs = {spec.slug: spec for spec in tenant_specs(world.a100)}
+    assert specs["team-b"].fair_share_weight == 3
+    assert specs["research"].department and not specs["team-b"].department
+    assert specs["team-b"].parent == "research"
