@@ -124,6 +124,48 @@ def effective_quotas_for_tenants(
     return result
 
 
+@dataclass(frozen=True)
+class DepartmentCapLine:
+    """One line of a department's quota (R14) against its teams' on one cluster: the cap
+    (its limit), its own pool (its guarantee), and what its teams hold in sum."""
+
+    department: str  # slug
+    cluster_name: str
+    flavor_name: str
+    resource: str
+    cap: Decimal
+    pool: Decimal
+    teams_guaranteed: Decimal
+    teams_limit: Decimal
+
+
+def department_caps(*, tenant: Tenant) -> list[DepartmentCapLine]:
+    """The caps of the department ``tenant`` is (when others name it as parent) or belongs to
+    (its parent's), with its teams' sums, per cluster, flavor and resource. Two queries."""
+    department = tenant if tenant.children.exists() else tenant.parent
+    if department is None:
+        return []
+    teams: dict[tuple[str, str, str], tuple[Decimal, Decimal]] = {}
+    for cluster_name, flavor_name, resource, g, lim in Quota.objects.filter(
+        quota_set__tenant__parent=department
+    ).values_list("quota_set__cluster__name", "flavor__name", "resource", "guaranteed", "limit"):
+        g0, l0 = teams.get((cluster_name, flavor_name, resource), (Decimal(0), Decimal(0)))
+        teams[(cluster_name, flavor_name, resource)] = (g0 + g, l0 + lim)
+    lines = []
+    for cluster_name, flavor_name, resource, g, lim in (
+        Quota.objects.filter(quota_set__tenant=department)
+        .order_by("quota_set__cluster__name", "flavor__name", "resource")
+        .values_list("quota_set__cluster__name", "flavor__name", "resource", "guaranteed", "limit")
+    ):
+        held = teams.get((cluster_name, flavor_name, resource), (Decimal(0), Decimal(0)))
+        lines.append(
+            DepartmentCapLine(
+                department.slug, cluster_name, flavor_name, resource, lim, g, held[0], held[1]
+            )
+        )
+    return lines
+
+
 def guarantees_by_flavor(
     *, cluster: Cluster, exclude_quota_set: QuotaSet | None = None
 ) -> dict[tuple[int, str], Decimal]:

@@ -114,3 +114,40 @@ def test_fair_share_weight_is_validated_and_reaches_the_compiler(world, research
     assert specs["team-b"].fair_share_weight == 3
     assert specs["research"].department and not specs["team-b"].department
     assert specs["team-b"].parent == "research"
+
+
+def test_the_tenant_pages_show_the_department_cap_and_the_weight(world, research):
+    import re
+
+    from tests.pages import logged_in, main
+
+    QuotaSet.objects.filter(tenant=world.team_b, cluster=world.a100).update(fair_share_weight=3)
+    department_page = re.sub(r"\s+", " ", main(logged_in(world.alice).get("/tenants/research/")))
+    assert "Research is a department over 2 teams: team-b, team-c." in department_page
+    row = re.search(r'<tr data-cluster="demo-a100">(.*?)</tr>', department_page).group(1)
+    # cap, pool, the teams' limits (6 + 4), the teams' guarantees (4 + 2)
+    assert re.findall(r'<td class="num">([^<]*)</td>', row) == ["10", "2", "10", "6"]
+    team_page = re.sub(r"\s+", " ", main(logged_in(world.bob).get("/tenants/team-b/")))
+    assert "belongs to the department research" in team_page
+    weights = re.findall(
+        r'data-cluster="([^"]+)".*?data-field="fair-share-weight">([^<]*)<', team_page
+    )
+    assert ("demo-a100", "3") in weights
+    assert ("demo-h100", "1 (default)") in weights
+
+
+def test_the_api_refuses_a_team_over_the_cap_and_takes_a_weight(world, research, api_as):
+    from tests.approvals.conftest import URL, body
+
+    client = api_as(world.bob)
+    refused = client.post(
+        URL, body(tenant="team-b", items=[item(guaranteed=4, limit=7)]), format="json"
+    )
+    assert refused.status_code == 400, refused.content
+    assert "department research" in str(refused.json())
+    bad = client.post(URL, body(tenant="team-b", items=[], fair_share_weight=0), format="json")
+    assert bad.status_code == 400, bad.content
+    assert "fair_share_weight" in str(bad.json())
+    good = client.post(URL, body(tenant="team-b", items=[], fair_share_weight=2), format="json")
+    assert good.status_code == 201, good.content
+    assert good.json()["fair_share_weight"] == 2
