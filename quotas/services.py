@@ -131,10 +131,16 @@ def _capacity_label(flavor: ResourceFlavor, resource: str) -> str:
 
 
 def quota_items_check(
-    *, cluster: Cluster, items: Sequence[QuotaItem], quota_set: QuotaSet | None = None
+    *,
+    cluster: Cluster,
+    items: Sequence[QuotaItem],
+    quota_set: QuotaSet | None = None,
+    department: bool = False,
 ) -> QuotaCheck:
     """Business rules for a tenant's items on ``cluster``. Errors name the item, the rule and
-    the numbers. Capacity sums exclude ``quota_set`` (the set being replaced)."""
+    the numbers. Capacity sums exclude ``quota_set`` (the set being replaced). A
+    ``department``'s limit is a cap over its teams together (R14): it is held to the
+    flavor's capacity, not to the elastic cap of a single tenant, which binds each team."""
     check = QuotaCheck()
     covered = {
         (fr.flavor_id, fr.resource): fr.capacity
@@ -194,7 +200,14 @@ def quota_items_check(
         cap = elastic_cap(
             capacity=capacity, fraction=cluster.elastic_cap_fraction, resource=item.resource
         )
-        if not limit_fits_cap(limit=item.limit, cap=cap):
+        if department and item.limit > capacity:
+            check.error(
+                f"{name}.limit",
+                f"{what}: the department cap of {format_quantity(item.limit, item.resource)} "
+                f"is above the {format_quantity(capacity, item.resource)} "
+                f"{_capacity_label(item.flavor, item.resource)} of {cluster.name}",
+            )
+        elif not department and not limit_fits_cap(limit=item.limit, cap=cap):
             check.error(
                 f"{name}.limit",
                 (
@@ -426,7 +439,9 @@ def quota_set_write(
     # Lock the cluster's quota sets of the flavors involved, so two concurrent writes cannot
     # both pass the capacity check (PostgreSQL; SQLite serialises writers anyway).
     list(Cluster.objects.select_for_update().filter(pk=cluster.pk))
-    check = quota_items_check(cluster=cluster, items=items, quota_set=quota_set)
+    check = quota_items_check(
+        cluster=cluster, items=items, quota_set=quota_set, department=tenant.children.exists()
+    )
     check.raise_if_invalid()
     before = None if created else _snapshot(quota_set)
 

@@ -151,3 +151,28 @@ def test_the_api_refuses_a_team_over_the_cap_and_takes_a_weight(world, research,
     good = client.post(URL, body(tenant="team-b", items=[], fair_share_weight=2), format="json")
     assert good.status_code == 201, good.content
     assert good.json()["fair_share_weight"] == 2
+
+
+def test_the_department_cohort_and_the_weight_reach_the_cluster(world, research, standin):
+    from quotas import sync
+    from quotas.models import SyncOutbox
+    from tests.standin import kubectl_json
+
+    request = file(
+        world, tenant=world.team_b, requester=world.bob, items=[item(guaranteed=3, limit=6)]
+    )
+    quota_request_approve(request=request, approver=world.admin)
+    QuotaSet.objects.filter(tenant=world.team_b, cluster=world.a100).update(fair_share_weight=4)
+    row = SyncOutbox.objects.filter(tenant=world.team_b, cluster=world.a100).latest("pk")
+    outcome = sync.outbox_deliver(outbox_id=row.pk)
+    assert outcome is not None and outcome.ok, outcome
+
+    cohort = kubectl_json(standin, "get", "cohorts.kueue.x-k8s.io", "research")
+    assert cohort["spec"]["parentName"] == "portal-root"
+    (group,) = cohort["spec"]["resourceGroups"]
+    gpu = next(r for f in group["flavors"] for r in f["resources"] if r["name"] == "nvidia.com/gpu")
+    # Pool 2, cap 10: 10 - 2 - (team-b's 3 + team-c's 2) = 3 more from the cohorts above.
+    assert (str(gpu["nominalQuota"]), str(gpu["borrowingLimit"])) == ("2", "3")
+    queue = kubectl_json(standin, "get", "clusterqueues.kueue.x-k8s.io", "team-b")
+    assert queue["spec"]["cohortName"] == "research"
+    assert str(queue["spec"]["fairSharing"]["weight"]) == "4"
