@@ -132,7 +132,6 @@ def _agent_join_tokens(agent_dir: Path, admin: User) -> int:
 class Command(BaseCommand):
     help = "Seed demo clusters, flavors, tenants and users (password 'demo'). Idempotent."
 
-    @transaction.atomic
     @staticmethod
     def _department(
         users: dict[str, User],
@@ -155,6 +154,7 @@ class Command(BaseCommand):
         )
         return research
 
+    @transaction.atomic
     def handle(self, *args: Any, **options: Any) -> None:
         users = {}
         for username, email, is_admin in USERS:
@@ -357,7 +357,7 @@ class Command(BaseCommand):
                 "platform admin"
                 if is_admin
                 else {
-                    "alice": "lead of team-a",
+                    "alice": "lead of team-a and of the Research department",
                     "bob": "lead of team-b",
                     "carol": "member of team-a",
                 }[username]
