@@ -151,6 +151,12 @@ def test_the_api_refuses_a_team_over_the_cap_and_takes_a_weight(world, research,
     good = client.post(URL, body(tenant="team-b", items=[], fair_share_weight=2), format="json")
     assert good.status_code == 201, good.content
     assert good.json()["fair_share_weight"] == 2
+    QuotaSet.objects.filter(tenant=world.team_b, cluster=world.a100).update(fair_share_weight=5)
+    listed = client.get("/api/v1/tenants/team-b/quotas/").json()["results"]
+    assert {q["cluster"]: q["fair_share_weight"] for q in listed} == {
+        "demo-a100": 5,
+        "demo-h100": None,
+    }
 
 
 def test_the_department_cohort_and_the_weight_reach_the_cluster(world, research, standin):
@@ -176,3 +182,23 @@ def test_the_department_cohort_and_the_weight_reach_the_cluster(world, research,
     queue = kubectl_json(standin, "get", "clusterqueues.kueue.x-k8s.io", "team-b")
     assert queue["spec"]["cohortName"] == "research"
     assert str(queue["spec"]["fairSharing"]["weight"]) == "4"
+
+
+def test_the_request_form_takes_a_weight_and_refuses_one_out_of_range(world):
+    from approvals.models import QuotaChangeRequest
+    from tests.approvals.test_pages import NEW, a100_form, slot
+
+    client = logged_in_as(world.alice)
+    refused = client.post(NEW, a100_form(reason="share", fair_share_weight="0"))
+    assert refused.status_code == 200
+    assert "from 1 to 1000" in slot(refused, "fair_share_weight")
+    assert not QuotaChangeRequest.objects.filter(requester=world.alice).exists()
+    taken = client.post(NEW, a100_form(reason="share", fair_share_weight="2"))
+    assert taken.status_code == 302
+    assert QuotaChangeRequest.objects.get(requester=world.alice).fair_share_weight == 2
+
+
+def logged_in_as(user: Any) -> Any:
+    from tests.pages import logged_in
+
+    return logged_in(user)
