@@ -368,11 +368,13 @@ def capacity_lines_check(
     cluster: Cluster,
     allocations: Iterable[FlavorAllocation],
     lines: Iterable[ProposedLine],
+    department: bool = False,
 ) -> list[CapacityLine]:
     """Per line of the cluster (``allocations``, from ``quotas.selectors.cluster_allocations``),
     what the proposed ``lines`` (matched by flavor name and resource) do to it and whether
     they keep the capacity and elastic-cap rules: the same answers as ``quota_items_check``,
-    line by line, for pages that show them next to each line."""
+    line by line, for pages that show them next to each line (a ``department``'s cap is held
+    to the capacity, not the elastic cap)."""
     changes = {(line.flavor, line.resource): line for line in lines}
     out = []
     for allocation in allocations:
@@ -380,7 +382,9 @@ def capacity_lines_check(
         out.append(
             CapacityLine(
                 allocation,
-                elastic_cap(
+                allocation.capacity
+                if department
+                else elastic_cap(
                     capacity=allocation.capacity,
                     fraction=cluster.elastic_cap_fraction,
                     resource=allocation.resource,
