@@ -347,10 +347,13 @@ def quota_request_check(
     merged = {**current, **{(i.flavor.pk, i.resource): i for i in items}}
     order = list(merged)
     whole = [merged[k] for k in order]
+    is_department = tenant.children.exists()
     rules = quota_items_check(
-        cluster=cluster, items=whole, quota_set=quota_set, department=tenant.children.exists()
+        cluster=cluster, items=whole, quota_set=quota_set, department=is_department
     )
-    department = department_check(tenant=tenant, cluster=cluster, items=whole)
+    department = department_check(
+        tenant=tenant, cluster=cluster, items=whole, department=is_department
+    )
     fair_share_weight_check(department, (scheduling or {}).get("fair_share_weight"))
     for name, messages in [*rules.errors.items(), *department.errors.items()]:
         if not name.startswith("items["):

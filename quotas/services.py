@@ -235,23 +235,27 @@ def fair_share_weight_check(check: QuotaCheck, weight: Any) -> None:
         )
 
 
-def _lines_of(quota_sets: Iterable[QuotaSet]) -> dict[tuple[int, str], tuple[Decimal, Decimal]]:
-    """Per (flavor id, resource), the summed (guaranteed, limit) of the quota sets' lines."""
+def _lines_of(quotas: Iterable[Quota]) -> dict[tuple[int, str], tuple[Decimal, Decimal]]:
+    """Per (flavor id, resource), the summed (guaranteed, limit) of the quota lines."""
     sums: dict[tuple[int, str], tuple[Decimal, Decimal]] = {}
-    for q in Quota.objects.filter(quota_set__in=list(quota_sets)):
+    for q in quotas:
         g, lim = sums.get((q.flavor_id, q.resource), (Decimal(0), Decimal(0)))
         sums[(q.flavor_id, q.resource)] = (g + q.guaranteed, lim + q.limit)
     return sums
 
 
-def department_check(*, tenant: Tenant, cluster: Cluster, items: Sequence[QuotaItem]) -> QuotaCheck:
+def department_check(
+    *, tenant: Tenant, cluster: Cluster, items: Sequence[QuotaItem], department: bool
+) -> QuotaCheck:
     """The department rules (R14) for ``items``, the whole quota set ``tenant`` would have on
     ``cluster``; errors name ``items[i].limit``.
 
     * A team's limits and its sibling teams' add up to at most its department's cap (the
       department's limit on the same flavor and resource), when the department has one.
     * A department's cap holds at least its own pool (guaranteed) plus its teams' guarantees:
-      what the cluster promises below it must fit under it."""
+      what the cluster promises below it must fit under it.
+
+    ``department``: whether other tenants name ``tenant`` as parent (the caller knows)."""
     check = QuotaCheck()
     parent = tenant.parent
     if parent is not None:
@@ -260,7 +264,9 @@ def department_check(*, tenant: Tenant, cluster: Cluster, items: Sequence[QuotaI
             for q in Quota.objects.filter(quota_set__tenant=parent, quota_set__cluster=cluster)
         }
         siblings = _lines_of(
-            QuotaSet.objects.filter(tenant__parent=parent, cluster=cluster).exclude(tenant=tenant)
+            Quota.objects.filter(
+                quota_set__tenant__parent=parent, quota_set__cluster=cluster
+            ).exclude(quota_set__tenant=tenant)
         )
         for index, item in enumerate(items):
             key = (item.flavor.pk, item.resource)
@@ -276,7 +282,11 @@ def department_check(*, tenant: Tenant, cluster: Cluster, items: Sequence[QuotaI
                     f"{to_display(item.limit, item.resource)} their limits would add up to "
                     f"{to_display(total, item.resource)}",
                 )
-    children = _lines_of(QuotaSet.objects.filter(tenant__parent=tenant, cluster=cluster))
+    if not department:
+        return check
+    children = _lines_of(
+        Quota.objects.filter(quota_set__tenant__parent=tenant, quota_set__cluster=cluster)
+    )
     for index, item in enumerate(items):
         below = children.get((item.flavor.pk, item.resource), (Decimal(0), Decimal(0)))[0]
         if below and item.limit < below + item.guaranteed:
