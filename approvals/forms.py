@@ -16,7 +16,9 @@ from quotas.services import QuotaItem
 from tenants.choices import IsolationLevel
 
 AMOUNT_FIELDS = ("guaranteed", "limit", "lending_limit")
-SCHEDULING_COUNT_FIELDS = ("max_running_jobs", "max_queued_jobs", "max_pods", "max_pvcs")
+SCHEDULING_COUNT_FIELDS = (
+    "max_running_jobs", "max_queued_jobs", "max_pods", "max_pvcs", "fair_share_weight",
+)  # fmt: skip
 STORAGE_RESOURCE_NAME = "storage"
 POSITIVE_INTEGER_MAX = 2**31 - 1  # PositiveIntegerField's range on every database
 REASON_REQUIRED = "a reason is required: say why the team needs it"
@@ -138,6 +140,12 @@ class QuotaRequestForm(forms.Form):
         help_text="For the whole team, on every cluster: it decides which flavors the team's "
         "quotas may be on.",
     )
+    # Range checked by the service (approvals.services.quota_request_check), one rule for all.
+    fair_share_weight = forms.IntegerField(
+        required=False,
+        label="Fair-share weight",
+        help_text="1 to 1000; a higher weight gets more of the unused quota. Default 1.",
+    )
 
     def __init__(
         self,
@@ -152,13 +160,16 @@ class QuotaRequestForm(forms.Form):
         self.fields["storage_bytes"].widget.attrs.update({"size": 8, "spellcheck": "false"})
         for name in SCHEDULING_COUNT_FIELDS:
             self.fields[name].widget.attrs.update({"min": 0, "class": "count"})
+        self.fields["fair_share_weight"].widget.attrs.update({"min": 1, "max": 1000})
 
     @staticmethod
     def initial_from(source: Any) -> dict[str, Any]:
         """Initial scheduling values of a quota set or a tier (storage as a quantity)."""
         if source is None:
             return {}
-        initial: dict[str, Any] = {name: getattr(source, name) for name in SCHEDULING_COUNT_FIELDS}
+        initial: dict[str, Any] = {
+            name: getattr(source, name, None) for name in SCHEDULING_COUNT_FIELDS
+        }
         if source.storage_bytes is not None:
             initial["storage_bytes"] = format_quantity(source.storage_bytes, STORAGE_RESOURCE_NAME)
         return initial
@@ -181,7 +192,12 @@ class QuotaRequestForm(forms.Form):
     def scheduling_fields(self) -> list[tuple[forms.BoundField, str]]:
         """Each scheduling field with the value in force, as the page shows it."""
         shown = []
-        for name in (*SCHEDULING_COUNT_FIELDS[:3], "storage_bytes", "max_pvcs"):
+        for name in (
+            *SCHEDULING_COUNT_FIELDS[:3],
+            "storage_bytes",
+            "max_pvcs",
+            "fair_share_weight",
+        ):
             value = getattr(self.quota_set, name, None)
             if value is not None and name == "storage_bytes":
                 value = format_quantity(value, STORAGE_RESOURCE_NAME)

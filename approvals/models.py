@@ -72,6 +72,7 @@ class QuotaChangeRequest(models.Model):
     max_pods = models.PositiveIntegerField(null=True, blank=True)
     storage_bytes = _quantity(null=True, blank=True)
     max_pvcs = models.PositiveIntegerField(null=True, blank=True)
+    fair_share_weight = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)

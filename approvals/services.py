@@ -46,6 +46,8 @@ from quotas.services import (
     QuotaItem,
     SchedulingQuotas,
     default_gpu_flavor,
+    department_check,
+    fair_share_weight_check,
     outbox_record,
     outbox_reopen,
     quota_item_parse,
@@ -66,7 +68,10 @@ from tenants.services import (
     tenant_isolation_level_set,
 )
 
-SCHEDULING_FIELDS = ("max_running_jobs", "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs")
+SCHEDULING_FIELDS = (
+    "max_running_jobs", "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs",
+    "fair_share_weight",
+)  # fmt: skip
 Key = tuple[int, str]  # (flavor id, resource)
 # What the requester is told when their request becomes one of these ({cluster}: its cluster).
 DECISION_NOTICES: dict[str, str] = {
@@ -359,10 +364,19 @@ def quota_request_check(
 
     merged = {**current, **{(i.flavor.pk, i.resource): i for i in items}}
     order = list(merged)
+    whole = [merged[k] for k in order]
+    is_department = tenant.children.exists()
     rules = quota_items_check(
-        cluster=cluster, items=[merged[k] for k in order], quota_set=quota_set
+        cluster=cluster, items=whole, quota_set=quota_set, department=is_department
     )
-    for name, messages in rules.errors.items():
+    department = department_check(
+        tenant=tenant, cluster=cluster, items=whole, department=is_department
+    )
+    fair_share_weight_check(department, (scheduling or {}).get("fair_share_weight"))
+    for name, messages in [*rules.errors.items(), *department.errors.items()]:
+        if not name.startswith("items["):
+            check.errors.setdefault(name, []).extend(messages)
+            continue
         # "items[7].limit" of the merged list -> the request's own index, or the line in force.
         position, _, attribute = name.partition("].")
         key = order[int(position.removeprefix("items["))]

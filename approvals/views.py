@@ -126,12 +126,17 @@ class ChangeLine:
 
 
 def _change_lines(
-    cluster: Cluster, allocations: list[FlavorAllocation], diff: Iterable[DiffLine]
+    cluster: Cluster,
+    allocations: list[FlavorAllocation],
+    diff: Iterable[DiffLine],
+    department: bool = False,
 ) -> list[ChangeLine]:
     diff = list(diff)
     capacity = {
         (line.allocation.flavor.name, line.resource): line
-        for line in capacity_lines_check(cluster=cluster, allocations=allocations, lines=diff)
+        for line in capacity_lines_check(
+            cluster=cluster, allocations=allocations, lines=diff, department=department
+        )
     }
     return [ChangeLine(d, capacity.get((d.flavor, d.resource))) for d in diff]
 
@@ -321,10 +326,16 @@ class RequestDraft:
             cluster=self.cluster,
             allocations=self.allocations,
             lines=self.check.diff if self.check else [],
+            department=self.tenant.children.exists(),
         )
 
     def changes(self) -> list[ChangeLine]:
-        return _change_lines(self.cluster, self.allocations, self.check.diff if self.check else [])
+        return _change_lines(
+            self.cluster,
+            self.allocations,
+            self.check.diff if self.check else [],
+            department=self.tenant.children.exists(),
+        )
 
 
 def _tier_presets(
@@ -677,7 +688,10 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
     check = quota_request_check_stored(request=change) if is_open else None
     if check:
         lines = _change_lines(
-            change.cluster, quota_selectors.cluster_allocations(cluster=change.cluster), check.diff
+            change.cluster,
+            quota_selectors.cluster_allocations(cluster=change.cluster),
+            check.diff,
+            department=change.tenant.children.exists(),
         )
     else:  # decided: what it changed, against the quota in force when it was approved
         lines = [ChangeLine(d, None) for d in quota_request_approved_diff(request=change)]
@@ -886,6 +900,9 @@ def _queue_entries(changes: list[QuotaChangeRequest], user: User) -> list[QueueE
         cluster_id: quota_selectors.cluster_allocations(cluster=cluster)
         for cluster_id, cluster in clusters.items()
     }
+    departments = set(
+        Tenant.objects.filter(parent_id__in=list(tenants)).values_list("parent_id", flat=True)
+    )
     entries = []
     for change in changes:
         diff = []
@@ -894,7 +911,12 @@ def _queue_entries(changes: list[QuotaChangeRequest], user: User) -> list[QueueE
                 (change.tenant_id, change.cluster.name, item.flavor.name, item.resource)
             )
             diff.append(diff_line(item, before))
-        lines = _change_lines(change.cluster, allocations[change.cluster_id], diff)
+        lines = _change_lines(
+            change.cluster,
+            allocations[change.cluster_id],
+            diff,
+            department=change.tenant_id in departments,
+        )
         entries.append(QueueEntry(change, lines, change.requester_id == user.pk))
     return entries
 

@@ -135,6 +135,8 @@ def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "namespaces": tenant_selectors.namespace_list_for_tenant(tenant=tenant),
         "members": tenant_selectors.membership_list_for_tenant(tenant=tenant),
         "quota_sets": quota_selectors.tenant_effective_quotas(tenant=tenant),
+        "department_caps": quota_selectors.department_caps(tenant=tenant),
+        "teams": tenant.children.order_by("slug"),
         "role": tenant_selectors.membership_role(user=caller(request), tenant=tenant),
         # Where its quotas stand in each cluster (no live read: "In the cluster" does that).
         "cluster_syncs": quota_views.cluster_syncs(tenant=tenant),

@@ -15,7 +15,7 @@ from quotas.kube.enforcement import KueueConfig
 from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaSpec, TenantSpec
 from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor
 from tenants.choices import MembershipRole
-from tenants.models import Membership, Namespace
+from tenants.models import Membership, Namespace, Tenant
 
 # Which tenants have new work held on a cluster (quota use at 100% of the limit, R11): each
 # hook takes ``cluster_id=`` and ``tenant_ids=`` and returns the blocked tenants' ids. The
@@ -86,6 +86,10 @@ def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -
         target[m.tenant_id].append(m.user.get_username())
     groups = tenant_groups(ids)
     blocked = blocked_tenant_ids(cluster, ids)
+    # A tenant others name as parent is a department (R14): its quota becomes its Cohort's.
+    departments = set(
+        Tenant.objects.filter(parent_id__in=ids).values_list("parent_id", flat=True).distinct()
+    )
     specs = []
     for qs in quota_sets:
         tenant = qs.tenant
@@ -110,6 +114,8 @@ def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -
                 editor_groups=tuple(groups.get(tenant.pk, ((), ()))[0]),
                 viewer_groups=tuple(groups.get(tenant.pk, ((), ()))[1]),
                 blocked=tenant.pk in blocked,
+                department=tenant.pk in departments,
+                fair_share_weight=qs.fair_share_weight,
             )
         )
     return sorted(specs, key=lambda s: s.slug)

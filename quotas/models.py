@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
@@ -281,6 +282,11 @@ class QuotaSet(models.Model):
     # Storage quotas (R3, R28).
     storage_bytes = _quantity_field(null=True, blank=True)
     max_pvcs = models.PositiveIntegerField(null=True, blank=True)
+    # Kueue fairSharing.weight (R14): the tenant's (a department's: its cohort's) advantage
+    # when competing for unused quota; empty: Kueue's default of 1.
+    fair_share_weight = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(1000)]
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

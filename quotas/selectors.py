@@ -78,6 +78,7 @@ class EffectiveQuotaSet:
     max_pods: int | None
     storage_bytes: Decimal | None
     max_pvcs: int | None
+    fair_share_weight: int | None
     updated_at: datetime
     items: list[EffectiveQuota] = field(default_factory=list)
 
@@ -92,7 +93,8 @@ class EffectiveQuotaSet:
 
 _SET_FIELDS = (
     "id", "tenant_id", "cluster__name", "generation", "tier__name", "max_running_jobs",
-    "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs", "updated_at",
+    "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs",
+    "fair_share_weight", "updated_at",
 )  # fmt: skip
 _ITEM_FIELDS = (
     "quotas__flavor__name", "quotas__flavor__kind", "quotas__flavor__gpu_weight",
@@ -130,6 +132,48 @@ def effective_quotas_for_tenants(
     for quota_set in _effective_quota_sets(list(result)):
         result[quota_set.tenant_id].append(quota_set)
     return result
+
+
+@dataclass(frozen=True)
+class DepartmentCapLine:
+    """One line of a department's quota (R14) against its teams' on one cluster: the cap
+    (its limit), its own pool (its guarantee), and what its teams hold in sum."""
+
+    department: str  # slug
+    cluster_name: str
+    flavor_name: str
+    resource: str
+    cap: Decimal
+    pool: Decimal
+    teams_guaranteed: Decimal
+    teams_limit: Decimal
+
+
+def department_caps(*, tenant: Tenant) -> list[DepartmentCapLine]:
+    """The caps of the department ``tenant`` is (when others name it as parent) or belongs to
+    (its parent's), with its teams' sums, per cluster, flavor and resource. Two queries."""
+    department = tenant if tenant.children.exists() else tenant.parent
+    if department is None:
+        return []
+    teams: dict[tuple[str, str, str], tuple[Decimal, Decimal]] = {}
+    for cluster_name, flavor_name, resource, g, lim in Quota.objects.filter(
+        quota_set__tenant__parent=department
+    ).values_list("quota_set__cluster__name", "flavor__name", "resource", "guaranteed", "limit"):
+        g0, l0 = teams.get((cluster_name, flavor_name, resource), (Decimal(0), Decimal(0)))
+        teams[(cluster_name, flavor_name, resource)] = (g0 + g, l0 + lim)
+    lines = []
+    for cluster_name, flavor_name, resource, g, lim in (
+        Quota.objects.filter(quota_set__tenant=department)
+        .order_by("quota_set__cluster__name", "flavor__name", "resource")
+        .values_list("quota_set__cluster__name", "flavor__name", "resource", "guaranteed", "limit")
+    ):
+        held = teams.get((cluster_name, flavor_name, resource), (Decimal(0), Decimal(0)))
+        lines.append(
+            DepartmentCapLine(
+                department.slug, cluster_name, flavor_name, resource, lim, g, held[0], held[1]
+            )
+        )
+    return lines
 
 
 def guarantees_by_flavor(

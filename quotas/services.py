@@ -43,7 +43,7 @@ from quotas.models import (
     SyncOutbox,
     TierTemplate,
 )
-from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
+from quotas.quantity import QuantityError, format_quantity, parse_resource_amount, to_display
 from quotas.selectors import (
     FlavorAllocation,
     FleetCapacity,
@@ -76,6 +76,7 @@ class SchedulingQuotas:
     max_pods: int | None = None
     storage_bytes: Decimal | None = None
     max_pvcs: int | None = None
+    fair_share_weight: int | None = None
 
 
 @dataclass
@@ -161,12 +162,18 @@ def mig_shortfall(
 
 
 def quota_items_check(
-    *, cluster: Cluster, items: Sequence[QuotaItem], quota_set: QuotaSet | None = None
+    *,
+    cluster: Cluster,
+    items: Sequence[QuotaItem],
+    quota_set: QuotaSet | None = None,
+    department: bool = False,
 ) -> QuotaCheck:
     """Business rules for a tenant's items on ``cluster``. Errors name the item, the rule and
     the numbers. Capacity sums exclude ``quota_set`` (the set being replaced). A MIG flavor's
     capacity is what the fleet has (``quotas.selectors.flavor_capacities``): asking for more
-    instances than exist or are planned is refused naming the profile and the counts."""
+    instances than exist or are planned is refused naming the profile and the counts. A
+    ``department``'s limit is a cap over its teams together (R14): it is held to the
+    flavor's capacity, not to the elastic cap of a single tenant, which binds each team."""
     check = QuotaCheck()
     capacities = flavor_capacities(cluster=cluster)
     guaranteed_elsewhere = guarantees_by_flavor(cluster=cluster, exclude_quota_set=quota_set)
@@ -249,7 +256,14 @@ def quota_items_check(
         cap = elastic_cap(
             capacity=capacity, fraction=cluster.elastic_cap_fraction, resource=item.resource
         )
-        if not limit_fits_cap(limit=item.limit, cap=cap):
+        if department and item.limit > capacity:
+            check.error(
+                f"{name}.limit",
+                f"{what}: the department cap of {format_quantity(item.limit, item.resource)} "
+                f"is above the {format_quantity(capacity, item.resource)} "
+                f"{_capacity_label(item.flavor, item.resource)} of {cluster.name}",
+            )
+        elif not department and not limit_fits_cap(limit=item.limit, cap=cap):
             check.error(
                 f"{name}.limit",
                 (
@@ -257,6 +271,88 @@ def quota_items_check(
                     f"{format_quantity(cap, item.resource)} ({(cluster.elastic_cap_fraction * 100).normalize():f}% of "
                     f"{format_quantity(capacity, item.resource)} {_capacity_label(item.flavor, item.resource)} on {cluster.name})"
                 ),
+            )
+    return check
+
+
+FAIR_SHARE_WEIGHT_MAX = 1000
+
+
+def fair_share_weight_check(check: QuotaCheck, weight: Any) -> None:
+    """Kueue's fairSharing.weight as the portal takes it: a whole number from 1 to 1000 (0
+    would give the tenant an infinite share of nothing; larger ratios help nobody)."""
+    if weight is None:
+        return
+    if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 1000:
+        check.error(
+            "fair_share_weight",
+            f"fair-share weight must be a whole number from 1 to {FAIR_SHARE_WEIGHT_MAX}; "
+            f"got {weight!r}",
+        )
+
+
+def _lines_of(quotas: Iterable[Quota]) -> dict[tuple[int, str], tuple[Decimal, Decimal]]:
+    """Per (flavor id, resource), the summed (guaranteed, limit) of the quota lines."""
+    sums: dict[tuple[int, str], tuple[Decimal, Decimal]] = {}
+    for q in quotas:
+        g, lim = sums.get((q.flavor_id, q.resource), (Decimal(0), Decimal(0)))
+        sums[(q.flavor_id, q.resource)] = (g + q.guaranteed, lim + q.limit)
+    return sums
+
+
+def department_check(
+    *, tenant: Tenant, cluster: Cluster, items: Sequence[QuotaItem], department: bool
+) -> QuotaCheck:
+    """The department rules (R14) for ``items``, the whole quota set ``tenant`` would have on
+    ``cluster``; errors name ``items[i].limit``.
+
+    * A team's limits and its sibling teams' add up to at most its department's cap (the
+      department's limit on the same flavor and resource), when the department has one.
+    * A department's cap holds at least its own pool (guaranteed) plus its teams' guarantees:
+      what the cluster promises below it must fit under it.
+
+    ``department``: whether other tenants name ``tenant`` as parent (the caller knows)."""
+    check = QuotaCheck()
+    parent = tenant.parent
+    if parent is not None:
+        caps = {
+            (q.flavor_id, q.resource): q.limit
+            for q in Quota.objects.filter(quota_set__tenant=parent, quota_set__cluster=cluster)
+        }
+        siblings = _lines_of(
+            Quota.objects.filter(
+                quota_set__tenant__parent=parent, quota_set__cluster=cluster
+            ).exclude(quota_set__tenant=tenant)
+        )
+        for index, item in enumerate(items):
+            key = (item.flavor.pk, item.resource)
+            cap = caps.get(key)
+            if cap is None:
+                continue
+            total = siblings.get(key, (Decimal(0), Decimal(0)))[1] + item.limit
+            if total > cap:
+                check.error(
+                    f"items[{index}].limit",
+                    f"{item.resource} on {item.flavor.name}: the department {parent.slug} caps "
+                    f"its teams at {to_display(cap, item.resource)}; with this limit of "
+                    f"{to_display(item.limit, item.resource)} their limits would add up to "
+                    f"{to_display(total, item.resource)}",
+                )
+    if not department:
+        return check
+    children = _lines_of(
+        Quota.objects.filter(quota_set__tenant__parent=tenant, quota_set__cluster=cluster)
+    )
+    for index, item in enumerate(items):
+        below = children.get((item.flavor.pk, item.resource), (Decimal(0), Decimal(0)))[0]
+        if below and item.limit < below + item.guaranteed:
+            check.error(
+                f"items[{index}].limit",
+                f"{item.resource} on {item.flavor.name}: the department cap of "
+                f"{to_display(item.limit, item.resource)} is below what it must hold: its teams' "
+                f"guarantees of {to_display(below, item.resource)} plus its own pool of "
+                f"{to_display(item.guaranteed, item.resource)} make "
+                f"{to_display(below + item.guaranteed, item.resource)}",
             )
     return check
 
@@ -338,11 +434,13 @@ def capacity_lines_check(
     cluster: Cluster,
     allocations: Iterable[FlavorAllocation],
     lines: Iterable[ProposedLine],
+    department: bool = False,
 ) -> list[CapacityLine]:
     """Per line of the cluster (``allocations``, from ``quotas.selectors.cluster_allocations``),
     what the proposed ``lines`` (matched by flavor name and resource) do to it and whether
     they keep the capacity and elastic-cap rules: the same answers as ``quota_items_check``,
-    line by line, for pages that show them next to each line."""
+    line by line, for pages that show them next to each line (a ``department``'s cap is held
+    to the capacity, not the elastic cap)."""
     changes = {(line.flavor, line.resource): line for line in lines}
     out = []
     for allocation in allocations:
@@ -350,7 +448,9 @@ def capacity_lines_check(
         out.append(
             CapacityLine(
                 allocation,
-                elastic_cap(
+                allocation.capacity
+                if department
+                else elastic_cap(
                     capacity=allocation.capacity,
                     fraction=cluster.elastic_cap_fraction,
                     resource=allocation.resource,
@@ -371,6 +471,7 @@ def _snapshot(quota_set: QuotaSet) -> dict[str, Any]:
         "max_pods": quota_set.max_pods,
         "storage_bytes": None if quota_set.storage_bytes is None else str(quota_set.storage_bytes),
         "max_pvcs": quota_set.max_pvcs,
+        "fair_share_weight": quota_set.fair_share_weight,
         "items": [
             {
                 "flavor": q.flavor.name,
@@ -408,7 +509,9 @@ def quota_set_write(
     # Lock the cluster's quota sets of the flavors involved, so two concurrent writes cannot
     # both pass the capacity check (PostgreSQL; SQLite serialises writers anyway).
     list(Cluster.objects.select_for_update().filter(pk=cluster.pk))
-    check = quota_items_check(cluster=cluster, items=items, quota_set=quota_set)
+    check = quota_items_check(
+        cluster=cluster, items=items, quota_set=quota_set, department=tenant.children.exists()
+    )
     check.raise_if_invalid()
     before = None if created else _snapshot(quota_set)
 
@@ -429,6 +532,7 @@ def quota_set_write(
     quota_set.max_pods = scheduling.max_pods
     quota_set.storage_bytes = scheduling.storage_bytes
     quota_set.max_pvcs = scheduling.max_pvcs
+    quota_set.fair_share_weight = scheduling.fair_share_weight
     if tier is not None:
         quota_set.tier = tier
     if not created:

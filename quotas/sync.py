@@ -62,11 +62,34 @@ def desired_objects(cluster: Cluster, *, tenant: Tenant | None = None) -> list[d
     spec = cluster_spec(cluster)
     if tenant is None:
         return compiler.compile_cluster(spec, tenant_specs(cluster))
-    tenants = tenant_specs(cluster, tenant_ids=[tenant.pk])
+    # A department's Cohort (R14) depends on every tenant of its tree (its borrowingLimit
+    # leaves room for their guarantees): compile the cluster-wide objects from the whole tree
+    # the tenant is in, so that pushing one team never writes its department's Cohort short.
+    tenants = tenant_specs(cluster, tenant_ids=_tree_ids(tenant))
     objects = list(compiler.compile_cluster_wide(spec, tenants))
     for t in tenants:
-        objects.extend(compiler.compile_tenant(spec, t))
+        if t.slug == tenant.slug:
+            objects.extend(compiler.compile_tenant(spec, t))
     return objects
+
+
+def _tree_ids(tenant: Tenant) -> list[int]:
+    """The tenant, and when it is in a department, every tenant under its topmost one."""
+    top = tenant
+    seen = {top.pk}
+    while top.parent_id is not None and top.parent_id not in seen:
+        top = Tenant.objects.only("pk", "parent_id").get(pk=top.parent_id)
+        seen.add(top.pk)
+    ids = {tenant.pk, top.pk}
+    level = [top.pk]
+    while level:
+        level = [
+            pk
+            for pk in Tenant.objects.filter(parent_id__in=level).values_list("pk", flat=True)
+            if pk not in ids
+        ]
+        ids.update(level)
+    return sorted(ids)
 
 
 def _apply_gated(

@@ -69,6 +69,11 @@ class QuotaRequestInput(StrictInputSerializer):
     max_pvcs = serializers.IntegerField(
         min_value=0, max_value=MAX_COUNT, required=False, allow_null=True
     )
+    fair_share_weight = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="Kueue fair-sharing weight, 1 to 1000 (a department's applies to its cohort).",
+    )
     submit = serializers.BooleanField(
         default=False, help_text="File it as pending at once instead of as a draft."
     )
@@ -185,6 +190,7 @@ class QuotaRequestOutput(serializers.Serializer):
     max_pods = serializers.IntegerField(allow_null=True)
     storage = serializers.CharField(allow_null=True, help_text="A Kubernetes quantity.")
     max_pvcs = serializers.IntegerField(allow_null=True)
+    fair_share_weight = serializers.IntegerField(allow_null=True)
     items = QuotaRequestItemOutput(many=True)
     decisions = DecisionOutput(many=True)
     created_at = serializers.DateTimeField()
@@ -217,6 +223,7 @@ class QuotaRequestOutput(serializers.Serializer):
             "max_pods": request.max_pods,
             "storage": _quantity(request.storage_bytes, STORAGE_RESOURCE),
             "max_pvcs": request.max_pvcs,
+            "fair_share_weight": request.fair_share_weight,
             "items": [
                 {
                     "flavor": item.flavor.name,

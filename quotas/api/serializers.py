@@ -239,6 +239,9 @@ class QuotaSetOutput(serializers.Serializer):
     max_pods = serializers.IntegerField(allow_null=True)
     storage = QuantityField(allow_null=True)
     max_pvcs = serializers.IntegerField(allow_null=True)
+    fair_share_weight = serializers.IntegerField(
+        allow_null=True, help_text="Kueue fair-sharing weight; null: the default of 1."
+    )
     guaranteed_gpu_units = UnitsField()
     limit_gpu_units = UnitsField()
     items = QuotaItemOutput(many=True)
@@ -257,6 +260,7 @@ class QuotaSetOutput(serializers.Serializer):
             "max_pods": qs.max_pods,
             "storage": _quantity(qs.storage_bytes, "storage"),
             "max_pvcs": qs.max_pvcs,
+            "fair_share_weight": qs.fair_share_weight,
             "guaranteed_gpu_units": _units(qs.guaranteed_gpu_units),
             "limit_gpu_units": _units(qs.limit_gpu_units),
             "items": [

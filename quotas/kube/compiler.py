@@ -247,11 +247,13 @@ def compile_tenant(cluster: ClusterSpec, tenant: TenantSpec) -> list[KubeObject]
         objects.append(_network_policy(context, namespace.name))
         objects.append(_service_account(context, namespace.name))
         objects.extend(_role_bindings(context, namespace.name))
-        if cluster.has_kueue:
+        if cluster.has_kueue and not tenant.department:
             objects.append(_local_queue(context, namespace.name))
-    if cluster.has_kueue and namespaces:
+    # A department's quota is its Cohort's (and Volcano group queue's), compiled cluster-wide:
+    # a queue of its own would count the same GPUs twice.
+    if cluster.has_kueue and namespaces and not tenant.department:
         objects.append(_cluster_queue(context))
-    if cluster.has_volcano:
+    if cluster.has_volcano and not tenant.department:
         objects.append(_volcano_queue(context))
     return sorted(objects, key=sort_key)
 
@@ -281,7 +283,7 @@ def compile_cluster_wide(cluster: ClusterSpec, tenants: Sequence[TenantSpec]) ->
             for flavor in cluster.flavors
             if flavor.kind in KUEUE_FLAVOR_KINDS
         )
-        objects.extend(_cohort(cluster, tree, name) for name in sorted(tree.parent))
+        objects.extend(_cohort(cluster, tree, name, tenants) for name in sorted(tree.parent))
     if cluster.has_volcano and cluster.volcano_hierarchy:
         objects.extend(_volcano_group_queues(cluster, tree, tenants))
     time_slicing = _time_slicing_configmap(cluster)
@@ -949,6 +951,8 @@ def _cluster_queue(context: _TenantContext) -> KubeObject:
     }
     if resource_groups:
         spec["resourceGroups"] = resource_groups
+    if tenant.fair_share_weight is not None:
+        spec["fairSharing"] = {"weight": str(tenant.fair_share_weight)}
     return {
         "apiVersion": API_KUEUE,
         "kind": "ClusterQueue",
@@ -1042,6 +1046,7 @@ class _CohortTree:
         root = cluster.root_cohort
         by_slug = {tenant.slug: tenant for tenant in tenants}
         parent_slugs = {tenant.parent for tenant in tenants if tenant.parent}
+        parent_slugs |= {tenant.slug for tenant in tenants if tenant.department}
         nodes = {root} | {names.tenant_cohort(cluster, tenant) for tenant in tenants}
         nodes |= {names.parent_cohort(slug) for slug in parent_slugs}
         parent: dict[str, str | None] = {root: None}
@@ -1153,13 +1158,104 @@ def _resource_flavor(cluster: ClusterSpec, flavor: FlavorSpec) -> KubeObject:
     }
 
 
-def _cohort(cluster: ClusterSpec, tree: _CohortTree, name: str) -> KubeObject:
+def _department(tree: _CohortTree, tenants: Sequence[TenantSpec], node: str) -> TenantSpec | None:
+    """The department whose quota the cohort ``node`` holds (a non-root cohort named after it)."""
+    if node == tree.root:
+        return None
+    for tenant in tenants:
+        if tenant.department and tenant.slug == node:
+            return tenant
+    return None
+
+
+def _subtree_guarantees(
+    cluster: ClusterSpec, tree: _CohortTree, tenants: Sequence[TenantSpec], node: str
+) -> dict[tuple[str, str], Decimal]:
+    """Per (flavor, resource), the guarantees of the ClusterQueues and department pools below
+    ``node`` (its own department's pool excluded)."""
+    sums: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+    for tenant in tenants:
+        if tenant.department:
+            # A department's pool sits on its own cohort, one level below its parent's.
+            above = tree.parent.get(tenant.slug)
+            if tenant.slug == node or above is None or node not in tree.ancestors(above):
+                continue
+        elif node not in tree.ancestors(names.tenant_cohort(cluster, tenant)):
+            continue
+        for item in tenant.quotas:
+            sums[(item.flavor, item.resource)] += item.guaranteed
+    return dict(sums)
+
+
+def _cohort_resource_groups(
+    cluster: ClusterSpec, department: TenantSpec, below: dict[tuple[str, str], Decimal]
+) -> list[dict[str, Any]]:
+    """A department's quota as its Cohort's resource group (R14): nominalQuota is its pool
+    (guaranteed), which its children borrow before going to the cohorts above; borrowingLimit
+    is what the subtree may take from above, so that everything it uses stays within the cap
+    (limit): cap - pool - the children's own guarantees, never below 0."""
+    context = _TenantContext.build(cluster, department)
+    used = {flavor for flavor, _resource in context.items}
+    flavors = sorted(
+        (flavor for flavor in cluster.flavors if flavor.name in used),
+        key=lambda flavor: flavor.kind != "cpu",
+    )
+    if not flavors:
+        return []
+    covered = _covered_resources(flavors, context)
+    if len(flavors) > KUEUE_MAX_FLAVORS_PER_GROUP or len(covered) > KUEUE_MAX_COVERED_RESOURCES:
+        raise ValueError(
+            f"department {department.slug!r} has quota on {len(flavors)} flavors covering "
+            f"{len(covered)} resources; a Kueue resource group holds at most "
+            f"{KUEUE_MAX_FLAVORS_PER_GROUP} flavors and {KUEUE_MAX_COVERED_RESOURCES} resources"
+        )
+
+    def line(flavor: str, resource: str) -> dict[str, Any]:
+        item = context.items.get((flavor, resource))
+        if item is None:  # no cap on this resource: the children's own limits bound it
+            return {"name": resource, "nominalQuota": "0"}
+        room = item.limit - item.guaranteed - below.get((flavor, resource), Decimal(0))
+        quota: dict[str, Any] = {
+            "name": resource,
+            "nominalQuota": quantity(item.guaranteed, resource),
+            "borrowingLimit": quantity(max(Decimal(0), room), resource),
+        }
+        if item.lending_limit is not None:
+            quota["lendingLimit"] = quantity(item.lending_limit, resource)
+        return quota
+
+    return [
+        {
+            "coveredResources": covered,
+            "flavors": [
+                {"name": flavor.name, "resources": [line(flavor.name, r) for r in covered]}
+                for flavor in flavors
+            ],
+        }
+    ]
+
+
+def _cohort(
+    cluster: ClusterSpec, tree: _CohortTree, name: str, tenants: Sequence[TenantSpec] = ()
+) -> KubeObject:
+    """A Cohort of the tree. A department's (R14) carries its quota as resource groups and its
+    fair-share weight; the others only link the tree."""
     above = tree.parent[name]
+    spec: dict[str, Any] = {"parentName": above} if above is not None else {}
+    department = _department(tree, tenants, name)
+    if department is not None:
+        groups = _cohort_resource_groups(
+            cluster, department, _subtree_guarantees(cluster, tree, tenants, name)
+        )
+        if groups:
+            spec["resourceGroups"] = groups
+        if department.fair_share_weight is not None:
+            spec["fairSharing"] = {"weight": str(department.fair_share_weight)}
     return {
         "apiVersion": API_KUEUE,
         "kind": "Cohort",
         "metadata": _cluster_metadata(cluster, name, depth=tree.depth[name]),
-        "spec": {"parentName": above} if above is not None else {},
+        "spec": spec,
     }
 
 
@@ -1170,17 +1266,42 @@ def _volcano_group_queues(
     Each holds the sum of its subtree, so the webhook's rules hold: children's guarantee and
     deserved add up to at most the parent's, and no child's capability exceeds it."""
     totals: dict[str, _VolcanoAmounts] = {node: _EMPTY_VOLCANO for node in tree.parent}
+    largest_child: dict[str, dict[str, Decimal]] = defaultdict(dict)
     for tenant in tenants:
         context = _TenantContext.build(cluster, tenant)
         amounts = _VolcanoAmounts.of_tenant(context)
-        for node in tree.ancestors(context.cohort):
+        if tenant.department and tenant.slug in tree.parent:
+            # A department's pool is its group queue's own share, on top of its children's.
+            chain = tree.ancestors(tenant.slug)
+        else:
+            chain = tree.ancestors(context.cohort)
+            for resource, amount in amounts.capability.items():
+                if chain:
+                    mine = largest_child[chain[0]]
+                    mine[resource] = max(mine.get(resource, Decimal(0)), amount)
+        for node in chain:
             totals[node] = totals[node].add(amounts)
     queues = []
     for node in sorted(tree.parent):
         above = tree.parent[node]
         if above is None:
             continue
-        spec = totals[node].spec()
+        department = _department(tree, tenants, node)
+        amounts = totals[node]
+        if department is not None:
+            # The department's cap replaces the sum of capabilities, kept at or above what the
+            # webhook needs (deserved, and any single child's capability); request validation
+            # already keeps the children's limits within the cap.
+            cap = _VolcanoAmounts.of_tenant(_TenantContext.build(cluster, department))
+            capability = dict(amounts.capability)
+            for resource, limit in cap.capability.items():
+                floor = max(
+                    amounts.deserved.get(resource, Decimal(0)),
+                    largest_child[node].get(resource, Decimal(0)),
+                )
+                capability[resource] = max(limit, floor)
+            amounts = _VolcanoAmounts(amounts.guarantee, amounts.deserved, capability)
+        spec = amounts.spec()
         spec["parent"] = _volcano_parent(cluster, above)
         queues.append(
             {

@@ -76,12 +76,13 @@ def parent_cohort(parent_slug: str) -> str:
 
 
 def tenant_cohort(cluster: ClusterSpec, tenant: TenantSpec) -> str:
-    """The cohort a tenant's ClusterQueue joins: its explicit cohort, else its parent's cohort,
-    else the cluster's root cohort. Never empty: borrowing and lending need a cohort."""
-    if tenant.cohort:
-        return dns1123_label(tenant.cohort, what=f"cohort of tenant {tenant.slug!r}")
+    """The cohort a tenant's ClusterQueue joins: its parent's cohort (a department's cap and
+    pool, R14, hold only for queues inside it), else its explicit cohort, else the cluster's
+    root cohort. Never empty: borrowing and lending need a cohort."""
     if tenant.parent:
         return parent_cohort(tenant.parent)
+    if tenant.cohort:
+        return dns1123_label(tenant.cohort, what=f"cohort of tenant {tenant.slug!r}")
     return dns1123_label(cluster.root_cohort, what=f"root cohort of cluster {cluster.name!r}")
 
 

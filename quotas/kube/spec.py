@@ -95,6 +95,13 @@ class TenantSpec:
     viewer_groups: tuple[str, ...] = ()
     # Flavors whose use reached 100% of the limit: new work is held (R11, alerts issue).
     blocked: bool = False
+    # A department (R14): a tenant other tenants name as parent. Its quotas are not a queue of
+    # its own but the Cohort named after it: ``guaranteed`` a pool its children borrow from
+    # first (the Cohort's nominalQuota), ``limit`` a cap over everything the subtree uses.
+    department: bool = False
+    # Kueue fairSharing.weight of the tenant's ClusterQueue (of its Cohort for a department);
+    # None: Kueue's default of 1.
+    fair_share_weight: int | None = None
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from quotas.models import Cluster, FlavorResource, ResourceFlavor, TierTemplate
 from quotas.services import QuotaItem
 from tenants.choices import IsolationLevel, MembershipRole
 from tenants.models import Namespace, Tenant, User
-from tenants.services import membership_set, namespace_shares_set
+from tenants.services import membership_set, namespace_shares_set, tenant_create
 from usage.choices import PrometheusFigure
 from usage.demo import DAYS as DEMO_DAYS
 from usage.demo import demo_month_fill
@@ -67,6 +67,9 @@ USERS = [
     ("bob", "bob@example.com", False),
     ("carol", "carol@example.com", False),
 ]
+
+# The department (R14) over team-a and team-b on demo-h100: a pool of 2 H100s, a cap of 12.
+DEPARTMENT_TEAMS = ("team-a", "team-b")
 
 # The seed's 16-A100 example (R19): guaranteed / limit per team.
 TEAMS = [
@@ -202,6 +205,28 @@ def _prometheus_source(url: str, agent_dir: str, admin: User) -> str:
 class Command(BaseCommand):
     help = "Seed demo clusters, flavors, tenants and users (password 'demo'). Idempotent."
 
+    @staticmethod
+    def _department(
+        users: dict[str, User],
+    ) -> Tenant:
+        """The Research department, led by alice (who also leads team-a). Its quota on
+        demo-h100 is granted once its teams are in: a cap is checked against what they hold."""
+        existing = Tenant.objects.filter(slug="research").first()
+        if existing is not None:
+            return existing
+        research = tenant_create(
+            slug="research",
+            display_name="Research (department)",
+            cohort="demo",
+            description="A department over team A and team B: a shared pool and a cap.",
+            namespaces=[],  # its quota is a pool for its teams, not a place to run work
+            actor=users["admin"],
+        )
+        membership_set(
+            tenant=research, user=users["alice"], role=MembershipRole.LEAD, actor=users["admin"]
+        )
+        return research
+
     @transaction.atomic
     def handle(self, *args: Any, **options: Any) -> None:
         users = {}
@@ -305,6 +330,7 @@ class Command(BaseCommand):
             )
 
         tiers = {t.name: t for t in TierTemplate.objects.all()}
+        research = self._department(users)
         onboarded: list[Tenant] = []
         for slug, name, guaranteed, limit, lead, tier in TEAMS:
             if Tenant.objects.filter(slug=slug).exists():
@@ -316,6 +342,7 @@ class Command(BaseCommand):
                 cluster=h100,
                 gpu_flavor=h100_gpu,
                 cohort="demo",
+                parent=research if slug in DEPARTMENT_TEAMS else None,
                 actor=users["admin"],
                 leads=[users[lead]] if lead else [],
             )
@@ -344,6 +371,20 @@ class Command(BaseCommand):
                 reason="The seed example: 16 A100s, team A 6/10, B 4/6, C 2/4",
             )
             onboarded.append(tenant)
+        if not research.quota_sets.filter(cluster=h100).exists():
+            # The department's pool and cap on demo-h100, once its teams are in (R14).
+            quota_request_grant(
+                tenant=research,
+                cluster=h100,
+                actor=users["admin"],
+                items=[
+                    QuotaItem(h100_gpu, GPU_RESOURCE, Decimal(2), Decimal(12)),
+                    QuotaItem(h100_gpu, CPU_RESOURCE, Decimal(0), Decimal(96)),
+                    QuotaItem(h100_gpu, MEMORY_RESOURCE, Decimal(0), Decimal(768 * GI)),
+                ],
+                scheduling={"fair_share_weight": 2},
+                reason="Research caps team A and team B at 12 H100s together, with a pool of 2",
+            )
         for tenant in onboarded:
             if tenant.slug == "team-a":
                 namespace_shares_set(
@@ -399,7 +440,7 @@ class Command(BaseCommand):
                 "platform admin"
                 if is_admin
                 else {
-                    "alice": "lead of team-a",
+                    "alice": "lead of team-a and of the Research department",
                     "bob": "lead of team-b",
                     "carol": "member of team-a",
                 }[username]
