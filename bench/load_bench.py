@@ -84,8 +84,8 @@ class World:
         path.write_text(json.dumps({
             "cluster": "load", "password": PASSWORD, "admins": self.admins,
             "leads": [{"username": u, "token": t, "slug": s} for u, t, s in self.leads],
-            "nodes": [{"token": n.token, "report": n.report, "digest": n.digests[0]}
-                      for n in self.nodes],
+            "nodes": [{"token": n.token, "report": n.report, "digest": n.digests[0],
+                       "session": n.session, "seq": n.seq} for n in self.nodes],
         }))  # fmt: skip
 
 
@@ -148,8 +148,13 @@ def seed(kubeconfig: Path, agent_count: int) -> World:
 
     NodeToken.objects.update(last_used_at=timezone.now())
     by_name = {n.name: n for n in Node.objects.all()}
+    from gpu_agent.agent_api.serializers import validate_report
+
+    # Agents already running when the load starts (the steady state, not a fleet restart): each
+    # node holds a protocol 2 base (session, seq 1) the simulated agent goes on from.
     for node in nodes:
-        agent_report_ingest(node=by_name[node.name], report=node.report)
+        body = json.loads(json.dumps(node.full_v2()))  # as the endpoint receives it
+        agent_report_ingest(node=by_name[node.name], report=validate_report(body))
     admin_tokens = [api_token_create(user=a, name="load")[1] for a in admins]
     from django.db import connection
 
@@ -376,7 +381,8 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         world = seed(tmp / "kubeconfig", args.agents)
         world.write(tmp / "world.json")
         print(
-            f"seeded {TENANTS} tenants, {args.agents} nodes in {time.perf_counter() - started:.0f} s"
+            f"seeded {TENANTS} tenants, {args.agents} nodes in {time.perf_counter() - started:.0f} s",
+            flush=True,
         )
         worker = start_worker(env, tmp / "worker.log")
         gunicorn, port = start_gunicorn(env, tmp / "gunicorn.log", args.workers)

@@ -20,9 +20,9 @@ The people (``LOAD_USERS``, 50; each class's share is ``fixed_count``):
   requests and ``me/``.
 
 The agents (``LOAD_AGENTS``, 1,000): each reports every ``LOAD_INTERVAL`` (10) s with its node
-token, protocol 2 (gpu_agent/PROTOCOL.md): a full report first (a new session), then change
-reports on the acknowledged base (a quiet node: nothing changed), a full one again whenever the
-answer asks for it.
+token, protocol 2 (gpu_agent/PROTOCOL.md): agents already running when the load starts, so they
+go on from the base the seed left (session, seq 1) with change reports (a quiet node: nothing
+changed), and send a full report only when an answer asks for one.
 
 At the end (``test_stop``) it writes ``LOAD_OUT``: the ids of the requests filed (201) and
 approved (200) as the users saw them, and the number of expected 409s.
@@ -202,16 +202,18 @@ class Agent(FastHttpUser):
         self.client.auth_header = f"Bearer {node['token']}"
         self.full_report: dict[str, Any] = node["report"]
         self.digest: str = node["digest"]  # the node's state never changes: a quiet node
-        self.session = secrets.token_hex(8)  # a new session, as an agent that just started
-        self.seq = 0
-        self.acknowledged: int | None = None
+        # The agent was running before the load: it goes on from the base the portal holds
+        # (a full report only once the portal asks for one).
+        self.session: str = node.get("session") or secrets.token_hex(8)
+        self.seq: int = node.get("seq", 0)
+        self.acknowledged: int | None = self.seq or None
 
     def body(self) -> dict[str, Any]:
         self.seq += 1
         sent_at = datetime.now(UTC).isoformat().replace("+00:00", "Z")
         common = {"protocol": 2, "session": self.session, "seq": self.seq,
                   "digest": self.digest, "sent_at": sent_at}  # fmt: skip
-        if self.acknowledged is None:
+        if self.acknowledged is None:  # the portal asked for a full report
             return {**self.full_report, **common, "full": True}
         report = self.full_report
         return {"node": report["node"], "agent_version": report["agent_version"],
