@@ -60,7 +60,7 @@ import agent_report_bench  # noqa: E402 - the simulated agents and their reports
 import api_bench  # noqa: E402 - database, production settings
 from figures import emit, figure  # noqa: E402
 
-BENCH_RUNNER: dict[str, Any] = {"args": []}  # the full run: 50 people, 1,000 agents, 2 minutes
+BENCH_RUNNER = {"args": []}  # the full run: 50 people, 1,000 agents, 2 minutes
 TENANTS = 20
 PASSWORD = "load"  # noqa: S105 - the simulated leads' password, in a throwaway database
 SCHEDULING = ("max_running_jobs", "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs")
