@@ -1,8 +1,11 @@
-"""The load test's short variant in CI: people and agents against gunicorn, PostgreSQL, Redis,
-a Celery worker and the stand-in cluster, with no error and no approval lost.
+"""The load test's short variant in CI: locust, headless for 15 s, drives people and agents
+(``bench/locustfile.py``) against gunicorn, PostgreSQL, Redis, a Celery worker and the stand-in
+cluster; no error, and every approval an admin was answered 200 for is in the database, applied
+and pushed to the cluster. No latency is checked here (timings vary with the machine's load).
 
-The full run (50 users, 1,000 agents, 2 minutes) is ``bench/load_bench.py`` without arguments
-(``make bench`` runs it too); its figures are in README's Benchmarks section.
+The full run (50 users, 1,000 agents, 2 minutes, with the latency targets) is
+``bench/load_bench.py`` without arguments (``make bench`` runs it too); its figures are in
+bench/README.md.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ def test_a_short_crowd_gets_no_errors_and_loses_no_approval() -> None:
     own = f"{base}/{14 if db == '15' else 15}"
     done = subprocess.run(
         [sys.executable, "bench/load_bench.py", "--users", "12", "--agents", "100",
-         "--seconds", "15", "--db-name", f"load_ci_{os.getpid()}", "--database-url", server,
+         "--seconds", "15", "--no-latency", "--db-name", f"load_ci_{os.getpid()}", "--database-url", server,
          "--redis-url", own],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
@@ -47,4 +50,6 @@ def test_a_short_crowd_gets_no_errors_and_loses_no_approval() -> None:
     assert figures["errors"]["value"] == 0, out[-4000:]
     assert figures["approvals lost"]["value"] == 0, out[-4000:]
     assert figures["approvals applied"]["value"] > 0, out[-4000:]
+    # The agents spoke protocol 2 through locust and were answered (no rate asserted).
+    assert figures["agent reports answered / due"]["value"] > 0, out[-4000:]
     assert done.returncode == 0, out[-4000:]
