@@ -172,13 +172,20 @@ def _confirmed_change(
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def team_member_role(request: HttpRequest, slug: str, username: str) -> HttpResponse:
+    """POST: change a role (after a confirmation). GET (a bookmarked or reloaded confirmation):
+    the team page, where the change starts; outsiders get 404 as on every tenant route."""
+    if request.method == "GET":
+        return team(request, slug)
     role = request.POST.get("role", "")  # checked by the service: 400 naming role
     return _confirmed_change(request, slug, username, role=role)
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def team_member_removal(request: HttpRequest, slug: str, username: str) -> HttpResponse:
+    """POST: remove someone (after a confirmation). GET: the team page, as above."""
+    if request.method == "GET":
+        return team(request, slug)
     return _confirmed_change(request, slug, username, role=None)
