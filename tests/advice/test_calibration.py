@@ -39,6 +39,20 @@ def _t() -> datetime:
     return timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(days=2)
 
 
+def _two_six_gpu_jobs_side_by_side(world: World) -> None:
+    """team-a (limit 10) recorded running two 6-GPU jobs at once for 2 h from ``_t()``, with
+    no wait: 12 GPUs, more than its limit allows."""
+    t = _t()
+    Workload.objects.bulk_create(
+        [
+            workload(cluster=world.a100, tenant=world.team_a, name=f"a-{n}", gpus=6,
+                     flavor=world.a100_gpu.name, created=t, admitted=t,
+                     finished=t + timedelta(hours=2))
+            for n in (1, 2)
+        ]
+    )  # fmt: skip
+
+
 def _figures(row: dict) -> dict[str, dict]:
     return {figure["figure"]: figure for figure in row["calibration"]}
 
@@ -87,15 +101,7 @@ def test_a_record_the_quotas_cannot_produce_is_flagged_in_words(world: World, ap
     # no wait: 12 GPUs, more than its limit allows (the quotas changed since, or the record is
     # wrong). The replay admits the second at T+2 h: waits 0 and 2 h, p95 114 min against
     # 0 recorded; 24 GPU-h both ways.
-    t = _t()
-    Workload.objects.bulk_create(
-        [
-            workload(cluster=world.a100, tenant=world.team_a, name=f"a-{n}", gpus=6,
-                     flavor=world.a100_gpu.name, created=t, admitted=t,
-                     finished=t + timedelta(hours=2))
-            for n in (1, 2)
-        ]
-    )  # fmt: skip
+    _two_six_gpu_jobs_side_by_side(world)
     draft = _draft(world)
     admin = api_as(world.admin).get(f"/api/v1/quota-requests/{draft.pk}/what-if/").json()
     rows = {row["tenant"]: row for row in admin["tenants"]}
@@ -147,15 +153,7 @@ def test_the_tolerance_is_a_setting() -> None:
 
 @override_settings(WHAT_IF_TOLERANCE_PCT=1000)
 def test_the_page_states_the_tolerance_in_force(world: World, api_as) -> None:
-    t = _t()
-    Workload.objects.bulk_create(
-        [
-            workload(cluster=world.a100, tenant=world.team_a, name=f"a-{n}", gpus=6,
-                     flavor=world.a100_gpu.name, created=t, admitted=t,
-                     finished=t + timedelta(hours=2))
-            for n in (1, 2)
-        ]
-    )  # fmt: skip
+    _two_six_gpu_jobs_side_by_side(world)
     draft = _draft(world)
     body = api_as(world.alice).get(f"/api/v1/quota-requests/{draft.pk}/what-if/").json()
     assert body["tolerance_pct"] == 1000
