@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 from django.test import Client
-from rest_framework.test import APIClient
 
 from identity.choices import GroupRole
 from identity.services import group_mapping_create
 from tenants.models import Membership, User
 from tenants.services import api_token_create
+from tests.identity.filing import file_request_with_token
 from tests.identity.servers import (
     LDAP_ADMIN_DN,
     LDAP_ADMIN_PASSWORD,
@@ -26,20 +26,6 @@ from tests.identity.servers import (
 )
 
 pytestmark = pytest.mark.django_db
-
-
-def _file_request(token: str) -> int:
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    body = {
-        "tenant": "team-a",
-        "cluster": "demo-a100",
-        "reason": "bigger training runs",
-        "items": [
-            {"flavor": "a100-80gb", "resource": "nvidia.com/gpu", "guaranteed": 8, "limit": 10}
-        ],
-    }
-    return api.post("/api/v1/quota-requests/", body, format="json").status_code
 
 
 def test_a_directory_lead_signs_in_and_loses_the_role_when_she_leaves_the_group(
@@ -62,14 +48,14 @@ def test_a_directory_lead_signs_in_and_loses_the_role_when_she_leaves_the_group(
     membership = Membership.objects.get(user=lena, tenant=world.team_a)
     assert (membership.role, membership.source) == ("lead", "group:ldap-team-a-leads")
     token = api_token_create(user=lena, name="ci")[1]
-    assert _file_request(token) == 201
+    assert file_request_with_token(token) == 201
 
     directory.group_member_remove("ldap-team-a-leads", dn)
     again = Client().post("/login/", {"username": "lena", "password": "lena-pass-5521"})
     assert again.status_code == 302
     membership.refresh_from_db()
     assert (membership.role, membership.source) == ("viewer", "group:ldap-team-a")
-    assert _file_request(token) == 403
+    assert file_request_with_token(token) == 403
     assert world.team_a.audit_events.filter(
         action="membership.changed_by_group", actor_username="lena"
     ).exists()

@@ -20,6 +20,7 @@ from identity.services import group_mapping_create
 from tenants.models import Membership, Tenant
 from tenants.services import api_token_create
 from tests.factories import PASSWORD
+from tests.identity.filing import file_request_with_token
 from tests.identity.servers import (
     PROVIDER_NAME,
     free_port,
@@ -42,20 +43,6 @@ def _map_team_a(world) -> None:  # type: ignore[no-untyped-def]
     group_mapping_create(
         group="gpu-platform-admins", role=GroupRole.PLATFORM_ADMIN, tenant=None, actor=world.admin
     )
-
-
-def _file_request(token: str) -> int:
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
-    body = {
-        "tenant": "team-a",
-        "cluster": "demo-a100",
-        "reason": "bigger training runs",
-        "items": [
-            {"flavor": "a100-80gb", "resource": "nvidia.com/gpu", "guaranteed": 8, "limit": 10}
-        ],
-    }
-    return api.post("/api/v1/quota-requests/", body, format="json").status_code
 
 
 def test_the_login_page_offers_the_provider_and_the_local_form(world, issuer):
@@ -91,7 +78,7 @@ def test_a_lead_by_group_signs_in_and_loses_the_role_when_she_leaves_the_group(w
     assert (membership.role, membership.source) == ("lead", "group:gpu-team-a-leads")
     assert client.get("/").status_code == 200  # signed in
     token = api_token_create(user=membership.user, name="ci")[1]
-    assert _file_request(token) == 201
+    assert file_request_with_token(token) == 201
 
     # She leaves the leads' group at the provider and stays in the team's group.
     provider_user_set(issuer, "dana-sub", preferred_username="dana", groups=["gpu-team-a"])
@@ -99,13 +86,13 @@ def test_a_lead_by_group_signs_in_and_loses_the_role_when_she_leaves_the_group(w
     assert again.status_code == 302
     membership.refresh_from_db()
     assert (membership.role, membership.source) == ("member", "group:gpu-team-a")
-    assert _file_request(token) == 403  # her token: a lead's action no more
+    assert file_request_with_token(token) == 403  # her token: a lead's action no more
 
     # And out of every group: no membership left.
     provider_user_set(issuer, "dana-sub", preferred_username="dana", groups=[])
     sso_sign_in(Client(), "dana-sub")
     assert not Membership.objects.filter(user__username="dana").exists()
-    assert _file_request(token) in (403, 404)
+    assert file_request_with_token(token) in (403, 404)
     actions = list(
         world.team_a.audit_events.filter(actor_username="dana").values_list("action", "after")
     )
