@@ -15,7 +15,7 @@ from django.utils import timezone
 from dashboards import selectors as dashboards
 from dashboards.selectors import _peak_concurrent
 from quotas.choices import is_gpu_resource
-from quotas.models import Cluster, Quota, ResourceFlavor
+from quotas.models import Cluster, FlavorResource, Quota, ResourceFlavor
 from quotas.selectors import flavor_capacities
 from tenants.models import Tenant
 from usage.choices import Metric, Resolution
@@ -166,3 +166,48 @@ def test_the_profile_the_usage_page_and_the_fleet_agree(demo: datetime) -> None:
         seen = [p for p in pages if p is not None]
         assert view.utilization is not None
         assert min(seen) - 0.5 <= view.utilization <= max(seen) + 0.5
+
+
+def test_the_demo_mig_flavors_have_the_capacity_the_seeded_layouts_hold(demo: datetime) -> None:
+    """demo-h100's MIG nodes start partitioned: once their (fake) agents report, the fleet
+    counts instances of each MIG flavor's profile, the number the demo entered, and the
+    usage dashboard shows the same capacity the approval check reads."""
+    from gpu_agent.agent.fake import build_fake_node
+    from gpu_agent.agent.runner import Agent, AgentState
+    from gpu_agent.models import Node
+    from gpu_agent.services.reports import agent_report_ingest
+    from portal.management.commands.demo import DEMO_NODES
+
+    h100 = Cluster.objects.get(name="demo-h100")
+    mig = {
+        f.pk: f for f in ResourceFlavor.objects.filter(cluster=h100, kind="mig").order_by("name")
+    }
+    entered = {
+        (fr.flavor_id, fr.resource): fr.capacity
+        for fr in FlavorResource.objects.filter(flavor_id__in=list(mig))
+    }
+    assert all(amount > 0 for amount in entered.values()) and len(entered) == 2
+    for name, cluster_name, spec in DEMO_NODES:
+        if cluster_name != h100.name:
+            continue
+        fake = build_fake_node(spec, state_path=None, seed=name)
+        agent = Agent(
+            backend=fake.backend,
+            client=None,  # type: ignore[arg-type] - inventory() talks to no portal
+            state=AgentState(None),
+            node=name,
+            pod_lookup=fake.pod_uid_for_pid,
+        )
+        node = Node.objects.create(name=name, cluster=h100, last_report_at=timezone.now())
+        agent_report_ingest(node=node, report=agent.inventory())
+    checked = flavor_capacities(cluster=h100)
+    period = dashboards.period_resolve(name="24h")
+    shown = {
+        f.flavor.pk: f.capacity
+        for c in dashboards.admin_dashboard(period=period, cluster=h100.name).clusters
+        for f in c.flavors
+    }
+    for key, amount in entered.items():
+        capacity = checked[key]
+        assert capacity.fleet is not None and capacity.fleet.observed == amount  # the fleet's
+        assert shown[key[0]] == float(capacity.amount) == float(amount)
