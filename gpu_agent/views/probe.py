@@ -15,10 +15,10 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_POST
 
 from core import errors
 from core.pages import error_text
@@ -156,10 +156,12 @@ def isolation_context(gpu: Gpu, layout: MigLayout | None) -> dict[str, Any]:
 
 
 @login_required
-@require_GET
 def isolation(request: HttpRequest) -> HttpResponse:
-    """The isolation check per pair of tenants: each pair's latest probe (one query)."""
+    """The isolation check per pair of tenants: each pair's latest probe (one query). Only
+    read (405 to an admin's POST; 403 to anyone else first, whatever the method)."""
     admin_user(request)
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET"])
     return render(
         request,
         "gpu_agent/isolation.html",
