@@ -73,7 +73,7 @@ def demo_month_fill(*, admit: Admission, now: datetime | None = None, seed: int 
     workloads = _workloads(rng, quotas, start, now, admit)
     running: dict[tuple[int, int, int], list[tuple[datetime, datetime, float]]] = defaultdict(list)
     for flavor_id, w in workloads:
-        if w.admitted_at is not None:
+        if w.admitted_at is not None and w.tenant_id is not None:
             key = (w.cluster_id, w.tenant_id, flavor_id)
             running[key].append((w.admitted_at, w.finished_at or now, w.gpus))
     rows: list[services.SampleRow] = []

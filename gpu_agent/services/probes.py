@@ -161,12 +161,12 @@ def _pick_owned(
     instances = list(gpu.instances.select_related("tenant").order_by("start"))
     owners = sorted(
         {i.tenant_id: i.tenant for i in instances if i.tenant is not None}.values(),
-        key=lambda t: t.slug,  # type: ignore[union-attr]
+        key=lambda t: t.slug,
     )
     if target_tenant is None and neighbour_tenant is None:
         if len(owners) < 2 or target_gi_id is not None or neighbour_gi_id is not None:
             return _pick_instances(gpu, target_gi_id, neighbour_gi_id)
-        target_tenant, neighbour_tenant = owners[1], owners[0]  # type: ignore[assignment]
+        target_tenant, neighbour_tenant = owners[1], owners[0]
 
     def owned(field_name: str, tenant: Tenant | None, gi_id: int | None) -> MigInstance | None:
         if tenant is None:
@@ -175,7 +175,7 @@ def _pick_owned(
         if gi_id is not None:
             mine = [i for i in mine if i.gi_id == gi_id]
         if not mine:
-            owner_words = f"tenants running on its instances: {_names(owners)}"  # type: ignore[arg-type]
+            owner_words = f"tenants running on its instances: {_names(owners)}"
             raise ValidationFailed.for_field(
                 field_name,
                 f"GPU instance {gi_id} of GPU {gpu.uuid} is not {tenant.slug}'s; {owner_words}."

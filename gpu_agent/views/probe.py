@@ -176,11 +176,16 @@ def gpu_probe(request: HttpRequest, uuid: str) -> HttpResponse:
     user = admin_user(request)
     gpu = gpu_for(user, uuid)
     try:
-        tenants = {
+        named = {
             name: probe_tenant_named(field=name, slug=request.POST.get(name, "").strip())
             for name in ("target_tenant", "neighbour_tenant")
         }
-        probe = probe_request(gpu=gpu, actor=user, **tenants)
+        probe = probe_request(
+            gpu=gpu,
+            actor=user,
+            target_tenant=named["target_tenant"],
+            neighbour_tenant=named["neighbour_tenant"],
+        )
     except errors.ApplicationError as exc:
         messages.error(request, f"No probe requested ({exc.status_code}): {error_text(exc)}")
     else:

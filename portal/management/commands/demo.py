@@ -103,7 +103,7 @@ def _isolation_level_by_request(tenant: Tenant, cluster: Cluster, lead: User, ad
     quota_request_approve(request=request, approver=admin, comment="Fine for dev and test")
 
 
-def _admit(cluster: Cluster, jobs: list[Any], horizon: float) -> dict[str, float]:
+def _admit(cluster: Cluster, jobs: list[Any], horizon: float) -> dict[str, float | None]:
     return admission_times(cluster=cluster, jobs=jobs, horizon=horizon)
 
 
