@@ -17,7 +17,8 @@ from dashboards.selectors import _peak_concurrent
 from quotas.choices import is_gpu_resource
 from quotas.models import Cluster, FlavorResource, Quota, ResourceFlavor
 from quotas.selectors import flavor_capacities
-from tenants.models import Tenant
+from tenants.models import Tenant, User
+from tests.pages import logged_in
 from usage.choices import Metric, Resolution
 from usage.models import Rollup, Sample, Workload
 
@@ -166,6 +167,13 @@ def test_the_profile_the_usage_page_and_the_fleet_agree(demo: datetime) -> None:
         seen = [p for p in pages if p is not None]
         assert view.utilization is not None
         assert min(seen) - 0.5 <= view.utilization <= max(seen) + 0.5
+    # The usage dashboard's page shows each cluster's utilisation over the same month.
+    admin = logged_in(User.objects.get(username="admin"))
+    html = admin.get("/usage/?range=30d").content.decode()
+    for view in fleet.clusters:
+        row = html[html.index(f'<tr data-cluster="{view.cluster.name}">') :].split("</tr>")[0]
+        cell = row[row.index("data-utilization>") :].split("</td>")[0]
+        assert f"{view.utilization:.0f} %" in cell and view.utilization > 0
 
 
 def test_the_demo_mig_flavors_have_the_capacity_the_seeded_layouts_hold(demo: datetime) -> None:
