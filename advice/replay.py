@@ -121,6 +121,7 @@ class ReplayResult:
     events: int
     skipped_jobs: int  # jobs of queues or flavors not in the replay
     admitted_at: dict[str, float] = field(default_factory=dict)  # job id -> first admission
+    preempted: set[str] = field(default_factory=set)  # ids of jobs preempted at least once
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -243,6 +244,7 @@ def replay(queues: Sequence[Queue], jobs: Sequence[Job], *, horizon: float) -> R
 
     running: dict[str, list[_Run]] = {q.name: [] for q in queues}
     admitted_at: dict[str, float] = {}
+    preempted: set[str] = set()
     clock = 0.0
     processed = 0
 
@@ -310,6 +312,7 @@ def replay(queues: Sequence[Queue], jobs: Sequence[Job], *, horizon: float) -> R
         victim.order = now
         victim.started = None
         stats[job.queue].preemptions += 1
+        preempted.add(job.id)
         wait(victim)
 
     def try_admit(run: _Run, now: float) -> bool:
@@ -410,4 +413,4 @@ def replay(queues: Sequence[Queue], jobs: Sequence[Job], *, horizon: float) -> R
     for queue_stats in stats.values():
         queue_stats.wait_p50_s = percentile(queue_stats.waits, 0.5)
         queue_stats.wait_p95_s = percentile(queue_stats.waits, 0.95)
-    return ReplayResult(horizon, stats, processed, skipped, admitted_at)
+    return ReplayResult(horizon, stats, processed, skipped, admitted_at, preempted)

@@ -459,20 +459,25 @@ def quota_request_what_if(
 
 def admission_times(
     *, cluster: Cluster, jobs: list[tuple[str, str, str, float, float, float]], horizon: float
-) -> dict[str, float]:
+) -> dict[str, float | None]:
     """When each of ``jobs`` (id, tenant slug, flavor name, GPUs, created and run time in
     seconds from the start) is first admitted under the cluster's quotas in force, by the
-    replay's admission model; jobs not admitted before ``horizon`` are left out. The demo's
-    simulated month (``usage.demo``) is admitted this way, so its recorded history is one the
-    quotas allow (an earlier demo drew waits at random and ran more GPUs at once than the
-    quotas hold, which no replay can reproduce)."""
+    replay's admission model (None: still waiting at ``horizon``). The demo's simulated month
+    (``usage.demo``) is admitted this way, so its recorded history is one the quotas allow.
+    A job the model would preempt is left out (absent from the answer) and the rest replayed
+    again, until no job is preempted: every admitted job then runs its whole time at once, so
+    the GPUs running at any moment stay within each tenant's limit and the cohort's quota
+    (a preempted job, recorded from its first admission to its last finish, would count its
+    GPUs twice while it waited to run again)."""
     quotas = cluster_gpu_quotas(cluster=cluster)
-    result = replay.replay(
-        [_queue(lines, slug) for slug, lines in sorted(quotas.items())],
-        [replay.Job(*job) for job in jobs],
-        horizon=horizon,
-    )
-    return result.admitted_at
+    queues = [_queue(lines, slug) for slug, lines in sorted(quotas.items())]
+    kept = [replay.Job(*job) for job in jobs]
+    while True:
+        result = replay.replay(queues, kept, horizon=horizon)
+        if not result.preempted:
+            break
+        kept = [job for job in kept if job.id not in result.preempted]
+    return {job.id: result.admitted_at.get(job.id) for job in kept}
 
 
 def what_if_for_user(*, what_if: WhatIf, user: User) -> WhatIf:

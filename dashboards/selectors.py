@@ -38,6 +38,7 @@ from gpu_agent.mig.layout import Placement, free_slices
 from gpu_agent.models import Gpu, MigInstance
 from quotas.choices import GPU_RESOURCE, FlavorKind, mig_resource
 from quotas.models import Cluster, FlavorResource, Quota, ResourceFlavor
+from quotas.selectors import fleet_capacities
 from tenants.models import Tenant
 from usage import selectors as usage_selectors
 from usage.choices import RAW, Metric, Resolution
@@ -359,6 +360,15 @@ class ClusterView:
     # flavor id -> tenant slug -> mean GPUs used over the period
     shares: dict[int, dict[str, float]] = field(default_factory=dict)
     gpus: list[GpuCell] = field(default_factory=list)
+    # The tenants' GPU utilisation samples on the cluster over the period: (count, sum), the
+    # same series each tenant's page averages, so the two agree.
+    utilization_samples: tuple[int, float] = (0, 0.0)
+
+    @property
+    def utilization(self) -> float | None:
+        """Mean GPU utilisation over the period, % (None: no sample)."""
+        count, total = self.utilization_samples
+        return total / count if count else None
 
     @property
     def capacity_units(self) -> float:
@@ -556,6 +566,13 @@ def admin_dashboard(
         (fr.flavor_id, fr.resource): float(fr.capacity)
         for fr in FlavorResource.objects.filter(flavor_id__in=list(flavors))
     }
+    # A MIG flavor's capacity is what the fleet's GPUs are partitioned into, as the approval
+    # check counts it (``MIG_CAPACITY``), not the number typed in Django admin.
+    for view in views.values():
+        mine = [f for f in flavors.values() if f.cluster_id == view.cluster.pk]
+        for flavor_id, fleet in fleet_capacities(cluster=view.cluster, flavors=mine).items():
+            flavor_row = flavors[flavor_id]
+            capacity[(flavor_id, mig_resource(flavor_row.mig_profile))] = float(fleet.total)
     quota_rows = (
         Quota.objects.filter(flavor_id__in=list(flavors), resource__startswith="nvidia.com/")
         .order_by()
@@ -593,6 +610,10 @@ def admin_dashboard(
             per_allocation[(c, t, f)][metric] = value
     for (c, t, f), metrics in per_allocation.items():
         fc = by_flavor[f]
+        util = metrics.get(Metric.GPU_UTILIZATION)
+        if util is not None:
+            count, total = views[c].utilization_samples
+            views[c].utilization_samples = (count + util[0], total + util[1])
         used = metrics.get(Metric.QUOTA_USED)
         if used is not None:
             mean = used[1] / used[0]

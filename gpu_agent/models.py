@@ -273,7 +273,11 @@ ISOLATION_SLOWDOWN_LIMIT_PCT = 5.0
 class IsolationProbe(models.Model):
     """An isolation check (R30) of one GPU: a compute-bound kernel on ``target`` alone, then
     beside a saturating ``neighbour``; slowdown = (t_together / t_alone - 1) * 100. On a MIG
-    GPU the two are GPU instances (``gi_id``), on a GPU without MIG two processes (null)."""
+    GPU the two are GPU instances (``gi_id``), on a GPU without MIG two processes (null).
+
+    About two tenants where known: ``neighbour_tenant`` (tenant A, whose share is saturated)
+    and ``target_tenant`` (tenant B, whose share is probed): the owners of the two MIG
+    instances, or two tenants holding time-sliced shares of the GPU's model."""
 
     gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="probes")
     mig = models.BooleanField(help_text="Probed two MIG instances (else two processes).")
@@ -281,6 +285,22 @@ class IsolationProbe(models.Model):
     neighbour_gi_id = models.PositiveSmallIntegerField(null=True, blank=True)
     target_profile = models.CharField(max_length=MIG_PROFILE_MAX, blank=True)
     neighbour_profile = models.CharField(max_length=MIG_PROFILE_MAX, blank=True)
+    target_tenant = models.ForeignKey(
+        "tenants.Tenant",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Tenant B: the tenant whose share is probed (null: not known).",
+    )
+    neighbour_tenant = models.ForeignKey(
+        "tenants.Tenant",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="Tenant A: the tenant whose share is saturated meanwhile (null: not known).",
+    )
     state = models.CharField(
         max_length=20, choices=ProbeState.choices, default=ProbeState.REQUESTED
     )
@@ -311,6 +331,10 @@ class IsolationProbe(models.Model):
             models.CheckConstraint(
                 condition=~Q(state="done") | Q(slowdown_pct__isnull=False),
                 name="isolation_probe_done_has_slowdown",
+            ),
+            models.CheckConstraint(
+                condition=~Q(target_tenant=models.F("neighbour_tenant")),
+                name="isolation_probe_two_tenants",
             ),
         ]
         indexes = [models.Index(fields=["gpu", "state"], name="isolation_probe_open_idx")]

@@ -8,6 +8,7 @@ from gpu_agent.views import fleet, plan, probe
 urlpatterns = [
     path("fleet/", fleet.fleet, name="fleet"),
     path("fleet/plan/", plan.fleet_plan, name="fleet-plan"),
+    path("fleet/isolation/", probe.isolation, name="fleet-isolation"),
     path("fleet/plan/proposals/<int:pk>/", plan.plan_proposal, name="fleet-plan-proposal"),
     path("fleet/gpus/<str:uuid>/", fleet.gpu_detail, name="fleet-gpu"),
     path("fleet/gpus/<str:uuid>/layout/", fleet.gpu_layout, name="fleet-gpu-layout"),

@@ -257,6 +257,15 @@ def _fleet_capacities(
     return found
 
 
+def fleet_capacities(
+    *, cluster: Cluster, flavors: Sequence[ResourceFlavor]
+) -> dict[int, FleetCapacity]:
+    """By flavor id: what the fleet counts for ``cluster``'s MIG flavors among ``flavors``
+    (``MIG_CAPACITY``); a flavor left out keeps the capacity an admin entered. No query
+    when none of ``flavors`` is a MIG flavor."""
+    return _fleet_capacities(cluster, flavors)
+
+
 def flavor_capacities(*, cluster: Cluster) -> dict[tuple[int, str], Capacity]:
     """Per (flavor id, resource) of ``cluster``: its capacity. A MIG flavor's MIG resource
     counts what the fleet has (``MIG_CAPACITY``), not the number typed in Django admin."""

@@ -1,10 +1,13 @@
-"""A simulated month of usage for the demo (``manage.py demo``): samples every 10 minutes for
-each tenant's GPU quotas (used with a daily rhythm, borrowing above the guarantee, pods'
-GPUs, utilisation, pending workloads) and Kueue workload lifecycles admitted under the quotas (the caller's
-admission model), from a fixed seed,
-written through ``samples_write`` and rolled up. team-a's A100 use climbs past 80% of its
-limit in the last days (the warning alert has something to find); team-b's GPUs on the first
-cluster show no activity for the last four days (the idle rule has something to find).
+"""A simulated month of usage for the demo (``manage.py demo``): Kueue workload lifecycles
+admitted under the tenants' GPU quotas (the caller's admission model), and samples every 10
+minutes for each tenant's GPU quotas derived from them: the GPUs in use at each step are those
+of the workloads running then, so no step exceeds a tenant's limit or the cluster's quota, and
+the workload profile's peak concurrency, the usage pages and the fleet's use read one history.
+Utilisation follows the load. From a fixed seed, written through ``samples_write`` and rolled
+up. team-a's A100 work grows in the last week and its use climbs past 80% of its limit (the
+warning alert has something to find); team-b's GPUs on the first cluster show no activity for
+the last four days (the idle rule has something to find). Departments (tenants with no
+namespace of their own: a pool and a cap for their teams) run nothing themselves.
 Idempotent: a store that already has workloads is left alone.
 """
 
@@ -28,25 +31,26 @@ STEP = timedelta(minutes=10)
 DAYS = 30
 SEED = 20261203
 IDLE_TAIL = timedelta(days=4, hours=2)  # team-b's quiet end on the first cluster
+BUSY_DAYS = 7  # team-a's busy last week
 
 
-def _load(rng: random.Random, t: datetime, now: datetime, *, limit: float, share: float,
-          rising: bool) -> float:  # fmt: skip
-    """GPUs in use at ``t``: a working-day rhythm around ``share`` of the limit, noise, and
-    for a rising tenant a climb to ~90% of the limit over the last week, kept under 95% (the
-    demo starts with a warning, not with new work held at 100%)."""
-    hour = t.hour + t.minute / 60
-    daily = 0.55 + 0.45 * math.sin((hour - 8) / 24 * 2 * math.pi)
-    weekday = 1.0 if t.weekday() < 5 else 0.6
-    level = share * daily * weekday
-    top = 1.0
-    if rising:
-        days_left = (now - t).total_seconds() / 86400
-        if days_left < 7:
-            level = max(level, 0.85 - days_left * 0.02 + 0.05 * daily)
-            top = 0.95
-    value = limit * level + rng.gauss(0, limit * 0.03)
-    return round(min(max(value, 0.0), limit * top), 2)
+def _steps_running(
+    intervals: list[tuple[datetime, datetime, float]], start: datetime, steps: int
+) -> list[float]:
+    """GPUs running at each step ``start + i * STEP`` (a workload runs at t when admitted <= t
+    < finished), by a sweep over the steps where workloads start and end."""
+    delta = [0.0] * (steps + 1)
+    for admitted, finished, gpus in intervals:
+        first = max(math.ceil((admitted - start) / STEP), 0)
+        stop = min(math.ceil((finished - start) / STEP), steps)
+        if first < stop:
+            delta[first] += gpus
+            delta[stop] -= gpus
+    running, out = 0.0, []
+    for i in range(steps):
+        running += delta[i]
+        out.append(round(running, 3))
+    return out
 
 
 def demo_month_fill(*, admit: Admission, now: datetime | None = None, seed: int = SEED) -> int:
@@ -59,24 +63,32 @@ def demo_month_fill(*, admit: Admission, now: datetime | None = None, seed: int 
     start = now - timedelta(days=DAYS)
     quotas = [
         q
-        for q in Quota.objects.select_related("quota_set__tenant", "quota_set__cluster", "flavor")
-        if is_gpu_resource(q.resource) and q.limit > 0
+        for q in Quota.objects.select_related(
+            "quota_set__tenant", "quota_set__cluster", "flavor"
+        ).order_by("quota_set__cluster__name", "quota_set__tenant__slug", "flavor__name")
+        if is_gpu_resource(q.resource)
+        and q.limit > 0
+        and q.quota_set.tenant.namespaces.exists()  # a department runs nothing itself
     ]
+    workloads = _workloads(rng, quotas, start, now, admit)
+    running: dict[tuple[int, int, int], list[tuple[datetime, datetime, float]]] = defaultdict(list)
+    for flavor_id, w in workloads:
+        if w.admitted_at is not None and w.tenant_id is not None:
+            key = (w.cluster_id, w.tenant_id, flavor_id)
+            running[key].append((w.admitted_at, w.finished_at or now, w.gpus))
     rows: list[services.SampleRow] = []
     steps = int((now - start) / STEP)
     first_cluster = min((q.quota_set.cluster.name for q in quotas), default="")
     for q in quotas:
         tenant, cluster, flavor = q.quota_set.tenant, q.quota_set.cluster, q.flavor
         guaranteed, limit = float(q.guaranteed), float(q.limit)
-        rising = tenant.slug == "team-a" and flavor.kind == "gpu"
         # team-b's GPUs on the first cluster go quiet for the last days: the idle notebook
         # devcluster.kueue_sim keeps there is what holds them.
         idle = tenant.slug == "team-b" and flavor.kind == "gpu" and cluster.name == first_cluster
-        share = 0.55 if tenant.slug == "team-a" else 0.4
         base = (cluster.pk, tenant.pk, flavor.pk, None, None, None, None)
-        for i in range(steps):
+        used_at = _steps_running(running[(cluster.pk, tenant.pk, flavor.pk)], start, steps)
+        for i, used in enumerate(used_at):
             t = start + i * STEP
-            used = _load(rng, t, now, limit=limit, share=share, rising=rising)
             util = min(100.0, max(0.0, 30 + 50 * used / limit + rng.gauss(0, 8))) if used else 0.0
             if idle and now - t < IDLE_TAIL:
                 util = 0.0
@@ -92,7 +104,7 @@ def demo_month_fill(*, admit: Admission, now: datetime | None = None, seed: int 
                 )
             )
     written = services.samples_write(rows=rows, source=Source.DEMO)
-    _workloads(rng, quotas, start, now, admit)
+    Workload.objects.bulk_create([w for _, w in workloads], batch_size=1000)
     services.rollups_run_all(now=now)
     services.retention_enforce(now=now)
     return written
@@ -104,32 +116,38 @@ DemoJob = tuple[str, str, str, float, float, float]
 # When each job is first admitted (seconds from the start) on a cluster, under its quotas;
 # jobs never admitted before the horizon are left out. The portal's demo command passes
 # ``advice.selectors.admission_times`` (the what-if's admission model).
-Admission = Callable[[Cluster, list[DemoJob], float], Mapping[str, float]]
+Admission = Callable[[Cluster, list[DemoJob], float], Mapping[str, float | None]]
 
 
 def _workloads(
     rng: random.Random, quotas: list[Quota], start: datetime, now: datetime, admit: Admission
-) -> None:
-    """About 10 jobs a day per tenant and flavor (16 for team-a in its busy last week) of
-    1-8 GPUs for 20 minutes to 4 hours, admitted under the quotas (``admit``): queue waits
+) -> list[tuple[int, Workload]]:
+    """About 10 jobs a day per tenant and flavor of 1-8 GPUs for 20 minutes to 4 hours (for
+    team-a in its busy last week about 24 a day of 1 to 8 hours), admitted under the quotas (``admit``): queue waits
     come from the load, as Kueue's would, so replaying the month against the same quotas
     (the what-if) reproduces them. A few evictions and preemptions are marked at random."""
     planned: dict[Cluster, list[tuple[DemoJob, Workload]]] = defaultdict(list)
+    flavor_of: dict[str, int] = {}
     for q in quotas:
         tenant, cluster = q.quota_set.tenant, q.quota_set.cluster
         namespace = f"{tenant.slug}-training"
-        sizes = [g for g in (1, 1, 2, 2, 4, 8) if g <= q.limit] or [1]  # jobs that fit
+        # Jobs that fit; the big ones (8 GPUs) come with team-a's busy week.
+        sizes = [g for g in (1, 1, 2, 2, 4) if g <= q.limit] or [1]
+        busy_sizes = [g for g in (1, 2, 4, 8) if g <= q.limit] or [1]
         for day in range(DAYS):
-            busy = tenant.slug == "team-a" and DAYS - day <= 7
-            for j in range(rng.randint(12, 20) if busy else rng.randint(6, 14)):
+            busy = tenant.slug == "team-a" and DAYS - day <= BUSY_DAYS
+            # team-a's quieter weeks before it stay clear of its limit.
+            calm = rng.randint(4, 8) if tenant.slug == "team-a" else rng.randint(6, 14)
+            for j in range(rng.randint(20, 28) if busy else calm):
                 created = start + timedelta(days=day, minutes=rng.randint(0, 24 * 60 - 1))
                 if created >= now:
                     continue
-                run = timedelta(minutes=rng.randint(20, 4 * 60))
+                run = timedelta(minutes=rng.randint(60 if busy else 20, (8 if busy else 4) * 60))
                 evictions = 1 if rng.random() < 0.06 else 0
                 preemptions = evictions if rng.random() < 0.7 else 0
                 uid = f"demo-{cluster.name}-{q.flavor.pk}-{tenant.slug}-{day}-{j}"
-                gpus = float(rng.choice(sizes))
+                flavor_of[uid] = q.flavor.pk
+                gpus = float(rng.choice(busy_sizes if busy else sizes))
                 job = (uid, tenant.slug, q.flavor.name, gpus,
                        (created - start).total_seconds(), run.total_seconds())  # fmt: skip
                 planned[cluster].append(
@@ -158,8 +176,11 @@ def _workloads(
     for cluster, pairs in planned.items():
         admitted = admit(cluster, [job for job, _ in pairs], horizon)
         for job, workload in pairs:
-            if job[0] in admitted:
-                workload.admitted_at = start + timedelta(seconds=admitted[job[0]])
+            if job[0] not in admitted:
+                continue  # the admission model would preempt it: left out of the history
+            when = admitted[job[0]]
+            if when is not None:
+                workload.admitted_at = start + timedelta(seconds=when)
                 workload.queue_wait_s = (workload.admitted_at - workload.created_at).total_seconds()
                 run = timedelta(seconds=job[5])
                 if workload.admitted_at + run < now:
@@ -171,5 +192,5 @@ def _workloads(
                     workload.evicted_at = workload.admitted_at + run / 2
             else:
                 workload.evictions = workload.preemptions = 0
-            objects.append(workload)
-    Workload.objects.bulk_create(objects, batch_size=1000)
+            objects.append((flavor_of[job[0]], workload))
+    return objects

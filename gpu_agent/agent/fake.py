@@ -2,7 +2,10 @@
 
 ``--fake-gpus "NVIDIA A100-SXM4-80GB:2,NVIDIA H100 80GB HBM3:2"`` simulates two A100s and two
 H100s (names as the catalogue and ``nvmlDeviceGetName`` spell them). Each entry is
-``NAME[:COUNT[:nomig]]``; GPUs start with MIG mode on unless ``nomig``. The simulated node is
+``NAME[:COUNT[:nomig|mig[:LAYOUT]]]``; GPUs start with MIG mode on unless ``nomig``, and with
+no GPU instance unless a ``LAYOUT`` names the instances they start with: profiles separated by
+``/``, ``4x`` for four of one (``3g.40gb/4x1g.10gb``), placed by the catalogue's rules, each
+with one compute instance (as ``nvidia-smi mig -cgi ... -C`` makes them). The simulated node is
 saved after every change, so an agent restart finds the layout it left. The GPU UUIDs derive
 from the node name, so fake nodes on one portal do not collide.
 """
@@ -10,14 +13,19 @@ from the node name, so fake nodes on one portal do not collide.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_agent.agent.nvml import NvmlBackend
 from gpu_agent.agent.simnvml import SimGpuSpec, SimulatedNvml
-from gpu_agent.mig.catalogue import Catalogue, load_catalogue
+from gpu_agent.mig.catalogue import Catalogue, GpuModel, load_catalogue
+from gpu_agent.mig.layout import InstanceRequest, validate_layout
 
 logger = logging.getLogger("gpu_agent.fake")
+
+LAYOUT_SEPARATOR = "/"
+_REPEAT = re.compile(r"(\d{1,2})x(.+)\Z")
 
 STATE_FILE = "fake-nvml.json"
 
@@ -35,14 +43,14 @@ def parse_fake_gpus(spec: str, *, catalogue: Catalogue | None = None) -> list[Si
             continue
         fields = [field.strip() for field in entry.split(":")]
         name, count, mig = fields[0], 1, True
-        if len(fields) > 3:
-            raise FakeSpecError(f"{entry!r}: expected NAME[:COUNT[:nomig]]")
+        if len(fields) > 4:
+            raise FakeSpecError(f"{entry!r}: expected NAME[:COUNT[:nomig|mig[:LAYOUT]]]")
         if len(fields) >= 2 and fields[1]:
             digits = fields[1].isascii() and fields[1].isdigit() and len(fields[1]) <= 3
             if not digits or not 1 <= int(fields[1]) <= 64:
                 raise FakeSpecError(f"{entry!r}: the count must be a number from 1 to 64")
             count = int(fields[1])
-        if len(fields) == 3:
+        if len(fields) >= 3:
             if fields[2] not in ("mig", "nomig"):
                 raise FakeSpecError(f"{entry!r}: the third field is 'mig' or 'nomig'")
             mig = fields[2] == "mig"
@@ -52,10 +60,40 @@ def parse_fake_gpus(spec: str, *, catalogue: Catalogue | None = None) -> list[Si
                 f"{name!r} is not a GPU model in the MIG catalogue; known: "
                 + ", ".join(catalogue.model_names())
             )
-        gpus.extend(SimGpuSpec(model.name, mig=mig) for _ in range(count))
+        layout: tuple[str, ...] = ()
+        if len(fields) == 4:
+            if not mig:
+                raise FakeSpecError(f"{entry!r}: only a GPU in MIG mode ('mig') takes a layout")
+            layout = _parse_layout(entry, fields[3], model)
+        gpus.extend(SimGpuSpec(model.name, mig=mig, instances=layout) for _ in range(count))
     if not gpus:
         raise FakeSpecError("--fake-gpus names no GPU")
     return gpus
+
+
+def _parse_layout(entry: str, text: str, model: GpuModel) -> tuple[str, ...]:
+    """``3g.40gb/4x1g.10gb`` -> the profiles, checked against ``model``'s MIG rules."""
+    profiles: list[str] = []
+    for part in (p.strip() for p in text.split(LAYOUT_SEPARATOR)):
+        repeat = _REPEAT.match(part)
+        times, profile = (int(repeat[1]), repeat[2]) if repeat else (1, part)
+        profiles.extend([profile] * times)
+    checked = validate_layout(model, [InstanceRequest(p) for p in profiles])
+    if not checked.ok:
+        raise FakeSpecError(f"{entry!r}: not a layout of {model.name}: {'; '.join(checked.errors)}")
+    return tuple(profiles)
+
+
+def _create_instances(node: FakeNode, specs: list[SimGpuSpec], catalogue: Catalogue) -> None:
+    """The instances the spec's layouts name, on a fresh node (placed by the catalogue)."""
+    for index, spec in enumerate(specs):
+        model = catalogue.find_model(spec.name)
+        if not spec.instances or model is None:
+            continue
+        placed = validate_layout(model, [InstanceRequest(p) for p in spec.instances])
+        for placement in placed.placements:
+            instance = node.backend.create_gpu_instance(index, placement.profile, placement.start)
+            node.backend.create_compute_instance(index, instance.gi_id)
 
 
 @dataclass
@@ -98,5 +136,8 @@ def build_fake_node(
             simulated = None
     if simulated is None:
         simulated = SimulatedNvml(specs, catalogue=catalogue, seed=seed, state_path=path)
+        node = FakeNode(simulated, NvmlBackend(simulated, catalogue=catalogue))
+        _create_instances(node, specs, catalogue)
         simulated.save()
+        return node
     return FakeNode(simulated, NvmlBackend(simulated, catalogue=catalogue))

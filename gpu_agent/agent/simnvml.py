@@ -352,6 +352,7 @@ class SimGpuSpec:
     name: str
     mig: bool = True
     memory_mib: int | None = None  # default: from the catalogue's whole-GPU profile
+    instances: tuple[str, ...] = ()  # MIG profiles the GPU starts with (``fake`` places them)
 
 
 @dataclass

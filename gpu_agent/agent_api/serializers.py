@@ -637,6 +637,19 @@ class ProbeRequestInput(StrictInputSerializer):
         required=False,
         help_text="MIG GPUs: the GPU instance saturated meanwhile (default: the next idle one).",
     )
+    target_tenant = serializers.CharField(
+        max_length=63,
+        required=False,
+        help_text="Tenant B, whose share is probed (slug): on a MIG GPU a tenant running on "
+        "one of its instances, on a GPU without MIG a tenant holding time-sliced shares of its "
+        "model on its cluster. Default: from the shares' tenants, where known.",
+    )
+    neighbour_tenant = serializers.CharField(
+        max_length=63,
+        required=False,
+        help_text="Tenant A, whose share is saturated meanwhile (slug); another tenant than "
+        "target_tenant.",
+    )
 
 
 class ProbeOutput(serializers.Serializer):
@@ -647,6 +660,16 @@ class ProbeOutput(serializers.Serializer):
     neighbour_gi_id = serializers.IntegerField(allow_null=True)
     target_profile = serializers.CharField()
     neighbour_profile = serializers.CharField()
+    target_tenant = serializers.CharField(
+        source="target_tenant.slug",
+        allow_null=True,
+        help_text="Tenant B, whose share was probed; null: not known.",
+    )
+    neighbour_tenant = serializers.CharField(
+        source="neighbour_tenant.slug",
+        allow_null=True,
+        help_text="Tenant A, whose share was saturated; null: not known.",
+    )
     state = serializers.ChoiceField(choices=ProbeState.choices)
     t_alone_s = serializers.FloatField(allow_null=True)
     t_together_s = serializers.FloatField(allow_null=True)
@@ -663,6 +686,32 @@ class ProbeOutput(serializers.Serializer):
     requested_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class IsolationPairOutput(serializers.Serializer):
+    saturating_tenant = serializers.CharField(
+        source="saturating.slug", help_text="Tenant A, whose share was saturated."
+    )
+    probed_tenant = serializers.CharField(
+        source="probed.slug", help_text="Tenant B, whose slowdown was measured."
+    )
+    probe = serializers.IntegerField(source="latest.pk", help_text="The pair's latest probe.")
+    uuid = serializers.CharField(source="latest.gpu.uuid", help_text="The GPU it ran on.")
+    node = serializers.CharField(source="latest.gpu.node.name")
+    mig = serializers.BooleanField(
+        source="latest.mig", help_text="MIG instances (else time slices of the whole GPU)."
+    )
+    state = serializers.ChoiceField(source="latest.state", choices=ProbeState.choices)
+    slowdown_pct = serializers.FloatField(source="latest.slowdown_pct", allow_null=True)
+    passed = serializers.BooleanField(
+        allow_null=True, help_text="slowdown_pct <= 5; null until a probe is done."
+    )
+    simulated = serializers.BooleanField(
+        source="latest.simulated", help_text="Measured by the fake backend: no GPU work."
+    )
+    finished_at = serializers.DateTimeField(source="latest.finished_at", allow_null=True)
+    probes = serializers.IntegerField(help_text="Probes of the pair among the latest ones.")
+    failed = serializers.IntegerField(help_text="Of them, finished over the 5 % line.")
 
 
 class AgentProbeOutput(serializers.Serializer):

@@ -13,6 +13,7 @@ from gpu_agent.agent_api.views import (
     AgentResultView,
     GpuLayoutView,
     GpuProbeView,
+    IsolationPairsView,
     NodeViewSet,
 )
 
@@ -33,5 +34,6 @@ urlpatterns = [
     ),
     path("gpus/<str:uuid>/layout/", GpuLayoutView.as_view(), name="gpu-layout"),
     path("gpus/<str:uuid>/probes/", GpuProbeView.as_view(), name="gpu-probes"),
+    path("isolation-pairs/", IsolationPairsView.as_view(), name="isolation-pairs"),
     *router.urls,
 ]

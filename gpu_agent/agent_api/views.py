@@ -28,6 +28,7 @@ from gpu_agent.agent_api.parsers import LimitedJSONParser, check_content_length
 from gpu_agent.agent_api.serializers import (
     AgentProbesOutput,
     DesiredOutput,
+    IsolationPairOutput,
     JoinTokenInput,
     JoinTokenOutput,
     LayoutInput,
@@ -53,8 +54,10 @@ from gpu_agent.services import layouts, nodes, reports
 from gpu_agent.services.probes import (
     agent_probe_result,
     agent_probes,
+    isolation_pairs,
     probe_list,
     probe_request,
+    probe_tenant_named,
 )
 from quotas.models import Cluster
 from tenants.api.base import IsPlatformAdmin, caller
@@ -353,5 +356,24 @@ class GpuProbeView(APIView):
         gpu = selectors.gpu_get(user=caller(request), uuid=uuid)
         data = ProbeRequestInput(data=request.data)
         data.is_valid(raise_exception=True)
-        probe = probe_request(gpu=gpu, actor=caller(request), **data.validated_data)
+        fields = dict(data.validated_data)
+        for name in ("target_tenant", "neighbour_tenant"):
+            fields[name] = probe_tenant_named(field=name, slug=fields.get(name))
+        probe = probe_request(gpu=gpu, actor=caller(request), **fields)
         return Response(ProbeOutput(probe).data, status=status.HTTP_201_CREATED)
+
+
+class IsolationPairsView(APIView):
+    """The isolation check per pair of tenants (platform admins only)."""
+
+    permission_classes = [IsPlatformAdmin]
+
+    @extend_schema(
+        responses={200: IsolationPairOutput(many=True), **ADMIN_ERRORS},
+        description="Per pair of tenants, the latest isolation probe that saturated tenant "
+        "A's share of a GPU (its MIG instance or time slice) while tenant B's ran: B's "
+        "slowdown against the 5 % line, on which GPU and when. Probes of the fake backend "
+        "are simulated (simulated: true).",
+    )
+    def get(self, request: Request) -> Response:
+        return Response(IsolationPairOutput(isolation_pairs(), many=True).data)

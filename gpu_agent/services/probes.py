@@ -8,6 +8,13 @@ The probe runs a compute-bound kernel on the target alone, then beside a saturat
 ``(t_together / t_alone - 1) * 100``, computed here from the two times the agent measured.
 More than ``ISOLATION_SLOWDOWN_LIMIT_PCT`` (5 %) fails R30.
 
+A probe is about two tenants where the fleet knows them: tenant A's share is saturated while
+tenant B's is probed. On a MIG GPU the shares are GPU instances and their tenants the ones
+whose pods run there (``MigInstance.tenant``); on a GPU without MIG they are time slices, held
+by the tenants with quota on a time-sliced flavor of the GPU's model on its cluster. An admin
+may name either tenant (or both); the instances follow. ``isolation_pairs`` lists the latest
+result per pair of tenants.
+
 Keyword-only, atomic, audited, race-safe transitions; the two reads the probe endpoints need
 (``probe_list``, ``agent_probes``) live here beside them.
 """
@@ -31,9 +38,10 @@ from gpu_agent.models import (
     Node,
     ProbeState,
 )
-from gpu_agent.selectors import node_is_stale
+from gpu_agent.selectors import _same_model, node_is_stale
 from gpu_agent.services.common import MESSAGE_MAX
-from tenants.models import User
+from quotas.models import Quota
+from tenants.models import Tenant, User
 from tenants.services import audit_record
 
 PROBE_HISTORY = 20
@@ -94,6 +102,112 @@ def _pick_instances(
     return target, neighbour
 
 
+def time_slice_tenants(*, gpu: Gpu) -> list[Tenant]:
+    """Tenants holding time-sliced shares of ``gpu``: quota above 0 on a time-sliced flavor
+    of its model on its node's cluster, by slug. One query (and the catalogue)."""
+    cluster_id = gpu.node.cluster_id
+    if cluster_id is None:
+        return []
+    quotas = (
+        Quota.objects.filter(
+            quota_set__cluster_id=cluster_id,
+            flavor__time_slicing_replicas__isnull=False,
+            limit__gt=0,
+        )
+        .select_related("quota_set__tenant", "flavor")
+        .order_by("quota_set__tenant__slug")
+    )
+    found: dict[int, Tenant] = {}
+    for quota in quotas:
+        if _same_model(quota.flavor.gpu_model, gpu.name):
+            found.setdefault(quota.quota_set.tenant_id, quota.quota_set.tenant)
+    return list(found.values())
+
+
+def probe_tenants(*, gpu: Gpu) -> list[Tenant]:
+    """The tenants a probe of ``gpu`` can be about: the owners of its MIG instances, or the
+    holders of its time slices (the GPU page's choices)."""
+    if gpu.mig_mode_current:
+        owners: dict[int, Tenant] = {}
+        for instance in gpu.instances.select_related("tenant").order_by("start"):
+            if instance.tenant is not None:
+                owners.setdefault(instance.tenant_id, instance.tenant)  # type: ignore[arg-type]
+        return sorted(owners.values(), key=lambda t: t.slug)
+    return time_slice_tenants(gpu=gpu)
+
+
+def _names(tenants: Sequence[Tenant]) -> str:
+    return ", ".join(t.slug for t in tenants) or "none"
+
+
+def _check_pair(target: Tenant | None, neighbour: Tenant | None) -> None:
+    if target is not None and neighbour is not None and target.pk == neighbour.pk:
+        raise ValidationFailed.for_field(
+            "neighbour_tenant",
+            f"The saturating tenant must be another tenant than the probed one ({target.slug}): "
+            "the check measures one tenant's slowdown caused by another.",
+        )
+
+
+def _pick_owned(
+    gpu: Gpu,
+    target_gi_id: int | None,
+    neighbour_gi_id: int | None,
+    target_tenant: Tenant | None,
+    neighbour_tenant: Tenant | None,
+) -> tuple[MigInstance, MigInstance]:
+    """The two instances when a tenant is named, or when none is and the instances belong
+    to two tenants: the first instance (by start) of each. Else ``_pick_instances``."""
+    instances = list(gpu.instances.select_related("tenant").order_by("start"))
+    owners = sorted(
+        {i.tenant_id: i.tenant for i in instances if i.tenant is not None}.values(),
+        key=lambda t: t.slug,
+    )
+    if target_tenant is None and neighbour_tenant is None:
+        if len(owners) < 2 or target_gi_id is not None or neighbour_gi_id is not None:
+            return _pick_instances(gpu, target_gi_id, neighbour_gi_id)
+        target_tenant, neighbour_tenant = owners[1], owners[0]
+
+    def owned(field_name: str, tenant: Tenant | None, gi_id: int | None) -> MigInstance | None:
+        if tenant is None:
+            return None
+        mine = [i for i in instances if i.tenant_id == tenant.pk]
+        if gi_id is not None:
+            mine = [i for i in mine if i.gi_id == gi_id]
+        if not mine:
+            owner_words = f"tenants running on its instances: {_names(owners)}"
+            raise ValidationFailed.for_field(
+                field_name,
+                f"GPU instance {gi_id} of GPU {gpu.uuid} is not {tenant.slug}'s; {owner_words}."
+                if gi_id is not None
+                else f"{tenant.slug} runs on no GPU instance of GPU {gpu.uuid}; {owner_words}.",
+            )
+        return mine[0]
+
+    target = owned("target_tenant", target_tenant, target_gi_id)
+    neighbour = owned("neighbour_tenant", neighbour_tenant, neighbour_gi_id)
+    if target is None or neighbour is None:
+        # One tenant named: the other share is another tenant's instance (the first by
+        # start), else the first idle instance nobody's pod runs on, else any other.
+        chosen = target or neighbour
+        assert chosen is not None
+        rest = sorted(
+            (i for i in instances if i.gi_id != chosen.gi_id and i.tenant_id != chosen.tenant_id),
+            key=lambda i: (i.tenant_id is None, i.busy, i.start),
+        )
+        if not rest:
+            field_name = "neighbour_tenant" if target is not None else "target_tenant"
+            raise ValidationFailed.for_field(
+                field_name,
+                f"GPU {gpu.uuid} has no GPU instance of another tenant than "
+                f"{chosen.tenant.slug if chosen.tenant else 'the one named'} to pair with.",
+            )
+        other = rest[0]
+        target, neighbour = (target, other) if target is not None else (other, neighbour)
+    assert target is not None and neighbour is not None
+    return target, neighbour
+
+
 @transaction.atomic
 def probe_request(
     *,
@@ -101,11 +215,16 @@ def probe_request(
     actor: User,
     target_gi_id: int | None = None,
     neighbour_gi_id: int | None = None,
+    target_tenant: Tenant | None = None,
+    neighbour_tenant: Tenant | None = None,
 ) -> IsolationProbe:
-    """Ask the GPU's agent for an isolation probe. 400 for a MIG GPU with fewer than two
-    instances (or instances it does not have), 409 when the node is stale or a probe of the
-    GPU is still open."""
+    """Ask the GPU's agent for an isolation probe: tenant A's share (``neighbour_tenant``)
+    saturated while tenant B's (``target_tenant``) is probed. 400 for a MIG GPU with fewer
+    than two instances (or instances it does not have), a named tenant with no share of the
+    GPU, or the same tenant twice; 409 when the node is stale or a probe of the GPU is still
+    open."""
     gpu = Gpu.objects.select_for_update().select_related("node").get(pk=gpu.pk)
+    _check_pair(target_tenant, neighbour_tenant)
     if node_is_stale(gpu.node):
         raise Conflict(
             f"Node {gpu.node.name} is stale (no report since "
@@ -118,14 +237,18 @@ def probe_request(
             "wait for its result."
         )
     fields: dict[str, object] = {"mig": gpu.mig_mode_current}
+    tenants: tuple[Tenant | None, Tenant | None] = (None, None)
     if gpu.mig_mode_current:
-        target, neighbour = _pick_instances(gpu, target_gi_id, neighbour_gi_id)
+        target, neighbour = _pick_owned(
+            gpu, target_gi_id, neighbour_gi_id, target_tenant, neighbour_tenant
+        )
         fields |= {
             "target_gi_id": target.gi_id,
             "neighbour_gi_id": neighbour.gi_id,
             "target_profile": target.profile,
             "neighbour_profile": neighbour.profile,
         }
+        tenants = (target.tenant, neighbour.tenant)
     elif target_gi_id is not None or neighbour_gi_id is not None:
         name = "target_gi_id" if target_gi_id is not None else "neighbour_gi_id"
         raise ValidationFailed.for_field(
@@ -133,15 +256,60 @@ def probe_request(
             f"GPU {gpu.uuid} is not in MIG mode: the probe runs two processes on the whole "
             "GPU; leave the instances out.",
         )
+    else:
+        tenants = _pick_time_slices(gpu, target_tenant, neighbour_tenant)
+    target_owner, neighbour_owner = tenants
+    if (
+        target_owner is not None
+        and neighbour_owner is not None
+        and target_owner.pk == neighbour_owner.pk
+    ):
+        neighbour_owner = None  # two instances of one tenant: not a pair of tenants
+    fields |= {"target_tenant": target_owner, "neighbour_tenant": neighbour_owner}
     probe = IsolationProbe.objects.create(gpu=gpu, requested_by=actor, **fields)
     audit_record(
         actor=actor,
         action="isolation_probe.requested",
         obj=probe,
         object_id=f"{gpu.uuid}#{probe.pk}",
-        after={"node": gpu.node.name, **fields},
+        after={
+            "node": gpu.node.name,
+            **{k: v for k, v in fields.items() if not k.endswith("_tenant")},
+            "target_tenant": target_owner.slug if target_owner else None,
+            "neighbour_tenant": neighbour_owner.slug if neighbour_owner else None,
+        },
     )
     return probe
+
+
+def _pick_time_slices(
+    gpu: Gpu, target_tenant: Tenant | None, neighbour_tenant: Tenant | None
+) -> tuple[Tenant | None, Tenant | None]:
+    """On a GPU without MIG: the two tenants whose time slices the two processes stand for;
+    named ones must hold a share of the GPU's model on its cluster. With none named, the
+    first two holders (by slug) when there are two, else no tenant."""
+    holders = time_slice_tenants(gpu=gpu)
+    cluster = gpu.node.cluster.name if gpu.node.cluster_id else "no cluster"  # type: ignore[union-attr]
+    for field_name, tenant in (
+        ("target_tenant", target_tenant),
+        ("neighbour_tenant", neighbour_tenant),
+    ):
+        if tenant is not None and tenant.pk not in {h.pk for h in holders}:
+            raise ValidationFailed.for_field(
+                field_name,
+                f"{tenant.slug} holds no time-sliced share of {gpu.name} GPUs on {cluster} "
+                f"(quota on a time-sliced flavor of that model); tenants that do: "
+                f"{_names(holders)}.",
+            )
+    if target_tenant is None and neighbour_tenant is None:
+        return (holders[1], holders[0]) if len(holders) >= 2 else (None, None)
+    chosen = target_tenant or neighbour_tenant
+    others = [h for h in holders if chosen is None or h.pk != chosen.pk]
+    if target_tenant is None:
+        target_tenant = others[0] if others else None
+    if neighbour_tenant is None:
+        neighbour_tenant = others[0] if others else None
+    return target_tenant, neighbour_tenant
 
 
 def probe_list(*, gpu: Gpu, limit: int = PROBE_HISTORY) -> list[IsolationProbe]:
@@ -152,6 +320,65 @@ def probe_list(*, gpu: Gpu, limit: int = PROBE_HISTORY) -> list[IsolationProbe]:
         .select_related("requested_by")
         .order_by("-requested_at", "-pk")[:limit]
     )
+
+
+def probe_tenant_named(*, field: str, slug: str | None) -> Tenant | None:
+    """The tenant a probe request names in ``field`` (None when not named); 400 naming the
+    field for an unknown slug."""
+    if not slug:
+        return None
+    tenant = Tenant.objects.filter(slug=slug).first()
+    if tenant is None:
+        raise ValidationFailed.for_field(field, f"There is no tenant {slug!r}.")
+    return tenant
+
+
+PAIR_HISTORY = 2000  # the latest probes about two tenants the pairs are read from
+
+
+@dataclass(frozen=True)
+class IsolationPair:
+    """The isolation check of one pair of tenants: ``saturating`` (tenant A) slowing down
+    ``probed`` (tenant B). ``latest``: the newest finished probe (else the newest one)."""
+
+    saturating: Tenant
+    probed: Tenant
+    latest: IsolationProbe
+    probes: int
+    failed: int  # finished probes over the 5 % line
+
+    @property
+    def passed(self) -> bool | None:
+        return self.latest.passed
+
+
+def isolation_pairs(*, limit: int = PAIR_HISTORY) -> list[IsolationPair]:
+    """Per pair of tenants (saturating, probed), its latest probe, by the two slugs. Platform
+    admins only (the caller checks). One query."""
+    probes = list(
+        IsolationProbe.objects.filter(target_tenant__isnull=False, neighbour_tenant__isnull=False)
+        .select_related("gpu__node", "target_tenant", "neighbour_tenant", "requested_by")
+        .order_by("-requested_at", "-pk")[:limit]
+    )
+    grouped: dict[tuple[int, int], list[IsolationProbe]] = {}
+    for probe in probes:
+        key = (probe.neighbour_tenant_id, probe.target_tenant_id)
+        grouped.setdefault(key, []).append(probe)  # type: ignore[arg-type]
+    pairs = []
+    for group in grouped.values():
+        done = [p for p in group if p.state == ProbeState.DONE]
+        latest = done[0] if done else group[0]
+        assert latest.neighbour_tenant is not None and latest.target_tenant is not None
+        pairs.append(
+            IsolationPair(
+                saturating=latest.neighbour_tenant,
+                probed=latest.target_tenant,
+                latest=latest,
+                probes=len(group),
+                failed=sum(1 for p in done if p.passed is False),
+            )
+        )
+    return sorted(pairs, key=lambda pair: (pair.saturating.slug, pair.probed.slug))
 
 
 def agent_probes(*, node: Node) -> list[IsolationProbe]:

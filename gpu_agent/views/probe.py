@@ -15,8 +15,8 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
@@ -31,7 +31,13 @@ from gpu_agent.models import (
     MigLayout,
     ProbeState,
 )
-from gpu_agent.services.probes import probe_list, probe_request
+from gpu_agent.services.probes import (
+    isolation_pairs,
+    probe_list,
+    probe_request,
+    probe_tenant_named,
+    probe_tenants,
+)
 from gpu_agent.views.common import admin_user, gpu_for
 
 CHART_WIDTH = 420
@@ -143,9 +149,24 @@ def isolation_context(gpu: Gpu, layout: MigLayout | None) -> dict[str, Any]:
         "probe_limit_pct": ISOLATION_SLOWDOWN_LIMIT_PCT,
         "probe_blocker": _probe_blocker(gpu, probes),
         "probe_url": reverse("portal:fleet-gpu-probes", args=[gpu.uuid]),
+        "probe_tenants": probe_tenants(gpu=gpu),
         "device_plugin": DEVICE_PLUGIN_TEXT.get(layout.device_plugin, "") if layout else "",
         "device_plugin_layout": layout,
     }
+
+
+@login_required
+def isolation(request: HttpRequest) -> HttpResponse:
+    """The isolation check per pair of tenants: each pair's latest probe (one query). Only
+    read (405 to an admin's POST; 403 to anyone else first, whatever the method)."""
+    admin_user(request)
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET"])
+    return render(
+        request,
+        "gpu_agent/isolation.html",
+        {"pairs": isolation_pairs(), "probe_limit_pct": ISOLATION_SLOWDOWN_LIMIT_PCT},
+    )
 
 
 @login_required
@@ -155,7 +176,16 @@ def gpu_probe(request: HttpRequest, uuid: str) -> HttpResponse:
     user = admin_user(request)
     gpu = gpu_for(user, uuid)
     try:
-        probe = probe_request(gpu=gpu, actor=user)
+        named = {
+            name: probe_tenant_named(field=name, slug=request.POST.get(name, "").strip())
+            for name in ("target_tenant", "neighbour_tenant")
+        }
+        probe = probe_request(
+            gpu=gpu,
+            actor=user,
+            target_tenant=named["target_tenant"],
+            neighbour_tenant=named["neighbour_tenant"],
+        )
     except errors.ApplicationError as exc:
         messages.error(request, f"No probe requested ({exc.status_code}): {error_text(exc)}")
     else:
@@ -164,6 +194,11 @@ def gpu_probe(request: HttpRequest, uuid: str) -> HttpResponse:
             if probe.mig
             else "two processes on the whole GPU"
         )
+        if probe.target_tenant and probe.neighbour_tenant:
+            what += (
+                f": {probe.neighbour_tenant.slug}'s share saturated while "
+                f"{probe.target_tenant.slug}'s is probed"
+            )
         messages.success(
             request,
             f"Probe {probe.pk} requested ({what}); the agent on {gpu.node.name} runs it after "

@@ -609,3 +609,40 @@ def test_an_agent_meeting_a_portal_without_protocol_2_falls_back_to_protocol_1(
     assert portal.paths() == ["POST report/"] * 3
     assert len(portal.reports) == 2
     assert all("protocol" not in r and len(r["gpus"]) == 2 for r in portal.reports)
+
+
+def test_a_fake_gpu_can_start_partitioned_by_a_layout() -> None:
+    spec = "NVIDIA H100 80GB HBM3:2:mig:3g.40gb/4x1g.10gb,NVIDIA H100 80GB HBM3:1"
+    assert [g.instances for g in parse_fake_gpus(spec)] == [
+        ("3g.40gb", "1g.10gb", "1g.10gb", "1g.10gb", "1g.10gb"),
+    ] * 2 + [()]
+    node = build_fake_node(spec, state_path=None)
+    placed = [
+        sorted((i.profile, i.start, i.ci_ids) for i in node.backend.list_gpu_instances(index))
+        for index in range(3)
+    ]
+    assert (
+        placed[0]
+        == placed[1]
+        == [
+            ("1g.10gb", 0, (0,)),
+            ("1g.10gb", 1, (0,)),
+            ("1g.10gb", 2, (0,)),
+            ("1g.10gb", 3, (0,)),
+            ("3g.40gb", 4, (0,)),
+        ]
+    )
+    assert placed[2] == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("NVIDIA H100 80GB HBM3:1:mig:3x3g.40gb", "not a layout of NVIDIA H100 80GB HBM3"),
+        ("NVIDIA H100 80GB HBM3:1:nomig:1g.10gb", "only a GPU in MIG mode"),
+        ("NVIDIA H100 80GB HBM3:1:mig:2x9g.99gb", "not a layout of"),
+    ],
+)
+def test_a_fake_layout_that_breaks_the_mig_rules_is_refused(spec: str, says: str) -> None:
+    with pytest.raises(FakeSpecError, match=says):
+        parse_fake_gpus(spec)

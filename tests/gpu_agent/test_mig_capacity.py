@@ -288,3 +288,14 @@ def test_the_api_gives_the_capacity_and_where_it_comes_from(world, fleet, api_as
     assert mig["capacity"] == "8"
     assert mig["fleet"] == {"observed": 6, "planned": 2, "gpus": 4}
     assert rows[("h100-80gb", "nvidia.com/gpu")]["fleet"] is None
+
+
+def test_the_usage_dashboard_shows_the_capacity_the_approval_check_counts(world, fleet):
+    from dashboards.selectors import admin_dashboard, period_resolve
+
+    board = admin_dashboard(period=period_resolve(name="24h"), cluster=world.h100.name)
+    shown = {f.flavor.pk: f.capacity for c in board.clusters for f in c.flavors}
+    checked = flavor_capacities(cluster=world.h100)[(world.h100_mig.pk, MIG_1G)].amount
+    assert shown[world.h100_mig.pk] == float(checked) == 8  # not the 14 typed in admin
+    # Whole GPUs keep the number an admin entered.
+    assert shown[world.h100_gpu.pk] == 16

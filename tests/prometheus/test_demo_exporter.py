@@ -43,7 +43,7 @@ FIXED_NOW = 1_765_000_000.0  # the simulated load at one moment: the same figure
 
 def _demo_nodes(spec_dir: Path, state_dir: Path) -> None:
     """demo-h100's simulated nodes as the agents leave them: whole GPUs, and MIG GPUs with the
-    instances a layout created (one 3g.40gb and three 1g.10gb per GPU)."""
+    instances the demo's layouts start them with (3g.40gb and 1g.10gb)."""
     spec_dir.mkdir()
     for name, cluster, gpus in DEMO_NODES:
         if cluster != "demo-h100":
@@ -52,10 +52,12 @@ def _demo_nodes(spec_dir: Path, state_dir: Path) -> None:
         fake = build_fake_node(gpus, state_path=state_dir / name / STATE_FILE, seed=name)
         if ":nomig" in gpus:
             continue
-        for index in range(fake.nvml.nvmlDeviceGetCount()):
-            fake.backend.create_gpu_instance(index, "3g.40gb", 4)
-            for start in (0, 1, 2):
-                fake.backend.create_gpu_instance(index, "1g.10gb", start)
+        profiles = {
+            instance.profile
+            for index in range(fake.nvml.nvmlDeviceGetCount())
+            for instance in fake.backend.list_gpu_instances(index)
+        }
+        assert profiles == {"3g.40gb", "1g.10gb"}
 
 
 @pytest.fixture

@@ -83,9 +83,14 @@ def test_every_page_is_classified():
         "or add them to MEMBER_PAGES / PUBLIC_PAGES / MACHINE_ENDPOINTS in "
         "tests/security/test_admin_pages.py"
     )
-    assert {"console", "approvals-queue", "fleet", "fleet-plan", "fleet-gpu"} <= {
-        r.name for r in ADMIN_ONLY
-    }
+    assert {
+        "console",
+        "approvals-queue",
+        "fleet",
+        "fleet-plan",
+        "fleet-gpu",
+        "fleet-isolation",
+    } <= {r.name for r in ADMIN_ONLY}
 
 
 @pytest.mark.parametrize("persona", ["alice", "carol", "bob"])

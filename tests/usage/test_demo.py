@@ -18,7 +18,7 @@ from usage.models import Rollup, Workload
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
 
-def _admit(cluster: Cluster, jobs: list[Any], horizon: float) -> dict[str, float]:
+def _admit(cluster: Cluster, jobs: list[Any], horizon: float) -> dict[str, float | None]:
     return admission_times(cluster=cluster, jobs=jobs, horizon=horizon)
 
 

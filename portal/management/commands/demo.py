@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -27,6 +28,7 @@ from approvals.services import (
     tenant_onboard,
 )
 from gpu_agent.agent.demo_metrics import PLAN_FILE
+from gpu_agent.agent.fake import parse_fake_gpus
 from gpu_agent.models import Node
 from gpu_agent.services.nodes import join_token_create
 from identity.choices import GroupRole
@@ -58,8 +60,14 @@ DEMO_PASSWORD = "demo"  # noqa: S105 - the demo's documented password, printed a
 DEMO_SPAN = timedelta(days=DEMO_DAYS)  # the simulated usage month
 DEMO_IDLE_GRACE = timedelta(minutes=10)  # notice to suspension, for the demo's idle notebook
 
-# (profile, GPU-memory GiB, instances per H100 of the demo's layout, weight = slices / 7)
-H100_MIG = [("1g.10gb", Decimal("0.143"), 14), ("3g.40gb", Decimal("0.429"), 4)]
+# (profile, weight = compute slices / 7) of demo-h100's MIG flavors; their capacity is what the
+# MIG nodes' layouts below hold (the fleet counts it once their agents report).
+H100_MIG = [("1g.10gb", Decimal("0.143")), ("3g.40gb", Decimal("0.429"))]
+# Each MIG node's H100s start partitioned: two with one 3g.40gb and four 1g.10gb, two with
+# seven 1g.10gb (the agents report these instances from their first report).
+H100_MIG_NODE = (
+    "NVIDIA H100 80GB HBM3:2:mig:3g.40gb/4x1g.10gb,NVIDIA H100 80GB HBM3:2:mig:7x1g.10gb"
+)
 
 USERS = [
     ("admin", "admin@example.com", True),
@@ -95,7 +103,7 @@ def _isolation_level_by_request(tenant: Tenant, cluster: Cluster, lead: User, ad
     quota_request_approve(request=request, approver=admin, comment="Fine for dev and test")
 
 
-def _admit(cluster: Cluster, jobs: list[Any], horizon: float) -> dict[str, float]:
+def _admit(cluster: Cluster, jobs: list[Any], horizon: float) -> dict[str, float | None]:
     return admission_times(cluster=cluster, jobs=jobs, horizon=horizon)
 
 
@@ -127,9 +135,19 @@ DEMO_NODES = [
     ("a100-node-2", "demo-a100", "NVIDIA A100-SXM4-80GB:8:nomig"),
     ("h100-node-1", "demo-h100", "NVIDIA H100 80GB HBM3:8:nomig"),
     ("h100-node-2", "demo-h100", "NVIDIA H100 80GB HBM3:8:nomig"),
-    ("h100-mig-1", "demo-h100", "NVIDIA H100 80GB HBM3:4"),
-    ("h100-mig-2", "demo-h100", "NVIDIA H100 80GB HBM3:4"),
+    ("h100-mig-1", "demo-h100", H100_MIG_NODE),
+    ("h100-mig-2", "demo-h100", H100_MIG_NODE),
 ]
+
+
+def seeded_mig_instances(cluster: str) -> Counter[str]:
+    """Instances per MIG profile the cluster's demo nodes start with."""
+    counts: Counter[str] = Counter()
+    for _name, cluster_name, spec in DEMO_NODES:
+        if cluster_name == cluster:
+            for gpu in parse_fake_gpus(spec):
+                counts.update(gpu.instances)
+    return counts
 
 
 def _agent_join_tokens(agent_dir: Path, admin: User) -> int:
@@ -314,11 +332,13 @@ class Command(BaseCommand):
             node_labels={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
         )
         mig_flavors = {}
-        for profile, weight, count in H100_MIG:
+        seeded = seeded_mig_instances(h100.name)
+        for profile, weight in H100_MIG:
             mig_flavors[profile] = _flavor(
                 h100,
                 f"h100-mig-{profile.replace('.', '-')}",
-                {mig_resource(profile): Decimal(count)},
+                # What the seeded layouts hold; the fleet's count replaces it once they report.
+                {mig_resource(profile): Decimal(seeded[profile])},
                 kind=FlavorKind.MIG,
                 gpu_model="NVIDIA H100 80GB HBM3",
                 mig_profile=profile,

@@ -1,0 +1,221 @@
+"""The demo's simulated month adds up (``manage.py demo``): no tenant runs more GPUs than its
+limit, no cluster more than its capacity, a department's teams stay under its cap, and the
+three views of the same month agree for each tenant: the workload profile's peak concurrency,
+the tenant's usage page and the fleet's usage dashboard."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from dashboards import selectors as dashboards
+from dashboards.selectors import _peak_concurrent
+from quotas.choices import is_gpu_resource
+from quotas.models import Cluster, FlavorResource, Quota, ResourceFlavor
+from quotas.selectors import flavor_capacities
+from tenants.models import Tenant, User
+from tests.pages import logged_in
+from usage.choices import Metric, Resolution
+from usage.models import Rollup, Sample, Workload
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def demo() -> datetime:
+    call_command("demo", stdout=open("/dev/null", "w"))  # noqa: SIM115 - closed with the process
+    return timezone.now()
+
+
+def _gpu_limits() -> dict[tuple[int, int, int], float]:
+    return {
+        (q.quota_set.cluster_id, q.quota_set.tenant_id, q.flavor_id): float(q.limit)
+        for q in Quota.objects.select_related("quota_set")
+        if is_gpu_resource(q.resource)
+    }
+
+
+def _running() -> dict[tuple[int, int, int], list[tuple[datetime, datetime, float]]]:
+    """Per (cluster, tenant, flavor): the admitted workloads' runs (to now when running)."""
+    now = timezone.now()
+    flavor_ids = {(f.cluster_id, f.name): f.pk for f in ResourceFlavor.objects.all()}
+    runs: dict[tuple[int, int, int], list[tuple[datetime, datetime, float]]] = defaultdict(list)
+    for w in Workload.objects.filter(admitted_at__isnull=False):
+        key = (w.cluster_id, w.tenant_id, flavor_ids[(w.cluster_id, w.flavors[0])])
+        runs[key].append((w.admitted_at, w.finished_at or now, w.gpus))
+    return runs
+
+
+def test_no_simulated_step_exceeds_a_limit_a_cap_or_the_cluster(demo: datetime) -> None:
+    limits = _gpu_limits()
+    capacities = {
+        flavor: float(capacity.amount)
+        for cluster in Cluster.objects.all()
+        for (flavor, resource), capacity in flavor_capacities(cluster=cluster).items()
+        if is_gpu_resource(resource)
+    }
+    # The month's hourly figures: no tenant's busiest step above its limit.
+    hourly = Rollup.objects.filter(metric=Metric.QUOTA_USED, resolution=Resolution.HOUR)
+    assert hourly.count() > 24 * 28
+    for cluster, tenant, flavor, peak in hourly.values_list(
+        "cluster_id", "tenant_id", "flavor_id", "max"
+    ):
+        assert peak <= limits[(cluster, tenant, flavor)]
+    # The workloads behind them, over the whole month: each tenant within its limit, each
+    # cluster's GPU flavor within its capacity.
+    runs = _running()
+    per_flavor: dict[int, list[tuple[datetime, datetime, float]]] = defaultdict(list)
+    for (_cluster, _tenant, flavor), intervals in runs.items():
+        per_flavor[flavor] += intervals
+    for key, intervals in runs.items():
+        assert _peak_concurrent(intervals) <= limits[key], key
+    for flavor, intervals in per_flavor.items():
+        assert _peak_concurrent(intervals) <= capacities[flavor], flavor
+    # The raw steps still kept: the tenants together within each flavor's capacity.
+    together: dict[tuple[int, datetime], float] = defaultdict(float)
+    for time, flavor, value in Sample.objects.filter(metric=Metric.QUOTA_USED).values_list(
+        "time", "flavor_id", "value"
+    ):
+        together[(flavor, time)] += value
+    assert together
+    for (flavor, _time), value in together.items():
+        assert value <= capacities[flavor]
+    # The Research department caps team-a and team-b together on demo-h100 (12 H100s).
+    research = Tenant.objects.get(slug="research")
+    cap = next(
+        q for q in Quota.objects.filter(quota_set__tenant=research) if is_gpu_resource(q.resource)
+    )
+    children = set(research.children.values_list("pk", flat=True))
+    assert len(children) == 2
+    teams = [
+        run
+        for (_cluster, tenant, flavor), intervals in runs.items()
+        if flavor == cap.flavor_id and tenant in children
+        for run in intervals
+    ]
+    assert teams and _peak_concurrent(teams) <= float(cap.limit)
+    # A department's quota is a pool for its teams: it runs no work of its own.
+    assert not Workload.objects.filter(tenant=research).exists()
+    assert not hourly.filter(tenant_id=research.pk).exists()
+
+
+def test_the_profile_the_usage_page_and_the_fleet_agree(demo: datetime) -> None:
+    period = dashboards.period_resolve(name="30d", now=demo)
+    fleet = dashboards.admin_dashboard(period=period, now=demo)
+    limits = _gpu_limits()
+    running = _running()
+    flavor_names = {
+        f.pk: (f.cluster.name, f.name) for f in ResourceFlavor.objects.select_related("cluster")
+    }
+    checked = 0
+    for tenant in Tenant.objects.filter(namespaces__isnull=False).distinct():
+        profile = dashboards.workload_profile(tenant=tenant, period=period)
+        page = dashboards.tenant_dashboard(tenant=tenant, period=period)
+        own_limits = {k: v for k, v in limits.items() if k[1] == tenant.pk}
+        # The profile's peak: never above what the tenant's limits allow together, and at
+        # least the busiest step of each flavor its usage page drew.
+        assert profile.peak_concurrent_gpus <= sum(own_limits.values()), tenant.slug
+        peaks = [f.peak_used for f in profile.flavors if f.peak_used is not None]
+        assert peaks and profile.peak_concurrent_gpus >= max(peaks) > 0, tenant.slug
+        for flavor_profile in profile.flavors:
+            assert flavor_profile.peak_used is not None
+            key = next(
+                k
+                for k in own_limits
+                if flavor_names[k[2]] == (flavor_profile.cluster, flavor_profile.flavor)
+            )
+            assert flavor_profile.peak_used <= own_limits[key]
+        # Per flavor, the workloads never run more at once than the tenant's limit there.
+        for key, intervals in running.items():
+            if key[1] == tenant.pk:
+                assert _peak_concurrent(intervals) <= own_limits[key], (tenant.slug, key)
+        # The usage page and the fleet read the same month: the fleet's mean use of each
+        # flavor by this tenant is the mean of the tenant's own samples.
+        drawn = {
+            (series.cluster, series.flavor): [
+                p.values["used"] for p in series.points if p.values.get("used") is not None
+            ]
+            for series in page.series
+        }
+        for view in fleet.clusters:
+            for flavor_id, shares in view.shares.items():
+                if tenant.slug in shares:
+                    mine = drawn[flavor_names[flavor_id]]
+                    assert shares[tenant.slug] == pytest.approx(sum(mine) / len(mine), rel=0.02)
+                    checked += 1
+        # Utilisation: the tenant's page shows what the fleet averages, on every cluster.
+        for view in fleet.clusters:
+            here = dashboards.tenant_dashboard(
+                tenant=tenant, period=period, cluster=view.cluster.name
+            ).indicators.mean_gpu_utilization
+            if here:
+                assert view.utilization is not None and view.utilization > 0
+        assert page.indicators.mean_gpu_utilization is not None
+    assert checked >= 6  # three teams on two clusters
+    # The fleet's utilisation of a cluster lies among its tenants' (a mean of their series).
+    for view in fleet.clusters:
+        pages = [
+            dashboards.tenant_dashboard(
+                tenant=t, period=period, cluster=view.cluster.name
+            ).indicators.mean_gpu_utilization
+            for t in Tenant.objects.filter(namespaces__isnull=False).distinct()
+        ]
+        seen = [p for p in pages if p is not None]
+        assert view.utilization is not None
+        assert min(seen) - 0.5 <= view.utilization <= max(seen) + 0.5
+    # The usage dashboard's page shows each cluster's utilisation over the same month.
+    admin = logged_in(User.objects.get(username="admin"))
+    html = admin.get("/usage/?range=30d").content.decode()
+    for view in fleet.clusters:
+        row = html[html.index(f'<tr data-cluster="{view.cluster.name}">') :].split("</tr>")[0]
+        cell = row[row.index("data-utilization>") :].split("</td>")[0]
+        assert f"{view.utilization:.0f} %" in cell and view.utilization > 0
+
+
+def test_the_demo_mig_flavors_have_the_capacity_the_seeded_layouts_hold(demo: datetime) -> None:
+    """demo-h100's MIG nodes start partitioned: once their (fake) agents report, the fleet
+    counts instances of each MIG flavor's profile, the number the demo entered, and the
+    usage dashboard shows the same capacity the approval check reads."""
+    from gpu_agent.agent.fake import build_fake_node
+    from gpu_agent.agent.runner import Agent, AgentState
+    from gpu_agent.models import Node
+    from gpu_agent.services.reports import agent_report_ingest
+    from portal.management.commands.demo import DEMO_NODES
+
+    h100 = Cluster.objects.get(name="demo-h100")
+    mig = {
+        f.pk: f for f in ResourceFlavor.objects.filter(cluster=h100, kind="mig").order_by("name")
+    }
+    entered = {
+        (fr.flavor_id, fr.resource): fr.capacity
+        for fr in FlavorResource.objects.filter(flavor_id__in=list(mig))
+    }
+    assert all(amount > 0 for amount in entered.values()) and len(entered) == 2
+    for name, cluster_name, spec in DEMO_NODES:
+        if cluster_name != h100.name:
+            continue
+        fake = build_fake_node(spec, state_path=None, seed=name)
+        agent = Agent(
+            backend=fake.backend,
+            client=None,  # type: ignore[arg-type] - inventory() talks to no portal
+            state=AgentState(None),
+            node=name,
+            pod_lookup=fake.pod_uid_for_pid,
+        )
+        node = Node.objects.create(name=name, cluster=h100, last_report_at=timezone.now())
+        agent_report_ingest(node=node, report=agent.inventory())
+    checked = flavor_capacities(cluster=h100)
+    period = dashboards.period_resolve(name="24h")
+    shown = {
+        f.flavor.pk: f.capacity
+        for c in dashboards.admin_dashboard(period=period, cluster=h100.name).clusters
+        for f in c.flavors
+    }
+    for key, amount in entered.items():
+        capacity = checked[key]
+        assert capacity.fleet is not None and capacity.fleet.observed == amount  # the fleet's
+        assert shown[key[0]] == float(capacity.amount) == float(amount)
