@@ -5,10 +5,13 @@ exceed what the GPUs give, at submit and again at approval."""
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
+from html import unescape
 
 import pytest
 
+from approvals.models import QuotaChangeRequest
 from approvals.services import (
     approval_policy_update,
     quota_request_approve,
@@ -266,3 +269,106 @@ def test_api_refuses_shares_past_the_gpus_naming_the_total(world, t4, api_as):
     assert "11 shares (110% of a GPU)" in message
     assert "10 shares its 1 GPU give" in message
     assert database_state() == before
+
+
+def test_api_shows_a_tenants_shares_as_percent_of_a_gpu(world, t4, api_as):
+    quota_request_approve(
+        request=file_percent(world, world.team_a, "30%", "50%"),
+        approver=world.admin,
+        comment="",
+    )
+    response = api_as(world.carol).get("/api/v1/tenants/team-a/quotas/")
+    assert response.status_code == 200
+    (a100,) = [qs for qs in response.json()["results"] if qs["cluster"] == "demo-a100"]
+    (shared,) = [i for i in a100["items"] if i["flavor"] == "t4-shared"]
+    assert shared["shares_per_gpu"] == 10
+    assert (shared["guaranteed"], shared["limit"]) == ("3", "5")
+    assert (shared["guaranteed_percent_of_gpu"], shared["limit_percent_of_gpu"]) == (30, 50)
+    whole = next(i for i in a100["items"] if i["flavor"] == "a100-80gb")
+    assert whole["shares_per_gpu"] is None and whole["guaranteed_percent_of_gpu"] is None
+
+
+# --- pages --------------------------------------------------------------------------------
+
+FORM = "/tenants/team-a/requests/new/?cluster=demo-a100"
+
+
+def words(html: str) -> str:
+    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html)))
+
+
+def form_values(html: str) -> dict[str, str]:
+    """The request form's rows as they come, and the index of the t4-shared row."""
+    values = dict(re.findall(r'name="(items-\d+-\w+)"(?: value="([^"]*)")?', html))
+    return {k: v for k, v in values.items() if v}
+
+
+def t4_row(html: str) -> str:
+    row = html.split('data-flavor="t4-shared"', 1)[1]
+    return re.search(r'name="(items-\d+)-guaranteed"', row).group(1)
+
+
+def test_the_request_form_takes_percent_for_time_sliced_shares(world, t4, client):
+    client.force_login(world.alice)
+    page = client.get(FORM).content.decode()
+    said = words(page)
+    assert "Time-sliced: 10 shares per GPU, 10% of a GPU each" in said
+    assert "Type shares (3) or a percentage of a GPU (30%)" in said
+    assert "shares a GPU's time, not its memory" in said
+    row = t4_row(page)
+    posted = client.post(
+        FORM,
+        {
+            **form_values(page),
+            f"{row}-guaranteed": "30%",
+            f"{row}-limit": "40%",
+            "reason": "notebooks",
+            "action": "submit",
+        },
+    )
+    assert posted.status_code == 302, words(posted.content.decode())[:2000]
+    (item,) = QuotaChangeRequest.objects.get(tenant=world.team_a, cluster=world.a100).items.all()
+    assert (item.flavor.name, item.guaranteed, item.limit) == ("t4-shared", 3, 4)
+
+
+def test_the_request_form_names_the_nearest_valid_percentages(world, t4, client):
+    client.force_login(world.alice)
+    page = client.get(FORM).content.decode()
+    row = t4_row(page)
+    refused = client.post(
+        FORM,
+        {
+            **form_values(page),
+            f"{row}-guaranteed": "35%",
+            f"{row}-limit": "40%",
+            "reason": "notebooks",
+            "action": "submit",
+        },
+    )
+    assert refused.status_code == 200
+    assert "the nearest valid values are 30% (3 shares) or 40% (4 shares)" in words(
+        refused.content.decode()
+    )
+    assert not QuotaChangeRequest.objects.filter(tenant=world.team_a, cluster=world.a100).exists()
+
+
+def test_tenant_and_cluster_pages_show_shares_as_percent_and_say_memory_is_shared(
+    world, t4, client
+):
+    for tenant, percent in ((world.team_a, "30%"), (world.team_b, "30%"), (world.team_c, "40%")):
+        quota_request_approve(
+            request=file_percent(world, tenant, percent), approver=world.admin, comment=""
+        )
+    client.force_login(world.carol)
+    tenant_page = words(client.get("/tenants/team-a/").content.decode())
+    assert "3 shares (30% of a GPU)" in tenant_page
+    assert "t4-shared is time-sliced : 10 shares per GPU, 10% of a GPU each" in tenant_page
+    assert "every tenant on the GPU sees its whole memory" in tenant_page
+    client.force_login(world.admin)
+    cluster_page = client.get("/clusters/demo-a100/").content.decode()
+    row = words(cluster_page.split('data-flavor="t4-shared"', 1)[1].split("</tr>", 1)[0])
+    assert "10 shares (100% of a GPU)" in row  # capacity
+    assert "1 GPU, time-sliced at 10 shares per GPU" in row
+    assert row.count("10 shares (100% of a GPU)") == 2  # capacity and guaranteed to tenants
+    assert "0 shares (0% of a GPU)" in row  # free
+    assert "every tenant on the GPU sees its whole memory" in words(cluster_page)
