@@ -372,3 +372,12 @@ def test_tenant_and_cluster_pages_show_shares_as_percent_and_say_memory_is_share
     assert row.count("10 shares (100% of a GPU)") == 2  # capacity and guaranteed to tenants
     assert "0 shares (0% of a GPU)" in row  # free
     assert "every tenant on the GPU sees its whole memory" in words(cluster_page)
+
+
+def test_the_request_page_shows_the_change_in_shares_and_percent(world, t4, client):
+    request = file_percent(world, world.team_a, "30%", "50%")
+    client.force_login(world.admin)
+    page = words(client.get(f"/requests/{request.pk}/").content.decode())
+    assert "0 shares (0% of a GPU) → 3 shares (30% of a GPU)" in page
+    assert "0 shares (0% of a GPU) → 5 shares (50% of a GPU)" in page
+    assert "7 shares (70% of a GPU) of 10 shares (100% of a GPU)" in page  # free after approval
