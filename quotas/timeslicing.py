@@ -21,7 +21,9 @@ PERCENT_PLACES: Final = Decimal("0.01")
 
 MEMORY_NOT_ISOLATED: Final = (
     "Time-slicing shares a GPU's time, not its memory: every tenant on the GPU sees its whole "
-    "memory, and one tenant's work can take memory another then lacks."
+    "memory, and one tenant's work can take memory another then lacks. A share is one pod's "
+    "place on the GPU; when every share is busy each gets an equal slice of time, so 3 shares "
+    "of 10 are 30% of the GPU's time."
 )
 
 
