@@ -111,8 +111,16 @@ class FlavorOutput(serializers.ModelSerializer):
             "node_labels",
             "node_taints",
             "gpu_weight",
+            "time_slicing_replicas",
             "resources",
         ]
+        extra_kwargs = {
+            "time_slicing_replicas": {
+                "help_text": "Shares each GPU is advertised as when the device plugin "
+                "time-slices this flavor (its GPU capacity and quotas count shares); null: "
+                "not shared. Shares split time, not memory."
+            }
+        }
 
 
 class FleetCapacityOutput(serializers.Serializer):
@@ -138,6 +146,11 @@ class AllocationOutput(serializers.Serializer):
     )
     guaranteed = QuantityField(help_text="Sum of all tenants' guarantees.")
     free = QuantityField()
+    shares_per_gpu = serializers.IntegerField(
+        allow_null=True,
+        help_text="Time-sliced flavors: shares per GPU (capacity, guaranteed and free count "
+        "shares; capacity / shares_per_gpu is the GPUs). null: not time-sliced.",
+    )
 
 
 class ClusterDetailOutput(ClusterOutput):

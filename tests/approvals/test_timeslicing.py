@@ -381,3 +381,17 @@ def test_the_request_page_shows_the_change_in_shares_and_percent(world, t4, clie
     assert "0 shares (0% of a GPU) → 3 shares (30% of a GPU)" in page
     assert "0 shares (0% of a GPU) → 5 shares (50% of a GPU)" in page
     assert "7 shares (70% of a GPU) of 10 shares (100% of a GPU)" in page  # free after approval
+
+
+def test_api_cluster_detail_counts_a_time_sliced_flavor_in_shares(world, t4, api_as):
+    quota_request_approve(
+        request=file_percent(world, world.team_a, "30%"), approver=world.admin, comment=""
+    )
+    body = api_as(world.alice).get("/api/v1/clusters/demo-a100/").json()
+    (shared,) = [a for a in body["allocations"] if a["flavor"] == "t4-shared"]
+    assert (shared["capacity"], shared["guaranteed"], shared["free"]) == ("10", "3", "7")
+    assert shared["shares_per_gpu"] == 10
+    listed = api_as(world.alice).get("/api/v1/flavors/", {"cluster": "demo-a100"}).json()
+    flavors = {f["name"]: f for f in listed["results"]}
+    assert flavors["t4-shared"]["time_slicing_replicas"] == 10
+    assert flavors["a100-80gb"]["time_slicing_replicas"] is None
