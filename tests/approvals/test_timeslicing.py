@@ -395,3 +395,14 @@ def test_api_cluster_detail_counts_a_time_sliced_flavor_in_shares(world, t4, api
     flavors = {f["name"]: f for f in listed["results"]}
     assert flavors["t4-shared"]["time_slicing_replicas"] == 10
     assert flavors["a100-80gb"]["time_slicing_replicas"] is None
+
+
+def test_the_admin_console_counts_the_t4_in_shares(world, t4, client):
+    quota_request_approve(
+        request=file_percent(world, world.team_a, "30%"), approver=world.admin, comment=""
+    )
+    client.force_login(world.admin)
+    page = client.get("/console/").content.decode()
+    section = page.split('data-cluster="demo-a100"', 1)[1].split("</section>", 1)[0]
+    row = words(section.split("t4-shared", 1)[1].split("</tr>", 1)[0])
+    assert "10 shares (100% of a GPU) 3 shares (30% of a GPU) 7 shares (70% of a GPU)" in row
