@@ -85,7 +85,12 @@ def time_slicing_push(*, cluster: Cluster) -> TimeSlicingOutcome:
                 namespace=names.TIME_SLICING_NAMESPACE,
                 name=names.TIME_SLICING_CONFIGMAP,
             )
-            live_nodes = {n["metadata"]["name"]: n["metadata"] for n in backend.list_all(NODE)}
+            # With no shared flavor, only nodes still labelled can need a change (the label
+            # removed): a cluster of 10,000 nodes is not listed whole every minute for nothing.
+            selector = "" if flavors else time_slicing.LABEL_CONFIG
+            live_nodes = {
+                n["metadata"]["name"]: n["metadata"] for n in backend.list_all(NODE, selector)
+            }
             wanted = time_slicing.plan(
                 flavors, live_nodes=live_nodes, configmap_data=(live_cm or {}).get("data") or {}
             )
