@@ -18,6 +18,7 @@ from devcluster import Handle
 from gpu_agent import tasks
 from gpu_agent import time_slicing as pure
 from gpu_agent.services.time_slicing import time_slicing_push
+from portal.celery import app
 from quotas.choices import GPU_RESOURCE, FlavorKind
 from quotas.models import Cluster, FlavorResource, ResourceFlavor
 from quotas.sync import cluster_reconcile
@@ -219,6 +220,8 @@ def test_the_t4_node_reads_the_shared_config_and_restarts_when_it_changes(
 def test_the_beat_task_reaches_every_kubernetes_cluster(
     world: World, standin: Handle, t4: ResourceFlavor
 ) -> None:
+    schedule = app.conf.beat_schedule["gpu-agent-time-slicing-sync"]
+    assert schedule["task"] == "gpu_agent.tasks.time_slicing_sync"
     assert cluster_reconcile(cluster=world.a100).ok
     assert tasks.time_slicing_sync() == 0
     assert node(standin, "t4-node-1")["labels"][CONFIG_LABEL] == "t4-shared"
