@@ -114,12 +114,10 @@ def plugin_pods(handle: Handle) -> list[str]:
     return sorted(p["metadata"]["name"] for p in pods["items"])
 
 
-@pytest.fixture
-def t4(world: World, standin: Handle, client: DynamicClient) -> ResourceFlavor:
-    """demo-a100 on the stand-in, with one T4 node shared 10 ways, an A100 node beside it,
-    and the device plugin's pod on each."""
+def t4_flavor(cluster: Cluster) -> ResourceFlavor:
+    """A T4 flavor of ``cluster``, one GPU shared 10 ways."""
     flavor = ResourceFlavor.objects.create(
-        cluster=world.a100,
+        cluster=cluster,
         name="t4-shared",
         kind=FlavorKind.GPU,
         gpu_model="Tesla T4",
@@ -127,6 +125,29 @@ def t4(world: World, standin: Handle, client: DynamicClient) -> ResourceFlavor:
         node_labels={"nvidia.com/gpu.product": "Tesla-T4"},
     )
     FlavorResource.objects.create(flavor=flavor, resource=GPU_RESOURCE, capacity=Decimal(10))
+    return flavor
+
+
+def device_plugin_pod(client: DynamicClient, node: str) -> None:
+    """The device plugin's pod on ``node``, as its DaemonSet runs it in gpu-operator."""
+    create(
+        client,
+        "Pod",
+        {
+            "metadata": {"name": f"plugin-{node}", "namespace": "gpu-operator", "labels": PLUGIN},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin"}],
+            },
+        },
+    )
+
+
+@pytest.fixture
+def t4(world: World, standin: Handle, client: DynamicClient) -> ResourceFlavor:
+    """demo-a100 on the stand-in, with one T4 node shared 10 ways, an A100 node beside it,
+    and the device plugin's pod on each."""
+    flavor = t4_flavor(world.a100)
     create(client, "Namespace", {"metadata": {"name": "gpu-operator"}})
     for name, product in (("t4-node-1", "Tesla-T4"), ("a100-node-1", "NVIDIA-A100-SXM4-80GB")):
         create(
@@ -134,21 +155,7 @@ def t4(world: World, standin: Handle, client: DynamicClient) -> ResourceFlavor:
             "Node",
             {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}}},
         )
-        create(
-            client,
-            "Pod",
-            {
-                "metadata": {
-                    "name": f"plugin-{name}",
-                    "namespace": "gpu-operator",
-                    "labels": PLUGIN,
-                },
-                "spec": {
-                    "nodeName": name,
-                    "containers": [{"name": "plugin", "image": "nvcr.io/nvidia/k8s-device-plugin"}],
-                },
-            },
-        )
+        device_plugin_pod(client, name)
     return flavor
 
 
