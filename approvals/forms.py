@@ -10,6 +10,7 @@ from typing import Any, cast
 
 from django import forms
 
+from quotas import timeslicing
 from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
 from quotas.selectors import EffectiveQuota, EffectiveQuotaSet, FlavorAllocation
 from quotas.services import QuotaItem
@@ -90,16 +91,24 @@ class QuotaRowForm(forms.Form):
             **{name: value or None for name, value in values.items()},
         }
 
+    def _amount(self, value: str) -> Decimal:
+        """An amount as typed: a quantity, or for time-sliced shares a percentage of a GPU."""
+        replicas = self.row.allocation.shares_per_gpu
+        if replicas and timeslicing.is_percent(value):
+            return timeslicing.shares_from_percent(
+                value, replicas=replicas, flavor=self.row.flavor_name
+            )
+        return parse_resource_amount(self.row.resource, value)
+
     def _unchanged(self, values: dict[str, str]) -> bool:
         current = self.row.current
         if current is None:
             return False
         try:
             amounts = {
-                name: parse_resource_amount(self.row.resource, value) if value else None
-                for name, value in values.items()
+                name: self._amount(value) if value else None for name, value in values.items()
             }
-        except QuantityError:
+        except (QuantityError, ValueError):
             return False  # a typo is a change: the service names it
         return (amounts["guaranteed"], amounts["limit"], amounts["lending_limit"]) == (
             current.guaranteed,

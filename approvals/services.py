@@ -30,7 +30,7 @@ from core.errors import (
     ValidationFailed,
 )
 from quotas import sync
-from quotas.choices import FlavorKind, SyncBackend
+from quotas.choices import GPU_RESOURCE, FlavorKind, SyncBackend
 from quotas.isolation import flavor_isolation, isolation_rule_broken
 from quotas.kube.spec import QuotaSpec
 from quotas.models import (
@@ -98,6 +98,8 @@ class DiffLine:
     guaranteed_after: Decimal
     limit_after: Decimal
     weight: Decimal = Decimal(1)
+    # R25: shares per GPU when the line counts time-sliced shares of a GPU, else None.
+    shares_per_gpu: int | None = None
 
     def _units(self, amount: Decimal) -> Decimal:
         return gpu_units(amount, resource=self.resource, weight=self.weight)
@@ -147,7 +149,12 @@ def diff_line(item: QuotaItem | QuotaChangeItem, before: Any | None) -> DiffLine
         item.guaranteed,
         item.limit,
         item.flavor.gpu_weight,
+        _shares_per_gpu(item.flavor, item.resource),
     )
+
+
+def _shares_per_gpu(flavor: ResourceFlavor, resource: str) -> int | None:
+    return flavor.time_slicing_replicas if resource == GPU_RESOURCE else None
 
 
 @dataclass
@@ -780,6 +787,7 @@ def quota_request_approved_diff(*, request: QuotaChangeRequest) -> list[DiffLine
                 item.guaranteed,
                 item.limit,
                 item.flavor.gpu_weight,
+                _shares_per_gpu(item.flavor, item.resource),
             )
         )
     return lines

@@ -91,6 +91,63 @@ def install_kueue_config(endpoint: Endpoint) -> None:
         )
 
 
+# What the GPU Operator's install leaves that the portal writes into or reads: its namespace
+# (the device plugin's time-slicing ConfigMap goes there), and per cluster the GPU nodes of a
+# time-sliced flavor, with the device plugin's pod (``manage.py demo``: demo-h100's T4, shared
+# 10 ways). The portal labels such a node with its sharing config; it never creates a Node.
+OPERATOR_NAMESPACE = "gpu-operator"
+DEVICE_PLUGIN_LABELS = {"app": "nvidia-device-plugin-daemonset"}
+SHARED_GPU_NODES: dict[str, list[tuple[str, dict[str, str]]]] = {
+    "demo-h100": [("t4-node-1", {"nvidia.com/gpu.product": "Tesla-T4"})],
+}
+
+
+def install_gpu_operator(endpoint: Endpoint, cluster: str) -> None:
+    """Namespace ``gpu-operator``, and ``cluster``'s time-sliced GPU nodes with their device
+    plugin pods, where missing."""
+    if not endpoint.exists(f"/api/v1/namespaces/{OPERATOR_NAMESPACE}"):
+        endpoint.call(
+            "POST",
+            "/api/v1/namespaces",
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
+            "application/json",
+        )
+    for node, labels in SHARED_GPU_NODES.get(cluster, []):
+        if not endpoint.exists(f"/api/v1/nodes/{node}"):
+            endpoint.call(
+                "POST",
+                "/api/v1/nodes",
+                {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node, "labels": labels}},
+                "application/json",
+            )
+        pod = f"nvidia-device-plugin-{node}"
+        pods = f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods"
+        if not endpoint.exists(f"{pods}/{pod}"):
+            endpoint.call(
+                "POST",
+                pods,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": pod,
+                        "namespace": OPERATOR_NAMESPACE,
+                        "labels": DEVICE_PLUGIN_LABELS,
+                    },
+                    "spec": {
+                        "nodeName": node,
+                        "containers": [
+                            {
+                                "name": "nvidia-device-plugin",
+                                "image": "nvcr.io/nvidia/k8s-device-plugin",
+                            }
+                        ],
+                    },
+                },
+                "application/json",
+            )
+
+
 def _simulate(
     endpoints: dict[str, Endpoint], hot: list[str], idle: str | None, started: datetime
 ) -> None:
@@ -151,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         endpoints = {name: Endpoint.from_kubeconfig(path) for name, path in files.items()}
-        for endpoint in endpoints.values():
+        for name, endpoint in endpoints.items():
             install_kueue_config(endpoint)
+            install_gpu_operator(endpoint, name)
         hot = args.hot if args.hot is not None else ["team-a"]
         started = datetime.now(UTC)
         next_status = 0.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from gpu_agent.services import layouts, mig_operator, nodes, probes, proposals
+from gpu_agent.services import layouts, mig_operator, nodes, probes, proposals, time_slicing
 from quotas.models import Cluster
 
 
@@ -47,6 +47,17 @@ def operator_sync() -> int:
             failures += 1
     mig_operator.operator_layouts_fail_overdue()
     return failures
+
+
+@shared_task(name="gpu_agent.tasks.time_slicing_sync", ignore_result=True)
+def time_slicing_sync() -> int:
+    """Every cluster reached through the Kubernetes API: label the nodes of its time-sliced
+    flavors with their device plugin config, restart the plugin where only the config's
+    content changed. Returns the clusters whose pass failed."""
+    return sum(
+        not time_slicing.time_slicing_push(cluster=cluster).ok
+        for cluster in time_slicing.time_slicing_clusters()
+    )
 
 
 @shared_task(name="gpu_agent.tasks.refresh_plan_proposals", ignore_result=True)

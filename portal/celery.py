@@ -36,6 +36,8 @@ app.conf.beat_schedule = {
     },
     # MIG through the GPU Operator: ConfigMap and node labels out, state labels back.
     "gpu-agent-operator-sync": {"task": "gpu_agent.tasks.operator_sync", "schedule": 30.0},
+    # Time-sliced GPUs: node labels naming the device plugin's sharing config, plugin restarts.
+    "gpu-agent-time-slicing-sync": {"task": "gpu_agent.tasks.time_slicing_sync", "schedule": 60.0},
     # Usage: the clusters' state as samples, rollups of what changed, retention + partitions.
     "usage-collect-clusters": {"task": "usage.tasks.collect_clusters", "schedule": 60.0},
     "usage-roll-up": {"task": "usage.tasks.roll_up", "schedule": 60.0},

@@ -13,6 +13,7 @@ from django.db.models.functions import Coalesce
 
 from quotas import isolation
 from quotas.choices import (
+    GPU_RESOURCE,
     Enforcement,
     FlavorKind,
     SyncBackend,
@@ -51,6 +52,15 @@ class EffectiveQuota:
     guaranteed: Decimal
     limit: Decimal
     lending_limit: Decimal | None
+    # R25: shares per GPU of a time-sliced flavor; None: whole GPUs (or not a GPU flavor).
+    time_slicing_replicas: int | None = None
+
+    @property
+    def shares_per_gpu(self) -> int | None:
+        """Shares per GPU when this line counts time-sliced shares of a GPU, else None."""
+        if self.resource == GPU_RESOURCE and self.time_slicing_replicas:
+            return self.time_slicing_replicas
+        return None
 
     @property
     def borrowing_limit(self) -> Decimal:
@@ -99,6 +109,7 @@ _SET_FIELDS = (
 _ITEM_FIELDS = (
     "quotas__flavor__name", "quotas__flavor__kind", "quotas__flavor__gpu_weight",
     "quotas__resource", "quotas__guaranteed", "quotas__limit", "quotas__lending_limit",
+    "quotas__flavor__time_slicing_replicas",
 )  # fmt: skip
 
 
@@ -291,6 +302,13 @@ class FlavorAllocation:
     @property
     def free(self) -> Decimal:
         return self.capacity - self.guaranteed
+
+    @property
+    def shares_per_gpu(self) -> int | None:
+        """R25: shares per GPU when this line counts time-sliced shares, else None."""
+        if self.resource == GPU_RESOURCE and self.flavor.time_slicing_replicas:
+            return self.flavor.time_slicing_replicas
+        return None
 
     @property
     def entered(self) -> bool:

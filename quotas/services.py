@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from core.errors import ValidationFailed
 from core.tasks import enqueue
+from quotas import timeslicing
 from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,
@@ -114,6 +115,11 @@ def quota_item_parse(
         if raw is None:
             amounts[name] = None
             continue
+        if timeslicing.is_percent(raw):
+            amounts[name] = _shares_from_percent(
+                flavor, resource, str(raw), f"{field_prefix}{name}"
+            )
+            continue
         try:
             amounts[name] = parse_resource_amount(resource, raw)
         except QuantityError as exc:
@@ -127,10 +133,45 @@ def quota_item_parse(
     )
 
 
+def _shares_from_percent(flavor: ResourceFlavor, resource: str, raw: str, field: str) -> Decimal:
+    """R25: a percentage of one GPU, for the GPUs of a time-sliced flavor only, as shares."""
+    replicas = flavor.time_slicing_replicas
+    if not replicas or resource != GPU_RESOURCE:
+        what = f"{resource} on {flavor.name}"
+        raise ValidationFailed.for_field(
+            field,
+            f"{what} is not counted in time-sliced shares: a percentage of a GPU is only for "
+            "the GPUs of a time-sliced flavor; give a number",
+        )
+    try:
+        return timeslicing.shares_from_percent(raw, replicas=replicas, flavor=flavor.name)
+    except ValueError as exc:
+        raise ValidationFailed.for_field(field, str(exc)) from exc
+
+
+def _shares_over_capacity(item: QuotaItem, *, taken: Decimal, capacity: Decimal) -> str:
+    """R25: the shares of a time-sliced flavor granted to all tenants together never exceed
+    what its GPUs give (GPUs x shares per GPU), whether or not the cluster lets guarantees
+    overcommit: a share the device plugin does not advertise cannot be had. "" when they fit."""
+    replicas = item.flavor.time_slicing_replicas
+    total = taken + item.guaranteed
+    if not replicas or item.resource != GPU_RESOURCE or total <= capacity:
+        return ""
+    return (
+        f"time-sliced flavor {item.flavor.name}: the shares granted to all tenants would total "
+        f"{timeslicing.shares_text(total, replicas)} ({to_display(item.guaranteed, item.resource)} "
+        f"here, {to_display(taken, item.resource)} to other tenants), above the "
+        f"{timeslicing.shares_word(capacity)} its {timeslicing.gpus_text(capacity, replicas)} "
+        f"give at {replicas} shares per GPU"
+    )
+
+
 def _capacity_label(flavor: ResourceFlavor, resource: str) -> str:
     """What the capacity counts: "NVIDIA A100-SXM4-80GB" for whole GPUs, "cpu in a100-80gb"
     for the rest (256 cores of a GPU flavor are not 256 GPUs)."""
     if resource == GPU_RESOURCE and flavor.gpu_model:
+        if flavor.time_slicing_replicas:  # R25: counted in time-sliced shares, not GPUs
+            return f"{flavor.gpu_model} time-sliced shares"
         return flavor.gpu_model
     return f"{resource} in {flavor.name}"
 
@@ -238,6 +279,10 @@ def quota_items_check(
                     ),
                 ),
             )
+            continue
+        shares_over = _shares_over_capacity(item, taken=taken, capacity=capacity)
+        if shares_over:
+            check.error(f"{name}.guaranteed", shares_over)
             continue
         if not guarantees_fit(
             capacity=capacity,

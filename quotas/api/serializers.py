@@ -16,6 +16,7 @@ from quotas.choices import Enforcement, SyncState
 from quotas.models import Cluster, ResourceFlavor, TenantSync, TierTemplate
 from quotas.quantity import format_quantity
 from quotas.selectors import EffectiveQuotaSet, TenantSyncRow
+from quotas.timeslicing import percent_of_gpu
 
 
 @extend_schema_field(OpenApiTypes.STR)
@@ -110,8 +111,16 @@ class FlavorOutput(serializers.ModelSerializer):
             "node_labels",
             "node_taints",
             "gpu_weight",
+            "time_slicing_replicas",
             "resources",
         ]
+        extra_kwargs = {
+            "time_slicing_replicas": {
+                "help_text": "Shares each GPU is advertised as when the device plugin "
+                "time-slices this flavor (its GPU capacity and quotas count shares); null: "
+                "not shared. Shares split time, not memory."
+            }
+        }
 
 
 class FleetCapacityOutput(serializers.Serializer):
@@ -137,6 +146,11 @@ class AllocationOutput(serializers.Serializer):
     )
     guaranteed = QuantityField(help_text="Sum of all tenants' guarantees.")
     free = QuantityField()
+    shares_per_gpu = serializers.IntegerField(
+        allow_null=True,
+        help_text="Time-sliced flavors: shares per GPU (capacity, guaranteed and free count "
+        "shares; capacity / shares_per_gpu is the GPUs). null: not time-sliced.",
+    )
 
 
 class ClusterDetailOutput(ClusterOutput):
@@ -226,6 +240,25 @@ class QuotaItemOutput(serializers.Serializer):
     lending_limit = QuantityField(allow_null=True)
     guaranteed_gpu_units = UnitsField()
     limit_gpu_units = UnitsField()
+    shares_per_gpu = serializers.IntegerField(
+        allow_null=True,
+        help_text="Time-sliced flavors: the shares each GPU is advertised as; guaranteed and "
+        "limit count shares. A share is time on the GPU, not memory: every pod on it sees the "
+        "whole GPU memory. null: whole GPUs.",
+    )
+    guaranteed_percent_of_gpu = serializers.DecimalField(
+        max_digits=9, decimal_places=2, allow_null=True, coerce_to_string=False,
+        help_text="Time-sliced flavors: the guarantee as a percentage of one GPU (3 of 10 "
+        "shares: 30). null otherwise.",
+    )  # fmt: skip
+    limit_percent_of_gpu = serializers.DecimalField(
+        max_digits=9, decimal_places=2, allow_null=True, coerce_to_string=False,
+        help_text="Time-sliced flavors: the limit as a percentage of one GPU. null otherwise.",
+    )  # fmt: skip
+
+
+def _percent_of_gpu(amount: Decimal, replicas: int | None) -> float | None:
+    return None if replicas is None else float(percent_of_gpu(amount, replicas))
 
 
 class QuotaSetOutput(serializers.Serializer):
@@ -274,6 +307,11 @@ class QuotaSetOutput(serializers.Serializer):
                     "lending_limit": _quantity(item.lending_limit, item.resource),
                     "guaranteed_gpu_units": _units(item.guaranteed_gpu_units),
                     "limit_gpu_units": _units(item.limit_gpu_units),
+                    "shares_per_gpu": item.shares_per_gpu,
+                    "guaranteed_percent_of_gpu": _percent_of_gpu(
+                        item.guaranteed, item.shares_per_gpu
+                    ),
+                    "limit_percent_of_gpu": _percent_of_gpu(item.limit, item.shares_per_gpu),
                 }
                 for item in qs.items
             ],

@@ -4,8 +4,9 @@ from decimal import Decimal
 
 from django import template
 
-from quotas.choices import MIG_RESOURCE_PREFIX
+from quotas.choices import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from quotas.quantity import counted_text, format_quantity, to_display
+from quotas.timeslicing import MEMORY_NOT_ISOLATED, gpus_text, percent_text, shares_text
 
 register = template.Library()
 
@@ -65,3 +66,38 @@ def gpu_word(amount: Decimal | str | None, resource: str) -> str:
     if resource.startswith(MIG_RESOURCE_PREFIX):
         return "MIG instance" if one else "MIG instances"
     return "GPU" if one else "GPUs"
+
+
+@register.simple_tag
+def shares(amount: Decimal | None, replicas: int | None, resource: str) -> str:
+    """R25: ``{% shares item.limit replicas item.resource %}`` -> "3 shares (30% of a GPU)"
+    for the GPUs of a time-sliced flavor, else the amount as ``quantity`` shows it."""
+    if amount is None:
+        return "—"
+    if replicas and resource == GPU_RESOURCE:
+        return shares_text(amount, replicas)
+    return to_display(amount, resource)
+
+
+@register.simple_tag
+def share_step(replicas: int) -> str:
+    """ "10 shares per GPU, 10% of a GPU each"."""
+    return f"{replicas} shares per GPU, {percent_text(1, replicas)} of a GPU each"
+
+
+@register.simple_tag
+def time_slicing_memory_note() -> str:
+    """What a time-sliced share does not give, in words for every page that shows shares."""
+    return MEMORY_NOT_ISOLATED
+
+
+@register.filter
+def shares_gpus(capacity: Decimal, replicas: int) -> str:
+    """``{{ row.capacity|shares_gpus:row.shares_per_gpu }}`` -> "1 GPU", "4 GPUs"."""
+    return gpus_text(capacity, replicas)
+
+
+@register.filter
+def percent_of_gpu(amount: Decimal, replicas: int) -> str:
+    """``{{ 3|percent_of_gpu:10 }}`` -> "30%"."""
+    return percent_text(amount, replicas)

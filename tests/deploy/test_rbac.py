@@ -32,16 +32,18 @@ from devcluster.runner import Handle
 from gpu_agent import operator
 from gpu_agent.models import Gpu
 from gpu_agent.services import layouts
+from gpu_agent.services.time_slicing import time_slicing_push
 from quotas.backends import workload_set_active
 from quotas.choices import MigDriver
 from quotas.kube import compiler
 from quotas.kube.resources import kind_of
 from quotas.kube.spec import QuotaSpec
-from quotas.models import Cluster
+from quotas.models import Cluster, ResourceFlavor
 from quotas.sync import cluster_reconcile
 from tests.conftest import World
 from tests.deploy.manifests import discovery, find, overlay
 from tests.gpu_agent.test_operator_services import BALANCED, k8s_node, portal_node, settled
+from tests.gpu_agent.test_time_slicing import device_plugin_pod, t4_flavor
 from tests.kube.test_compiler import demo_cluster, medium_tenant
 from tests.standin import point_at
 from usage import collector
@@ -201,13 +203,37 @@ def test_the_cluster_role_holds_exactly_what_the_portal_uses(
         pushed = settled(world.h100, seconds=120)
     assert pushed.problems == {} and "patch Node" in record.seen
 
+    # Time-sliced GPUs: the node labelled with its sharing config, then, the content changed
+    # under the same label, the device plugin's pod on it deleted.
+    shared = t4_flavor(world.h100)
+    k8s_node(dynamic, "t4-node-1", **{"nvidia.com/gpu.product": "Tesla-T4"})
+    device_plugin_pod(dynamic, "t4-node-1")
+    assert cluster_reconcile(cluster=world.h100).ok
+    with record:
+        assert time_slicing_push(cluster=world.h100).labelled == ["t4-node-1"]
+    ResourceFlavor.objects.filter(pk=shared.pk).update(time_slicing_replicas=4)
+    assert cluster_reconcile(cluster=world.h100).ok
+    with record:
+        assert time_slicing_push(cluster=world.h100).restarted
+    assert "delete Pod" in record.seen
+
     needed = compiled_requirements(served) | observed_requirements(record.seen, served)
+    # Deleting pods is granted in the GPU Operator's namespace only, by a Role of its own.
+    namespaced = granted(
+        find(overlay("in-cluster"), "Role", "gpu-quota-portal-device-plugin-restart")
+    )
+    assert namespaced == {("", "pods", "delete", "*")}
+    assert namespaced <= needed, "the device plugin Role holds what the portal never uses"
+    needed -= namespaced
     role = granted(find(overlay("in-cluster"), "ClusterRole", "gpu-quota-portal"))
     assert sorted(needed - role) == [], "the ClusterRole lacks what the portal uses"
     assert sorted(role - needed) == [], "the ClusterRole holds what the portal never uses"
     # The outside overlay's managed clusters get the same role.
     assert role == granted(
         find(overlay("outside/managed-cluster"), "ClusterRole", "gpu-quota-portal")
+    )
+    assert namespaced == granted(
+        find(overlay("outside/managed-cluster"), "Role", "gpu-quota-portal-device-plugin-restart")
     )
 
 

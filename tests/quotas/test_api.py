@@ -43,6 +43,7 @@ def test_cluster_detail_sums_every_tenants_guarantees_against_capacity(world, ap
         "fleet": None,  # whole GPUs: the number an admin entered
         "guaranteed": "12",
         "free": "4",
+        "shares_per_gpu": None,  # whole GPUs, not time-sliced shares
     }
     assert allocations[("a100-80gb", "cpu")]["guaranteed"] == "96"
     assert allocations[("a100-80gb", "cpu")]["capacity"] == "256"

@@ -79,6 +79,16 @@ USERS = [
 # The department (R14) over team-a and team-b on demo-h100: a pool of 2 H100s, a cap of 12.
 DEPARTMENT_TEAMS = ("team-a", "team-b")
 
+# The seed's T4 split (R25): one T4 time-sliced 10 ways, 30% / 30% / 40% to three labs.
+T4_FLAVOR = "t4-shared"
+T4_GPUS = 1
+T4_SHARES_PER_GPU = 10
+T4_LABS = [
+    ("lab-nlp", "NLP lab (shared T4)", 30),
+    ("lab-vision", "Vision lab (shared T4)", 30),
+    ("lab-speech", "Speech lab (shared T4)", 40),
+]
+
 # The seed's 16-A100 example (R19): guaranteed / limit per team.
 TEAMS = [
     ("team-a", "Team A (vision)", 6, 10, "alice", "small"),
@@ -245,6 +255,49 @@ class Command(BaseCommand):
         )
         return research
 
+    @staticmethod
+    def _t4_labs(cluster: Cluster, t4: ResourceFlavor, users: dict[str, User]) -> None:
+        """The seed's T4 split (R25): three labs at the time-sliced level, each set as a lead
+        would (bob asks, an admin approves), then 30%, 30% and 40% of the T4 granted: 3, 3 and 4
+        of its 10 shares, with CPU and memory of the T4 node in proportion."""
+        for slug, name, percent in T4_LABS:
+            if Tenant.objects.filter(slug=slug).exists():
+                continue
+            lab = tenant_create(
+                slug=slug,
+                display_name=name,
+                cohort="demo",
+                description="Notebooks and small inference on a time-sliced share of a T4.",
+                actor=users["admin"],
+            )
+            membership_set(
+                tenant=lab, user=users["bob"], role=MembershipRole.LEAD, actor=users["admin"]
+            )
+            level = quota_request_create(
+                tenant=lab,
+                cluster=cluster,
+                requester=users["bob"],
+                reason="Notebooks share a T4: a time-sliced share is enough",
+                items=[],
+                isolation_level=IsolationLevel.TIME_SLICED,
+                submit=True,
+            )
+            quota_request_approve(request=level, approver=users["admin"], comment="Fine")
+            lab.refresh_from_db()  # its level, as the approval set it
+            shares = Decimal(percent * T4_SHARES_PER_GPU // 100)
+            quota_request_grant(
+                tenant=lab,
+                cluster=cluster,
+                actor=users["admin"],
+                items=[
+                    QuotaItem(t4, GPU_RESOURCE, shares, shares),
+                    QuotaItem(t4, CPU_RESOURCE, shares * 2, shares * 2),
+                    QuotaItem(t4, MEMORY_RESOURCE, shares * 8 * GI, shares * 8 * GI),
+                ],
+                scheduling={},
+                reason=f"The seed's T4 split 30/30/40: {percent}% of the T4",
+            )
+
     @transaction.atomic
     def handle(self, *args: Any, **options: Any) -> None:
         users = {}
@@ -349,6 +402,24 @@ class Command(BaseCommand):
                 },
             )
 
+        # One T4 shared by time-slicing (R25): the device plugin advertises it as 10 shares,
+        # 10% of the GPU each (GPU Feature Discovery then names the node's product
+        # Tesla-T4-SHARED, which is what Kueue's flavor selects).
+        t4_shared = _flavor(
+            h100,
+            T4_FLAVOR,
+            {
+                GPU_RESOURCE: Decimal(T4_GPUS * T4_SHARES_PER_GPU),
+                CPU_RESOURCE: Decimal(32),
+                MEMORY_RESOURCE: Decimal(128 * GI),
+            },
+            kind=FlavorKind.GPU,
+            gpu_model="Tesla T4",
+            gpu_weight=Decimal("0.025"),  # a share: a tenth of a T4, which weighs a quarter
+            time_slicing_replicas=T4_SHARES_PER_GPU,
+            node_labels={"nvidia.com/gpu.product": "Tesla-T4-SHARED"},
+        )
+
         tiers = {t.name: t for t in TierTemplate.objects.all()}
         research = self._department(users)
         onboarded: list[Tenant] = []
@@ -451,6 +522,8 @@ class Command(BaseCommand):
             self.stdout.write(f"Suggestions for team-a: {len(drafts)}")
             # team-b's idle notebook (devcluster.kueue_sim) is suspended while you watch.
             AlertRule.objects.filter(kind=RuleKind.IDLE_WORKLOAD).update(grace=DEMO_IDLE_GRACE)
+        # After the simulated month, so the teams' simulated figures stay as they were.
+        self._t4_labs(h100, t4_shared, users)
 
         self.stdout.write(
             self.style.SUCCESS("Demo ready. Log in at /login/ with any of these (password 'demo'):")
@@ -461,7 +534,7 @@ class Command(BaseCommand):
                 if is_admin
                 else {
                     "alice": "lead of team-a and of the Research department",
-                    "bob": "lead of team-b",
+                    "bob": "lead of team-b and of the three T4 labs (30/30/40 of a shared T4)",
                     "carol": "member of team-a",
                 }[username]
             )

@@ -1,0 +1,58 @@
+"""The demo's T4 (R25): ``manage.py demo`` shares one T4 on demo-h100 ten ways and splits it
+30 / 30 / 40 over three labs, each at the time-sliced level through a request, as the seed's
+example does; bob, their lead, reads the split as percent of the GPU."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from html import unescape
+
+import pytest
+
+from portal.management.commands.demo import T4_FLAVOR, T4_LABS, Command, _flavor
+from quotas.choices import CPU_RESOURCE, GPU_RESOURCE, MEMORY_RESOURCE, FlavorKind
+from quotas.models import Quota
+from tenants.choices import IsolationLevel
+from tenants.models import Tenant
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def t4(world):
+    return _flavor(
+        world.h100,
+        T4_FLAVOR,
+        {GPU_RESOURCE: Decimal(10), CPU_RESOURCE: Decimal(32), MEMORY_RESOURCE: Decimal(128 << 30)},
+        kind=FlavorKind.GPU,
+        gpu_model="Tesla T4",
+        time_slicing_replicas=10,
+        node_labels={"nvidia.com/gpu.product": "Tesla-T4-SHARED"},
+    )
+
+
+def test_the_demo_splits_one_t4_30_30_40_over_three_time_sliced_labs(world, t4, client):
+    users = {"admin": world.admin, "bob": world.bob}
+    Command._t4_labs(world.h100, t4, users)
+    Command._t4_labs(world.h100, t4, users)  # the demo runs twice without harm
+    shares = {
+        q.quota_set.tenant.slug: (q.guaranteed, q.limit)
+        for q in Quota.objects.filter(flavor=t4, resource=GPU_RESOURCE).select_related(
+            "quota_set__tenant"
+        )
+    }
+    assert shares == {
+        "lab-nlp": (3, 3),
+        "lab-vision": (3, 3),
+        "lab-speech": (4, 4),
+    }
+    assert [percent for _slug, _name, percent in T4_LABS] == [30, 30, 40]
+    for slug, *_ in T4_LABS:
+        assert Tenant.objects.get(slug=slug).isolation_level == IsolationLevel.TIME_SLICED
+    client.force_login(world.bob)
+    page = client.get("/tenants/lab-speech/")
+    assert page.status_code == 200
+    words = re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", page.content.decode())))
+    assert "4 shares (40% of a GPU)" in words
+    assert "shares a GPU's time, not its memory" in words
