@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,11 +46,12 @@ from django.utils import timezone
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
+from gpu_agent.models import Node
 from quotas.choices import MIG_RESOURCE_PREFIX
 from quotas.models import Cluster, ResourceFlavor
 from tenants.models import Namespace, Tenant
 from usage.choices import Metric, PrometheusFigure, Source
-from usage.models import PrometheusSource, VolumeRoom
+from usage.models import PrometheusGpu, PrometheusSource, VolumeRoom
 from usage.promql import kube_resource_name, parse_label_matchers, queries
 from usage.services import SampleRow, samples_write
 
@@ -59,6 +61,7 @@ MAX_POINTS_PER_SERIES = 500  # far under Prometheus' own 11,000
 MAX_WINDOW = timedelta(hours=1)  # the most one pass reads back after a gap
 FIRST_WINDOW = timedelta(minutes=5)
 UNKNOWN_KEPT = 20  # namespaces listed on the status (the count is whole)
+WHOLE_GPU_KSM = kube_resource_name("nvidia.com/gpu")
 
 
 class PrometheusError(Exception):
@@ -224,6 +227,13 @@ def _pod(labels: Mapping[str, str]) -> str:
     return labels.get("exported_pod") or labels.get("pod") or ""
 
 
+def _node(labels: Mapping[str, str]) -> str:
+    """The node a DCGM series is from: a ``node`` label where the scrape added one (relabelled
+    from the pod's node name), else the exporter's ``Hostname`` (the node's name where the
+    exporter is given ``NODE_NAME``, as NVIDIA's Helm chart does)."""
+    return labels.get("node") or labels.get("Hostname") or ""
+
+
 @dataclass
 class SeriesOwners:
     """Who a series belongs to: namespaces and ClusterQueues to tenants, GPU models and
@@ -234,6 +244,11 @@ class SeriesOwners:
     flavor_by_model: dict[tuple[str, str], int]  # (modelName, MIG profile or "")
     flavor_by_resource: dict[str, int]  # kube-state-metrics resource -> flavor
     flavor_by_name: dict[str, int]
+    node_by_name: dict[str, int] = field(default_factory=dict)  # registered agents' nodes
+    # Where the cluster has several whole-GPU flavors: each one's node labels (Kueue's
+    # ResourceFlavor nodeLabels), to tell by a pod's node which flavor its GPUs are.
+    gpu_flavor_labels: dict[int, dict[str, str]] = field(default_factory=dict)
+    node_flavor: dict[str, int | None] = field(default_factory=dict)  # node -> flavor, read
     unknown: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     def tenant_of(self, labels: Mapping[str, str]) -> tuple[bool, int | None]:
@@ -262,15 +277,61 @@ def mapping_for(cluster: Cluster) -> SeriesOwners:
             )
         elif f.kind == "gpu":
             gpus.append(f.pk)
-    if len(gpus) == 1:  # whole GPUs: the flavor is known only where the cluster has one
+    if len(gpus) == 1:  # whole GPUs: one flavor, so the resource name says it
         by_resource[kube_resource_name("nvidia.com/gpu")] = gpus[0]
+    # Several: by the labels of the pod's node (kube_node_labels), where flavors name labels.
+    gpu_labels = {
+        f.pk: {str(k): str(v) for k, v in (f.node_labels or {}).items()}
+        for f in flavors
+        if len(gpus) > 1 and f.kind == "gpu" and f.node_labels
+    }
     return SeriesOwners(
         ns_tenant=dict(Namespace.objects.values_list("name", "tenant_id")),
         cq_tenant=dict(Tenant.objects.values_list("slug", "pk")),
         flavor_by_model=by_model,
         flavor_by_resource=by_resource,
         flavor_by_name={f.name: f.pk for f in flavors},
+        node_by_name=_nodes_by_name(cluster),
+        gpu_flavor_labels=gpu_labels,
     )
+
+
+def kube_label_name(label: str) -> str:
+    """kube-state-metrics' spelling of a Kubernetes label in ``kube_node_labels``:
+    ``nvidia.com/gpu.product`` -> ``label_nvidia_com_gpu_product``."""
+    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
+
+
+def node_flavors(
+    *, node_labels: Iterable[Series], flavor_labels: Mapping[int, Mapping[str, str]]
+) -> dict[str, int | None]:
+    """Node name -> the one whole-GPU flavor whose node labels the node carries (None where
+    none or several do), from ``kube_node_labels`` (the labels kube-state-metrics was allowed
+    to export: ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.product,...]``)."""
+    out: dict[str, int | None] = {}
+    for series in node_labels:
+        node = series.labels.get("node", "")
+        if not node:
+            continue
+        matching = [
+            flavor_id
+            for flavor_id, wanted in flavor_labels.items()
+            if all(series.labels.get(kube_label_name(k)) == v for k, v in wanted.items())
+        ]
+        out[node] = matching[0] if len(matching) == 1 else None
+    return out
+
+
+def _nodes_by_name(cluster: Cluster) -> dict[str, int]:
+    """The cluster's registered nodes by name, and by hostname where that differs."""
+    found: dict[str, int] = {}
+    for pk, name, hostname in Node.objects.filter(cluster=cluster).values_list(
+        "pk", "name", "hostname"
+    ):
+        found[name] = pk
+        if hostname:
+            found.setdefault(hostname, pk)
+    return found
 
 
 def _flavor_of_device(mapping: SeriesOwners, labels: Mapping[str, str]) -> int | None:
@@ -301,7 +362,7 @@ def device_rows(
 ) -> list[SampleRow]:
     """DCGM series as samples per device (GPU or MIG instance) and pod: utilisation in percent
     (graphics engine activity x 100 where the exporter has it, else ``DCGM_FI_DEV_GPU_UTIL``)
-    and framebuffer memory used in MiB."""
+    and framebuffer memory used in MiB; on the node's id where its agent registered it."""
     engine_by_device = {_device_key(s.labels): s for s in engine}
     util_by_device = {_device_key(s.labels): s for s in util}
     rows: list[SampleRow] = []
@@ -319,24 +380,57 @@ def device_rows(
             flavor_id = _flavor_of_device(mapping, labels)
             uuid = labels.get("UUID") or None
             profile = labels.get("GPU_I_PROFILE") or None
+            node_id = mapping.node_by_name.get(_node(labels))
             for when, value in series.values:
                 rows.append(
                     (when, int(metric), max(value * scale, 0.0), cluster_id, tenant_id, flavor_id,
-                     None, uuid, _gi_id(labels), profile)
+                     node_id, uuid, _gi_id(labels), profile)
                 )  # fmt: skip
     return rows
+
+
+def gpus_store(*, cluster: Cluster, series: Iterable[Series], now: datetime) -> int:
+    """Each GPU the DCGM series show (by UUID): its node, index and model, and whether any of
+    its series is a MIG instance's; one row per GPU, updated in place."""
+    seen: dict[str, PrometheusGpu] = {}
+    for s in series:
+        labels = s.labels
+        uuid, node, index = labels.get("UUID", ""), _node(labels), labels.get("gpu", "")
+        if not uuid or not node or not index.isdigit():
+            continue
+        gpu = seen.setdefault(
+            uuid,
+            PrometheusGpu(
+                cluster=cluster, uuid=uuid, node=node[:253], index=int(index),
+                model=labels.get("modelName", "")[:100], seen_at=now,
+            ),
+        )  # fmt: skip
+        gpu.mig = gpu.mig or bool(labels.get("GPU_I_PROFILE"))
+    if seen:
+        PrometheusGpu.objects.bulk_create(
+            list(seen.values()),
+            update_conflicts=True,
+            unique_fields=["cluster", "uuid"],
+            update_fields=["node", "index", "model", "mig", "seen_at"],
+        )
+    return len(seen)
 
 
 def request_rows(
     *, requests_: Iterable[Series], mapping: SeriesOwners, cluster_id: int
 ) -> list[SampleRow]:
-    """kube-state-metrics' GPU requests of running pods, summed per namespace and resource."""
+    """kube-state-metrics' GPU requests of running pods, summed per namespace and resource;
+    on a cluster with several whole-GPU flavors, a whole GPU's flavor is the one its pod's node
+    carries the labels of (``mapping.node_flavor``), else none."""
     totals: dict[tuple[int, int | None, datetime], float] = defaultdict(float)
     for series in requests_:
         known, tenant_id = mapping.tenant_of(series.labels)
         if not known or tenant_id is None:
             continue
-        flavor_id = mapping.flavor_by_resource.get(series.labels.get("resource", ""))
+        resource = series.labels.get("resource", "")
+        flavor_id = mapping.flavor_by_resource.get(resource)
+        if flavor_id is None and resource == WHOLE_GPU_KSM:
+            flavor_id = mapping.node_flavor.get(series.labels.get("node", ""))
         for when, value in series.values:
             totals[(tenant_id, flavor_id, when)] += value
     return [
@@ -502,6 +596,14 @@ def _read(
             result = client.query_range(texts[name], start=start, end=end, step=step)
             results[name] = result
             warnings.extend(result.warnings)
+    mapping = mapping_for(cluster)
+    if PrometheusFigure.GPU_REQUESTS in wanted and mapping.gpu_flavor_labels:
+        # Several whole-GPU flavors: which one a pod's GPUs are follows from its node's labels.
+        result = client.query_range(texts["node_labels"], start=end, end=end, step=step)
+        warnings.extend(result.warnings)
+        mapping.node_flavor = node_flavors(
+            node_labels=result.series, flavor_labels=mapping.gpu_flavor_labels
+        )
     delivered = []
     for figure in wanted:
         required = REQUIRED[PrometheusFigure(figure)]
@@ -512,16 +614,25 @@ def _read(
                 f"no series for {PrometheusFigure(figure).label}: nothing read from "
                 f"{' or '.join(texts[name].split('{')[0].split('(')[-1] for name in required)}."
             )
-    mapping = mapping_for(cluster)
     rows: list[SampleRow] = []
     series = {name: result.series for name, result in results.items()}
     if PrometheusFigure.GPU_USAGE in delivered:
+        devices = [*series["util"], *series["engine"], *series["memory"]]
         rows += device_rows(
             util=series["util"], engine=series["engine"], memory=series["memory"],
             mapping=mapping, cluster_id=cluster.pk,
         )  # fmt: skip
     if PrometheusFigure.GPU_REQUESTS in delivered:
-        rows += request_rows(requests_=series["requests"], mapping=mapping, cluster_id=cluster.pk)
+        requested = request_rows(
+            requests_=series["requests"], mapping=mapping, cluster_id=cluster.pk
+        )
+        rows += requested
+        if mapping.gpu_flavor_labels and any(r[5] is None for r in requested):
+            warnings.append(
+                "GPU requests on nodes whose labels match no single GPU flavor are counted "
+                "without a flavor: give each GPU flavor node labels, and let kube-state-metrics "
+                "export them (--metric-labels-allowlist=nodes=[...])."
+            )
     if PrometheusFigure.KUEUE in delivered:
         rows += kueue_rows(
             usage=series["kueue_usage"], reservation=series["kueue_reservation"],
@@ -530,6 +641,8 @@ def _read(
         )  # fmt: skip
     with transaction.atomic():
         written = samples_write(rows=rows, source=Source.PROMETHEUS)
+        if PrometheusFigure.GPU_USAGE in delivered:
+            gpus_store(cluster=cluster, series=devices, now=now)
         if PrometheusFigure.VOLUMES in delivered:
             volumes_store(
                 cluster=cluster, available=series["volume_available"],

@@ -62,7 +62,7 @@ def queries(matchers: Sequence[str]) -> dict[str, str]:
         "engine": selector("DCGM_FI_PROF_GR_ENGINE_ACTIVE", m),
         "memory": selector("DCGM_FI_DEV_FB_USED", m),
         "requests": (
-            f"sum by (namespace, resource) ({requests_q} "
+            f"sum by (namespace, resource, node) ({requests_q} "
             f"* on (namespace, pod) group_left () ({running} == 1))"
         ),
         "kueue_usage": selector(
@@ -73,6 +73,7 @@ def queries(matchers: Sequence[str]) -> dict[str, str]:
         ),
         "kueue_pending": f"sum by (cluster_queue) ({selector('kueue_pending_workloads', m)})",
         "kueue_admitted": selector("kueue_admitted_active_workloads", m),
+        "node_labels": selector("kube_node_labels", m),
         "volume_available": selector("kubelet_volume_stats_available_bytes", m),
         "volume_capacity": selector("kubelet_volume_stats_capacity_bytes", m),
     }
