@@ -10,15 +10,22 @@ What is read (the exporters' own metric and label names):
   the scrape target had its own: a ServiceMonitor without ``honorLabels``);
 - kube-state-metrics: ``kube_pod_container_resource_requests`` with ``resource`` =
   ``nvidia_com_gpu`` or a MIG resource (``nvidia_com_mig_1g_10gb``), counted for running pods
-  (``kube_pod_status_phase{phase="Running"}``);
+  (``kube_pod_status_phase{phase="Running"}``), by the pod's ``node``; where a cluster has
+  several whole-GPU flavors, ``kube_node_labels`` (the ``label_*`` kube-state-metrics exports
+  for the labels its ``--metric-labels-allowlist`` names) tells which flavor's node labels
+  each node carries, so a whole GPU's request gets its flavor;
 - Kueue: ``kueue_cluster_queue_resource_usage`` and ``..._resource_reservation`` (per
   ``cluster_queue``, ``flavor``, ``resource``), ``kueue_pending_workloads`` and
-  ``kueue_admitted_active_workloads`` (per ``cluster_queue``);
+  ``kueue_admitted_active_workloads`` (per ``cluster_queue``), and the admission wait
+  histogram ``kueue_admission_wait_time_seconds`` (per ``cluster_queue``): its ``_count`` and
+  ``_sum`` counters, differenced here into admissions and seconds waited per step;
 - the kubelet: ``kubelet_volume_stats_available_bytes`` / ``_capacity_bytes`` (per
   ``namespace``, ``persistentvolumeclaim``).
 
 Series map to tenants by namespace (``tenants.Namespace``; Kueue's by ClusterQueue, which the
-portal names after the tenant). A series in a namespace no tenant owns is ignored and counted,
+portal names after the tenant), and DCGM's to nodes by ``node`` (where the scrape relabels it
+in) or ``Hostname``: the samples carry the node's id where its agent registered it, and each
+GPU seen is kept (``PrometheusGpu``) for the admin heatmap. A series in a namespace no tenant owns is ignored and counted,
 and logged once (when the set of such namespaces changes). Every query has a timeout (told to
 the server too), retries with backoff on connection errors and 429 / 502 / 503 / 504, and a
 bounded number of points; a failure is recorded on the cluster's ``PrometheusSource`` and stops
@@ -450,8 +457,14 @@ def kueue_rows(
     admitted: Iterable[Series],
     mapping: SeriesOwners,
     cluster_id: int,
+    admissions: Iterable[Series] = (),
+    admission_wait: Iterable[Series] = (),
+    since: datetime | None = None,
 ) -> list[SampleRow]:
-    """Kueue's ClusterQueue metrics (the portal names a tenant's ClusterQueue after it)."""
+    """Kueue's ClusterQueue metrics (the portal names a tenant's ClusterQueue after it); from
+    the admission wait histogram, per step where workloads were admitted, how many and their
+    waits summed (its ``_count`` and ``_sum``: means over any period add up exactly, which
+    quantiles of each step would not). ``since``: the time of the counters' base point."""
     rows: list[SampleRow] = []
     per_flavor: dict[tuple[int, int, int, datetime], float] = defaultdict(float)
     for metric, series_list in ((Metric.QUOTA_USED, usage), (Metric.QUOTA_RESERVED, reservation)):
@@ -482,7 +495,48 @@ def kueue_rows(
                 rows.append(
                     (when, int(counted), value, cluster_id, tenant_id, None, None, None, None, None)
                 )
+    wait_series = list(admission_wait)
+    if not wait_series:
+        return rows  # counts without their sums (a partial answer): neither is stored
+    counts = _counter_increases(admissions, mapping, since)
+    waits = _counter_increases(wait_series, mapping, since)
+    for (tenant_id, when), count in sorted(counts.items()):
+        for metric, value in (
+            (Metric.ADMISSIONS, count),
+            (Metric.ADMISSION_WAIT, waits.get((tenant_id, when), 0.0)),  # 0: admitted at once
+        ):
+            rows.append(
+                (when, int(metric), value, cluster_id, tenant_id, None, None, None, None, None)
+            )
     return rows
+
+
+def _counter_increases(
+    series_list: Iterable[Series], mapping: SeriesOwners, since: datetime | None
+) -> dict[tuple[int, datetime], float]:
+    """``{(tenant id, time): what the counters of the tenant's ClusterQueue grew by in the step
+    ending then}``, from the raw counter values: a point at ``since`` is only the base of the
+    next; a series that first shows later (the ClusterQueue's first admission since Kueue
+    started) counts from zero, and so does a value below the one before (Kueue restarted)."""
+    out: dict[tuple[int, datetime], float] = defaultdict(float)
+    for series in series_list:
+        queue = series.labels.get("cluster_queue", "")
+        tenant_id = mapping.cq_tenant.get(queue)
+        if tenant_id is None:
+            mapping.unknown[f"ClusterQueue {queue}"] += 1
+            continue
+        before: float | None = None
+        for when, value in series.values:
+            if not math.isfinite(value):
+                continue
+            if before is None and since is not None and when <= since:
+                before = value
+                continue
+            grown = value if before is None or value < before else value - before
+            before = value
+            if grown > 0:
+                out[(tenant_id, when)] += grown
+    return dict(out)
 
 
 # --- one pass over a cluster -----------------------------------------------------------------
@@ -490,9 +544,17 @@ def kueue_rows(
 FIGURE_QUERIES = {
     PrometheusFigure.GPU_USAGE: ("util", "engine", "memory"),
     PrometheusFigure.GPU_REQUESTS: ("requests",),
-    PrometheusFigure.KUEUE: ("kueue_usage", "kueue_reservation", "kueue_pending", "kueue_admitted"),
+    PrometheusFigure.KUEUE: (
+        "kueue_usage",
+        "kueue_reservation",
+        "kueue_pending",
+        "kueue_admitted",
+        "kueue_admissions",
+        "kueue_admission_wait",
+    ),
     PrometheusFigure.VOLUMES: ("volume_available", "volume_capacity"),
 }
+COUNTERS = {"kueue_admissions", "kueue_admission_wait"}
 # A figure is "missing" when none of these gave a series (the others are optional).
 REQUIRED = {
     PrometheusFigure.GPU_USAGE: ("util", "engine"),
@@ -593,7 +655,9 @@ def _read(
     warnings: list[str] = []
     for figure in wanted:
         for name in FIGURE_QUERIES[PrometheusFigure(figure)]:
-            result = client.query_range(texts[name], start=start, end=end, step=step)
+            # Counters are read from a step earlier: that point is the base of the first step.
+            since = start - step if name in COUNTERS else start
+            result = client.query_range(texts[name], start=since, end=end, step=step)
             results[name] = result
             warnings.extend(result.warnings)
     mapping = mapping_for(cluster)
@@ -637,7 +701,8 @@ def _read(
         rows += kueue_rows(
             usage=series["kueue_usage"], reservation=series["kueue_reservation"],
             pending=series["kueue_pending"], admitted=series["kueue_admitted"],
-            mapping=mapping, cluster_id=cluster.pk,
+            admissions=series["kueue_admissions"], admission_wait=series["kueue_admission_wait"],
+            since=start - step, mapping=mapping, cluster_id=cluster.pk,
         )  # fmt: skip
     with transaction.atomic():
         written = samples_write(rows=rows, source=Source.PROMETHEUS)

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 import requests
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
 
 from tests.conftest import require_service  # the tests' rule: skip, or fail in CI
 
@@ -86,6 +86,14 @@ class Exporters:
         self.admitted = Gauge(
             "kueue_admitted_active_workloads", "The number of admitted Workloads that are active.",
             ["cluster", "cluster_queue"], registry=self.kube,
+        )  # fmt: skip
+        # Kueue's (pkg/metrics): exponential buckets; its _count and _sum are what is read.
+        self.admission_wait = Histogram(
+            "kueue_admission_wait_time_seconds",
+            "The time between a workload was created or requeued until admission, "
+            "per 'cluster_queue'",
+            ["cluster", "cluster_queue"], registry=self.kube,
+            buckets=[1.0 * 2.5**i for i in range(14)],
         )  # fmt: skip
         # kube-state-metrics exports the node labels its --metric-labels-allowlist names.
         self.node_labels = Gauge(
