@@ -544,10 +544,10 @@ def _gpu_cells(clusters: dict[int, ClusterView], now: datetime) -> None:
         .order_by("cluster_id", "node", "index")
         .values_list("cluster_id", "node", "index", "uuid", "model", "mig")
     )
-    for cluster_id, node, index, uuid, model, mig in seen:
+    for cluster_id, node, index, uuid, model_name, mig in seen:
         clusters[cluster_id].gpus.append(
             GpuCell(
-                node=node, index=index, uuid=uuid, model=model, utilization=recent.get(uuid),
+                node=node, index=index, uuid=uuid, model=model_name, utilization=recent.get(uuid),
                 mig=mig, from_prometheus=True,
             )
         )  # fmt: skip
