@@ -399,9 +399,13 @@ def suggestions_compute(
 
 
 def suggestions_compute_all(*, now: datetime | None = None) -> int:
-    """The monthly run: every active tenant, each in its own transaction."""
+    """The monthly run: every active tenant (not archived: it gets no new quotas), each in
+    its own transaction."""
     count = 0
-    for tenant in Tenant.objects.filter(state="active", quota_sets__isnull=False).distinct():
+    tenants = Tenant.objects.filter(
+        state="active", archived_at__isnull=True, quota_sets__isnull=False
+    ).distinct()
+    for tenant in tenants:
         try:
             count += len(suggestions_compute(tenant=tenant, now=now))
         except Exception:  # one tenant's failure must not stop the others

@@ -346,6 +346,11 @@ def quota_request_check(
     ``quotas.services.quota_items_check``; errors are reported against the request's items."""
     quota_set, current = _current(tenant, cluster)
     check = RequestCheck(base_generation=quota_set.generation if quota_set else 0)
+    if tenant.archived_at is not None:
+        check.errors["tenant"] = [
+            f"{tenant.slug} is archived: it gets no new quotas until a platform admin unarchives it"
+        ]
+        return check
     seen: dict[Key, int] = {}
     for index, item in enumerate(items):
         key = (item.flavor.pk, item.resource)

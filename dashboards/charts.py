@@ -186,6 +186,10 @@ def _heatmap_figure(view: ClusterView) -> Figure:
     row = {n: i for i, n in enumerate(nodes)}
     for g in view.gpus:
         z[row[g.node]][g.index] = None if g.utilization is None else round(g.utilization, 1)
+        if g.from_prometheus:  # what DCGM shows: no MIG layout
+            mig = ", MIG mode" if g.mig else ""
+            text[row[g.node]][g.index] = f"{g.model}{mig}, from Prometheus"
+            continue
         mig = f", MIG {g.instances} instances, {g.free_slices} free slices" if g.mig else ""
         text[row[g.node]][g.index] = f"{g.model}{mig}"
     return {

@@ -42,7 +42,7 @@ from quotas.selectors import fleet_capacities
 from tenants.models import Tenant
 from usage import selectors as usage_selectors
 from usage.choices import RAW, Metric, Resolution
-from usage.models import Rollup, Sample, Workload
+from usage.models import PrometheusGpu, Rollup, Sample, Workload
 from usage.services import bucket_start, retention
 
 RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
@@ -53,6 +53,8 @@ IDLE_BELOW_PCT = 30.0
 TOP_IDLE = 10
 TOP_TENANTS = 12  # tenants drawn one by one in the share charts; the rest are "others"
 HEATMAP_WINDOW = timedelta(minutes=5)
+# A GPU only the cluster's Prometheus shows stays on the heatmap this long after its last series.
+PROMETHEUS_GPU_KEPT = timedelta(hours=1)
 DURATION_BUCKETS: tuple[tuple[str, float], ...] = (
     ("< 10 min", 600),
     ("10-60 min", 3600),
@@ -235,6 +237,9 @@ class Indicators:
     workloads_admitted: int
     workloads_finished: int
     peak_used_units: float | None
+    # Kueue's own mean admission wait (its histogram, through Prometheus): shown where the
+    # portal has no workloads of its own to take percentiles of.
+    queue_wait_mean_s: float | None = None
 
 
 @dataclass
@@ -306,6 +311,7 @@ def tenant_dashboard(
         workloads_admitted=stats.admitted,
         workloads_finished=stats.finished,
         peak_used_units=max((r.get("used", 0.0) for r in unit_rows), default=None),
+        queue_wait_mean_s=stats.queue_wait_mean_s,
     )
     return TenantDashboard(tenant, period, series, unit_rows, indicators)
 
@@ -351,6 +357,7 @@ class GpuCell:
     memory_slices: int | None = None
     largest_free_profile: str = ""
     fragmented: bool = False
+    from_prometheus: bool = False  # no node agent reports it: DCGM series only, no MIG layout
 
 
 @dataclass
@@ -388,7 +395,7 @@ class ClusterView:
 
     @property
     def mig_gpus(self) -> list[GpuCell]:
-        return [g for g in self.gpus if g.mig]
+        return [g for g in self.gpus if g.mig and not g.from_prometheus]
 
     @property
     def free_mig_slices(self) -> int:
@@ -487,7 +494,8 @@ def _largest_free_profile(model: GpuModel, instances: list[Placement]) -> tuple[
 
 def _gpu_cells(clusters: dict[int, ClusterView], now: datetime) -> None:
     """Every GPU of the clusters with its recent utilisation and, in MIG mode, its free
-    memory slices and the largest profile still placeable. Three queries."""
+    memory slices and the largest profile still placeable; then the GPUs only the clusters'
+    Prometheus shows (DCGM series, no node agent), with their utilisation. Four queries."""
     gpus = list(
         Gpu.objects.filter(node__cluster_id__in=list(clusters))
         .order_by("node__name", "index")
@@ -537,6 +545,24 @@ def _gpu_cells(clusters: dict[int, ClusterView], now: datetime) -> None:
                 largest is None or largest.memory_slices < cell.free_slices
             )
         clusters[g["node__cluster_id"]].gpus.append(cell)
+    reported = {g["uuid"] for g in gpus}
+    seen = (
+        PrometheusGpu.objects.filter(
+            cluster_id__in=list(clusters), seen_at__gte=now - PROMETHEUS_GPU_KEPT
+        )
+        .exclude(uuid__in=reported)
+        .order_by("cluster_id", "node", "index")
+        .values_list("cluster_id", "node", "index", "uuid", "model", "mig")
+    )
+    for cluster_id, node, index, uuid, model_name, mig in seen:
+        clusters[cluster_id].gpus.append(
+            GpuCell(
+                node=node, index=index, uuid=uuid, model=model_name, utilization=recent.get(uuid),
+                mig=mig, from_prometheus=True,
+            )
+        )  # fmt: skip
+    for view in clusters.values():
+        view.gpus.sort(key=lambda c: (c.node, c.index))
 
 
 def admin_dashboard(

@@ -8,14 +8,20 @@ from django.contrib import admin
 
 from identity import services
 from identity.models import GroupMapping
+from identity.selectors import group_mapping_stale
 
 
 @admin.register(GroupMapping)
 class GroupMappingAdmin(admin.ModelAdmin):
-    list_display = ["group", "role", "tenant_slug", "tenant", "created_at"]
+    list_display = ["group", "role", "tenant_slug", "tenant", "stale", "created_at"]
     list_filter = ["role"]
+    list_select_related = ["tenant"]
     search_fields = ["group", "tenant_slug"]
     fields = ["group", "role", "tenant"]
+
+    @admin.display(description="Stale")
+    def stale(self, obj: GroupMapping) -> str:
+        return group_mapping_stale(obj) or "no"
 
     def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
         return ["group", "tenant"] if obj else []  # a new group or tenant is a new mapping

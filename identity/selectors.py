@@ -16,6 +16,18 @@ def group_mapping_list() -> QuerySet[GroupMapping]:
     return GroupMapping.objects.select_related("tenant").order_by("group", "tenant_slug", "pk")
 
 
+def group_mapping_stale(mapping: GroupMapping) -> str:
+    """Why sign-in ignores ``mapping`` (its tenant deleted or archived), in words; "" when it
+    counts. ``mapping.tenant`` should be selected with it."""
+    if mapping.role == GroupRole.PLATFORM_ADMIN:
+        return ""
+    if mapping.tenant is None:
+        return f"ignored: tenant {mapping.tenant_slug} was deleted"
+    if mapping.tenant.archived_at is not None:
+        return f"ignored: tenant {mapping.tenant_slug} is archived"
+    return ""
+
+
 def tenant_groups(tenant_ids: Iterable[int]) -> dict[int, tuple[list[str], list[str]]]:
     """``{tenant id: (groups that edit, groups that view)}``: the identity groups mapped to the
     tenant, for its RoleBindings (leads and members edit, viewers view), sorted."""

@@ -21,6 +21,22 @@ logger = logging.getLogger(__name__)
 # Group names that map nowhere, logged once per process (a provider sends every group a user
 # is in, most of which mean nothing to the portal: one line each, not one per sign-in).
 _unmapped_logged: set[str] = set()
+# Stale mappings (their tenant deleted or archived), logged once per process each likewise.
+_stale_logged: set[tuple[str, str, str]] = set()
+
+
+def _log_stale(provider: str, mapping: GroupMapping, why: str) -> None:
+    key = (mapping.group, mapping.tenant_slug, why)
+    if key in _stale_logged:
+        return
+    _stale_logged.add(key)
+    logger.warning(
+        "%s group %r is mapped to tenant %r, which %s: ignored",
+        provider,
+        mapping.group,
+        mapping.tenant_slug,
+        why,
+    )
 
 
 def _tenant_changed(tenant: Tenant, actor: User | None) -> None:
@@ -51,6 +67,10 @@ def _check_mapping(*, group: str, role: str, tenant: Tenant | None) -> str:
         )
     if role != GroupRole.PLATFORM_ADMIN and tenant is None:
         raise ValidationFailed.for_field("tenant", f"A {role} group needs the tenant it is for.")
+    if tenant is not None and tenant.archived_at is not None:
+        raise ValidationFailed.for_field(
+            "tenant", f"Tenant {tenant.slug} is archived: map groups to a tenant in use."
+        )
     return group
 
 
@@ -153,12 +173,10 @@ def _wanted_roles(
             admin_group = admin_group or m.group
             continue
         if m.tenant is None:
-            logger.warning(
-                "%s group %r is mapped to tenant %r, which no longer exists: ignored",
-                provider,
-                m.group,
-                m.tenant_slug,
-            )
+            _log_stale(provider, m, "no longer exists")
+            continue
+        if m.tenant.archived_at is not None:
+            _log_stale(provider, m, "is archived")
             continue
         held = wanted.get(m.tenant.pk)
         if (
@@ -174,7 +192,9 @@ def identity_groups_apply(*, user: User, groups: Iterable[str], provider: str) -
     """Bring ``user``'s group-made memberships (``source`` ``group:<name>``) and group-made
     platform admin in line with ``groups``, the groups the provider sent at this sign-in:
     add what a mapped group gives, change a role whose strongest group changed, remove what no
-    group gives any more. Memberships and admin rights granted by hand stay as they are.
+    group gives any more. Memberships and admin rights granted by hand stay as they are, and
+    so does every membership of an archived tenant; mappings to an archived or deleted tenant
+    are ignored (logged once).
     Every change is audited with the group that caused it; the user is the actor."""
     names = {g for g in groups if isinstance(g, str) and g}
     wanted, admin_group = _wanted_roles(names, provider)
@@ -221,6 +241,8 @@ def identity_groups_apply(*, user: User, groups: Iterable[str], provider: str) -
     for tenant_id, membership in current.items():
         if tenant_id in wanted or membership.source == MEMBERSHIP_SOURCE_MANUAL:
             continue
+        if membership.tenant.archived_at is not None:
+            continue  # an archived tenant's team stays as it was when archived (its history)
         group = membership.source.removeprefix(GROUP_SOURCE_PREFIX)
         audit_record(
             actor=user,

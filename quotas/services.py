@@ -52,7 +52,7 @@ from quotas.selectors import (
     guarantees_by_flavor,
 )
 from tenants.models import Tenant, User
-from tenants.services import audit_record
+from tenants.services import audit_record, tenant_ensure_not_archived
 
 logger = logging.getLogger(__name__)
 
@@ -547,7 +547,9 @@ def quota_set_write(
 
     Items not listed are removed. The generation increases by one on every write, so the
     cluster side can tell which version it has applied. Callers that hold an approval pass it
-    through ``reason``; only approved changes may reach this function (approvals issue)."""
+    through ``reason``; only approved changes may reach this function (approvals issue).
+    An archived tenant gets no new quotas (409)."""
+    tenant_ensure_not_archived(tenant=tenant, doing="gets no new quotas")
     quota_set, created = QuotaSet.objects.select_for_update().get_or_create(
         tenant=tenant, cluster=cluster
     )
@@ -789,7 +791,10 @@ def _repush(quota_set: QuotaSet) -> None:
 @transaction.atomic
 def quota_sets_resync(*, tenant: Tenant, actor: User | None) -> list[QuotaSet]:
     """The tenant changed in a way its clusters see (state, namespaces, members): each of its
-    quota sets is pushed again at the next generation."""
+    quota sets is pushed again at the next generation. Nothing is pushed for an archived
+    tenant; unarchiving it calls this again, so what changed meanwhile still arrives."""
+    if Tenant.objects.filter(pk=tenant.pk, archived_at__isnull=False).exists():
+        return []
     quota_sets = list(QuotaSet.objects.select_for_update().filter(tenant=tenant))
     for quota_set in quota_sets:
         _repush(quota_set)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin
 
+from core.errors import ApplicationError
 from tenants import services
 from tenants.models import ApiToken, AuditEvent, Membership, Namespace, Tenant, User
 
@@ -38,21 +39,87 @@ class MembershipInline(admin.TabularInline):
         return False
 
 
+class ArchivedFilter(admin.SimpleListFilter):
+    """Tenants in use by default; archived ones, or all, when asked."""
+
+    title = "archived"
+    parameter_name = "archived"
+
+    def lookups(self, request: Any, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "Archived"), ("all", "All")]
+
+    def choices(self, changelist: Any) -> Any:
+        value = self.value()
+        yield {
+            "selected": value is None,
+            "query_string": changelist.get_query_string(remove=[self.parameter_name]),
+            "display": "In use",
+        }
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": value == lookup,
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+    def queryset(self, request: Any, queryset: Any) -> Any:
+        value = self.value()
+        if value == "all":
+            return queryset
+        return queryset.filter(archived_at__isnull=value != "yes")
+
+
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
     list_display = [
-        "slug", "display_name", "parent", "cohort", "state", "isolation_level", "created_at",
+        "slug", "display_name", "parent", "cohort", "state", "isolation_level", "archived_at",
+        "created_at",
     ]  # fmt: skip
-    list_filter = ["state", "default_priority", "isolation_level"]
+    list_filter = [ArchivedFilter, "state", "default_priority", "isolation_level"]
     search_fields = ["slug", "display_name"]
     inlines = [NamespaceInline, MembershipInline]
+    actions = ["archive", "unarchive"]
 
     def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
         # The slug names namespaces and cluster objects: fixed once created. The isolation
         # level changes only through a request, checked against the tenant's quotas.
+        # Archiving goes through the actions (audited, checked).
         if obj:
-            return ["slug", "parent", "cohort", "isolation_level", "created_at", "updated_at"]
+            return [
+                "slug", "parent", "cohort", "isolation_level", "archived_at", "created_at",
+                "updated_at",
+            ]  # fmt: skip
         return ["isolation_level"]
+
+    def _each(self, request: Any, queryset: Any, service: Any, done: str) -> None:
+        def depth(tenant: Tenant) -> int:
+            level, parent = 0, tenant.parent
+            while parent is not None:
+                level, parent = level + 1, parent.parent
+            return level
+
+        # Teams before their department when archiving, departments first when unarchiving.
+        tenants = sorted(queryset, key=depth, reverse=done == "archived")
+        changed = []
+        for tenant in tenants:
+            try:
+                service(tenant=tenant, actor=request.user)
+            except ApplicationError as exc:
+                self.message_user(request, exc.message, level=messages.ERROR)
+            else:
+                changed.append(tenant.slug)
+        if changed:
+            self.message_user(
+                request, f"{done.capitalize()}: {', '.join(changed)}.", level=messages.SUCCESS
+            )
+
+    @admin.action(description="Archive selected tenants")
+    def archive(self, request: Any, queryset: Any) -> None:
+        self._each(request, queryset, services.tenant_archive, "archived")
+
+    @admin.action(description="Unarchive selected tenants")
+    def unarchive(self, request: Any, queryset: Any) -> None:
+        self._each(request, queryset, services.tenant_unarchive, "unarchived")
 
     def save_model(self, request: Any, obj: Tenant, form: Any, change: bool) -> None:
         if change:

@@ -37,6 +37,10 @@ def address_tenant(request: HttpRequest) -> dict[str, object]:
         slug = match.kwargs.get("slug") if match is not None else None
         if not isinstance(user, User) or not isinstance(slug, str):
             return None
-        return tenant_selectors.tenant_list_for_user(user=user).filter(slug=slug).first()
+        return (
+            tenant_selectors.tenant_list_for_user(user=user, archived=None)
+            .filter(slug=slug)
+            .first()
+        )
 
     return {"address_tenant": SimpleLazyObject(tenant)}

@@ -46,6 +46,9 @@ class TenantQuerySet(models.QuerySet["Tenant"]):
             return self
         return self.filter(memberships__user=user)
 
+    def not_archived(self) -> TenantQuerySet:
+        return self.filter(archived_at__isnull=True)
+
 
 class Tenant(models.Model):
     slug = models.CharField(max_length=TENANT_SLUG_MAX, unique=True, validators=[dns1123_label])
@@ -71,6 +74,10 @@ class Tenant(models.Model):
         default=IsolationLevel.WHOLE_GPU,
         help_text="Which flavors its quotas may be on; changed through a request.",
     )
+    # Archived: a team that no longer works here. It keeps its history (quotas, requests,
+    # usage, audit) and its page; it is left out of lists, gets no new quotas and no pushes,
+    # and identity groups mapped to it are ignored. Set and cleared through the services.
+    archived_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -24,13 +24,18 @@ from tenants.models import (
 from tenants.validators import DNS1123_LABEL_REGEX
 
 
-def tenant_list_for_user(*, user: User) -> QuerySet[Tenant]:
-    return Tenant.objects.visible_to(user).select_related("parent").order_by("slug")
+def tenant_list_for_user(*, user: User, archived: bool | None = False) -> QuerySet[Tenant]:
+    """The tenants ``user`` sees; archived ones only with ``archived=True`` (only those) or
+    ``archived=None`` (all)."""
+    tenants = Tenant.objects.visible_to(user).select_related("parent").order_by("slug")
+    if archived is not None:
+        tenants = tenants.filter(archived_at__isnull=not archived)
+    return tenants
 
 
 TENANT_ROW_FIELDS = (
     "id", "slug", "display_name", "description", "parent__slug", "cohort",
-    "default_priority", "state", "isolation_level", "created_at", "updated_at",
+    "default_priority", "state", "isolation_level", "archived_at", "created_at", "updated_at",
 )  # fmt: skip
 
 
@@ -114,7 +119,9 @@ def membership_list_for_tenant(*, tenant: Tenant) -> QuerySet[Membership]:
 
 def team_roles_to_give(*, user: User, tenant: Tenant) -> list[str]:
     """The roles ``user`` may give in ``tenant``'s team: every role for a platform admin, member
-    and viewer for a lead, none for anyone else."""
+    and viewer for a lead, none for anyone else, and none in an archived tenant."""
+    if tenant.archived_at is not None:
+        return []
     if user.is_platform_admin:
         return list(MembershipRole.values)
     if membership_role(user=user, tenant=tenant) == MembershipRole.LEAD:

@@ -111,6 +111,7 @@ def _tenant_snapshot(tenant: Tenant) -> dict[str, Any]:
         "cohort": tenant.cohort,
         "state": tenant.state,
         "default_priority": tenant.default_priority,
+        "archived": tenant.archived_at is not None,
     }
 
 
@@ -207,6 +208,86 @@ def tenant_update(
             after=after,
         )
         _tenant_changed(tenant, actor)
+    return tenant
+
+
+def tenant_ensure_not_archived(*, tenant: Tenant, doing: str) -> None:
+    """409 when ``tenant`` is archived (as the database says now, not the instance in hand):
+    ``doing`` says what it no longer does ("gets no new quotas")."""
+    if Tenant.objects.filter(pk=tenant.pk, archived_at__isnull=False).exists():
+        raise Conflict(
+            f"Tenant {tenant.slug} is archived, so it {doing}; "
+            "a platform admin unarchives it first.",
+            fields={"tenant": [f"{tenant.slug} is archived"]},
+        )
+
+
+@transaction.atomic
+def tenant_archive(*, tenant: Tenant, actor: User | None) -> Tenant:
+    """Archive a team that no longer works here: its quotas, requests, usage and audit trail
+    stay, its page still opens, but lists leave it out, it gets no new quotas and nothing is
+    pushed for it (the objects in its clusters stay as they are), and identity groups mapped
+    to it are ignored at sign-in. A department is archived after its teams. Audited."""
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    if tenant.archived_at is not None:
+        raise Conflict(
+            f"Tenant {tenant.slug} is already archived.",
+            fields={"archived": ["already archived"]},
+        )
+    teams = list(
+        tenant.children.filter(archived_at__isnull=True)
+        .order_by("slug")
+        .values_list("slug", flat=True)
+    )
+    if teams:
+        raise Conflict(
+            f"Tenant {tenant.slug} still has teams that are not archived "
+            f"({', '.join(teams)}): archive them first.",
+            fields={"archived": [f"teams not archived: {', '.join(teams)}"]},
+        )
+    before = _tenant_snapshot(tenant)
+    tenant.archived_at = timezone.now()
+    tenant.save(update_fields=["archived_at", "updated_at"])
+    audit_record(
+        actor=actor,
+        action="tenant.archived",
+        obj=tenant,
+        tenant=tenant,
+        before=before,
+        after=_tenant_snapshot(tenant),
+    )
+    return tenant
+
+
+@transaction.atomic
+def tenant_unarchive(*, tenant: Tenant, actor: User | None) -> Tenant:
+    """Bring an archived tenant back: it shows in lists again, may get new quotas, its mapped
+    groups count from each member's next sign-in, and what is in force is pushed again (so
+    anything that changed while it was archived reaches its clusters). Audited."""
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    if tenant.archived_at is None:
+        raise Conflict(
+            f"Tenant {tenant.slug} is not archived.", fields={"archived": ["not archived"]}
+        )
+    parent = tenant.parent
+    if parent is not None and parent.archived_at is not None:
+        raise Conflict(
+            f"Tenant {tenant.slug} belongs to {parent.slug}, which is archived: "
+            f"unarchive {parent.slug} first.",
+            fields={"archived": [f"{parent.slug} is archived"]},
+        )
+    before = _tenant_snapshot(tenant)
+    tenant.archived_at = None
+    tenant.save(update_fields=["archived_at", "updated_at"])
+    audit_record(
+        actor=actor,
+        action="tenant.unarchived",
+        obj=tenant,
+        tenant=tenant,
+        before=before,
+        after=_tenant_snapshot(tenant),
+    )
+    _tenant_changed(tenant, actor)
     return tenant
 
 
@@ -400,8 +481,9 @@ TEAM_ADD_ANY = "any"
 
 def team_ensure_can_manage(*, actor: User, tenant: Tenant) -> None:
     """A lead of ``tenant`` or a platform admin manages its members: 404 for a tenant the
-    actor cannot see, 403 for a member or viewer."""
+    actor cannot see, 403 for a member or viewer, 409 while the tenant is archived."""
     if actor.is_platform_admin:
+        tenant_ensure_not_archived(tenant=tenant, doing="keeps the team it had")
         return
     role = Membership.objects.filter(tenant=tenant, user=actor).values_list("role", flat=True)
     current = role.first()
@@ -412,6 +494,7 @@ def team_ensure_can_manage(*, actor: User, tenant: Tenant) -> None:
             f"Only a lead of {tenant.slug} or a platform admin manages its members; "
             f"you are a {current}."
         )
+    tenant_ensure_not_archived(tenant=tenant, doing="keeps the team it had")
 
 
 def _ensure_lead_may(

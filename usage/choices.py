@@ -24,6 +24,10 @@ class Metric(models.IntegerChoices):
     WORKLOADS_PENDING = 10, "pending workloads"
     WORKLOADS_ADMITTED = 11, "admitted workloads"
     RESOURCEQUOTA_USED = 12, "GPUs used in the namespaces' ResourceQuotas"
+    # From Kueue's admission wait histogram (kueue_admission_wait_time_seconds), per tenant and
+    # step: how many workloads were admitted, and their waits summed (mean = wait / count).
+    ADMISSIONS = 13, "workloads admitted (Kueue)"
+    ADMISSION_WAIT = 14, "seconds waited for admission, summed (Kueue)"
 
 
 class Resolution(models.IntegerChoices):

@@ -300,3 +300,26 @@ class VolumeRoom(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.claim}: {self.available_bytes} bytes free"
+
+
+class PrometheusGpu(models.Model):
+    """A GPU as the DCGM exporter last showed it through the cluster's Prometheus: which node
+    it is on, its index and model, whether it is split into MIG instances. The admin heatmap
+    draws the GPUs no node agent reports from these (an agent's own report wins)."""
+
+    cluster = models.ForeignKey("quotas.Cluster", on_delete=models.CASCADE, related_name="+")
+    uuid = models.CharField(max_length=GPU_UUID_MAX)
+    node = models.CharField(max_length=253, help_text="The node's name (DCGM's Hostname).")
+    index = models.PositiveSmallIntegerField()
+    model = models.CharField(max_length=100, blank=True)
+    mig = models.BooleanField(default=False)
+    seen_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "usage_prometheus_gpu"
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "uuid"], name="usage_prometheus_gpu_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.uuid} on {self.node}"

@@ -10,15 +10,22 @@ What is read (the exporters' own metric and label names):
   the scrape target had its own: a ServiceMonitor without ``honorLabels``);
 - kube-state-metrics: ``kube_pod_container_resource_requests`` with ``resource`` =
   ``nvidia_com_gpu`` or a MIG resource (``nvidia_com_mig_1g_10gb``), counted for running pods
-  (``kube_pod_status_phase{phase="Running"}``);
+  (``kube_pod_status_phase{phase="Running"}``), by the pod's ``node``; where a cluster has
+  several whole-GPU flavors, ``kube_node_labels`` (the ``label_*`` kube-state-metrics exports
+  for the labels its ``--metric-labels-allowlist`` names) tells which flavor's node labels
+  each node carries, so a whole GPU's request gets its flavor;
 - Kueue: ``kueue_cluster_queue_resource_usage`` and ``..._resource_reservation`` (per
   ``cluster_queue``, ``flavor``, ``resource``), ``kueue_pending_workloads`` and
-  ``kueue_admitted_active_workloads`` (per ``cluster_queue``);
+  ``kueue_admitted_active_workloads`` (per ``cluster_queue``), and the admission wait
+  histogram ``kueue_admission_wait_time_seconds`` (per ``cluster_queue``): its ``_count`` and
+  ``_sum`` counters, differenced here into admissions and seconds waited per step;
 - the kubelet: ``kubelet_volume_stats_available_bytes`` / ``_capacity_bytes`` (per
   ``namespace``, ``persistentvolumeclaim``).
 
 Series map to tenants by namespace (``tenants.Namespace``; Kueue's by ClusterQueue, which the
-portal names after the tenant). A series in a namespace no tenant owns is ignored and counted,
+portal names after the tenant), and DCGM's to nodes by ``node`` (where the scrape relabels it
+in) or ``Hostname``: the samples carry the node's id where its agent registered it, and each
+GPU seen is kept (``PrometheusGpu``) for the admin heatmap. A series in a namespace no tenant owns is ignored and counted,
 and logged once (when the set of such namespaces changes). Every query has a timeout (told to
 the server too), retries with backoff on connection errors and 429 / 502 / 503 / 504, and a
 bounded number of points; a failure is recorded on the cluster's ``PrometheusSource`` and stops
@@ -32,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,11 +53,12 @@ from django.utils import timezone
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
+from gpu_agent.models import Node
 from quotas.choices import MIG_RESOURCE_PREFIX
 from quotas.models import Cluster, ResourceFlavor
 from tenants.models import Namespace, Tenant
 from usage.choices import Metric, PrometheusFigure, Source
-from usage.models import PrometheusSource, VolumeRoom
+from usage.models import PrometheusGpu, PrometheusSource, VolumeRoom
 from usage.promql import kube_resource_name, parse_label_matchers, queries
 from usage.services import SampleRow, samples_write
 
@@ -59,6 +68,7 @@ MAX_POINTS_PER_SERIES = 500  # far under Prometheus' own 11,000
 MAX_WINDOW = timedelta(hours=1)  # the most one pass reads back after a gap
 FIRST_WINDOW = timedelta(minutes=5)
 UNKNOWN_KEPT = 20  # namespaces listed on the status (the count is whole)
+WHOLE_GPU_KSM = kube_resource_name("nvidia.com/gpu")
 
 
 class PrometheusError(Exception):
@@ -224,6 +234,13 @@ def _pod(labels: Mapping[str, str]) -> str:
     return labels.get("exported_pod") or labels.get("pod") or ""
 
 
+def _node(labels: Mapping[str, str]) -> str:
+    """The node a DCGM series is from: a ``node`` label where the scrape added one (relabelled
+    from the pod's node name), else the exporter's ``Hostname`` (the node's name where the
+    exporter is given ``NODE_NAME``, as NVIDIA's Helm chart does)."""
+    return labels.get("node") or labels.get("Hostname") or ""
+
+
 @dataclass
 class SeriesOwners:
     """Who a series belongs to: namespaces and ClusterQueues to tenants, GPU models and
@@ -234,6 +251,11 @@ class SeriesOwners:
     flavor_by_model: dict[tuple[str, str], int]  # (modelName, MIG profile or "")
     flavor_by_resource: dict[str, int]  # kube-state-metrics resource -> flavor
     flavor_by_name: dict[str, int]
+    node_by_name: dict[str, int] = field(default_factory=dict)  # registered agents' nodes
+    # Where the cluster has several whole-GPU flavors: each one's node labels (Kueue's
+    # ResourceFlavor nodeLabels), to tell by a pod's node which flavor its GPUs are.
+    gpu_flavor_labels: dict[int, dict[str, str]] = field(default_factory=dict)
+    node_flavor: dict[str, int | None] = field(default_factory=dict)  # node -> flavor, read
     unknown: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     def tenant_of(self, labels: Mapping[str, str]) -> tuple[bool, int | None]:
@@ -262,15 +284,61 @@ def mapping_for(cluster: Cluster) -> SeriesOwners:
             )
         elif f.kind == "gpu":
             gpus.append(f.pk)
-    if len(gpus) == 1:  # whole GPUs: the flavor is known only where the cluster has one
+    if len(gpus) == 1:  # whole GPUs: one flavor, so the resource name says it
         by_resource[kube_resource_name("nvidia.com/gpu")] = gpus[0]
+    # Several: by the labels of the pod's node (kube_node_labels), where flavors name labels.
+    gpu_labels = {
+        f.pk: {str(k): str(v) for k, v in (f.node_labels or {}).items()}
+        for f in flavors
+        if len(gpus) > 1 and f.kind == "gpu" and f.node_labels
+    }
     return SeriesOwners(
         ns_tenant=dict(Namespace.objects.values_list("name", "tenant_id")),
         cq_tenant=dict(Tenant.objects.values_list("slug", "pk")),
         flavor_by_model=by_model,
         flavor_by_resource=by_resource,
         flavor_by_name={f.name: f.pk for f in flavors},
+        node_by_name=_nodes_by_name(cluster),
+        gpu_flavor_labels=gpu_labels,
     )
+
+
+def kube_label_name(label: str) -> str:
+    """kube-state-metrics' spelling of a Kubernetes label in ``kube_node_labels``:
+    ``nvidia.com/gpu.product`` -> ``label_nvidia_com_gpu_product``."""
+    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
+
+
+def node_flavors(
+    *, node_labels: Iterable[Series], flavor_labels: Mapping[int, Mapping[str, str]]
+) -> dict[str, int | None]:
+    """Node name -> the one whole-GPU flavor whose node labels the node carries (None where
+    none or several do), from ``kube_node_labels`` (the labels kube-state-metrics was allowed
+    to export: ``--metric-labels-allowlist=nodes=[nvidia.com/gpu.product,...]``)."""
+    out: dict[str, int | None] = {}
+    for series in node_labels:
+        node = series.labels.get("node", "")
+        if not node:
+            continue
+        matching = [
+            flavor_id
+            for flavor_id, wanted in flavor_labels.items()
+            if all(series.labels.get(kube_label_name(k)) == v for k, v in wanted.items())
+        ]
+        out[node] = matching[0] if len(matching) == 1 else None
+    return out
+
+
+def _nodes_by_name(cluster: Cluster) -> dict[str, int]:
+    """The cluster's registered nodes by name, and by hostname where that differs."""
+    found: dict[str, int] = {}
+    for pk, name, hostname in Node.objects.filter(cluster=cluster).values_list(
+        "pk", "name", "hostname"
+    ):
+        found[name] = pk
+        if hostname:
+            found.setdefault(hostname, pk)
+    return found
 
 
 def _flavor_of_device(mapping: SeriesOwners, labels: Mapping[str, str]) -> int | None:
@@ -301,7 +369,7 @@ def device_rows(
 ) -> list[SampleRow]:
     """DCGM series as samples per device (GPU or MIG instance) and pod: utilisation in percent
     (graphics engine activity x 100 where the exporter has it, else ``DCGM_FI_DEV_GPU_UTIL``)
-    and framebuffer memory used in MiB."""
+    and framebuffer memory used in MiB; on the node's id where its agent registered it."""
     engine_by_device = {_device_key(s.labels): s for s in engine}
     util_by_device = {_device_key(s.labels): s for s in util}
     rows: list[SampleRow] = []
@@ -319,24 +387,57 @@ def device_rows(
             flavor_id = _flavor_of_device(mapping, labels)
             uuid = labels.get("UUID") or None
             profile = labels.get("GPU_I_PROFILE") or None
+            node_id = mapping.node_by_name.get(_node(labels))
             for when, value in series.values:
                 rows.append(
                     (when, int(metric), max(value * scale, 0.0), cluster_id, tenant_id, flavor_id,
-                     None, uuid, _gi_id(labels), profile)
+                     node_id, uuid, _gi_id(labels), profile)
                 )  # fmt: skip
     return rows
+
+
+def gpus_store(*, cluster: Cluster, series: Iterable[Series], now: datetime) -> int:
+    """Each GPU the DCGM series show (by UUID): its node, index and model, and whether any of
+    its series is a MIG instance's; one row per GPU, updated in place."""
+    seen: dict[str, PrometheusGpu] = {}
+    for s in series:
+        labels = s.labels
+        uuid, node, index = labels.get("UUID", ""), _node(labels), labels.get("gpu", "")
+        if not uuid or not node or not index.isdigit():
+            continue
+        gpu = seen.setdefault(
+            uuid,
+            PrometheusGpu(
+                cluster=cluster, uuid=uuid, node=node[:253], index=int(index),
+                model=labels.get("modelName", "")[:100], seen_at=now,
+            ),
+        )  # fmt: skip
+        gpu.mig = gpu.mig or bool(labels.get("GPU_I_PROFILE"))
+    if seen:
+        PrometheusGpu.objects.bulk_create(
+            list(seen.values()),
+            update_conflicts=True,
+            unique_fields=["cluster", "uuid"],
+            update_fields=["node", "index", "model", "mig", "seen_at"],
+        )
+    return len(seen)
 
 
 def request_rows(
     *, requests_: Iterable[Series], mapping: SeriesOwners, cluster_id: int
 ) -> list[SampleRow]:
-    """kube-state-metrics' GPU requests of running pods, summed per namespace and resource."""
+    """kube-state-metrics' GPU requests of running pods, summed per namespace and resource;
+    on a cluster with several whole-GPU flavors, a whole GPU's flavor is the one its pod's node
+    carries the labels of (``mapping.node_flavor``), else none."""
     totals: dict[tuple[int, int | None, datetime], float] = defaultdict(float)
     for series in requests_:
         known, tenant_id = mapping.tenant_of(series.labels)
         if not known or tenant_id is None:
             continue
-        flavor_id = mapping.flavor_by_resource.get(series.labels.get("resource", ""))
+        resource = series.labels.get("resource", "")
+        flavor_id = mapping.flavor_by_resource.get(resource)
+        if flavor_id is None and resource == WHOLE_GPU_KSM:
+            flavor_id = mapping.node_flavor.get(series.labels.get("node", ""))
         for when, value in series.values:
             totals[(tenant_id, flavor_id, when)] += value
     return [
@@ -356,8 +457,14 @@ def kueue_rows(
     admitted: Iterable[Series],
     mapping: SeriesOwners,
     cluster_id: int,
+    admissions: Iterable[Series] = (),
+    admission_wait: Iterable[Series] = (),
+    since: datetime | None = None,
 ) -> list[SampleRow]:
-    """Kueue's ClusterQueue metrics (the portal names a tenant's ClusterQueue after it)."""
+    """Kueue's ClusterQueue metrics (the portal names a tenant's ClusterQueue after it); from
+    the admission wait histogram, per step where workloads were admitted, how many and their
+    waits summed (its ``_count`` and ``_sum``: means over any period add up exactly, which
+    quantiles of each step would not). ``since``: the time of the counters' base point."""
     rows: list[SampleRow] = []
     per_flavor: dict[tuple[int, int, int, datetime], float] = defaultdict(float)
     for metric, series_list in ((Metric.QUOTA_USED, usage), (Metric.QUOTA_RESERVED, reservation)):
@@ -388,7 +495,48 @@ def kueue_rows(
                 rows.append(
                     (when, int(counted), value, cluster_id, tenant_id, None, None, None, None, None)
                 )
+    wait_series = list(admission_wait)
+    if not wait_series:
+        return rows  # counts without their sums (a partial answer): neither is stored
+    counts = _counter_increases(admissions, mapping, since)
+    waits = _counter_increases(wait_series, mapping, since)
+    for (tenant_id, when), count in sorted(counts.items()):
+        for metric, value in (
+            (Metric.ADMISSIONS, count),
+            (Metric.ADMISSION_WAIT, waits.get((tenant_id, when), 0.0)),  # 0: admitted at once
+        ):
+            rows.append(
+                (when, int(metric), value, cluster_id, tenant_id, None, None, None, None, None)
+            )
     return rows
+
+
+def _counter_increases(
+    series_list: Iterable[Series], mapping: SeriesOwners, since: datetime | None
+) -> dict[tuple[int, datetime], float]:
+    """``{(tenant id, time): what the counters of the tenant's ClusterQueue grew by in the step
+    ending then}``, from the raw counter values: a point at ``since`` is only the base of the
+    next; a series that first shows later (the ClusterQueue's first admission since Kueue
+    started) counts from zero, and so does a value below the one before (Kueue restarted)."""
+    out: dict[tuple[int, datetime], float] = defaultdict(float)
+    for series in series_list:
+        queue = series.labels.get("cluster_queue", "")
+        tenant_id = mapping.cq_tenant.get(queue)
+        if tenant_id is None:
+            mapping.unknown[f"ClusterQueue {queue}"] += 1
+            continue
+        before: float | None = None
+        for when, value in series.values:
+            if not math.isfinite(value):
+                continue
+            if before is None and since is not None and when <= since:
+                before = value
+                continue
+            grown = value if before is None or value < before else value - before
+            before = value
+            if grown > 0:
+                out[(tenant_id, when)] += grown
+    return dict(out)
 
 
 # --- one pass over a cluster -----------------------------------------------------------------
@@ -396,9 +544,17 @@ def kueue_rows(
 FIGURE_QUERIES = {
     PrometheusFigure.GPU_USAGE: ("util", "engine", "memory"),
     PrometheusFigure.GPU_REQUESTS: ("requests",),
-    PrometheusFigure.KUEUE: ("kueue_usage", "kueue_reservation", "kueue_pending", "kueue_admitted"),
+    PrometheusFigure.KUEUE: (
+        "kueue_usage",
+        "kueue_reservation",
+        "kueue_pending",
+        "kueue_admitted",
+        "kueue_admissions",
+        "kueue_admission_wait",
+    ),
     PrometheusFigure.VOLUMES: ("volume_available", "volume_capacity"),
 }
+COUNTERS = {"kueue_admissions", "kueue_admission_wait"}
 # A figure is "missing" when none of these gave a series (the others are optional).
 REQUIRED = {
     PrometheusFigure.GPU_USAGE: ("util", "engine"),
@@ -499,9 +655,19 @@ def _read(
     warnings: list[str] = []
     for figure in wanted:
         for name in FIGURE_QUERIES[PrometheusFigure(figure)]:
-            result = client.query_range(texts[name], start=start, end=end, step=step)
+            # Counters are read from a step earlier: that point is the base of the first step.
+            since = start - step if name in COUNTERS else start
+            result = client.query_range(texts[name], start=since, end=end, step=step)
             results[name] = result
             warnings.extend(result.warnings)
+    mapping = mapping_for(cluster)
+    if PrometheusFigure.GPU_REQUESTS in wanted and mapping.gpu_flavor_labels:
+        # Several whole-GPU flavors: which one a pod's GPUs are follows from its node's labels.
+        result = client.query_range(texts["node_labels"], start=end, end=end, step=step)
+        warnings.extend(result.warnings)
+        mapping.node_flavor = node_flavors(
+            node_labels=result.series, flavor_labels=mapping.gpu_flavor_labels
+        )
     delivered = []
     for figure in wanted:
         required = REQUIRED[PrometheusFigure(figure)]
@@ -512,24 +678,36 @@ def _read(
                 f"no series for {PrometheusFigure(figure).label}: nothing read from "
                 f"{' or '.join(texts[name].split('{')[0].split('(')[-1] for name in required)}."
             )
-    mapping = mapping_for(cluster)
     rows: list[SampleRow] = []
     series = {name: result.series for name, result in results.items()}
     if PrometheusFigure.GPU_USAGE in delivered:
+        devices = [*series["util"], *series["engine"], *series["memory"]]
         rows += device_rows(
             util=series["util"], engine=series["engine"], memory=series["memory"],
             mapping=mapping, cluster_id=cluster.pk,
         )  # fmt: skip
     if PrometheusFigure.GPU_REQUESTS in delivered:
-        rows += request_rows(requests_=series["requests"], mapping=mapping, cluster_id=cluster.pk)
+        requested = request_rows(
+            requests_=series["requests"], mapping=mapping, cluster_id=cluster.pk
+        )
+        rows += requested
+        if mapping.gpu_flavor_labels and any(r[5] is None for r in requested):
+            warnings.append(
+                "GPU requests on nodes whose labels match no single GPU flavor are counted "
+                "without a flavor: give each GPU flavor node labels, and let kube-state-metrics "
+                "export them (--metric-labels-allowlist=nodes=[...])."
+            )
     if PrometheusFigure.KUEUE in delivered:
         rows += kueue_rows(
             usage=series["kueue_usage"], reservation=series["kueue_reservation"],
             pending=series["kueue_pending"], admitted=series["kueue_admitted"],
-            mapping=mapping, cluster_id=cluster.pk,
+            admissions=series["kueue_admissions"], admission_wait=series["kueue_admission_wait"],
+            since=start - step, mapping=mapping, cluster_id=cluster.pk,
         )  # fmt: skip
     with transaction.atomic():
         written = samples_write(rows=rows, source=Source.PROMETHEUS)
+        if PrometheusFigure.GPU_USAGE in delivered:
+            gpus_store(cluster=cluster, series=devices, now=now)
         if PrometheusFigure.VOLUMES in delivered:
             volumes_store(
                 cluster=cluster, available=series["volume_available"],

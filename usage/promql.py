@@ -51,8 +51,12 @@ KUEUE_GPU_RE = "nvidia.com/gpu|nvidia.com/mig-.+"
 
 
 def queries(matchers: Sequence[str]) -> dict[str, str]:
-    """Every PromQL expression the collector sends, by name (also checked by the tests)."""
+    """Every PromQL expression the collector sends, by name (also checked by the tests).
+    Kueue's admission wait histogram is read as its raw ``_count`` and ``_sum`` counters: the
+    collector takes the differences between points itself, so an admission scraped across a
+    step boundary is not lost as it would be to ``increase(...[step])``."""
     m = list(matchers)
+    wait = "kueue_admission_wait_time_seconds"
     running = selector("kube_pod_status_phase", m, 'phase="Running"')
     requests_q = selector(
         "kube_pod_container_resource_requests", m, f'resource=~"{GPU_RESOURCES_RE}"'
@@ -62,7 +66,7 @@ def queries(matchers: Sequence[str]) -> dict[str, str]:
         "engine": selector("DCGM_FI_PROF_GR_ENGINE_ACTIVE", m),
         "memory": selector("DCGM_FI_DEV_FB_USED", m),
         "requests": (
-            f"sum by (namespace, resource) ({requests_q} "
+            f"sum by (namespace, resource, node) ({requests_q} "
             f"* on (namespace, pod) group_left () ({running} == 1))"
         ),
         "kueue_usage": selector(
@@ -73,6 +77,9 @@ def queries(matchers: Sequence[str]) -> dict[str, str]:
         ),
         "kueue_pending": f"sum by (cluster_queue) ({selector('kueue_pending_workloads', m)})",
         "kueue_admitted": selector("kueue_admitted_active_workloads", m),
+        "kueue_admissions": selector(f"{wait}_count", m),
+        "kueue_admission_wait": selector(f"{wait}_sum", m),
+        "node_labels": selector("kube_node_labels", m),
         "volume_available": selector("kubelet_volume_stats_available_bytes", m),
         "volume_capacity": selector("kubelet_volume_stats_capacity_bytes", m),
     }

@@ -5,6 +5,7 @@ from rest_framework import serializers
 from core.api.serializers import StrictInputSerializer
 from identity.choices import GroupRole
 from identity.models import GROUP_NAME_MAX, GroupMapping
+from identity.selectors import group_mapping_stale
 from tenants.validators import TENANT_SLUG_MAX
 
 
@@ -19,12 +20,20 @@ class GroupMappingOutput(serializers.ModelSerializer):
         help_text="False when the tenant was deleted: the mapping is then ignored at sign-in."
     )
 
+    stale = serializers.SerializerMethodField(
+        help_text="Why sign-in ignores the mapping (its tenant was deleted or is archived); "
+        "empty when it counts."
+    )
+
     class Meta:
         model = GroupMapping
-        fields = ["id", "group", "role", "tenant", "tenant_exists", "created_at"]
+        fields = ["id", "group", "role", "tenant", "tenant_exists", "stale", "created_at"]
 
     def get_tenant_exists(self, obj: GroupMapping) -> bool:
         return obj.role == GroupRole.PLATFORM_ADMIN or obj.tenant_id is not None
+
+    def get_stale(self, obj: GroupMapping) -> str:
+        return group_mapping_stale(obj)
 
 
 class GroupMappingCreateInput(StrictInputSerializer):

@@ -53,9 +53,15 @@ class TenantOutput(serializers.ModelSerializer):
             "state",
             "isolation_level",
             "namespaces",
+            "archived_at",
             "created_at",
             "updated_at",
         ]
+        extra_kwargs = {
+            "archived_at": {
+                "help_text": "When a platform admin archived it; null while it is in use."
+            }
+        }
 
     def to_representation(self, row: dict[str, Any]) -> dict[str, Any]:
         # Written out by hand: GET /api/v1/tenants/ serializes 50 of these per page and DRF's
@@ -71,6 +77,7 @@ class TenantOutput(serializers.ModelSerializer):
             "state": row["state"],
             "isolation_level": row["isolation_level"],
             "namespaces": row["namespace_names"],
+            "archived_at": utc_iso(row["archived_at"]) if row["archived_at"] else None,
             "created_at": utc_iso(row["created_at"]),
             "updated_at": utc_iso(row["updated_at"]),
         }

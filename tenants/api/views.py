@@ -44,10 +44,20 @@ class TenantFilter(filters.FilterSet):
     parent = filters.CharFilter(field_name="parent__slug")
     cohort = filters.CharFilter()
     search = filters.CharFilter(method="filter_search", help_text="Part of slug or display name.")
+    archived = filters.ChoiceFilter(
+        choices=[("false", "false"), ("true", "true"), ("all", "all")],
+        method="filter_archived",
+        help_text="false (the default): tenants in use; true: archived ones only; all: both.",
+    )
 
     class Meta:
         model = Tenant
         fields = ["state", "parent", "cohort"]
+
+    def filter_archived(self, queryset: Any, name: str, value: str) -> Any:
+        if value == "all":
+            return queryset
+        return queryset.filter(archived_at__isnull=value != "true")
 
     def filter_search(self, queryset: Any, name: str, value: str) -> Any:
         from django.db.models import Q
@@ -77,7 +87,10 @@ class TenantViewSet(
     filterset_class = TenantFilter
 
     def get_queryset(self) -> Any:
-        return selectors.tenant_rows_for_user(user=caller(self.request))
+        rows = selectors.tenant_rows_for_user(user=caller(self.request))
+        if "archived" not in self.request.query_params:  # archived tenants: on request only
+            rows = rows.filter(archived_at__isnull=True)
+        return rows
 
     def get_object(self) -> Tenant:
         return self.tenant
@@ -103,6 +116,23 @@ class TenantViewSet(
         tenant = services.tenant_update(
             tenant=self.get_object(), actor=caller(request), **data.validated_data
         )
+        return Response(tenant_output(tenant, user=caller(request)))
+
+    @extend_schema(request=None, responses=TenantOutput)
+    @action(detail=True, methods=["post"])
+    def archive(self, request: Request, slug: str) -> Response:
+        """Archive the tenant (platform admins): it keeps its history, leaves the lists, gets
+        no new quotas and no pushes, and groups mapped to it are ignored at sign-in. 409 when
+        it is archived already or a team of it is not."""
+        tenant = services.tenant_archive(tenant=self.get_object(), actor=caller(request))
+        return Response(tenant_output(tenant, user=caller(request)))
+
+    @extend_schema(request=None, responses=TenantOutput)
+    @action(detail=True, methods=["post"])
+    def unarchive(self, request: Request, slug: str) -> Response:
+        """Bring an archived tenant back (platform admins); what is in force is pushed again.
+        409 when it is not archived or its department is."""
+        tenant = services.tenant_unarchive(tenant=self.get_object(), actor=caller(request))
         return Response(tenant_output(tenant, user=caller(request)))
 
 

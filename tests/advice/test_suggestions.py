@@ -157,3 +157,16 @@ def test_no_readings_leave_a_line_alone_but_a_month_of_zeros_gives_the_guarantee
     assert a100["days_with_usage"] == 0 and len(a100["daily_peaks"]) == 28
     assert (a100["guaranteed_before"], a100["guaranteed_after"]) == (6, 0)
     assert idle.request is not None and idle.request.status == RequestStatus.DRAFT
+
+
+def test_the_monthly_run_leaves_archived_tenants_out(world: World) -> None:
+    from advice.services import suggestions_compute_all
+    from tenants.services import tenant_archive
+
+    for tenant in (world.team_a, world.team_b):
+        daily_rollups(tenant=tenant, cluster=world.a100, flavor=world.a100_gpu, peaks=TEAM_A_PEAKS)
+    tenant_archive(tenant=world.team_b, actor=world.admin)
+    suggestions_compute_all()
+    computed = set(Suggestion.objects.values_list("tenant__slug", flat=True))
+    assert "team-a" in computed
+    assert "team-b" not in computed  # it would get no new quotas: no draft to file

@@ -23,6 +23,7 @@ def test_an_admin_maps_groups_and_the_tenant_binds_them(world, api_as):
         "role": "lead",
         "tenant": "team-a",
         "tenant_exists": True,
+        "stale": "",
         "created_at": "",
     }
     assert admin.post(URL, {"group": "gpu-admins", "role": "platform-admin"}).status_code == 201

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 import requests
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
 
 from tests.conftest import require_service  # the tests' rule: skip, or fail in CI
 
@@ -87,6 +87,19 @@ class Exporters:
             "kueue_admitted_active_workloads", "The number of admitted Workloads that are active.",
             ["cluster", "cluster_queue"], registry=self.kube,
         )  # fmt: skip
+        # Kueue's (pkg/metrics): exponential buckets; its _count and _sum are what is read.
+        self.admission_wait = Histogram(
+            "kueue_admission_wait_time_seconds",
+            "The time between a workload was created or requeued until admission, "
+            "per 'cluster_queue'",
+            ["cluster", "cluster_queue"], registry=self.kube,
+            buckets=[1.0 * 2.5**i for i in range(14)],
+        )  # fmt: skip
+        # kube-state-metrics exports the node labels its --metric-labels-allowlist names.
+        self.node_labels = Gauge(
+            "kube_node_labels", "Kubernetes labels converted to Prometheus labels.",
+            ["cluster", "node", "label_nvidia_com_gpu_product"], registry=self.kube,
+        )  # fmt: skip
         self.volume_available = Gauge(
             "kubelet_volume_stats_available_bytes", "Number of available bytes in the volume.",
             ["cluster", "namespace", "persistentvolumeclaim"], registry=self.kube,
@@ -110,10 +123,11 @@ class Exporters:
         mig_profile: str = "",
         gi_id: str = "",
         host: str = "gpu-node-1",
+        uuid: str = "",
     ) -> None:
         """One GPU (or MIG instance) busy with a pod, as the DCGM exporter reports it."""
         labels = {
-            "cluster": cluster, "gpu": str(gpu), "UUID": f"GPU-{cluster[:8]}-{gpu:04d}",
+            "cluster": cluster, "gpu": str(gpu), "UUID": uuid or f"GPU-{cluster[:8]}-{gpu:04d}",
             "device": f"nvidia{gpu}", "modelName": model, "Hostname": host,
             "GPU_I_PROFILE": mig_profile, "GPU_I_ID": gi_id, "container": "main",
             "namespace": namespace, "pod": pod,
@@ -126,13 +140,13 @@ class Exporters:
 
     def pod_requests(
         self, cluster: str, *, namespace: str, pod: str, gpus: float,
-        resource: str = "nvidia_com_gpu", phase: str = "Running",
+        resource: str = "nvidia_com_gpu", phase: str = "Running", node: str = "gpu-node-1",
     ) -> None:  # fmt: skip
         """A pod's GPU request as kube-state-metrics reports it, and its phase."""
         uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{cluster}/{namespace}/{pod}"))
         self.requests.labels(
             cluster=cluster, namespace=namespace, pod=pod, uid=uid, container="main",
-            node="gpu-node-1", resource=resource, unit="integer",
+            node=node, resource=resource, unit="integer",
         ).set(gpus)  # fmt: skip
         for name in ("Pending", "Running", "Succeeded", "Failed", "Unknown"):
             self.phase.labels(
