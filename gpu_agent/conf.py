@@ -14,6 +14,12 @@ def join_token_ttl_default() -> timedelta:
     return timedelta(seconds=settings.AGENT_JOIN_TOKEN_TTL_S)
 
 
+def register_retry_window() -> timedelta:
+    """How long after its join token was used an agent may repeat its registration with the
+    same agent key (``AGENT_REGISTER_RETRY_S``)."""
+    return timedelta(seconds=settings.AGENT_REGISTER_RETRY_S)
+
+
 def stale_after() -> timedelta:
     """A node is stale after this long without a report (3 missed reports by default,
     ``AGENT_STALE_AFTER_S``)."""

@@ -24,6 +24,8 @@ GPU_NAME_MAX = 100
 MIG_PROFILE_MAX = 32
 VERSION_MAX = 50
 HOSTNAME_MAX = 253  # a DNS name
+AGENT_KEY_MAX = 200  # the random key an agent registers with (gpu_agent.agent.runner)
+AGENT_KEY_MIN = 16  # shorter is guessable, not a secret
 TOKEN_PREFIX_MAX = 12
 
 
@@ -376,6 +378,10 @@ class NodeJoinToken(models.Model):
         related_name="+",
         help_text="The node that registered with it.",
     )
+    # SHA-256 of the key the registering agent sent (a random secret it keeps in its state
+    # directory): the same agent retrying a registration whose answer it never got is known
+    # by it for AGENT_REGISTER_RETRY_S after the token was used.
+    agent_key_digest = models.CharField(max_length=64, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,

@@ -168,6 +168,9 @@ AGENT_LAYOUT_DEADLINE_S = env_int("AGENT_LAYOUT_DEADLINE_S", 600)
 # later (the kubelet refreshes a mounted ConfigMap only after its sync period, ~1 min).
 MIG_OPERATOR_SETTLE_S = env_int("MIG_OPERATOR_SETTLE_S", 90)
 AGENT_JOIN_TOKEN_TTL_S = env_int("AGENT_JOIN_TOKEN_TTL_S", 3600)
+# How long after a join token was used the same agent (the same agent key) may register with it
+# again and get the same node back: its first answer may have been lost to a client timeout.
+AGENT_REGISTER_RETRY_S = env_int("AGENT_REGISTER_RETRY_S", 600)
 # The queue cluster pushes go to (empty: the default queue). Tests with a real worker set it.
 SYNC_QUEUE = env_str("SYNC_QUEUE", "")
 # How many writes a push or reconcile sends to a cluster's API server at once (its HTTP

@@ -113,6 +113,7 @@ class AgentRegisterView(AnonymousBodyLimit, AgentView):
             join_secret=data.validated_data["join_token"],
             hostname=data.validated_data["hostname"],
             agent_version=data.validated_data["agent_version"],
+            agent_key=data.validated_data["agent_key"],
         )
         return Response(
             RegisterOutput({"node": node.name, "node_token": secret}).data,

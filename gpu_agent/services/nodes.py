@@ -14,8 +14,16 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core.errors import ApplicationError, Conflict, ValidationFailed
-from gpu_agent.conf import join_token_ttl_default, stale_after
-from gpu_agent.models import HOSTNAME_MAX, VERSION_MAX, Node, NodeJoinToken, NodeToken
+from gpu_agent.conf import join_token_ttl_default, register_retry_window, stale_after
+from gpu_agent.models import (
+    AGENT_KEY_MAX,
+    AGENT_KEY_MIN,
+    HOSTNAME_MAX,
+    VERSION_MAX,
+    Node,
+    NodeJoinToken,
+    NodeToken,
+)
 from gpu_agent.services.common import check_length, iso
 from quotas.models import Cluster
 from tenants.models import User
@@ -97,18 +105,36 @@ def join_token_create(
 
 
 @transaction.atomic
-def agent_register(*, join_secret: str, hostname: str, agent_version: str) -> tuple[Node, str]:
+def agent_register(
+    *, join_secret: str, hostname: str, agent_version: str, agent_key: str = ""
+) -> tuple[Node, str]:
     """Exchange a join token for a node token (returned once). The join token works once and
-    until it expires; registering an existing node again revokes its earlier tokens."""
+    until it expires; registering an existing node again revokes its earlier tokens.
+
+    Idempotent for the agent that used it: an agent that sent ``agent_key`` (a random secret
+    it keeps) may send the same request again for ``AGENT_REGISTER_RETRY_S`` after the token
+    was used (its first answer was lost, say to a client timeout) and gets the same node back
+    with a fresh node token (the one it never received is revoked: only digests are stored,
+    so a token cannot be shown twice). Anyone else presenting the used token is refused."""
     check_length("hostname", hostname, HOSTNAME_MAX)
     check_length("agent_version", agent_version, VERSION_MAX)
+    check_length("agent_key", agent_key, AGENT_KEY_MAX)
+    if agent_key and len(agent_key) < AGENT_KEY_MIN:
+        raise ValidationFailed.for_field(
+            "agent_key",
+            f"is {len(agent_key)} characters long; at least {AGENT_KEY_MIN} are needed (a "
+            "random secret the agent keeps), or leave it out.",
+        )
     now = timezone.now()
     join = (
         NodeJoinToken.objects.select_for_update(of=("self",))
-        .select_related("cluster", "created_by")
+        .select_related("cluster", "created_by", "node")
         .filter(digest=_digest(join_secret))
         .first()
     )
+    if join is not None and join.used_at is not None and _same_agent_retrying(join, agent_key, now):
+        assert join.node is not None  # checked by _same_agent_retrying
+        return _registration_repeat(join=join, node=join.node, now=now)
     if join is None or join.used_at is not None:
         raise AuthenticationFailed("Unknown or already used join token.")
     if join.expires_at <= now:
@@ -143,7 +169,9 @@ def agent_register(*, join_secret: str, hostname: str, agent_version: str) -> tu
     token = NodeToken.objects.create(
         node=node, prefix=secret[:TOKEN_PREFIX_LEN], digest=_digest(secret)
     )
-    NodeJoinToken.objects.filter(pk=join.pk).update(used_at=now, node=node)
+    NodeJoinToken.objects.filter(pk=join.pk).update(
+        used_at=now, node=node, agent_key_digest=_digest(agent_key) if agent_key else ""
+    )
     audit_record(
         actor=join.created_by,
         action=action,
@@ -155,6 +183,38 @@ def agent_register(*, join_secret: str, hostname: str, agent_version: str) -> tu
             "node_token": token.prefix,
             "revoked_tokens": revoked,
         },
+    )
+    return node, secret
+
+
+def _same_agent_retrying(join: NodeJoinToken, agent_key: str, now: datetime) -> bool:
+    """The used ``join`` was used by the agent holding ``agent_key``, within the retry window,
+    and its node still exists."""
+    return (
+        bool(agent_key)
+        and bool(join.agent_key_digest)
+        and secrets.compare_digest(join.agent_key_digest, _digest(agent_key))
+        and join.node is not None
+        and join.used_at is not None
+        and now - join.used_at <= register_retry_window()
+    )
+
+
+def _registration_repeat(*, join: NodeJoinToken, node: Node, now: datetime) -> tuple[Node, str]:
+    """The registration ``join`` made, answered again: the node's live tokens (the one whose
+    answer was lost among them) revoked and a new one issued."""
+    live = NodeToken.objects.filter(node=node, revoked_at__isnull=True)
+    revoked = list(live.values_list("prefix", flat=True))
+    live.update(revoked_at=now)
+    secret = secrets.token_urlsafe(TOKEN_BYTES)
+    token = NodeToken.objects.create(
+        node=node, prefix=secret[:TOKEN_PREFIX_LEN], digest=_digest(secret)
+    )
+    audit_record(
+        actor=join.created_by,
+        action="node.registration_repeated",
+        obj=node,
+        after={"join_token": join.prefix, "node_token": token.prefix, "revoked_tokens": revoked},
     )
     return node, secret
 
