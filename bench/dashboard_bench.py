@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from bench import benchdb  # noqa: E402 - after the path is set
 from bench.figures import emit, figure  # noqa: E402
 
-DB_NAME = "dash_bench"
+DB_NAME = os.environ.get("DASH_BENCH_DB", "dash_bench")  # its own database
 FLAVORS = 4
 NODES, GPUS_PER_NODE = 50, 8
 
@@ -167,6 +167,23 @@ def time_pages(client: Any, urls: list[str], count: int) -> tuple[float, int]:
     return statistics.median(times), queries
 
 
+PROFILE = int(os.environ.get("DASH_BENCH_PROFILE", "0"))  # print each page's N costliest calls
+
+
+def _profile(client: Any, url: str) -> None:
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    client.get(url)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(PROFILE)
+    print(f"  profile of {url}:\n{out.getvalue()}")
+
+
 def measure(admin: Any, slugs: list[str], pages: int) -> dict[str, Any]:
     from django.test import Client
 
@@ -174,6 +191,9 @@ def measure(admin: Any, slugs: list[str], pages: int) -> dict[str, Any]:
     client.force_login(admin)
     rng = random.Random(3)
     picked = [rng.choice(slugs) for _ in range(pages + 2)]
+    if PROFILE:
+        _profile(client, f"/tenants/{picked[0]}/usage/?range=30d")
+        _profile(client, "/usage/?range=30d")
     tenant_s, tenant_q = time_pages(
         client, [f"/tenants/{s}/usage/?range=30d" for s in picked], pages
     )

@@ -26,6 +26,12 @@ def stale_after() -> timedelta:
     return timedelta(seconds=settings.AGENT_STALE_AFTER_S)
 
 
+def last_report_write_every() -> timedelta:
+    """A quiet node's last-report time is written at most this often
+    (``AGENT_LAST_REPORT_WRITE_S``, at most half the stale period)."""
+    return timedelta(seconds=settings.AGENT_LAST_REPORT_WRITE_S)
+
+
 def layout_deadline() -> timedelta:
     """An open desired layout fails when the agent has not applied it within this, and an
     isolation probe without a result (``AGENT_LAYOUT_DEADLINE_S``)."""

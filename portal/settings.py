@@ -164,6 +164,15 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # not applied by its deadline fails with the reason; join tokens expire.
 AGENT_STALE_AFTER_S = env_int("AGENT_STALE_AFTER_S", 60)
 AGENT_LAYOUT_DEADLINE_S = env_int("AGENT_LAYOUT_DEADLINE_S", 600)
+# A quiet node's report (protocol 2, nothing changed) writes the node's last-report time at most
+# this often (the fleet page's "last report" lags by up to this); at most half of
+# AGENT_STALE_AFTER_S, so a reporting node is never marked stale.
+AGENT_LAST_REPORT_WRITE_S = env_int("AGENT_LAST_REPORT_WRITE_S", 20)
+if not 0 <= AGENT_LAST_REPORT_WRITE_S <= AGENT_STALE_AFTER_S // 2:
+    raise ImproperlyConfigured(
+        f"AGENT_LAST_REPORT_WRITE_S={AGENT_LAST_REPORT_WRITE_S} must be from 0 to half of "
+        f"AGENT_STALE_AFTER_S ({AGENT_STALE_AFTER_S // 2})"
+    )
 # MIG through the GPU Operator: a node label follows its config into the ConfigMap this long
 # later (the kubelet refreshes a mounted ConfigMap only after its sync period, ~1 min).
 MIG_OPERATOR_SETTLE_S = env_int("MIG_OPERATOR_SETTLE_S", 90)
