@@ -10,7 +10,8 @@ from datetime import datetime, timedelta
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import Count, Exists, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.errors import ApplicationError, Conflict, ValidationFailed
@@ -19,7 +20,12 @@ from gpu_agent.models import (
     AGENT_KEY_MAX,
     AGENT_KEY_MIN,
     HOSTNAME_MAX,
+    OPEN_LAYOUT_STATES,
+    OPEN_PROBE_STATES,
     VERSION_MAX,
+    IsolationProbe,
+    LayoutState,
+    MigLayout,
     Node,
     NodeJoinToken,
     NodeToken,
@@ -219,16 +225,39 @@ def _registration_repeat(*, join: NodeJoinToken, node: Node, now: datetime) -> t
     return node, secret
 
 
-def node_token_authenticate(*, secret: str) -> NodeToken | None:
-    """The live node token for ``secret`` (with its node), else None."""
+def node_token_authenticate(*, secret: str, with_work: bool = False) -> NodeToken | None:
+    """The live node token for ``secret`` (with its node), else None. ``with_work``: the same
+    query also reads the node's open work, set on the node as ``open_work`` (a layout open:
+    pending, applying or reboot-required; its open isolation probes), which a quiet report
+    answers from (``reports.agent_report_answer``) without a query of its own."""
     now = timezone.now()
-    token = (
-        NodeToken.objects.select_related("node")
-        .filter(digest=_digest(secret), revoked_at__isnull=True)
-        .first()
+    tokens = NodeToken.objects.select_related("node").filter(
+        digest=_digest(secret), revoked_at__isnull=True
     )
+    if with_work:
+        on_node = {"gpu__node_id": OuterRef("node_id")}
+        tokens = tokens.annotate(
+            node_layouts_open=Exists(
+                MigLayout.objects.filter(
+                    **on_node, state__in=[*OPEN_LAYOUT_STATES, LayoutState.REBOOT_REQUIRED]
+                )
+            ),
+            node_open_probes=Coalesce(
+                Subquery(
+                    IsolationProbe.objects.filter(**on_node, state__in=OPEN_PROBE_STATES)
+                    .order_by()
+                    .values("gpu__node_id")
+                    .annotate(count=Count("pk"))
+                    .values("count")[:1]
+                ),
+                0,
+            ),
+        )
+    token = tokens.first()
     if token is None:
         return None
+    if with_work:
+        token.node.open_work = (bool(token.node_layouts_open), int(token.node_open_probes))
     if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=5):
         # Coarse on purpose: agents call every few seconds.
         NodeToken.objects.filter(pk=token.pk).update(last_used_at=now)

@@ -321,15 +321,17 @@ def _quiet_report(*, node: Node, report: Mapping[str, Any]) -> ReportAnswer | No
     if report.get("node") != node.name or _report_problems(report):
         return None  # the general path refuses it, naming the problems
     _check_readings(node=node, report=report)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _NODE_WORK,
-            [
-                node.pk, *(s.value for s in (*OPEN_LAYOUT_STATES, LayoutState.REBOOT_REQUIRED)),
-                node.pk, *(s.value for s in OPEN_PROBE_STATES),
-            ],
-        )  # fmt: skip
-        row = cursor.fetchone()
+    row = getattr(node, "open_work", None)  # read with the node token (the report endpoint)
+    if row is None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _NODE_WORK,
+                [
+                    node.pk, *(s.value for s in (*OPEN_LAYOUT_STATES, LayoutState.REBOOT_REQUIRED)),
+                    node.pk, *(s.value for s in OPEN_PROBE_STATES),
+                ],
+            )  # fmt: skip
+            row = cursor.fetchone()
     if row is None or row[0]:
         return None  # a layout to confirm, release or reopen: the general path
     if REPORT_INGESTED and report.get("readings") is not None:
