@@ -87,6 +87,9 @@ class Node(models.Model):
     report_seq = models.BigIntegerField(default=0)
     report_digest = models.CharField(max_length=REPORT_DIGEST_MAX, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Not stored: (a layout open, open probes) when the report endpoint's token lookup read
+    # them with the node (services.nodes.node_token_authenticate); None otherwise.
+    open_work: tuple[bool, int] | None = None
 
     class Meta:
         ordering = ["name"]

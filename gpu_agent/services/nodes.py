@@ -266,7 +266,7 @@ def _token_with_work(digest: str) -> NodeToken | None:
         column = Col("t" if i < split else "n", field)
         for convert in [
             *connection.ops.get_db_converters(column),
-            *field.get_db_converters(connection),
+            *field.get_db_converters(connection),  # type: ignore[attr-defined]  # Field has it; the stubs lack it
         ]:
             values[i] = convert(values[i], column, connection)
     token = NodeToken.from_db(connection.alias, [f.attname for f in token_fields], values[:split])

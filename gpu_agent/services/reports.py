@@ -321,7 +321,7 @@ def _quiet_report(*, node: Node, report: Mapping[str, Any]) -> ReportAnswer | No
     if report.get("node") != node.name or _report_problems(report):
         return None  # the general path refuses it, naming the problems
     _check_readings(node=node, report=report)
-    row = getattr(node, "open_work", None)  # read with the node token (the report endpoint)
+    row: Any = node.open_work  # read with the node token (the report endpoint)
     if row is None:
         with connection.cursor() as cursor:
             cursor.execute(
