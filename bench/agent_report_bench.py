@@ -506,9 +506,12 @@ def check_landed(nodes: list[SimNode], posted: set[int], since: Any) -> dict[str
     names = [n.name for n in sent]
     whole = [n.name for n in split(nodes)[0]]
     v2 = [n for group in split(nodes)[1:] for n in group]
-    held = dict(
-        Node.objects.filter(name__in=[n.name for n in v2]).values_list("name", "report_seq")
-    )
+    held = {
+        name: (seq, digest)
+        for name, seq, digest in Node.objects.filter(name__in=[n.name for n in v2]).values_list(
+            "name", "report_seq", "report_digest"
+        )
+    }
     generations = dict(
         Gpu.objects.filter(node__name__in=[n.name for n in v2], index=0).values_list(
             "node__name", "applied_generation"
@@ -531,9 +534,14 @@ def check_landed(nodes: list[SimNode], posted: set[int], since: Any) -> dict[str
             last_report_at__gte=since, name__in=whole
         ).count(),
         "protocol_2_nodes": len(v2),
-        # Each protocol 2 node holds the report the client saw acknowledged last, and GPU 0 in
-        # the state that report described.
-        "protocol_2_bases_as_acknowledged": sum(held.get(n.name) == n.seq for n in v2),
+        # Each protocol 2 node holds the state of the report the client saw acknowledged last
+        # (its digest; the seq stored may be an earlier one of the session, as a quiet report
+        # is acknowledged without a write), and GPU 0 in the state that report described.
+        "protocol_2_bases_as_acknowledged": sum(
+            held.get(n.name, (n.seq + 1, ""))[0] <= n.seq
+            and held[n.name][1] == n.digests[n.flipped]
+            for n in v2
+        ),
         "protocol_2_gpu0_as_reported": sum(
             generations.get(n.name) == n.gpu0[n.flipped].get("applied_generation", 0) for n in v2
         ),

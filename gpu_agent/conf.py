@@ -14,10 +14,22 @@ def join_token_ttl_default() -> timedelta:
     return timedelta(seconds=settings.AGENT_JOIN_TOKEN_TTL_S)
 
 
+def register_retry_window() -> timedelta:
+    """How long after its join token was used an agent may repeat its registration with the
+    same agent key (``AGENT_REGISTER_RETRY_S``)."""
+    return timedelta(seconds=settings.AGENT_REGISTER_RETRY_S)
+
+
 def stale_after() -> timedelta:
     """A node is stale after this long without a report (3 missed reports by default,
     ``AGENT_STALE_AFTER_S``)."""
     return timedelta(seconds=settings.AGENT_STALE_AFTER_S)
+
+
+def last_report_write_every() -> timedelta:
+    """A quiet node's last-report time is written at most this often
+    (``AGENT_LAST_REPORT_WRITE_S``, at most half the stale period)."""
+    return timedelta(seconds=settings.AGENT_LAST_REPORT_WRITE_S)
 
 
 def layout_deadline() -> timedelta:

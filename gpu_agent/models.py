@@ -24,6 +24,8 @@ GPU_NAME_MAX = 100
 MIG_PROFILE_MAX = 32
 VERSION_MAX = 50
 HOSTNAME_MAX = 253  # a DNS name
+AGENT_KEY_MAX = 200  # the random key an agent registers with (gpu_agent.agent.runner)
+AGENT_KEY_MIN = 16  # shorter is guessable, not a secret
 TOKEN_PREFIX_MAX = 12
 
 
@@ -85,6 +87,9 @@ class Node(models.Model):
     report_seq = models.BigIntegerField(default=0)
     report_digest = models.CharField(max_length=REPORT_DIGEST_MAX, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Not stored: (a layout open, open probes) when the report endpoint's token lookup read
+    # them with the node (services.nodes.node_token_authenticate); None otherwise.
+    open_work: tuple[bool, int] | None = None
 
     class Meta:
         ordering = ["name"]
@@ -400,6 +405,10 @@ class NodeJoinToken(models.Model):
         related_name="+",
         help_text="The node that registered with it.",
     )
+    # SHA-256 of the key the registering agent sent (a random secret it keeps in its state
+    # directory): the same agent retrying a registration whose answer it never got is known
+    # by it for AGENT_REGISTER_RETRY_S after the token was used.
+    agent_key_digest = models.CharField(max_length=64, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,

@@ -164,10 +164,22 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # not applied by its deadline fails with the reason; join tokens expire.
 AGENT_STALE_AFTER_S = env_int("AGENT_STALE_AFTER_S", 60)
 AGENT_LAYOUT_DEADLINE_S = env_int("AGENT_LAYOUT_DEADLINE_S", 600)
+# A quiet node's report (protocol 2, nothing changed) writes the node's last-report time at most
+# this often (the fleet page's "last report" lags by up to this); at most half of
+# AGENT_STALE_AFTER_S, so a reporting node is never marked stale.
+AGENT_LAST_REPORT_WRITE_S = env_int("AGENT_LAST_REPORT_WRITE_S", 20)
+if not 0 <= AGENT_LAST_REPORT_WRITE_S <= AGENT_STALE_AFTER_S // 2:
+    raise ImproperlyConfigured(
+        f"AGENT_LAST_REPORT_WRITE_S={AGENT_LAST_REPORT_WRITE_S} must be from 0 to half of "
+        f"AGENT_STALE_AFTER_S ({AGENT_STALE_AFTER_S // 2})"
+    )
 # MIG through the GPU Operator: a node label follows its config into the ConfigMap this long
 # later (the kubelet refreshes a mounted ConfigMap only after its sync period, ~1 min).
 MIG_OPERATOR_SETTLE_S = env_int("MIG_OPERATOR_SETTLE_S", 90)
 AGENT_JOIN_TOKEN_TTL_S = env_int("AGENT_JOIN_TOKEN_TTL_S", 3600)
+# How long after a join token was used the same agent (the same agent key) may register with it
+# again and get the same node back: its first answer may have been lost to a client timeout.
+AGENT_REGISTER_RETRY_S = env_int("AGENT_REGISTER_RETRY_S", 600)
 # The queue cluster pushes go to (empty: the default queue). Tests with a real worker set it.
 SYNC_QUEUE = env_str("SYNC_QUEUE", "")
 # How many writes a push or reconcile sends to a cluster's API server at once (its HTTP

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -343,6 +343,18 @@ def tenant_usage(
     """The tenant's series per cluster and flavor (``flavors``: the ones to show, with their
     clusters loaded). Steps without samples are left out. One query."""
     by_id = {f.pk: f for f in flavors}
+    step_s = int(plan.step.total_seconds())
+    aligned = int((plan.start - EPOCH).total_seconds()) % step_s == 0
+    if plan.resolution != RAW and step_s == plan.resolution and aligned:
+        return _tenant_usage_pivoted(tenant=tenant, by_id=by_id, plan=plan)
+    return _tenant_usage_merged(tenant=tenant, by_id=by_id, plan=plan)
+
+
+def _tenant_usage_merged(
+    *, tenant: Tenant, by_id: Mapping[int, ResourceFlavor], plan: SeriesPlan
+) -> list[FlavorSeries]:
+    """``tenant_usage`` for any plan: the points of ``usage_series`` (raw samples, or rollups
+    merged into steps longer than a bucket or not aligned to one) grouped per flavor."""
     points = usage_series(
         start=plan.start,
         end=plan.end,
@@ -374,6 +386,62 @@ def tenant_usage(
         series.sources[name] = Source(p.source).label if p.source in Source.values[1:] else ""
         if p.metric == Metric.QUOTA_USED:
             point.values["used_max"] = p.max
+    return sorted(out.values(), key=lambda s: (s.cluster, s.flavor))
+
+
+_PIVOT_ORDER = sorted(TENANT_SERIES, key=lambda name: int(TENANT_SERIES[name]))  # as read
+
+
+def _tenant_usage_pivoted(
+    *, tenant: Tenant, by_id: Mapping[int, ResourceFlavor], plan: SeriesPlan
+) -> list[FlavorSeries]:
+    """``tenant_usage`` when each step is one rollup bucket (the dashboards' steps): the
+    metrics pivoted in SQL, one row per flavor and step with every metric's samples, sum and
+    source as columns, so the rows read and the Python work are one per point drawn (not one
+    per metric), whatever the number of raw samples behind them. The same series as the
+    general path: a rollup row is unique per (resolution, bucket, metric, cluster, tenant,
+    flavor), and a flavor has one cluster."""
+    columns: dict[str, Any] = {}
+    for name, metric in TENANT_SERIES.items():
+        only = Q(metric=int(metric))
+        columns[f"{name}__n"] = Sum("samples", filter=only)
+        columns[f"{name}__sum"] = Sum("sum", filter=only)
+        columns[f"{name}__source"] = Max("source", filter=only)
+    columns["used__max"] = Max("max", filter=Q(metric=int(Metric.QUOTA_USED)))
+    rows = (
+        Rollup.objects.filter(
+            resolution=plan.resolution,
+            bucket__gte=plan.start,
+            bucket__lt=plan.end,
+            metric__in=[int(m) for m in TENANT_SERIES.values()],
+            tenant_id=tenant.pk,
+            flavor_id__in=list(by_id),
+        )
+        .order_by()
+        .values("flavor_id", "bucket")
+        .annotate(**columns)
+        .order_by("bucket", "flavor_id")
+    )
+    labels = {value: Source(value).label for value in Source.values[1:]}
+    out: dict[int, FlavorSeries] = {}
+    for row in rows:
+        flavor = by_id[row["flavor_id"]]
+        series = out.get(flavor.pk)
+        if series is None:
+            series = out[flavor.pk] = FlavorSeries(
+                flavor.cluster.name, flavor.name, float(flavor.gpu_weight)
+            )
+        values: dict[str, float | None] = {}
+        for name in _PIVOT_ORDER:
+            count = row[f"{name}__n"]
+            if count is None:
+                continue  # no sample of this metric in the step
+            values[name] = row[f"{name}__sum"] / count if count else 0.0
+            # An unrecorded source (samples older than the column) says nothing.
+            series.sources[name] = labels.get(row[f"{name}__source"], "")
+            if name == "used":
+                values["used_max"] = row["used__max"]
+        series.points.append(FlavorPoint(row["bucket"], values))
     return sorted(out.values(), key=lambda s: (s.cluster, s.flavor))
 
 

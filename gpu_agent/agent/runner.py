@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import random
+import secrets
 import signal
 import socket
 import ssl
@@ -88,6 +89,7 @@ DEFAULT_INTERVAL = 10.0
 DEFAULT_MAX_BACKOFF = 300.0
 STATE_FILE = "agent-state.json"
 TOKEN_FILE = "node-token"  # noqa: S105 - a file name, not a secret
+AGENT_KEY_FILE = "agent-key"
 
 
 # -- the portal -----------------------------------------------------------------------------------
@@ -183,14 +185,22 @@ class PortalClient:
             raise PortalUnavailable(message, status)
         raise PortalRejected(message, status)
 
-    def register(self, join_token: str, hostname: str) -> tuple[str, str]:
-        """Exchange a one-time join token for (node name, node token)."""
-        answer = self._request(
-            "POST",
-            "register/",
-            {"join_token": join_token, "hostname": hostname, "agent_version": AGENT_VERSION},
-            authenticate=False,
-        )
+    def register(self, join_token: str, hostname: str, agent_key: str = "") -> tuple[str, str]:
+        """Exchange a one-time join token for (node name, node token). With ``agent_key`` (the
+        agent's own random key, kept in its state directory) the portal answers the same
+        request again for a while after the token was used, so a retry after an answer lost
+        to a timeout registers instead of being refused; a portal that predates the key (a
+        400 naming it) is asked without it."""
+        body = {"join_token": join_token, "hostname": hostname, "agent_version": AGENT_VERSION}
+        try:
+            answer = self._request(
+                "POST", "register/", {**body, "agent_key": agent_key} if agent_key else body,
+                authenticate=False,
+            )  # fmt: skip
+        except PortalRejected as error:
+            if not agent_key or error.status != 400 or "agent_key" not in str(error):
+                raise
+            answer = self._request("POST", "register/", body, authenticate=False)
         if not isinstance(answer, dict) or not answer.get("node_token") or not answer.get("node"):
             raise PortalRejected(f"register: unexpected answer {answer!r}")
         return str(answer["node"]), str(answer["node_token"])
@@ -336,6 +346,21 @@ class AgentState:
             self.save()
         if self.directory is not None:
             _write_private(self.directory / TOKEN_FILE, token + "\n")
+
+    def agent_key(self) -> str:
+        """This agent's registration key: random, made once and kept (0600) in the state
+        directory, so that a retried registration (after a restart too) sends the same one.
+        Empty without a state directory (the portal then treats a join token as one-time)."""
+        if self.directory is None:
+            return ""
+        path = self.directory / AGENT_KEY_FILE
+        with contextlib.suppress(OSError):
+            key = path.read_text(encoding="utf-8").strip()
+            if key:
+                return key
+        key = secrets.token_urlsafe(32)
+        _write_private(path, key + "\n")
+        return key
 
     def join_token_used(self, join_token: str) -> bool:
         return self.data.get("join_token_sha256") == hashlib.sha256(join_token.encode()).hexdigest()
@@ -675,7 +700,7 @@ class Agent:
         """After a 401: a join token not used yet replaces a revoked node token."""
         if not self.join_token or self.state.join_token_used(self.join_token):
             return False
-        node, token = self.client.register(self.join_token, self.node)
+        node, token = self.client.register(self.join_token, self.node, self.state.agent_key())
         self.state.write_token(token, join_token=self.join_token)
         self.state.node = node
         self.state.save()
@@ -873,7 +898,7 @@ def _register(
     failures = 0
     while True:
         try:
-            node, token = client.register(join_token, hostname)
+            node, token = client.register(join_token, hostname, state.agent_key())
         except PortalUnavailable as error:
             failures += 1
             jitter = random.random()  # noqa: S311 - jitter, not a secret

@@ -20,12 +20,13 @@ from gpu_agent.services.nodes import node_token_authenticate
 
 class NodeTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
+    with_work = False  # also read the node's open work (``node_token_authenticate``)
 
     def authenticate(self, request: Any) -> tuple[Any, Any] | None:
         secret = header_secret(request, self.keyword, shape="Bearer <node token>")
         if secret is None:
             return None
-        token = node_token_authenticate(secret=secret)
+        token = node_token_authenticate(secret=secret, with_work=self.with_work)
         if token is None:
             raise exceptions.AuthenticationFailed("Invalid or revoked node token.")
         # No user: the request is bound to the node (request.auth); every user-facing
@@ -34,6 +35,13 @@ class NodeTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request: Any) -> str:
         return 'Bearer realm="agent"'
+
+
+class NodeTokenWithWorkAuthentication(NodeTokenAuthentication):
+    """The report endpoint's: the token lookup also reads the node's open work, so that a
+    quiet node's report needs no query of its own."""
+
+    with_work = True
 
 
 class IsNodeAgent(BasePermission):

@@ -15,6 +15,7 @@ from rest_framework import serializers
 
 from core.api.serializers import StrictInputSerializer
 from gpu_agent.models import (
+    AGENT_KEY_MAX,
     GPU_NAME_MAX,
     GPU_UUID_MAX,
     GPU_UUID_RE,
@@ -69,6 +70,13 @@ class RegisterInput(StrictInputSerializer):
     join_token = serializers.CharField(max_length=200, trim_whitespace=True)
     hostname = serializers.CharField(max_length=HOSTNAME_MAX, allow_blank=True, default="")
     agent_version = serializers.CharField(max_length=VERSION_MAX, allow_blank=True, default="")
+    agent_key = serializers.CharField(
+        max_length=AGENT_KEY_MAX,
+        allow_blank=True,
+        default="",
+        help_text="A random secret the agent keeps: the same request again (same join token, "
+        "same key) shortly after the token was used gets the same node back with a new token.",
+    )
 
 
 class RegisterOutput(serializers.Serializer):

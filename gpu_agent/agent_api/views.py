@@ -23,7 +23,12 @@ from core.api.limits import AnonymousBodyLimit
 from core.api.serializers import StrictInputSerializer
 from core.errors import NotFound, ValidationFailed
 from gpu_agent import selectors
-from gpu_agent.agent_api.authentication import IsNodeAgent, NodeTokenAuthentication, calling_node
+from gpu_agent.agent_api.authentication import (
+    IsNodeAgent,
+    NodeTokenAuthentication,
+    NodeTokenWithWorkAuthentication,
+    calling_node,
+)
 from gpu_agent.agent_api.parsers import LimitedJSONParser, check_content_length
 from gpu_agent.agent_api.serializers import (
     AgentProbesOutput,
@@ -116,6 +121,7 @@ class AgentRegisterView(AnonymousBodyLimit, AgentView):
             join_secret=data.validated_data["join_token"],
             hostname=data.validated_data["hostname"],
             agent_version=data.validated_data["agent_version"],
+            agent_key=data.validated_data["agent_key"],
         )
         return Response(
             RegisterOutput({"node": node.name, "node_token": secret}).data,
@@ -125,6 +131,8 @@ class AgentRegisterView(AnonymousBodyLimit, AgentView):
 
 class AgentReportView(AgentView):
     """What the node has: GPUs, MIG instances, processes. Stored whole or not at all."""
+
+    authentication_classes = [NodeTokenWithWorkAuthentication]
 
     @extend_schema(request=ReportInput, responses={200: ReportChangesOutput, **AGENT_ERRORS})
     def post(self, request: Request) -> Response:

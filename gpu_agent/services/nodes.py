@@ -7,15 +7,28 @@ from __future__ import annotations
 import hashlib
 import secrets
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Field, Model, Q
+from django.db.models.expressions import Col
 from django.utils import timezone
 
 from core.errors import ApplicationError, Conflict, ValidationFailed
-from gpu_agent.conf import join_token_ttl_default, stale_after
-from gpu_agent.models import HOSTNAME_MAX, VERSION_MAX, Node, NodeJoinToken, NodeToken
+from gpu_agent.conf import join_token_ttl_default, register_retry_window, stale_after
+from gpu_agent.models import (
+    AGENT_KEY_MAX,
+    AGENT_KEY_MIN,
+    HOSTNAME_MAX,
+    OPEN_LAYOUT_STATES,
+    OPEN_PROBE_STATES,
+    VERSION_MAX,
+    LayoutState,
+    Node,
+    NodeJoinToken,
+    NodeToken,
+)
 from gpu_agent.services.common import check_length, iso
 from quotas.models import Cluster
 from tenants.models import User
@@ -97,18 +110,36 @@ def join_token_create(
 
 
 @transaction.atomic
-def agent_register(*, join_secret: str, hostname: str, agent_version: str) -> tuple[Node, str]:
+def agent_register(
+    *, join_secret: str, hostname: str, agent_version: str, agent_key: str = ""
+) -> tuple[Node, str]:
     """Exchange a join token for a node token (returned once). The join token works once and
-    until it expires; registering an existing node again revokes its earlier tokens."""
+    until it expires; registering an existing node again revokes its earlier tokens.
+
+    Idempotent for the agent that used it: an agent that sent ``agent_key`` (a random secret
+    it keeps) may send the same request again for ``AGENT_REGISTER_RETRY_S`` after the token
+    was used (its first answer was lost, say to a client timeout) and gets the same node back
+    with a fresh node token (the one it never received is revoked: only digests are stored,
+    so a token cannot be shown twice). Anyone else presenting the used token is refused."""
     check_length("hostname", hostname, HOSTNAME_MAX)
     check_length("agent_version", agent_version, VERSION_MAX)
+    check_length("agent_key", agent_key, AGENT_KEY_MAX)
+    if agent_key and len(agent_key) < AGENT_KEY_MIN:
+        raise ValidationFailed.for_field(
+            "agent_key",
+            f"is {len(agent_key)} characters long; at least {AGENT_KEY_MIN} are needed (a "
+            "random secret the agent keeps), or leave it out.",
+        )
     now = timezone.now()
     join = (
         NodeJoinToken.objects.select_for_update(of=("self",))
-        .select_related("cluster", "created_by")
+        .select_related("cluster", "created_by", "node")
         .filter(digest=_digest(join_secret))
         .first()
     )
+    if join is not None and join.used_at is not None and _same_agent_retrying(join, agent_key, now):
+        assert join.node is not None  # checked by _same_agent_retrying
+        return _registration_repeat(join=join, node=join.node, now=now)
     if join is None or join.used_at is not None:
         raise AuthenticationFailed("Unknown or already used join token.")
     if join.expires_at <= now:
@@ -143,7 +174,9 @@ def agent_register(*, join_secret: str, hostname: str, agent_version: str) -> tu
     token = NodeToken.objects.create(
         node=node, prefix=secret[:TOKEN_PREFIX_LEN], digest=_digest(secret)
     )
-    NodeJoinToken.objects.filter(pk=join.pk).update(used_at=now, node=node)
+    NodeJoinToken.objects.filter(pk=join.pk).update(
+        used_at=now, node=node, agent_key_digest=_digest(agent_key) if agent_key else ""
+    )
     audit_record(
         actor=join.created_by,
         action=action,
@@ -159,14 +192,106 @@ def agent_register(*, join_secret: str, hostname: str, agent_version: str) -> tu
     return node, secret
 
 
-def node_token_authenticate(*, secret: str) -> NodeToken | None:
-    """The live node token for ``secret`` (with its node), else None."""
-    now = timezone.now()
-    token = (
-        NodeToken.objects.select_related("node")
-        .filter(digest=_digest(secret), revoked_at__isnull=True)
-        .first()
+def _same_agent_retrying(join: NodeJoinToken, agent_key: str, now: datetime) -> bool:
+    """The used ``join`` was used by the agent holding ``agent_key``, within the retry window,
+    and its node still exists."""
+    return (
+        bool(agent_key)
+        and bool(join.agent_key_digest)
+        and secrets.compare_digest(join.agent_key_digest, _digest(agent_key))
+        and join.node is not None
+        and join.used_at is not None
+        and now - join.used_at <= register_retry_window()
     )
+
+
+def _registration_repeat(*, join: NodeJoinToken, node: Node, now: datetime) -> tuple[Node, str]:
+    """The registration ``join`` made, answered again: the node's live tokens (the one whose
+    answer was lost among them) revoked and a new one issued."""
+    live = NodeToken.objects.filter(node=node, revoked_at__isnull=True)
+    revoked = list(live.values_list("prefix", flat=True))
+    live.update(revoked_at=now)
+    secret = secrets.token_urlsafe(TOKEN_BYTES)
+    token = NodeToken.objects.create(
+        node=node, prefix=secret[:TOKEN_PREFIX_LEN], digest=_digest(secret)
+    )
+    audit_record(
+        actor=join.created_by,
+        action="node.registration_repeated",
+        obj=node,
+        after={"join_token": join.prefix, "node_token": token.prefix, "revoked_tokens": revoked},
+    )
+    return node, secret
+
+
+def _columns(model: type[Model]) -> list[Field[Any, Any]]:
+    return list(model._meta.concrete_fields)
+
+
+# The live token, its node and the node's open work, in one statement that PostgreSQL and
+# SQLite both run. Plain SQL built once: the ORM's Exists / Subquery annotations cost more
+# Python to compile per request than the whole of a quiet report.
+# Column names come from the models' meta, every value is a parameter (S608 below).
+_TOKEN_WITH_WORK = (
+    "SELECT "  # noqa: S608
+    + ", ".join(f't."{f.column}"' for f in _columns(NodeToken))
+    + ", "
+    + ", ".join(f'n."{f.column}"' for f in _columns(Node))
+    + """,
+  EXISTS (SELECT 1 FROM gpu_agent_miglayout l JOIN gpu_agent_gpu g ON g.id = l.gpu_id
+          WHERE g.node_id = n.id AND l.state IN (%s, %s, %s)),
+  (SELECT count(*) FROM gpu_agent_isolationprobe p JOIN gpu_agent_gpu g ON g.id = p.gpu_id
+   WHERE g.node_id = n.id AND p.state IN (%s, %s))
+FROM gpu_agent_nodetoken t JOIN gpu_agent_node n ON n.id = t.node_id
+WHERE t.digest = %s AND t.revoked_at IS NULL"""
+)
+_WORK_STATES = [
+    s.value for s in (*OPEN_LAYOUT_STATES, LayoutState.REBOOT_REQUIRED, *OPEN_PROBE_STATES)
+]
+
+
+def _token_with_work(digest: str) -> NodeToken | None:
+    """The live token of ``digest`` with its node, the node's ``open_work`` set (a layout open:
+    pending, applying or reboot-required; its open isolation probes)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_TOKEN_WITH_WORK, [*_WORK_STATES, digest])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    token_fields, node_fields = _columns(NodeToken), _columns(Node)
+    split = len(token_fields)
+    values = list(row)
+    # The conversions the ORM applies to these columns (SQLite hands datetimes back naive).
+    for i, field in enumerate([*token_fields, *node_fields]):
+        column = Col("t" if i < split else "n", field)
+        for convert in [
+            *connection.ops.get_db_converters(column),
+            *field.get_db_converters(connection),  # type: ignore[attr-defined]  # Field has it; the stubs lack it
+        ]:
+            values[i] = convert(values[i], column, connection)
+    token = NodeToken.from_db(connection.alias, [f.attname for f in token_fields], values[:split])
+    node = Node.from_db(
+        connection.alias, [f.attname for f in node_fields], values[split : split + len(node_fields)]
+    )
+    node.open_work = (bool(row[-2]), int(row[-1]))
+    token.node = node
+    return token
+
+
+def node_token_authenticate(*, secret: str, with_work: bool = False) -> NodeToken | None:
+    """The live node token for ``secret`` (with its node), else None. ``with_work``: the same
+    query also reads the node's open work, set on the node as ``open_work`` (a layout open:
+    pending, applying or reboot-required; its open isolation probes), which a quiet report
+    answers from (``reports.agent_report_answer``) without a query of its own."""
+    now = timezone.now()
+    if with_work:
+        token = _token_with_work(_digest(secret))
+    else:
+        token = (
+            NodeToken.objects.select_related("node")
+            .filter(digest=_digest(secret), revoked_at__isnull=True)
+            .first()
+        )
     if token is None:
         return None
     if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=5):

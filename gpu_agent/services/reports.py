@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -32,7 +32,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from core.errors import PermissionDenied, ValidationFailed
-from gpu_agent.conf import layout_deadline
+from gpu_agent.conf import last_report_write_every, layout_deadline
 from gpu_agent.models import (
     GPU_NAME_MAX,
     GPU_UUID_MAX,
@@ -275,8 +275,74 @@ def agent_report_ingest(*, node: Node, report: Mapping[str, Any]) -> int:
     return agent_report_answer(node=node, report=report).desired_generation
 
 
-@transaction.atomic
 def agent_report_answer(*, node: Node, report: Mapping[str, Any]) -> ReportAnswer:
+    """``_report_answer``, with a quiet node's report (``_quiet_report``) answered from one
+    read when the node row needs no write."""
+    quiet = _quiet_report(node=node, report=report)
+    return quiet if quiet is not None else _report_answer(node=node, report=report)
+
+
+# A quiet node's open work: whether a layout is open (pending, applying, reboot-required) and
+# its open isolation probes. Plain SQL that PostgreSQL and SQLite both run.
+_NODE_WORK = """
+SELECT EXISTS (SELECT 1 FROM gpu_agent_miglayout l JOIN gpu_agent_gpu g ON g.id = l.gpu_id
+               WHERE g.node_id = %s AND l.state IN (%s, %s, %s)),
+       (SELECT count(*) FROM gpu_agent_isolationprobe p JOIN gpu_agent_gpu g ON g.id = p.gpu_id
+        WHERE g.node_id = %s AND p.state IN (%s, %s))"""
+
+
+def _quiet_report(*, node: Node, report: Mapping[str, Any]) -> ReportAnswer | None:
+    """A protocol 2 change report in which nothing changed (no GPU, the digest its base's), on
+    the state the node holds, from a node that is not stale and whose last-report time was
+    written less than ``AGENT_LAST_REPORT_WRITE_S`` ago, with no layout open: acknowledged
+    from one read, nothing written (the node row as the token lookup read it). None: the
+    general path answers (it writes the node row)."""
+    if report.get("protocol") != PROTOCOL_CHANGES or report.get("full", True) or report.get("gpus"):
+        return None
+    base, digest = report.get("base"), report.get("base_digest")
+    if not isinstance(base, int) or not digest or report.get("digest") != digest:
+        return None
+    held_on_base = (
+        node.report_protocol == PROTOCOL_CHANGES
+        and node.report_session == report.get("session")
+        and node.report_seq <= base
+        and node.report_digest == digest
+    )
+    versions_known = all(
+        not report.get(name) or report.get(name) == getattr(node, name)
+        for name in ("agent_version", "driver_version")
+    )
+    now = timezone.now()
+    seen = node.last_report_at
+    if not held_on_base or not versions_known or node.stale or seen is None:
+        return None
+    if not timedelta(0) <= now - seen < last_report_write_every():
+        return None
+    if report.get("node") != node.name or _report_problems(report):
+        return None  # the general path refuses it, naming the problems
+    _check_readings(node=node, report=report)
+    row: Any = node.open_work  # read with the node token (the report endpoint)
+    if row is None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _NODE_WORK,
+                [
+                    node.pk, *(s.value for s in (*OPEN_LAYOUT_STATES, LayoutState.REBOOT_REQUIRED)),
+                    node.pk, *(s.value for s in OPEN_PROBE_STATES),
+                ],
+            )  # fmt: skip
+            row = cursor.fetchone()
+    if row is None or row[0]:
+        return None  # a layout to confirm, release or reopen: the general path
+    if REPORT_INGESTED and report.get("readings") is not None:
+        readings = report_readings(node=node, report=report, now=now)
+        for hook in REPORT_INGESTED:
+            transaction.on_commit(partial(hook, readings=readings), robust=True)
+    return ReportAnswer(0, int(row[1]), report["seq"], False)
+
+
+@transaction.atomic
+def _report_answer(*, node: Node, report: Mapping[str, Any]) -> ReportAnswer:
     """Store what ``node``'s agent reports: GPUs upserted, MIG instances replaced, the node
     marked seen; layouts the agent reports applied (``applied_generation``) succeed, drained
     layouts whose instances went idle are released, and layouts waiting for a reboot go back
@@ -469,7 +535,7 @@ UPDATE gpu_agent_node n SET last_report_at = %s, stale = false, report_seq = %s,
   agent_version = COALESCE(NULLIF(%s, ''), n.agent_version),
   driver_version = COALESCE(NULLIF(%s, ''), n.driver_version)
 FROM (SELECT id, stale FROM gpu_agent_node WHERE id = %s FOR UPDATE) o
-WHERE n.id = o.id AND n.report_protocol = 2 AND n.report_session = %s AND n.report_seq = %s
+WHERE n.id = o.id AND n.report_protocol = 2 AND n.report_session = %s AND n.report_seq <= %s
   AND n.report_digest = %s
 RETURNING o.stale,
   EXISTS (SELECT 1 FROM gpu_agent_miglayout l JOIN gpu_agent_gpu g ON g.id = l.gpu_id
@@ -512,7 +578,12 @@ def _change_report(
     held = (locked.report_protocol, locked.report_session, locked.report_seq, locked.report_digest)
     session = report["session"]
     seen: dict[str, Any] = {"last_report_at": now, "stale": False}
-    if held == (PROTOCOL_CHANGES, session, report["base"], report["base_digest"]):
+    on_base = (
+        held[:2] == (PROTOCOL_CHANGES, session)
+        and held[2] <= report["base"]
+        and held[3] == report["base_digest"]
+    )
+    if on_base:
         if gpus:
             _upsert_changed_gpus(node=node, gpus=gpus, now=now)
         Node.objects.filter(pk=node.pk).update(

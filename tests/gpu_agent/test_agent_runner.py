@@ -91,6 +91,8 @@ class FakePortal:
         self.reports: list[dict[str, Any]] = []
         self.results: list[dict[str, Any]] = []
         self.down_with: int | None = None  # answer every request with this status
+        self.register_bodies: list[dict[str, Any]] = []
+        self.knows_agent_key = True  # False: a portal that predates the key refuses the field
         portal = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -150,6 +152,9 @@ class FakePortal:
             return answer(self.down_with, {"detail": "Service unavailable."})
         route = (method, request.path)
         if route == ("POST", "/api/v1/agent/register/"):
+            self.register_bodies.append(body)
+            if not self.knows_agent_key and "agent_key" in body:
+                return answer(400, {"detail": "agent_key: Unknown field."})
             node = self.join_tokens.pop(body.get("join_token"), None)
             if node is None:
                 return answer(401, {"detail": "Unknown, used or expired join token."})
@@ -469,6 +474,31 @@ def test_the_join_token_registers_and_saves_the_node_token(
         _main([*common, "--state-dir", str(tmp_path / "other"), "--join-token", "join-1", "--once"])
         == 2
     )
+
+
+def test_registering_sends_the_agents_own_key_kept_across_restarts(
+    portal: FakePortal, tmp_path: Path
+) -> None:
+    """The key lets the portal tell this agent's retry from another agent holding the same
+    used join token: made once, private, and the same after a restart."""
+    state = tmp_path / "state"
+    common = ["--portal", portal.url, "--backend", "fake", "--fake-gpus", f"{A100}:1"]
+    assert _main([*common, "--state-dir", str(state), "--join-token", "join-1", "--once"]) == 0
+    key = portal.register_bodies[-1]["agent_key"]
+    assert len(key) >= 16
+    assert stat.S_IMODE((state / "agent-key").stat().st_mode) == 0o600
+    assert AgentState(state).agent_key() == key  # a restarted agent sends the same one
+    assert AgentState(tmp_path / "other").agent_key() != key
+
+
+def test_a_portal_that_predates_the_agent_key_is_asked_without_it(
+    portal: FakePortal, tmp_path: Path
+) -> None:
+    portal.knows_agent_key = False
+    client = PortalClient(portal.url)
+    node, token = client.register("join-1", NODE, AgentState(tmp_path).agent_key())
+    assert (node, portal.tokens[token]) == (NODE, NODE)
+    assert ["agent_key" in body for body in portal.register_bodies] == [True, False]
 
 
 def test_a_revoked_token_is_replaced_by_a_new_join_token(

@@ -8,17 +8,20 @@ the node says which protocol it speaks, in the API and on the fleet page."""
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test import TestCase
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from gpu_agent.agent.delta import ReportTracker, gpu_state
 from gpu_agent.models import Gpu, MigInstance, Node
-from gpu_agent.services import reports
+from gpu_agent.services import probes, reports
+from tenants.models import AuditEvent
 from tests.gpu_agent.test_server_api import AGENT, gpu, instance, register, report
 
 NODE = "gpu-node-1"
@@ -106,8 +109,11 @@ def agent(admin_client) -> Agent2:
     return node
 
 
-def test_a_report_with_nothing_changed_sends_no_gpu_and_writes_only_the_node(agent):
-    before = Node.objects.get(name=NODE).last_report_at
+def test_a_quiet_report_is_acknowledged_from_one_read_and_writes_nothing(agent):
+    """Nothing changed, the node's last-report time written less than
+    AGENT_LAST_REPORT_WRITE_S ago: acknowledged, and the database untouched (one read of the
+    node's open work besides the token lookup)."""
+    node_before = Node.objects.values().get(name=NODE)
     gpus_before = list(Gpu.objects.filter(node__name=NODE).values_list("pk", "last_seen_at"))
     body = agent.body(inventory())
     assert body["full"] is False and body["gpus"] == [] and body["base"] == agent.sent[0]["seq"]
@@ -118,21 +124,65 @@ def test_a_report_with_nothing_changed_sends_no_gpu_and_writes_only_the_node(age
 
     assert answer == {"desired_generation": 0, "probes": 0, "ack": body["seq"],
                       "full_report": False, "sample_every_s": 60}  # fmt: skip
+    assert Node.objects.values().get(name=NODE) == node_before  # seq and time not written
+    assert list(Gpu.objects.filter(node__name=NODE).values_list("pk", "last_seen_at")) == (
+        gpus_before
+    )
+    # One query in all: the token lookup, which also reads the node's open work.
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["SELECT"], queries
+    assert "gpu_agent_nodetoken" in queries.captured_queries[0]["sql"]
+    # The next quiet report names the acknowledged report as its base, which the portal never
+    # stored: the state it describes (same session, same digest) is the one held, so it is on
+    # the base, and so is a change after it.
+    assert agent.report(inventory())["ack"] == agent.sent[-1]["seq"]
+    changed = inventory(busy_pid=None)
+    answer = agent.report(changed)
+    assert answer["ack"] == agent.sent[-1]["seq"] and answer["full_report"] is False
+    assert stored_state() == agent_state(changed)
+    assert Node.objects.get(name=NODE).report_seq == agent.sent[-1]["seq"]
+
+
+def test_a_quiet_report_answers_the_open_work_read_with_the_token(world, agent):
+    """The work a quiet node has (here an isolation probe to run) is in the answer to its
+    quiet report, read in the token lookup: nothing is missed by not writing."""
+    assert agent.report(inventory())["probes"] == 0
+    gpu = Gpu.objects.get(uuid=f"GPU-{NODE}-0000")
+    probes.probe_request(gpu=gpu, actor=world.admin)
+    answer = agent.report(inventory())
+    assert answer["probes"] == 1 and answer["ack"] == agent.sent[-1]["seq"]
+    assert Node.objects.get(name=NODE).report_seq < agent.sent[-1]["seq"]  # still not written
+
+
+def test_a_quiet_report_writes_the_last_report_time_once_it_is_old(agent, settings):
+    settings.AGENT_LAST_REPORT_WRITE_S = 20
+    old = timezone.now() - timedelta(seconds=21)
+    Node.objects.filter(name=NODE).update(last_report_at=old)
+    gpus_before = list(Gpu.objects.filter(node__name=NODE).values_list("pk", "last_seen_at"))
+    body = agent.body(inventory())
+    with CaptureQueriesContext(connection) as queries:
+        answer = agent.post(body)
+    agent.tracker.answered(answer)
+    assert answer["ack"] == body["seq"]
     node = Node.objects.get(name=NODE)
-    assert node.report_seq == body["seq"] and node.last_report_at > before
+    assert node.report_seq == body["seq"] and node.last_report_at > old
     assert list(Gpu.objects.filter(node__name=NODE).values_list("pk", "last_seen_at")) == (
         gpus_before
     )
     assert stored_state() == agent_state(inventory())
     writes = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith("SELECT")]
     assert all("gpu_agent_gpu" not in sql.split(" SET ")[0] for sql in writes), writes
-    if connection.vendor == "postgresql":  # the quiet node's report: one statement
+    if connection.vendor == "postgresql":  # the node moved to the report: one statement
         report_queries = [
             q["sql"]
             for q in queries.captured_queries
             if "gpu_agent_nodetoken" not in q["sql"] and "SAVEPOINT" not in q["sql"]
         ]
         assert len(report_queries) == 1, report_queries
+    # A stale node's quiet report is written at once, whatever the time, and says so.
+    Node.objects.filter(name=NODE).update(stale=True, last_report_at=timezone.now())
+    agent.report(inventory())
+    assert not Node.objects.get(name=NODE).stale
+    assert AuditEvent.objects.filter(action="node.reporting").count() == 1
 
 
 def test_a_change_report_replaces_only_the_gpus_that_changed(agent):

@@ -127,6 +127,29 @@ def test_register_is_one_time_and_answers_401_for_used_expired_or_wrong_tokens(a
     assert list(Node.objects.values_list("name", flat=True)) == ["gpu-node-1"]
 
 
+def test_register_again_with_the_agent_key_answers_the_same_node(admin_client):
+    """The agent's first answer was lost (it timed out); its retry carries the same key."""
+    body = {
+        "join_token": join(admin_client, "gpu-node-1"),
+        "hostname": "gpu-node-1",
+        "agent_version": "1.0",
+        "agent_key": "k" * 43,
+    }
+    first = APIClient().post(f"{AGENT}/register/", body, format="json")
+    again = APIClient().post(f"{AGENT}/register/", body, format="json")
+    assert first.status_code == again.status_code == 201, again.content
+    assert again.json()["node"] == first.json()["node"] == "gpu-node-1"
+    lost, kept = first.json()["node_token"], again.json()["node_token"]
+    assert bearer(lost).get(f"{AGENT}/desired/").status_code == 401
+    assert bearer(kept).get(f"{AGENT}/desired/").status_code == 200
+    other = APIClient().post(f"{AGENT}/register/", {**body, "agent_key": "o" * 43}, format="json")
+    assert other.status_code == 401 and other.json()["code"] == "authentication_failed"
+    short = APIClient().post(f"{AGENT}/register/", {**body, "agent_key": "k"}, format="json")
+    assert short.status_code == 400
+    assert "at least 16" in short.json()["fields"]["agent_key"][0]
+    assert list(Node.objects.values_list("name", flat=True)) == ["gpu-node-1"]
+
+
 def test_join_tokens_are_for_admins_and_validate_their_input(world, api_as, admin_client):
     for user in (world.alice, world.carol):
         refused = api_as(user).post("/api/v1/nodes/join-tokens/", {"node": "n1"}, format="json")

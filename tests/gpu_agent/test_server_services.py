@@ -148,6 +148,58 @@ def test_registering_again_revokes_the_earlier_token(admin):
     assert nodes.node_token_authenticate(secret=second).node == node
 
 
+AGENT_KEY = "k" * 43  # what AgentState.agent_key() makes: 32 random bytes, URL-safe
+
+
+def test_the_same_agent_repeating_its_registration_gets_the_same_node(admin):
+    """The portal used the token but the agent never got the answer (a client timeout): the
+    same request again, with the agent's key, answers the same node with a new token."""
+    token, join = nodes.join_token_create(node_name="gpu-node-1", actor=admin)
+    body = {"join_secret": join, "hostname": "gpu-node-1.lab", "agent_version": "1.0"}
+    node, lost = nodes.agent_register(**body, agent_key=AGENT_KEY)
+    again, secret = nodes.agent_register(**body, agent_key=AGENT_KEY)
+    assert again == node and secret != lost
+    assert Node.objects.count() == 1
+    assert nodes.node_token_authenticate(secret=lost) is None  # the answer nobody received
+    assert nodes.node_token_authenticate(secret=secret).node == node
+    event = AuditEvent.objects.get(action="node.registration_repeated")
+    assert event.after["join_token"] == token.prefix
+    # Another agent with the used token is refused, with or without a key of its own.
+    with pytest.raises(nodes.AuthenticationFailed, match="already used"):
+        nodes.agent_register(**body, agent_key="x" * 43)
+    with pytest.raises(nodes.AuthenticationFailed, match="already used"):
+        nodes.agent_register(**body)
+    assert nodes.node_token_authenticate(secret=secret).node == node  # untouched by those
+
+
+def test_a_repeated_registration_is_refused_after_the_window(admin, settings):
+    settings.AGENT_REGISTER_RETRY_S = 60
+    token, join = nodes.join_token_create(node_name="gpu-node-1", actor=admin)
+    body = {"join_secret": join, "hostname": "gpu-node-1.lab", "agent_version": "1.0"}
+    _, secret = nodes.agent_register(**body, agent_key=AGENT_KEY)
+    NodeJoinToken.objects.filter(pk=token.pk).update(used_at=timezone.now() - timedelta(seconds=61))
+    with pytest.raises(nodes.AuthenticationFailed, match="already used"):
+        nodes.agent_register(**body, agent_key=AGENT_KEY)
+    assert nodes.node_token_authenticate(secret=secret) is not None
+
+
+def test_a_token_used_without_a_key_stays_one_time(admin):
+    _, join = nodes.join_token_create(node_name="gpu-node-1", actor=admin)
+    body = {"join_secret": join, "hostname": "gpu-node-1.lab", "agent_version": "1.0"}
+    nodes.agent_register(**body)  # an agent that predates the key
+    with pytest.raises(nodes.AuthenticationFailed, match="already used"):
+        nodes.agent_register(**body, agent_key=AGENT_KEY)
+
+
+def test_an_agent_key_too_short_to_be_a_secret_is_refused(admin):
+    _, join = nodes.join_token_create(node_name="gpu-node-1", actor=admin)
+    with pytest.raises(ValidationFailed) as short:
+        nodes.agent_register(join_secret=join, hostname="h", agent_version="1.0", agent_key="abc")
+    assert "at least 16" in short.value.fields["agent_key"][0]
+    assert not Node.objects.exists()
+    assert NodeJoinToken.objects.get().used_at is None  # the token still works
+
+
 def test_revoking_a_nodes_tokens(admin, node):
     _, secret = register(admin)
     assert nodes.node_token_revoke(node=node, actor=admin) == 1
