@@ -79,6 +79,10 @@ class EffectiveQuotaSet:
     storage_bytes: Decimal | None
     max_pvcs: int | None
     fair_share_weight: int | None
+    max_gpus_per_pod: int | None
+    max_cpu_per_pod: Decimal | None
+    max_memory_per_pod: Decimal | None
+    inference_gpus: int | None
     updated_at: datetime
     items: list[EffectiveQuota] = field(default_factory=list)
 
@@ -94,7 +98,8 @@ class EffectiveQuotaSet:
 _SET_FIELDS = (
     "id", "tenant_id", "cluster__name", "generation", "tier__name", "max_running_jobs",
     "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs",
-    "fair_share_weight", "updated_at",
+    "fair_share_weight", "max_gpus_per_pod", "max_cpu_per_pod", "max_memory_per_pod",
+    "inference_gpus", "updated_at",
 )  # fmt: skip
 _ITEM_FIELDS = (
     "quotas__flavor__name", "quotas__flavor__kind", "quotas__flavor__gpu_weight",

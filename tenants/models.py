@@ -71,6 +71,13 @@ class Tenant(models.Model):
         default=IsolationLevel.WHOLE_GPU,
         help_text="Which flavors its quotas may be on; changed through a request.",
     )
+    # R15: whether its pods may run at the production priority (and so preempt others' work).
+    # Without it every namespace holds a ResourceQuota of 0 pods for that PriorityClass.
+    # Granted through a request a platform admin approves.
+    production_priority_allowed = models.BooleanField(
+        default=False,
+        help_text="May its pods use the production priority class; changed through a request.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -238,6 +238,32 @@ def tenant_isolation_level_set(
 
 
 @transaction.atomic
+def tenant_production_priority_set(
+    *, tenant: Tenant, allowed: bool, actor: User | None, reason: str
+) -> Tenant:
+    """R15: grant or withdraw the production priority class, as an approved request does (the
+    approvals app checks the request first and pushes the tenant's clusters; nothing else
+    calls this). Audited."""
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    before = tenant.production_priority_allowed
+    if before == allowed:
+        return tenant
+    tenant.production_priority_allowed = allowed
+    tenant.save(update_fields=["production_priority_allowed", "updated_at"])
+    audit_record(
+        actor=actor,
+        action="tenant.production_priority_granted"
+        if allowed
+        else "tenant.production_priority_withdrawn",
+        obj=tenant,
+        tenant=tenant,
+        before={"production_priority_allowed": before},
+        after={"production_priority_allowed": allowed, "reason": reason},
+    )
+    return tenant
+
+
+@transaction.atomic
 def namespace_create(*, tenant: Tenant, name: str, purpose: str, actor: User | None) -> Namespace:
     _check_label("name", name, DNS1123_LABEL_MAX)
     if purpose not in NamespacePurpose.values:
