@@ -49,10 +49,14 @@ class TenantAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
         # The slug names namespaces and cluster objects: fixed once created. The isolation
-        # level changes only through a request, checked against the tenant's quotas.
+        # level and the production priority change only through a request, checked against
+        # the tenant's quotas and pushed to every cluster.
         if obj:
-            return ["slug", "parent", "cohort", "isolation_level", "created_at", "updated_at"]
-        return ["isolation_level"]
+            return [
+                "slug", "parent", "cohort", "isolation_level", "production_priority_allowed",
+                "created_at", "updated_at",
+            ]  # fmt: skip
+        return ["isolation_level", "production_priority_allowed"]
 
     def save_model(self, request: Any, obj: Tenant, form: Any, change: bool) -> None:
         if change:

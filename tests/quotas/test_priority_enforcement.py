@@ -4,12 +4,14 @@ bounds each class (R17), and the per-pod caps hold (R16), all as approved reques
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
 
 from approvals.services import quota_request_approve, quota_request_create
 from quotas.sync import tenant_push
+from tests.pages import logged_in
 from tests.quotas.test_enforcement import QUEUED, kueue_configmap
 from tests.standin import kubectl, kubectl_json
 
@@ -91,6 +93,25 @@ def test_the_split_bounds_inference_and_batch_apart(world, standin):
     assert pod(standin, "train", 7, "gpu-portal-default").returncode == 0
     used = kubectl_json(standin, "get", "resourcequota", "-n", NAMESPACE, "gpu-portal-inference")
     assert used["status"]["used"][f"requests.{GPU}"] == "3"
+
+    # The team's page on the cluster reads that use live.
+    page = logged_in(world.carol).get("/tenants/team-a/clusters/demo-a100/")
+    rows = re.findall(
+        r'<tr data-namespace="team-a-inference" data-quota="([^"]+)">(.*?)</tr>',
+        page.content.decode(),
+        re.S,
+    )
+    shown = {
+        quota: re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", row)).strip() for quota, row in rows
+    }
+    assert (
+        shown["gpu-portal-inference"]
+        == "team-a-inference Inference (production priority) 3 GPUs 3 GPUs"
+    )
+    assert (
+        shown["gpu-portal-batch"]
+        == "team-a-inference Batch (default and experiment priorities) 7 GPUs 7 GPUs"
+    )
 
 
 def test_per_pod_caps_reach_the_limit_range_and_refuse_a_larger_pod(world, standin):
