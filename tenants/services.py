@@ -194,6 +194,16 @@ def tenant_update(
             raise ValidationFailed.for_field(
                 "default_priority", f"{default_priority!r} is not one of {Priority.values}."
             )
+        if (
+            default_priority == Priority.PRODUCTION
+            and default_priority != tenant.default_priority
+            and not tenant.production_priority_allowed
+        ):
+            raise ValidationFailed.for_field(
+                "default_priority",
+                f"{tenant.slug} may not use the production priority: it is granted through a "
+                "request a platform admin approves.",
+            )
         tenant.default_priority = default_priority
     tenant.save()
     after = _tenant_snapshot(tenant)

@@ -332,3 +332,18 @@ def test_a_tier_refuses_a_cap_or_split_above_its_own_limit(world):
     assert refused.value.fields["max_cpu_per_pod"] == [
         "64 cores per pod is above the tier's limit of 48 cores"
     ]
+
+
+def test_the_default_priority_becomes_production_only_with_the_grant(world, api_as):
+    refused = api_as(world.admin).patch(
+        "/api/v1/tenants/team-a/", {"default_priority": "production"}, format="json"
+    )
+    assert refused.status_code == 400, refused.content
+    assert "may not use the production priority" in refused.json()["fields"]["default_priority"][0]
+    assert Tenant.objects.get(pk=world.team_a.pk).default_priority == "default"
+    quota_request_approve(request=ask(world, production_priority=True), approver=world.admin)
+    taken = api_as(world.admin).patch(
+        "/api/v1/tenants/team-a/", {"default_priority": "production"}, format="json"
+    )
+    assert taken.status_code == 200, taken.content
+    assert Tenant.objects.get(pk=world.team_a.pk).default_priority == "production"
