@@ -12,7 +12,7 @@ from approvals.models import QuotaChangeRequest
 from approvals.services import quota_request_approve, quota_request_create
 from quotas.models import QuotaSet
 from quotas.selectors import priority_class_use
-from tests.approvals.test_pages import NEW, a100_form, slot
+from tests.approvals.test_pages import NEW, VALIDATE, a100_form, slot
 from tests.pages import logged_in, main
 
 pytestmark = pytest.mark.django_db
@@ -74,6 +74,17 @@ def test_a_split_without_the_grant_is_refused_on_the_form_and_taken_with_it(worl
     assert "GPUs for inference 4 GPUs; batch gets the rest of the GPU limit" in detail
     assert "Production priority grant it" in detail
     assert "Memory per container at most 128 GiB" in detail
+
+
+def test_the_live_check_names_the_cap_and_the_split_as_the_form_does(world):
+    answer = logged_in(world.alice).post(
+        VALIDATE, a100_form(reason="x", max_gpus_per_pod="12", inference_gpus="2")
+    )
+    assert answer.status_code == 200
+    errors = answer.json()["errors"]
+    assert "above team-a's largest GPU limit of 10 GPUs" in errors["max_gpus_per_pod"][0]
+    assert "production priority" in errors["inference_gpus"][0]
+    assert not QuotaChangeRequest.objects.filter(requester=world.alice).exists()
 
 
 def test_a_quantity_the_form_cannot_read_is_named(world):
