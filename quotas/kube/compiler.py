@@ -25,7 +25,8 @@ Design choices, each one also explained where it is made:
 * The LimitRange caps GPUs per container and per pod without giving any pod a GPU: the API
   server turns a bare ``max`` into a ``default``, so the GPU default is written as 0.
 * PriorityClasses and Kueue WorkloadPriorityClasses form one ladder with the same names and
-  values; the split quotas are scoped by its classes. Kubernetes has no per-namespace default
+  values; the split quotas are scoped by its classes, and a tenant without the production grant
+  gets a quota of 0 pods scoped to the production class. Kubernetes has no per-namespace default
   PriorityClass (and a LocalQueue has no priority), so the tenant's default priority is
   recorded on its namespaces, for clients and admission policies to apply.
 """
