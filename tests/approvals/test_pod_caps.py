@@ -347,3 +347,24 @@ def test_the_default_priority_becomes_production_only_with_the_grant(world, api_
     )
     assert taken.status_code == 200, taken.content
     assert Tenant.objects.get(pk=world.team_a.pk).default_priority == "production"
+
+
+def test_the_api_dry_check_weighs_the_grant_asked_for_in_the_same_body(world, api_as):
+    body = {"tenant": "team-a", "cluster": "demo-a100", "reason": "serving", "inference_gpus": 2}
+    alone = api_as(world.alice).post(f"{URL}validate/", body, format="json")
+    assert alone.status_code == 200, alone.content
+    assert "production priority" in alone.json()["errors"]["inference_gpus"][0]
+    both = api_as(world.alice).post(
+        f"{URL}validate/", {**body, "production_priority": True}, format="json"
+    )
+    assert both.status_code == 200 and both.json()["errors"] == {}
+    assert not QuotaChangeRequest.objects.filter(requester=world.alice).exists()
+
+
+def test_django_admin_shows_the_grant_but_does_not_edit_it(world, client):
+    client.force_login(world.admin)
+    page = client.get(f"/admin/tenants/tenant/{world.team_a.pk}/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "production priority" in html.lower()
+    assert 'name="production_priority_allowed"' not in html
