@@ -11,7 +11,7 @@ from typing import Any, cast
 from django import forms
 
 from quotas import timeslicing
-from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
+from quotas.quantity import QuantityError, format_quantity, parse_resource_amount, to_display
 from quotas.selectors import EffectiveQuota, EffectiveQuotaSet, FlavorAllocation
 from quotas.services import QuotaItem
 from tenants.choices import IsolationLevel
@@ -21,6 +21,10 @@ SCHEDULING_COUNT_FIELDS = (
     "max_running_jobs", "max_queued_jobs", "max_pods", "max_pvcs", "fair_share_weight",
 )  # fmt: skip
 STORAGE_RESOURCE_NAME = "storage"
+# R16 per-pod caps (cores and bytes typed as quantities) and the R17 inference split.
+POD_CAP_QUANTITIES = {"max_cpu_per_pod": "cpu", "max_memory_per_pod": "memory"}
+POD_FIELDS = ("max_gpus_per_pod", *POD_CAP_QUANTITIES, "inference_gpus")
+PRODUCTION_CHOICES = [("", "Unchanged"), ("grant", "Grant"), ("withdraw", "Withdraw")]
 POSITIVE_INTEGER_MAX = 2**31 - 1  # PositiveIntegerField's range on every database
 REASON_REQUIRED = "a reason is required: say why the team needs it"
 
@@ -149,6 +153,44 @@ class QuotaRequestForm(forms.Form):
         help_text="For the whole team, on every cluster: it decides which flavors the team's "
         "quotas may be on.",
     )
+    # Ranges checked by the services (approvals.services.quota_request_check): one rule for
+    # the form and the API, naming the cap and the limit.
+    max_gpus_per_pod = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=POSITIVE_INTEGER_MAX,
+        label="GPUs per pod",
+        help_text="The most GPUs one pod may take, so one job cannot take the whole quota. "
+        "Empty: up to 8, or the limit if lower.",
+    )
+    max_cpu_per_pod = forms.CharField(
+        required=False,
+        max_length=64,
+        label="CPU per container",
+        help_text='In cores, such as "16" or "500m". Empty: the largest CPU limit.',
+    )
+    max_memory_per_pod = forms.CharField(
+        required=False,
+        max_length=64,
+        label="Memory per container",
+        help_text='Such as "128Gi". Empty: the largest memory limit.',
+    )
+    inference_gpus = forms.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=POSITIVE_INTEGER_MAX,
+        label="GPUs for inference",
+        help_text="Whole GPUs kept for serving (pods at the production priority); batch work "
+        "(default and experiment priorities) gets the rest of the GPU limit. 0 gives batch "
+        "every GPU.",
+    )
+    production_priority = forms.ChoiceField(
+        required=False,
+        choices=PRODUCTION_CHOICES,
+        label="Production priority",
+        help_text="Pods at the production priority preempt other work; a platform admin "
+        "decides who may use it.",
+    )
     # Range checked by the service (approvals.services.quota_request_check), one rule for all.
     fair_share_weight = forms.IntegerField(
         required=False,
@@ -181,6 +223,12 @@ class QuotaRequestForm(forms.Form):
         }
         if source.storage_bytes is not None:
             initial["storage_bytes"] = format_quantity(source.storage_bytes, STORAGE_RESOURCE_NAME)
+        for name in ("max_gpus_per_pod", "inference_gpus"):
+            initial[name] = getattr(source, name, None)
+        for name, resource in POD_CAP_QUANTITIES.items():
+            value = getattr(source, name, None)
+            if value is not None:
+                initial[name] = format_quantity(value, resource)
         return initial
 
     def clean_reason(self) -> str:
@@ -197,6 +245,46 @@ class QuotaRequestForm(forms.Form):
             return parse_resource_amount(STORAGE_RESOURCE_NAME, text)
         except QuantityError as exc:
             raise forms.ValidationError(str(exc), code="quantity") from exc
+
+    def _quantity(self, name: str) -> Decimal | None:
+        text: str = self.cleaned_data[name]
+        if not text:
+            return None
+        try:
+            return parse_resource_amount(POD_CAP_QUANTITIES[name], text)
+        except QuantityError as exc:
+            raise forms.ValidationError(str(exc), code="quantity") from exc
+
+    def clean_max_cpu_per_pod(self) -> Decimal | None:
+        return self._quantity("max_cpu_per_pod")
+
+    def clean_max_memory_per_pod(self) -> Decimal | None:
+        return self._quantity("max_memory_per_pod")
+
+    def production_priority_change(self) -> bool | None:
+        """True to grant, False to withdraw, None: unchanged."""
+        chosen = self.cleaned_data.get("production_priority") if self.is_bound else ""
+        return {"grant": True, "withdraw": False}.get(chosen or "")
+
+    def pod_fields(self) -> list[tuple[forms.BoundField, str]]:
+        """The per-pod caps, each with the value in force as the page shows it."""
+        shown = []
+        for name in ("max_gpus_per_pod", *POD_CAP_QUANTITIES):
+            value = getattr(self.quota_set, name, None)
+            if value is None:
+                text = "derived from the limits"
+            elif name in POD_CAP_QUANTITIES:
+                text = to_display(value, POD_CAP_QUANTITIES[name])
+            else:
+                text = f"{value} GPU{'' if value == 1 else 's'}"
+            shown.append((self[name], text))
+        return shown
+
+    def inference_in_force(self) -> str:
+        value = getattr(self.quota_set, "inference_gpus", None)
+        if value is None:
+            return "no split"
+        return f"{value} GPU{'' if value == 1 else 's'}"
 
     def scheduling_fields(self) -> list[tuple[forms.BoundField, str]]:
         """Each scheduling field with the value in force, as the page shows it."""
@@ -216,7 +304,7 @@ class QuotaRequestForm(forms.Form):
     def scheduling_changes(self) -> dict[str, Any]:
         """The scheduling fields that differ from the quota set in force."""
         changes = {}
-        for name in (*SCHEDULING_COUNT_FIELDS, "storage_bytes"):
+        for name in (*SCHEDULING_COUNT_FIELDS, "storage_bytes", *POD_FIELDS):
             value = self.cleaned_data.get(name)
             if value is not None and value != getattr(self.quota_set, name, None):
                 changes[name] = value

@@ -73,6 +73,18 @@ class QuotaChangeRequest(models.Model):
     storage_bytes = _quantity(null=True, blank=True)
     max_pvcs = models.PositiveIntegerField(null=True, blank=True)
     fair_share_weight = models.PositiveIntegerField(null=True, blank=True)
+    # R16: per-pod caps; R17: GPUs set apart for inference. Empty: unchanged.
+    max_gpus_per_pod = models.PositiveIntegerField(null=True, blank=True)
+    max_cpu_per_pod = _quantity(null=True, blank=True)
+    max_memory_per_pod = _quantity(null=True, blank=True)
+    inference_gpus = models.PositiveIntegerField(null=True, blank=True)
+    # R15: grant (True) or withdraw (False) the production priority; empty: unchanged. A
+    # tenant attribute, so it holds on every cluster.
+    production_priority = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text="Grant or withdraw the production priority class; empty leaves it as it is.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)

@@ -43,16 +43,20 @@ from quotas.models import (
 from quotas.quantity import format_quantity, to_display
 from quotas.selectors import flavor_capacities, gpu_units
 from quotas.services import (
+    POD_CAP_FIELDS,
     QuotaItem,
     SchedulingQuotas,
     default_gpu_flavor,
     department_check,
     fair_share_weight_check,
+    inference_split_check,
     outbox_record,
     outbox_reopen,
+    pod_caps_check,
     quota_item_parse,
     quota_items_check,
     quota_set_write,
+    quota_sets_resync,
     tier_items,
     tier_scheduling,
 )
@@ -66,11 +70,13 @@ from tenants.services import (
     notify,
     tenant_create,
     tenant_isolation_level_set,
+    tenant_production_priority_set,
 )
 
 SCHEDULING_FIELDS = (
     "max_running_jobs", "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs",
-    "fair_share_weight",
+    "fair_share_weight", "max_gpus_per_pod", "max_cpu_per_pod", "max_memory_per_pod",
+    "inference_gpus",
 )  # fmt: skip
 Key = tuple[int, str]  # (flavor id, resource)
 # What the requester is told when their request becomes one of these ({cluster}: its cluster).
@@ -340,10 +346,13 @@ def quota_request_check(
     items: Sequence[QuotaItem],
     scheduling: Mapping[str, Any] | None = None,
     isolation_level: str = "",
+    production_priority: bool | None = None,
 ) -> RequestCheck:
     """The one validation of a change, used at submit, at approval and by the live check of
     the portal and the API: the merged quota set must pass every rule of
-    ``quotas.services.quota_items_check``; errors are reported against the request's items."""
+    ``quotas.services.quota_items_check``; errors are reported against the request's items.
+    The per-pod caps, the inference split and the production grant are checked on the merged
+    quota set too (``_pod_rules``)."""
     quota_set, current = _current(tenant, cluster)
     check = RequestCheck(base_generation=quota_set.generation if quota_set else 0)
     if tenant.archived_at is not None:
@@ -359,7 +368,7 @@ def quota_request_check(
                 f"{item.resource} on {item.flavor.name} is listed twice (items {seen[key]} and {index})"
             )
         seen[key] = index
-    changes_level = bool(isolation_level)
+    changes_level = bool(isolation_level) or production_priority is not None
     if (
         not items
         and not changes_level
@@ -371,6 +380,15 @@ def quota_request_check(
     _isolation_check(
         check, tenant=tenant, cluster=cluster, current=current, items=items, level=isolation_level
     )
+    if (
+        production_priority is not None
+        and production_priority == tenant.production_priority_allowed
+    ):
+        state = "may already" if production_priority else "already may not"
+        check.errors.setdefault("production_priority", []).append(
+            f"{tenant.slug} {state} use the production priority: the request changes nothing "
+            "there; leave it out"
+        )
     if check.errors:
         return check
 
@@ -385,6 +403,14 @@ def quota_request_check(
         tenant=tenant, cluster=cluster, items=whole, department=is_department
     )
     fair_share_weight_check(department, (scheduling or {}).get("fair_share_weight"))
+    _pod_rules(
+        check,
+        tenant=tenant,
+        whole=whole,
+        quota_set=quota_set,
+        scheduling=scheduling or {},
+        production_priority=production_priority,
+    )
     for name, messages in [*rules.errors.items(), *department.errors.items()]:
         if not name.startswith("items["):
             check.errors.setdefault(name, []).extend(messages)
@@ -422,6 +448,50 @@ def quota_request_check(
         two_approvers = True
     check.required_approvals = 2 if two_approvers else 1
     return check
+
+
+def _pod_rules(
+    check: RequestCheck,
+    *,
+    tenant: Tenant,
+    whole: Sequence[QuotaItem],
+    quota_set: QuotaSet | None,
+    scheduling: Mapping[str, Any],
+    production_priority: bool | None,
+) -> None:
+    """R16, R17 and R15 on the quota set the request would leave: per-pod caps within the
+    limits, the inference split within the GPU limit and only with the production grant (the
+    one in force, or the one this request asks for), and no grant withdrawn while a split
+    still sets GPUs apart for production work. A rule the request itself breaks is an error
+    on its field; one only the numbers in force break is a warning."""
+    merged = _merged_scheduling(quota_set, scheduling)
+    given = {name for name, value in scheduling.items() if value is not None}
+    caps = pod_caps_check(
+        tenant=tenant.slug,
+        items=whole,
+        caps={name: getattr(merged, name) for name in POD_CAP_FIELDS},
+        requested=given,
+    )
+    allowed = (
+        tenant.production_priority_allowed if production_priority is None else production_priority
+    )
+    split = inference_split_check(
+        tenant=tenant.slug,
+        items=whole,
+        inference_gpus=merged.inference_gpus,
+        production_allowed=allowed,
+    )
+    for name, messages in [*caps.errors.items(), *split.errors.items()]:
+        if name in given:
+            check.errors.setdefault(name, []).extend(messages)
+        elif production_priority is False and name == "inference_gpus":
+            check.errors.setdefault("production_priority", []).append(
+                f"{tenant.slug} sets {merged.inference_gpus} GPUs apart for inference, which "
+                "runs at the production priority: set that split to 0 in the same request first"
+            )
+        else:
+            check.warnings.extend(messages)
+    check.warnings.extend([*caps.warnings, *split.warnings])
 
 
 def _isolation_check(
@@ -603,6 +673,7 @@ def quota_request_validate(
     scheduling: Mapping[str, Any] | None = None,
     tier: TierTemplate | None = None,
     isolation_level: str = "",
+    production_priority: bool | None = None,
 ) -> RequestCheck:
     """What filing this request would answer, storing nothing (the API's and the portal's
     live check). Who may file is enforced as for ``quota_request_create`` (404 / 403); every
@@ -621,6 +692,7 @@ def quota_request_validate(
         items=changes["items"],
         scheduling=changes["scheduling"],
         isolation_level=isolation_level,
+        production_priority=production_priority,
     )
     check.errors = {**errors, **check.errors}
     return check
@@ -642,6 +714,7 @@ def quota_request_create(
     tier: TierTemplate | None = None,
     replaces: QuotaChangeRequest | None = None,
     isolation_level: str = "",
+    production_priority: bool | None = None,
 ) -> QuotaChangeRequest:
     """File a request (a draft, or pending with ``submit``). Refused whole, storing nothing,
     when it breaks a rule. ``replaces``: a draft of the same tenant and cluster (a suggested
@@ -657,6 +730,7 @@ def quota_request_create(
         items=items,
         scheduling=scheduling,
         isolation_level=isolation_level,
+        production_priority=production_priority,
     )
     check.raise_if_invalid()
     with transaction.atomic():
@@ -664,7 +738,7 @@ def quota_request_create(
         request = _create(
             tenant=tenant, cluster=cluster, requester=requester, reason=reason, check=check,
             items=items, scheduling=scheduling, tier=tier, replaced=replaced,
-            isolation_level=isolation_level,
+            isolation_level=isolation_level, production_priority=production_priority,
         )  # fmt: skip
         if submit:
             quota_request_submit(request=request, actor=requester)
@@ -706,6 +780,7 @@ def _create(
     tier: TierTemplate | None,
     replaced: QuotaChangeRequest | None,
     isolation_level: str = "",
+    production_priority: bool | None = None,
 ) -> QuotaChangeRequest:
     request = QuotaChangeRequest.objects.create(
         tenant=tenant,
@@ -717,6 +792,7 @@ def _create(
         required_approvals=check.required_approvals,
         tier=tier,
         isolation_level=isolation_level,
+        production_priority=production_priority,
         **{k: v for k, v in scheduling.items() if k in SCHEDULING_FIELDS},
     )
     _store_items(request, items)
@@ -773,6 +849,7 @@ def quota_request_check_stored(*, request: QuotaChangeRequest) -> RequestCheck:
         items=quota_request_items(request),
         scheduling=_request_scheduling(request),
         isolation_level=request.isolation_level,
+        production_priority=request.production_priority,
     )
 
 
@@ -828,6 +905,21 @@ def _request_snapshot(request: QuotaChangeRequest, check: RequestCheck) -> dict[
         "required_approvals": check.required_approvals,
         **({"tier": request.tier.name} if request.tier else {}),
         **({"isolation_level": request.isolation_level} if request.isolation_level else {}),
+        **(
+            {"production_priority": request.production_priority}
+            if request.production_priority is not None
+            else {}
+        ),
+        **{
+            name: str(value)
+            for name in (
+                "max_gpus_per_pod",
+                "max_cpu_per_pod",
+                "max_memory_per_pod",
+                "inference_gpus",
+            )
+            if (value := getattr(request, name)) is not None
+        },
     }
 
 
@@ -970,6 +1062,15 @@ def _apply(request: QuotaChangeRequest, *, actor: User | None) -> None:
             actor=actor,
             reason=f"request #{request.pk}: {request.reason}",
         )
+    if request.production_priority is not None:
+        tenant_production_priority_set(
+            tenant=request.tenant,
+            allowed=request.production_priority,
+            actor=actor,
+            reason=f"request #{request.pk}: {request.reason}",
+        )
+        # A tenant attribute every cluster compiles: push the tenant's other clusters too.
+        quota_sets_resync(tenant=request.tenant, actor=actor, exclude=request.cluster)
     _transition(
         request,
         RequestStatus.APPROVED,
@@ -1056,6 +1157,12 @@ def tenant_onboard(
             reason=f"onboarding on tier {tier.name}",
             actor=actor,
             tier=tier,
+            # A tier that sets GPUs apart for inference, or a tenant whose work defaults to
+            # production, is made to run at the production priority: the admin who onboards
+            # it grants that too (R15).
+            production_priority=True
+            if (tier.inference_gpus or default_priority == Priority.PRODUCTION)
+            else None,
         )
     except Conflict as exc:
         # The caller chose a tier, not items: name the tier and keep every reason.
@@ -1089,6 +1196,7 @@ def quota_request_grant(
     reason: str,
     actor: User | None,
     tier: TierTemplate | None = None,
+    production_priority: bool | None = None,
 ) -> QuotaChangeRequest:
     """A change the system makes (onboarding, seed data): an auto-approved request with
     source "system", applied like any approval (generation, audit, outbox), so the audit trail
@@ -1102,6 +1210,7 @@ def quota_request_grant(
         status=RequestStatus.PENDING,
         submitted_at=timezone.now(),
         tier=tier,
+        production_priority=production_priority,
         **{k: v for k, v in scheduling.items() if k in SCHEDULING_FIELDS},
     )
     _store_items(request, items)

@@ -243,6 +243,7 @@ class RequestDraft:
     scheduling: dict[str, Any] = field(default_factory=dict)
     check: RequestCheck | None = None
     isolation_level: str = ""
+    production_priority: bool | None = None
 
     @property
     def valid(self) -> bool:
@@ -271,12 +272,14 @@ class RequestDraft:
             self.show_errors(exc.fields)
             return
         self.isolation_level = self.form.cleaned_data.get("isolation_level") or ""
+        self.production_priority = self.form.production_priority_change()
         self.check = quota_request_check(
             tenant=self.tenant,
             cluster=self.cluster,
             items=self.items,
             scheduling=self.scheduling,
             isolation_level=self.isolation_level,
+            production_priority=self.production_priority,
         )
         self.show_errors(self.check.errors)
 
@@ -369,7 +372,14 @@ def _request_initial(source: QuotaChangeRequest | None) -> dict[str, Any]:
     if source is None:
         return {}
     initial = {k: v for k, v in QuotaRequestForm.initial_from(source).items() if v is not None}
-    return initial | {"reason": source.reason, "isolation_level": source.isolation_level}
+    production = ""
+    if source.production_priority is not None:
+        production = "grant" if source.production_priority else "withdraw"
+    return initial | {
+        "reason": source.reason,
+        "isolation_level": source.isolation_level,
+        "production_priority": production,
+    }
 
 
 def _draft(
@@ -519,6 +529,7 @@ def request_new(request: HttpRequest, slug: str) -> HttpResponse:
                 tier=tier,
                 replaces=source,
                 isolation_level=draft.isolation_level,
+                production_priority=draft.production_priority,
             )
         except errors.ValidationFailed as exc:
             draft.show_errors(exc.fields)

@@ -11,6 +11,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("tenants/<str:slug>/", views.tenant_detail, name="tenant-detail"),
     path("console/", views.admin_console, name="console"),
+    path("help/preemption/", views.help_preemption, name="help-preemption"),
     path("", include("quotas.urls")),
     path("", include("approvals.urls")),
     path("", include("advice.urls")),

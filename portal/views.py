@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET
 
 from advice import views as advice_views
 from alerts import selectors as alert_selectors
+from portal.help import help_page
 from portal.tasks import HEARTBEAT_CACHE_KEY
 from quotas import selectors as quota_selectors
 from quotas import views as quota_views
@@ -128,13 +129,26 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@require_GET
+def help_preemption(request: HttpRequest) -> HttpResponse:
+    """How Kueue preempts work on the portal's clusters, and what a team should do about
+    checkpoints (``docs/preemption.md``)."""
+    return render(request, "portal/help.html", {"page": help_page("preemption")})
+
+
+@login_required
 def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
     tenant = tenant_selectors.tenant_get_for_user(user=caller(request), slug=slug)
+    quota_sets = quota_selectors.tenant_effective_quotas(tenant=tenant)
     context = {
         "tenant": tenant,
         "namespaces": tenant_selectors.namespace_list_for_tenant(tenant=tenant),
         "members": tenant_selectors.membership_list_for_tenant(tenant=tenant),
-        "quota_sets": quota_selectors.tenant_effective_quotas(tenant=tenant),
+        "quota_sets": quota_sets,
+        # Per-pod caps and the batch / inference split per cluster (R16, R17).
+        "priority_rules": [
+            quota_selectors.quota_set_priority_rules(quota_set=qs) for qs in quota_sets
+        ],
         "department_caps": quota_selectors.department_caps(tenant=tenant),
         "teams": tenant.children.order_by("slug"),
         "role": tenant_selectors.membership_role(user=caller(request), tenant=tenant),

@@ -3,6 +3,7 @@ through services (approved change requests)."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -14,6 +15,7 @@ from quotas.quantity import format_quantity
 from quotas.services import (
     TIER_AMOUNT_FIELDS,
     TIER_COUNT_FIELDS,
+    TIER_OPTIONAL_FIELDS,
     tier_template_prepare,
     tier_template_save,
 )
@@ -55,7 +57,7 @@ class TierTemplateForm(forms.ModelForm):
     class Meta:
         model = TierTemplate
         fields = ["name", "display_name", "description", *TIER_AMOUNT_FIELDS, *TIER_COUNT_FIELDS,
-                  "sort_order"]  # fmt: skip
+                  *TIER_OPTIONAL_FIELDS, "sort_order"]  # fmt: skip
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -65,6 +67,17 @@ class TierTemplateForm(forms.ModelForm):
             )
             if self.instance.pk:
                 self.initial[name] = format_quantity(getattr(self.instance, name), resource)
+        # Per-pod caps and the inference split: optional, empty for "derived" / "no split".
+        for name, resource in TIER_OPTIONAL_FIELDS.items():
+            self.fields[name] = forms.CharField(
+                required=False,
+                label=self.fields[name].label,
+                help_text=f"Optional; a Kubernetes quantity ({resource}). Empty: "
+                + ("no split." if name == "inference_gpus" else "derived from the limits."),
+            )
+            value = getattr(self.instance, name) if self.instance.pk else None
+            if value is not None:
+                self.initial[name] = format_quantity(Decimal(value), resource)
 
     def _post_clean(self) -> None:
         data = {k: v for k, v in self.cleaned_data.items() if k in self.Meta.fields}

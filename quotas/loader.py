@@ -116,6 +116,11 @@ def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -
                 blocked=tenant.pk in blocked,
                 department=tenant.pk in departments,
                 fair_share_weight=qs.fair_share_weight,
+                max_gpus_per_pod=qs.max_gpus_per_pod,
+                max_cpu_per_pod=qs.max_cpu_per_pod,
+                max_memory_per_pod=qs.max_memory_per_pod,
+                inference_gpus=qs.inference_gpus,
+                production_priority_allowed=tenant.production_priority_allowed,
             )
         )
     return sorted(specs, key=lambda s: s.slug)

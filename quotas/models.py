@@ -236,6 +236,13 @@ class TierTemplate(models.Model):
     max_pods = models.PositiveIntegerField()
     storage_bytes = _quantity_field()
     max_pvcs = models.PositiveIntegerField()
+    # Per-pod caps for the namespaces' LimitRange (R16); empty: derived from the limits.
+    max_gpus_per_pod = models.PositiveIntegerField(null=True, blank=True)
+    max_cpu_per_pod = _quantity_field(null=True, blank=True, help_text="Cores.")
+    max_memory_per_pod = _quantity_field(null=True, blank=True, help_text="Bytes.")
+    # GPUs set apart for inference (the production priority class) out of the GPU limit (R17);
+    # empty: no split.
+    inference_gpus = models.PositiveIntegerField(null=True, blank=True)
     sort_order = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
@@ -287,6 +294,16 @@ class QuotaSet(models.Model):
     fair_share_weight = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(1000)]
     )
+    # Per-pod caps (R16) for the LimitRange of every namespace; empty: derived from the limits
+    # (at most 8 GPUs, a flavor's CPU and memory limit).
+    max_gpus_per_pod = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)]
+    )
+    max_cpu_per_pod = _quantity_field(null=True, blank=True, help_text="Cores.")
+    max_memory_per_pod = _quantity_field(null=True, blank=True, help_text="Bytes.")
+    # R17: whole GPUs (nvidia.com/gpu) set apart for inference, the production priority class;
+    # batch (default and experiment classes) gets the rest of the limit. Empty: no split.
+    inference_gpus = models.PositiveIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -299,6 +316,11 @@ class QuotaSet(models.Model):
             models.CheckConstraint(
                 condition=Q(storage_bytes__isnull=True) | Q(storage_bytes__gte=0),
                 name="quota_set_storage_nonnegative",
+            ),
+            models.CheckConstraint(
+                condition=(Q(max_cpu_per_pod__isnull=True) | Q(max_cpu_per_pod__gt=0))
+                & (Q(max_memory_per_pod__isnull=True) | Q(max_memory_per_pod__gt=0)),
+                name="quota_set_pod_caps_positive",
             ),
         ]
 

@@ -13,7 +13,9 @@ from django.db.models.functions import Coalesce
 
 from quotas import isolation
 from quotas.choices import (
+    CPU_RESOURCE,
     GPU_RESOURCE,
+    MEMORY_RESOURCE,
     Enforcement,
     FlavorKind,
     SyncBackend,
@@ -22,6 +24,7 @@ from quotas.choices import (
     mig_resource,
 )
 from quotas.kube import names
+from quotas.kube.compiler import DERIVED_MAX_GPUS_PER_POD
 from quotas.kube.enforcement import KueueConfig, verdict
 from quotas.models import (
     Cluster,
@@ -32,6 +35,7 @@ from quotas.models import (
     TenantSync,
     TierTemplate,
 )
+from quotas.quantity import QuantityError, parse_resource_amount
 from tenants.choices import IsolationLevel
 from tenants.models import Namespace, Tenant
 
@@ -89,6 +93,10 @@ class EffectiveQuotaSet:
     storage_bytes: Decimal | None
     max_pvcs: int | None
     fair_share_weight: int | None
+    max_gpus_per_pod: int | None
+    max_cpu_per_pod: Decimal | None
+    max_memory_per_pod: Decimal | None
+    inference_gpus: int | None
     updated_at: datetime
     items: list[EffectiveQuota] = field(default_factory=list)
 
@@ -104,7 +112,8 @@ class EffectiveQuotaSet:
 _SET_FIELDS = (
     "id", "tenant_id", "cluster__name", "generation", "tier__name", "max_running_jobs",
     "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs",
-    "fair_share_weight", "updated_at",
+    "fair_share_weight", "max_gpus_per_pod", "max_cpu_per_pod", "max_memory_per_pod",
+    "inference_gpus", "updated_at",
 )  # fmt: skip
 _ITEM_FIELDS = (
     "quotas__flavor__name", "quotas__flavor__kind", "quotas__flavor__gpu_weight",
@@ -471,3 +480,117 @@ def tenant_isolation(*, tenant: Tenant) -> dict[str, Any]:
         "layers": isolation.LAYERS[level],
         "allowed": isolation.allowed_words(level),
     }
+
+
+@dataclass(frozen=True)
+class PodCap:
+    """One per-pod cap (R16) as the LimitRange holds it: the amount, and whether the tenant
+    set it through a request or the compiler derived it from the limits."""
+
+    label: str
+    resource: str
+    amount: Decimal | None
+    chosen: bool
+
+
+@dataclass(frozen=True)
+class PriorityRules:
+    """A quota set's per-pod caps (R16) and its batch / inference split of whole GPUs (R17)."""
+
+    cluster_name: str
+    caps: list[PodCap]
+    gpu_limit: Decimal
+    inference_gpus: int | None
+
+    @property
+    def batch_gpus(self) -> Decimal | None:
+        if self.inference_gpus is None:
+            return None
+        return max(self.gpu_limit - self.inference_gpus, Decimal(0))
+
+
+def quota_set_priority_rules(*, quota_set: EffectiveQuotaSet) -> PriorityRules:
+    """What the compiler makes of ``quota_set``'s caps and split (``quotas.kube.compiler``:
+    a cap left empty is the largest limit on one flavor, at most 8 GPUs for GPUs)."""
+    largest: dict[str, Decimal] = {}
+    for item in quota_set.items:
+        largest[item.resource] = max(largest.get(item.resource, Decimal(0)), item.limit)
+    derived_gpus = largest.get(GPU_RESOURCE)
+    if derived_gpus is not None:
+        derived_gpus = min(derived_gpus, Decimal(DERIVED_MAX_GPUS_PER_POD))
+    chosen_gpus = quota_set.max_gpus_per_pod
+    caps = [
+        PodCap(
+            "GPUs per pod",
+            GPU_RESOURCE,
+            Decimal(chosen_gpus) if chosen_gpus is not None else derived_gpus,
+            chosen_gpus is not None,
+        ),
+        PodCap(
+            "CPU per container",
+            CPU_RESOURCE,
+            quota_set.max_cpu_per_pod
+            if quota_set.max_cpu_per_pod is not None
+            else largest.get(CPU_RESOURCE),
+            quota_set.max_cpu_per_pod is not None,
+        ),
+        PodCap(
+            "Memory per container",
+            MEMORY_RESOURCE,
+            quota_set.max_memory_per_pod
+            if quota_set.max_memory_per_pod is not None
+            else largest.get(MEMORY_RESOURCE),
+            quota_set.max_memory_per_pod is not None,
+        ),
+    ]
+    gpu_limit = sum(
+        (item.limit for item in quota_set.items if item.resource == GPU_RESOURCE), Decimal(0)
+    )
+    return PriorityRules(quota_set.cluster_name, caps, gpu_limit, quota_set.inference_gpus)
+
+
+@dataclass(frozen=True)
+class PriorityClassUse:
+    """Whole GPUs one priority-scoped ResourceQuota of a namespace allows and uses, as the
+    cluster reports them."""
+
+    namespace: str
+    label: str
+    quota: str
+    hard: Decimal
+    used: Decimal
+
+
+_PRIORITY_QUOTAS = {
+    names.RESOURCE_QUOTA_INFERENCE: "Inference (production priority)",
+    names.RESOURCE_QUOTA_BATCH: "Batch (default and experiment priorities)",
+}
+
+
+def _gpus(amounts: Mapping[str, Any] | None) -> Decimal:
+    value = (amounts or {}).get(f"requests.{GPU_RESOURCE}")
+    if value is None:
+        return Decimal(0)
+    try:
+        return parse_resource_amount(GPU_RESOURCE, str(value))
+    except QuantityError:
+        return Decimal(0)
+
+
+def priority_class_use(*, resource_quotas: Iterable[Mapping[str, Any]]) -> list[PriorityClassUse]:
+    """The batch / inference split's use from the ResourceQuotas read live
+    (``quotas.sync.in_cluster``): per namespace and class, the whole GPUs its scoped quota
+    holds and what its pods use now, inference first; [] without a split."""
+    order = list(_PRIORITY_QUOTAS)
+    rows = [
+        PriorityClassUse(
+            rq["namespace"],
+            _PRIORITY_QUOTAS[rq["name"]],
+            rq["name"],
+            _gpus(rq.get("hard")),
+            _gpus(rq.get("used")),
+        )
+        for rq in resource_quotas
+        if rq["name"] in _PRIORITY_QUOTAS
+    ]
+    return sorted(rows, key=lambda row: (row.namespace, order.index(row.quota)))

@@ -78,6 +78,18 @@ class SchedulingQuotas:
     storage_bytes: Decimal | None = None
     max_pvcs: int | None = None
     fair_share_weight: int | None = None
+    # R16: per-pod caps (cores and bytes for CPU and memory); R17: GPUs for inference.
+    max_gpus_per_pod: int | None = None
+    max_cpu_per_pod: Decimal | None = None
+    max_memory_per_pod: Decimal | None = None
+    inference_gpus: int | None = None
+
+
+POD_CAP_FIELDS = {
+    "max_gpus_per_pod": GPU_RESOURCE,
+    "max_cpu_per_pod": CPU_RESOURCE,
+    "max_memory_per_pod": MEMORY_RESOURCE,
+}
 
 
 @dataclass
@@ -336,6 +348,116 @@ def fair_share_weight_check(check: QuotaCheck, weight: Any) -> None:
         )
 
 
+def _shown(amount: Decimal, resource: str) -> str:
+    """An amount as people read it: "1 GPU", "12 GPUs", "16 cores", "64 GiB"."""
+    if resource == GPU_RESOURCE:
+        return f"{to_display(amount, resource)} GPU{'' if amount == 1 else 's'}"
+    return to_display(amount, resource)
+
+
+_RESOURCE_WORDS = {GPU_RESOURCE: "GPU", CPU_RESOURCE: "CPU", MEMORY_RESOURCE: "memory"}
+
+
+def _largest_limits(items: Iterable[QuotaItem]) -> dict[str, tuple[Decimal, str]]:
+    """Per resource, the largest limit on one flavor and that flavor's name: a pod runs on
+    one flavor's nodes, so no pod can use more than this."""
+    largest: dict[str, tuple[Decimal, str]] = {}
+    for item in items:
+        if item.resource not in largest or item.limit > largest[item.resource][0]:
+            largest[item.resource] = (item.limit, item.flavor.name)
+    return largest
+
+
+def pod_caps_check(
+    *,
+    tenant: str,
+    items: Iterable[QuotaItem],
+    caps: Mapping[str, Any],
+    requested: Iterable[str] = (),
+) -> QuotaCheck:
+    """The per-pod caps (R16) of ``caps`` (``max_gpus_per_pod``, ``max_cpu_per_pod`` in cores,
+    ``max_memory_per_pod`` in bytes; None: derived) against ``items``, the whole quota set
+    ``tenant`` would have. A cap must be above zero, and a cap above the largest limit on one
+    flavor is refused naming the field, the cap and the limit: no pod could reach it, and the
+    cap would promise what the quota never gives. Caps in ``requested`` (what the change
+    sets) are errors; a cap already in force that a lower limit leaves above it is a warning,
+    so lowering a limit is never blocked by a cap set earlier."""
+    check = QuotaCheck()
+    requested = set(requested)
+    largest = _largest_limits(items)
+    for name, resource in POD_CAP_FIELDS.items():
+        cap = caps.get(name)
+        if cap is None:
+            continue
+        shown = _shown(Decimal(cap), resource)
+        if Decimal(cap) <= 0:
+            check.error(name, f"a per-pod cap must be above zero; got {shown}")
+            continue
+        if resource not in largest:
+            continue
+        limit, flavor = largest[resource]
+        if Decimal(cap) <= limit:
+            continue
+        message = (
+            f"a cap of {shown} per pod is above {tenant}'s largest {_RESOURCE_WORDS[resource]} "
+            f"limit of {_shown(limit, resource)} (on {flavor}): no pod could get that much"
+        )
+        if name in requested:
+            check.error(name, f"{message}; ask for at most {_shown(limit, resource)}")
+        else:
+            check.warnings.append(f"{message}; the cap in force should come down with it")
+    return check
+
+
+def inference_split_check(
+    *,
+    tenant: str,
+    items: Iterable[QuotaItem],
+    inference_gpus: int | None,
+    production_allowed: bool,
+) -> QuotaCheck:
+    """R17: the whole GPUs (``nvidia.com/gpu``, summed over flavors as the namespace quota
+    sums them) set apart for inference must fit the GPU limit; inference runs at the
+    production priority, so a split needs the production grant (R15). Above the guaranteed
+    GPUs is allowed with a warning: that part of serving rests on borrowed capacity."""
+    check = QuotaCheck()
+    if inference_gpus is None:
+        return check
+    if (
+        isinstance(inference_gpus, bool)
+        or not isinstance(inference_gpus, int)
+        or inference_gpus < 0
+    ):
+        check.error(
+            "inference_gpus", f"must be a whole number of GPUs, 0 or more; got {inference_gpus!r}"
+        )
+        return check
+    gpus = [item for item in items if item.resource == GPU_RESOURCE]
+    limit = sum((item.limit for item in gpus), Decimal(0))
+    guaranteed = sum((item.guaranteed for item in gpus), Decimal(0))
+    asked = Decimal(inference_gpus)
+    if asked > limit:
+        check.error(
+            "inference_gpus",
+            f"{_shown(asked, GPU_RESOURCE)} for inference is above {tenant}'s whole-GPU "
+            f"limit of {_shown(limit, GPU_RESOURCE)}: the split must fit the limit",
+        )
+        return check
+    if asked > 0 and not production_allowed:
+        check.error(
+            "inference_gpus",
+            f"inference runs at the production priority, which {tenant} may not use; ask for "
+            "the production priority in the same request (a platform admin decides)",
+        )
+    elif asked > guaranteed:
+        check.warnings.append(
+            f"{_shown(asked, GPU_RESOURCE)} for inference is more than the "
+            f"{_shown(guaranteed, GPU_RESOURCE)} guaranteed: the rest is borrowed, and "
+            "serving on it can be preempted when the lenders need their GPUs back"
+        )
+    return check
+
+
 def _lines_of(quotas: Iterable[Quota]) -> dict[tuple[int, str], tuple[Decimal, Decimal]]:
     """Per (flavor id, resource), the summed (guaranteed, limit) of the quota lines."""
     sums: dict[tuple[int, str], tuple[Decimal, Decimal]] = {}
@@ -517,6 +639,14 @@ def _snapshot(quota_set: QuotaSet) -> dict[str, Any]:
         "storage_bytes": None if quota_set.storage_bytes is None else str(quota_set.storage_bytes),
         "max_pvcs": quota_set.max_pvcs,
         "fair_share_weight": quota_set.fair_share_weight,
+        "max_gpus_per_pod": quota_set.max_gpus_per_pod,
+        "max_cpu_per_pod": None
+        if quota_set.max_cpu_per_pod is None
+        else format_quantity(quota_set.max_cpu_per_pod, CPU_RESOURCE),
+        "max_memory_per_pod": None
+        if quota_set.max_memory_per_pod is None
+        else format_quantity(quota_set.max_memory_per_pod, MEMORY_RESOURCE),
+        "inference_gpus": quota_set.inference_gpus,
         "items": [
             {
                 "flavor": q.flavor.name,
@@ -580,6 +710,10 @@ def quota_set_write(
     quota_set.storage_bytes = scheduling.storage_bytes
     quota_set.max_pvcs = scheduling.max_pvcs
     quota_set.fair_share_weight = scheduling.fair_share_weight
+    quota_set.max_gpus_per_pod = scheduling.max_gpus_per_pod
+    quota_set.max_cpu_per_pod = scheduling.max_cpu_per_pod
+    quota_set.max_memory_per_pod = scheduling.max_memory_per_pod
+    quota_set.inference_gpus = scheduling.inference_gpus
     if tier is not None:
         quota_set.tier = tier
     if not created:
@@ -623,6 +757,10 @@ def tier_scheduling(tier: TierTemplate) -> SchedulingQuotas:
         max_pods=tier.max_pods,
         storage_bytes=tier.storage_bytes,
         max_pvcs=tier.max_pvcs,
+        max_gpus_per_pod=tier.max_gpus_per_pod,
+        max_cpu_per_pod=tier.max_cpu_per_pod,
+        max_memory_per_pod=tier.max_memory_per_pod,
+        inference_gpus=tier.inference_gpus,
     )
 
 
@@ -685,6 +823,13 @@ TIER_AMOUNT_FIELDS = {
 }
 TIER_COUNT_FIELDS = ("max_running_jobs", "max_queued_jobs", "max_pods", "max_pvcs")
 TIER_TEXT_FIELDS = ("display_name", "description", "sort_order")
+# Optional: per-pod caps (R16) and the inference split (R17); empty: derived / no split.
+TIER_OPTIONAL_FIELDS = {
+    "max_gpus_per_pod": GPU_RESOURCE,
+    "max_cpu_per_pod": CPU_RESOURCE,
+    "max_memory_per_pod": MEMORY_RESOURCE,
+    "inference_gpus": GPU_RESOURCE,
+}
 
 
 def _tier_snapshot(tier: TierTemplate) -> dict[str, Any]:
@@ -692,6 +837,9 @@ def _tier_snapshot(tier: TierTemplate) -> dict[str, Any]:
     for name, resource in TIER_AMOUNT_FIELDS.items():
         snapshot[name] = format_quantity(getattr(tier, name), resource)
     snapshot.update({name: getattr(tier, name) for name in TIER_COUNT_FIELDS})
+    for name, resource in TIER_OPTIONAL_FIELDS.items():
+        value = getattr(tier, name)
+        snapshot[name] = None if value is None else format_quantity(Decimal(value), resource)
     return snapshot
 
 
@@ -700,7 +848,9 @@ def tier_template_prepare(*, tier: TierTemplate | None = None, **fields: Any) ->
     Amounts may be Kubernetes quantities ("64Gi") or numbers. The rules: guaranteed <= limit
     for GPUs, CPU and memory, nothing negative, GPUs whole, a DNS-1123 name that is free.
     Raises ValidationFailed naming every field that breaks one."""
-    unknown = set(fields) - {"name", *TIER_AMOUNT_FIELDS, *TIER_COUNT_FIELDS, *TIER_TEXT_FIELDS}
+    unknown = set(fields) - {
+        "name", *TIER_AMOUNT_FIELDS, *TIER_COUNT_FIELDS, *TIER_TEXT_FIELDS, *TIER_OPTIONAL_FIELDS
+    }  # fmt: skip
     if unknown:
         raise ValidationFailed.for_field(sorted(unknown)[0], "not a tier template field")
     if tier is None:
@@ -740,13 +890,49 @@ def tier_template_prepare(*, tier: TierTemplate | None = None, **fields: Any) ->
                 f"guaranteed {format_quantity(guaranteed, resource)} is above the limit "
                 f"{format_quantity(limit, resource)}",
             )
+    _tier_optional_check(check, tier)
     check.raise_if_invalid()
     try:
-        tier.full_clean(exclude=[*TIER_AMOUNT_FIELDS, *TIER_COUNT_FIELDS], validate_unique=False)
+        tier.full_clean(
+            exclude=[*TIER_AMOUNT_FIELDS, *TIER_COUNT_FIELDS, *TIER_OPTIONAL_FIELDS],
+            validate_unique=False,
+        )
     except DjangoValidationError as exc:
         errors = {name: [str(m) for m in messages] for name, messages in exc.message_dict.items()}
         raise ValidationFailed(next(iter(errors.values()))[0], fields=errors) from exc
     return tier
+
+
+def _tier_optional_check(check: QuotaCheck, tier: TierTemplate) -> None:
+    """The tier's per-pod caps and inference split, parsed in place: each empty or above zero
+    (the split may be 0), whole GPUs, and none above the tier's own limit."""
+    limits = {
+        GPU_RESOURCE: getattr(tier, "gpus_limit", None),
+        CPU_RESOURCE: getattr(tier, "cpu_limit", None),
+        MEMORY_RESOURCE: getattr(tier, "memory_limit", None),
+    }
+    for name, resource in TIER_OPTIONAL_FIELDS.items():
+        value = getattr(tier, name, None)
+        if value is None or value == "":
+            setattr(tier, name, None)
+            continue
+        try:
+            amount = parse_resource_amount(resource, value)
+        except QuantityError as exc:
+            check.error(name, str(exc))
+            continue
+        if amount <= 0 and name != "inference_gpus":
+            check.error(name, f"a per-pod cap must be above zero; got {_shown(amount, resource)}")
+            continue
+        limit = limits[resource]
+        if isinstance(limit, Decimal | int) and amount > limit:
+            what = "for inference" if name == "inference_gpus" else "per pod"
+            check.error(
+                name,
+                f"{_shown(amount, resource)} {what} is above the tier's limit of "
+                f"{_shown(Decimal(limit), resource)}",
+            )
+        setattr(tier, name, int(amount) if resource == GPU_RESOURCE else amount)
 
 
 @transaction.atomic
@@ -789,13 +975,19 @@ def _repush(quota_set: QuotaSet) -> None:
 
 
 @transaction.atomic
-def quota_sets_resync(*, tenant: Tenant, actor: User | None) -> list[QuotaSet]:
-    """The tenant changed in a way its clusters see (state, namespaces, members): each of its
-    quota sets is pushed again at the next generation. Nothing is pushed for an archived
+def quota_sets_resync(
+    *, tenant: Tenant, actor: User | None, exclude: Cluster | None = None
+) -> list[QuotaSet]:
+    """The tenant changed in a way its clusters see (state, namespaces, members, the
+    production grant): each of its quota sets is pushed again at the next generation
+    (``exclude``: a cluster the caller pushes already). Nothing is pushed for an archived
     tenant; unarchiving it calls this again, so what changed meanwhile still arrives."""
     if Tenant.objects.filter(pk=tenant.pk, archived_at__isnull=False).exists():
         return []
-    quota_sets = list(QuotaSet.objects.select_for_update().filter(tenant=tenant))
+    query = QuotaSet.objects.select_for_update().filter(tenant=tenant)
+    if exclude is not None:
+        query = query.exclude(cluster=exclude)
+    quota_sets = list(query)
     for quota_set in quota_sets:
         _repush(quota_set)
     return quota_sets

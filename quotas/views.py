@@ -30,6 +30,7 @@ from quotas import selectors as quota_selectors
 from quotas import services as quota_services
 from quotas import sync
 from quotas.choices import Enforcement, SyncBackend, SyncState
+from quotas.kube import names
 from quotas.models import Cluster, TenantSync
 from quotas.quantity import QuantityError, to_display
 from quotas.selectors import TenantSyncRow
@@ -193,7 +194,12 @@ class FlavorUsageLine:
 
 def _namespace_quotas(resource_quotas: list[dict[str, Any]]) -> list[NamespaceQuota]:
     quotas = []
-    for rq in resource_quotas:
+    # Per namespace, the quota that holds the limit first, then the priority-scoped ones.
+    ordered = sorted(
+        resource_quotas,
+        key=lambda rq: (rq["namespace"], rq["name"] != names.RESOURCE_QUOTA, rq["name"]),
+    )
+    for rq in ordered:
         hard, used = rq.get("hard") or {}, rq.get("used") or {}
         lines = [
             QuotaLine(
@@ -239,6 +245,7 @@ def tenant_cluster(request: HttpRequest, slug: str, cluster: str) -> HttpRespons
         "entry": entry,
         "live": live,
         "namespace_quotas": _namespace_quotas(live.resource_quotas),
+        "priority_use": quota_selectors.priority_class_use(resource_quotas=live.resource_quotas),
         "flavor_usage": _flavor_usage(live.cluster_queue),
         "read_at": timezone.now(),
         "enforcement": quota_selectors.cluster_enforcement(cluster=entry.cluster),

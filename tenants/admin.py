@@ -82,14 +82,15 @@ class TenantAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
         # The slug names namespaces and cluster objects: fixed once created. The isolation
-        # level changes only through a request, checked against the tenant's quotas.
-        # Archiving goes through the actions (audited, checked).
+        # level and the production priority change only through a request, checked against
+        # the tenant's quotas and pushed to every cluster. Archiving goes through the actions
+        # (audited, checked).
         if obj:
             return [
-                "slug", "parent", "cohort", "isolation_level", "archived_at", "created_at",
-                "updated_at",
+                "slug", "parent", "cohort", "isolation_level", "production_priority_allowed",
+                "archived_at", "created_at", "updated_at",
             ]  # fmt: skip
-        return ["isolation_level"]
+        return ["isolation_level", "production_priority_allowed"]
 
     def _each(self, request: Any, queryset: Any, service: Any, done: str) -> None:
         def depth(tenant: Tenant) -> int:

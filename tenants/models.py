@@ -78,6 +78,13 @@ class Tenant(models.Model):
     # usage, audit) and its page; it is left out of lists, gets no new quotas and no pushes,
     # and identity groups mapped to it are ignored. Set and cleared through the services.
     archived_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # R15: whether its pods may run at the production priority (and so preempt others' work).
+    # Without it every namespace holds a ResourceQuota of 0 pods for that PriorityClass.
+    # Granted through a request a platform admin approves.
+    production_priority_allowed = models.BooleanField(
+        default=False,
+        help_text="May its pods use the production priority class; changed through a request.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

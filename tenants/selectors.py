@@ -35,7 +35,8 @@ def tenant_list_for_user(*, user: User, archived: bool | None = False) -> QueryS
 
 TENANT_ROW_FIELDS = (
     "id", "slug", "display_name", "description", "parent__slug", "cohort",
-    "default_priority", "state", "isolation_level", "archived_at", "created_at", "updated_at",
+    "default_priority", "state", "isolation_level", "archived_at", "production_priority_allowed",
+    "created_at", "updated_at",
 )  # fmt: skip
 
 

@@ -195,6 +195,16 @@ def tenant_update(
             raise ValidationFailed.for_field(
                 "default_priority", f"{default_priority!r} is not one of {Priority.values}."
             )
+        if (
+            default_priority == Priority.PRODUCTION
+            and default_priority != tenant.default_priority
+            and not tenant.production_priority_allowed
+        ):
+            raise ValidationFailed.for_field(
+                "default_priority",
+                f"{tenant.slug} may not use the production priority: it is granted through a "
+                "request a platform admin approves.",
+            )
         tenant.default_priority = default_priority
     tenant.save()
     after = _tenant_snapshot(tenant)
@@ -314,6 +324,32 @@ def tenant_isolation_level_set(
         tenant=tenant,
         before={"isolation_level": before},
         after={"isolation_level": isolation_level, "reason": reason},
+    )
+    return tenant
+
+
+@transaction.atomic
+def tenant_production_priority_set(
+    *, tenant: Tenant, allowed: bool, actor: User | None, reason: str
+) -> Tenant:
+    """R15: grant or withdraw the production priority class, as an approved request does (the
+    approvals app checks the request first and pushes the tenant's clusters; nothing else
+    calls this). Audited."""
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    before = tenant.production_priority_allowed
+    if before == allowed:
+        return tenant
+    tenant.production_priority_allowed = allowed
+    tenant.save(update_fields=["production_priority_allowed", "updated_at"])
+    audit_record(
+        actor=actor,
+        action="tenant.production_priority_granted"
+        if allowed
+        else "tenant.production_priority_withdrawn",
+        obj=tenant,
+        tenant=tenant,
+        before={"production_priority_allowed": before},
+        after={"production_priority_allowed": allowed, "reason": reason},
     )
     return tenant
 

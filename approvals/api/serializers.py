@@ -18,7 +18,7 @@ from approvals.models import QuotaChangeRequest
 from approvals.services import DiffLine, RequestCheck
 from core.api.serializers import StrictInputSerializer, utc_iso
 from quotas.api.serializers import PushOutput, QuantityInput, UnitsField, push_representation
-from quotas.choices import STORAGE_RESOURCE
+from quotas.choices import CPU_RESOURCE, MEMORY_RESOURCE, STORAGE_RESOURCE
 from quotas.models import TenantSync
 from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
 from quotas.sync import DryRun
@@ -74,6 +74,42 @@ class QuotaRequestInput(StrictInputSerializer):
         allow_null=True,
         help_text="Kueue fair-sharing weight, 1 to 1000 (a department's applies to its cohort).",
     )
+    max_gpus_per_pod = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_COUNT,
+        required=False,
+        allow_null=True,
+        help_text="Most GPUs one pod may take (the namespaces' LimitRange); at most the largest "
+        "GPU limit on one flavor.",
+    )
+    max_cpu_per_pod = QuantityInput(
+        required=False,
+        allow_null=True,
+        help_text='Most CPU one container may take, e.g. "16" or "500m"; at most the largest '
+        "CPU limit on one flavor.",
+    )
+    max_memory_per_pod = QuantityInput(
+        required=False,
+        allow_null=True,
+        help_text='Most memory one container may take, e.g. "128Gi"; at most the largest memory '
+        "limit on one flavor.",
+    )
+    inference_gpus = serializers.IntegerField(
+        min_value=0,
+        max_value=MAX_COUNT,
+        required=False,
+        allow_null=True,
+        help_text="Whole GPUs set apart for inference (pods at the production priority class); "
+        "batch (default and experiment classes) gets the rest of the GPU limit. 0 puts every "
+        "GPU on batch. Needs the production priority.",
+    )
+    production_priority = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        help_text="true: ask that the tenant's pods may use the production priority class "
+        "(which preempts other work); false: withdraw it. A platform admin decides, as for "
+        "every request. Left out or null: unchanged.",
+    )
     submit = serializers.BooleanField(
         default=False, help_text="File it as pending at once instead of as a draft."
     )
@@ -102,6 +138,12 @@ class QuotaRequestInput(StrictInputSerializer):
         "submitted or cancelled meanwhile).",
     )
 
+    def validate_max_cpu_per_pod(self, value: str | None) -> Decimal | None:
+        return _parsed(CPU_RESOURCE, value)
+
+    def validate_max_memory_per_pod(self, value: str | None) -> Decimal | None:
+        return _parsed(MEMORY_RESOURCE, value)
+
     def validate_storage(self, value: str | None) -> Decimal | None:
         if value is None:
             return None
@@ -109,6 +151,15 @@ class QuotaRequestInput(StrictInputSerializer):
             return parse_resource_amount(STORAGE_RESOURCE, value)
         except QuantityError as exc:
             raise serializers.ValidationError(str(exc)) from exc
+
+
+def _parsed(resource: str, value: str | None) -> Decimal | None:
+    if value is None:
+        return None
+    try:
+        return parse_resource_amount(resource, value)
+    except QuantityError as exc:
+        raise serializers.ValidationError(str(exc)) from exc
 
 
 class DecisionInput(StrictInputSerializer):
@@ -191,6 +242,14 @@ class QuotaRequestOutput(serializers.Serializer):
     storage = serializers.CharField(allow_null=True, help_text="A Kubernetes quantity.")
     max_pvcs = serializers.IntegerField(allow_null=True)
     fair_share_weight = serializers.IntegerField(allow_null=True)
+    max_gpus_per_pod = serializers.IntegerField(allow_null=True)
+    max_cpu_per_pod = serializers.CharField(allow_null=True, help_text="A Kubernetes quantity.")
+    max_memory_per_pod = serializers.CharField(allow_null=True, help_text="A Kubernetes quantity.")
+    inference_gpus = serializers.IntegerField(allow_null=True)
+    production_priority = serializers.BooleanField(
+        allow_null=True,
+        help_text="Grants (true) or withdraws (false) the production priority; null: unchanged.",
+    )
     items = QuotaRequestItemOutput(many=True)
     decisions = DecisionOutput(many=True)
     created_at = serializers.DateTimeField()
@@ -224,6 +283,11 @@ class QuotaRequestOutput(serializers.Serializer):
             "storage": _quantity(request.storage_bytes, STORAGE_RESOURCE),
             "max_pvcs": request.max_pvcs,
             "fair_share_weight": request.fair_share_weight,
+            "max_gpus_per_pod": request.max_gpus_per_pod,
+            "max_cpu_per_pod": _quantity(request.max_cpu_per_pod, CPU_RESOURCE),
+            "max_memory_per_pod": _quantity(request.max_memory_per_pod, MEMORY_RESOURCE),
+            "inference_gpus": request.inference_gpus,
+            "production_priority": request.production_priority,
             "items": [
                 {
                     "flavor": item.flavor.name,

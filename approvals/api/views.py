@@ -192,6 +192,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             submit=v["submit"],
             replaces=self._replaces(v, request, tenant, cluster),
             isolation_level=v.get("isolation_level") or "",
+            production_priority=v.get("production_priority"),
             **self._changes(v, cluster),
         )
         return Response(self._fresh(quota_request), status=status.HTTP_201_CREATED)
@@ -238,6 +239,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             scheduling=_scheduling(v),
             tier=self._tier(v),
             isolation_level=v.get("isolation_level") or "",
+            production_priority=v.get("production_priority"),
         )
         return Response(QuotaRequestValidationOutput(check).data)
 

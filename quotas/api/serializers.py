@@ -170,6 +170,8 @@ class TierTemplateOutput(serializers.ModelSerializer):
     memory_guaranteed = QuantityField(resource="memory")
     memory_limit = QuantityField(resource="memory")
     storage = QuantityField(resource="storage", source="storage_bytes")
+    max_cpu_per_pod = QuantityField(resource="cpu", allow_null=True)
+    max_memory_per_pod = QuantityField(resource="memory", allow_null=True)
 
     class Meta:
         model = TierTemplate
@@ -188,6 +190,10 @@ class TierTemplateOutput(serializers.ModelSerializer):
             "max_pods",
             "storage",
             "max_pvcs",
+            "max_gpus_per_pod",
+            "max_cpu_per_pod",
+            "max_memory_per_pod",
+            "inference_gpus",
         ]
 
 
@@ -228,6 +234,10 @@ class TierTemplateInput(StrictInputSerializer):
     max_pods = serializers.IntegerField(min_value=0)
     storage = QuantityInput(source="storage_bytes")
     max_pvcs = serializers.IntegerField(min_value=0)
+    max_gpus_per_pod = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    max_cpu_per_pod = QuantityInput(required=False, allow_null=True)
+    max_memory_per_pod = QuantityInput(required=False, allow_null=True)
+    inference_gpus = serializers.IntegerField(min_value=0, required=False, allow_null=True)
 
 
 class QuotaItemOutput(serializers.Serializer):
@@ -275,6 +285,20 @@ class QuotaSetOutput(serializers.Serializer):
     fair_share_weight = serializers.IntegerField(
         allow_null=True, help_text="Kueue fair-sharing weight; null: the default of 1."
     )
+    max_gpus_per_pod = serializers.IntegerField(
+        allow_null=True, help_text="Per-pod GPU cap (LimitRange); null: derived, at most 8."
+    )
+    max_cpu_per_pod = QuantityField(
+        allow_null=True, help_text="Per-container CPU cap; null: the largest CPU limit."
+    )
+    max_memory_per_pod = QuantityField(
+        allow_null=True, help_text="Per-container memory cap; null: the largest memory limit."
+    )
+    inference_gpus = serializers.IntegerField(
+        allow_null=True,
+        help_text="Whole GPUs set apart for inference (production priority); the rest of the "
+        "GPU limit is for batch. Null: no split.",
+    )
     guaranteed_gpu_units = UnitsField()
     limit_gpu_units = UnitsField()
     items = QuotaItemOutput(many=True)
@@ -294,6 +318,10 @@ class QuotaSetOutput(serializers.Serializer):
             "storage": _quantity(qs.storage_bytes, "storage"),
             "max_pvcs": qs.max_pvcs,
             "fair_share_weight": qs.fair_share_weight,
+            "max_gpus_per_pod": qs.max_gpus_per_pod,
+            "max_cpu_per_pod": _quantity(qs.max_cpu_per_pod, "cpu"),
+            "max_memory_per_pod": _quantity(qs.max_memory_per_pod, "memory"),
+            "inference_gpus": qs.inference_gpus,
             "guaranteed_gpu_units": _units(qs.guaranteed_gpu_units),
             "limit_gpu_units": _units(qs.limit_gpu_units),
             "items": [

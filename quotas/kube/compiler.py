@@ -25,7 +25,8 @@ Design choices, each one also explained where it is made:
 * The LimitRange caps GPUs per container and per pod without giving any pod a GPU: the API
   server turns a bare ``max`` into a ``default``, so the GPU default is written as 0.
 * PriorityClasses and Kueue WorkloadPriorityClasses form one ladder with the same names and
-  values; the split quotas are scoped by its classes. Kubernetes has no per-namespace default
+  values; the split quotas are scoped by its classes, and a tenant without the production grant
+  gets a quota of 0 pods scoped to the production class. Kubernetes has no per-namespace default
   PriorityClass (and a LocalQueue has no priority), so the tenant's default priority is
   recorded on its namespaces, for clients and admission policies to apply.
 """
@@ -631,7 +632,11 @@ def _resource_quotas(context: _TenantContext, namespace: str, share: _Share) -> 
     scoped by PriorityClass, hold compute keys only (the API server refuses storage and count
     keys under that scope): inference (the production class) up to the GUARANTEED amount, since
     production serving must not depend on borrowed capacity its cohort can reclaim; batch
-    (default and experiment classes) up to the limit.
+    (default and experiment classes) up to the limit. With ``inference_gpus`` the whole GPUs
+    are split instead: that many for inference, the rest of the limit for batch (R17).
+
+    A tenant without the production grant gets a quota of 0 pods scoped to the production
+    class (R15): the API server refuses such a pod with "exceeded quota".
     """
     tenant = context.tenant
     limits = _compute_hard(context, context.totals(lambda item: item.limit))
@@ -654,8 +659,15 @@ def _resource_quotas(context: _TenantContext, namespace: str, share: _Share) -> 
     quotas = []
     if hard:
         quotas.append(_resource_quota(context, namespace, names.RESOURCE_QUOTA, hard, share))
-    if tenant.split_by_priority and limits:
+    if (tenant.split_by_priority or tenant.inference_gpus is not None) and limits:
         guaranteed = _compute_hard(context, context.totals(lambda item: item.guaranteed))
+        batch = dict(limits)
+        if tenant.inference_gpus is not None:
+            # R17 as the tenant asked: its whole GPUs split between the two classes.
+            gpus = limits.get(f"requests.{GPU_RESOURCE}", Decimal(0))
+            inference_gpus = min(Decimal(tenant.inference_gpus), gpus)
+            guaranteed[f"requests.{GPU_RESOURCE}"] = inference_gpus
+            batch[f"requests.{GPU_RESOURCE}"] = gpus - inference_gpus
         quotas.append(
             _resource_quota(
                 context,
@@ -671,9 +683,20 @@ def _resource_quotas(context: _TenantContext, namespace: str, share: _Share) -> 
                 context,
                 namespace,
                 names.RESOURCE_QUOTA_BATCH,
-                limits,
+                batch,
                 share,
                 BATCH_PRIORITY_CLASSES,
+            )
+        )
+    if not tenant.production_priority_allowed:
+        quotas.append(
+            _resource_quota(
+                context,
+                namespace,
+                names.RESOURCE_QUOTA_NO_PRODUCTION,
+                {"pods": Decimal(0)},
+                share,
+                (_PRIORITY_BY_KEY["production"].name,),
             )
         )
     return quotas

@@ -24,6 +24,8 @@ PREFIX: Final = "gpu-portal"
 RESOURCE_QUOTA: Final = f"{PREFIX}-quota"
 RESOURCE_QUOTA_INFERENCE: Final = f"{PREFIX}-inference"
 RESOURCE_QUOTA_BATCH: Final = f"{PREFIX}-batch"
+# 0 pods at the production PriorityClass, in the namespaces of a tenant not granted it (R15).
+RESOURCE_QUOTA_NO_PRODUCTION: Final = f"{PREFIX}-no-production"
 LIMIT_RANGE: Final = f"{PREFIX}-limits"
 NETWORK_POLICY: Final = "deny-cross-tenant"  # the seed article's name, kept on purpose
 ROLE_BINDING_EDIT: Final = f"{PREFIX}-edit"

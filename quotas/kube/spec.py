@@ -79,8 +79,14 @@ class TenantSpec:
     max_pods: int | None = None
     storage_bytes: Decimal | None = None
     max_pvcs: int | None = None
-    # Separate quotas for batch and inference by PriorityClass scope (R17).
+    # Separate quotas for batch and inference by PriorityClass scope (R17). ``inference_gpus``
+    # (which implies the split): whole GPUs for inference, the rest of the GPU limit for batch;
+    # without it inference gets the guaranteed amounts.
     split_by_priority: bool = False
+    inference_gpus: int | None = None
+    # R15: may its pods use the production PriorityClass; False: a ResourceQuota of 0 pods for
+    # that class in every namespace (the Kubernetes way to forbid a class per namespace).
+    production_priority_allowed: bool = True
     # Per-pod caps for the LimitRange (R16); None: derived by the compiler.
     max_gpus_per_pod: int | None = None
     max_cpu_per_pod: Decimal | None = None

@@ -47,6 +47,7 @@ MEMBER_PAGES = {
     "tenant-team",  # members read; leads and admins change (tests/tenants/test_team_pages.py)
     "tenant-team-role",
     "tenant-team-remove",
+    "help-preemption",  # the same help text for everyone signed in
 }
 PUBLIC_PAGES = {
     "login",

@@ -113,6 +113,24 @@ def _isolation_level_by_request(tenant: Tenant, cluster: Cluster, lead: User, ad
     quota_request_approve(request=request, approver=admin, comment="Fine for dev and test")
 
 
+def _serving_by_request(tenant: Tenant, cluster: Cluster, lead: User, admin: User) -> None:
+    """team-a serves a model beside its training on demo-a100: its lead asks for the
+    production priority, 3 of its 10 A100s for inference (the other 7 for batch) and at most 4
+    GPUs per pod; an admin approves. The tenant page shows the grant, the split and the caps,
+    and the cluster holds the priority-scoped quotas and the LimitRange."""
+    request = quota_request_create(
+        tenant=tenant,
+        cluster=cluster,
+        requester=lead,
+        reason="Serve the vision model beside training; no single job takes the whole quota",
+        items=[],
+        scheduling={"inference_gpus": 3, "max_gpus_per_pod": 4},
+        production_priority=True,
+        submit=True,
+    )
+    quota_request_approve(request=request, approver=admin, comment="Serving is production")
+
+
 def _admit(cluster: Cluster, jobs: list[Any], horizon: float) -> dict[str, float | None]:
     return admission_times(cluster=cluster, jobs=jobs, horizon=horizon)
 
@@ -483,6 +501,9 @@ class Command(BaseCommand):
                     shares={"team-a-training": Decimal(70), "team-a-inference": Decimal(30)},
                     actor=users["admin"],
                 )
+        for tenant in onboarded:
+            if tenant.slug == "team-a":
+                _serving_by_request(tenant, a100, users["alice"], users["admin"])
         for tenant in onboarded:
             if tenant.slug == "team-b":
                 _isolation_level_by_request(tenant, h100, users["bob"], users["admin"])

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('gpu_agent', '0004_node_report_protocol'),
+        ('gpu_agent', '0005_isolation_probe_tenant_pair'),
     ]
 
     operations = [
