@@ -36,7 +36,7 @@ from tenants.choices import MembershipRole
 from tenants.models import Membership, Namespace, Tenant, User
 from usage import selectors as usage_selectors
 from usage.choices import Metric, Resolution, WorkloadState
-from usage.models import Rollup, Workload
+from usage.models import Rollup, Workload, WorkloadActivity
 
 # --- scoping ---------------------------------------------------------------------------------
 
@@ -290,16 +290,39 @@ def reactivated_subjects(*, since: datetime) -> set[str]:
     )
 
 
+def _own_activity(
+    candidates: Sequence[Workload], *, since: datetime, now: datetime
+) -> dict[tuple[int, str], tuple[float, datetime, datetime]]:
+    """(cluster, Workload uid) -> (peak utilisation, first hour, last hour) of the workloads'
+    own GPUs in the window (the hour holding ``since`` onwards): one query."""
+    rows = (
+        WorkloadActivity.objects.filter(
+            cluster_id__in={w.cluster_id for w in candidates},
+            workload_uid__in={w.uid for w in candidates},
+            bucket__gte=since.replace(minute=0, second=0, microsecond=0),
+            bucket__lt=now,
+        )
+        .values("cluster_id", "workload_uid")
+        .annotate(peak=Max("peak_utilization"), first=Min("bucket"), last=Max("bucket"))
+    )
+    return {(r["cluster_id"], r["workload_uid"]): (r["peak"], r["first"], r["last"]) for r in rows}
+
+
 def idle_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
     """Admitted workloads with no heartbeat for ``duration`` (R12): no progress (admitted,
-    re-admitted after an eviction, or reactivated before the window) and no GPU activity: the
-    GPUs of the tenant's flavors the workload runs on were observed (5-minute rollups of the
-    agents' utilisation) throughout the window and never above ``threshold_pct``.
+    re-admitted after an eviction, or reactivated before the window) and no GPU activity,
+    judged per workload:
 
-    The agents' samples name the tenant, not the pod, so activity is per (cluster, tenant,
-    flavor): one busy job of the tenant on that flavor keeps its idle ones alive. That errs on
-    the safe side: nothing is suspended that might be working. A flavor without samples in
-    the window (no agent) is not evidence of idleness either."""
+    - by its own GPUs where the agents saw its pods on them (``WorkloadActivity``: the
+      collector ties pods to their Workload, the agents report each GPU's pods): observed
+      throughout the window (from its first hour to the last two) and never above
+      ``threshold_pct``. A busy sibling of the same tenant and flavor changes nothing;
+    - else (its pods could not be tied to it, or were not observed throughout), by every GPU
+      of its tenant on the flavors it runs on (5-minute rollups): all of them idle throughout
+      means its own were too; one busy job of the tenant there keeps it.
+
+    A flavor or workload without readings in the window (no agent) is no evidence of
+    idleness: nothing is suspended that might be working."""
     window = rule.duration or timedelta(days=3)
     idle_at_most = rule.threshold_pct if rule.threshold_pct is not None else 1.0
     since = now - window
@@ -335,13 +358,31 @@ def idle_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
             r["first"],
             r["buckets"],
         )
+    own = _own_activity(candidates, since=since, now=now)
     undone = reactivated_subjects(since=since)
-    # Observed "throughout": the first bucket within one hour of the window's start.
+    # Observed "throughout": the first bucket within one hour of the window's start (and, for
+    # a workload's own hours, the last within two hours of now).
     coverage_from = since + timedelta(hours=1)
+    recent_from = now - timedelta(hours=2)
     out = []
     for w in candidates:
         subject = f"workload:{w.cluster_id}:{w.uid}"
         if subject in undone:
+            continue
+        mine = own.get((w.cluster_id, w.uid))
+        if mine is not None and mine[1] <= coverage_from and mine[2] >= recent_from:
+            if mine[0] > idle_at_most:
+                continue
+            out.append(
+                _workload_finding(
+                    w,
+                    f"{w.namespace}/{w.name} ({_gpus(w.gpus)}) has shown no activity on its "
+                    f"own GPUs (peak {mine[0]:g}% <= {idle_at_most:g}%) and no progress for "
+                    f"{_days(window)}.",
+                    value=mine[0],
+                    threshold=idle_at_most,
+                )
+            )
             continue
         keys = [
             (w.cluster_id, w.tenant_id or 0, by_name[(w.cluster_id, name)])
@@ -360,7 +401,8 @@ def idle_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
             _workload_finding(
                 w,
                 f"{w.namespace}/{w.name} ({_gpus(w.gpus)}) has shown no GPU activity (peak "
-                f"{peak:g}% <= {idle_at_most:g}%) and no progress for {_days(window)}.",
+                f"{peak:g}% <= {idle_at_most:g}% on every GPU of its team on that flavor) "
+                f"and no progress for {_days(window)}.",
                 value=peak,
                 threshold=idle_at_most,
             )
