@@ -135,6 +135,7 @@ class Finding:
     workload_name: str = ""
     value: float | None = None
     threshold: float | None = None
+    act: bool = False  # act on it even where the rule only alerts (a tenant's own limit)
 
 
 def _names() -> tuple[dict[int, str], dict[int, str], dict[int, str]]:
@@ -262,20 +263,42 @@ def _workload_finding(w: Workload, message: str, **extra: Any) -> Finding:
     )
 
 
+def _hours(delta: timedelta) -> str:
+    hours = delta.total_seconds() / 3600
+    if hours >= 48 and hours % 24 == 0:
+        return f"{hours / 24:g} days"
+    return f"{hours:g} hour" if hours == 1 else f"{hours:g} hours"
+
+
 def max_runtime_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
-    """Admitted, unfinished workloads running longer than ``duration`` (R12, 003)."""
-    limit = rule.duration or timedelta(days=7)
+    """Admitted, unfinished workloads running longer than their tenant's own maximum run time
+    (set through a request; acted on: suspended after the rule's grace) or, for tenants
+    without one, the rule's ``duration`` (acted on where the rule acts) (R12, 003). The run
+    time counts from the first admission: a suspension undone does not restart it."""
+    default = rule.duration or timedelta(days=7)
+    own = {
+        pk: timedelta(hours=hours)
+        for pk, hours in Tenant.objects.filter(max_run_time_hours__isnull=False).values_list(
+            "pk", "max_run_time_hours"
+        )
+    }
+    shortest = min([default, *own.values()])
     out = []
-    for w in _running(rule).filter(admitted_at__lte=now - limit).order_by("pk"):
+    for w in _running(rule).filter(admitted_at__lte=now - shortest).order_by("pk"):
         assert w.admitted_at is not None
         ran = now - w.admitted_at
+        limit = own.get(w.tenant_id or 0, default)
+        if ran < limit:
+            continue
+        whose = "its team's maximum run time" if w.tenant_id in own else "the maximum run time"
         out.append(
             _workload_finding(
                 w,
-                f"{w.namespace}/{w.name} has run for {_days(ran)}, past the maximum run time "
-                f"of {_days(limit)}.",
+                f"{w.namespace}/{w.name} has run for {_days(ran)}, past {whose} of "
+                f"{_hours(limit)}.",
                 value=ran.total_seconds(),
                 threshold=limit.total_seconds(),
+                act=w.tenant_id in own,
             )
         )
     return out

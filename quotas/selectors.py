@@ -134,6 +134,26 @@ def effective_quotas_for_tenants(
     return result
 
 
+def tenant_gpu_units_by_cluster(
+    *, tenant_id: int, exclude_cluster_id: int | None = None
+) -> dict[str, Decimal]:
+    """Cluster name -> the normalised GPU units of the tenant's limits there (R5): each GPU or
+    MIG limit times its flavor's weight; clusters where it holds none are left out. One
+    query."""
+    parts: dict[str, Decimal] = {}
+    rows = Quota.objects.filter(quota_set__tenant_id=tenant_id)
+    if exclude_cluster_id is not None:
+        rows = rows.exclude(quota_set__cluster_id=exclude_cluster_id)
+    for name, resource, limit, weight in rows.values_list(
+        "quota_set__cluster__name", "resource", "limit", "flavor__gpu_weight"
+    ):
+        if is_gpu_resource(resource):
+            parts[name] = parts.get(name, Decimal(0)) + gpu_units(
+                limit, resource=resource, weight=weight
+            )
+    return dict(sorted(parts.items()))
+
+
 @dataclass(frozen=True)
 class DepartmentCapLine:
     """One line of a department's quota (R14) against its teams' on one cluster: the cap

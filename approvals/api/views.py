@@ -192,6 +192,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             submit=v["submit"],
             replaces=self._replaces(v, request, tenant, cluster),
             isolation_level=v.get("isolation_level") or "",
+            tenant_changes=_tenant_changes(v),
             **self._changes(v, cluster),
         )
         return Response(self._fresh(quota_request), status=status.HTTP_201_CREATED)
@@ -238,6 +239,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             scheduling=_scheduling(v),
             tier=self._tier(v),
             isolation_level=v.get("isolation_level") or "",
+            tenant_changes=_tenant_changes(v),
         )
         return Response(QuotaRequestValidationOutput(check).data)
 
@@ -313,3 +315,8 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
 def _scheduling(validated: dict[str, Any]) -> dict[str, Any]:
     return {name: validated[name] for name in services.SCHEDULING_FIELDS if name in validated}
+
+
+def _tenant_changes(v: dict[str, Any]) -> dict[str, Any]:
+    """The tenant-wide limits of a request body (null ones left out)."""
+    return {name: v[name] for name in services.TENANT_FIELDS if v.get(name) is not None}
