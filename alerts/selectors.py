@@ -500,6 +500,69 @@ def rule_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
     return FINDERS[RuleKind(rule.kind)](rule, now=now)
 
 
+# --- what a tenant's page says of the workload rules -----------------------------------------
+
+
+@dataclass(frozen=True)
+class TenantRunRules:
+    """The idle and maximum-run-time rules as they apply to one tenant, in words' parts."""
+
+    max_run_time: timedelta | None  # None: the rule is off
+    own_max_run_time: bool  # the tenant's own (set by request) rather than the platform's
+    max_run_time_suspends: bool
+    idle_after: timedelta | None  # None: the idle rule is off
+    idle_at_most_pct: float
+    idle_suspends: bool
+    grace: timedelta
+    grace_max_run_time: timedelta
+
+
+def tenant_run_rules(*, tenant: Tenant) -> TenantRunRules:
+    """The rules every cluster applies to the tenant's workloads (the first enabled rule of
+    each kind that covers every cluster). Two queries."""
+    rules = {
+        r.kind: r
+        for r in AlertRule.objects.filter(
+            enabled=True,
+            cluster__isnull=True,
+            kind__in=[RuleKind.IDLE_WORKLOAD, RuleKind.MAX_RUNTIME],
+        ).order_by("-pk")
+    }
+    idle, longest = rules.get(RuleKind.IDLE_WORKLOAD), rules.get(RuleKind.MAX_RUNTIME)
+    hours = Tenant.objects.filter(pk=tenant.pk).values_list("max_run_time_hours", flat=True).get()
+    own = hours is not None and longest is not None
+    default_grace = timedelta(days=1)
+    return TenantRunRules(
+        max_run_time=(
+            None
+            if longest is None
+            else timedelta(hours=hours)
+            if hours is not None
+            else longest.duration or timedelta(days=7)
+        ),
+        own_max_run_time=own,
+        max_run_time_suspends=longest is not None and (own or longest.act),
+        idle_after=None if idle is None else idle.duration or timedelta(days=3),
+        idle_at_most_pct=(
+            idle.threshold_pct if idle is not None and idle.threshold_pct is not None else 1.0
+        ),
+        idle_suspends=idle is not None and idle.act,
+        grace=idle.grace if idle is not None and idle.grace is not None else default_grace,
+        grace_max_run_time=(
+            longest.grace if longest is not None and longest.grace is not None else default_grace
+        ),
+    )
+
+
+def duration_words(delta: timedelta) -> str:
+    """``3 days``, ``1 day``, ``36 hours``, ``1 hour``: a duration as people say it."""
+    hours = delta.total_seconds() / 3600
+    if hours >= 24 and hours % 24 == 0:
+        days = hours / 24
+        return f"{days:g} day" if days == 1 else f"{days:g} days"
+    return f"{hours:g} hour" if hours == 1 else f"{hours:g} hours"
+
+
 # --- the admission pre-check (R13) -----------------------------------------------------------
 
 

@@ -243,6 +243,7 @@ class RequestDraft:
     scheduling: dict[str, Any] = field(default_factory=dict)
     check: RequestCheck | None = None
     isolation_level: str = ""
+    tenant_changes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:
@@ -271,12 +272,14 @@ class RequestDraft:
             self.show_errors(exc.fields)
             return
         self.isolation_level = self.form.cleaned_data.get("isolation_level") or ""
+        self.tenant_changes = self.form.tenant_changes()
         self.check = quota_request_check(
             tenant=self.tenant,
             cluster=self.cluster,
             items=self.items,
             scheduling=self.scheduling,
             isolation_level=self.isolation_level,
+            tenant_changes=self.tenant_changes,
         )
         self.show_errors(self.check.errors)
 
@@ -369,7 +372,12 @@ def _request_initial(source: QuotaChangeRequest | None) -> dict[str, Any]:
     if source is None:
         return {}
     initial = {k: v for k, v in QuotaRequestForm.initial_from(source).items() if v is not None}
-    return initial | {"reason": source.reason, "isolation_level": source.isolation_level}
+    return initial | {
+        "reason": source.reason,
+        "isolation_level": source.isolation_level,
+        "max_run_time_hours": source.max_run_time_hours,
+        "gpu_unit_cap": source.gpu_unit_cap,
+    }
 
 
 def _draft(
@@ -519,6 +527,7 @@ def request_new(request: HttpRequest, slug: str) -> HttpResponse:
                 tier=tier,
                 replaces=source,
                 isolation_level=draft.isolation_level,
+                tenant_changes=draft.tenant_changes,
             )
         except errors.ValidationFailed as exc:
             draft.show_errors(exc.fields)
