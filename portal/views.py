@@ -188,6 +188,8 @@ def admin_console(request: HttpRequest) -> HttpResponse:
     heartbeat = cache.get(HEARTBEAT_CACHE_KEY)
     context = {
         "clusters": clusters,
+        "pools": quota_selectors.pool_list(),
+        "pool_differences": quota_selectors.pool_differences(),
         "tenant_count": Tenant.objects.count(),
         "recent_events": AuditEvent.objects.select_related("tenant")[:20],
         "worker_seen_seconds_ago": (
