@@ -281,6 +281,7 @@ def max_runtime_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
         for pk, hours in Tenant.objects.filter(max_run_time_hours__isnull=False).values_list(
             "pk", "max_run_time_hours"
         )
+        if hours is not None
     }
     shortest = min([default, *own.values()])
     out = []

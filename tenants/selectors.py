@@ -30,7 +30,8 @@ def tenant_list_for_user(*, user: User) -> QuerySet[Tenant]:
 
 TENANT_ROW_FIELDS = (
     "id", "slug", "display_name", "description", "parent__slug", "cohort",
-    "default_priority", "state", "isolation_level", "created_at", "updated_at",
+    "default_priority", "state", "isolation_level", "max_run_time_hours", "gpu_unit_cap",
+    "created_at", "updated_at",
 )  # fmt: skip
 
 

@@ -70,15 +70,27 @@ def test_an_approved_cap_is_set_audited_and_then_holds_later_requests(world):
 
 
 def test_approval_checks_the_cap_again(world):
-    """Filed under no cap; by approval a cap of 21 is in force: 409 naming it, nothing applied."""
-    request = _file(world, items=[_a100(8, 10, world)])
-    Tenant.objects.filter(pk=world.team_a.pk).update(gpu_unit_cap=Decimal(21))
+    """Filed under no cap (6 -> 7 H100s: 24 units); by approval a cap of 23 is in force: 409
+    naming it, nothing applied."""
+    request = quota_request_create(
+        tenant=world.team_a, cluster=world.h100, requester=world.alice, reason="more",
+        items=[QuotaItem(world.h100_gpu, GPU_RESOURCE, Decimal(4), Decimal(7))], submit=True,
+    )  # fmt: skip
+    Tenant.objects.filter(pk=world.team_a.pk).update(gpu_unit_cap=Decimal(23))
     before = database_state()
     with pytest.raises(Conflict) as refused:
         quota_request_approve(request=request, approver=world.admin)
-    assert "above its cap of 21 GPU units" in refused.value.fields["items"][0]
+    assert "24 GPU units" in refused.value.fields["items"][0]
+    assert "above its cap of 23 GPU units" in refused.value.fields["items"][0]
     assert database_state() == before
     assert QuotaChangeRequest.objects.get(pk=request.pk).status == "pending"
+
+
+def test_over_a_cap_in_force_a_request_that_lowers_the_sum_passes(world):
+    """A cap below what the tenant holds (a GPU model's weight rose since it was set): a
+    request lowering its limits is accepted, one keeping them is not what the cap refuses."""
+    Tenant.objects.filter(pk=world.team_a.pk).update(gpu_unit_cap=Decimal(20))
+    _file(world, items=[_a100(6, 9, world)])  # 21 units: still over, but lower
 
 
 def test_a_cap_or_maximum_already_in_force_changes_nothing(world):
@@ -142,6 +154,10 @@ def test_api_files_both_limits_and_the_tenant_has_them_once_approved(world, api_
     assert approved.status_code == 200, approved.json()
     team = Tenant.objects.get(pk=world.team_a.pk)
     assert (team.max_run_time_hours, team.gpu_unit_cap) == (72, Decimal(24))
+    shown = api_as(world.carol).get("/api/v1/tenants/team-a/").json()
+    assert (shown["max_run_time_hours"], shown["gpu_unit_cap"]) == (72, "24")
+    listed = api_as(world.carol).get("/api/v1/tenants/").json()["results"]
+    assert [(t["slug"], t["gpu_unit_cap"]) for t in listed] == [("team-a", "24")]
     # Another tenant's lead cannot ask for team-a.
     outsider = api_as(world.bob).post(URL, body(items=[], max_run_time_hours=5), format="json")
     assert outsider.status_code in (403, 404)
