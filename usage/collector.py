@@ -164,6 +164,10 @@ def pod_rows(pods: Iterable[Mapping[str, Any]]) -> list[PodRow]:
     return rows
 
 
+# The label Kueue puts on a Workload with the uid of the job it stands for.
+KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+
+
 def _owner_uids(meta: Mapping[str, Any]) -> tuple[str, ...]:
     """The uids of an object's owners, its controller first."""
     owners = sorted(meta.get("ownerReferences") or [], key=lambda o: not o.get("controller", False))
@@ -172,8 +176,9 @@ def _owner_uids(meta: Mapping[str, Any]) -> tuple[str, ...]:
 
 def pod_workloads(pods: Sequence[PodRow], workloads: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """pod uid -> the uid of the Kueue Workload it runs for: Kueue makes a Workload for a Job
-    (a JobSet, a RayJob...) owned by that object, which also owns the pods (through their
-    controller, for a Job); a plain pod's Workload is owned by the pod itself. Pods whose
+    (a JobSet, a RayJob...) owned by that object and labelled with its uid, and the object
+    owns the pods (through their controller, for a Job); a plain pod's Workload is owned by
+    the pod itself. Pods whose
     owner has no Workload (a Deployment outside Kueue, an object two levels up) map to
     nothing, and the idle rule then judges them by their tenant's GPUs."""
     by_owner: dict[str, str] = {}
@@ -181,7 +186,8 @@ def pod_workloads(pods: Sequence[PodRow], workloads: Sequence[Mapping[str, Any]]
         meta = workload.get("metadata") or {}
         if not meta.get("uid"):
             continue
-        for owner in _owner_uids(meta):
+        job_uid = (meta.get("labels") or {}).get(KUEUE_JOB_UID_LABEL)
+        for owner in (*_owner_uids(meta), *([job_uid] if job_uid else [])):
             by_owner.setdefault(owner, str(meta["uid"]))
     out = {}
     for pod in pods:

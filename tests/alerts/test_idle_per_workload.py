@@ -166,3 +166,24 @@ def test_the_collector_ties_each_pod_to_its_workload_through_the_job(world: Worl
         "pod-busy": "wl-busy",
         "pod-stuck": "wl-stuck",
     }
+
+
+@pytest.mark.django_db
+def test_a_workload_without_owner_references_is_found_by_its_job_uid_label(world: World) -> None:
+    workload = _job_workload("stuck", "job-uid-stuck", 2, NOW - timedelta(days=1))
+    workload["metadata"].pop("ownerReferences")
+    workload["metadata"]["labels"] = {"kueue.x-k8s.io/job-uid": "job-uid-stuck"}
+    collector.collected_store(
+        cluster=world.a100, pods=[_job_pod("stuck", "job-uid-stuck", 2)], queues=[],
+        workloads=[workload], quotas=[], now=NOW,
+    )  # fmt: skip
+    assert Pod.objects.get(uid="pod-stuck").workload_uid == "wl-stuck"
+
+
+@pytest.mark.django_db
+def test_a_pod_whose_owner_has_no_workload_is_tied_to_none(world: World) -> None:
+    collector.collected_store(
+        cluster=world.a100, pods=[_job_pod("loose", "job-uid-loose", 1)], queues=[],
+        workloads=[_job_workload("stuck", "job-uid-stuck", 2, NOW)], quotas=[], now=NOW,
+    )  # fmt: skip
+    assert Pod.objects.get(uid="pod-loose").workload_uid == ""

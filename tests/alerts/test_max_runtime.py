@@ -15,6 +15,7 @@ from quotas.kube.applier import KubernetesBackend
 from quotas.sync import cluster_reconcile
 from tenants.models import AuditEvent, Notification, Tenant
 from tests.alerts.conftest import NOW, running_workload
+from tests.pages import logged_in
 from tests.standin import kubectl_json
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
@@ -104,6 +105,8 @@ def test_past_the_grace_the_workload_is_suspended_on_the_cluster_and_the_undo_ho
     ).exists()
     assert AuditEvent.objects.filter(action="workload.suspended", tenant=world.team_a).exists()
 
+    page = logged_in(world.alice).get(f"/alerts/{alert.pk}/").content.decode()
+    assert "Undo suspension" in page and "past its team's maximum run time of 12 hours" in page
     assert api_as(world.bob).post(f"/api/v1/alerts/{alert.pk}/reactivate/").status_code == 404
     response = api_as(world.alice).post(f"/api/v1/alerts/{alert.pk}/reactivate/")
     assert response.status_code == 200, response.json()
