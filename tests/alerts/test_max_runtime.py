@@ -5,6 +5,7 @@ kubectl), and the lead can undo it; tenants without one keep the platform's rule
 from __future__ import annotations
 
 from datetime import timedelta
+from html import unescape
 from typing import Any
 
 from alerts import services
@@ -105,7 +106,7 @@ def test_past_the_grace_the_workload_is_suspended_on_the_cluster_and_the_undo_ho
     ).exists()
     assert AuditEvent.objects.filter(action="workload.suspended", tenant=world.team_a).exists()
 
-    page = logged_in(world.alice).get(f"/alerts/{alert.pk}/").content.decode()
+    page = unescape(logged_in(world.alice).get(f"/alerts/{alert.pk}/").content.decode())
     assert "Undo suspension" in page and "past its team's maximum run time of 12 hours" in page
     assert api_as(world.bob).post(f"/api/v1/alerts/{alert.pk}/reactivate/").status_code == 404
     response = api_as(world.alice).post(f"/api/v1/alerts/{alert.pk}/reactivate/")
