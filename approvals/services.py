@@ -461,11 +461,16 @@ def _tenant_limits_check(
     it) and the cap on normalised GPU units over every cluster (R22, 0 removes it). The cap in
     force after the request must hold the tenant's limits summed over its clusters, with this
     request's lines in place of those it replaces: refused naming the cap, the sum and each
-    cluster's part. Read against the tenant's values in the database now (the object passed
-    in may be older)."""
-    in_force_hours, in_force_cap = (
-        Tenant.objects.filter(pk=tenant.pk).values_list("max_run_time_hours", "gpu_unit_cap").get()
-    )
+    cluster's part. A change is read against the tenant's values in the database now (the
+    object passed in may be older); with none, the cap is the one the caller loaded."""
+    if changes:
+        in_force_hours, in_force_cap = (
+            Tenant.objects.filter(pk=tenant.pk)
+            .values_list("max_run_time_hours", "gpu_unit_cap")
+            .get()
+        )
+    else:
+        in_force_hours, in_force_cap = tenant.max_run_time_hours, tenant.gpu_unit_cap
     if "max_run_time_hours" in changes:
         hours = _whole(changes["max_run_time_hours"])
         if hours is None or not 0 <= hours <= MAX_RUN_TIME_HOURS_MAX:
