@@ -49,10 +49,12 @@ class TenantAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
         # The slug names namespaces and cluster objects: fixed once created. The isolation
-        # level changes only through a request, checked against the tenant's quotas.
+        # level, the maximum run time and the cap over every cluster change only through a
+        # request, checked against the tenant's quotas.
+        by_request = ["isolation_level", "max_run_time_hours", "gpu_unit_cap"]
         if obj:
-            return ["slug", "parent", "cohort", "isolation_level", "created_at", "updated_at"]
-        return ["isolation_level"]
+            return ["slug", "parent", "cohort", *by_request, "created_at", "updated_at"]
+        return by_request
 
     def save_model(self, request: Any, obj: Tenant, form: Any, change: bool) -> None:
         if change:

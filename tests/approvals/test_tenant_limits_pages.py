@@ -74,3 +74,13 @@ def test_without_own_limits_the_tenant_page_names_the_platform_rules(world):
         "request a change"
         not in page.split("GPU units over every cluster")[1].split("Use from a pipeline")[0]
     )  # a member reads; only leads and admins are offered the form
+
+
+def test_django_admin_shows_the_limits_but_does_not_edit_them(world, client):
+    from tenants.models import Tenant
+
+    Tenant.objects.filter(pk=world.team_a.pk).update(max_run_time_hours=36)
+    client.force_login(world.admin)
+    html = client.get(f"/admin/tenants/tenant/{world.team_a.pk}/change/").content.decode()
+    assert "36" in html
+    assert 'name="max_run_time_hours"' not in html and 'name="gpu_unit_cap"' not in html
