@@ -1048,6 +1048,10 @@ def quota_request_approve(
 
 
 def _apply(request: QuotaChangeRequest, *, actor: User | None) -> None:
+    if request.tenant.gpu_unit_cap is not None or quota_request_tenant_changes(request):
+        # The cap spans clusters, whose quota sets lock one by one: approvals for the tenant
+        # on two clusters take turns here, so the second counts what the first wrote.
+        request.tenant = Tenant.objects.select_for_update().get(pk=request.tenant_id)
     items = quota_request_items(request)
     check = quota_request_check_stored(request=request)
     check.raise_if_invalid(error=Conflict)
