@@ -154,8 +154,8 @@ class QuotaRequestForm(forms.Form):
         decimal_places=3,
         label="Cap over every cluster (GPU units)",
         help_text="The team's GPU limits summed over every cluster, each GPU counted by its "
-        "model's weight (an A100 is 1, an H100 2), may not pass it. 0 removes the cap; empty "
-        "leaves it as it is.",
+        "flavor's weight in GPU units, may not pass it. 0 removes the cap; empty leaves it as "
+        "it is.",
     )
     fair_share_weight = forms.IntegerField(
         required=False,
