@@ -104,3 +104,11 @@ def test_an_admin_puts_a_cluster_in_a_pool_in_django_admin(world, pool, client):
     assert "demo-a100, demo-a100-b" in listing
     page = client.get(f"/admin/quotas/cluster/{world.h100.pk}/change/")
     assert page.status_code == 200 and 'name="pool"' in page.content.decode()
+
+
+def test_the_pool_api_reads_pools_and_quotas_in_a_few_queries(
+    world, pool, api_as, django_assert_max_num_queries
+):
+    admin = api_as(world.admin)
+    with django_assert_max_num_queries(8):
+        assert admin.get(URL).status_code == 200
