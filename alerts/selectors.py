@@ -36,7 +36,7 @@ from tenants.choices import MembershipRole
 from tenants.models import Membership, Namespace, Tenant, User
 from usage import selectors as usage_selectors
 from usage.choices import Metric, Resolution, WorkloadState
-from usage.models import Rollup, Workload
+from usage.models import Rollup, Workload, WorkloadActivity
 
 # --- scoping ---------------------------------------------------------------------------------
 
@@ -135,6 +135,7 @@ class Finding:
     workload_name: str = ""
     value: float | None = None
     threshold: float | None = None
+    act: bool = False  # act on it even where the rule only alerts (a tenant's own limit)
 
 
 def _names() -> tuple[dict[int, str], dict[int, str], dict[int, str]]:
@@ -262,20 +263,43 @@ def _workload_finding(w: Workload, message: str, **extra: Any) -> Finding:
     )
 
 
+def _hours(delta: timedelta) -> str:
+    hours = delta.total_seconds() / 3600
+    if hours >= 48 and hours % 24 == 0:
+        return f"{hours / 24:g} days"
+    return f"{hours:g} hour" if hours == 1 else f"{hours:g} hours"
+
+
 def max_runtime_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
-    """Admitted, unfinished workloads running longer than ``duration`` (R12, 003)."""
-    limit = rule.duration or timedelta(days=7)
+    """Admitted, unfinished workloads running longer than their tenant's own maximum run time
+    (set through a request; acted on: suspended after the rule's grace) or, for tenants
+    without one, the rule's ``duration`` (acted on where the rule acts) (R12, 003). The run
+    time counts from the first admission: a suspension undone does not restart it."""
+    default = rule.duration or timedelta(days=7)
+    own = {
+        pk: timedelta(hours=hours)
+        for pk, hours in Tenant.objects.filter(max_run_time_hours__isnull=False).values_list(
+            "pk", "max_run_time_hours"
+        )
+        if hours is not None
+    }
+    shortest = min([default, *own.values()])
     out = []
-    for w in _running(rule).filter(admitted_at__lte=now - limit).order_by("pk"):
+    for w in _running(rule).filter(admitted_at__lte=now - shortest).order_by("pk"):
         assert w.admitted_at is not None
         ran = now - w.admitted_at
+        limit = own.get(w.tenant_id or 0, default)
+        if ran < limit:
+            continue
+        whose = "its team's maximum run time" if w.tenant_id in own else "the maximum run time"
         out.append(
             _workload_finding(
                 w,
-                f"{w.namespace}/{w.name} has run for {_days(ran)}, past the maximum run time "
-                f"of {_days(limit)}.",
+                f"{w.namespace}/{w.name} has run for {_days(ran)}, past {whose} of "
+                f"{_hours(limit)}.",
                 value=ran.total_seconds(),
                 threshold=limit.total_seconds(),
+                act=w.tenant_id in own,
             )
         )
     return out
@@ -290,16 +314,39 @@ def reactivated_subjects(*, since: datetime) -> set[str]:
     )
 
 
+def _own_activity(
+    candidates: Sequence[Workload], *, since: datetime, now: datetime
+) -> dict[tuple[int, str], tuple[float, datetime, datetime]]:
+    """(cluster, Workload uid) -> (peak utilisation, first hour, last hour) of the workloads'
+    own GPUs in the window (the hour holding ``since`` onwards): one query."""
+    rows = (
+        WorkloadActivity.objects.filter(
+            cluster_id__in={w.cluster_id for w in candidates},
+            workload_uid__in={w.uid for w in candidates},
+            bucket__gte=since.replace(minute=0, second=0, microsecond=0),
+            bucket__lt=now,
+        )
+        .values("cluster_id", "workload_uid")
+        .annotate(peak=Max("peak_utilization"), first=Min("bucket"), last=Max("bucket"))
+    )
+    return {(r["cluster_id"], r["workload_uid"]): (r["peak"], r["first"], r["last"]) for r in rows}
+
+
 def idle_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
     """Admitted workloads with no heartbeat for ``duration`` (R12): no progress (admitted,
-    re-admitted after an eviction, or reactivated before the window) and no GPU activity: the
-    GPUs of the tenant's flavors the workload runs on were observed (5-minute rollups of the
-    agents' utilisation) throughout the window and never above ``threshold_pct``.
+    re-admitted after an eviction, or reactivated before the window) and no GPU activity,
+    judged per workload:
 
-    The agents' samples name the tenant, not the pod, so activity is per (cluster, tenant,
-    flavor): one busy job of the tenant on that flavor keeps its idle ones alive. That errs on
-    the safe side: nothing is suspended that might be working. A flavor without samples in
-    the window (no agent) is not evidence of idleness either."""
+    - by its own GPUs where the agents saw its pods on them (``WorkloadActivity``: the
+      collector ties pods to their Workload, the agents report each GPU's pods): observed
+      throughout the window (from its first hour to the last two) and never above
+      ``threshold_pct``. A busy sibling of the same tenant and flavor changes nothing;
+    - else (its pods could not be tied to it, or were not observed throughout), by every GPU
+      of its tenant on the flavors it runs on (5-minute rollups): all of them idle throughout
+      means its own were too; one busy job of the tenant there keeps it.
+
+    A flavor or workload without readings in the window (no agent) is no evidence of
+    idleness: nothing is suspended that might be working."""
     window = rule.duration or timedelta(days=3)
     idle_at_most = rule.threshold_pct if rule.threshold_pct is not None else 1.0
     since = now - window
@@ -335,13 +382,31 @@ def idle_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
             r["first"],
             r["buckets"],
         )
+    own = _own_activity(candidates, since=since, now=now)
     undone = reactivated_subjects(since=since)
-    # Observed "throughout": the first bucket within one hour of the window's start.
+    # Observed "throughout": the first bucket within one hour of the window's start (and, for
+    # a workload's own hours, the last within two hours of now).
     coverage_from = since + timedelta(hours=1)
+    recent_from = now - timedelta(hours=2)
     out = []
     for w in candidates:
         subject = f"workload:{w.cluster_id}:{w.uid}"
         if subject in undone:
+            continue
+        mine = own.get((w.cluster_id, w.uid))
+        if mine is not None and mine[1] <= coverage_from and mine[2] >= recent_from:
+            if mine[0] > idle_at_most:
+                continue
+            out.append(
+                _workload_finding(
+                    w,
+                    f"{w.namespace}/{w.name} ({_gpus(w.gpus)}) has shown no activity on its "
+                    f"own GPUs (peak {mine[0]:g}% <= {idle_at_most:g}%) and no progress for "
+                    f"{_days(window)}.",
+                    value=mine[0],
+                    threshold=idle_at_most,
+                )
+            )
             continue
         keys = [
             (w.cluster_id, w.tenant_id or 0, by_name[(w.cluster_id, name)])
@@ -360,7 +425,8 @@ def idle_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
             _workload_finding(
                 w,
                 f"{w.namespace}/{w.name} ({_gpus(w.gpus)}) has shown no GPU activity (peak "
-                f"{peak:g}% <= {idle_at_most:g}%) and no progress for {_days(window)}.",
+                f"{peak:g}% <= {idle_at_most:g}% on every GPU of its team on that flavor) "
+                f"and no progress for {_days(window)}.",
                 value=peak,
                 threshold=idle_at_most,
             )
@@ -433,6 +499,69 @@ FINDERS = {
 
 def rule_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
     return FINDERS[RuleKind(rule.kind)](rule, now=now)
+
+
+# --- what a tenant's page says of the workload rules -----------------------------------------
+
+
+@dataclass(frozen=True)
+class TenantRunRules:
+    """The idle and maximum-run-time rules as they apply to one tenant, in words' parts."""
+
+    max_run_time: timedelta | None  # None: the rule is off
+    own_max_run_time: bool  # the tenant's own (set by request) rather than the platform's
+    max_run_time_suspends: bool
+    idle_after: timedelta | None  # None: the idle rule is off
+    idle_at_most_pct: float
+    idle_suspends: bool
+    grace: timedelta
+    grace_max_run_time: timedelta
+
+
+def tenant_run_rules(*, tenant: Tenant) -> TenantRunRules:
+    """The rules every cluster applies to the tenant's workloads (the first enabled rule of
+    each kind that covers every cluster). Two queries."""
+    rules = {
+        r.kind: r
+        for r in AlertRule.objects.filter(
+            enabled=True,
+            cluster__isnull=True,
+            kind__in=[RuleKind.IDLE_WORKLOAD, RuleKind.MAX_RUNTIME],
+        ).order_by("-pk")
+    }
+    idle, longest = rules.get(RuleKind.IDLE_WORKLOAD), rules.get(RuleKind.MAX_RUNTIME)
+    hours = Tenant.objects.filter(pk=tenant.pk).values_list("max_run_time_hours", flat=True).get()
+    own = hours is not None and longest is not None
+    default_grace = timedelta(days=1)
+    return TenantRunRules(
+        max_run_time=(
+            None
+            if longest is None
+            else timedelta(hours=hours)
+            if hours is not None
+            else longest.duration or timedelta(days=7)
+        ),
+        own_max_run_time=own,
+        max_run_time_suspends=longest is not None and (own or longest.act),
+        idle_after=None if idle is None else idle.duration or timedelta(days=3),
+        idle_at_most_pct=(
+            idle.threshold_pct if idle is not None and idle.threshold_pct is not None else 1.0
+        ),
+        idle_suspends=idle is not None and idle.act,
+        grace=idle.grace if idle is not None and idle.grace is not None else default_grace,
+        grace_max_run_time=(
+            longest.grace if longest is not None and longest.grace is not None else default_grace
+        ),
+    )
+
+
+def duration_words(delta: timedelta) -> str:
+    """``3 days``, ``1 day``, ``36 hours``, ``1 hour``: a duration as people say it."""
+    hours = delta.total_seconds() / 3600
+    if hours >= 24 and hours % 24 == 0:
+        days = hours / 24
+        return f"{days:g} day" if days == 1 else f"{days:g} days"
+    return f"{hours:g} hour" if hours == 1 else f"{hours:g} hours"
 
 
 # --- the admission pre-check (R13) -----------------------------------------------------------

@@ -271,6 +271,8 @@ class EvaluationSummary:
 
 
 QUOTA_RULES = (RuleKind.QUOTA_WARNING, RuleKind.QUOTA_BLOCK)
+# Rules about one workload that can suspend it after a grace (and be undone).
+SUSPENDING_RULES = (RuleKind.IDLE_WORKLOAD, RuleKind.MAX_RUNTIME)
 
 
 def _lock() -> None:
@@ -316,7 +318,7 @@ def _fire(
             "\n\nIts ClusterQueue is on hold (stopPolicy: Hold): running work continues, new "
             "work waits until use drops below the threshold."
         )
-    elif rule.kind == RuleKind.IDLE_WORKLOAD and rule.act:
+    elif rule.kind in SUSPENDING_RULES and (rule.act or finding.act):
         alert.action_state = ActionState.NOTIFIED
         alert.action_due_at = now + (rule.grace if rule.grace is not None else DEFAULT_GRACE)
         alert.save(update_fields=["action_state", "action_due_at"])
@@ -328,13 +330,19 @@ def _fire(
             after={"due_at": alert.action_due_at.isoformat(), "alert": alert.pk},
         )  # fmt: skip
         summary.suspension_notices += 1
+        unless = (
+            "unless it shows activity"
+            if rule.kind == RuleKind.IDLE_WORKLOAD
+            else "unless it finishes first"
+        )
+        still = "still idle" if rule.kind == RuleKind.IDLE_WORKLOAD else "still running"
         subject = (
             f"{finding.workload_namespace}/{finding.workload_name} will be suspended "
-            f"at {alert.action_due_at:%Y-%m-%d %H:%M} UTC unless it shows activity"
+            f"at {alert.action_due_at:%Y-%m-%d %H:%M} UTC {unless}"
         )
         body += (
             f"\n\nIt will be suspended (Kueue spec.active: false, its quota released) at "
-            f"{alert.action_due_at:%Y-%m-%d %H:%M} UTC if it is still idle then. Suspension "
+            f"{alert.action_due_at:%Y-%m-%d %H:%M} UTC if it is {still} then. Suspension "
             "can be undone from the alert's page."
         )
     _notify(alert, EventKind.FIRED, subject, body)
@@ -420,10 +428,12 @@ def evaluate(*, now: datetime | None = None) -> EvaluationSummary:
                     _fire(rule, finding, now, summary)
         due = list(
             Alert.objects.filter(
+                Q(rule__kind=RuleKind.IDLE_WORKLOAD, rule__act=True)
+                # A tenant's own maximum run time acts whatever the rule says (its notice
+                # was only given where it acts).
+                | Q(rule__kind=RuleKind.MAX_RUNTIME),
                 state__in=OPEN_STATES,
-                rule__kind=RuleKind.IDLE_WORKLOAD,
                 rule__enabled=True,
-                rule__act=True,
                 action_state=ActionState.NOTIFIED,
                 action_due_at__lte=now,
             ).values_list("pk", flat=True)
@@ -482,8 +492,9 @@ def workload_suspend(*, alert_id: int, now: datetime | None = None) -> bool:
             actor=None, action="workload.suspended", obj=alert, tenant=alert.tenant,
             object_id=workload, before={"active": True}, after={"active": False, "alert": alert.pk},
         )  # fmt: skip
+        why = "idle" if alert.rule.kind == RuleKind.IDLE_WORKLOAD else "past its maximum run time"
         _notify(
-            alert, EventKind.SUSPENDED, f"{workload} was suspended (idle); its quota is released",
+            alert, EventKind.SUSPENDED, f"{workload} was suspended ({why}); its quota is released",
             f"{alert.message}\n\nKueue evicted it (spec.active: false). Undo it from the alert's "
             "page to queue it again.",
         )  # fmt: skip

@@ -191,7 +191,23 @@ class QuotaRequestForm(forms.Form):
         help_text="Pods at the production priority preempt other work; a platform admin "
         "decides who may use it.",
     )
-    # Range checked by the service (approvals.services.quota_request_check), one rule for all.
+    # Ranges checked by the service (approvals.services.quota_request_check), one rule for all.
+    max_run_time_hours = forms.IntegerField(
+        required=False,
+        label="Maximum run time (hours)",
+        help_text="For the whole team, on every cluster: a workload running longer is "
+        "suspended after a day's notice (the lead can undo it). 0 goes back to the "
+        "platform's maximum; empty leaves it as it is.",
+    )
+    gpu_unit_cap = forms.DecimalField(
+        required=False,
+        max_digits=12,
+        decimal_places=3,
+        label="Cap over every cluster (GPU units)",
+        help_text="The team's GPU limits summed over every cluster, each GPU counted by its "
+        "flavor's weight in GPU units, may not pass it. 0 removes the cap; empty leaves it as "
+        "it is.",
+    )
     fair_share_weight = forms.IntegerField(
         required=False,
         label="Fair-share weight",
@@ -300,6 +316,14 @@ class QuotaRequestForm(forms.Form):
                 value = format_quantity(value, STORAGE_RESOURCE_NAME)
             shown.append((self[name], "not set" if value is None else str(value)))
         return shown
+
+    def tenant_changes(self) -> dict[str, Any]:
+        """The tenant-wide limits the form asks to change (empty ones left out)."""
+        return {
+            name: value
+            for name in ("max_run_time_hours", "gpu_unit_cap")
+            if (value := self.cleaned_data.get(name)) is not None
+        }
 
     def scheduling_changes(self) -> dict[str, Any]:
         """The scheduling fields that differ from the quota set in force."""

@@ -67,6 +67,19 @@ class QuotaChangeRequest(models.Model):
         blank=True,
         help_text="The tenant's new isolation level; empty leaves it as it is.",
     )
+    # Tenant-wide limits (on every cluster) once applied; null: unchanged, 0: removed (the
+    # platform's rule applies again, or no cap).
+    max_run_time_hours = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The tenant's new maximum run time in hours; 0 removes it; empty: unchanged.",
+    )
+    gpu_unit_cap = _quantity(
+        null=True,
+        blank=True,
+        help_text="The tenant's new cap on normalised GPU units over every cluster; 0 removes "
+        "it; empty: unchanged.",
+    )
     max_running_jobs = models.PositiveIntegerField(null=True, blank=True)
     max_queued_jobs = models.PositiveIntegerField(null=True, blank=True)
     max_pods = models.PositiveIntegerField(null=True, blank=True)
@@ -109,6 +122,10 @@ class QuotaChangeRequest(models.Model):
             models.CheckConstraint(
                 condition=Q(storage_bytes__isnull=True) | Q(storage_bytes__gte=0),
                 name="request_storage_nonnegative",
+            ),
+            models.CheckConstraint(
+                condition=Q(gpu_unit_cap__isnull=True) | Q(gpu_unit_cap__gte=0),
+                name="request_gpu_unit_cap_nonnegative",
             ),
         ]
 

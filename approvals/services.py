@@ -41,7 +41,7 @@ from quotas.models import (
     TierTemplate,
 )
 from quotas.quantity import format_quantity, to_display
-from quotas.selectors import flavor_capacities, gpu_units
+from quotas.selectors import flavor_capacities, gpu_units, tenant_gpu_units_by_cluster
 from quotas.services import (
     POD_CAP_FIELDS,
     QuotaItem,
@@ -70,6 +70,7 @@ from tenants.services import (
     notify,
     tenant_create,
     tenant_isolation_level_set,
+    tenant_limits_set,
     tenant_production_priority_set,
 )
 
@@ -78,6 +79,10 @@ SCHEDULING_FIELDS = (
     "fair_share_weight", "max_gpus_per_pod", "max_cpu_per_pod", "max_memory_per_pod",
     "inference_gpus",
 )  # fmt: skip
+# Tenant-wide limits a request may change (on every cluster): null leaves one as it is, 0
+# removes it.
+TENANT_FIELDS = ("max_run_time_hours", "gpu_unit_cap")
+MAX_RUN_TIME_HOURS_MAX = 24 * 366
 Key = tuple[int, str]  # (flavor id, resource)
 # What the requester is told when their request becomes one of these ({cluster}: its cluster).
 DECISION_NOTICES: dict[str, str] = {
@@ -347,6 +352,7 @@ def quota_request_check(
     scheduling: Mapping[str, Any] | None = None,
     isolation_level: str = "",
     production_priority: bool | None = None,
+    tenant_changes: Mapping[str, Any] | None = None,
 ) -> RequestCheck:
     """The one validation of a change, used at submit, at approval and by the live check of
     the portal and the API: the merged quota set must pass every rule of
@@ -369,13 +375,15 @@ def quota_request_check(
             )
         seen[key] = index
     changes_level = bool(isolation_level) or production_priority is not None
+    tenant_given = {k: v for k, v in (tenant_changes or {}).items() if v is not None}
     if (
         not items
         and not changes_level
+        and not tenant_given
         and not any(v is not None for v in (scheduling or {}).values())
     ):
         check.errors["items"] = ["a request must change at least one quota"]
-    if not changes_level:
+    if not changes_level and not tenant_given:
         _refuse_what_changes_nothing(check, quota_set, current, items, scheduling or {})
     _isolation_check(
         check, tenant=tenant, cluster=cluster, current=current, items=items, level=isolation_level
@@ -389,6 +397,9 @@ def quota_request_check(
             f"{tenant.slug} {state} use the production priority: the request changes nothing "
             "there; leave it out"
         )
+    _tenant_limits_check(
+        check, tenant=tenant, cluster=cluster, current=current, items=items, changes=tenant_given
+    )
     if check.errors:
         return check
 
@@ -492,6 +503,106 @@ def _pod_rules(
         else:
             check.warnings.extend(messages)
     check.warnings.extend([*caps.warnings, *split.warnings])
+
+
+def _whole(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Decimal) and value == value.to_integral_value():
+        return int(value)
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _amount(value: Any) -> Decimal | None:
+    try:
+        amount = Decimal(str(value).strip())
+    except (ArithmeticError, ValueError):
+        return None
+    return amount if amount.is_finite() else None
+
+
+def _units(amount: Decimal) -> str:
+    text = format(amount.normalize(), "f") if amount else "0"
+    return f"{text} GPU unit" if amount == 1 else f"{text} GPU units"
+
+
+def _tenant_limits_check(
+    check: RequestCheck,
+    *,
+    tenant: Tenant,
+    cluster: Cluster,
+    current: Mapping[Key, QuotaItem],
+    items: Sequence[QuotaItem],
+    changes: Mapping[str, Any],
+) -> None:
+    """The tenant-wide limits a request sets: the maximum run time (whole hours, 0 removes
+    it) and the cap on normalised GPU units over every cluster (R22, 0 removes it). The cap in
+    force after the request must hold the tenant's limits summed over its clusters, with this
+    request's lines in place of those it replaces: refused naming the cap, the sum and each
+    cluster's part. A change is read against the tenant's values in the database now (the
+    object passed in may be older); with none, the cap is the one the caller loaded."""
+    if changes:
+        in_force_hours, in_force_cap = (
+            Tenant.objects.filter(pk=tenant.pk)
+            .values_list("max_run_time_hours", "gpu_unit_cap")
+            .get()
+        )
+    else:
+        in_force_hours, in_force_cap = tenant.max_run_time_hours, tenant.gpu_unit_cap
+    if "max_run_time_hours" in changes:
+        hours = _whole(changes["max_run_time_hours"])
+        if hours is None or not 0 <= hours <= MAX_RUN_TIME_HOURS_MAX:
+            check.errors.setdefault("max_run_time_hours", []).append(
+                f"a whole number of hours from 1 to {MAX_RUN_TIME_HOURS_MAX} (a year), or 0 to "
+                "go back to the platform's maximum run time"
+            )
+        elif (hours or None) == in_force_hours:
+            now = f"{hours} hours" if hours else "the platform's"
+            check.errors.setdefault("max_run_time_hours", []).append(
+                f"{tenant.slug}'s maximum run time is already {now}: the request changes nothing "
+                "there; leave it out"
+            )
+    cap = in_force_cap
+    field = "items" if items else "quota_set"
+    if "gpu_unit_cap" in changes:
+        asked = _amount(changes["gpu_unit_cap"])
+        if asked is None or asked < 0 or asked != asked.quantize(Decimal("0.001")):
+            check.errors.setdefault("gpu_unit_cap", []).append(
+                "a number of GPU units (at most 3 decimals), or 0 to remove the cap"
+            )
+            return
+        if (asked or None) == in_force_cap:
+            shown = _units(asked) if asked else "no cap"
+            check.errors.setdefault("gpu_unit_cap", []).append(
+                f"{tenant.slug}'s cap is already {shown}: the request changes nothing there; "
+                "leave it out"
+            )
+            return
+        cap, field = (asked or None), "gpu_unit_cap"
+    if cap is None:
+        return
+    merged = {**current, **{(i.flavor.pk, i.resource): i for i in items}}
+    parts = tenant_gpu_units_by_cluster(tenant_id=tenant.pk, exclude_cluster_id=cluster.pk)
+    parts[cluster.name] = sum(
+        (gpu_units(i.limit, resource=i.resource, weight=i.flavor.gpu_weight)
+         for i in merged.values()),
+        Decimal(0),
+    )  # fmt: skip
+    parts = dict(sorted(parts.items()))
+    total = sum(parts.values(), Decimal(0))
+    held = sum(tenant_gpu_units_by_cluster(tenant_id=tenant.pk).values(), Decimal(0))
+    # Over a cap in force (a flavor's weight rose since), a request that lowers the sum passes.
+    if total > cap and (field == "gpu_unit_cap" or total > held):
+        shown = ", ".join(f"{name} {_units(units)}" for name, units in parts.items())
+        check.errors.setdefault(field, []).append(
+            f"{tenant.slug}'s GPU limits would add up to {_units(total)} over every cluster "
+            f"({shown}), above its cap of {_units(cap)} (each limit counts times its GPU "
+            "model's weight)"
+        )
 
 
 def _isolation_check(
@@ -674,6 +785,7 @@ def quota_request_validate(
     tier: TierTemplate | None = None,
     isolation_level: str = "",
     production_priority: bool | None = None,
+    tenant_changes: Mapping[str, Any] | None = None,
 ) -> RequestCheck:
     """What filing this request would answer, storing nothing (the API's and the portal's
     live check). Who may file is enforced as for ``quota_request_create`` (404 / 403); every
@@ -693,6 +805,7 @@ def quota_request_validate(
         scheduling=changes["scheduling"],
         isolation_level=isolation_level,
         production_priority=production_priority,
+        tenant_changes=tenant_changes,
     )
     check.errors = {**errors, **check.errors}
     return check
@@ -715,6 +828,7 @@ def quota_request_create(
     replaces: QuotaChangeRequest | None = None,
     isolation_level: str = "",
     production_priority: bool | None = None,
+    tenant_changes: Mapping[str, Any] | None = None,
 ) -> QuotaChangeRequest:
     """File a request (a draft, or pending with ``submit``). Refused whole, storing nothing,
     when it breaks a rule. ``replaces``: a draft of the same tenant and cluster (a suggested
@@ -731,6 +845,7 @@ def quota_request_create(
         scheduling=scheduling,
         isolation_level=isolation_level,
         production_priority=production_priority,
+        tenant_changes=tenant_changes,
     )
     check.raise_if_invalid()
     with transaction.atomic():
@@ -739,6 +854,7 @@ def quota_request_create(
             tenant=tenant, cluster=cluster, requester=requester, reason=reason, check=check,
             items=items, scheduling=scheduling, tier=tier, replaced=replaced,
             isolation_level=isolation_level, production_priority=production_priority,
+            tenant_changes=tenant_changes or {},
         )  # fmt: skip
         if submit:
             quota_request_submit(request=request, actor=requester)
@@ -781,6 +897,7 @@ def _create(
     replaced: QuotaChangeRequest | None,
     isolation_level: str = "",
     production_priority: bool | None = None,
+    tenant_changes: Mapping[str, Any] | None = None,
 ) -> QuotaChangeRequest:
     request = QuotaChangeRequest.objects.create(
         tenant=tenant,
@@ -794,6 +911,7 @@ def _create(
         isolation_level=isolation_level,
         production_priority=production_priority,
         **{k: v for k, v in scheduling.items() if k in SCHEDULING_FIELDS},
+        **{k: v for k, v in (tenant_changes or {}).items() if k in TENANT_FIELDS},
     )
     _store_items(request, items)
     audit_record(
@@ -842,6 +960,12 @@ def _request_scheduling(request: QuotaChangeRequest) -> dict[str, Any]:
     return {name: getattr(request, name) for name in SCHEDULING_FIELDS}
 
 
+def quota_request_tenant_changes(request: QuotaChangeRequest) -> dict[str, Any]:
+    """The tenant-wide limits the request changes (null ones left out)."""
+    values = {name: getattr(request, name) for name in TENANT_FIELDS}
+    return {name: value for name, value in values.items() if value is not None}
+
+
 def quota_request_check_stored(*, request: QuotaChangeRequest) -> RequestCheck:
     return quota_request_check(
         tenant=request.tenant,
@@ -850,6 +974,7 @@ def quota_request_check_stored(*, request: QuotaChangeRequest) -> RequestCheck:
         scheduling=_request_scheduling(request),
         isolation_level=request.isolation_level,
         production_priority=request.production_priority,
+        tenant_changes=quota_request_tenant_changes(request),
     )
 
 
@@ -920,6 +1045,7 @@ def _request_snapshot(request: QuotaChangeRequest, check: RequestCheck) -> dict[
             )
             if (value := getattr(request, name)) is not None
         },
+        **{k: str(v) for k, v in quota_request_tenant_changes(request).items()},
     }
 
 
@@ -1028,6 +1154,10 @@ def quota_request_approve(
 
 
 def _apply(request: QuotaChangeRequest, *, actor: User | None) -> None:
+    if request.tenant.gpu_unit_cap is not None or quota_request_tenant_changes(request):
+        # The cap spans clusters, whose quota sets lock one by one: approvals for the tenant
+        # on two clusters take turns here, so the second counts what the first wrote.
+        request.tenant = Tenant.objects.select_for_update().get(pk=request.tenant_id)
     items = quota_request_items(request)
     check = quota_request_check_stored(request=request)
     check.raise_if_invalid(error=Conflict)
@@ -1071,6 +1201,14 @@ def _apply(request: QuotaChangeRequest, *, actor: User | None) -> None:
         )
         # A tenant attribute every cluster compiles: push the tenant's other clusters too.
         quota_sets_resync(tenant=request.tenant, actor=actor, exclude=request.cluster)
+    limits = quota_request_tenant_changes(request)
+    if limits:
+        tenant_limits_set(
+            tenant=request.tenant,
+            changes=limits,
+            actor=actor,
+            reason=f"request #{request.pk}: {request.reason}",
+        )
     _transition(
         request,
         RequestStatus.APPROVED,

@@ -244,6 +244,7 @@ class RequestDraft:
     check: RequestCheck | None = None
     isolation_level: str = ""
     production_priority: bool | None = None
+    tenant_changes: dict[str, Any] = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:
@@ -273,6 +274,7 @@ class RequestDraft:
             return
         self.isolation_level = self.form.cleaned_data.get("isolation_level") or ""
         self.production_priority = self.form.production_priority_change()
+        self.tenant_changes = self.form.tenant_changes()
         self.check = quota_request_check(
             tenant=self.tenant,
             cluster=self.cluster,
@@ -280,6 +282,7 @@ class RequestDraft:
             scheduling=self.scheduling,
             isolation_level=self.isolation_level,
             production_priority=self.production_priority,
+            tenant_changes=self.tenant_changes,
         )
         self.show_errors(self.check.errors)
 
@@ -379,6 +382,8 @@ def _request_initial(source: QuotaChangeRequest | None) -> dict[str, Any]:
         "reason": source.reason,
         "isolation_level": source.isolation_level,
         "production_priority": production,
+        "max_run_time_hours": source.max_run_time_hours,
+        "gpu_unit_cap": source.gpu_unit_cap,
     }
 
 
@@ -530,6 +535,7 @@ def request_new(request: HttpRequest, slug: str) -> HttpResponse:
                 replaces=source,
                 isolation_level=draft.isolation_level,
                 production_priority=draft.production_priority,
+                tenant_changes=draft.tenant_changes,
             )
         except errors.ValidationFailed as exc:
             draft.show_errors(exc.fields)

@@ -128,6 +128,34 @@ def home(request: HttpRequest) -> HttpResponse:
     return render(request, "portal/home.html", {"cards": cards})
 
 
+def _run_rules(tenant: Tenant) -> dict[str, Any]:
+    """The idle and maximum-run-time rules for the tenant's page, durations in words."""
+    rules = alert_selectors.tenant_run_rules(tenant=tenant)
+    words = alert_selectors.duration_words
+    return {
+        "max_run_time": words(rules.max_run_time) if rules.max_run_time else None,
+        "own_max_run_time": rules.own_max_run_time,
+        "max_run_time_suspends": rules.max_run_time_suspends,
+        "grace_max_run_time": words(rules.grace_max_run_time),
+        "idle_after": words(rules.idle_after) if rules.idle_after else None,
+        "idle_at_most_pct": f"{rules.idle_at_most_pct:g}",
+        "idle_suspends": rules.idle_suspends,
+        "grace": words(rules.grace),
+    }
+
+
+def _gpu_units(tenant: Tenant) -> dict[str, Any]:
+    """The tenant's GPU limits in normalised units per cluster, their sum and its cap."""
+    parts = quota_selectors.tenant_gpu_units_by_cluster(tenant_id=tenant.pk)
+    total = sum(parts.values(), Decimal(0))
+    return {
+        "parts": list(parts.items()),
+        "total": total,
+        "cap": tenant.gpu_unit_cap,
+        "over": tenant.gpu_unit_cap is not None and total > tenant.gpu_unit_cap,
+    }
+
+
 @login_required
 @require_GET
 def help_preemption(request: HttpRequest) -> HttpResponse:
@@ -156,6 +184,8 @@ def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "cluster_syncs": quota_views.cluster_syncs(tenant=tenant),
         "pipeline": quota_selectors.tenant_pipeline_access(tenant=tenant),
         "isolation": quota_selectors.tenant_isolation(tenant=tenant),
+        "run_rules": _run_rules(tenant),
+        "gpu_units": _gpu_units(tenant),
     }
     context |= advice_views.tenant_suggestions_context(request=request, tenant=tenant)
     return render(request, "portal/tenant_detail.html", context)
@@ -172,6 +202,8 @@ def admin_console(request: HttpRequest) -> HttpResponse:
     heartbeat = cache.get(HEARTBEAT_CACHE_KEY)
     context = {
         "clusters": clusters,
+        "pools": quota_selectors.pool_list(),
+        "pool_differences": quota_selectors.pool_differences(),
         "tenant_count": Tenant.objects.count(),
         "recent_events": AuditEvent.objects.select_related("tenant")[:20],
         "worker_seen_seconds_ago": (

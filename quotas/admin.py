@@ -10,7 +10,15 @@ from django import forms
 from django.contrib import admin
 
 from core.errors import ApplicationError
-from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor, TierTemplate
+from quotas.models import (
+    Cluster,
+    ClusterPool,
+    FlavorResource,
+    Quota,
+    QuotaSet,
+    ResourceFlavor,
+    TierTemplate,
+)
 from quotas.quantity import format_quantity
 from quotas.services import (
     TIER_AMOUNT_FIELDS,
@@ -30,8 +38,22 @@ class ClusterAdmin(admin.ModelAdmin):
         "has_volcano",
         "elastic_cap_fraction",
         "allow_guarantee_overcommit",
+        "pool",
     ]
+    list_filter = ["pool"]
     search_fields = ["name", "display_name"]
+
+
+@admin.register(ClusterPool)
+class ClusterPoolAdmin(admin.ModelAdmin):
+    """Which clusters count as one pool: set each cluster's pool on the cluster's page."""
+
+    list_display = ["name", "description", "cluster_names"]
+    search_fields = ["name"]
+
+    @admin.display(description="Clusters")
+    def cluster_names(self, pool: ClusterPool) -> str:
+        return ", ".join(c.name for c in pool.clusters.order_by("name")) or "none yet"
 
 
 class FlavorResourceInline(admin.TabularInline):

@@ -25,6 +25,21 @@ def _quantity_field(**kwargs: object) -> models.DecimalField:
     )
 
 
+class ClusterPool(models.Model):
+    """Clusters a platform admin treats as one pool (R22): a tenant's quotas should be the
+    same on each (the admin console and the API flag those that differ). Edited in Django
+    admin; a cluster belongs to at most one."""
+
+    name = models.CharField(max_length=DNS1123_LABEL_MAX, unique=True, validators=[dns1123_label])
+    description = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class Cluster(models.Model):
     """A Kubernetes cluster the portal manages, with its quota policy knobs."""
 
@@ -52,6 +67,14 @@ class Cluster(models.Model):
         max_length=10, default="1.33", help_text="Compiled objects are validated for it."
     )
     has_kueue = models.BooleanField(default=True)
+    pool = models.ForeignKey(
+        ClusterPool,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="clusters",
+        help_text="Clusters of one pool should give each tenant the same quotas.",
+    )
     enforcement = models.CharField(
         max_length=10,
         choices=Enforcement.choices,

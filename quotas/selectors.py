@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,6 +29,7 @@ from quotas.kube.compiler import DERIVED_MAX_GPUS_PER_POD
 from quotas.kube.enforcement import KueueConfig, verdict
 from quotas.models import (
     Cluster,
+    ClusterPool,
     FlavorResource,
     Quota,
     QuotaSet,
@@ -35,7 +37,7 @@ from quotas.models import (
     TenantSync,
     TierTemplate,
 )
-from quotas.quantity import QuantityError, parse_resource_amount
+from quotas.quantity import QuantityError, parse_resource_amount, to_display
 from tenants.choices import IsolationLevel
 from tenants.models import Namespace, Tenant
 
@@ -152,6 +154,113 @@ def effective_quotas_for_tenants(
     for quota_set in _effective_quota_sets(list(result)):
         result[quota_set.tenant_id].append(quota_set)
     return result
+
+
+def tenant_gpu_units_by_cluster(
+    *, tenant_id: int, exclude_cluster_id: int | None = None
+) -> dict[str, Decimal]:
+    """Cluster name -> the normalised GPU units of the tenant's limits there (R5): each GPU or
+    MIG limit times its flavor's weight; clusters where it holds none are left out. One
+    query."""
+    parts: dict[str, Decimal] = {}
+    rows = Quota.objects.filter(quota_set__tenant_id=tenant_id)
+    if exclude_cluster_id is not None:
+        rows = rows.exclude(quota_set__cluster_id=exclude_cluster_id)
+    for name, resource, limit, weight in rows.values_list(
+        "quota_set__cluster__name", "resource", "limit", "flavor__gpu_weight"
+    ):
+        if is_gpu_resource(resource):
+            parts[name] = parts.get(name, Decimal(0)) + gpu_units(
+                limit, resource=resource, weight=weight
+            )
+    return dict(sorted(parts.items()))
+
+
+@dataclass(frozen=True)
+class PoolPart:
+    """One cluster's quota of one kind of resource for a tenant; None: it holds none there."""
+
+    cluster: str
+    guaranteed: Decimal | None
+    limit: Decimal | None
+
+    def words(self, resource: str) -> str:
+        if self.guaranteed is None or self.limit is None:
+            return f"{self.cluster} none"
+        return (
+            f"{self.cluster} {to_display(self.guaranteed, resource)} guaranteed, "
+            f"{to_display(self.limit, resource)} limit"
+        )
+
+
+@dataclass(frozen=True)
+class PoolDifference:
+    """A tenant whose quota of one kind of resource differs between the clusters of a pool."""
+
+    pool: str
+    tenant: str
+    what: str  # in words: "NVIDIA A100-SXM4-80GB GPUs", "CPU"
+    resource: str
+    parts: tuple[PoolPart, ...]
+
+    @property
+    def message(self) -> str:
+        shown = "; ".join(p.words(self.resource) for p in self.parts)
+        return f"{self.tenant}: {self.what} differ between the clusters of {self.pool} ({shown})."
+
+
+def _pool_what(kind: str, gpu_model: str, mig_profile: str, resource: str) -> str:
+    if kind == FlavorKind.MIG and is_gpu_resource(resource):
+        return f"{mig_profile} MIG instances of {gpu_model or 'its GPUs'}"
+    if is_gpu_resource(resource):
+        return f"{gpu_model or 'unnamed'} GPUs"
+    return {"cpu": "CPU", "memory": "memory"}.get(resource, resource)
+
+
+def pool_list() -> list[tuple[ClusterPool, list[str]]]:
+    """Every pool with its clusters' names. Two queries."""
+    pools = ClusterPool.objects.prefetch_related("clusters").order_by("name")
+    return [(p, sorted(c.name for c in p.clusters.all())) for p in pools]
+
+
+def pool_differences(*, pool: ClusterPool | None = None) -> list[PoolDifference]:
+    """Tenants whose quotas differ between the clusters an admin marked as one pool (R22):
+    per kind of resource (GPUs by model, MIG instances by profile, CPU, memory; summed over
+    flavors, since each cluster names its own), guarantee and limit compared cluster by
+    cluster; a cluster where the tenant holds none of it counts as a difference. Pools of one
+    cluster have nothing to compare. Two queries."""
+    pools = ClusterPool.objects.prefetch_related("clusters").order_by("name")
+    if pool is not None:
+        pools = pools.filter(pk=pool.pk)
+    members = {
+        p.name: sorted(c.name for c in p.clusters.all()) for p in pools if len(p.clusters.all()) > 1
+    }
+    if not members:
+        return []
+    held: dict[tuple[str, str, str, str], dict[str, tuple[Decimal, Decimal]]] = defaultdict(dict)
+    rows = Quota.objects.filter(quota_set__cluster__pool__name__in=list(members)).values_list(
+        "quota_set__cluster__pool__name", "quota_set__cluster__name", "quota_set__tenant__slug",
+        "flavor__kind", "flavor__gpu_model", "flavor__mig_profile", "resource", "guaranteed",
+        "limit",
+    )  # fmt: skip
+    for pool_name, cluster, tenant, kind, model, profile, resource, g, lim in rows:
+        what = _pool_what(kind, model, profile, resource)
+        key = (pool_name, tenant, what, resource)
+        g0, l0 = held[key].get(cluster, (Decimal(0), Decimal(0)))
+        held[key][cluster] = (g0 + g, l0 + lim)
+    out = []
+    for key in sorted(held):
+        pool_name, tenant, what, resource = key
+        per_cluster = held[key]
+        values = {per_cluster.get(c) for c in members[pool_name]}
+        if len(values) <= 1:
+            continue
+        parts = []
+        for c in members[pool_name]:
+            found = per_cluster.get(c)
+            parts.append(PoolPart(c, *found) if found else PoolPart(c, None, None))
+        out.append(PoolDifference(pool_name, tenant, what, resource, tuple(parts)))
+    return out
 
 
 @dataclass(frozen=True)

@@ -82,15 +82,23 @@ class TenantAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
         # The slug names namespaces and cluster objects: fixed once created. The isolation
-        # level and the production priority change only through a request, checked against
-        # the tenant's quotas and pushed to every cluster. Archiving goes through the actions
-        # (audited, checked).
+        # level, the production priority, the maximum run time and the cap over every cluster
+        # change only through a request, checked against the tenant's quotas and pushed to
+        # every cluster. Archiving goes through the actions (audited, checked).
+        by_request = [
+            "isolation_level", "production_priority_allowed", "max_run_time_hours", "gpu_unit_cap",
+        ]  # fmt: skip
         if obj:
             return [
-                "slug", "parent", "cohort", "isolation_level", "production_priority_allowed",
-                "archived_at", "created_at", "updated_at",
-            ]  # fmt: skip
-        return ["isolation_level", "production_priority_allowed"]
+                "slug",
+                "parent",
+                "cohort",
+                *by_request,
+                "archived_at",
+                "created_at",
+                "updated_at",
+            ]
+        return by_request
 
     def _each(self, request: Any, queryset: Any, service: Any, done: str) -> None:
         def depth(tenant: Tenant) -> int:

@@ -85,6 +85,21 @@ class Tenant(models.Model):
         default=False,
         help_text="May its pods use the production priority class; changed through a request.",
     )
+    # Set through a request (approvals), never by a direct edit outside Django admin.
+    max_run_time_hours = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Hours a workload of this tenant may run before it is suspended (after the "
+        "maximum run time rule's grace); empty: the platform's rule. Changed through a request.",
+    )
+    gpu_unit_cap = models.DecimalField(
+        max_digits=12,
+        decimal_places=3,
+        null=True,
+        blank=True,
+        help_text="The most normalised GPU units (each GPU's limit times its model's weight) "
+        "its limits may add up to over every cluster; empty: no cap. Changed through a request.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -104,6 +119,14 @@ class Tenant(models.Model):
             models.CheckConstraint(
                 condition=Q(isolation_level__in=IsolationLevel.values),
                 name="tenant_isolation_level_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_run_time_hours__isnull=True) | Q(max_run_time_hours__gte=1),
+                name="tenant_max_run_time_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(gpu_unit_cap__isnull=True) | Q(gpu_unit_cap__gt=0),
+                name="tenant_gpu_unit_cap_positive",
             ),
         ]
 

@@ -328,6 +328,47 @@ def tenant_isolation_level_set(
     return tenant
 
 
+def _plain(value: Any) -> str:
+    """8, 2.5: a number as people write it (no trailing zeros, no exponent)."""
+    if isinstance(value, Decimal):
+        return format(value.normalize(), "f") if value else "0"
+    return str(value)
+
+
+@transaction.atomic
+def tenant_limits_set(
+    *, tenant: Tenant, changes: Mapping[str, Any], actor: User | None, reason: str
+) -> Tenant:
+    """The tenant-wide limits an approved request sets (the approvals app checks them first;
+    nothing else calls this): ``max_run_time_hours`` and ``gpu_unit_cap``, where 0 removes
+    one. Audited."""
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    before: dict[str, Any] = {}
+    after: dict[str, Any] = {}
+    for name in ("max_run_time_hours", "gpu_unit_cap"):
+        if changes.get(name) is None:
+            continue
+        value = changes[name] or None  # 0 removes it
+        old = getattr(tenant, name)
+        if old == value:
+            continue
+        before[name] = None if old is None else _plain(old)
+        after[name] = None if value is None else _plain(value)
+        setattr(tenant, name, value)
+    if not after:
+        return tenant
+    tenant.save(update_fields=[*after, "updated_at"])
+    audit_record(
+        actor=actor,
+        action="tenant.limits_changed",
+        obj=tenant,
+        tenant=tenant,
+        before=before,
+        after={**after, "reason": reason},
+    )
+    return tenant
+
+
 @transaction.atomic
 def tenant_production_priority_set(
     *, tenant: Tenant, allowed: bool, actor: User | None, reason: str

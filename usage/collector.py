@@ -140,6 +140,7 @@ class PodRow:
     node_name: str
     gpus: dict[str, float]
     node_selector: dict[str, str]
+    owner_uids: tuple[str, ...] = ()
 
 
 def pod_rows(pods: Iterable[Mapping[str, Any]]) -> list[PodRow]:
@@ -157,9 +158,44 @@ def pod_rows(pods: Iterable[Mapping[str, Any]]) -> list[PodRow]:
                 node_name=spec.get("nodeName") or "",
                 gpus=_gpu_requests(spec),
                 node_selector=spec.get("nodeSelector") or {},
+                owner_uids=_owner_uids(meta),
             )
         )
     return rows
+
+
+# The label Kueue puts on a Workload with the uid of the job it stands for.
+KUEUE_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+
+
+def _owner_uids(meta: Mapping[str, Any]) -> tuple[str, ...]:
+    """The uids of an object's owners, its controller first."""
+    owners = sorted(meta.get("ownerReferences") or [], key=lambda o: not o.get("controller", False))
+    return tuple(str(o["uid"]) for o in owners if o.get("uid"))
+
+
+def pod_workloads(pods: Sequence[PodRow], workloads: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """pod uid -> the uid of the Kueue Workload it runs for: Kueue makes a Workload for a Job
+    (a JobSet, a RayJob...) owned by that object and labelled with its uid, and the object
+    owns the pods (through their controller, for a Job); a plain pod's Workload is owned by
+    the pod itself. Pods whose
+    owner has no Workload (a Deployment outside Kueue, an object two levels up) map to
+    nothing, and the idle rule then judges them by their tenant's GPUs."""
+    by_owner: dict[str, str] = {}
+    for workload in workloads:
+        meta = workload.get("metadata") or {}
+        if not meta.get("uid"):
+            continue
+        job_uid = (meta.get("labels") or {}).get(KUEUE_JOB_UID_LABEL)
+        for owner in (*_owner_uids(meta), *([job_uid] if job_uid else [])):
+            by_owner.setdefault(owner, str(meta["uid"]))
+    out = {}
+    for pod in pods:
+        for uid in (pod.uid, *pod.owner_uids):
+            if uid in by_owner:
+                out[pod.uid] = by_owner[uid]
+                break
+    return out
 
 
 def workload_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -405,6 +441,7 @@ def collected_store(
         requested[(tenant_id, flavor_id)] = 0.0
     # Pods.
     parsed = pod_rows(pods)
+    workload_of = pod_workloads(parsed, workloads or [])
     pod_objects = []
     for pod in parsed:
         tenant_id = ns_tenant.get(pod.namespace)
@@ -418,6 +455,7 @@ def collected_store(
                 phase=pod.phase,
                 node_name=pod.node_name,
                 gpus=sum(pod.gpus.values()),
+                workload_uid=workload_of.get(pod.uid, ""),
                 seen_at=now,
             )
         )
@@ -454,6 +492,7 @@ def collected_store(
                 "phase",
                 "node_name",
                 "gpus",
+                "workload_uid",
                 "seen_at",
             ],
             batch_size=1000,

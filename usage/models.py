@@ -134,6 +134,11 @@ class Pod(models.Model):
     phase = models.CharField(max_length=20, blank=True)
     node_name = models.CharField(max_length=253, blank=True)
     gpus = models.FloatField(default=0, help_text="GPUs and MIG instances requested.")
+    workload_uid = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The Kueue Workload the pod runs for (both owned by one Job), if any.",
+    )
     seen_at = models.DateTimeField()
 
     class Meta:
@@ -190,6 +195,33 @@ class Workload(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+class WorkloadActivity(models.Model):
+    """How busy one workload's own GPUs were, per hour: the highest utilisation the node
+    agents reported for a GPU or MIG instance running one of its pods. What the idle rule
+    judges a workload by (its tenant's other workloads on the same flavor do not count).
+    Keyed by the Workload's uid like the samples (no foreign key): written on every agent
+    sample, dropped by retention."""
+
+    cluster_id = models.IntegerField()
+    workload_uid = models.CharField(max_length=64)
+    bucket = models.DateTimeField(help_text="Start of the hour (UTC).")
+    peak_utilization = models.FloatField()
+    samples = models.PositiveIntegerField(default=1)
+
+    class Meta:
+        db_table = "usage_workload_activity"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster_id", "workload_uid", "bucket"],
+                name="usage_workload_activity_unique",
+            )
+        ]
+        indexes = [models.Index(fields=["bucket"], name="usage_workload_activity_time")]
+
+    def __str__(self) -> str:
+        return f"{self.workload_uid} {self.bucket:%Y-%m-%dT%H:%M:%SZ} peak {self.peak_utilization}%"
 
 
 PROMETHEUS_TIMEOUT_MAX_S = 120

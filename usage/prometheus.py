@@ -57,10 +57,10 @@ from gpu_agent.models import Node
 from quotas.choices import MIG_RESOURCE_PREFIX
 from quotas.models import Cluster, ResourceFlavor
 from tenants.models import Namespace, Tenant
-from usage.choices import Metric, PrometheusFigure, Source
-from usage.models import PrometheusGpu, PrometheusSource, VolumeRoom
+from usage.choices import Metric, PrometheusFigure, Resolution, Source
+from usage.models import Pod, PrometheusGpu, PrometheusSource, VolumeRoom
 from usage.promql import kube_resource_name, parse_label_matchers, queries
-from usage.services import SampleRow, samples_write
+from usage.services import SampleRow, bucket_start, samples_write, workload_activity_record
 
 logger = logging.getLogger(__name__)
 
@@ -370,11 +370,8 @@ def device_rows(
     """DCGM series as samples per device (GPU or MIG instance) and pod: utilisation in percent
     (graphics engine activity x 100 where the exporter has it, else ``DCGM_FI_DEV_GPU_UTIL``)
     and framebuffer memory used in MiB; on the node's id where its agent registered it."""
-    engine_by_device = {_device_key(s.labels): s for s in engine}
-    util_by_device = {_device_key(s.labels): s for s in util}
     rows: list[SampleRow] = []
-    chosen: list[tuple[Series, float]] = [(s, 100.0) for s in engine_by_device.values()]
-    chosen += [(s, 1.0) for k, s in util_by_device.items() if k not in engine_by_device]
+    chosen = _utilisation_series(util, engine)
     for metric, pairs in (
         (Metric.GPU_UTILIZATION, chosen),
         (Metric.GPU_MEMORY_USED, [(s, 1.0) for s in memory]),
@@ -421,6 +418,46 @@ def gpus_store(*, cluster: Cluster, series: Iterable[Series], now: datetime) -> 
             update_fields=["node", "index", "model", "mig", "seen_at"],
         )
     return len(seen)
+
+
+def _utilisation_series(
+    util: Iterable[Series], engine: Iterable[Series]
+) -> list[tuple[Series, float]]:
+    """Per device and pod, the series its utilisation is read from, with the scale to percent:
+    graphics engine activity where the exporter has it, else ``DCGM_FI_DEV_GPU_UTIL``."""
+    engine_by_device = {_device_key(s.labels): s for s in engine}
+    util_by_device = {_device_key(s.labels): s for s in util}
+    chosen: list[tuple[Series, float]] = [(s, 100.0) for s in engine_by_device.values()]
+    chosen += [(s, 1.0) for k, s in util_by_device.items() if k not in engine_by_device]
+    return chosen
+
+
+def workload_activity_store(
+    *, util: Iterable[Series], engine: Iterable[Series], cluster_id: int
+) -> int:
+    """Each Workload's hourly peak from the DCGM series of its pods (``namespace`` / ``pod``
+    labels -> the collector's pods -> their Workload): what the idle rule judges a workload
+    by where the cluster's Prometheus, not the node agents, gives GPU utilisation."""
+    by_pod = {
+        (namespace, name): uid
+        for namespace, name, uid in Pod.objects.filter(cluster_id=cluster_id)
+        .exclude(workload_uid="")
+        .values_list("namespace", "name", "workload_uid")
+    }
+    if not by_pod:
+        return 0
+    hours: dict[datetime, dict[str, float]] = defaultdict(dict)
+    for series, scale in _utilisation_series(util, engine):
+        uid = by_pod.get((_namespace(series.labels), _pod(series.labels)))
+        if uid is None:
+            continue
+        for when, value in series.values:
+            peaks = hours[bucket_start(when, Resolution.HOUR)]
+            peaks[uid] = max(peaks.get(uid, 0.0), max(value * scale, 0.0))
+    return sum(
+        workload_activity_record(cluster_id=cluster_id, at=hour, peaks=peaks)
+        for hour, peaks in sorted(hours.items())
+    )
 
 
 def request_rows(
@@ -708,6 +745,9 @@ def _read(
         written = samples_write(rows=rows, source=Source.PROMETHEUS)
         if PrometheusFigure.GPU_USAGE in delivered:
             gpus_store(cluster=cluster, series=devices, now=now)
+            workload_activity_store(
+                util=series["util"], engine=series["engine"], cluster_id=cluster.pk
+            )
         if PrometheusFigure.VOLUMES in delivered:
             volumes_store(
                 cluster=cluster, available=series["volume_available"],

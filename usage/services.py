@@ -44,6 +44,7 @@ from usage.models import (
     Rollup,
     RollupState,
     Sample,
+    WorkloadActivity,
 )
 from usage.promql import parse_label_matchers
 
@@ -333,30 +334,62 @@ def _flavors_cached(cluster_id: int | None, now: datetime) -> dict[tuple[str, st
     return cached[1]
 
 
-_POD_CACHE: dict[int, tuple[datetime, dict[str, int | None]]] = {}
+_POD_CACHE: dict[int, tuple[datetime, dict[str, tuple[int | None, str]]]] = {}
 POD_CACHE_TTL = timedelta(seconds=60)  # the collector refreshes pods every minute anyway
 
 
-def _pod_tenants(cluster_id: int | None, now: datetime) -> dict[str, int | None]:
-    """pod uid -> tenant id of the cluster's pods, read once a minute per process (an agent
-    report then costs no query for it; a new pod is attributed within a minute or two)."""
+def _pod_owners(cluster_id: int | None, now: datetime) -> dict[str, tuple[int | None, str]]:
+    """pod uid -> (tenant id, Workload uid or "") of the cluster's pods, read once a minute
+    per process (an agent report then costs no query for it; a new pod is attributed within a
+    minute or two)."""
     if cluster_id is None:
         return {}
     cached = _POD_CACHE.get(cluster_id)
     if cached is None or not timedelta(0) <= now - cached[0] <= POD_CACHE_TTL:
-        pods = Pod.objects.filter(cluster_id=cluster_id).values_list("uid", "tenant_id")
-        cached = (now, dict(pods))
+        pods = Pod.objects.filter(cluster_id=cluster_id).values_list(
+            "uid", "tenant_id", "workload_uid"
+        )
+        cached = (now, {uid: (tenant, workload) for uid, tenant, workload in pods})
         _POD_CACHE[cluster_id] = cached
     return cached[1]
 
 
-def _owner(device: DeviceReading, tenants: Mapping[str, int | None]) -> int | None:
+def _owner(device: DeviceReading, pods: Mapping[str, tuple[int | None, str]]) -> int | None:
     """The tenant of the first of the device's processes whose pod the collector knows."""
     for pod_uid in device.pod_uids:
-        tenant_id = tenants.get(pod_uid)
+        tenant_id = pods.get(pod_uid, (None, ""))[0]
         if tenant_id is not None:
             return tenant_id
     return None
+
+
+def _workloads_of(device: DeviceReading, pods: Mapping[str, tuple[int | None, str]]) -> set[str]:
+    """The Workloads whose pods run on the device (several where a GPU is time-sliced)."""
+    return {pods[uid][1] for uid in device.pod_uids if uid in pods and pods[uid][1]}
+
+
+def workload_activity_record(*, cluster_id: int, at: datetime, peaks: Mapping[str, float]) -> int:
+    """Fold ``peaks`` (Workload uid -> the highest utilisation of its GPUs in one reading)
+    into the hour of ``at``: the hour's peak is the highest seen, whichever process writes
+    it (one upsert, SQLite and PostgreSQL alike)."""
+    if not peaks:
+        return 0
+    hour = bucket_start(at, Resolution.HOUR)
+    table = WorkloadActivity._meta.db_table
+    values = ", ".join(["(%s, %s, %s, %s, 1)"] * len(peaks))
+    params: list[Any] = []
+    for uid, peak in sorted(peaks.items()):
+        params.extend([cluster_id, uid, _param(hour), float(peak)])
+    sql = (
+        f"INSERT INTO {table} (cluster_id, workload_uid, bucket, peak_utilization, samples) "  # noqa: S608 - constant SQL; every value is a parameter
+        f"VALUES {values} ON CONFLICT (cluster_id, workload_uid, bucket) DO UPDATE SET "
+        f"peak_utilization = CASE WHEN excluded.peak_utilization > {table}.peak_utilization "
+        f"THEN excluded.peak_utilization ELSE {table}.peak_utilization END, "
+        f"samples = {table}.samples + 1"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    return len(peaks)
 
 
 _AGENT_SAMPLES_CACHE: dict[int, tuple[datetime, bool]] = {}
@@ -416,10 +449,11 @@ def agent_readings_record(*, readings: ReportReadings) -> int:
     and, when ``agent_sample_throttle`` says the node is due, each GPU outside MIG and each
     MIG instance becomes samples (utilisation, memory used, processes) with its cluster,
     flavor, node and tenant (process ``pod_uid`` -> the collector's pods -> namespace ->
-    tenant). Returns the samples written (0 when throttled). A bounded number of statements
+    tenant); each Workload whose pods run on a reported GPU gets its hour's peak
+    (``workload_activity_record``). Returns the samples written (0 when throttled). A bounded number of statements
     per report."""
-    tenants = _pod_tenants(readings.cluster_id, readings.at)
-    owned = [(device, _owner(device, tenants)) for device in readings.devices]
+    pods = _pod_owners(readings.cluster_id, readings.at)
+    owned = [(device, _owner(device, pods)) for device in readings.devices]
     attributed = {
         (device.gpu_uuid, device.gi_id): tenant_id
         for device, tenant_id in owned
@@ -450,6 +484,14 @@ def agent_readings_record(*, readings: ReportReadings) -> int:
                 )
             rows.append((readings.at, Metric.GPU_MEMORY_USED, float(device.memory_used_mib), *base))
             rows.append((readings.at, Metric.GPU_PROCESSES, float(device.processes), *base))
+        peaks: dict[str, float] = {}
+        for device, _ in owned:
+            if device.utilization_pct is None:
+                continue
+            for uid in _workloads_of(device, pods):
+                peaks[uid] = max(peaks.get(uid, 0.0), float(device.utilization_pct))
+        if readings.cluster_id is not None:
+            workload_activity_record(cluster_id=readings.cluster_id, at=readings.at, peaks=peaks)
         return samples_write(rows=rows, source=Source.NODE_AGENT)
 
 
@@ -600,6 +642,9 @@ def retention_enforce(*, now: datetime | None = None) -> dict[str, int]:
             resolution=resolution, bucket__lt=cutoff
         ).delete()[0]
     out["pods"] = Pod.objects.filter(seen_at__lt=now - timedelta(hours=1)).delete()[0]
+    out["workload_activity"] = WorkloadActivity.objects.filter(
+        bucket__lt=now - retention(Resolution.HOUR)
+    ).delete()[0]
     return out
 
 

@@ -128,6 +128,22 @@ class QuotaRequestInput(StrictInputSerializer):
         help_text="A new isolation level for the tenant (on every cluster): it decides which "
         "flavors its quotas may be on. Left out or null: unchanged.",
     )
+    max_run_time_hours = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="The tenant's own maximum run time in hours (on every cluster): a workload "
+        "running longer is suspended after the rule's grace. 0 goes back to the platform's "
+        "rule; left out or null: unchanged.",
+    )
+    gpu_unit_cap = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=3,
+        required=False,
+        allow_null=True,
+        help_text="A cap on the tenant's GPU limits summed over every cluster, in normalised GPU "
+        "units (each limit times its GPU model's weight). 0 removes it; left out or null: "
+        "unchanged.",
+    )
     replaces = serializers.IntegerField(
         min_value=1,
         max_value=2**63 - 1,
@@ -236,6 +252,13 @@ class QuotaRequestOutput(serializers.Serializer):
         allow_null=True,
         help_text="The isolation level it moves the tenant to; null: unchanged.",
     )
+    max_run_time_hours = serializers.IntegerField(
+        allow_null=True, help_text="The tenant's new maximum run time; 0: removed; null: unchanged."
+    )
+    gpu_unit_cap = serializers.CharField(
+        allow_null=True,
+        help_text="The tenant's new cap in normalised GPU units; 0: removed; null: unchanged.",
+    )
     max_running_jobs = serializers.IntegerField(allow_null=True)
     max_queued_jobs = serializers.IntegerField(allow_null=True)
     max_pods = serializers.IntegerField(allow_null=True)
@@ -277,6 +300,8 @@ class QuotaRequestOutput(serializers.Serializer):
             "failure_message": request.failure_message,
             "tier": request.tier.name if request.tier else None,
             "isolation_level": request.isolation_level or None,
+            "max_run_time_hours": request.max_run_time_hours,
+            "gpu_unit_cap": _decimal(request.gpu_unit_cap),
             "max_running_jobs": request.max_running_jobs,
             "max_queued_jobs": request.max_queued_jobs,
             "max_pods": request.max_pods,
@@ -470,3 +495,10 @@ class QuotaRequestValidationOutput(serializers.Serializer):
             "diff": diff_representation(check.diff),
             "required_approvals": check.required_approvals,
         }
+
+
+def _decimal(value: Decimal | None) -> str | None:
+    """A decimal as people write it (8, 2.5), or None."""
+    if value is None:
+        return None
+    return format(value.normalize(), "f") if value else "0"

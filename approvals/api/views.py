@@ -193,6 +193,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             replaces=self._replaces(v, request, tenant, cluster),
             isolation_level=v.get("isolation_level") or "",
             production_priority=v.get("production_priority"),
+            tenant_changes=_tenant_changes(v),
             **self._changes(v, cluster),
         )
         return Response(self._fresh(quota_request), status=status.HTTP_201_CREATED)
@@ -240,6 +241,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             tier=self._tier(v),
             isolation_level=v.get("isolation_level") or "",
             production_priority=v.get("production_priority"),
+            tenant_changes=_tenant_changes(v),
         )
         return Response(QuotaRequestValidationOutput(check).data)
 
@@ -315,3 +317,8 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
 def _scheduling(validated: dict[str, Any]) -> dict[str, Any]:
     return {name: validated[name] for name in services.SCHEDULING_FIELDS if name in validated}
+
+
+def _tenant_changes(v: dict[str, Any]) -> dict[str, Any]:
+    """The tenant-wide limits of a request body (null ones left out)."""
+    return {name: v[name] for name in services.TENANT_FIELDS if v.get(name) is not None}

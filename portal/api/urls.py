@@ -11,6 +11,7 @@ from dashboards.api.views import FlavorPriceListView, ShowbackView, TenantProfil
 from gpu_agent.agent_api import urls as gpu_agent_urls
 from identity.api.views import GroupMappingViewSet
 from quotas.api.views import (
+    ClusterPoolListView,
     ClusterViewSet,
     FlavorViewSet,
     TenantQuotaViewSet,
@@ -67,6 +68,7 @@ urlpatterns = [
     ),
     path("tenants/<str:tenant_slug>/profile/", TenantProfileView.as_view(), name="tenant-profile"),
     path("showback/", ShowbackView.as_view(), name="showback"),
+    path("cluster-pools/", ClusterPoolListView.as_view(), name="cluster-pool-list"),
     path("flavor-prices/", FlavorPriceListView.as_view(), name="flavor-price-list"),
     path(
         "tenants/<str:tenant_slug>/admission-check/",

@@ -413,3 +413,60 @@ class TenantSyncOutput(serializers.Serializer):
 
 def _time(value: Any) -> str | None:
     return utc_iso(value) if value else None
+
+
+class PoolPartOutput(serializers.Serializer):
+    cluster = serializers.CharField()
+    guaranteed = serializers.CharField(
+        allow_null=True, help_text="A Kubernetes quantity; null: no quota on that cluster."
+    )
+    limit = serializers.CharField(allow_null=True)
+
+
+class PoolDifferenceOutput(serializers.Serializer):
+    tenant = serializers.CharField()
+    what = serializers.CharField(help_text="The kind of resource, in words.")
+    resource = serializers.CharField()
+    clusters = PoolPartOutput(many=True)
+    message = serializers.CharField()
+
+
+class ClusterPoolOutput(serializers.Serializer):
+    name = serializers.CharField()
+    description = serializers.CharField()
+    clusters = serializers.ListField(child=serializers.CharField())
+    consistent = serializers.BooleanField(
+        help_text="Every tenant has the same quotas on every cluster of the pool."
+    )
+    differences = PoolDifferenceOutput(many=True)
+
+
+def pool_representation(
+    pool: Any, clusters: list[str], differences: list[selectors.PoolDifference]
+) -> dict[str, Any]:
+    def quantity(amount: Decimal | None, resource: str) -> str | None:
+        return None if amount is None else format_quantity(amount, resource)
+
+    return {
+        "name": pool.name,
+        "description": pool.description,
+        "clusters": clusters,
+        "consistent": not differences,
+        "differences": [
+            {
+                "tenant": d.tenant,
+                "what": d.what,
+                "resource": d.resource,
+                "clusters": [
+                    {
+                        "cluster": p.cluster,
+                        "guaranteed": quantity(p.guaranteed, d.resource),
+                        "limit": quantity(p.limit, d.resource),
+                    }
+                    for p in d.parts
+                ],
+                "message": d.message,
+            }
+            for d in differences
+        ],
+    }

@@ -13,6 +13,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from core.api.renderers import YamlTextRenderer
 from quotas import selectors, services, sync
@@ -20,15 +21,17 @@ from quotas.api.serializers import (
     ClusterDetailOutput,
     ClusterEnforcementInput,
     ClusterOutput,
+    ClusterPoolOutput,
     FlavorOutput,
     QuotaSetOutput,
     TenantSyncOutput,
     TierTemplateInput,
     TierTemplateOutput,
+    pool_representation,
 )
 from quotas.choices import FlavorKind
 from quotas.models import QuotaSet, ResourceFlavor
-from tenants.api.base import ReadMembersWriteAdmins, TenantScopedMixin, caller
+from tenants.api.base import IsPlatformAdmin, ReadMembersWriteAdmins, TenantScopedMixin, caller
 
 
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
@@ -59,6 +62,23 @@ class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
         )
         context = {"allocations": selectors.cluster_allocations(cluster=cluster)}
         return Response(ClusterDetailOutput(cluster, context=context).data)
+
+
+class ClusterPoolListView(APIView):
+    """Clusters marked as one pool (in Django admin), each with the tenants whose quotas
+    differ between its clusters. Platform admins only."""
+
+    permission_classes = [IsPlatformAdmin]
+
+    @extend_schema(responses=ClusterPoolOutput(many=True))
+    def get(self, request: Request) -> Response:
+        differences = selectors.pool_differences()
+        return Response(
+            [
+                pool_representation(pool, names, [d for d in differences if d.pool == pool.name])
+                for pool, names in selectors.pool_list()
+            ]
+        )
 
 
 class FlavorFilter(filters.FilterSet):

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from rest_framework import serializers
@@ -40,6 +41,15 @@ class TenantOutput(serializers.ModelSerializer):
     # "parent" shadows Field.parent for mypy only: DRF's metaclass pops declared fields.
     parent = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)  # type: ignore[assignment,var-annotated]
     namespaces = serializers.ListField(child=serializers.CharField())
+    max_run_time_hours = serializers.IntegerField(
+        allow_null=True,
+        help_text="Its own maximum run time (set by request); null: the platform's.",
+    )
+    gpu_unit_cap = serializers.CharField(
+        allow_null=True,
+        help_text="Its cap on normalised GPU units over every cluster (set by request); null: "
+        "none.",
+    )
 
     class Meta:
         model = Tenant
@@ -53,6 +63,8 @@ class TenantOutput(serializers.ModelSerializer):
             "state",
             "isolation_level",
             "production_priority_allowed",
+            "max_run_time_hours",
+            "gpu_unit_cap",
             "namespaces",
             "archived_at",
             "created_at",
@@ -78,11 +90,20 @@ class TenantOutput(serializers.ModelSerializer):
             "state": row["state"],
             "isolation_level": row["isolation_level"],
             "production_priority_allowed": row["production_priority_allowed"],
+            "max_run_time_hours": row["max_run_time_hours"],
+            "gpu_unit_cap": _decimal(row["gpu_unit_cap"]),
             "namespaces": row["namespace_names"],
             "archived_at": utc_iso(row["archived_at"]) if row["archived_at"] else None,
             "created_at": utc_iso(row["created_at"]),
             "updated_at": utc_iso(row["updated_at"]),
         }
+
+
+def _decimal(value: Decimal | None) -> str | None:
+    """8, 2.5: a decimal as people write it, or None."""
+    if value is None:
+        return None
+    return format(value.normalize(), "f") if value else "0"
 
 
 class TenantCreateInput(StrictInputSerializer):

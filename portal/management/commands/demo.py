@@ -131,6 +131,22 @@ def _serving_by_request(tenant: Tenant, cluster: Cluster, lead: User, admin: Use
     quota_request_approve(request=request, approver=admin, comment="Serving is production")
 
 
+def _team_limits_by_request(tenant: Tenant, cluster: Cluster, lead: User, admin: User) -> None:
+    """team-a's own maximum run time and its cap over every cluster (R12, R22), asked for by
+    its lead and approved as any request: its page then names them."""
+    request = quota_request_create(
+        tenant=tenant,
+        cluster=cluster,
+        requester=lead,
+        reason="Runs past three days are stuck in our pipeline; and we share the budget of 24 "
+        "GPU units over both clusters",
+        items=[],
+        tenant_changes={"max_run_time_hours": 72, "gpu_unit_cap": Decimal(24)},
+        submit=True,
+    )
+    quota_request_approve(request=request, approver=admin, comment="Agreed")
+
+
 def _admit(cluster: Cluster, jobs: list[Any], horizon: float) -> dict[str, float | None]:
     return admission_times(cluster=cluster, jobs=jobs, horizon=horizon)
 
@@ -507,6 +523,8 @@ class Command(BaseCommand):
         for tenant in onboarded:
             if tenant.slug == "team-b":
                 _isolation_level_by_request(tenant, h100, users["bob"], users["admin"])
+            if tenant.slug == "team-a":
+                _team_limits_by_request(tenant, a100, users["alice"], users["admin"])
         if agent_dir := os.environ.get("DEMO_AGENT_DIR", ""):
             made = _agent_join_tokens(Path(agent_dir), users["admin"])
             self.stdout.write(f"Simulated GPU nodes: {made} new join token(s) in {agent_dir}")
