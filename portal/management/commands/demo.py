@@ -138,10 +138,10 @@ def _team_limits_by_request(tenant: Tenant, cluster: Cluster, lead: User, admin:
         tenant=tenant,
         cluster=cluster,
         requester=lead,
-        reason="Runs past three days are stuck in our pipeline; and we share the budget of 24 "
+        reason="Runs past three days are stuck in our pipeline; and we share the budget of 32 "
         "GPU units over both clusters",
         items=[],
-        tenant_changes={"max_run_time_hours": 72, "gpu_unit_cap": Decimal(24)},
+        tenant_changes={"max_run_time_hours": 72, "gpu_unit_cap": Decimal(32)},
         submit=True,
     )
     quota_request_approve(request=request, approver=admin, comment="Agreed")
