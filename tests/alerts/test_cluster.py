@@ -4,7 +4,6 @@ Kubernetes API stand-in, read back with kubectl); the undo makes the workload ac
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from alerts import services
 from alerts.choices import ActionState, AlertState, EventKind
@@ -14,6 +13,7 @@ from quotas.models import QuotaSet, SyncOutbox
 from quotas.sync import cluster_reconcile, outbox_deliver
 from tenants.models import AuditEvent, Notification
 from tests.alerts.conftest import NOW, gpu_utilization, running_workload, use_now
+from tests.alerts.kueue import kueue_workload
 from tests.standin import kubectl_json
 
 KUEUE = "/apis/kueue.x-k8s.io/v1beta2"
@@ -46,20 +46,6 @@ def test_100_percent_puts_the_cluster_queue_on_hold_and_lifts_it(world, standin)
     assert kubectl_json(standin, "get", "clusterqueue", "team-a")["spec"]["stopPolicy"] == "None"
 
 
-def _kueue_workload(namespace: str, name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "queueName": "default",
-            "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": [
-                {"name": "main", "image": "trainer:1",
-                 "resources": {"requests": {"nvidia.com/gpu": "2"}}}]}}}],
-        },
-    }  # fmt: skip
-
-
 def test_an_idle_workload_is_suspended_after_the_grace_and_the_undo_restores_it(
     world, standin, api_as
 ):
@@ -68,7 +54,7 @@ def test_an_idle_workload_is_suspended_after_the_grace_and_the_undo_restores_it(
     try:
         created = api._call(
             "POST", f"{KUEUE}/namespaces/team-a-training/workloads",
-            body=_kueue_workload("team-a-training", "idle-job"),
+            body=kueue_workload("team-a-training", "idle-job"),
         )  # fmt: skip
     finally:
         api.close()

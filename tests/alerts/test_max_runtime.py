@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 from html import unescape
-from typing import Any
 
 from alerts import services
 from alerts.choices import ActionState, AlertState, EventKind
@@ -16,6 +15,7 @@ from quotas.kube.applier import KubernetesBackend
 from quotas.sync import cluster_reconcile
 from tenants.models import AuditEvent, Notification, Tenant
 from tests.alerts.conftest import NOW, running_workload
+from tests.alerts.kueue import kueue_workload
 from tests.pages import logged_in
 from tests.standin import kubectl_json
 
@@ -59,20 +59,6 @@ def test_an_own_maximum_warns_first_then_counts_from_the_first_admission(world):
     assert "unless it finishes first" in notice.subject
 
 
-def _kueue_workload(namespace: str, name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "Workload",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "queueName": "default",
-            "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": [
-                {"name": "main", "image": "trainer:1",
-                 "resources": {"requests": {"nvidia.com/gpu": "2"}}}]}}}],
-        },
-    }  # fmt: skip
-
-
 def test_past_the_grace_the_workload_is_suspended_on_the_cluster_and_the_undo_holds(
     world, standin, api_as
 ):
@@ -82,7 +68,7 @@ def test_past_the_grace_the_workload_is_suspended_on_the_cluster_and_the_undo_ho
     try:
         created = api._call(
             "POST", f"{KUEUE}/namespaces/team-a-training/workloads",
-            body=_kueue_workload("team-a-training", "marathon"),
+            body=kueue_workload("team-a-training", "marathon"),
         )  # fmt: skip
     finally:
         api.close()
