@@ -35,6 +35,7 @@ from approvals.models import ApprovalDecision, QuotaChangeRequest
 from approvals.services import quota_request_approve, quota_request_create, request_items_parse
 from devcluster.runner import ProcessHandle
 from quotas.choices import CPU_RESOURCE
+from quotas.kube.names import RESOURCE_QUOTA_NO_PRODUCTION
 from quotas.kube.resources import KUEUE
 from quotas.kube.spec import ANNOTATION_GENERATION, LABEL_TENANT
 from quotas.models import Cluster, QuotaSet, SyncOutbox, TenantSync
@@ -241,6 +242,14 @@ def cluster_problems(standin: ProcessHandle, cluster: Cluster) -> list[str]:
             problems.append(f"{slug}: no ResourceQuota in the cluster")
         for rq in rqs:
             where = f"{rq['metadata']['namespace']}/{rq['metadata']['name']}"
+            if rq["metadata"]["name"] == RESOURCE_QUOTA_NO_PRODUCTION:
+                # The same at every generation (0 pods at the production priority), so a push
+                # leaves it as it is: what counts is that it holds, and only without the grant.
+                if quota_set.tenant.production_priority_allowed:
+                    problems.append(f"{slug}: {where} though the tenant may use production")
+                elif (rq.get("spec") or {}).get("hard", {}).get("pods") != "0":
+                    problems.append(f"{slug}: {where} allows production pods")
+                continue
             got = int(rq["metadata"].get("annotations", {}).get(ANNOTATION_GENERATION, 0))
             if got != generation:
                 problems.append(
