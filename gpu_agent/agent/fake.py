@@ -30,6 +30,17 @@ _REPEAT = re.compile(r"(\d{1,2})x(.+)\Z")
 STATE_FILE = "fake-nvml.json"
 
 
+# GPUs without MIG that the fake backend simulates outside the MIG catalogue (time-sliced
+# shares run on them), with the memory NVML reports for each.
+NON_MIG_MODELS: dict[str, int] = {
+    "Tesla T4": 15360,
+    "NVIDIA L4": 23034,
+    "NVIDIA L40S": 46068,
+    "NVIDIA A10": 23028,
+    "Tesla V100-SXM2-32GB": 32768,
+}
+
+
 class FakeSpecError(ValueError):
     """A ``--fake-gpus`` value that does not parse."""
 
@@ -56,10 +67,8 @@ def parse_fake_gpus(spec: str, *, catalogue: Catalogue | None = None) -> list[Si
             mig = fields[2] == "mig"
         model = catalogue.find_model(name)
         if model is None:
-            raise FakeSpecError(
-                f"{name!r} is not a GPU model in the MIG catalogue; known: "
-                + ", ".join(catalogue.model_names())
-            )
+            gpus.extend([_non_mig_gpu(entry, name, mig, len(fields), catalogue)] * count)
+            continue
         layout: tuple[str, ...] = ()
         if len(fields) == 4:
             if not mig:
@@ -69,6 +78,20 @@ def parse_fake_gpus(spec: str, *, catalogue: Catalogue | None = None) -> list[Si
     if not gpus:
         raise FakeSpecError("--fake-gpus names no GPU")
     return gpus
+
+
+def _non_mig_gpu(entry: str, name: str, mig: bool, fields: int, catalogue: Catalogue) -> SimGpuSpec:
+    """A GPU outside the MIG catalogue: one of ``NON_MIG_MODELS``, written with ``nomig``."""
+    if name not in NON_MIG_MODELS:
+        raise FakeSpecError(
+            f"{name!r} is not a GPU the fake backend knows; MIG GPUs: "
+            + ", ".join(catalogue.model_names())
+            + "; GPUs without MIG (written NAME:COUNT:nomig): "
+            + ", ".join(NON_MIG_MODELS)
+        )
+    if mig or fields < 3:
+        raise FakeSpecError(f"{entry!r}: {name} has no MIG mode; write it {name}:COUNT:nomig")
+    return SimGpuSpec(name, mig=False, memory_mib=NON_MIG_MODELS[name])
 
 
 def _parse_layout(entry: str, text: str, model: GpuModel) -> tuple[str, ...]:

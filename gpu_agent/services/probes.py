@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
@@ -379,6 +380,60 @@ def isolation_pairs(*, limit: int = PAIR_HISTORY) -> list[IsolationPair]:
             )
         )
     return sorted(pairs, key=lambda pair: (pair.saturating.slug, pair.probed.slug))
+
+
+@dataclass(frozen=True)
+class SharedGpu:
+    """A GPU whose shares two tenants or more hold: ``how`` is ``"mig"`` (its MIG instances run
+    their pods) or ``"time-sliced"`` (they hold quota on a time-sliced flavor of its model)."""
+
+    gpu: Gpu
+    tenants: list[Tenant]
+    how: str
+
+
+def shared_gpus(*, limit: int = 200) -> list[SharedGpu]:
+    """The GPUs an isolation check between two tenants can run on, by node and index: MIG GPUs
+    whose instances two tenants own, and GPUs without MIG of a time-sliced flavor's model that
+    two tenants hold shares of on the node's cluster. Three queries, none per GPU."""
+    found: list[SharedGpu] = []
+    owners: dict[int, dict[int, Tenant]] = {}
+    instances = MigInstance.objects.filter(
+        tenant__isnull=False, gpu__mig_mode_current=True
+    ).select_related("tenant")
+    for instance in instances:
+        assert instance.tenant is not None
+        owners.setdefault(instance.gpu_id, {}).setdefault(instance.tenant_id, instance.tenant)  # type: ignore[arg-type]
+    mig_ids = [gpu_id for gpu_id, tenants in owners.items() if len(tenants) >= 2]
+    holders: dict[tuple[int, str], dict[int, Tenant]] = {}
+    quotas = Quota.objects.filter(
+        flavor__time_slicing_replicas__isnull=False, limit__gt=0
+    ).select_related("quota_set__tenant", "flavor")
+    for quota in quotas:
+        key = (quota.quota_set.cluster_id, quota.flavor.gpu_model)
+        holders.setdefault(key, {}).setdefault(quota.quota_set.tenant_id, quota.quota_set.tenant)
+    shared_models = {key: tenants for key, tenants in holders.items() if len(tenants) >= 2}
+    clusters = {cluster_id for cluster_id, _model in shared_models}
+    gpus = (
+        Gpu.objects.filter(
+            Q(pk__in=mig_ids) | Q(mig_mode_current=False, node__cluster_id__in=clusters)
+        )
+        .select_related("node")
+        .order_by("node__name", "index")
+    )
+    for gpu in gpus:
+        if len(found) >= limit:
+            break
+        if gpu.pk in mig_ids:
+            tenants = owners[gpu.pk].values()
+            found.append(SharedGpu(gpu, sorted(tenants, key=lambda t: t.slug), "mig"))
+            continue
+        for (cluster_id, model), tenants in shared_models.items():
+            if cluster_id == gpu.node.cluster_id and _same_model(model, gpu.name):
+                ordered = sorted(tenants.values(), key=lambda t: t.slug)
+                found.append(SharedGpu(gpu, ordered, "time-sliced"))
+                break
+    return found
 
 
 def agent_probes(*, node: Node) -> list[IsolationProbe]:

@@ -37,6 +37,7 @@ from gpu_agent.services.probes import (
     probe_request,
     probe_tenant_named,
     probe_tenants,
+    shared_gpus,
 )
 from gpu_agent.views.common import admin_user, gpu_for
 
@@ -165,7 +166,11 @@ def isolation(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "gpu_agent/isolation.html",
-        {"pairs": isolation_pairs(), "probe_limit_pct": ISOLATION_SLOWDOWN_LIMIT_PCT},
+        {
+            "pairs": isolation_pairs(),
+            "shared": shared_gpus(),
+            "probe_limit_pct": ISOLATION_SLOWDOWN_LIMIT_PCT,
+        },
     )
 
 

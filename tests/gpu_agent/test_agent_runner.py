@@ -578,7 +578,7 @@ def test_the_command_line_refuses_bad_settings(
                 "--fake-gpus",
                 "NVIDIA RTX 9999",
             ],
-            "not a GPU model",
+            "not a GPU the fake backend knows",
         ),
     ):
         with pytest.raises(SystemExit) as exited:
@@ -676,3 +676,20 @@ def test_a_fake_gpu_can_start_partitioned_by_a_layout() -> None:
 def test_a_fake_layout_that_breaks_the_mig_rules_is_refused(spec: str, says: str) -> None:
     with pytest.raises(FakeSpecError, match=says):
         parse_fake_gpus(spec)
+
+
+def test_a_fake_node_simulates_a_gpu_without_mig_outside_the_catalogue(tmp_path: Path) -> None:
+    (t4,) = parse_fake_gpus("Tesla T4:1:nomig")
+    assert (t4.name, t4.mig, t4.memory_mib) == ("Tesla T4", False, 15360)
+    node = fake_node(tmp_path, "Tesla T4:2:nomig")
+    gpus = node.backend.list_gpus()
+    assert [(g.name, g.memory_total_mib, g.mig_capable) for g in gpus] == [
+        ("Tesla T4", 15360, False)
+    ] * 2
+    for bad, says in (
+        ("Tesla T4", "write it Tesla T4:COUNT:nomig"),
+        ("Tesla T4:1:mig", "has no MIG mode"),
+        ("NVIDIA T4:1:nomig", "GPUs without MIG"),
+    ):
+        with pytest.raises(FakeSpecError, match=says):
+            parse_fake_gpus(bad)

@@ -18,6 +18,7 @@ from gpu_agent.services.probes import (
     isolation_pairs,
     probe_request,
     probe_tenants,
+    shared_gpus,
 )
 from quotas.choices import GPU_RESOURCE, FlavorKind
 from quotas.models import FlavorResource, Quota, QuotaSet, ResourceFlavor
@@ -253,3 +254,25 @@ def test_the_gpu_page_offers_the_tenants_and_starts_a_check_of_the_pair(world, g
     probe = IsolationProbe.objects.get()
     assert (probe.target_tenant, probe.neighbour_tenant) == (world.team_a, world.team_b)
     assert (probe.target_gi_id, probe.neighbour_gi_id) == (1, 2)
+
+
+def test_the_pairs_page_lists_the_gpus_two_tenants_share_before_any_check(world, gpus):
+    other = _gpu(gpus["mig"].node, "GPU-pair-0002-alone", 2, mig=True)
+    _instance(other, 1, "3g.40gb", 0, 4, world.team_a)  # one tenant only: not shared
+    assert [(row.gpu.uuid, row.how, [t.slug for t in row.tenants]) for row in shared_gpus()] == [
+        (MIG_UUID, "mig", ["team-a", "team-b"]),
+        (SHARED_UUID, "time-sliced", ["team-a", "team-b"]),
+    ]
+    html = logged_in(world.admin).get(PAIRS_PAGE).content.decode()
+    assert "No check between two tenants yet" in html  # no probe has run
+    shared = html[html.index("GPUs two tenants share") :]
+    rows = ["".join(row.split("</tr>")[0].split()) for row in shared.split("<tr data-gpu=")[1:]]
+    assert len(rows) == 2 and rows[0].startswith(f'"{MIG_UUID}"')
+    assert "<td>pair-node</td><td>MIGinstances</td><td>team-a,team-b</td>" in rows[0]
+    assert "timeslices(time,notmemory)</td><td>team-a,team-b</td>" in rows[1]
+    assert f"/fleet/gpus/{SHARED_UUID}/#isolation" in shared  # a check starts there
+
+
+def test_a_time_sliced_model_one_tenant_holds_is_not_shared(world, gpus):
+    Quota.objects.filter(quota_set__tenant=world.team_b, flavor__name="h100-shared").delete()
+    assert [row.gpu.uuid for row in shared_gpus()] == [MIG_UUID]

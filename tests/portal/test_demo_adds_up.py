@@ -214,6 +214,12 @@ def test_the_demo_mig_flavors_have_the_capacity_the_seeded_layouts_hold(demo: da
         )
         node = Node.objects.create(name=name, cluster=h100, last_report_at=timezone.now())
         agent_report_ingest(node=node, report=agent.inventory())
+    # The labs' time-sliced T4 is a GPU two tenants share: the isolation page offers its check.
+    from gpu_agent.services.probes import shared_gpus
+
+    assert [(r.gpu.node.name, r.how, [t.slug for t in r.tenants]) for r in shared_gpus()] == [
+        ("t4-node-1", "time-sliced", ["lab-nlp", "lab-speech", "lab-vision"])
+    ]
     checked = flavor_capacities(cluster=h100)
     period = dashboards.period_resolve(name="24h")
     shown = {

@@ -181,6 +181,8 @@ DEMO_NODES = [
     ("h100-node-2", "demo-h100", "NVIDIA H100 80GB HBM3:8:nomig"),
     ("h100-mig-1", "demo-h100", H100_MIG_NODE),
     ("h100-mig-2", "demo-h100", H100_MIG_NODE),
+    # The labs' time-sliced T4 (t4-shared): no MIG, outside the catalogue.
+    ("t4-node-1", "demo-h100", "Tesla T4:1:nomig"),
 ]
 
 
