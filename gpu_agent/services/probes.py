@@ -425,12 +425,12 @@ def shared_gpus(*, limit: int = 200) -> list[SharedGpu]:
         if len(found) >= limit:
             break
         if gpu.pk in mig_ids:
-            tenants = owners[gpu.pk].values()
-            found.append(SharedGpu(gpu, sorted(tenants, key=lambda t: t.slug), "mig"))
+            by_slug = sorted(owners[gpu.pk].values(), key=lambda t: t.slug)
+            found.append(SharedGpu(gpu, by_slug, "mig"))
             continue
-        for (cluster_id, model), tenants in shared_models.items():
+        for (cluster_id, model), holding in shared_models.items():
             if cluster_id == gpu.node.cluster_id and _same_model(model, gpu.name):
-                ordered = sorted(tenants.values(), key=lambda t: t.slug)
+                ordered = sorted(holding.values(), key=lambda t: t.slug)
                 found.append(SharedGpu(gpu, ordered, "time-sliced"))
                 break
     return found
