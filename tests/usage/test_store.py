@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from core.errors import ValidationFailed
 from usage import services
@@ -154,3 +154,32 @@ def test_retention_drops_each_resolution_past_its_age(db: None, settings) -> Non
     # A sample for a dropped day is still accepted (its partition comes back on demand).
     services.samples_write(rows=[row(now - timedelta(days=5), 2.0)])
     assert Sample.objects.count() == 2
+
+
+def _blocks_read_for_the_last_minutes(since: datetime) -> int:
+    """Heap and index blocks a BRIN scan of the raw samples since ``since`` touches."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")  # the dashboards' read: the BRIN index
+        cursor.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT count(*) FROM usage_sample "
+            "WHERE time >= %s",
+            [since],
+        )
+        plan = cursor.fetchone()[0][0]["Plan"]
+    return int(plan["Shared Hit Blocks"] + plan["Shared Read Blocks"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_rollup_run_summarises_the_day_so_a_recent_read_skips_it(on_postgres: None) -> None:
+    day = T0.replace(hour=0)
+    services.partitions_drop_before(day=(day + timedelta(days=1)).date())  # none left over
+    rows = [row(day + timedelta(seconds=s), 1.0, tenant=s % 50 + 1) for s in range(0, 72000, 2)]
+    services.samples_write(rows=rows)
+    last = day + timedelta(seconds=72000 - 300)  # the last 5 minutes written
+    before = _blocks_read_for_the_last_minutes(last)
+    assert services.partitions_summarize(now=day + timedelta(hours=20)) > 0
+    after = _blocks_read_for_the_last_minutes(last)
+    assert after < before * 0.4, (before, after)
+    # The beat's rollup run does it: a second pass finds nothing new to summarise.
+    roll(day + timedelta(hours=20, minutes=5))
+    assert services.partitions_summarize(now=day + timedelta(hours=20)) == 0
