@@ -27,6 +27,22 @@ def quota_request_list_for_user(*, user: User) -> QuerySet[QuotaChangeRequest]:
     )
 
 
+def pending_tenant_slugs(*, user: User, named: str = "") -> list[str]:
+    """The slugs of the tenants ``user`` may see that have a pending request, plus ``named``
+    where such a tenant exists (the queue's tenant filter: a choice per tenant with something
+    to approve, not one per tenant of the platform). One query, two with ``named``."""
+    visible = Tenant.objects.visible_to(user)
+    slugs = set(
+        QuotaChangeRequest.objects.filter(status=RequestStatus.PENDING, tenant__in=visible)
+        .order_by()
+        .values_list("tenant__slug", flat=True)
+        .distinct()
+    )
+    if named and named not in slugs and visible.filter(slug=named).exists():
+        slugs.add(named)
+    return sorted(slugs)
+
+
 def quota_request_get_for_user(*, user: User, pk: int) -> QuotaChangeRequest:
     """The request, or 404 when it does not exist or belongs to a tenant ``user`` may not see."""
     request = quota_request_list_for_user(user=user).filter(pk=pk).first()

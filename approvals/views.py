@@ -948,7 +948,9 @@ def approvals_queue(request: HttpRequest) -> HttpResponse:
     filters = ApprovalQueueFilterForm(
         request.GET,
         clusters=[c.name for c in quota_selectors.cluster_list()],
-        tenants=[t.slug for t in tenant_selectors.tenant_list_for_user(user=user, archived=None)],
+        tenants=approval_selectors.pending_tenant_slugs(
+            user=user, named=request.GET.get("tenant", "")[:63]
+        ),
         threshold=policy.two_approvers_above_gpu_units,
     )
     pending = (

@@ -590,6 +590,22 @@ def test_the_queue_filters_by_cluster_tenant_and_size(world):
     assert listed("?cluster=nowhere&tenant=team-c") == [h.pk]  # and the others still apply
 
 
+def test_the_queue_offers_only_the_tenants_with_something_to_approve(world):
+    """One option per tenant with a pending request (not one per tenant of the platform: at
+    10,000 tenants that list was most of the page), plus the tenant the URL names."""
+    file_request(world, tenant=world.team_b, guaranteed=4, limit=10)
+    admin = logged_in(world.admin)
+
+    def offered(query: str) -> list[str]:
+        body = admin.get(QUEUE + query).content.decode()
+        select = body.split('name="tenant"', 1)[1].split("</select>", 1)[0]
+        return re.findall(r'<option value="([^"]*)"', select)
+
+    assert offered("") == ["", "team-b"]
+    assert offered("?tenant=team-a") == ["", "team-a", "team-b"]  # named: kept as chosen
+    assert offered("?tenant=no-such-team") == ["", "team-b"]
+
+
 def test_the_queue_runs_a_constant_number_of_queries(world):
     def queue_queries() -> int:
         client = logged_in(world.admin)
