@@ -21,6 +21,7 @@ above 2^63-1 is capped there when it has a binary suffix (a decimal one is kept,
 
 import re
 from decimal import ROUND_HALF_UP, ROUND_UP, Context, Decimal, Inexact, InvalidOperation, Overflow
+from functools import lru_cache
 from typing import Final, Literal
 
 __all__ = [
@@ -162,6 +163,9 @@ def _checked(
     return value.quantize(Decimal(1), context=_CTX) if _decimal_places(value) == 0 else value
 
 
+# Pages and the API parse and write the same few quantities over and over ("8", "64Gi"): the
+# results (immutable) are remembered. A refusal raises, and is not remembered.
+@lru_cache(maxsize=4096)
 def _parse_text(text: str, field: str | None) -> tuple[Decimal, QuantityFormat]:
     if not text:
         raise _bad(text, "it is empty", field)
@@ -296,6 +300,18 @@ def format_as(amount: Decimal | int, fmt: QuantityFormat) -> str:
     e<multiple of 3> ("1e3", "1500e-3"), BinarySI uses Ki..Ei ("1Gi", "1536Mi"); a BinarySI value
     below 1024 in magnitude or with a fraction is written as DecimalSI ("512", "500m"), and
     one that is not a whole multiple of 1024 in plain digits ("1025", "5000000000")."""
+    try:
+        return _format_remembered(amount, fmt)
+    except TypeError:  # not hashable (a list, a signalling NaN): refused below, as before
+        return _format(amount, fmt)
+
+
+@lru_cache(maxsize=4096, typed=True)  # typed: True is refused, not taken for 1
+def _format_remembered(amount: Decimal | int, fmt: QuantityFormat) -> str:
+    return _format(amount, fmt)
+
+
+def _format(amount: Decimal | int, fmt: QuantityFormat) -> str:
     value = parse_quantity(amount)
     if value == 0:
         return "0"

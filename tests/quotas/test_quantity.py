@@ -9,7 +9,9 @@ import pytest
 
 from quotas import quantity
 from quotas.quantity import (
+    BINARY_SI,
     QuantityError,
+    format_as,
     format_quantity,
     parse_nonnegative_quantity,
     parse_quantity,
@@ -707,3 +709,14 @@ def test_public_api() -> None:
         "stored_text",
         "to_display",
     ]
+
+
+def test_remembered_results_answer_like_the_first_time_and_refusals_still_refuse() -> None:
+    assert [format_as(Decimal(64 * GI), BINARY_SI) for _ in range(2)] == ["64Gi", "64Gi"]
+    assert format_as(1, BINARY_SI) == "1"  # remembered for 1 ...
+    for bad in (True, Decimal("sNaN"), [1]):  # ... and True is not taken for it
+        with pytest.raises(QuantityError, match="is not a Kubernetes quantity"):
+            format_as(bad, BINARY_SI)  # type: ignore[arg-type]
+    for _ in range(2):
+        with pytest.raises(QuantityError, match="cpu: "):
+            parse_quantity("8 cores", field="cpu")
