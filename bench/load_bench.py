@@ -165,7 +165,7 @@ def seed(kubeconfig: Path, agent_count: int) -> World:
 
 
 def start_gunicorn(
-    env: dict[str, str], log: Path, workers: int
+    env: dict[str, str], log: Path, workers: int, threads: int = 1
 ) -> tuple[subprocess.Popen[bytes], int]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -173,6 +173,8 @@ def start_gunicorn(
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
     cmd = [gunicorn, "portal.wsgi", "--workers", str(workers), "--bind", f"127.0.0.1:{port}",
            "--timeout", "120"]  # fmt: skip
+    if threads > 1:  # gthread: a request waiting on a lock or the cluster holds a thread only
+        cmd += ["--worker-class", "gthread", "--threads", str(threads)]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
@@ -385,7 +387,7 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
             flush=True,
         )
         worker = start_worker(env, tmp / "worker.log")
-        gunicorn, port = start_gunicorn(env, tmp / "gunicorn.log", args.workers)
+        gunicorn, port = start_gunicorn(env, tmp / "gunicorn.log", args.workers, args.threads)
         broker = redis.Redis.from_url(args.redis_url)
         settle(broker, queue, 120)  # the seed's first pushes, before the load starts
         stop_event, depth = threading.Event(), []
@@ -480,8 +482,9 @@ def report(
     generator = crowd.generator_cpu_s / crowd.wall_s
     server = machine["server_cpu_s"] / crowd.wall_s
     cores = os.cpu_count() or 1
+    threads = f" x {args.threads} threads" if args.threads > 1 else ""
     print(f"CPU over the {crowd.wall_s:.0f} s run (cores busy): generator (locust, one process) "
-          f"{generator:.2f}, gunicorn ({args.workers} workers) {server:.2f}, of {cores} cores; "
+          f"{generator:.2f}, gunicorn ({args.workers} workers{threads}) {server:.2f}, of {cores} cores; "
           f"load average {machine['load_before']:.1f} -> {machine['load_after']:.1f}")  # fmt: skip
     if generator >= 0.9:
         print("  the generator was the limit: its one process was near a whole core")
@@ -523,6 +526,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--interval", type=float, default=10.0, help="agent report interval (s)")
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="threads per worker (above 1: gthread workers)"
+    )
     parser.add_argument("--drain", type=float, default=60, help="seconds the worker gets after")
     parser.add_argument("--max-queue", type=int, default=100, help="largest queue depth allowed")
     parser.add_argument("--p95-ms", type=float, default=300, help="page views' and API reads' p95")
