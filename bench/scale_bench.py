@@ -475,9 +475,7 @@ def queries_part(names: dict[str, str], rounds: int) -> dict[str, Any]:
                 counts[size][f"{key}_queries"] = max(counts[size][f"{key}_queries"], queries)
     return {
         size: counts[size]
-        | {
-            f"{k}_ms": round(1e3 * statistics.median(v), 1) for k, v in times[size].items()
-        }  # fmt: skip
+        | {f"{k}_ms": round(1e3 * statistics.median(v), 1) for k, v in times[size].items()}
         for size in names
     }
 
@@ -522,7 +520,7 @@ def usage_part(gpus: int, per_node: int, minutes: int) -> dict[str, Any]:
                     memory_used_mib=1024 * g,
                     processes=1,
                     pod_uids=(f"pod-{n * per_node + g}",),
-                )  # fmt: skip
+                )
                 for g in range(min(per_node, gpus - n * per_node))
             )
             at = day + timedelta(hours=12, minutes=minute)
