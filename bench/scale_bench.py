@@ -609,15 +609,16 @@ def figures_of(report: dict[str, Any], args: argparse.Namespace) -> tuple[list[d
             figure(f"no-op reconcile at {big} tenants: writes", at["writes"], "requests",
                    target=0, better="lower"),
             figure(f"no-op reconcile: LIST requests at {big} vs {mid} tenants", at["lists"],
-                   "requests", baseline=base["lists"]),
+                   "requests", baseline=base["lists"], better="lower"),
             figure(f"no-op reconcile: portal CPU per object at {big} vs {mid} tenants",
                    at["portal_cpu_per_object_us"], "µs", baseline=base["portal_cpu_per_object_us"],
                    target=CPU_TARGET, better="lower"),
             figure(f"no-op reconcile at {big} tenants ({at['objects']} objects), wall",
-                   at["wall_s"], "s"),
+                   at["wall_s"], "s", better="lower"),
         ]  # fmt: skip
         for phase, cpu in at["phases_cpu_s"].items():
-            out.append(figure(f"no-op reconcile at {big} tenants, portal CPU in {phase}", cpu, "s"))
+            out.append(figure(f"no-op reconcile at {big} tenants, portal CPU in {phase}", cpu, "s",
+                              better="lower"))  # fmt: skip
     if "queries" in report:
         q = report["queries"]
         for key, what in (("queue", "approvals queue page (admin)"),
@@ -637,10 +638,12 @@ def figures_of(report: dict[str, Any], args: argparse.Namespace) -> tuple[list[d
         u = report["usage"]
         per = f"{u['gpus']} GPUs, a sample every {u['sample_every_s']} s"
         out += [
-            figure(f"usage store, {per}: raw rows per day", u["rows_per_day"], "rows"),
+            figure(f"usage store, {per}: raw rows per day", u["rows_per_day"], "rows",
+                   better="lower"),
             figure("usage store: bytes per raw row (PostgreSQL, with indexes)",
-                   u["bytes_per_row"], "bytes"),
-            figure(f"usage store, {per}: GiB per day", u["gib_per_day"], "GiB"),
+                   u["bytes_per_row"], "bytes", better="lower"),
+            figure(f"usage store, {per}: GiB per day", u["gib_per_day"], "GiB",
+                   better="lower"),
             figure(f"usage ingest (agents' path) rows/s vs needed for {per}",
                    u["ingest_rows_per_s"], "rows/s", baseline=u["needed_rows_per_s"],
                    target=2, better="higher"),
