@@ -397,6 +397,7 @@ def reconcile_part(tmp: Path, *, mid: int, total: int, chunk: int) -> dict[str, 
                       f"({stored} stored) in {preload_s:.1f} s", flush=True)  # fmt: skip
                 if name == MID:
                     problems = compare_stores(real, handle)
+                    out["preload_differences"], out["preload_compared"] = len(problems), stored
                     out["checks"].append(("pre-load = real first sync, object for object",
                                           not problems, "; ".join(problems) or
                                           f"{stored} objects identical"))  # fmt: skip
@@ -606,19 +607,28 @@ def figures_of(report: dict[str, Any], args: argparse.Namespace) -> tuple[list[d
         failures += [f"{what}: {detail}" for what, ok, detail in r["checks"] if not ok]
         at, base = r[big], r[mid]
         out += [
+            figure(f"pre-load vs real first sync at {mid} tenants ({r['preload_compared']} "
+                   "objects): differences", r["preload_differences"], "", target=0,
+                   better="lower"),
             figure(f"no-op reconcile at {big} tenants: writes", at["writes"], "requests",
                    target=0, better="lower"),
+            figure(f"no-op reconcile: objects at {big} vs {mid} tenants", at["objects"],
+                   "objects", baseline=base["objects"], better="lower"),
             figure(f"no-op reconcile: LIST requests at {big} vs {mid} tenants", at["lists"],
                    "requests", baseline=base["lists"], better="lower"),
             figure(f"no-op reconcile: portal CPU per object at {big} vs {mid} tenants",
                    at["portal_cpu_per_object_us"], "µs", baseline=base["portal_cpu_per_object_us"],
                    target=CPU_TARGET, better="lower"),
-            figure(f"no-op reconcile at {big} tenants ({at['objects']} objects), wall",
-                   at["wall_s"], "s", better="lower"),
+            figure(f"no-op reconcile: portal CPU at {big} vs {mid} tenants", at["portal_cpu_s"],
+                   "s", baseline=base["portal_cpu_s"], better="lower"),
+            figure(f"no-op reconcile: wall at {big} vs {mid} tenants", at["wall_s"], "s",
+                   baseline=base["wall_s"], better="lower"),
+            figure(f"no-op reconcile: stand-in CPU at {big} vs {mid} tenants",
+                   at["standin_cpu_s"], "s", baseline=base["standin_cpu_s"], better="lower"),
         ]  # fmt: skip
         for phase, cpu in at["phases_cpu_s"].items():
-            out.append(figure(f"no-op reconcile at {big} tenants, portal CPU in {phase}", cpu, "s",
-                              better="lower"))  # fmt: skip
+            out.append(figure(f"no-op reconcile: portal CPU in {phase} at {big} vs {mid} tenants",
+                              cpu, "s", baseline=base["phases_cpu_s"][phase], better="lower"))  # fmt: skip
     if "queries" in report:
         q = report["queries"]
         for key, what in (("queue", "approvals queue page (admin)"),
@@ -631,6 +641,9 @@ def figures_of(report: dict[str, Any], args: argparse.Namespace) -> tuple[list[d
             out.append(figure(f"{what}: ms at {big} vs {small} tenants", q["big"][f"{key}_ms"],
                               "ms", baseline=q["small"][f"{key}_ms"], target=PAGE_TARGET,
                               better="lower"))  # fmt: skip
+            out.append(figure(f"{what}: CPU ms at {big} vs {small} tenants",
+                              q["big"][f"{key}_cpu_ms"], "ms", baseline=q["small"][f"{key}_cpu_ms"],
+                              better="lower"))  # fmt: skip
         out.append(figure(f"approvals queue: tenant filter options at {big} vs {small} tenants",
                           q["big"]["queue_tenant_options"], "options",
                           baseline=q["small"]["queue_tenant_options"], target=1, better="lower"))  # fmt: skip
@@ -638,6 +651,8 @@ def figures_of(report: dict[str, Any], args: argparse.Namespace) -> tuple[list[d
         u = report["usage"]
         per = f"{u['gpus']} GPUs, a sample every {u['sample_every_s']} s"
         out += [
+            figure("usage store: raw rows per GPU and sample (agents' path)",
+                   u["rows_per_gpu_per_sample"], "rows", better="lower"),
             figure(f"usage store, {per}: raw rows per day", u["rows_per_day"], "rows",
                    better="lower"),
             figure("usage store: bytes per raw row (PostgreSQL, with indexes)",
