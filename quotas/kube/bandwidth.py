@@ -105,7 +105,7 @@ def admission_policy(*, cluster: str, kubernetes_version: str) -> list[dict[str,
             "expression": "has(object.metadata.annotations) ? object.metadata.annotations : {}",
         },
     ]
-    both = f"{_cel(ANNOTATION_INGRESS)} and {_cel(ANNOTATION_EGRESS)}"
+    both = f"{ANNOTATION_INGRESS} and {ANNOTATION_EGRESS}"  # inside a CEL string
     validations: list[dict[str, Any]] = [
         {
             "expression": f"{_cel(ANNOTATION_INGRESS)} in variables.annotations && "
