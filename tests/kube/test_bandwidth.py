@@ -130,8 +130,8 @@ def _admit(cap: str | None, annotations: dict[str, str] | None) -> str | None:
 
 
 def test_a_pod_without_both_annotations_is_refused_saying_what_to_add():
-    for annotations in (None, {}, {INGRESS: "10M"}, {EGRESS: "10M"}):
-        denial = _admit("1G", annotations)
+    for given in (None, {}, {INGRESS: "10M"}, {EGRESS: "10M"}):
+        denial = _admit("1G", given)
         assert denial is not None and "gpu-quota-portal-pod-bandwidth" in denial
         assert f"set the annotations {INGRESS} and {EGRESS} (each at most 1G)" in denial
 
