@@ -82,7 +82,7 @@ SCHEDULING_FIELDS = (
     "inference_gpus",
 )  # fmt: skip
 # Tenant-wide limits a request may change (on every cluster): null leaves one as it is, 0
-# removes it.
+# removes it ("" for the per-pod bandwidth cap, R27, a quantity text).
 TENANT_FIELDS = ("max_run_time_hours", "gpu_unit_cap", "pod_bandwidth_max")
 MAX_RUN_TIME_HOURS_MAX = 24 * 366
 Key = tuple[int, str]  # (flavor id, resource)
