@@ -266,7 +266,8 @@ def compile_cluster_wide(cluster: ClusterSpec, tenants: Sequence[TenantSpec]) ->
     """Cluster-scoped objects no single tenant owns: the PriorityClass ladder; with Kueue the
     WorkloadPriorityClasses, a ResourceFlavor per GPU/MIG/CPU flavor and the Cohort tree (the
     root cohort, one per parent tenant, one per explicit cohort); with Volcano hierarchy the
-    group queues mirroring that tree; the device plugin's time-slicing ConfigMap."""
+    group queues mirroring that tree; the device plugin's time-slicing ConfigMap; when a tenant
+    has a per-pod bandwidth cap (R27), the admission policy that holds pods to it."""
     _check_cluster(cluster)
     tenants = _sorted_tenants(tenants)
     objects: list[KubeObject] = [_priority_class(cluster, level) for level in PRIORITY_LADDER]
