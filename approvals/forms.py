@@ -208,6 +208,15 @@ class QuotaRequestForm(forms.Form):
         "flavor's weight in GPU units, may not pass it. 0 removes the cap; empty leaves it as "
         "it is.",
     )
+    # R27: checked by the service too (a quantity from 1k to 400G); "none" withdraws the cap.
+    pod_bandwidth_max = forms.CharField(
+        required=False,
+        max_length=40,
+        label="Pod bandwidth (bits per second)",
+        help_text="The most bits per second each pod may send and receive, e.g. 1G (or 500M). "
+        "Pods must then say what they need in the annotations kubernetes.io/ingress-bandwidth "
+        "and kubernetes.io/egress-bandwidth. none removes the cap; empty leaves it as it is.",
+    )
     fair_share_weight = forms.IntegerField(
         required=False,
         label="Fair-share weight",
@@ -319,11 +328,15 @@ class QuotaRequestForm(forms.Form):
 
     def tenant_changes(self) -> dict[str, Any]:
         """The tenant-wide limits the form asks to change (empty ones left out)."""
-        return {
+        changes = {
             name: value
             for name in ("max_run_time_hours", "gpu_unit_cap")
             if (value := self.cleaned_data.get(name)) is not None
         }
+        bandwidth = (self.cleaned_data.get("pod_bandwidth_max") or "").strip()
+        if bandwidth:
+            changes["pod_bandwidth_max"] = "" if bandwidth.lower() == "none" else bandwidth
+        return changes
 
     def scheduling_changes(self) -> dict[str, Any]:
         """The scheduling fields that differ from the quota set in force."""

@@ -80,6 +80,15 @@ class QuotaChangeRequest(models.Model):
         help_text="The tenant's new cap on normalised GPU units over every cluster; 0 removes "
         "it; empty: unchanged.",
     )
+    # R27: the tenant's new per-pod bandwidth cap (a quantity of bits per second, canonical);
+    # "" withdraws the cap; null: unchanged.
+    pod_bandwidth_max = models.CharField(  # noqa: DJ001 -- null (unchanged) is not "" (no cap)
+        max_length=20,
+        null=True,
+        blank=True,
+        help_text="The tenant's new cap on each pod's bandwidth (bits per second, e.g. 1G); "
+        "empty text removes it; null: unchanged.",
+    )
     max_running_jobs = models.PositiveIntegerField(null=True, blank=True)
     max_queued_jobs = models.PositiveIntegerField(null=True, blank=True)
     max_pods = models.PositiveIntegerField(null=True, blank=True)

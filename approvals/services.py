@@ -32,6 +32,8 @@ from core.errors import (
 from quotas import sync
 from quotas.choices import GPU_RESOURCE, FlavorKind, SyncBackend
 from quotas.isolation import flavor_isolation, isolation_rule_broken
+from quotas.kube.bandwidth import bandwidth_words, pod_bandwidth_text
+from quotas.kube.enforcement import POLICY_MIN_VERSION, kubernetes_minor
 from quotas.kube.spec import QuotaSpec
 from quotas.models import (
     Cluster,
@@ -80,8 +82,8 @@ SCHEDULING_FIELDS = (
     "inference_gpus",
 )  # fmt: skip
 # Tenant-wide limits a request may change (on every cluster): null leaves one as it is, 0
-# removes it.
-TENANT_FIELDS = ("max_run_time_hours", "gpu_unit_cap")
+# removes it ("" for the per-pod bandwidth cap, R27, a quantity text).
+TENANT_FIELDS = ("max_run_time_hours", "gpu_unit_cap", "pod_bandwidth_max")
 MAX_RUN_TIME_HOURS_MAX = 24 * 366
 Key = tuple[int, str]  # (flavor id, resource)
 # What the requester is told when their request becomes one of these ({cluster}: its cluster).
@@ -546,13 +548,23 @@ def _tenant_limits_check(
     cluster's part. A change is read against the tenant's values in the database now (the
     object passed in may be older); with none, the cap is the one the caller loaded."""
     if changes:
-        in_force_hours, in_force_cap = (
+        in_force_hours, in_force_cap, in_force_bandwidth = (
             Tenant.objects.filter(pk=tenant.pk)
-            .values_list("max_run_time_hours", "gpu_unit_cap")
+            .values_list("max_run_time_hours", "gpu_unit_cap", "pod_bandwidth_max")
             .get()
         )
     else:
         in_force_hours, in_force_cap = tenant.max_run_time_hours, tenant.gpu_unit_cap
+        in_force_bandwidth = tenant.pod_bandwidth_max
+    if "pod_bandwidth_max" in changes:
+        problem = pod_bandwidth_problem(
+            changes["pod_bandwidth_max"],
+            tenant=tenant,
+            cluster=cluster,
+            in_force=in_force_bandwidth,
+        )
+        if problem:
+            check.errors.setdefault("pod_bandwidth_max", []).append(problem)
     if "max_run_time_hours" in changes:
         hours = _whole(changes["max_run_time_hours"])
         if hours is None or not 0 <= hours <= MAX_RUN_TIME_HOURS_MAX:
@@ -603,6 +615,52 @@ def _tenant_limits_check(
             f"({shown}), above its cap of {_units(cap)} (each limit counts times its GPU "
             "model's weight)"
         )
+
+
+def pod_bandwidth_problem(value: Any, *, tenant: Tenant, cluster: Cluster, in_force: str) -> str:
+    """R27: what is wrong with ``value`` as the tenant's new per-pod bandwidth cap ("" when
+    nothing): a quantity of bits per second from 1k to 400G (``quotas.kube.bandwidth``), ""
+    to withdraw the cap; not the cap in force; and every cluster the tenant has quotas on (and
+    this request's) new enough for the admission policy that holds pods to it."""
+    text = "" if value is None else str(value).strip()
+    if text:
+        try:
+            text = pod_bandwidth_text(text)
+        except ValueError as error:
+            return str(error)
+    if text == in_force:
+        now = f"{in_force} ({bandwidth_words(in_force)})" if in_force else "no cap"
+        return (
+            f"{tenant.slug}'s pod bandwidth cap is already {now}: the request changes nothing "
+            "there; leave it out"
+        )
+    if not text:
+        return ""
+    clusters = {cluster.name: cluster.kubernetes_version}
+    clusters.update(
+        Cluster.objects.filter(quota_sets__tenant=tenant).values_list("name", "kubernetes_version")
+    )
+    old = sorted(
+        f"{name} (Kubernetes {version})"
+        for name, version in clusters.items()
+        if kubernetes_minor(version) < POLICY_MIN_VERSION
+    )
+    if old:
+        return (
+            f"a pod bandwidth cap needs Kubernetes 1.30 or later (a ValidatingAdmissionPolicy "
+            f"holds pods to it); {tenant.slug} is on {', '.join(old)}"
+        )
+    return ""
+
+
+def _canonical_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """The tenant changes as stored: a bandwidth cap in its canonical text ("1000M" -> "1G")."""
+    values = {k: v for k, v in changes.items() if k in TENANT_FIELDS}
+    if values.get("pod_bandwidth_max"):
+        values["pod_bandwidth_max"] = pod_bandwidth_text(values["pod_bandwidth_max"])
+    elif values.get("pod_bandwidth_max") is not None:
+        values["pod_bandwidth_max"] = ""
+    return values
 
 
 def _isolation_check(
@@ -911,7 +969,7 @@ def _create(
         isolation_level=isolation_level,
         production_priority=production_priority,
         **{k: v for k, v in scheduling.items() if k in SCHEDULING_FIELDS},
-        **{k: v for k, v in (tenant_changes or {}).items() if k in TENANT_FIELDS},
+        **_canonical_changes(tenant_changes or {}),
     )
     _store_items(request, items)
     audit_record(
@@ -1209,6 +1267,9 @@ def _apply(request: QuotaChangeRequest, *, actor: User | None) -> None:
             actor=actor,
             reason=f"request #{request.pk}: {request.reason}",
         )
+        if "pod_bandwidth_max" in limits:
+            # R27: its namespaces carry the cap on every cluster: push the others too.
+            quota_sets_resync(tenant=request.tenant, actor=actor, exclude=request.cluster)
     _transition(
         request,
         RequestStatus.APPROVED,

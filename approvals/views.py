@@ -384,6 +384,9 @@ def _request_initial(source: QuotaChangeRequest | None) -> dict[str, Any]:
         "production_priority": production,
         "max_run_time_hours": source.max_run_time_hours,
         "gpu_unit_cap": source.gpu_unit_cap,
+        "pod_bandwidth_max": (
+            None if source.pod_bandwidth_max is None else source.pod_bandwidth_max or "none"
+        ),
     }
 
 

@@ -27,6 +27,7 @@ from portal.help import help_page
 from portal.tasks import HEARTBEAT_CACHE_KEY
 from quotas import selectors as quota_selectors
 from quotas import views as quota_views
+from quotas.kube.bandwidth import bandwidth_words
 from tenants import selectors as tenant_selectors
 from tenants.api.base import caller
 from tenants.models import AuditEvent, Tenant
@@ -186,6 +187,10 @@ def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "isolation": quota_selectors.tenant_isolation(tenant=tenant),
         "run_rules": _run_rules(tenant),
         "gpu_units": _gpu_units(tenant),
+        # R27: its per-pod bandwidth cap in words ("1 Gbit/s"); None: no cap.
+        "pod_bandwidth": (
+            bandwidth_words(tenant.pod_bandwidth_max) if tenant.pod_bandwidth_max else None
+        ),
     }
     context |= advice_views.tenant_suggestions_context(request=request, tenant=tenant)
     return render(request, "portal/tenant_detail.html", context)

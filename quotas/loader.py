@@ -121,6 +121,7 @@ def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -
                 max_memory_per_pod=qs.max_memory_per_pod,
                 inference_gpus=qs.inference_gpus,
                 production_priority_allowed=tenant.production_priority_allowed,
+                pod_bandwidth_max=tenant.pod_bandwidth_max,
             )
         )
     return sorted(specs, key=lambda s: s.slug)

@@ -84,9 +84,11 @@ class TenantAdmin(admin.ModelAdmin):
         # The slug names namespaces and cluster objects: fixed once created. The isolation
         # level, the production priority, the maximum run time and the cap over every cluster
         # change only through a request, checked against the tenant's quotas and pushed to
-        # every cluster. Archiving goes through the actions (audited, checked).
+        # every cluster (the per-pod bandwidth cap too, R27). Archiving goes through the
+        # actions (audited, checked).
         by_request = [
             "isolation_level", "production_priority_allowed", "max_run_time_hours", "gpu_unit_cap",
+            "pod_bandwidth_max",
         ]  # fmt: skip
         if obj:
             return [

@@ -100,6 +100,16 @@ class Tenant(models.Model):
         help_text="The most normalised GPU units (each GPU's limit times its model's weight) "
         "its limits may add up to over every cluster; empty: no cap. Changed through a request.",
     )
+    # R27: the most bits per second each of its pods may send and receive, a Kubernetes
+    # quantity in canonical form ("1G"); empty: no cap. Set through a request (approvals); the
+    # compiler labels its namespaces and an admission policy holds pods to it.
+    pod_bandwidth_max = models.CharField(
+        max_length=20,
+        blank=True,
+        default="",
+        help_text="Most bits per second each pod may send and receive (a quantity such as 1G); "
+        "empty: no cap. Changed through a request.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

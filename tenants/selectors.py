@@ -36,7 +36,7 @@ def tenant_list_for_user(*, user: User, archived: bool | None = False) -> QueryS
 TENANT_ROW_FIELDS = (
     "id", "slug", "display_name", "description", "parent__slug", "cohort",
     "default_priority", "state", "isolation_level", "archived_at", "production_priority_allowed",
-    "max_run_time_hours", "gpu_unit_cap",
+    "max_run_time_hours", "gpu_unit_cap", "pod_bandwidth_max",
     "created_at", "updated_at",
 )  # fmt: skip
 

@@ -341,10 +341,15 @@ def tenant_limits_set(
 ) -> Tenant:
     """The tenant-wide limits an approved request sets (the approvals app checks them first;
     nothing else calls this): ``max_run_time_hours`` and ``gpu_unit_cap``, where 0 removes
-    one. Audited."""
+    one, and ``pod_bandwidth_max`` (R27, a canonical quantity), where "" removes it. Audited."""
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
     before: dict[str, Any] = {}
     after: dict[str, Any] = {}
+    bandwidth = changes.get("pod_bandwidth_max")
+    if bandwidth is not None and bandwidth != tenant.pod_bandwidth_max:
+        before["pod_bandwidth_max"] = tenant.pod_bandwidth_max or None
+        after["pod_bandwidth_max"] = bandwidth or None
+        tenant.pod_bandwidth_max = bandwidth
     for name in ("max_run_time_hours", "gpu_unit_cap"):
         if changes.get(name) is None:
             continue

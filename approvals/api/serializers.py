@@ -144,6 +144,17 @@ class QuotaRequestInput(StrictInputSerializer):
         "units (each limit times its GPU model's weight). 0 removes it; left out or null: "
         "unchanged.",
     )
+    pod_bandwidth_max = serializers.CharField(
+        required=False,
+        allow_null=True,
+        allow_blank=True,
+        max_length=40,
+        trim_whitespace=True,
+        help_text="R27: the most bits per second each of the tenant's pods may send and receive, "
+        "a Kubernetes quantity from 1k to 400G (e.g. 1G), on every cluster; pods must then carry "
+        "the kubernetes.io/ingress-bandwidth and egress-bandwidth annotations at most that. "
+        '"" removes the cap; left out or null: unchanged.',
+    )
     replaces = serializers.IntegerField(
         min_value=1,
         max_value=2**63 - 1,
@@ -259,6 +270,11 @@ class QuotaRequestOutput(serializers.Serializer):
         allow_null=True,
         help_text="The tenant's new cap in normalised GPU units; 0: removed; null: unchanged.",
     )
+    pod_bandwidth_max = serializers.CharField(
+        allow_null=True,
+        help_text='The tenant\'s new per-pod bandwidth cap (bits per second, e.g. "1G"); "": '
+        "removed; null: unchanged.",
+    )
     max_running_jobs = serializers.IntegerField(allow_null=True)
     max_queued_jobs = serializers.IntegerField(allow_null=True)
     max_pods = serializers.IntegerField(allow_null=True)
@@ -302,6 +318,7 @@ class QuotaRequestOutput(serializers.Serializer):
             "isolation_level": request.isolation_level or None,
             "max_run_time_hours": request.max_run_time_hours,
             "gpu_unit_cap": _decimal(request.gpu_unit_cap),
+            "pod_bandwidth_max": request.pod_bandwidth_max,
             "max_running_jobs": request.max_running_jobs,
             "max_queued_jobs": request.max_queued_jobs,
             "max_pods": request.max_pods,

@@ -12,9 +12,13 @@ Pure Python, no Django and no app imports: validate.py, the applier and the API 
   ``replace``, ``split``, ``join``, ``indexOf``, ``lastIndexOf``, ``substring``, ``charAt``)
   and list library (``isSorted``, ``sum``, ``max``, ``indexOf``, ``lastIndexOf``; cel-python
   has ``min``),
+  the quantity library (``quantity``, ``isQuantity``, ``sign``, ``isInteger``, ``asInteger``,
+  ``asApproximateFloat``, ``compareTo``, ``isGreaterThan``, ``isLessThan``, ``add``, ``sub``;
+  parsed by ``quotas.quantity``, standard library only, which refuses the amounts finer than
+  1n or above 2^63-1 that Kubernetes would round or cap),
   and ``hasValue`` / ``value`` / ``orValue`` on an optional ``oldSelf``. A function neither
   has is a compile error, as it is for the API server's type checker. Not provided: the
-  ``quantity``, ``url``, ``ip``/``cidr``, ``format`` and ``authorizer`` libraries, and
+  ``url``, ``ip``/``cidr``, ``format`` and ``authorizer`` libraries, and
   optional syntax (``a.?b``), which cel-python cannot parse.
 * ``crd_rules`` and ``check_crd_rules`` run a CRD's ``x-kubernetes-validations`` on an object
   the way the API server does (k8s.io/apiextensions-apiserver ``schema/cel``): schema defaults
@@ -37,12 +41,16 @@ import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Final
 
 import celpy
 import lark
 from celpy import celtypes
 from celpy.evaluation import CELEvalError, base_functions
+
+from quotas.quantity import QuantityError, format_as, parse_quantity, quantity_format
+from quotas.quantity import canonical as quantity_canonical
 
 __all__ = [
     "CelError",
@@ -328,6 +336,108 @@ def _size(target: Any) -> celtypes.IntType:
     return celtypes.IntType(len(target))
 
 
+# --------------------------------------------------------------------------- quantity library
+
+
+class _Quantity:
+    """A Kubernetes quantity as the API server's CEL quantity library has it
+    (k8s.io/apiserver/pkg/cel/library/quantity.go): an exact amount, equal to another quantity
+    of the same amount however written (``quantity('1Gi') == quantity('1024Mi')``), shown in
+    its canonical text."""
+
+    __slots__ = ("amount", "text")
+
+    def __init__(self, amount: Decimal, text: str) -> None:
+        self.amount, self.text = amount, text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Quantity) and self.amount == other.amount
+
+    def __hash__(self) -> int:
+        return hash(self.amount)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _quantity_of(text: Any) -> _Quantity:
+    """``quantity(string)``: an error where ``resource.ParseQuantity`` refuses the text."""
+    string = _string(text, "quantity")
+    try:
+        amount = parse_quantity(string)
+        shown = quantity_canonical(string)
+    except QuantityError as error:
+        raise ValueError(f"invalid quantity {string!r}: {error}") from error
+    return _Quantity(amount, shown)
+
+
+def _is_quantity(text: Any) -> celtypes.BoolType:
+    try:
+        _quantity_of(text)
+    except ValueError:
+        return celtypes.BoolType(False)
+    return celtypes.BoolType(True)
+
+
+def _a_quantity(value: Any, function: str) -> _Quantity:
+    if not isinstance(value, _Quantity):
+        raise TypeError(f"{function}() applies to a quantity, not {type(value).__name__}")
+    return value
+
+
+def _quantity_compare(target: Any, other: Any) -> int:
+    left = _a_quantity(target, "compareTo").amount
+    right = _a_quantity(other, "compareTo").amount
+    return (left > right) - (left < right)
+
+
+def _quantity_integer(target: Any) -> celtypes.IntType:
+    """``asInteger()``: an error unless the amount is whole and fits an int64."""
+    amount = _a_quantity(target, "asInteger").amount
+    if amount != amount.to_integral_value() or not -(2**63) <= amount < 2**63:
+        raise ValueError(f"cannot convert value to integer: {target} is not a whole int64")
+    return celtypes.IntType(int(amount))
+
+
+def _quantity_arithmetic(function: str, sign: int) -> Callable[[Any, Any], _Quantity]:
+    """``add`` / ``sub`` of a quantity or an int; the result in the left side's format, as
+    ``Quantity.Add`` keeps it."""
+
+    def run(target: Any, other: Any) -> _Quantity:
+        left = _a_quantity(target, function)
+        if isinstance(other, celtypes.IntType) and not isinstance(other, celtypes.BoolType):
+            right = Decimal(int(other))
+        else:
+            right = _a_quantity(other, function).amount
+        amount = left.amount + sign * right
+        try:
+            shown = format_as(parse_quantity(amount), quantity_format(left.text))
+        except QuantityError as error:
+            raise ValueError(f"{function}(): {error}") from error
+        return _Quantity(amount, shown)
+
+    return run
+
+
+_QUANTITY_FUNCTIONS: Final[dict[str, Callable[..., Any]]] = {
+    "quantity": _quantity_of,
+    "isQuantity": _is_quantity,
+    "sign": lambda q: celtypes.IntType(_quantity_compare(q, _Quantity(Decimal(0), "0"))),
+    "isInteger": lambda q: celtypes.BoolType(
+        _a_quantity(q, "isInteger").amount == q.amount.to_integral_value()
+    ),
+    "asInteger": _quantity_integer,
+    "asApproximateFloat": lambda q: celtypes.DoubleType(
+        float(_a_quantity(q, "asApproximateFloat").amount)
+    ),
+    "compareTo": lambda q, other: celtypes.IntType(_quantity_compare(q, other)),
+    "isGreaterThan": lambda q, other: celtypes.BoolType(_quantity_compare(q, other) > 0),
+    "isLessThan": lambda q, other: celtypes.BoolType(_quantity_compare(q, other) < 0),
+    "add": _quantity_arithmetic("add", 1),
+    "sub": _quantity_arithmetic("sub", -1),
+}
+
+
 _FUNCTIONS: Final[dict[str, Callable[..., Any]]] = {
     "_==_": _cel_eq,
     "_!=_": _cel_ne,
@@ -357,6 +467,7 @@ _FUNCTIONS: Final[dict[str, Callable[..., Any]]] = {
     "hasValue": _has_value,
     "value": _value,
     "orValue": _or_value,
+    **_QUANTITY_FUNCTIONS,
 }
 _KNOWN_FUNCTIONS: Final = frozenset({*base_functions, *_FUNCTIONS, *_MACROS})
 

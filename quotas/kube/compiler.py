@@ -22,6 +22,9 @@ Design choices, each one also explained where it is made:
 * Accelerators are denied unless granted: the quota holds ``requests.<gpu resource>: 0`` for
   every GPU/MIG resource of the cluster the tenant has no quota for.
 * The NetworkPolicy denies all traffic except within the tenant's own namespaces and DNS.
+  A tenant with a per-pod bandwidth cap (R27) has it as a label on its namespaces, and one
+  cluster-wide ValidatingAdmissionPolicy refuses pods there without the bandwidth annotations
+  or above the cap (``quotas.kube.bandwidth``).
 * The LimitRange caps GPUs per container and per pod without giving any pod a GPU: the API
   server turns a bare ``max`` into a ``default``, so the GPU default is written as 0.
 * PriorityClasses and Kueue WorkloadPriorityClasses form one ladder with the same names and
@@ -42,7 +45,7 @@ from typing import Any, Final
 
 import yaml
 
-from quotas.kube import enforcement, names
+from quotas.kube import bandwidth, enforcement, names
 from quotas.kube.spec import (
     ANNOTATION_GENERATION,
     LABEL_CLUSTER,
@@ -263,7 +266,8 @@ def compile_cluster_wide(cluster: ClusterSpec, tenants: Sequence[TenantSpec]) ->
     """Cluster-scoped objects no single tenant owns: the PriorityClass ladder; with Kueue the
     WorkloadPriorityClasses, a ResourceFlavor per GPU/MIG/CPU flavor and the Cohort tree (the
     root cohort, one per parent tenant, one per explicit cohort); with Volcano hierarchy the
-    group queues mirroring that tree; the device plugin's time-slicing ConfigMap."""
+    group queues mirroring that tree; the device plugin's time-slicing ConfigMap; when a tenant
+    has a per-pod bandwidth cap (R27), the admission policy that holds pods to it."""
     _check_cluster(cluster)
     tenants = _sorted_tenants(tenants)
     objects: list[KubeObject] = [_priority_class(cluster, level) for level in PRIORITY_LADDER]
@@ -287,6 +291,13 @@ def compile_cluster_wide(cluster: ClusterSpec, tenants: Sequence[TenantSpec]) ->
         objects.extend(_cohort(cluster, tree, name, tenants) for name in sorted(tree.parent))
     if cluster.has_volcano and cluster.volcano_hierarchy:
         objects.extend(_volcano_group_queues(cluster, tree, tenants))
+    # R27: one policy holds the pods of every capped tenant's namespaces to its label.
+    if any(tenant.pod_bandwidth_max for tenant in tenants):
+        objects.extend(
+            bandwidth.admission_policy(
+                cluster=cluster.name, kubernetes_version=cluster.kubernetes_version
+            )
+        )
     time_slicing = _time_slicing_configmap(cluster)
     if time_slicing is not None:
         objects.append(time_slicing)
@@ -570,12 +581,16 @@ def _namespace(context: _TenantContext, name: str, purpose: str) -> KubeObject:
     annotations = {ANNOTATION_DEFAULT_PRIORITY_CLASS: context.priority.name}
     if context.tenant.display_name:
         annotations[ANNOTATION_DISPLAY_NAME] = context.tenant.display_name
+    labels = {LABEL_PURPOSE: purpose}
+    if context.tenant.pod_bandwidth_max:
+        # R27: the admission policy (quotas.kube.bandwidth) reads the cap from this label.
+        labels[bandwidth.LABEL_POD_BANDWIDTH_MAX] = names.label_value(
+            context.tenant.pod_bandwidth_max, what=f"pod bandwidth cap of {context.tenant.slug!r}"
+        )
     return {
         "apiVersion": API_CORE,
         "kind": "Namespace",
-        "metadata": context.metadata(
-            name, labels={LABEL_PURPOSE: purpose}, annotations=annotations
-        ),
+        "metadata": context.metadata(name, labels=labels, annotations=annotations),
     }
 
 

@@ -87,6 +87,9 @@ class TenantSpec:
     # R15: may its pods use the production PriorityClass; False: a ResourceQuota of 0 pods for
     # that class in every namespace (the Kubernetes way to forbid a class per namespace).
     production_priority_allowed: bool = True
+    # R27: the most bits per second each pod may send and receive, a canonical quantity
+    # ("1G"); empty: no cap. Its namespaces carry it as a label an admission policy reads.
+    pod_bandwidth_max: str = ""
     # Per-pod caps for the LimitRange (R16); None: derived by the compiler.
     max_gpus_per_pod: int | None = None
     max_cpu_per_pod: Decimal | None = None

@@ -50,6 +50,11 @@ class TenantOutput(serializers.ModelSerializer):
         help_text="Its cap on normalised GPU units over every cluster (set by request); null: "
         "none.",
     )
+    pod_bandwidth_max = serializers.CharField(
+        allow_blank=True,
+        help_text="R27: the most bits per second each of its pods may send and receive, a "
+        'Kubernetes quantity such as "1G" (set by request); "": no cap.',
+    )
 
     class Meta:
         model = Tenant
@@ -65,6 +70,7 @@ class TenantOutput(serializers.ModelSerializer):
             "production_priority_allowed",
             "max_run_time_hours",
             "gpu_unit_cap",
+            "pod_bandwidth_max",
             "namespaces",
             "archived_at",
             "created_at",
@@ -92,6 +98,7 @@ class TenantOutput(serializers.ModelSerializer):
             "production_priority_allowed": row["production_priority_allowed"],
             "max_run_time_hours": row["max_run_time_hours"],
             "gpu_unit_cap": _decimal(row["gpu_unit_cap"]),
+            "pod_bandwidth_max": row["pod_bandwidth_max"],
             "namespaces": row["namespace_names"],
             "archived_at": utc_iso(row["archived_at"]) if row["archived_at"] else None,
             "created_at": utc_iso(row["created_at"]),

@@ -231,3 +231,19 @@ def test_the_demo_mig_flavors_have_the_capacity_the_seeded_layouts_hold(demo: da
         capacity = checked[key]
         assert capacity.fleet is not None and capacity.fleet.observed == amount  # the fleet's
         assert shown[key[0]] == float(capacity.amount) == float(amount)
+
+
+def test_team_b_is_capped_at_1g_per_pod_by_an_approved_request(demo: datetime) -> None:
+    """R27 in the demo: team-b's lead asked for a per-pod bandwidth cap and an admin approved
+    it; team-b's page names it, team-a's says there is none."""
+    assert dict(Tenant.objects.values_list("slug", "pod_bandwidth_max")) == {
+        slug: ("1G" if slug == "team-b" else "")
+        for slug in Tenant.objects.values_list("slug", flat=True)
+    }
+    bob = logged_in(User.objects.get(username="bob"))
+    page = bob.get("/tenants/team-b/").content.decode()
+    assert "Pod bandwidth: <strong>at most 1 Gbit/s each way per pod</strong>" in page
+    alice = logged_in(User.objects.get(username="alice"))
+    assert (
+        "Pod bandwidth: <strong>no cap</strong>" in alice.get("/tenants/team-a/").content.decode()
+    )

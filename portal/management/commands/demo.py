@@ -113,6 +113,23 @@ def _isolation_level_by_request(tenant: Tenant, cluster: Cluster, lead: User, ad
     quota_request_approve(request=request, approver=admin, comment="Fine for dev and test")
 
 
+def _pod_bandwidth_by_request(tenant: Tenant, cluster: Cluster, lead: User, admin: User) -> None:
+    """team-b's pods share a 10 Gbit/s link with the other teams' on demo-h100: its lead asks
+    for a cap of 1 Gbit/s each way per pod (R27), an admin approves. Its page shows the cap,
+    its namespaces carry it as a label, and the cluster's admission policy refuses a pod
+    there without the bandwidth annotations or above 1G."""
+    request = quota_request_create(
+        tenant=tenant,
+        cluster=cluster,
+        requester=lead,
+        reason="Our data loaders flood the shared link: hold each pod to 1 Gbit/s",
+        items=[],
+        tenant_changes={"pod_bandwidth_max": "1G"},
+        submit=True,
+    )
+    quota_request_approve(request=request, approver=admin, comment="Agreed")
+
+
 def _serving_by_request(tenant: Tenant, cluster: Cluster, lead: User, admin: User) -> None:
     """team-a serves a model beside its training on demo-a100: its lead asks for the
     production priority, 3 of its 10 A100s for inference (the other 7 for batch) and at most 4
@@ -525,6 +542,7 @@ class Command(BaseCommand):
         for tenant in onboarded:
             if tenant.slug == "team-b":
                 _isolation_level_by_request(tenant, h100, users["bob"], users["admin"])
+                _pod_bandwidth_by_request(tenant, h100, users["bob"], users["admin"])
             if tenant.slug == "team-a":
                 _team_limits_by_request(tenant, a100, users["alice"], users["admin"])
         if agent_dir := os.environ.get("DEMO_AGENT_DIR", ""):
