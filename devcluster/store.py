@@ -5,7 +5,12 @@ the quota admission that lists one namespace's quotas and objects on every write
 that namespace's objects rather than every object of the type. A list's order, (namespace,
 name), is kept sorted per type and per namespace and sorted again only after an object is
 added or removed (not when one changes), so a LIST right after a write costs no sort of every
-key either."""
+key either.
+
+Stored objects are never changed in place: every write stores a new dict. So each object's
+JSON can be kept (``encoded``) and a LIST answer joined from those bytes, and ``changes``
+(bumped by every add, change and removal) tells a reader whether what it computed from the
+store still holds."""
 
 from __future__ import annotations
 
@@ -37,12 +42,15 @@ class _TypeIndex:
         objects = self.by_namespace.get(namespace)
         return None if objects is None else objects.get(name)
 
-    def put(self, namespace: str, name: str, obj: dict[str, Any]) -> None:
+    def put(self, namespace: str, name: str, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """Store ``obj``; the object it replaces, if any."""
         objects = self.by_namespace.setdefault(namespace, {})
-        if name not in objects:
+        replaced = objects.get(name)
+        if replaced is None:
             self._sorted = None
             self._namespace_names.pop(namespace, None)
         objects[name] = obj
+        return replaced
 
     def pop(self, namespace: str, name: str) -> dict[str, Any] | None:
         objects = self.by_namespace.get(namespace)
@@ -85,6 +93,10 @@ class Store:
         self._types: dict[str, _TypeIndex] = {}
         self.listeners: list[Listener] = []
         self.dirty = False
+        self.changes = 0  # every add, change and removal (and a wipe) counts one
+        # id(stored object) -> (the object, its compact JSON): the object is held so that its
+        # id cannot be taken by another while the entry lives; replaced objects are dropped.
+        self._encoded: dict[int, tuple[dict[str, Any], bytes]] = {}
 
     # Reads ---------------------------------------------------------------------------------
 
@@ -108,6 +120,15 @@ class Store:
             return len(index)
         return len(index.by_namespace.get(namespace) or ())
 
+    def encoded(self, obj: dict[str, Any]) -> bytes:
+        """The compact JSON (``separators=(",", ":")``) of a stored object, made once."""
+        entry = self._encoded.get(id(obj))
+        if entry is not None and entry[0] is obj:
+            return entry[1]
+        data = json.dumps(obj, separators=(",", ":")).encode()
+        self._encoded[id(obj)] = (obj, data)
+        return data
+
     def type_keys(self) -> Iterator[str]:
         return iter(list(self._types))
 
@@ -126,6 +147,8 @@ class Store:
         index = self._types.get(type_key)
         obj = None if index is None else index.pop(namespace, name)
         if obj is not None:
+            self.changes += 1
+            self._encoded.pop(id(obj), None)
             # A deletion is a change too: watchers see the deleted object at a new version.
             obj = {
                 **obj,
@@ -136,6 +159,8 @@ class Store:
 
     def wipe(self) -> None:
         self._types.clear()
+        self._encoded.clear()
+        self.changes += 1
         self.dirty = True
 
     def _insert(self, type_key: str, obj: dict[str, Any]) -> None:
@@ -143,7 +168,10 @@ class Store:
         if index is None:
             index = self._types[type_key] = _TypeIndex()
         metadata = obj["metadata"]
-        index.put(metadata.get("namespace", ""), metadata["name"], obj)
+        replaced = index.put(metadata.get("namespace", ""), metadata["name"], obj)
+        if replaced is not None:
+            self._encoded.pop(id(replaced), None)
+        self.changes += 1
 
     def _changed(self, type_key: str, event: str, obj: dict[str, Any]) -> None:
         self.dirty = True

@@ -5,11 +5,13 @@ label selectors and the quota admission see the same objects as before the index
 from __future__ import annotations
 
 import json
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from devcluster import Handle
 from devcluster.errors import ApiError
 from devcluster.objects import Objects, Target, accept_everything
 from devcluster.resources import Registry
@@ -161,3 +163,85 @@ def test_quota_admission_counts_the_namespace_of_the_write_only():
         config_map("team-a", "three")
     assert "exceeded quota: limit" in refusal.value.status()["message"]
     config_map("team-b", "two")
+
+
+# LIST and write answers from the kept JSON ------------------------------------------------------
+
+
+def call(handle: Handle, method: str, path: str, body: Any = None, **headers: str) -> bytes:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(  # noqa: S310 - the stand-in's own http URL
+        handle.url + path,
+        data=data,
+        method=method,
+        headers={"Authorization": f"Bearer {handle.token}", "Content-Type": "application/json", **headers},
+    )  # fmt: skip
+    with urllib.request.urlopen(request) as response:  # noqa: S310 - as above
+        raw: bytes = response.read()
+    return raw
+
+
+def compact(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+KUEUE = "/apis/kueue.x-k8s.io"
+
+
+def flavor(name: str, version: str = "v1beta2", **labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"kueue.x-k8s.io/{version}",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"nodeLabels": {"pool": name}},
+    }
+
+
+def test_list_pages_are_the_bytes_a_whole_body_encoding_gives_at_either_version(
+    devcluster: Handle,
+):
+    for index in range(5):
+        call(devcluster, "POST", f"{KUEUE}/v1beta2/resourceflavors", flavor(f"f{index}", tier="a"))
+    for version in ("v1beta2", "v1beta1"):
+        path = f"{KUEUE}/{version}/resourceflavors?labelSelector=tier%3Da&limit=2"
+        seen = []
+        while True:
+            raw = call(devcluster, "GET", path)
+            page = json.loads(raw)
+            assert raw == compact(page)  # compact JSON, the envelope's keys first
+            assert list(page) == ["apiVersion", "kind", "metadata", "items"]
+            assert {item["apiVersion"] for item in page["items"]} == {f"kueue.x-k8s.io/{version}"}
+            seen += [item["metadata"]["name"] for item in page["items"]]
+            token = page["metadata"].get("continue")
+            if not token:
+                break
+            path = (
+                f"{KUEUE}/{version}/resourceflavors?labelSelector=tier%3Da&limit=2&continue={token}"
+            )
+        assert seen == [f"f{index}" for index in range(5)]
+
+
+def test_a_list_after_a_write_shows_the_write(devcluster: Handle):
+    path = f"{KUEUE}/v1beta2/resourceflavors"
+    created = json.loads(call(devcluster, "POST", path, flavor("gpu", tier="a")))
+    assert [i["metadata"]["name"] for i in json.loads(call(devcluster, "GET", path))["items"]] == [
+        "gpu"
+    ]
+    changed = {**created, "spec": {"nodeLabels": {"pool": "other"}}}
+    answer = call(devcluster, "PUT", f"{path}/gpu", changed)
+    assert json.loads(answer)["spec"]["nodeLabels"] == {"pool": "other"}
+    (item,) = json.loads(call(devcluster, "GET", f"{path}?labelSelector=tier%3Da"))["items"]
+    assert item["spec"]["nodeLabels"] == {"pool": "other"}
+    assert compact(item) == call(devcluster, "GET", f"{path}/gpu")  # GET: the same kept bytes
+    call(devcluster, "POST", path, flavor("cpu", tier="a"))
+    listed = json.loads(call(devcluster, "GET", f"{path}?labelSelector=tier%3Da"))["items"]
+    assert [i["metadata"]["name"] for i in listed] == ["cpu", "gpu"]
+    call(devcluster, "DELETE", f"{path}/cpu")
+    listed = json.loads(call(devcluster, "GET", f"{path}?labelSelector=tier%3Da"))["items"]
+    assert [i["metadata"]["name"] for i in listed] == ["gpu"]
+    # A dry run answers the would-be object, not the stored one.
+    dry = call(devcluster, "PUT", f"{path}/gpu?dryRun=All", {**item, "spec": {"nodeLabels": {}}})
+    assert json.loads(dry)["spec"]["nodeLabels"] == {}
+    assert json.loads(call(devcluster, "GET", f"{path}/gpu"))["spec"]["nodeLabels"] == {
+        "pool": "other"
+    }
