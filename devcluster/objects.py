@@ -35,7 +35,8 @@ from devcluster.store import Store
 
 logger = logging.getLogger("devcluster")
 
-# A validator may also take ``old=`` (the stored object, on updates) for transition rules.
+# A validator may also take ``old=`` (the stored object, on updates) for transition rules. It
+# reads the objects it is given and must not change them (they share values with the store).
 Validator = Callable[[dict[str, Any]], list[str]]
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -870,11 +871,14 @@ def _same_ignoring_times(new: dict[str, Any], current: dict[str, Any]) -> bool:
     return strip(new) == strip(current)
 
 
+_NOT_VALIDATED = frozenset((*SERVER_METADATA, "resourceVersion", "managedFields"))
+
+
 def _without_server_metadata(obj: dict[str, Any]) -> dict[str, Any]:
-    candidate = copy.deepcopy(obj)
-    for key in (*SERVER_METADATA, "resourceVersion", "managedFields"):
-        candidate["metadata"].pop(key, None)
-    return candidate
+    """What the validator sees: the object without server-set metadata. A shallow copy (a
+    deep one was a tenth of an apply's CPU): validators read the object, never change it."""
+    metadata = {k: v for k, v in obj["metadata"].items() if k not in _NOT_VALIDATED}
+    return {**obj, "metadata": metadata}
 
 
 def _cause(message: str, obj: dict[str, Any]) -> dict[str, str]:

@@ -315,6 +315,15 @@ _CrdValidator: Final[Any] = jsonschema.validators.extend(
 )
 
 
+@functools.lru_cache(maxsize=4096, typed=True)
+def _quantity_problem(instance: str | int | float) -> str | None:
+    """``_quantity_keyword``'s refusal of one scalar, remembered (the same few quantities
+    recur in every object); typed, so 1, 1.0 and "1" stay apart."""
+    for error in _quantity_keyword(None, True, instance, None):
+        return str(error.message)
+    return None
+
+
 class _RustQuantityKeyword:
     """``x-portal-quantity`` for jsonschema_rs: the same check as ``_quantity_keyword``."""
 
@@ -322,6 +331,13 @@ class _RustQuantityKeyword:
         self.enabled = value
 
     def validate(self, instance: Any) -> None:
+        if not self.enabled or isinstance(instance, bool):
+            return
+        if isinstance(instance, str | int | float):
+            problem = _quantity_problem(instance)
+            if problem is not None:
+                raise ValueError(problem)
+            return
         for error in _quantity_keyword(None, self.enabled, instance, None):
             raise ValueError(error.message)
 
