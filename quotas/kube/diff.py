@@ -98,10 +98,11 @@ def differences(desired: Any, live: Any) -> dict[str, tuple[Any, Any]]:
 def _walk(
     desired: Any, live: Any, path: tuple[str, ...], found: dict[str, tuple[Any, Any]]
 ) -> None:
-    shown = "." + ".".join(path)
+    # The path's text is made only where a difference is recorded (a no-op pass walks every
+    # field of every object and records none).
     if isinstance(desired, dict):
         if not isinstance(live, dict):
-            found[shown] = (desired, live)
+            found["." + ".".join(path)] = (desired, live)
             return
         for key, value in desired.items():
             if not path and key == "status":
@@ -117,7 +118,7 @@ def _walk(
         return
     if isinstance(desired, list):
         if not isinstance(live, list) or len(desired) != len(live):
-            found[shown] = (desired, live)
+            found["." + ".".join(path)] = (desired, live)
             return
         for index, (d, v) in enumerate(zip(desired, live, strict=True)):
             _walk(d, v, (*path[:-1], f"{path[-1]}[{index}]") if path else (f"[{index}]",), found)
@@ -127,7 +128,7 @@ def _walk(
     if is_quantity_path(path):
         desired = _quantity(desired) or desired
         live = _quantity(live) or live
-    found[shown] = (desired, live)
+    found["." + ".".join(path)] = (desired, live)
 
 
 def _desired_paths(obj: Any, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
@@ -167,11 +168,16 @@ def owned_field_paths(live: dict[str, Any], manager: str) -> set[tuple[str, ...]
 def stale_owned_fields(desired: dict[str, Any], live: dict[str, Any], manager: str) -> list[str]:
     """Fields ``manager`` applied before that ``desired`` no longer has."""
     wanted = _desired_paths({k: v for k, v in desired.items() if k not in ("apiVersion", "kind")})
+    # A path is still wanted when a wanted path starts with it or it starts with a wanted path:
+    # set lookups over prefixes, rather than comparing every owned path with every wanted one.
+    wanted_prefixes = {w[:length] for w in wanted for length in range(len(w) + 1)}
     stale = []
     for path in owned_field_paths(live, manager):
         if path[:1] == ("status",):
             continue
-        if not any(path[: len(w)] == w or w[: len(path)] == path for w in wanted):
+        if path in wanted_prefixes:
+            continue
+        if not any(path[:length] in wanted for length in range(len(path) + 1)):
             stale.append("." + ".".join(path))
     return sorted(stale)
 
