@@ -99,7 +99,10 @@ def _walk(
     desired: Any, live: Any, path: tuple[str, ...], found: dict[str, tuple[Any, Any]]
 ) -> None:
     # The path's text is made only where a difference is recorded (a no-op pass walks every
-    # field of every object and records none).
+    # field of every object and records none), and an equal subtree is not walked: equal
+    # values (Python's ==, as _same_scalar compares) hold no difference below.
+    if desired == live:
+        return
     if isinstance(desired, dict):
         if not isinstance(live, dict):
             found["." + ".".join(path)] = (desired, live)
