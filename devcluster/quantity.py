@@ -8,6 +8,7 @@ than 1n are rounded up, as the API server does. Standard library only.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal, InvalidOperation, localcontext
@@ -41,6 +42,10 @@ class Quantity:
             return text
         if isinstance(text, bool) or not isinstance(text, (str, int, float)):
             raise QuantityError(f"quantities must match the regular expression: {text!r}")
+        return _parsed(text)
+
+    @classmethod
+    def _parse(cls, text: str | int | float) -> Quantity:
         raw = str(text).strip()
         match = _QUANTITY.match(raw)
         if match is None:
@@ -84,6 +89,14 @@ class Quantity:
     def int_value(self) -> int:
         """Go's ``Value()``: whole units, rounded up."""
         return int(self.value.to_integral_value(rounding=ROUND_CEILING))
+
+
+# Quantities are immutable: the stand-in's quota admission reads every quota's spec.hard on
+# every write in its namespace, so the same few texts are parsed over and over. typed=True
+# keeps 1 and 1.0 apart (their formats print differently).
+@functools.lru_cache(maxsize=4096, typed=True)
+def _parsed(text: str | int | float) -> Quantity:
+    return Quantity._parse(text)
 
 
 def _round_nano(value: Decimal) -> Decimal:

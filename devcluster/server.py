@@ -273,17 +273,26 @@ class DevCluster:
                 list_meta = {"resourceVersion": body["metadata"]["resourceVersion"]}
                 body = tables.table(target.resource_type, target.version, [body], list_meta)
         elif verb == "list":
+            label_selector, field_selector = query.get("labelSelector"), query.get("fieldSelector")
+            limit = _positive_int(query.get("limit"), "limit")
+            continue_token = query.get("continue")
+            if not table:
+                items_json, list_meta = objects.select_encoded(
+                    target,
+                    label_selector=label_selector,
+                    field_selector=field_selector,
+                    limit=limit,
+                    continue_token=continue_token,
+                )
+                return _list_response(_list_body(target, [], list_meta), items_json, warnings)
             items, list_meta = objects.select(
                 target,
-                label_selector=query.get("labelSelector"),
-                field_selector=query.get("fieldSelector"),
-                limit=_positive_int(query.get("limit"), "limit"),
-                continue_token=query.get("continue"),
+                label_selector=label_selector,
+                field_selector=field_selector,
+                limit=limit,
+                continue_token=continue_token,
             )
-            if table:
-                body = tables.table(target.resource_type, target.version, items, list_meta)
-            else:
-                body = _list_body(target, items, list_meta)
+            body = tables.table(target.resource_type, target.version, items, list_meta)
         elif verb == "create":
             body = objects.create(
                 target, _parse_body(request, raw), manager=manager, dry_run=dry_run
@@ -324,6 +333,10 @@ class DevCluster:
                 dry_run=dry_run or _dry_run_options(options),
             )
             body = _list_body(target, items, list_meta)
+        kept = None if table else objects.encoded_if_stored(target, body)
+        if kept is not None:
+            # The stored object as it is: its JSON, made once and kept for LIST answers too.
+            return _json_response(None, status=status, warnings=warnings, encoded=kept)
         return _json_response(body, status=status, warnings=warnings)
 
     async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
@@ -433,15 +446,29 @@ def _json_response(
     content_type: str = JSON,
     headers: dict[str, str] | None = None,
     warnings: list[str] | None = None,
+    encoded: bytes | None = None,
 ) -> web.Response:
+    """``body`` as compact JSON (or ``encoded``, that JSON made already)."""
     response = web.Response(
-        body=json.dumps(body, separators=(",", ":")).encode(),
+        body=encoded if encoded is not None else json.dumps(body, separators=(",", ":")).encode(),
         status=status,
         headers={"Content-Type": content_type, **(headers or {})},
     )
     for warning in warnings or []:
         response.headers.add("Warning", f'299 - "{warning}"')
     return response
+
+
+def _list_response(
+    envelope: dict[str, Any], items: list[bytes], warnings: list[str]
+) -> web.Response:
+    """A list answer from its envelope (``items`` last and empty) and its items' JSON: the
+    bytes ``_json_response`` would write for the whole body, without encoding every object
+    again."""
+    head = json.dumps(envelope, separators=(",", ":")).encode()
+    assert head.endswith(b"[]}"), "items must come last in a list body"
+    body = b"".join((head[:-2], b",".join(items), b"]}"))
+    return _json_response(None, warnings=warnings, encoded=body)
 
 
 def _retry_after(error: ApiError) -> dict[str, str] | None:

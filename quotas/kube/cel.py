@@ -31,6 +31,9 @@ Pure Python, no Django and no app imports: validate.py, the applier and the API 
   it says ``optionalOldSelf``; on an update a failure of a rule that does not use ``oldSelf``
   is dropped where the value (or its nearest correlated ancestor) is unchanged, as the API
   server's validation ratcheting does (it only warns then).
+* A rule's outcome on a value is remembered (``RuleMemo``, bounded): the same rule at the same
+  schema node on an equal ``self`` (and ``oldSelf``) gives the same answer, and a first sync
+  applies thousands of objects whose parts are alike (a flavor's resources, a toleration).
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from __future__ import annotations
 import base64
 import functools
 import itertools
+import json
 import re
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -811,6 +816,68 @@ def _list_key(item: Any, keys: Sequence[str]) -> tuple[Any, ...] | None:
     return tuple(repr(item.get(key)) for key in keys)
 
 
+Outcome = tuple[str | None, str | None]  # (failure message, evaluation error text)
+
+
+def _canonical(value: Any) -> str | None:
+    """Equal JSON-like values give equal text (keys sorted; 1 and 1.0 and true stay apart);
+    None for anything JSON cannot write, which is then not remembered."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):
+        return None
+
+
+def _memo_key(
+    rule: Rule, schema: Mapping[str, Any], value_text: str | None, old: Any, transition: bool
+) -> tuple[Any, ...] | None:
+    if value_text is None:
+        return None
+    old_text: str | None = ""
+    if transition:
+        old_text = "absent" if old is None else _canonical(old)
+        if old_text is None:
+            return None
+    return (rule, id(schema), value_text, old_text)
+
+
+class RuleMemo:
+    """Outcomes of rules on values, at most ``size`` of them (the oldest go first). An entry
+    holds its schema node so that the node's ``id`` in the key cannot be reused by another
+    while the entry lives."""
+
+    def __init__(self, size: int = 8192) -> None:
+        self.size = size
+        self._entries: dict[tuple[Any, ...], tuple[Mapping[str, Any], Outcome]] = {}
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def get(self, key: tuple[Any, ...], schema: Mapping[str, Any]) -> Outcome | None:
+        entry = self._entries.get(key)
+        if entry is None or entry[0] is not schema:
+            self.misses += 1
+            return None
+        self.hits += 1
+        return entry[1]
+
+    def put(self, key: tuple[Any, ...], schema: Mapping[str, Any], outcome: Outcome) -> None:
+        with self._lock:
+            while len(self._entries) >= self.size:
+                self._entries.pop(next(iter(self._entries)))
+            self._entries[key] = (schema, outcome)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.hits = self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+RULE_MEMO: Final = RuleMemo()
+
+
 class _Walker:
     def __init__(self, *, transition_only: bool, update: bool) -> None:
         self.transition_only, self.update = transition_only, update
@@ -909,6 +976,7 @@ class _Walker:
         node_type = str(schema.get("type", ""))
         shown = _shown_value(value, node_type)
         cel_self: Any = None
+        value_text = _canonical(value)
         for rule in rules:
             try:
                 transition = _compiled(rule.rule)[1]
@@ -920,43 +988,53 @@ class _Walker:
                 continue
             if transition and old is None and not rule.optional_old_self:
                 continue  # nothing to compare with: a create, or an uncorrelatable value
-            if cel_self is None:
-                cel_self = _to_cel(value, schema)
-            activation = {"self": cel_self}
-            if transition:
-                old_cel = _to_cel(old, schema) if old is not None else None
-                activation["oldSelf"] = (
-                    _Optional(old_cel, present=old is not None)
-                    if rule.optional_old_self
-                    else old_cel
-                )
-            try:
-                result = _run(rule.rule, activation)
-            except CelError as error:
+            key = _memo_key(rule, schema, value_text, old if transition else None, transition)
+            outcome = RULE_MEMO.get(key, schema) if key is not None else None
+            if outcome is None:
+                if cel_self is None:
+                    cel_self = _to_cel(value, schema)
+                outcome = self._outcome(rule, schema, cel_self, old, transition)
+                if key is not None:
+                    RULE_MEMO.put(key, schema, outcome)
+            failure, error_detail = outcome
+            if error_detail is not None:
                 self.found.append(
                     Violation(
                         path,
                         rule,
-                        f"{error.detail} evaluating rule: {rule.error_text}",
+                        f"{error_detail} evaluating rule: {rule.error_text}",
                         "Invalid value",
                         f'"{node_type}"',
                     )
                 )
                 continue
-            if isinstance(result, celtypes.BoolType) and bool(result):
+            if failure is None:
                 continue
             if self.update and not transition and unchanged:
                 continue  # ratcheting: an unchanged value keeps passing on update
             where = path + _field_path_steps(rule.field_path, schema)
             self.found.append(
-                Violation(
-                    where,
-                    rule,
-                    self._message(rule, activation),
-                    _REASONS.get(rule.reason, "Invalid value"),
-                    shown,
-                )
+                Violation(where, rule, failure, _REASONS.get(rule.reason, "Invalid value"), shown)
             )
+
+    def _outcome(
+        self, rule: Rule, schema: Mapping[str, Any], cel_self: Any, old: Any, transition: bool
+    ) -> Outcome:
+        """Run one rule: (None, None) when it holds, (message, None) when it fails, (None,
+        error text) when it cannot be evaluated."""
+        activation = {"self": cel_self}
+        if transition:
+            old_cel = _to_cel(old, schema) if old is not None else None
+            activation["oldSelf"] = (
+                _Optional(old_cel, present=old is not None) if rule.optional_old_self else old_cel
+            )
+        try:
+            result = _run(rule.rule, activation)
+        except CelError as error:
+            return None, error.detail
+        if isinstance(result, celtypes.BoolType) and bool(result):
+            return None, None
+        return self._message(rule, activation), None
 
     @staticmethod
     def _message(rule: Rule, activation: Mapping[str, Any]) -> str:

@@ -13,7 +13,7 @@ differ, both sides are shown in Kubernetes' canonical text, as ``kubectl get`` w
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from quotas.kube.spec import ANNOTATION_GENERATION
 from quotas.quantity import QuantityError, canonical, parse_quantity
@@ -98,10 +98,14 @@ def differences(desired: Any, live: Any) -> dict[str, tuple[Any, Any]]:
 def _walk(
     desired: Any, live: Any, path: tuple[str, ...], found: dict[str, tuple[Any, Any]]
 ) -> None:
-    shown = "." + ".".join(path)
+    # The path's text is made only where a difference is recorded (a no-op pass walks every
+    # field of every object and records none), and an equal subtree is not walked: equal
+    # values (Python's ==, as _same_scalar compares) hold no difference below.
+    if desired == live:
+        return
     if isinstance(desired, dict):
         if not isinstance(live, dict):
-            found[shown] = (desired, live)
+            found["." + ".".join(path)] = (desired, live)
             return
         for key, value in desired.items():
             if not path and key == "status":
@@ -117,7 +121,7 @@ def _walk(
         return
     if isinstance(desired, list):
         if not isinstance(live, list) or len(desired) != len(live):
-            found[shown] = (desired, live)
+            found["." + ".".join(path)] = (desired, live)
             return
         for index, (d, v) in enumerate(zip(desired, live, strict=True)):
             _walk(d, v, (*path[:-1], f"{path[-1]}[{index}]") if path else (f"[{index}]",), found)
@@ -127,7 +131,7 @@ def _walk(
     if is_quantity_path(path):
         desired = _quantity(desired) or desired
         live = _quantity(live) or live
-    found[shown] = (desired, live)
+    found["." + ".".join(path)] = (desired, live)
 
 
 def _desired_paths(obj: Any, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
@@ -165,15 +169,53 @@ def owned_field_paths(live: dict[str, Any], manager: str) -> set[tuple[str, ...]
 
 
 def stale_owned_fields(desired: dict[str, Any], live: dict[str, Any], manager: str) -> list[str]:
-    """Fields ``manager`` applied before that ``desired`` no longer has."""
-    wanted = _desired_paths({k: v for k, v in desired.items() if k not in ("apiVersion", "kind")})
-    stale = []
-    for path in owned_field_paths(live, manager):
-        if path[:1] == ("status",):
+    """Fields ``manager`` applied before that ``desired`` no longer has: the paths of
+    ``owned_field_paths`` (not under ``status``) that are neither a prefix of a path of
+    ``desired`` (down to scalars, lists and empty objects) nor start with one. Found by walking
+    each fieldsV1 tree beside ``desired``, without building either set of paths (a no-op pass
+    asks this of every object)."""
+    top = {k: v for k, v in desired.items() if k not in ("apiVersion", "kind")}
+    start = top if top else _COVERED
+    stale: set[tuple[str, ...]] = set()
+    for entry in live.get("metadata", {}).get("managedFields") or []:
+        if entry.get("manager") == manager and entry.get("operation") == "Apply":
+            _stale_walk(entry.get("fieldsV1") or {}, start, (), stale)
+    return sorted("." + ".".join(path) for path in stale)
+
+
+# Where a fieldsV1 walk stands against ``desired``: a non-empty dict (desired goes on below),
+# _COVERED (a desired path ended here or above: nothing below is stale) or _ABSENT (no desired
+# path comes through here: every owned path below is stale).
+_COVERED: Final = object()
+_ABSENT: Final = object()
+
+
+def _stale_walk(
+    fields: dict[str, Any], want: Any, prefix: tuple[str, ...], stale: set[tuple[str, ...]]
+) -> None:
+    """``_owned_paths``'s walk of ``fields``, each owned path checked against ``want``."""
+    keys = [k for k in fields if k.startswith("f:")]
+    if not keys or any(not k.startswith("f:") and k != "." for k in fields):
+        if prefix and want is _ABSENT:
+            stale.add(prefix)
+        return
+    for key in keys:
+        name = key[2:]
+        path = (*prefix, name)
+        if not prefix and name == "status":
             continue
-        if not any(path[: len(w)] == w or w[: len(path)] == path for w in wanted):
-            stale.append("." + ".".join(path))
-    return sorted(stale)
+        if want is _COVERED or want is _ABSENT:
+            below = want
+        elif name in want:
+            value = want[name]
+            below = value if isinstance(value, dict) and value else _COVERED
+        else:
+            below = _ABSENT
+        value = fields[key]
+        if isinstance(value, dict) and value:
+            _stale_walk(value, below, path, stale)
+        elif below is _ABSENT:
+            stale.add(path)
 
 
 def needs_write(desired: dict[str, Any], live: dict[str, Any] | None, manager: str) -> list[str]:

@@ -9,6 +9,10 @@ Pure Python, no Django: the compiler, the local API stand-in and the tests call 
   ``kubernetes_validate.validate()``, which stops at the first error, re-reads the 1.5 MB
   definitions file on every call and compares versions as strings. Its schemas accept any
   string as a Quantity; here a quantity must parse (``quotas.quantity.parse_quantity``).
+* Schemas are checked by ``jsonschema_rs`` (compiled Rust) first; only when it refuses does
+  the Python ``jsonschema`` validator run again, to word the refusal, so messages are the
+  same either way (``tests/kube/test_validate_rust.py`` checks the two agree on many broken
+  objects). The portal's keywords (quantities, list types) are the same Python code in both.
 * Kueue and Volcano objects are checked against the ``openAPIV3Schema`` of the version they
   name, from the CRDs in ``quotas/kube/crds/``. The schema is closed first
   (``additionalProperties: false`` wherever it lists properties and does not say
@@ -90,6 +94,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import jsonschema
+import jsonschema_rs
 import yaml
 from referencing import Registry, Resource
 
@@ -310,6 +315,72 @@ _CrdValidator: Final[Any] = jsonschema.validators.extend(
 )
 
 
+@functools.lru_cache(maxsize=4096, typed=True)
+def _quantity_problem(instance: str | int | float) -> str | None:
+    """``_quantity_keyword``'s refusal of one scalar, remembered (the same few quantities
+    recur in every object); typed, so 1, 1.0 and "1" stay apart."""
+    for error in _quantity_keyword(None, True, instance, None):
+        return str(error.message)
+    return None
+
+
+class _RustQuantityKeyword:
+    """``x-portal-quantity`` for jsonschema_rs: the same check as ``_quantity_keyword``."""
+
+    def __init__(self, parent_schema: Any, value: Any, schema_path: Any) -> None:
+        self.enabled = value
+
+    def validate(self, instance: Any) -> None:
+        if not self.enabled or isinstance(instance, bool):
+            return
+        if isinstance(instance, str | int | float):
+            problem = _quantity_problem(instance)
+            if problem is not None:
+                raise ValueError(problem)
+            return
+        for error in _quantity_keyword(None, self.enabled, instance, None):
+            raise ValueError(error.message)
+
+
+class _RustListTypeKeyword:
+    """``x-kubernetes-list-type`` for jsonschema_rs: the same check as ``_list_type_keyword``."""
+
+    def __init__(self, parent_schema: Any, value: Any, schema_path: Any) -> None:
+        self.list_type, self.schema = value, parent_schema
+
+    def validate(self, instance: Any) -> None:
+        for error in _list_type_keyword(None, self.list_type, instance, self.schema):
+            raise ValueError(error.message)
+
+
+class _TwoStageValidator:
+    """A jsonschema_rs validator first (compiled Rust, a fraction of the Python one's time),
+    and the Python ``jsonschema`` one only when it refuses, for the messages: the Python path
+    words every message, so a refusal reads the same either way. Formats are not asserted
+    (the Python validators have no format checker either). An instance the Rust one cannot
+    take (a non-string key, a Decimal) goes to the Python one too."""
+
+    def __init__(self, python: Any, rust: Any) -> None:
+        self.python, self.rust = python, rust
+
+    def iter_errors(self, instance: Any) -> Iterator[Any]:
+        try:
+            if self.rust.is_valid(instance):
+                return iter(())
+        except ValueError:
+            pass  # not JSON-like for Rust: the Python validator decides
+        return iter(self.python.iter_errors(instance))
+
+
+_RUST_OPTIONS: Final[dict[str, Any]] = {
+    "validate_formats": False,
+    "keywords": {
+        "x-portal-quantity": _RustQuantityKeyword,
+        "x-kubernetes-list-type": _RustListTypeKeyword,
+    },
+}
+
+
 def _is_quantity_schema(schema: Mapping[str, Any]) -> bool:
     return bool(schema.get("x-kubernetes-int-or-string")) and _QUANTITY_PATTERN_MARK in str(
         schema.get("pattern", "")
@@ -445,14 +516,35 @@ def _schema_issues(error: Any, kind: str, note: str = "") -> Iterator[Issue]:
 
 
 @functools.lru_cache(maxsize=8)
-def _core_registry(schema_version: str) -> Any:
+def _core_definitions(schema_version: str) -> dict[str, Any]:
     folder = _SCHEMA_ROOT / f"v{schema_version}.0-local-strict"
-    definitions = json.loads((folder / "_definitions.json").read_text(encoding="utf-8"))
+    definitions: dict[str, Any] = json.loads(
+        (folder / "_definitions.json").read_text(encoding="utf-8")
+    )
     definitions["$defs"][_QUANTITY_DEF] = {
         "type": ["string", "number", "null"],
         "x-portal-quantity": True,
     }
-    return Resource.from_contents(definitions) @ Registry()
+    return definitions
+
+
+@functools.lru_cache(maxsize=8)
+def _core_registry(schema_version: str) -> Any:
+    return Resource.from_contents(_core_definitions(schema_version)) @ Registry()
+
+
+@functools.lru_cache(maxsize=8)
+def _core_rust_registry(schema_version: str) -> Any:
+    return jsonschema_rs.Registry([(_DEFINITIONS_URI, _core_definitions(schema_version))])
+
+
+def _core_two_stage(schema_version: str, schema: dict[str, Any]) -> _TwoStageValidator:
+    return _TwoStageValidator(
+        _CoreValidator(schema, registry=_core_registry(schema_version)),
+        jsonschema_rs.Draft202012Validator(
+            schema, registry=_core_rust_registry(schema_version), **_RUST_OPTIONS
+        ),
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -465,13 +557,13 @@ def _core_validator(schema_version: str, api_version: str, kind: str) -> Any | N
     if not schema_file.is_file():
         return None
     schema = json.loads(schema_file.read_text(encoding="utf-8"))
-    return _CoreValidator(schema, registry=_core_registry(schema_version))
+    return _core_two_stage(schema_version, schema)
 
 
 @functools.lru_cache(maxsize=8)
 def _object_meta_validator(schema_version: str) -> Any:
     schema = {"$ref": f"{_DEFINITIONS_URI}#/$defs/{_OBJECT_META_DEF}"}
-    return _CoreValidator(schema, registry=_core_registry(schema_version))
+    return _core_two_stage(schema_version, schema)
 
 
 # --------------------------------------------------------------------------- CRDs
@@ -529,7 +621,9 @@ def _crd_validator(group: str, version: str, kind: str) -> Any:
     raw = served["schema"]["openAPIV3Schema"]
     closed = _close_schema(raw)
     closed["properties"]["metadata"] = {"type": "object"}  # checked against ObjectMeta instead
-    return _CrdValidator(closed)
+    return _TwoStageValidator(
+        _CrdValidator(closed), jsonschema_rs.Draft4Validator(closed, **_RUST_OPTIONS)
+    )
 
 
 def _split_api_version(api_version: str) -> tuple[str, str]:

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from quotas.kube.cel import CelError, check_schema_rules, compile_check, evaluate
+from quotas.kube.cel import (
+    RULE_MEMO,
+    CelError,
+    RuleMemo,
+    check_schema_rules,
+    compile_check,
+    evaluate,
+)
 
 # --------------------------------------------------------------------------- evaluate
 
@@ -318,3 +325,74 @@ def test_an_update_ratchets_failures_on_unchanged_values_and_transition_only_ski
     assert _messages(schema, new, old, transition_only=True) == [
         'spec.b: Invalid value: "long": immutable'
     ]
+
+
+# --------------------------------------------------------------------------- remembered outcomes
+
+
+def test_an_equal_value_is_answered_from_the_memo_with_the_same_violations() -> None:
+    rules = [
+        {"rule": "self.a > 0", "messageExpression": "'a is ' + string(self.a)"},
+        {"rule": "self.missing == 1", "message": "needs missing"},
+    ]
+    schema = _schema(
+        box={
+            "type": "object",
+            "properties": {"a": {"type": "integer"}},
+            "x-kubernetes-validations": rules,
+        },
+        items={"type": "array", "items": {"type": "object", "x-kubernetes-validations": rules}},
+    )
+    obj = {"spec": {"box": {"a": 0}, "items": [{"a": 0}, {"a": 0}]}}
+    RULE_MEMO.clear()
+    first = _messages(schema, obj)
+    # box and item 0 are evaluated (two schema nodes); item 1 equals item 0: remembered.
+    assert (RULE_MEMO.hits, RULE_MEMO.misses) == (2, 4)
+    assert _messages(schema, obj) == first
+    assert RULE_MEMO.hits == 8
+    assert first[:2] == [
+        'spec.box: Invalid value: "object": a is 0',
+        'spec.box: Invalid value: "object": no such key: missing evaluating rule: needs missing',
+    ]
+    assert first[2] == 'spec.items[0]: Invalid value: "object": a is 0'
+
+
+def test_values_equal_in_json_only_are_not_confused() -> None:
+    # 1, 1.0 and true are different CEL values; a rule sees each as it is.
+    schema = _schema(box={"type": "object", "x-kubernetes-validations": [{"rule": "self.a == 1"}]})
+    RULE_MEMO.clear()
+    assert _messages(schema, {"spec": {"box": {"a": 1}}}) == []
+    assert _messages(schema, {"spec": {"box": {"a": True}}}) == [
+        'spec.box: Invalid value: "object": failed rule: self.a == 1'
+    ]
+    assert _messages(schema, {"spec": {"box": {"a": "1"}}}) != []
+    assert RULE_MEMO.hits == 0
+
+
+def test_a_transition_rule_is_remembered_with_its_old_value_and_ratcheting_still_applies() -> None:
+    schema = _schema(queue={"type": "string", "x-kubernetes-validations": [IMMUTABLE]})
+    RULE_MEMO.clear()
+    new = {"spec": {"queue": "b"}}
+    for _ in range(2):
+        assert _messages(schema, new, {"spec": {"queue": "a"}}) == [
+            'spec.queue: Invalid value: "b": immutable'
+        ]
+        assert _messages(schema, new, {"spec": {"queue": "b"}}) == []
+    assert RULE_MEMO.hits == 2
+    # A failing plain rule is remembered as failing, and dropped on an unchanged update.
+    plain = _schema(name={"type": "string", "x-kubernetes-validations": [{"rule": "false"}]})
+    assert _messages(plain, {"spec": {"name": "x"}}) == [
+        'spec.name: Invalid value: "x": failed rule: false'
+    ]
+    assert _messages(plain, {"spec": {"name": "x"}}, {"spec": {"name": "x"}}) == []
+
+
+def test_the_memo_is_bounded_and_keyed_on_the_schema_node_it_holds() -> None:
+    memo = RuleMemo(size=3)
+    node, other = {"type": "object"}, {"type": "object"}
+    for index in range(5):
+        memo.put(("rule", id(node), str(index), ""), node, (None, None))
+    assert len(memo) == 3
+    assert memo.get(("rule", id(node), "0", ""), node) is None  # the oldest went first
+    assert memo.get(("rule", id(node), "4", ""), node) == (None, None)
+    assert memo.get(("rule", id(node), "4", ""), other) is None  # another node: not its answer
