@@ -217,3 +217,11 @@ def test_the_manifests_backend_writes_stable_files_and_a_no_op_pass_changes_noth
     second = apply_objects(backend, desired, Scope(spec.name))
     assert second.writes == 0
     assert {p: p.read_text() for p in tmp_path.rglob("*.yaml")} == before
+
+
+def test_answers_parse_as_json_does_even_where_orjson_refuses() -> None:
+    from quotas.kube.applier import _loads
+
+    text = '{"kind": "List", "items": [{"n": 1, "f": 2.5, "s": "ü"}], "nan": NaN}'
+    parsed, expected = _loads(text.encode()), json.loads(text)
+    assert parsed["items"] == expected["items"] and parsed["nan"] != parsed["nan"]
