@@ -991,9 +991,12 @@ class _Walker:
             key = _memo_key(rule, schema, value_text, old if transition else None, transition)
             outcome = RULE_MEMO.get(key, schema) if key is not None else None
             if outcome is None:
-                if cel_self is None:
-                    cel_self = _to_cel(value, schema)
-                outcome = self._outcome(rule, schema, cel_self, old, transition)
+                try:
+                    if cel_self is None:
+                        cel_self = _to_cel(value, schema)
+                    outcome = self._outcome(rule, schema, cel_self, old, transition)
+                except CelError as error:  # a value CEL cannot hold: an integer past 64 bits
+                    outcome = (None, error.detail)
                 if key is not None:
                     RULE_MEMO.put(key, schema, outcome)
             failure, error_detail = outcome

@@ -396,3 +396,17 @@ def test_the_memo_is_bounded_and_keyed_on_the_schema_node_it_holds() -> None:
     assert memo.get(("rule", id(node), "0", ""), node) is None  # the oldest went first
     assert memo.get(("rule", id(node), "4", ""), node) == (None, None)
     assert memo.get(("rule", id(node), "4", ""), other) is None  # another node: not its answer
+
+
+def test_a_value_cel_cannot_hold_is_a_refusal_naming_the_field_not_a_crash() -> None:
+    """An integer past 64 bits (JSON allows it; the API server's int64 does not) in a field a
+    rule checks, new or old: the stand-in answered such an object with a 500."""
+    rule = {"rule": "self >= 0", "message": "must not be negative"}
+    schema = _schema(count={"type": "integer", "x-kubernetes-validations": [rule]})
+    (message,) = _messages(schema, {"spec": {"count": 2**64}})
+    assert message.startswith("spec.count: Invalid value: ")
+    assert "does not fit a CEL int (64 bits)" in message
+    transition = {"rule": "self >= oldSelf", "message": "must not shrink"}
+    schema = _schema(count={"type": "integer", "x-kubernetes-validations": [transition]})
+    (message,) = _messages(schema, {"spec": {"count": 1}}, {"spec": {"count": -(2**70)}})
+    assert "does not fit a CEL int (64 bits)" in message
