@@ -55,9 +55,19 @@ TOTAL = "page_total_count"
 MAX_OFFSET = 2**63 - 1
 
 
+WINDOW_COUNT_MAX = 2000  # above this many rows a separate COUNT(*) costs less than the window
+_LARGE_LISTS: dict[tuple[str, object], bool] = {}  # (view, caller): its list was long last time
+
+
 class WindowCountPagination(PagePagination):
     """The same pages and response as ``PagePagination``, in one query instead of two: the
-    total comes from ``COUNT(*) OVER ()`` on the page's own rows. For hot list endpoints."""
+    total comes from ``COUNT(*) OVER ()`` on the page's own rows. For hot list endpoints.
+
+    The window makes PostgreSQL read every row of the list to count them; past
+    ``WINDOW_COUNT_MAX`` rows (10,000 tenants) a separate ``COUNT(*)`` and a page that reads
+    only its own rows cost less. Which way a caller's list goes is remembered from its last
+    total (per view and caller, so an admin's 10,000 tenants and a lead's 3 each take theirs):
+    both give the same answer, only the cost differs."""
 
     def paginate_queryset(
         self, queryset: QuerySet[Any, Any], request: Request, view: Any = None
@@ -72,17 +82,26 @@ class WindowCountPagination(PagePagination):
         offset = (number - 1) * size
         if offset + size > MAX_OFFSET:  # past any end; PostgreSQL's OFFSET is a bigint
             raise NotFound("Invalid page.")
-        rows = list(queryset.annotate(**{TOTAL: Window(Count("pk"))})[offset : offset + size])
+        key = (type(view).__name__, getattr(request.user, "pk", None))
+        if _LARGE_LISTS.get(key):
+            total = queryset.order_by().count()
+            rows = list(queryset[offset : offset + size]) if offset < total else []
+        else:
+            rows = list(queryset.annotate(**{TOTAL: Window(Count("pk"))})[offset : offset + size])
+            first = rows[0] if rows else None
+            total = (
+                0
+                if first is None
+                else first[TOTAL]
+                if isinstance(first, dict)
+                else getattr(first, TOTAL)
+            )
         if not rows and number > 1:
             raise NotFound("Invalid page.")
-        first = rows[0] if rows else None
-        total = (
-            0
-            if first is None
-            else first[TOTAL]
-            if isinstance(first, dict)
-            else getattr(first, TOTAL)
-        )
+        if total > WINDOW_COUNT_MAX or key in _LARGE_LISTS:
+            if len(_LARGE_LISTS) >= 4096:  # bounded: forget the oldest callers
+                del _LARGE_LISTS[next(iter(_LARGE_LISTS))]
+            _LARGE_LISTS[key] = total > WINDOW_COUNT_MAX // 2  # some slack against flapping
         self.number, self.size, self.total = number, size, total
         return rows
 

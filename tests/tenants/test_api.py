@@ -99,6 +99,40 @@ def test_pagination_pages_and_links(world, api_as):
     assert last["next"] is None
 
 
+def test_a_long_list_is_counted_apart_with_the_same_answer(world, api_as, monkeypatch):
+    """Past WINDOW_COUNT_MAX rows a caller's next pages count with COUNT(*) and read only their
+    own rows (the window read every tenant): one query more, the same pages and totals."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from core.api import pagination
+
+    monkeypatch.setattr(pagination, "WINDOW_COUNT_MAX", 6)
+    monkeypatch.setattr(pagination, "_LARGE_LISTS", {})
+    Tenant.objects.bulk_create(Tenant(slug=f"bulk-{i:03d}", display_name=f"B{i}") for i in range(7))
+    admin = api_as(world.admin)
+
+    def page(query: str) -> tuple[dict, list[str]]:
+        with CaptureQueriesContext(connection) as queries:
+            body = admin.get(f"/api/v1/tenants/?page_size=4{query}").json()
+        return body, [q["sql"] for q in queries.captured_queries]
+
+    (windowed, one), (counted, two) = page(""), page("")
+    assert windowed == counted and counted["count"] == 10 and "page=2" in counted["next"]
+    assert len(two) == len(one) + 1 and any("OVER ()" in q for q in one)
+    assert not any("OVER ()" in q for q in two)
+    assert (
+        page("&page=3")[0]["results"]
+        == admin.get("/api/v1/tenants/?page_size=4&page=3").json()["results"]
+    )
+    assert admin.get("/api/v1/tenants/?page=9").status_code == 404
+    # A lead's own short list keeps the one query; a list that shrank goes back to it.
+    assert api_as(world.alice).get("/api/v1/tenants/").json()["count"] < 6
+    Tenant.objects.filter(slug__startswith="bulk-").delete()
+    page("")
+    assert any("OVER ()" in q for q in page("")[1])
+
+
 def test_default_page_is_50_and_page_size_is_capped_at_200(world, api_as):
     Tenant.objects.bulk_create(
         Tenant(slug=f"bulk-{i:03d}", display_name=f"B{i}") for i in range(210)
