@@ -1,6 +1,6 @@
 """Load test (issue 19, item 4): the whole product under a crowd driven by locust.
 
-gunicorn (``--workers``, 3; ``make run`` serves the same way) + PostgreSQL + Redis + a Celery
+gunicorn (``--workers``, 3, of ``--threads`` 4 each, gthread as deployed) + PostgreSQL + Redis + a Celery
 worker pushing to a Kubernetes API stand-in (``devcluster``, in a subprocess), driven for
 ``--seconds`` (120) by locust, headless, in its own process (``bench/locustfile.py``, gevent):
 
@@ -527,7 +527,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=10.0, help="agent report interval (s)")
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
     parser.add_argument(
-        "--threads", type=int, default=1, help="threads per worker (above 1: gthread workers)"
+        "--threads",
+        type=int,
+        default=4,
+        help="threads per worker, as deployed (default 4; 1: sync workers)",
     )
     parser.add_argument("--drain", type=float, default=60, help="seconds the worker gets after")
     parser.add_argument("--max-queue", type=int, default=100, help="largest queue depth allowed")
