@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, QuerySet, Window
+from django.db.models import Count, IntegerField, QuerySet, Subquery, Value, Window
+from django.db.models.functions import Coalesce
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
@@ -59,15 +60,22 @@ WINDOW_COUNT_MAX = 2000  # above this many rows a separate COUNT(*) costs less t
 _LARGE_LISTS: dict[tuple[str, object], bool] = {}  # (view, caller): its list was long last time
 
 
+def _count_of(queryset: QuerySet[Any, Any]) -> QuerySet[Any, Any]:
+    """``SELECT COUNT(*)`` of ``queryset``'s rows, as a subquery (its order and columns left)."""
+    one = Value(1, output_field=IntegerField())
+    return queryset.order_by().values(one=one).annotate(n=Count("pk")).values("n")
+
+
 class WindowCountPagination(PagePagination):
     """The same pages and response as ``PagePagination``, in one query instead of two: the
     total comes from ``COUNT(*) OVER ()`` on the page's own rows. For hot list endpoints.
 
-    The window makes PostgreSQL read every row of the list to count them; past
-    ``WINDOW_COUNT_MAX`` rows (10,000 tenants) a separate ``COUNT(*)`` and a page that reads
-    only its own rows cost less. Which way a caller's list goes is remembered from its last
-    total (per view and caller, so an admin's 10,000 tenants and a lead's 3 each take theirs):
-    both give the same answer, only the cost differs."""
+    The window makes PostgreSQL build every row of the list (its subqueries included) to count
+    them; past ``WINDOW_COUNT_MAX`` rows (10,000 tenants) a count of its own, a scalar subquery
+    PostgreSQL runs once, and a page that builds only its own rows cost less. Which way a
+    caller's list goes is remembered from its last total (per view and caller, so an admin's
+    10,000 tenants and a lead's 3 each take theirs): one query either way, the same answer,
+    only the cost differs."""
 
     def paginate_queryset(
         self, queryset: QuerySet[Any, Any], request: Request, view: Any = None
@@ -83,19 +91,18 @@ class WindowCountPagination(PagePagination):
         if offset + size > MAX_OFFSET:  # past any end; PostgreSQL's OFFSET is a bigint
             raise NotFound("Invalid page.")
         key = (type(view).__name__, getattr(request.user, "pk", None))
-        if _LARGE_LISTS.get(key):
-            total = queryset.order_by().count()
-            rows = list(queryset[offset : offset + size]) if offset < total else []
-        else:
-            rows = list(queryset.annotate(**{TOTAL: Window(Count("pk"))})[offset : offset + size])
-            first = rows[0] if rows else None
-            total = (
-                0
-                if first is None
-                else first[TOTAL]
-                if isinstance(first, dict)
-                else getattr(first, TOTAL)
-            )
+        count: Any = Window(Count("pk"))
+        if _LARGE_LISTS.get(key):  # counted once, apart, in the same query
+            count = Coalesce(Subquery(_count_of(queryset)), 0)
+        rows = list(queryset.annotate(**{TOTAL: count})[offset : offset + size])
+        first = rows[0] if rows else None
+        total = (
+            0
+            if first is None
+            else first[TOTAL]
+            if isinstance(first, dict)
+            else getattr(first, TOTAL)
+        )
         if not rows and number > 1:
             raise NotFound("Invalid page.")
         if total > WINDOW_COUNT_MAX or key in _LARGE_LISTS:
