@@ -263,6 +263,28 @@ def drive(
     return Crowd(rows, failures, outcome, wall, usage.ru_utime + usage.ru_stime, proc.returncode)
 
 
+def named_cpu_seconds(name: str) -> float:
+    """User + system CPU of every live process called ``name`` (PostgreSQL's backends,
+    redis-server), whoever started them."""
+    total = 0.0
+    for proc in psutil.process_iter(["name"]):
+        if proc.info["name"] == name:
+            try:
+                times = proc.cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            total += times.user + times.system
+    return total
+
+
+def parts_cpu(parts: dict[str, psutil.Process]) -> dict[str, float]:
+    """CPU seconds so far of each part of the stack the load runs on."""
+    out = {name: cpu_seconds(proc) for name, proc in parts.items()}
+    out["PostgreSQL"] = named_cpu_seconds("postgres")
+    out["Redis"] = named_cpu_seconds("redis-server")
+    return out
+
+
 def cpu_seconds(root: psutil.Process) -> float:
     """User + system CPU of a process and its live children (gunicorn: master and workers)."""
     total = 0.0
@@ -399,12 +421,16 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
 
         sampler = threading.Thread(target=sample, daemon=True)
         server = psutil.Process(gunicorn.pid)
+        parts = {"Celery worker": psutil.Process(worker.pid),
+                 "stand-in": psutil.Process(standin.process.pid)}  # fmt: skip
         load_before, server_before = os.getloadavg()[0], cpu_seconds(server)
+        parts_before = parts_cpu(parts)
         print(f"driving {args.users} users and {args.agents} agents for {args.seconds:g} s "
               f"with locust (load average {load_before:.1f}) ...", flush=True)  # fmt: skip
         sampler.start()
         crowd = drive(args, port, tmp / "world.json", tmp, env)
         server_cpu = cpu_seconds(server) - server_before
+        others = {k: v - parts_before[k] for k, v in parts_cpu(parts).items()}
         load_after = os.getloadavg()[0]
         stop_event.set()
         sampler.join(5)
@@ -423,7 +449,8 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         connections.close_all()
         api_bench.database(args.database_url, args.db_name, create=False)
 
-    machine = {"load_before": load_before, "load_after": load_after, "server_cpu_s": server_cpu}
+    machine = {"load_before": load_before, "load_after": load_after, "server_cpu_s": server_cpu,
+               "others_cpu_s": others}  # fmt: skip
     return report(crowd, result, depth, machine, args)
 
 
@@ -486,6 +513,8 @@ def report(
     print(f"CPU over the {crowd.wall_s:.0f} s run (cores busy): generator (locust, one process) "
           f"{generator:.2f}, gunicorn ({args.workers} workers{threads}) {server:.2f}, of {cores} cores; "
           f"load average {machine['load_before']:.1f} -> {machine['load_after']:.1f}")  # fmt: skip
+    print("  the rest of the stack: " + ", ".join(
+        f"{name} {cpu / crowd.wall_s:.2f}" for name, cpu in machine["others_cpu_s"].items()))  # fmt: skip
     if generator >= 0.9:
         print("  the generator was the limit: its one process was near a whole core")
     elif generator + server >= 0.9 * cores or machine["load_after"] > cores:
@@ -512,6 +541,8 @@ def report(
                target=None if args.no_latency else AGENT_SHARE_TARGET),
         figure("generator CPU (locust) / wall", round(generator, 2), "cores"),
         figure("server CPU (gunicorn) / wall", round(server, 2), "cores"),
+        *(figure(f"{name} CPU / wall", round(cpu / crowd.wall_s, 2), "cores")
+          for name, cpu in machine["others_cpu_s"].items()),
         figure("load average at the end", round(machine["load_after"], 1), f"on {cores} cores"),
         *timing,
     ])  # fmt: skip
