@@ -150,7 +150,7 @@ class QuotaRequestInput(StrictInputSerializer):
         allow_blank=True,
         max_length=40,
         trim_whitespace=True,
-        help_text="R27: the most bits per second each of the tenant's pods may send and receive, "
+        help_text="The most bits per second each of the tenant's pods may send and receive, "
         "a Kubernetes quantity from 1k to 400G (e.g. 1G), on every cluster; pods must then carry "
         "the kubernetes.io/ingress-bandwidth and egress-bandwidth annotations at most that. "
         '"" removes the cap; left out or null: unchanged.',

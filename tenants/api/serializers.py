@@ -52,7 +52,7 @@ class TenantOutput(serializers.ModelSerializer):
     )
     pod_bandwidth_max = serializers.CharField(
         allow_blank=True,
-        help_text="R27: the most bits per second each of its pods may send and receive, a "
+        help_text="The most bits per second each of its pods may send and receive, a "
         'Kubernetes quantity such as "1G" (set by request); "": no cap.',
     )
 
