@@ -164,8 +164,19 @@ def seed(kubeconfig: Path, agent_count: int) -> World:
     return World(leads, admin_tokens, nodes)
 
 
+def _niced(niceness: int) -> Any:
+    """A ``preexec_fn`` lowering the CPU priority of a child and all it forks."""
+    return (lambda: os.nice(niceness)) if niceness else None
+
+
+def renice(pid: int, niceness: int) -> None:
+    """Lowers every thread of a running process (Linux: the priority is per thread)."""
+    for thread in psutil.Process(pid).threads():
+        os.setpriority(os.PRIO_PROCESS, thread.id, niceness)
+
+
 def start_gunicorn(
-    env: dict[str, str], log: Path, workers: int, threads: int = 1
+    env: dict[str, str], log: Path, workers: int, threads: int = 1, niceness: int = 0
 ) -> tuple[subprocess.Popen[bytes], int]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -176,7 +187,8 @@ def start_gunicorn(
     if threads > 1:  # gthread: a request waiting on a lock or the cluster holds a thread only
         cmd += ["--worker-class", "gthread", "--threads", str(threads)]
     with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=_niced(niceness))  # fmt: skip
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -191,12 +203,13 @@ def start_gunicorn(
     raise RuntimeError(f"gunicorn did not become healthy:\n{log.read_text()[-3000:]}")
 
 
-def start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def start_worker(env: dict[str, str], log: Path, niceness: int = 0) -> subprocess.Popen[bytes]:
     celery = str(Path(sys.executable).with_name("celery"))
     cmd = [celery, "-A", "portal", "worker", "--concurrency", "2", "--pool", "prefork",
            "--loglevel", os.environ.get("LOAD_WORKER_LOGLEVEL", "WARNING"), "--without-gossip", "--without-mingle"]  # fmt: skip
     with log.open("wb") as out:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                preexec_fn=_niced(niceness))  # fmt: skip
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -225,7 +238,12 @@ class Crowd:
 
 
 def drive(
-    args: argparse.Namespace, port: int, world: Path, tmp: Path, env: dict[str, str]
+    args: argparse.Namespace,
+    port: int,
+    world: Path,
+    tmp: Path,
+    env: dict[str, str],
+    ingest_port: int | None = None,
 ) -> Crowd:
     """Runs locust headless over the whole run and waits for it; the CPU it used is its own
     rusage (``wait4``), so it counts the generator alone."""
@@ -236,17 +254,23 @@ def drive(
     prefix = tmp / "locust"
     cmd = [locust, "-f", str(LOCUSTFILE), "--headless", "--host", f"http://127.0.0.1:{port}",
            "-u", str(total), "-r", f"{spawn_rate:g}", "-t", f"{args.seconds:g}s",
-           "--csv", str(prefix), "--only-summary", "--stop-timeout", "10",
+           "--csv", str(prefix), "--csv-full-history", "--only-summary", "--stop-timeout", "10",
            "--loglevel", "WARNING"]  # fmt: skip
     locust_env = {**env, "LOAD_WORLD": str(world), "LOAD_OUT": str(tmp / "outcome.json"),
                   "LOAD_USERS": str(args.users), "LOAD_AGENTS": str(args.agents),
-                  "LOAD_INTERVAL": str(args.interval)}  # fmt: skip
+                  "LOAD_INTERVAL": str(args.interval),
+                  "LOAD_AGENT_HOST": f"http://127.0.0.1:{ingest_port}" if ingest_port else ""}  # fmt: skip
     started = time.perf_counter()
     with (tmp / "locust.log").open("wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=locust_env, stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - started
+    if os.environ.get("LOAD_KEEP"):
+        import shutil
+
+        for f in tmp.glob("locust*"):
+            shutil.copy(f, os.environ["LOAD_KEEP"])
     text = (tmp / "locust.log").read_text(errors="replace")
     stats_csv = Path(f"{prefix}_stats.csv")
     if not stats_csv.exists():
@@ -399,7 +423,7 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
     from devcluster.runner import start_in_subprocess
 
     standin = start_in_subprocess(kubeconfig_path=tmp / "kubeconfig", state_dir=tmp / "cluster")
-    gunicorn = worker = None
+    gunicorn = worker = ingest = None
     try:
         started = time.perf_counter()
         world = seed(tmp / "kubeconfig", args.agents)
@@ -408,8 +432,15 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
             f"seeded {TENANTS} tenants, {args.agents} nodes in {time.perf_counter() - started:.0f} s",
             flush=True,
         )
-        worker = start_worker(env, tmp / "worker.log")
+        worker = start_worker(env, tmp / "worker.log", args.background_nice)
+        renice(standin.process.pid, args.background_nice)
         gunicorn, port = start_gunicorn(env, tmp / "gunicorn.log", args.workers, args.threads)
+        ingest_port = None
+        if args.ingest_workers:
+            ingest, ingest_port = start_gunicorn(
+                env, tmp / "ingest.log", args.ingest_workers, args.ingest_threads,
+                args.ingest_nice,
+            )  # fmt: skip
         broker = redis.Redis.from_url(args.redis_url)
         settle(broker, queue, 120)  # the seed's first pushes, before the load starts
         stop_event, depth = threading.Event(), []
@@ -421,14 +452,15 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
 
         sampler = threading.Thread(target=sample, daemon=True)
         server = psutil.Process(gunicorn.pid)
-        parts = {"Celery worker": psutil.Process(worker.pid),
+        parts = {**({"agent ingest (gunicorn)": psutil.Process(ingest.pid)} if ingest else {}),
+                 "Celery worker": psutil.Process(worker.pid),
                  "stand-in": psutil.Process(standin.process.pid)}  # fmt: skip
         load_before, server_before = os.getloadavg()[0], cpu_seconds(server)
         parts_before = parts_cpu(parts)
         print(f"driving {args.users} users and {args.agents} agents for {args.seconds:g} s "
               f"with locust (load average {load_before:.1f}) ...", flush=True)  # fmt: skip
         sampler.start()
-        crowd = drive(args, port, tmp / "world.json", tmp, env)
+        crowd = drive(args, port, tmp / "world.json", tmp, env, ingest_port)
         server_cpu = cpu_seconds(server) - server_before
         others = {k: v - parts_before[k] for k, v in parts_cpu(parts).items()}
         load_after = os.getloadavg()[0]
@@ -440,7 +472,7 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
             print((tmp / "worker.log").read_text()[-4000:])
             print((tmp / "locust.log").read_text()[-4000:])
     finally:
-        for proc in (gunicorn, worker):
+        for proc in (gunicorn, ingest, worker):
             if proc is not None:
                 stop(proc)
         standin.stop()
@@ -563,6 +595,18 @@ def main(argv: list[str] | None = None) -> int:
         default=4,
         help="threads per worker, as deployed (default 4; 1: sync workers)",
     )
+    parser.add_argument(
+        "--ingest-workers", type=int, default=2,
+        help="gunicorn workers of the agents' own server (0: agents report to the web's)",
+    )  # fmt: skip
+    parser.add_argument("--ingest-threads", type=int, default=4)
+    parser.add_argument(
+        "--ingest-nice", type=int, default=5, help="CPU priority of the agents' server, below the web's"
+    )  # fmt: skip
+    parser.add_argument(
+        "--background-nice", type=int, default=10,
+        help="CPU priority of the Celery worker and the stand-in, below the web's",
+    )  # fmt: skip
     parser.add_argument("--drain", type=float, default=60, help="seconds the worker gets after")
     parser.add_argument("--max-queue", type=int, default=100, help="largest queue depth allowed")
     parser.add_argument("--p95-ms", type=float, default=300, help="page views' and API reads' p95")

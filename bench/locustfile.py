@@ -51,6 +51,7 @@ WORLD: dict[str, Any] = (
 PEOPLE = int(os.environ.get("LOAD_USERS", "50"))
 AGENTS = int(os.environ.get("LOAD_AGENTS", str(len(WORLD.get("nodes", [])))))
 INTERVAL = float(os.environ.get("LOAD_INTERVAL", "10"))
+AGENT_HOST = os.environ.get("LOAD_AGENT_HOST", "")
 
 # What the users saw, written at the end for load_bench's check.
 FILED: list[int] = []
@@ -199,6 +200,8 @@ class Agent(FastHttpUser):
 
     def on_start(self) -> None:
         node = WORLD["nodes"][next(_nodes) % len(WORLD["nodes"])]
+        if AGENT_HOST:  # the agents' own server (locust's --host is the people's)
+            self.client.base_url = AGENT_HOST
         self.client.auth_header = f"Bearer {node['token']}"
         self.full_report: dict[str, Any] = node["report"]
         self.digest: str = node["digest"]  # the node's state never changes: a quiet node

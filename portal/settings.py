@@ -126,7 +126,7 @@ REDIS_URL = env_str("REDIS_URL", "")
 if REDIS_URL:
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "core.cache.RedisCache",  # one Redis client per pool, not one per call
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": env_str("CACHE_KEY_PREFIX", "portal"),
         }
