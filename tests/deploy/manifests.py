@@ -76,6 +76,41 @@ def dockerfile_user() -> tuple[int, int]:
     return int(match[1]), int(match[2])
 
 
+def ingress_backend(ingress: Obj, host: str, path: str) -> Obj:
+    """The backend an Ingress sends ``host`` + ``path`` to, by the Ingress API's rules: of the
+    paths that match, the longest wins (Exact before Prefix at equal length); a Prefix matches
+    whole path elements, so ``/api/v1/agent/`` takes ``/api/v1/agent/report/`` and
+    ``/api/v1/agent`` but not ``/api/v1/agents/``."""
+
+    def elements(text: str) -> list[str]:
+        return [e for e in text.split("/") if e]
+
+    [rule] = [r for r in ingress["spec"]["rules"] if r.get("host") == host]
+    matches = []
+    for entry in rule["http"]["paths"]:
+        kind = entry["pathType"]
+        assert kind in {"Exact", "Prefix"}, f"{entry['path']}: {kind} has no defined matching"
+        if kind == "Exact":
+            hit = entry["path"] == path
+        else:
+            prefix = elements(entry["path"])
+            hit = elements(path)[: len(prefix)] == prefix
+        if hit:
+            matches.append(((len(entry["path"]), kind == "Exact"), entry["backend"]))
+    if not matches:
+        return dict(ingress["spec"]["defaultBackend"])
+    return dict(max(matches, key=lambda m: m[0])[1])
+
+
+def selected(selector: dict[str, str], objects: tuple[Obj, ...] | list[Obj]) -> list[Obj]:
+    """The workloads whose pods carry every label of ``selector`` (a Service's, a budget's)."""
+    return [
+        o
+        for o in workloads(tuple(objects))
+        if selector.items() <= o["spec"]["template"]["metadata"]["labels"].items()
+    ]
+
+
 def kubectl(handle: Any, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """The real kubectl against a stand-in (``devcluster.runner.Handle``)."""
     return subprocess.run(

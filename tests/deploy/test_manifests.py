@@ -1,21 +1,32 @@
 """deploy/kubernetes/: every overlay renders with the real ``kubectl kustomize``, every object
 validates against the Kubernetes schemas (kubernetes-validate, strict), the pods are locked
-down as the README says, and what the local stand-in serves is applied to it with the real
-kubectl."""
+down as the README says, the Ingress sends the node agents' endpoints to pods of their own
+and everything else to the web pods, and what the local stand-in serves is applied to it with
+the real kubectl."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import re
+import urllib.error
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
 import yaml
-from django.urls import resolve
+from django.urls import URLResolver, get_resolver, resolve
+from django.urls.exceptions import Resolver404
+from django.urls.resolvers import RoutePattern
 
 from devcluster.runner import Handle
+from gpu_agent.agent import runner
+from gpu_agent.agent_api import views as agent_views
+from gpu_agent.agent_api.parsers import MAX_BODY_BYTES
+from gpu_agent.agent_api.views import AgentView
 from portal import views
 from tests.deploy.manifests import (
     KUBERNETES_VERSIONS,
@@ -24,18 +35,20 @@ from tests.deploy.manifests import (
     dockerfile_user,
     examples,
     find,
+    ingress_backend,
     kubectl,
     kustomizations,
     overlay,
     overlay_id,
     pod_spec,
     render,
+    selected,
     workloads,
 )
 
 OVERLAYS = kustomizations()
 GPU_OPERATOR_NAMESPACE = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: gpu-operator\n"
-PORTAL_COMPONENTS = {"web", "worker", "beat", "migrate"}
+PORTAL_COMPONENTS = {"web", "agent-api", "worker", "beat", "migrate"}
 
 
 def test_the_overlays_are_the_ones_the_readme_names():
@@ -127,18 +140,19 @@ def test_beat_is_exactly_one_and_never_two_during_an_upgrade():
 
 
 @pytest.mark.django_db
-def test_the_web_probes_reach_healthz_through_the_host_check(client, settings):
+@pytest.mark.parametrize("deployment", ["portal-web", "portal-agent-api"])
+def test_the_probes_reach_healthz_through_the_host_check(client, settings, deployment: str):
     """The kubelet's probe, as the manifests write it, answers 200 from the portal configured
     as the ConfigMap says (DEBUG off: Django refuses a Host not in ALLOWED_HOSTS)."""
     objects = overlay("in-cluster")
     config = find(objects, "ConfigMap", "portal-config")["data"]
-    web = pod_spec(find(objects, "Deployment", "portal-web"))["containers"][0]
-    port_names = {p["name"]: p["containerPort"] for p in web["ports"]}
+    container = pod_spec(find(objects, "Deployment", deployment))["containers"][0]
+    port_names = {p["name"]: p["containerPort"] for p in container["ports"]}
     settings.DEBUG = False
     settings.ALLOWED_HOSTS = config["ALLOWED_HOSTS"].split(",")
     settings.SECURE_SSL_REDIRECT = True  # on in production: the probes speak plain HTTP
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        http = web[probe]["httpGet"]
+        http = container[probe]["httpGet"]
         assert port_names[http["port"]] == 8000
         assert resolve(http["path"]).func is views.healthz
         headers = {h["name"]: h["value"] for h in http.get("httpHeaders", [])}
@@ -214,6 +228,9 @@ def test_outside_mounts_the_kubeconfigs_and_binds_nothing_in_its_own_cluster():
         assert kubeconfigs["secret"]["secretName"] == "portal-kubeconfigs"
         mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "kubeconfigs")
         assert (mount["mountPath"], mount["readOnly"]) == ("/kubeconfigs", True)
+    # The agents' endpoints never call a cluster: no kubeconfig there.
+    agent_api = pod_spec(find(objects, "Deployment", "portal-agent-api"))
+    assert "kubeconfigs" not in {v["name"] for v in agent_api["volumes"]}
     # The managed cluster gets the identity the kubeconfig's token belongs to.
     managed = overlay("outside/managed-cluster")
     token = find(managed, "Secret", "gpu-quota-portal-token")
@@ -274,6 +291,7 @@ def test_the_network_policy_holds_the_portal_to_its_own_traffic(name: str):
     policy = find(objects, "NetworkPolicy", "portal")
     assert _pods_selected(policy, objects) == {
         "portal-web",
+        "portal-agent-api",
         "portal-worker",
         "portal-beat",
         "portal-migrate",
@@ -381,16 +399,226 @@ def test_the_kubeconfig_example_is_one_the_kubernetes_client_loads(tmp_path: Pat
     assert configuration.host == "https://gpu-east.example.org:6443"
 
 
+# --- the agents' endpoints on pods of their own -------------------------------------------------
+
+
+def _component(obj: Obj) -> str:
+    return str(obj["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"])
+
+
+def _serving(objects: tuple[Obj, ...], backend: Obj) -> tuple[Obj, Obj]:
+    """The Deployment and container port behind an Ingress backend: the Service it names, that
+    Service's port, the one workload the Service selects and the port its targetPort names."""
+    service = find(objects, "Service", backend["service"]["name"])
+    [port] = [
+        p for p in service["spec"]["ports"] if p["name"] == backend["service"]["port"]["name"]
+    ]
+    [deployment] = selected(service["spec"]["selector"], objects)
+    [container] = pod_spec(deployment)["containers"]
+    [target] = [p for p in container["ports"] if p["name"] == port["targetPort"]]
+    return deployment, target
+
+
+def _example(pattern: Any) -> str:
+    """A path ``pattern`` matches: its converters and groups filled with sample values."""
+    if isinstance(pattern, RoutePattern):
+        return re.sub(r"<(?:(\w+):)?\w+>", lambda m: "1" if m[1] == "int" else "x1", str(pattern))
+    text = re.sub(r"\(\?P<\w+>[^)]*\)", "1", pattern.regex.pattern)
+    return text.removeprefix("^").removesuffix("$").replace("\\.", ".").replace("/?", "/")
+
+
+def _routes() -> list[tuple[str, Any]]:
+    """Every route of the portal's URLconf as (a path it answers, its view class), for the
+    routes an example path really reaches (not one a converter refuses or an earlier route
+    takes)."""
+    found: list[tuple[str, Any]] = []
+
+    def walk(patterns: list[Any], prefix: str) -> None:
+        for entry in patterns:
+            path = prefix + _example(entry.pattern)
+            if isinstance(entry, URLResolver):
+                walk(entry.url_patterns, path)
+                continue
+            try:
+                reached = resolve("/" + path).func is entry.callback
+            except Resolver404:
+                reached = False
+            if reached:
+                view = getattr(entry.callback, "cls", None) or getattr(
+                    entry.callback, "view_class", None
+                )
+                found.append(("/" + path, view))
+
+    walk(get_resolver().url_patterns, "")
+    return found
+
+
+def _is_agents(view: Any) -> bool:
+    return isinstance(view, type) and issubclass(view, AgentView)
+
+
 @pytest.mark.parametrize("name", ["in-cluster", "outside"])
-def test_the_service_and_the_disruption_budget_select_the_web_pods(name: str):
+def test_the_ingress_sends_the_agents_endpoints_and_nothing_else_to_the_agent_api(name: str):
+    """Every route of the portal, through the Ingress's path rules, its Service and the pods
+    that Service selects: the node agents' endpoints land on the agent-api pods, every page and
+    the rest of the API on the web pods, each on the port gunicorn binds."""
     objects = overlay(name)
-    web = find(objects, "Deployment", "portal-web")
-    labels = web["spec"]["template"]["metadata"]["labels"]
-    service = find(objects, "Service", "portal-web")
-    assert service["spec"]["selector"].items() <= labels.items()
-    assert service["spec"]["ports"][0]["targetPort"] == "http"
-    budget = find(objects, "PodDisruptionBudget", "portal-web")
-    assert budget["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
-    assert budget["spec"]["minAvailable"] < web["spec"]["replicas"]
-    backend = find(objects, "Ingress", "portal-web")["spec"]["rules"][0]["http"]["paths"][0]
-    assert backend["backend"]["service"] == {"name": "portal-web", "port": {"name": "http"}}
+    ingress = find(objects, "Ingress", "portal-web")
+    [rule] = ingress["spec"]["rules"]
+    routes = _routes()
+    everyone = {c for c in vars(agent_views).values() if _is_agents(c) and c is not AgentView}
+    assert everyone and {view for _, view in routes if _is_agents(view)} == everyone
+    landed: dict[str, set[str]] = {"agent-api": set(), "web": set()}
+    for path, view in routes:
+        deployment, port = _serving(objects, ingress_backend(ingress, rule["host"], path))
+        assert _component(deployment) == ("agent-api" if _is_agents(view) else "web"), path
+        command = pod_spec(deployment)["containers"][0]["command"]
+        assert f"--bind=0.0.0.0:{port['containerPort']}" in command, path
+        landed[_component(deployment)].add(path)
+    # The admins' fleet endpoints share the agents' URL module and stay with people's traffic.
+    assert "/api/v1/nodes/" in landed["web"]
+    assert "/api/v1/agent/report/" in landed["agent-api"]
+    assert len(landed["web"]) > 50
+
+
+@pytest.mark.parametrize(
+    ("agents", "portal"), [("in-cluster", "in-cluster"), ("outside/managed-cluster", "outside")]
+)
+def test_the_agent_keeps_the_portal_url_and_its_requests_reach_the_agent_api(
+    monkeypatch: pytest.MonkeyPatch, agents: str, portal: str
+):
+    """The agent's own client, pointed where the DaemonSet points it, asks for every endpoint
+    it uses: each request goes to the portal's URL (the Ingress's TLS host) and from there to
+    the agent-api pods, to a view of the agents."""
+    objects = overlay(portal)
+    agent = pod_spec(find(overlay(agents), "DaemonSet", "gpu-agent"))["containers"][0]
+    url = next(a.removeprefix("--portal=") for a in agent["args"] if a.startswith("--portal="))
+    assert url == find(objects, "ConfigMap", "portal-config")["data"]["PORTAL_URL"]
+    ingress = find(objects, "Ingress", "portal-web")
+    host = urlsplit(url).hostname
+    assert [host] in [t["hosts"] for t in ingress["spec"]["tls"]]
+    sent: list[str] = []
+
+    def urlopen(request: Any, **_: Any) -> Any:
+        sent.append(request.full_url)
+        raise urllib.error.URLError("not sent")
+
+    monkeypatch.setattr(runner.urllib.request, "urlopen", urlopen)
+    client = runner.PortalClient(url, token="node-token")
+    outcome: Any = SimpleNamespace(to_json=dict)
+    calls = [
+        lambda: client.register("join-token", "gpu-node-1"),
+        lambda: client.report({}),
+        client.desired,
+        lambda: client.result(outcome),
+        client.probes,
+        lambda: client.probe_result(1, outcome),
+    ]
+    for call in calls:
+        with pytest.raises(runner.PortalUnavailable):
+            call()
+    assert len(sent) == len(calls)
+    for full_url in sent:
+        parts = urlsplit(full_url)
+        assert (parts.scheme, parts.hostname) == ("https", host)
+        deployment, _ = _serving(objects, ingress_backend(ingress, host, parts.path))
+        assert deployment["metadata"]["name"] == "portal-agent-api", parts.path
+        assert _is_agents(resolve(parts.path).func.view_class), parts.path
+
+
+@pytest.mark.parametrize("name", ["in-cluster", "outside"])
+def test_the_agent_api_runs_the_web_app_as_the_web_pods_do(name: str):
+    """The same image, settings, secrets, init container, probes and lock-down as the web pods;
+    only the pool's size and the cluster access differ."""
+    objects = overlay(name)
+    web = pod_spec(find(objects, "Deployment", "portal-web"))
+    api = pod_spec(find(objects, "Deployment", "portal-agent-api"))
+    assert api["initContainers"] == web["initContainers"]
+    assert api["securityContext"] == web["securityContext"]
+    assert api["serviceAccountName"] == web["serviceAccountName"]
+    assert api["automountServiceAccountToken"] is False
+    [web_container] = web["containers"]
+    [api_container] = api["containers"]
+    for key in ("image", "env", "envFrom", "ports", "securityContext"):
+        assert api_container[key] == web_container[key], key
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert api_container[probe] == web_container[probe], probe
+
+    def server(container: Obj) -> dict[str, str]:
+        """gunicorn's options but the pool's size (workers, threads)."""
+        options = {a.split("=")[0]: a for a in container["command"][2:]}
+        return {k: v for k, v in options.items() if k not in {"--workers", "--threads"}}
+
+    assert (
+        api_container["command"][:2] == web_container["command"][:2] == ["gunicorn", "portal.wsgi"]
+    )
+    assert server(api_container) == server(web_container)
+    assert "--worker-class=gthread" in api_container["command"]
+    # The same mounts of the same volumes, less the kubeconfigs (the outside overlay's).
+    assert api_container["volumeMounts"] == [
+        m for m in web_container["volumeMounts"] if m["name"] != "kubeconfigs"
+    ]
+    web_volumes = {v["name"]: v for v in web["volumes"]}
+    assert api["volumes"] == [web_volumes[v["name"]] for v in api["volumes"]]
+
+
+@pytest.mark.parametrize("name", ["in-cluster", "outside"])
+@pytest.mark.parametrize("deployment", ["portal-web", "portal-agent-api"])
+def test_each_service_and_disruption_budget_selects_its_own_pods_only(name: str, deployment: str):
+    """The bulkhead: web and agent-api pods never stand in for each other (no selector picks
+    both), and a drain keeps one of each serving."""
+    objects = overlay(name)
+    found = find(objects, "Deployment", deployment)
+    assert selected(found["spec"]["selector"]["matchLabels"], objects) == [found]
+    service = find(objects, "Service", deployment)
+    assert selected(service["spec"]["selector"], objects) == [found]
+    [container] = pod_spec(found)["containers"]
+    [port] = service["spec"]["ports"]
+    assert port["targetPort"] in {p["name"] for p in container["ports"]}
+    budget = find(objects, "PodDisruptionBudget", deployment)
+    assert selected(budget["spec"]["selector"]["matchLabels"], objects) == [found]
+    assert budget["spec"]["minAvailable"] < found["spec"]["replicas"]
+
+
+@pytest.mark.parametrize("name", ["in-cluster", "outside"])
+def test_the_agent_api_pods_have_the_web_pods_network_policy(name: str):
+    """The ingress controller reaches the agent-api pods on the port their Service targets, and
+    they may reach what the web pods may (PostgreSQL, Redis, DNS): the same policies select both."""
+    objects = overlay(name)
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+
+    def policies_of(deployment: Obj) -> list[Obj]:
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        return [
+            p for p in policies if p["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+        ]
+
+    api = find(objects, "Deployment", "portal-agent-api")
+    assert policies_of(api) == policies_of(find(objects, "Deployment", "portal-web"))
+    service = find(objects, "Service", "portal-agent-api")
+    [port] = service["spec"]["ports"]
+    [container] = pod_spec(api)["containers"]
+    http = next(p["containerPort"] for p in container["ports"] if p["name"] == port["targetPort"])
+    admitted = [
+        rule
+        for policy in policies_of(api)
+        for rule in policy["spec"].get("ingress", [])
+        if {"protocol": "TCP", "port": http} in rule["ports"]
+        and any(
+            s.get("namespaceSelector", {}).get("matchLabels")
+            == {"kubernetes.io/metadata.name": "ingress-nginx"}
+            for s in rule["from"]
+        )
+    ]
+    assert admitted
+
+
+def test_the_ingress_takes_the_largest_body_an_agent_may_send():
+    """ingress-nginx answers 413 to a body over proxy-body-size before the portal sees it; the
+    agents' endpoints take up to MAX_BODY_BYTES."""
+    ingress = find(overlay("in-cluster"), "Ingress", "portal-web")
+    size = ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-body-size"]
+    match = re.fullmatch(r"(\d+)([kmg]?)", size.lower())
+    assert match, size
+    unit = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[match[2]]
+    assert int(match[1]) * unit >= MAX_BODY_BYTES
