@@ -287,26 +287,39 @@ def drive(
     return Crowd(rows, failures, outcome, wall, usage.ru_utime + usage.ru_stime, proc.returncode)
 
 
-def named_cpu_seconds(name: str) -> float:
-    """User + system CPU of every live process called ``name`` (PostgreSQL's backends,
-    redis-server), whoever started them."""
-    total = 0.0
-    for proc in psutil.process_iter(["name"]):
-        if proc.info["name"] == name:
+class NamedCpu:
+    """CPU seconds of every process called ``name`` (PostgreSQL's backends, redis-server),
+    whoever started them, over a run. Sampled every second: a backend that exits during the
+    run (Django reopens its connection after ``CONN_MAX_AGE``) still counts up to its last
+    sample, where a difference of two snapshots would drop all it ever used."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.first: dict[int, float] = {}  # at the start, or 0 for a process started later
+        self.last: dict[int, float] = {}
+        self.started = False
+
+    def sample(self) -> None:
+        for proc in psutil.process_iter(["name"]):
+            if proc.info["name"] != self.name:
+                continue
             try:
                 times = proc.cpu_times()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
-            total += times.user + times.system
-    return total
+            used = times.user + times.system
+            self.first.setdefault(proc.pid, used if not self.started else 0.0)
+            self.last[proc.pid] = used
+        self.started = True
+
+    def seconds(self) -> float:
+        return sum(used - self.first[pid] for pid, used in self.last.items())
 
 
 def parts_cpu(parts: dict[str, psutil.Process]) -> dict[str, float]:
-    """CPU seconds so far of each part of the stack the load runs on."""
-    out = {name: cpu_seconds(proc) for name, proc in parts.items()}
-    out["PostgreSQL"] = named_cpu_seconds("postgres")
-    out["Redis"] = named_cpu_seconds("redis-server")
-    return out
+    """CPU seconds so far of each part of the stack the load runs on that one process tree
+    holds (PostgreSQL and Redis: ``NamedCpu``)."""
+    return {name: cpu_seconds(proc) for name, proc in parts.items()}
 
 
 def cpu_seconds(root: psutil.Process) -> float:
@@ -445,9 +458,13 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         settle(broker, queue, 120)  # the seed's first pushes, before the load starts
         stop_event, depth = threading.Event(), []
 
+        named = [NamedCpu("postgres"), NamedCpu("redis-server")]
+
         def sample() -> None:
             while not stop_event.is_set():
                 depth.append(int(broker.llen(queue)))  # type: ignore[arg-type]
+                for tally in named:
+                    tally.sample()
                 stop_event.wait(1.0)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -457,12 +474,17 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
                  "stand-in": psutil.Process(standin.process.pid)}  # fmt: skip
         load_before, server_before = os.getloadavg()[0], cpu_seconds(server)
         parts_before = parts_cpu(parts)
+        for tally in named:
+            tally.sample()
         print(f"driving {args.users} users and {args.agents} agents for {args.seconds:g} s "
               f"with locust (load average {load_before:.1f}) ...", flush=True)  # fmt: skip
         sampler.start()
         crowd = drive(args, port, tmp / "world.json", tmp, env, ingest_port)
         server_cpu = cpu_seconds(server) - server_before
+        for tally in named:
+            tally.sample()
         others = {k: v - parts_before[k] for k, v in parts_cpu(parts).items()}
+        others["PostgreSQL"], others["Redis"] = (tally.seconds() for tally in named)
         load_after = os.getloadavg()[0]
         stop_event.set()
         sampler.join(5)
@@ -604,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
         "--ingest-nice", type=int, default=5, help="CPU priority of the agents' server, below the web's"
     )  # fmt: skip
     parser.add_argument(
-        "--background-nice", type=int, default=10,
+        "--background-nice", type=int, default=5,
         help="CPU priority of the Celery worker and the stand-in, below the web's",
     )  # fmt: skip
     parser.add_argument("--drain", type=float, default=60, help="seconds the worker gets after")
