@@ -21,11 +21,12 @@ class RedisCacheClient(DjangoRedisCacheClient):
         self._clients: dict[int, Any] = {}
 
     def get_client(self, key: Any = None, *, write: bool = False) -> Any:
-        index = self._get_connection_pool_index(write)
+        django: Any = self  # Django's private parts, which its type stubs leave out
+        index = django._get_connection_pool_index(write)
         client = self._clients.get(index)
         if client is None:  # two threads may both build one: either is as good
-            client = self._clients[index] = self._client(
-                connection_pool=self._get_connection_pool(write)
+            client = self._clients[index] = django._client(
+                connection_pool=django._get_connection_pool(write)
             )
         return client
 

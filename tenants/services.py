@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from datetime import timedelta
 from decimal import Decimal
@@ -876,14 +876,33 @@ def notify(
 
 
 SEND_NOTIFICATION_EMAIL_TASK = "tenants.tasks.send_notification_email"
+SEND_NOTIFICATION_EMAILS_TASK = "tenants.tasks.send_notification_emails"
 
 
 def _enqueue_emails(ids: list[int]) -> None:
-    for notification_id in ids:
+    """One task for the emails of one change (a request's five approvers: one message on the
+    queue, not five); ``notification_emails_send`` hands a failing one to a task of its own,
+    which retries."""
+    try:
+        enqueue(SEND_NOTIFICATION_EMAILS_TASK, [ids])
+    except Exception:
+        logger.warning("notifications %s: emails not enqueued", ids, exc_info=True)
+
+
+def notification_emails_send(*, notification_ids: Sequence[int]) -> list[int]:
+    """Send each notification's email once, one after another; the ids whose mail server
+    failed (``OSError``) are put on the queue one by one, each on the task that retries with a
+    growing delay, so one bad moment of the server costs no other email. Returns those ids."""
+    failed = []
+    for notification_id in notification_ids:
         try:
-            enqueue(SEND_NOTIFICATION_EMAIL_TASK, [notification_id])
-        except Exception:
-            logger.warning("notification %s: email not enqueued", notification_id, exc_info=True)
+            notification_send_email(notification_id=notification_id)
+        except OSError:
+            logger.warning("notification %s: email failed, retried apart", notification_id)
+            failed.append(notification_id)
+    for notification_id in failed:
+        enqueue(SEND_NOTIFICATION_EMAIL_TASK, [notification_id])
+    return failed
 
 
 def notification_send_email(*, notification_id: int) -> bool:

@@ -15,3 +15,8 @@ from tenants import services
 )
 def send_notification_email(notification_id: int) -> None:
     services.notification_send_email(notification_id=notification_id)
+
+
+@shared_task(name=services.SEND_NOTIFICATION_EMAILS_TASK, ignore_result=True)
+def send_notification_emails(notification_ids: list[int]) -> None:
+    services.notification_emails_send(notification_ids=notification_ids)

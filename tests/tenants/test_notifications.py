@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.core import mail
+from django.core.mail.backends.locmem import EmailBackend as LocmemBackend
 
 from approvals.services import (
     quota_request_approve,
@@ -112,3 +113,44 @@ def test_no_change_no_notification(world, django_capture_on_commit_callbacks):
     with pytest.raises(Exception), django_capture_on_commit_callbacks(execute=True):  # noqa: B017
         _file(world, guaranteed=12, limit=12)  # breaks the elastic cap: nothing is filed
     assert not Notification.objects.exists()
+
+
+class RefusingOneAddress(LocmemBackend):
+    """The locmem outbox, with a mail server that refuses admin2@example.com."""
+
+    def send_messages(self, messages):  # type: ignore[no-untyped-def]
+        if any("admin2@example.com" in m.to for m in messages):
+            raise ConnectionRefusedError("refused")
+        return super().send_messages(messages)
+
+
+def test_the_emails_of_one_change_go_on_the_queue_as_one_task(world, monkeypatch):
+    from tenants import services
+
+    sent = []
+    monkeypatch.setattr(services, "enqueue", lambda name, args: sent.append((name, args)))
+    admins = [world.admin, UserFactory(email="admin3@example.com"), world.alice]
+    rows = services.notify(users=admins, subject="three people, one message")
+    services._enqueue_emails([row.pk for row in rows])  # what the commit runs
+    assert sent == [(services.SEND_NOTIFICATION_EMAILS_TASK, [[row.pk for row in rows]])]
+
+
+def test_one_failing_address_costs_no_other_email_and_is_retried_apart(
+    world, settings, monkeypatch
+):
+    from tenants import services
+
+    settings.EMAIL_BACKEND = f"{__name__}.RefusingOneAddress"
+    retried = []
+    monkeypatch.setattr(services, "enqueue", lambda name, args: retried.append((name, args)))
+    bad, good = UserFactory(username="admin2", is_platform_admin=True), world.admin
+    assert bad.email == "admin2@example.com"
+    rows = services.notify(users=[bad, good], subject="one of two")
+    by_user = {row.user_id: row.pk for row in rows}
+    failed = services.notification_emails_send(notification_ids=[by_user[bad.pk], by_user[good.pk]])
+    assert failed == [by_user[bad.pk]]
+    assert [m.to for m in mail.outbox] == [["admin@example.com"]]
+    bad_notice, good_notice = (Notification.objects.get(pk=by_user[u.pk]) for u in (bad, good))
+    assert good_notice.emailed_at is not None
+    assert bad_notice.emailed_at is None and bad_notice.email_attempts == 1
+    assert retried == [(services.SEND_NOTIFICATION_EMAIL_TASK, [by_user[bad.pk]])]
