@@ -409,8 +409,13 @@ def quota_request_check(
     order = list(merged)
     whole = [merged[k] for k in order]
     is_department = tenant.children.exists()
+    in_force = flavor_capacities(cluster=cluster)  # read once for both checks below
     rules = quota_items_check(
-        cluster=cluster, items=whole, quota_set=quota_set, department=is_department
+        cluster=cluster,
+        items=whole,
+        quota_set=quota_set,
+        department=is_department,
+        capacities=in_force,
     )
     department = department_check(
         tenant=tenant, cluster=cluster, items=whole, department=is_department
@@ -434,9 +439,7 @@ def quota_request_check(
         target = f"items[{seen[key]}].{attribute}" if key in seen else "quota_set"
         check.errors.setdefault(target, []).extend(messages)
 
-    capacities = {
-        key: capacity.amount for key, capacity in flavor_capacities(cluster=cluster).items()
-    }
+    capacities = {key: capacity.amount for key, capacity in in_force.items()}
     policy = approval_policy()
     two_approvers = False
     for item in items:

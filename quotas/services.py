@@ -46,6 +46,7 @@ from quotas.models import (
 )
 from quotas.quantity import QuantityError, format_quantity, parse_resource_amount, to_display
 from quotas.selectors import (
+    Capacity,
     FlavorAllocation,
     FleetCapacity,
     flavor_capacities,
@@ -220,6 +221,7 @@ def quota_items_check(
     items: Sequence[QuotaItem],
     quota_set: QuotaSet | None = None,
     department: bool = False,
+    capacities: Mapping[tuple[int, str], Capacity] | None = None,
 ) -> QuotaCheck:
     """Business rules for a tenant's items on ``cluster``. Errors name the item, the rule and
     the numbers. Capacity sums exclude ``quota_set`` (the set being replaced). A MIG flavor's
@@ -228,7 +230,8 @@ def quota_items_check(
     ``department``'s limit is a cap over its teams together (R14): it is held to the
     flavor's capacity, not to the elastic cap of a single tenant, which binds each team."""
     check = QuotaCheck()
-    capacities = flavor_capacities(cluster=cluster)
+    if capacities is None:  # a caller that read them already passes them
+        capacities = flavor_capacities(cluster=cluster)
     guaranteed_elsewhere = guarantees_by_flavor(cluster=cluster, exclude_quota_set=quota_set)
     seen: set[tuple[int, str]] = set()
     for index, item in enumerate(items):
