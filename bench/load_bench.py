@@ -2,7 +2,11 @@
 
 gunicorn (``--workers``, 3, of ``--threads`` 4 each, gthread as deployed) + PostgreSQL + Redis + a Celery
 worker pushing to a Kubernetes API stand-in (``devcluster``, in a subprocess), driven for
-``--seconds`` (120) by locust, headless, in its own process (``bench/locustfile.py``, gevent):
+``--seconds`` (120) by locust, headless, in its own process (``bench/locustfile.py``, gevent).
+As on Kubernetes (the ``portal-agent-api`` Deployment), the agents report to a gunicorn of their
+own (``--ingest-workers``, 2, of ``--ingest-threads`` 4; 0: to the web's); ``--ingest-nice`` and
+``--background-nice`` lower the CPU priority of that server and of the worker and stand-in, to
+see what the web would do on cores of its own (the machine's two cores are shared either way).
 
 - ``--users`` (50) simulated people: leads browsing pages (signed in through the login form),
   leads filing quota requests over the API, platform admins approving them, and automation
@@ -623,11 +627,12 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--ingest-threads", type=int, default=4)
     parser.add_argument(
-        "--ingest-nice", type=int, default=5, help="CPU priority of the agents' server, below the web's"
+        "--ingest-nice", type=int, default=0,
+        help="lower the agents' server's CPU priority by this (bench/README.md: the trade-off)",
     )  # fmt: skip
     parser.add_argument(
-        "--background-nice", type=int, default=5,
-        help="CPU priority of the Celery worker and the stand-in, below the web's",
+        "--background-nice", type=int, default=0,
+        help="lower the Celery worker's and the stand-in's CPU priority by this",
     )  # fmt: skip
     parser.add_argument("--drain", type=float, default=60, help="seconds the worker gets after")
     parser.add_argument("--max-queue", type=int, default=100, help="largest queue depth allowed")
