@@ -3,10 +3,11 @@
 gunicorn (``--workers``, 3, of ``--threads`` 4 each, gthread as deployed) + PostgreSQL + Redis + a Celery
 worker pushing to a Kubernetes API stand-in (``devcluster``, in a subprocess), driven for
 ``--seconds`` (120) by locust, headless, in its own process (``bench/locustfile.py``, gevent).
-As on Kubernetes (the ``portal-agent-api`` Deployment), the agents report to a gunicorn of their
-own (``--ingest-workers``, 2, of ``--ingest-threads`` 4; 0: to the web's); ``--ingest-nice`` and
-``--background-nice`` lower the CPU priority of that server and of the worker and stand-in, to
-see what the web would do on cores of its own (the machine's two cores are shared either way).
+``--ingest-workers N`` gives the agents a gunicorn of their own, as the ``portal-agent-api``
+Deployment does on Kubernetes (default 0: on one 2-core machine a second server only competes
+for the same cores; bench/README.md has the A/B); ``--ingest-nice`` and ``--background-nice``
+lower the CPU priority of that server and of the Celery worker and stand-in, to see what the web
+would do on cores of its own.
 
 - ``--users`` (50) simulated people: leads browsing pages (signed in through the login form),
   leads filing quota requests over the API, platform admins approving them, and automation
@@ -622,8 +623,8 @@ def main(argv: list[str] | None = None) -> int:
         help="threads per worker, as deployed (default 4; 1: sync workers)",
     )
     parser.add_argument(
-        "--ingest-workers", type=int, default=2,
-        help="gunicorn workers of the agents' own server (0: agents report to the web's)",
+        "--ingest-workers", type=int, default=0,
+        help="gunicorn workers of a server of the agents' own (0: they report to the web's)",
     )  # fmt: skip
     parser.add_argument("--ingest-threads", type=int, default=4)
     parser.add_argument(
