@@ -900,8 +900,13 @@ def notification_emails_send(*, notification_ids: Sequence[int]) -> list[int]:
         except OSError:
             logger.warning("notification %s: email failed, retried apart", notification_id)
             failed.append(notification_id)
+        except Exception:  # as one task per email would: this one fails, the others go on
+            logger.exception("notification %s: email failed", notification_id)
     for notification_id in failed:
-        enqueue(SEND_NOTIFICATION_EMAIL_TASK, [notification_id])
+        try:
+            enqueue(SEND_NOTIFICATION_EMAIL_TASK, [notification_id])
+        except Exception:
+            logger.warning("notification %s: retry not enqueued", notification_id, exc_info=True)
     return failed
 
 

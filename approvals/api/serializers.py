@@ -15,6 +15,7 @@ from rest_framework import serializers
 
 from approvals.choices import DecisionKind, RequestStatus
 from approvals.models import QuotaChangeRequest
+from approvals.selectors import approvals_counted
 from approvals.services import DiffLine, RequestCheck
 from core.api.serializers import StrictInputSerializer, utc_iso
 from quotas.api.serializers import PushOutput, QuantityInput, UnitsField, push_representation
@@ -299,7 +300,7 @@ class QuotaRequestOutput(serializers.Serializer):
         decisions = list(request.decisions.all())  # prefetched by the selector
         approvals = getattr(request, "approvals", None)
         if approvals is None:
-            approvals = sum(1 for d in decisions if d.decision == DecisionKind.APPROVE)
+            approvals = approvals_counted(request)
         return {
             "id": request.pk,
             "tenant": request.tenant.slug,

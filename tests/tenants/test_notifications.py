@@ -154,3 +154,29 @@ def test_one_failing_address_costs_no_other_email_and_is_retried_apart(
     assert good_notice.emailed_at is not None
     assert bad_notice.emailed_at is None and bad_notice.email_attempts == 1
     assert retried == [(services.SEND_NOTIFICATION_EMAIL_TASK, [by_user[bad.pk]])]
+
+
+class BrokenForOneAddress(LocmemBackend):
+    """The locmem outbox, crashing (not a network error) on admin2@example.com."""
+
+    def send_messages(self, messages):  # type: ignore[no-untyped-def]
+        if any("admin2@example.com" in m.to for m in messages):
+            raise RuntimeError("a bug, not the network")
+        return super().send_messages(messages)
+
+
+def test_an_email_that_crashes_costs_the_others_nothing_and_is_not_retried(
+    world, settings, monkeypatch
+):
+    from tenants import services
+
+    settings.EMAIL_BACKEND = f"{__name__}.BrokenForOneAddress"
+    retried = []
+    monkeypatch.setattr(services, "enqueue", lambda name, args: retried.append((name, args)))
+    bad, good = UserFactory(username="admin2", is_platform_admin=True), world.admin
+    rows = services.notify(users=[bad, good], subject="one of two")
+    by_user = {row.user_id: row.pk for row in rows}
+    failed = services.notification_emails_send(notification_ids=[by_user[bad.pk], by_user[good.pk]])
+    assert failed == [] and retried == []  # only network errors are worth a retry
+    assert [m.to for m in mail.outbox] == [["admin@example.com"]]
+    assert Notification.objects.get(pk=by_user[good.pk]).emailed_at is not None
