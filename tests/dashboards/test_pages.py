@@ -14,9 +14,8 @@ from django.test import Client
 
 from tenants.models import Tenant
 from tests.conftest import seed_quota
-from tests.dashboards.data import MIG_UUID, WHOLE_UUID, rollup_rows
+from tests.dashboards.data import MIG_UUID, WHOLE_UUID, rollup_values, rollups_insert
 from tests.factories import ClusterFactory, gpu_flavor
-from usage.models import Rollup
 
 pytestmark = pytest.mark.django_db
 
@@ -211,7 +210,7 @@ def test_the_tenant_dashboard_queries_do_not_grow_with_the_data(
     for tenant in more:
         world.team_c = tenant
         series = {("team_c", "a100_gpu"): {1: (50, 60), 5: (1, 2)}}
-        Rollup.objects.bulk_create(rollup_rows(world, now=usage_data.now, series=series))
+        rollups_insert(rollup_values(world, now=usage_data.now, series=series))
     with django_assert_max_num_queries(12):
         large = alice.get("/tenants/team-a/usage/?range=30d")
     assert small.status_code == large.status_code == 200
@@ -293,8 +292,8 @@ def test_the_admin_dashboard_queries_are_bounded_with_many_tenants(
         [Tenant(slug=f"many-{i}", display_name=f"Many {i}") for i in range(30)]
     ):
         world.team_c = tenant
-        Rollup.objects.bulk_create(
-            rollup_rows(
+        rollups_insert(
+            rollup_values(
                 world, now=usage_data.now, days=8, series={("team_c", "h100_gpu"): {5: (1, 1)}}
             )
         )
