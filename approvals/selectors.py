@@ -11,12 +11,19 @@ from core.numbers import ascii_whole
 from quotas.models import TenantSync
 from tenants.models import AuditEvent, Tenant, User
 
+NOT_VISIBLE = "No such request, or it is not yours to see."
+
+
+def _visible(user: User) -> QuerySet[QuotaChangeRequest]:
+    """Requests of the tenants ``user`` may see (the one scoping of this module)."""
+    return QuotaChangeRequest.objects.filter(tenant__in=Tenant.objects.visible_to(user))
+
 
 def _visible_with_parts(user: User) -> QuerySet[QuotaChangeRequest]:
     """Requests of the tenants ``user`` may see, with their tenant, cluster, requester, tier,
     items and decisions loaded (three queries for any number of rows)."""
     return (
-        QuotaChangeRequest.objects.filter(tenant__in=Tenant.objects.visible_to(user))
+        _visible(user)
         .select_related("tenant", "cluster", "requester", "tier")
         .prefetch_related(
             Prefetch("items", queryset=QuotaChangeItem.objects.select_related("flavor")),
@@ -58,8 +65,16 @@ def quota_request_get_for_user(*, user: User, pk: int) -> QuotaChangeRequest:
     # decisions loaded anyway.
     request = _visible_with_parts(user).filter(pk=pk).first()
     if request is None:
-        raise NotFound("No such request, or it is not yours to see.")
+        raise NotFound(NOT_VISIBLE)
     request.approvals = approvals_counted(request)  # type: ignore[attr-defined]
+    return request
+
+
+def quota_request_visible(*, user: User, pk: int) -> QuotaChangeRequest:
+    """The request's row alone (no parts), or 404 as ``quota_request_get_for_user`` answers."""
+    request = _visible(user).filter(pk=pk).first()
+    if request is None:
+        raise NotFound(NOT_VISIBLE)
     return request
 
 

@@ -10,7 +10,7 @@ cluster has observed its approved generation, failed when the cluster refused it
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
@@ -876,7 +876,21 @@ def quota_request_validate(
 
 
 @transaction.atomic
-def quota_request_create(
+def quota_request_create(**filing: Any) -> QuotaChangeRequest:
+    """``quota_request_file``'s request (the callers that do not show its check)."""
+    return quota_request_file(**filing).request
+
+
+@dataclass(frozen=True)
+class Filed:
+    """A request just filed and its check, made once: the answer shows that check rather than
+    running it again (the filing's own check, its submit and its answer ran it three times)."""
+
+    request: QuotaChangeRequest
+    check: RequestCheck
+
+
+def quota_request_file(
     *,
     tenant: Tenant,
     cluster: Cluster,
@@ -890,14 +904,19 @@ def quota_request_create(
     isolation_level: str = "",
     production_priority: bool | None = None,
     tenant_changes: Mapping[str, Any] | None = None,
-) -> QuotaChangeRequest:
+) -> Filed:
     """File a request (a draft, or pending with ``submit``). Refused whole, storing nothing,
     when it breaks a rule. ``replaces``: a draft of the same tenant and cluster (a suggested
     change, say) that the new request supersedes; it is cancelled in the same transaction,
-    so the old numbers and the new never wait side by side."""
+    so the old numbers and the new never wait side by side.
+
+    The check runs once, on the tenant and cluster as they are now (read again: a caller's
+    copy may predate a limit approved since), and serves the submit too."""
     quota_request_ensure_can_file(actor=requester, tenant=tenant)
     if not reason.strip():
         raise ValidationFailed.for_field("reason", REASON_REQUIRED)
+    tenant = Tenant.objects.get(pk=tenant.pk)
+    cluster = Cluster.objects.get(pk=cluster.pk)
     scheduling = dict(scheduling or {})
     check = quota_request_check(
         tenant=tenant,
@@ -918,8 +937,8 @@ def quota_request_create(
             tenant_changes=tenant_changes or {},
         )  # fmt: skip
         if submit:
-            quota_request_submit(request=request, actor=requester)
-    return request
+            _submit(request, actor=requester, check=check)  # its own row: no lock to take
+    return Filed(request, check)
 
 
 def _replaceable(
@@ -1008,12 +1027,19 @@ def _store_items(request: QuotaChangeRequest, items: Sequence[QuotaItem]) -> Non
     )
 
 
+def _item_rows(request: QuotaChangeRequest) -> Iterable[QuotaChangeItem]:
+    """The request's item rows with their flavors: those the selectors prefetched (no
+    query), else read."""
+    prefetched = getattr(request, "_prefetched_objects_cache", {}).get("items")
+    return prefetched if prefetched is not None else request.items.select_related("flavor")
+
+
 def quota_request_items(request: QuotaChangeRequest) -> list[QuotaItem]:
     """The request's lines as the services take them (also what a form edited from it starts
     with)."""
     return [
         QuotaItem(i.flavor, i.resource, i.guaranteed, i.limit, i.lending_limit)
-        for i in request.items.select_related("flavor")
+        for i in _item_rows(request)
     ]
 
 
@@ -1043,7 +1069,7 @@ def quota_request_approved_diff(*, request: QuotaChangeRequest) -> list[DiffLine
     """What an approved request changed: each line against the one in force when it was
     approved ([] when that was not kept: not approved yet, or approved before it was)."""
     lines = []
-    for item in request.items.select_related("flavor"):
+    for item in _item_rows(request):
         if item.guaranteed_before is None or item.limit_before is None:
             return []
         lines.append(
@@ -1132,6 +1158,11 @@ def quota_request_submit(*, request: QuotaChangeRequest, actor: User) -> QuotaCh
     _ensure_may_become(request, RequestStatus.PENDING)  # a decided one: 409, before its numbers
     check = quota_request_check_stored(request=request)
     check.raise_if_invalid()
+    return _submit(request, actor=actor, check=check)
+
+
+def _submit(request: QuotaChangeRequest, *, actor: User, check: RequestCheck) -> QuotaChangeRequest:
+    """Pending, locked ``request`` with its ``check`` passed: the notices to the approvers."""
     _transition(
         request,
         RequestStatus.PENDING,

@@ -153,3 +153,38 @@ def test_the_tenant_page_queries_are_constant(world):
         cluster, flavors = roomy_cluster(f"extra-{n}", flavors=4)
         write_quotas(world.team_a, cluster, flavors)
     assert queries(client, "/tenants/team-a/") == small
+
+
+def _captured(client, method: str, url: str, body: dict, status: int) -> list[str]:  # type: ignore[no-untyped-def]
+    with CaptureQueriesContext(connection) as context:
+        response = getattr(client, method)(url, body, format="json")
+    assert response.status_code == status, response.content
+    return [q["sql"] for q in context.captured_queries]
+
+
+def _filing(world, guaranteed: int) -> dict:  # type: ignore[no-untyped-def]
+    return {"tenant": "team-a", "cluster": "demo-a100", "reason": "more", "submit": True,
+            "items": [{"flavor": "a100-80gb", "resource": GPU_RESOURCE,
+                       "guaranteed": guaranteed, "limit": 10}]}  # fmt: skip
+
+
+def test_filing_a_request_checks_its_rules_once(world):
+    """Filed and submitted in one call, the rules run once (they read the capacities in force
+    once each run): not again for the submit, nor for the answer, which shows that check."""
+    sql = _captured(api(world.alice), "post", "/api/v1/quota-requests/", _filing(world, 7), 201)
+    assert sum('FROM "quotas_flavorresource"' in q for q in sql) == 1
+    assert len(sql) <= 30, len(sql)  # 50 when it checked three times
+
+
+def test_an_approval_someone_else_made_first_answers_409_from_a_few_queries(world):
+    """Two admins race for one request: the loser's 409 reads the request and its decisions,
+    not its items, quotas and checks (admins approving from a queue hit this often)."""
+    filed = (
+        api(world.alice).post("/api/v1/quota-requests/", _filing(world, 7), format="json").json()
+    )
+    url = f"/api/v1/quota-requests/{filed['id']}/approve/"
+    assert api(world.admin).post(url, {}, format="json").status_code == 200
+    other = User.objects.create_user("admin-2", is_platform_admin=True)
+    sql = _captured(api(other), "post", url, {}, 409)
+    assert len(sql) <= 5, sql
+    assert not any('FROM "quotas_' in q for q in sql)

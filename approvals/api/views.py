@@ -102,12 +102,14 @@ class QuotaRequestFilter(filters.FilterSet):
         fields = ["status", "tenant", "cluster"]
 
 
-def _detail(quota_request: QuotaChangeRequest) -> dict[str, Any]:
+def _detail(
+    quota_request: QuotaChangeRequest, check: services.RequestCheck | None = None
+) -> dict[str, Any]:
     """The detail representation: the request, its diff (against the quotas in force now
     while it is open; once approved, against those in force then) and its timeline (a
-    constant number of queries)."""
+    constant number of queries). ``check``: the one its filing just made."""
     context = {
-        "check": services.quota_request_check_shown(request=quota_request),
+        "check": check or services.quota_request_check_shown(request=quota_request),
         "timeline": selectors.quota_request_timeline(request=quota_request),
         "push": selectors.quota_request_push(request=quota_request),
     }
@@ -184,7 +186,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     )
     def create(self, request: Request) -> Response:
         v, tenant, cluster = self._filing(request)
-        quota_request = services.quota_request_create(
+        filed = services.quota_request_file(
             tenant=tenant,
             cluster=cluster,
             requester=caller(request),
@@ -196,7 +198,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             tenant_changes=_tenant_changes(v),
             **self._changes(v, cluster),
         )
-        return Response(self._fresh(quota_request), status=status.HTTP_201_CREATED)
+        return Response(self._fresh(filed.request, filed.check), status=status.HTTP_201_CREATED)
 
     def _replaces(
         self, v: dict[str, Any], request: Request, tenant: Tenant, cluster: Cluster
@@ -245,17 +247,25 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         )
         return Response(QuotaRequestValidationOutput(check).data)
 
-    def _fresh(self, quota_request: QuotaChangeRequest) -> dict[str, Any]:
+    def _fresh(
+        self, quota_request: QuotaChangeRequest, check: services.RequestCheck | None = None
+    ) -> dict[str, Any]:
         """The detail of ``quota_request`` as the caller sees it after a change."""
         return _detail(
-            selectors.quota_request_get_for_user(user=caller(self.request), pk=quota_request.pk)
+            selectors.quota_request_get_for_user(user=caller(self.request), pk=quota_request.pk),
+            check,
         )
+
+    def _acted_on(self) -> QuotaChangeRequest:
+        """The request an action names (404 when the caller does not see it), its row alone:
+        the service locks and reads it again, and ``_fresh`` reads what the answer shows."""
+        return selectors.quota_request_visible(user=caller(self.request), pk=int(self.kwargs["pk"]))
 
     @extend_schema(request=None, responses={200: QuotaRequestDetailOutput, **ERRORS})
     @action(detail=True, methods=["post"])
     def submit(self, request: Request, pk: str) -> Response:
         """Submit a draft for approval (the requester or a platform admin)."""
-        quota_request = self.get_object()
+        quota_request = self._acted_on()
         NoInput(data=request.data).is_valid(raise_exception=True)
         quota_request = services.quota_request_submit(request=quota_request, actor=caller(request))
         return Response(self._fresh(quota_request))
@@ -266,7 +276,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         """Approve (platform admins, not their own request). With enough approvals the change
         applies: the new quota set generation, the audit rows and the outbox row for the
         cluster push are written together, or nothing is (409 naming the broken rule)."""
-        quota_request = self.get_object()
+        quota_request = self._acted_on()
         data = DecisionInput(data=request.data)
         data.is_valid(raise_exception=True)
         quota_request = services.quota_request_approve(
@@ -278,7 +288,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def reject(self, request: Request, pk: str) -> Response:
         """Reject (platform admins, not their own request)."""
-        quota_request = self.get_object()
+        quota_request = self._acted_on()
         data = DecisionInput(data=request.data)
         data.is_valid(raise_exception=True)
         quota_request = services.quota_request_reject(
@@ -290,7 +300,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
         """Cancel a draft or pending request (its requester only; admins reject instead)."""
-        quota_request = self.get_object()
+        quota_request = self._acted_on()
         NoInput(data=request.data).is_valid(raise_exception=True)
         quota_request = services.quota_request_cancel(request=quota_request, actor=caller(request))
         return Response(self._fresh(quota_request))
