@@ -25,7 +25,8 @@ go on from the base the seed left (session, seq 1) with change reports (a quiet 
 changed), and send a full report only when an answer asks for one.
 
 At the end (``test_stop``) it writes ``LOAD_OUT``: the ids of the requests filed (201) and
-approved (200) as the users saw them, and the number of expected 409s.
+approved (200) as the users saw them, the number of expected 409s, and every response's time
+(when, which endpoint, how long), from which load_bench takes percentiles after the start.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import os
 import random
 import re
 import secrets
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -231,10 +233,24 @@ class Agent(FastHttpUser):
             self.acknowledged = None if reply.get("full_report") else reply.get("ack")
 
 
+# Every response's time, for percentiles over a part of the run (locust's CSV has the whole
+# run's): [seconds since the first request, "GET page: home", milliseconds].
+TIMES: list[tuple[float, str, float]] = []
+CLOCK = time.monotonic
+
+
+@events.request.add_listener
+def _timed(request_type: str, name: str, response_time: float, **_: Any) -> None:
+    if not TIMES:
+        _timed.start = CLOCK()  # type: ignore[attr-defined]
+    TIMES.append((CLOCK() - _timed.start, f"{request_type} {name}", response_time))  # type: ignore[attr-defined]
+
+
 @events.test_stop.add_listener
 def _write_outcome(**_: Any) -> None:
     out = os.environ.get("LOAD_OUT")
     if out:
-        Path(out).write_text(
-            json.dumps({"filed": FILED, "approved": APPROVED, "conflicts": CONFLICTS[0]})
-        )
+        Path(out).write_text(json.dumps({
+            "filed": FILED, "approved": APPROVED, "conflicts": CONFLICTS[0],
+            "times": [(round(t, 3), name, round(ms, 1)) for t, name, ms in TIMES],
+        }))  # fmt: skip

@@ -622,3 +622,25 @@ def test_the_ingress_takes_the_largest_body_an_agent_may_send():
     assert match, size
     unit = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[match[2]]
     assert int(match[1]) * unit >= MAX_BODY_BYTES
+
+
+# ingress-nginx keeps idle upstream connections this long unless the Ingress says otherwise.
+INGRESS_NGINX_UPSTREAM_KEEPALIVE_S = 60
+
+
+@pytest.mark.parametrize("deployment", ["portal-web", "portal-agent-api"])
+def test_gunicorn_keeps_idle_connections_longer_than_the_ingress_does(deployment: str):
+    """When gunicorn closed an idle connection first (its default: 2 s), a request the proxy
+    sent on it at that moment failed (a 502); closed by the proxy, it never does."""
+    objects = overlay("in-cluster")
+    [container] = pod_spec(find(objects, "Deployment", deployment))["containers"]
+    options = dict(a.split("=", 1) for a in container["command"][2:] if "=" in a)
+    ingress = find(objects, "Ingress", "portal-web")
+    annotations = ingress["metadata"].get("annotations", {})
+    upstream = int(
+        annotations.get(
+            "nginx.ingress.kubernetes.io/upstream-keepalive-timeout",
+            INGRESS_NGINX_UPSTREAM_KEEPALIVE_S,
+        )
+    )
+    assert float(options["--keep-alive"]) > upstream
