@@ -6,10 +6,13 @@ the tenant's usage page and the fleet's usage dashboard."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import datetime
+from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import transaction
 from django.utils import timezone
 
 from dashboards import selectors as dashboards
@@ -25,10 +28,28 @@ from usage.models import Rollup, Sample, Workload
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(scope="module")
+def _demo_once(django_db_setup: None, django_db_blocker: Any) -> Iterator[datetime]:
+    """``manage.py demo`` (~5 s) once for the module, as ``TestCase.setUpTestData`` does: in a
+    transaction rolled back when the module is done. Each test runs in a savepoint inside it
+    (the ``db`` fixture), so what one test writes (a node, its agent's report) is gone before
+    the next one starts. Every test of this module reads the demo: one that does not (the
+    ``world`` fixture, say) would find the demo's rows there all the same."""
+    with django_db_blocker.unblock():
+        atomic = transaction.atomic()
+        atomic._from_testcase = True  # type: ignore[attr-defined] # as TestCase marks its own
+        atomic.__enter__()
+        try:
+            call_command("demo", stdout=open("/dev/null", "w"))  # noqa: SIM115 - closed with the process
+            yield timezone.now()
+        finally:
+            transaction.set_rollback(True)
+            atomic.__exit__(None, None, None)
+
+
 @pytest.fixture
-def demo() -> datetime:
-    call_command("demo", stdout=open("/dev/null", "w"))  # noqa: SIM115 - closed with the process
-    return timezone.now()
+def demo(_demo_once: datetime, db: None) -> datetime:
+    return _demo_once
 
 
 def _gpu_limits() -> dict[tuple[int, int, int], float]:
