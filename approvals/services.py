@@ -875,7 +875,6 @@ def quota_request_validate(
 # --- writes ---------------------------------------------------------------------------------
 
 
-@transaction.atomic
 def quota_request_create(**filing: Any) -> QuotaChangeRequest:
     """``quota_request_file``'s request (the callers that do not show its check)."""
     return quota_request_file(**filing).request
@@ -890,6 +889,7 @@ class Filed:
     check: RequestCheck
 
 
+@transaction.atomic
 def quota_request_file(
     *,
     tenant: Tenant,
