@@ -27,6 +27,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from core.memory import collector_paused
 from quotas.backends import cluster_backend
 from quotas.choices import SyncBackend, SyncState
 from quotas.kube import compiler, enforcement
@@ -290,7 +291,8 @@ def cluster_reconcile(*, cluster: Cluster) -> PushOutcome:
     outcome = PushOutcome(generation=0)
     with cluster_push_lock(cluster=cluster) as held:
         if held:
-            outcome = _reconcile_locked(cluster, outcome)
+            with collector_paused():  # core/memory.py: a third of the pass at 10,000 tenants
+                outcome = _reconcile_locked(cluster, outcome)
         else:
             outcome.error, outcome.retryable = "a tenant push is under way; reconcile later", True
     if outcome.error:

@@ -98,3 +98,31 @@ def test_volcano_group_queue_takes_the_department_pool_and_cap() -> None:
     assert not [q for q in of_kind(objects, "Queue") if q["metadata"]["name"] == "research"]
     for obj in objects:
         assert validate_object(obj) == [], obj["metadata"]["name"]
+
+
+def test_department_pools_are_summed_in_one_pass_over_the_tenants(monkeypatch: Any) -> None:
+    """Each tenant's guarantees reach the departments above it in one pass: a scan of every
+    tenant per department made the compile quadratic (10,000 tenants in 1,000 departments spent
+    a third of the no-op reconcile there). 40 departments of 5 teams each, nested 2 deep."""
+    from quotas.kube import names
+
+    calls = [0]
+    real = names.tenant_cohort
+
+    def counted(*args: Any, **kwargs: Any) -> str:
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(names, "tenant_cohort", counted)
+    tenants: list[TenantSpec] = [department("org")]
+    for d in range(40):
+        tenants.append(department(f"dept-{d}", parent="org"))
+        tenants += [medium_tenant(f"team-{d}-{t}", parent=f"dept-{d}") for t in range(5)]
+    objects = compile_cluster(seed_cluster(), tenants)
+    # The tree, the queues and the pools each look a tenant's cohort up a bounded number of
+    # times (about 3 per tenant), not once per tenant and department (40 x 241 = 9,640).
+    assert calls[0] <= 6 * len(tenants)
+    # Each team holds 16 guaranteed GPUs: a department's cap of 40 minus its pool of 4 and its
+    # teams' 80 lends nothing from above; org's subtree is 40 pools of 4 and 200 teams of 16.
+    assert gpu_line(find(objects, "Cohort", "dept-7"))["borrowingLimit"] == "0"
+    assert gpu_line(find(objects, "Cohort", "org"))["borrowingLimit"] == "0"
