@@ -385,6 +385,31 @@ class Quota(models.Model):
         return f"{self.quota_set} {self.flavor.name} {self.resource}"
 
 
+class GuaranteeTotal(models.Model):
+    """Every tenant's guarantees summed per flavor and resource: what a capacity check and the
+    "free" columns subtract from a flavor's capacity, read in one indexed query whatever the
+    number of tenants (the sum over every quota row was 15-30 ms at 10,000 tenants, on every
+    approvals queue and request check).
+
+    Kept by database triggers on ``quotas_quota`` (migration 0014), in the transaction of the
+    row's own insert, update or delete: a bulk insert, a cascade or a restore keeps it too, and
+    a reader sees exactly the rows its transaction sees. Nothing in Python writes it. A
+    migration that renames ``quotas_quota`` or its ``flavor_id``, ``resource`` or
+    ``guaranteed`` columns must create the triggers again (0014 holds both backends' SQL)."""
+
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=models.CASCADE, related_name="+")
+    resource = models.CharField(max_length=100)
+    guaranteed = _quantity_field()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["flavor", "resource"], name="guarantee_total_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.flavor.name} {self.resource}: {self.guaranteed}"
+
+
 class SyncOutbox(models.Model):
     """ "Sync tenant T on cluster C up to generation G": written in the same transaction as the
     quota change, so an approved change cannot be lost between the database and the broker.

@@ -9,7 +9,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery, Sum, Value
+from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
 from quotas import isolation
@@ -31,6 +31,7 @@ from quotas.models import (
     Cluster,
     ClusterPool,
     FlavorResource,
+    GuaranteeTotal,
     Quota,
     QuotaSet,
     ResourceFlavor,
@@ -308,14 +309,25 @@ def department_caps(*, tenant: Tenant) -> list[DepartmentCapLine]:
 def guarantees_by_flavor(
     *, cluster: Cluster, exclude_quota_set: QuotaSet | None = None
 ) -> dict[tuple[int, str], Decimal]:
-    """Sum of all tenants' guarantees per (flavor id, resource) on ``cluster``."""
-    rows = Quota.objects.filter(quota_set__cluster=cluster)
-    if exclude_quota_set is not None:
-        rows = rows.exclude(quota_set=exclude_quota_set)
-    return {
-        (row["flavor_id"], row["resource"]): row["total"]
-        for row in rows.values("flavor_id", "resource").annotate(total=Sum("guaranteed"))
-    }
+    """Sum of all tenants' guarantees per (flavor id, resource) on ``cluster``, without those of
+    ``exclude_quota_set`` (the set being replaced): the running totals the database keeps
+    (``GuaranteeTotal``), less that set's own row of each. One query whatever the number of
+    tenants. Keys whose sum is 0 are left out (a caller reads a missing key as 0)."""
+    totals = GuaranteeTotal.objects.filter(flavor__cluster=cluster)
+    fields = ["flavor_id", "resource", "guaranteed"]
+    if exclude_quota_set is not None and exclude_quota_set.pk is not None:
+        own = Quota.objects.filter(
+            quota_set=exclude_quota_set,
+            flavor_id=OuterRef("flavor_id"),
+            resource=OuterRef("resource"),
+        ).values("guaranteed")  # at most one row: (set, flavor, resource) is unique
+        totals, fields = totals.annotate(own=Subquery(own)), [*fields, "own"]
+    out = {}
+    for row in totals.values(*fields):
+        total = row["guaranteed"] - (row.get("own") or Decimal(0))
+        if total:
+            out[(row["flavor_id"], row["resource"])] = total
+    return out
 
 
 def cluster_list() -> QuerySet[Cluster]:

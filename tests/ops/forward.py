@@ -189,6 +189,7 @@ def inspect() -> dict[str, Any]:
     from gpu_agent.models import MigLayout
     from gpu_agent.services.nodes import node_token_authenticate
     from quotas.models import Quota, QuotaSet
+    from quotas.selectors import guarantees_by_flavor
     from tenants.models import User
     from tenants.services import api_token_authenticate
 
@@ -212,6 +213,11 @@ def inspect() -> dict[str, Any]:
         "api_token_user": token.user.username if token else None,
         "node_token_node": node_token.node.name if node_token else None,
         "layouts": list(MigLayout.objects.values_list("generation", "state")),
+        # The running totals the upgrade filled from the rows, and kept through the approval.
+        "guarantees": sorted(
+            f"{resource} {total:f}"
+            for (_flavor, resource), total in guarantees_by_flavor(cluster=team_a.cluster).items()
+        ),
     }
 
 

@@ -31,6 +31,9 @@ def test_previous_release_upgrades_with_its_data(scratch_db) -> None:  # type: i
     assert seen["api_token_user"] == "alice"
     assert seen["node_token_node"] == "gpu-node-1"
     assert [tuple(x) for x in seen["layouts"]] == [(1, "success")]
+    # The guarantees' running totals: filled from the rows (team-a 6 + team-b 4 A100s, 32 + 32
+    # CPUs), then kept by the approval (team-a 6 -> 7).
+    assert seen["guarantees"] == ["cpu 64.000", "nvidia.com/gpu 11.000"]
 
 
 def test_every_release_names_only_migrations_that_exist() -> None:
