@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.db.models import Sum
 from django.test.utils import CaptureQueriesContext
 
+from core.errors import ValidationFailed
 from quotas.choices import GPU_RESOURCE
 from quotas.models import GuaranteeTotal, Quota, QuotaSet
 from quotas.selectors import cluster_allocations, guarantees_by_flavor
@@ -97,13 +98,17 @@ def test_the_capacity_check_refuses_what_the_others_guarantees_leave_no_room_for
     seed_quota(world.team_a, world.a100, world.a100_gpu, 6, 10, world.admin)
     seed_quota(world.team_b, world.a100, world.a100_gpu, 4, 6, world.admin)
     seed_quota(world.team_c, world.a100, world.a100_gpu, 6, 6, world.admin)
-    with pytest.raises(Exception, match="guarantee"):
+    before = kept()
+    with pytest.raises(ValidationFailed) as refused:
         quota_set_write(
             tenant=world.team_c, cluster=world.a100,
             items=[QuotaItem(world.a100_gpu, GPU_RESOURCE, Decimal(7), Decimal(7))],
             scheduling=SchedulingQuotas(), actor=world.admin,
         )  # fmt: skip
-    assert kept() == rows_summed()
+    assert "items[0].guaranteed" in refused.value.fields, refused.value.fields
+    assert kept() == before == rows_summed()  # the refused write changed nothing
+    # 6 is what is left, and it passes.
+    seed_quota(world.team_c, world.a100, world.a100_gpu, 6, 6, world.admin)
 
 
 def test_reading_the_allocations_costs_the_same_at_any_number_of_tenants(world):
