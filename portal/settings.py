@@ -237,6 +237,14 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 API_TOKEN_TTL_DAYS = env_int("API_TOKEN_TTL_DAYS", 90)
+# Local passwords: Argon2id (identity/passwords.py says why); hashes stored by the others are
+# still read and rewritten as Argon2id at their owner's next sign-in.
+PASSWORD_HASHERS = [
+    "identity.passwords.Argon2idPasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2SHA1PasswordHasher",
+    "django.contrib.auth.hashers.ScryptPasswordHasher",
+]
 if TESTING:
     PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # --- Sign-in through the company's identity provider (identity app) --------------------------

@@ -107,6 +107,27 @@ def test_embedded_defaults_need_no_server(tmp_path):
     assert (tmp_path / "broker" / "queue").is_dir()
 
 
+def test_production_stores_passwords_as_argon2id_and_reads_pbkdf2(tmp_path):
+    """New and changed passwords: Argon2id (identity/passwords.py); PBKDF2's hashes (the
+    previous default) are still read, and rewritten at their next sign-in
+    (tests/identity/test_passwords.py)."""
+    code = (
+        "from django.contrib.auth.hashers import get_hasher, make_password; "
+        "from django.conf import settings; print(*settings.PASSWORD_HASHERS); "
+        "print(make_password('a-password').rsplit('$', 2)[0]); print(get_hasher('pbkdf2_sha256').iterations)"
+    )
+    result = manage("shell", "-v", "0", "-c", code, env=PRODUCTION, tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    hashers, encoded, iterations = result.stdout.splitlines()
+    assert hashers.split()[:2] == [
+        "identity.passwords.Argon2idPasswordHasher",
+        "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+    ]
+    assert "MD5" not in hashers
+    assert encoded == "argon2$argon2id$v=19$m=19456,t=2,p=1"
+    assert int(iterations) >= 600_000
+
+
 def test_production_uses_postgres_and_redis_from_the_environment(tmp_path):
     code = (
         "from django.conf import settings; d = settings.DATABASES['default']; "
