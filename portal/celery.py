@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 from celery.schedules import crontab
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
@@ -50,3 +51,17 @@ app.conf.beat_schedule = {
         "schedule": crontab(minute=0, hour=3, day_of_month=1),
     },
 }
+
+
+@signals.task_prerun.connect
+@signals.task_postrun.connect
+def _database_connections_as_after_a_request(sender: Any = None, **_: Any) -> None:
+    """A worker's task ends as a web request does: Django's ``close_old_connections`` closes a
+    connection past ``CONN_MAX_AGE`` or left unusable by an error, and keeps the others for
+    the next task (``CELERY_DB_REUSE_MAX`` keeps Celery's fixup from closing them every time).
+    Not for an eager task: it runs inside the caller's request, maybe in its transaction."""
+    if sender is None or getattr(sender.request, "is_eager", False):
+        return
+    from django.db import close_old_connections
+
+    close_old_connections()
