@@ -22,14 +22,14 @@ from tenants.selectors import tenant_get_for_user, user_can_manage_tenant
 BAR_WIDTH = 160  # px of the what-if chart's longest bar
 
 
-def tenant_suggestions_context(*, request: HttpRequest, tenant: Tenant) -> dict[str, Any]:
-    """The tenant page's "Suggested changes" (the caller has already seen ``tenant``)."""
-    leads = user_can_manage_tenant(user=caller(request), tenant=tenant)
+def tenant_suggestions_context(*, tenant: Tenant, can_manage: bool) -> dict[str, Any]:
+    """The tenant page's "Suggested changes" (the caller has already seen ``tenant``;
+    ``can_manage``: a platform admin or one of its leads, as ``user_can_manage_tenant``)."""
     return {
         "advice_suggestions": selectors.suggestions_open(tenant=tenant),
-        "advice_can_compute": leads,
+        "advice_can_compute": can_manage,
         # Members and viewers read a suggested draft; its leads (and admins) submit it.
-        "advice_can_submit": leads,
+        "advice_can_submit": can_manage,
     }
 
 

@@ -30,6 +30,7 @@ from quotas import views as quota_views
 from quotas.kube.bandwidth import bandwidth_words
 from tenants import selectors as tenant_selectors
 from tenants.api.base import caller
+from tenants.choices import MembershipRole
 from tenants.models import AuditEvent, Tenant
 from usage import selectors as usage_selectors
 
@@ -167,23 +168,28 @@ def help_preemption(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
-    tenant = tenant_selectors.tenant_get_for_user(user=caller(request), slug=slug)
+    user = caller(request)
+    tenant = tenant_selectors.tenant_get_for_user(user=user, slug=slug)
     quota_sets = quota_selectors.tenant_effective_quotas(tenant=tenant)
+    # Each read once, though several parts of the page show it.
+    namespaces = list(tenant_selectors.namespace_list_for_tenant(tenant=tenant))
+    teams = list(tenant.children.order_by("slug"))
+    role = tenant_selectors.membership_role(user=user, tenant=tenant)
     context = {
         "tenant": tenant,
-        "namespaces": tenant_selectors.namespace_list_for_tenant(tenant=tenant),
+        "namespaces": namespaces,
         "members": tenant_selectors.membership_list_for_tenant(tenant=tenant),
         "quota_sets": quota_sets,
         # Per-pod caps and the batch / inference split per cluster (R16, R17).
         "priority_rules": [
             quota_selectors.quota_set_priority_rules(quota_set=qs) for qs in quota_sets
         ],
-        "department_caps": quota_selectors.department_caps(tenant=tenant),
-        "teams": tenant.children.order_by("slug"),
-        "role": tenant_selectors.membership_role(user=caller(request), tenant=tenant),
+        "department_caps": quota_selectors.department_caps(tenant=tenant, has_teams=bool(teams)),
+        "teams": teams,
+        "role": role,
         # Where its quotas stand in each cluster (no live read: "In the cluster" does that).
         "cluster_syncs": quota_views.cluster_syncs(tenant=tenant),
-        "pipeline": quota_selectors.tenant_pipeline_access(tenant=tenant),
+        "pipeline": quota_selectors.tenant_pipeline_access(tenant=tenant, namespaces=namespaces),
         "isolation": quota_selectors.tenant_isolation(tenant=tenant),
         "run_rules": _run_rules(tenant),
         "gpu_units": _gpu_units(tenant),
@@ -192,7 +198,9 @@ def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
             bandwidth_words(tenant.pod_bandwidth_max) if tenant.pod_bandwidth_max else None
         ),
     }
-    context |= advice_views.tenant_suggestions_context(request=request, tenant=tenant)
+    context |= advice_views.tenant_suggestions_context(
+        tenant=tenant, can_manage=user.is_platform_admin or role == MembershipRole.LEAD
+    )
     return render(request, "portal/tenant_detail.html", context)
 
 

@@ -279,10 +279,13 @@ class DepartmentCapLine:
     teams_limit: Decimal
 
 
-def department_caps(*, tenant: Tenant) -> list[DepartmentCapLine]:
-    """The caps of the department ``tenant`` is (when others name it as parent) or belongs to
-    (its parent's), with its teams' sums, per cluster, flavor and resource. Two queries."""
-    department = tenant if tenant.children.exists() else tenant.parent
+def department_caps(*, tenant: Tenant, has_teams: bool | None = None) -> list[DepartmentCapLine]:
+    """The caps of the department ``tenant`` is (when others name it as parent: ``has_teams``,
+    when the caller knows) or belongs to (its parent's), with its teams' sums, per cluster,
+    flavor and resource. Two queries (three without ``has_teams``)."""
+    if has_teams is None:
+        has_teams = tenant.children.exists()
+    department = tenant if has_teams else tenant.parent
     if department is None:
         return []
     teams: dict[tuple[str, str, str], tuple[Decimal, Decimal]] = {}
@@ -566,11 +569,15 @@ class PipelineAccess:
     token_command: str
 
 
-def tenant_pipeline_access(*, tenant: Tenant) -> dict[str, Any]:
-    """Per namespace of ``tenant``: its ServiceAccount and ``kubectl create token`` line; the
-    Kueue LocalQueue label jobs carry, and the tenant's clusters that run Kueue."""
+def tenant_pipeline_access(
+    *, tenant: Tenant, namespaces: Iterable[Namespace] | None = None
+) -> dict[str, Any]:
+    """Per namespace of ``tenant`` (``namespaces``, when the caller has read them): its
+    ServiceAccount and ``kubectl create token`` line; the Kueue LocalQueue label jobs carry,
+    and the tenant's clusters that run Kueue."""
     account = names.service_account(tenant.slug)
-    namespaces = Namespace.objects.filter(tenant=tenant).order_by("name")
+    if namespaces is None:
+        namespaces = Namespace.objects.filter(tenant=tenant).order_by("name")
     clusters = (
         Cluster.objects.filter(quota_sets__tenant=tenant)
         .distinct()

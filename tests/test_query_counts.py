@@ -155,6 +155,21 @@ def test_the_tenant_page_queries_are_constant(world):
     assert queries(client, "/tenants/team-a/") == small
 
 
+def test_the_tenant_page_reads_nothing_twice(world):
+    """Its parts share what the page read once (the namespaces, the teams, the caller's role,
+    the tenant's own run time), for a lead and for a platform admin."""
+    for user in (world.alice, world.admin):
+        client = Client()
+        client.force_login(user)
+        client.get("/tenants/team-a/")
+        with CaptureQueriesContext(connection) as context:
+            assert client.get("/tenants/team-a/").status_code == 200
+        statements = [(q["sql"]) for q in context.captured_queries]
+        repeated = sorted({sql for sql in statements if statements.count(sql) > 1})
+        assert repeated == [], repeated
+        assert len(statements) <= 15, statements
+
+
 def _captured(client, method: str, url: str, body: dict, status: int) -> list[str]:  # type: ignore[no-untyped-def]
     with CaptureQueriesContext(connection) as context:
         response = getattr(client, method)(url, body, format="json")
