@@ -19,10 +19,11 @@ The people (``LOAD_USERS``, 50; each class's share is ``fixed_count``):
 - 30% automation polling the API with tokens: the tenant's quotas, its sync state, the pending
   requests and ``me/``.
 
-The agents (``LOAD_AGENTS``, 1,000): each reports every ``LOAD_INTERVAL`` (10) s with its node
-token, protocol 2 (gpu_agent/PROTOCOL.md): agents already running when the load starts, so they
-go on from the base the seed left (session, seq 1) with change reports (a quiet node: nothing
-changed), and send a full report only when an answer asks for one.
+The agents (``LOAD_AGENTS``, 1,000): each reports every ``LOAD_INTERVAL`` (10) s +/-20% with its
+node token, protocol 2 (gpu_agent/PROTOCOL.md): agents already running when the load starts, so
+they go on from the base the seed left (session, seq 1) with change reports (a quiet node:
+nothing changed), and send a full report only when an answer asks for one. Like a running
+fleet, they do not report in step (``pacing.py``).
 
 At the end (``test_stop``) it writes ``LOAD_OUT``: the ids of the requests filed (201) and
 approved (200) as the users saw them, the number of expected 409s, and every response's time
@@ -43,8 +44,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from locust import between, constant, constant_pacing, events, task
+import gevent
+from locust import between, constant, events, task
 from locust.contrib.fasthttp import FastHttpUser
+from pacing import next_report_in, spawn_tick
 
 CSRF = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 WORLD: dict[str, Any] = (
@@ -195,12 +198,18 @@ class Automation(FastHttpUser):
 
 
 class Agent(FastHttpUser):
-    """A node agent speaking protocol 2, paced at its report interval."""
+    """A node agent speaking protocol 2, paced at its report interval +/-20%."""
 
     fixed_count = AGENTS
-    wait_time = constant_pacing(INTERVAL)
+
+    def wait_time(self) -> float:
+        return next_report_in(started=self.report_started, now=time.monotonic(), interval=INTERVAL)
 
     def on_start(self) -> None:
+        # locust starts a tick's worth of users at once; a running fleet's first reports here
+        # fall anywhere in that tick, not on one instant (pacing.py).
+        gevent.sleep(random.uniform(0, spawn_tick(PEOPLE + AGENTS, INTERVAL)))
+        self.report_started = time.monotonic()
         node = WORLD["nodes"][next(_nodes) % len(WORLD["nodes"])]
         if AGENT_HOST:  # the agents' own server (locust's --host is the people's)
             self.client.base_url = AGENT_HOST
@@ -227,6 +236,7 @@ class Agent(FastHttpUser):
 
     @task
     def report(self) -> None:
+        self.report_started = time.monotonic()
         answer = self.client.post("/api/v1/agent/report/", name="agent: report", json=self.body())
         if answer.status_code == 200:
             reply = answer.json()
