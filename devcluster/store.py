@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 logger = logging.getLogger("devcluster")
 
 Key = tuple[str, str]  # (namespace or "", name)
@@ -205,6 +207,8 @@ class Store:
             },
         }
         temporary = self.state_file.with_suffix(".tmp")
-        temporary.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+        # orjson: json.dumps with an indent runs Python's own encoder, and a save shortly after
+        # every burst of writes was two thirds of the stand-in's CPU in the load test.
+        temporary.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
         os.replace(temporary, self.state_file)
         self.dirty = False
