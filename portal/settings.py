@@ -228,8 +228,8 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Celery's Django fixup closes the worker's database connections before and after every task
 # unless this is set; then it closes them every this many tasks, and portal/celery.py closes
-# them as Django does after a request (past CONN_MAX_AGE, or unusable after an error). A new
-# PostgreSQL connection per task was a sixth of the worker's CPU in the load test.
+# them as Django does after a request (past CONN_MAX_AGE, or unusable after an error): not a
+# new PostgreSQL connection and backend for every task.
 CELERY_DB_REUSE_MAX = 500
 CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")

@@ -1,7 +1,7 @@
 """A real worker keeps its PostgreSQL connection from one task to the next, as gunicorn's
 workers keep theirs between requests (``CONN_MAX_AGE``). Celery's Django fixup closed it after
-every task, so each task opened a new one (a sixth of the worker's CPU in the load test, and a
-new PostgreSQL backend per task)."""
+every task, so each task opened a new one (a sixth of the worker's busy time in py-spy's samples
+during the load test, mostly waiting for it, and a new PostgreSQL backend per task)."""
 
 from __future__ import annotations
 
