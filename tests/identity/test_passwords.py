@@ -5,9 +5,12 @@ so these tests put the production list back (tests/portal/test_settings.py check
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+from django.conf import settings as django_settings
 from django.contrib.auth.hashers import Argon2PasswordHasher, check_password, make_password
-from django.test import Client, override_settings
+from django.test import Client
 
 from tenants.models import User
 
@@ -22,9 +25,13 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("hashers")]
 
 
 @pytest.fixture
-def hashers():  # type: ignore[no-untyped-def]
-    with override_settings(PASSWORD_HASHERS=HASHERS):
-        yield
+def hashers(settings):  # type: ignore[no-untyped-def]
+    settings.PASSWORD_HASHERS = HASHERS
+    # The login rate limit counts sign-ins per address in the real cache (Redis in CI): this
+    # test's count is its own, not the suite's sign-ins from 127.0.0.1 in the same minute.
+    caches = {name: dict(conf) for name, conf in django_settings.CACHES.items()}
+    caches["default"]["KEY_PREFIX"] = f"test-{uuid.uuid4().hex}"
+    settings.CACHES = caches
 
 
 def stored(username: str) -> str:
