@@ -2,12 +2,12 @@
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 DATA_DIR=/data STATIC_ROOT=/app/staticfiles
 WORKDIR /app
-COPY requirements.lock pyproject.toml ./
+COPY requirements.lock requirements-ldap.lock pyproject.toml ./
 # python-ldap (LDAP sign-in) compiles against OpenLDAP's and Cyrus SASL's headers.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libldap2-dev libsasl2-dev \
     && rm -rf /var/lib/apt/lists/* \
-    && pip install --no-cache-dir -r requirements.lock
+    && pip install --no-cache-dir -r requirements.lock -r requirements-ldap.lock
 COPY . .
 # collectstatic needs settings but no database or secret; the build-time key is thrown away.
 RUN SECRET_KEY=build-only-not-used-at-runtime python manage.py collectstatic --noinput \

@@ -3,8 +3,15 @@ SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
-# The virtual environment is reused while requirements.lock and pyproject.toml are unchanged.
-STAMP := $(VENV)/.installed-$(shell cat requirements.lock pyproject.toml | sha1sum | cut -c1-12)
+# LDAP sign-in is an optional extra (requirements-ldap.lock): python-ldap compiles against
+# Debian's libldap2-dev and libsasl2-dev, so it is installed where those headers are (LDAP=auto),
+# always (LDAP=yes: the build fails without them) or never (LDAP=no). Without it everything
+# runs but the LDAP sign-in, and its tests are skipped (CI, which installs the headers, fails).
+LDAP ?= auto
+LDAP_HEADERS := $(shell test -f /usr/include/ldap.h && test -f /usr/include/sasl/sasl.h && echo yes)
+WITH_LDAP := $(if $(filter yes,$(LDAP)),yes,$(if $(filter auto,$(LDAP)),$(LDAP_HEADERS)))
+# The virtual environment is reused while the lock files and pyproject.toml are unchanged.
+STAMP := $(VENV)/.installed-$(shell cat requirements.lock requirements-ldap.lock pyproject.toml | sha1sum | cut -c1-12)$(if $(WITH_LDAP),-ldap)
 PORT ?= 8000
 # make run's Prometheus (when the binary is installed) and the demo DCGM exporter it scrapes;
 # not 9090 / 9100, where Debian's prometheus package runs its own service and node exporter.
@@ -14,10 +21,16 @@ DEMO_METRICS_PORT ?= 9400
 
 .PHONY: venv run manage test fuzz lint bench lock schema clean
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock requirements-ldap.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.lock
+ifeq ($(WITH_LDAP),yes)
+	$(PY) -m pip install --quiet -r requirements-ldap.lock
+else
+	@$(PY) -m pip uninstall --quiet --yes django-auth-ldap python-ldap 2>/dev/null || true
+	@echo "LDAP sign-in left out (no libldap2-dev / libsasl2-dev headers): everything else works. To add it: sudo apt-get install libldap2-dev libsasl2-dev, then make again."
+endif
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 
@@ -106,7 +119,10 @@ lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install --quiet -r requirements.in
 	{ echo "# Pinned by 'pip freeze' from requirements.in; 'make lock' regenerates it."; \
-	  .lock-venv/bin/pip freeze | grep -v '^-e'; } > requirements.lock
+	  .lock-venv/bin/pip freeze | grep -v '^-e' | grep -v -E '^(django-auth-ldap|python-ldap)=='; } > requirements.lock
+	{ sed -n '/^#/p' requirements-ldap.lock; \
+	  .lock-venv/bin/pip freeze | grep -E '^(django-auth-ldap|python-ldap)=='; } > requirements-ldap.lock.new
+	mv requirements-ldap.lock.new requirements-ldap.lock
 	rm -rf .lock-venv
 
 clean:

@@ -1,5 +1,6 @@
-"""Authentication backends: local accounts (behind ``LOCAL_LOGIN_ENABLED``), LDAP
-(django-auth-ldap) and OpenID Connect (mozilla-django-oidc). The LDAP and OIDC backends bring
+"""Authentication backends: local accounts (behind ``LOCAL_LOGIN_ENABLED``) and OpenID Connect
+(mozilla-django-oidc); LDAP (django-auth-ldap) is ``identity.directory``, imported only where
+LDAP is configured, since python-ldap is an optional extra. The LDAP and OIDC backends bring
 the user's group-made roles in line with the groups the directory or provider sent
 (``services.identity_groups_apply``) at each sign-in.
 
@@ -15,7 +16,6 @@ import jwt
 import requests
 from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
-from django_auth_ldap.backend import LDAPBackend
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
 from identity import oidc
@@ -40,18 +40,6 @@ class LocalBackend(ModelBackend):
             return None
         user = super().authenticate(request, username=username, password=password, **kwargs)
         return user if isinstance(user, User) else None
-
-
-class PortalLDAPBackend(LDAPBackend):
-    """Bind, user search and group search as configured (``AUTH_LDAP_*``); then the groups."""
-
-    def authenticate_ldap_user(self, ldap_user: Any, password: str) -> Any:
-        user = super().authenticate_ldap_user(ldap_user, password)
-        if user is not None:
-            identity_groups_apply(
-                user=user, groups=ldap_user.group_names, provider=IdentitySource.LDAP
-            )
-        return user
 
 
 def _claim_groups(value: Any) -> list[str]:

@@ -311,8 +311,15 @@ if LDAP_ENABLED:
         raise ImproperlyConfigured(
             "LDAP_SERVER_URI is set: set LDAP_USER_BASE and LDAP_GROUP_BASE too."
         )
-    import ldap
-    from django_auth_ldap.config import GroupOfNamesType, LDAPSearch
+    try:
+        import ldap
+        from django_auth_ldap.config import GroupOfNamesType, LDAPSearch
+    except ImportError as exc:
+        raise ImproperlyConfigured(
+            "LDAP_SERVER_URI is set but LDAP sign-in is not installed: install Debian's "
+            "libldap2-dev and libsasl2-dev, then pip install -r requirements-ldap.lock "
+            "(make does it when the headers are there; the image has it)."
+        ) from exc
 
     AUTH_LDAP_USER_SEARCH = LDAPSearch(LDAP_USER_BASE, ldap.SCOPE_SUBTREE, LDAP_USER_FILTER)
     AUTH_LDAP_GROUP_SEARCH = LDAPSearch(LDAP_GROUP_BASE, ldap.SCOPE_SUBTREE, LDAP_GROUP_FILTER)
@@ -331,7 +338,7 @@ if LDAP_ENABLED:
 # callback).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    *(["identity.backends.PortalLDAPBackend"] if LDAP_ENABLED else []),
+    *(["identity.directory.PortalLDAPBackend"] if LDAP_ENABLED else []),
     "identity.backends.LocalBackend",
     *(["identity.backends.PortalOIDCBackend"] if OIDC_ENABLED else []),
 ]

@@ -85,6 +85,26 @@ class Cluster(models.Model):
     # Kueue's manager configuration as last read from the cluster
     # (``quotas.kube.enforcement.KueueConfig.as_json``); None when it could not be read, with
     # the reason in ``kueue_config_error``.
+    # Who may create a GPU pod (or pod-owning object) that names a controller owner in
+    # ``kueue`` mode, beside the built-in controllers and Kueue's own account: operators an
+    # admin trusts on this cluster, as Kubernetes usernames
+    # ("system:serviceaccount:kubeflow:training-operator"; a trailing "*" matches a prefix).
+    trusted_controllers = models.JSONField(
+        default=list,
+        db_default=[],
+        blank=True,
+        help_text="Operators trusted to create owned GPU pods (Kubernetes usernames, one per "
+        "line; a trailing * matches a prefix), beside the built-in controllers and Kueue.",
+    )
+    # Namespaces the portal never gives a tenant nor writes into on this cluster, beside the
+    # built-in list (kube-*, default, Kueue's, Volcano's, the GPU Operator's, the portal's).
+    reserved_namespaces = models.JSONField(
+        default=list,
+        db_default=[],
+        blank=True,
+        help_text="Namespaces no tenant may have on this cluster, beside the built-in system "
+        "ones (a trailing * matches a prefix).",
+    )
     kueue_config = models.JSONField(null=True, blank=True)
     kueue_config_error = models.CharField(max_length=500, blank=True)
     kueue_config_read_at = models.DateTimeField(null=True, blank=True)

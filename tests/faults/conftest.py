@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from devcluster.runner import ProcessHandle, start_in_subprocess
-from tests.conftest import World
+from tests.conftest import World, on_postgres
 from tests.faults.invariants import RESULTS, Watch
 from tests.integration.conftest import (  # noqa: F401 - fixtures used by the fault tests
     isolation,
@@ -80,10 +80,13 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 @pytest.fixture
 def start_worker(
+    on_postgres: None,  # noqa: F811 - the fixture
     _integration_start_worker: Callable[[], subprocess.Popen[bytes]],  # noqa: F811 - the fixture
 ) -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
     """The integration suite's ``start_worker``; at teardown every worker gets SIGTERM at
-    once (a test may run several), then SIGKILL after 3 s."""
+    once (a test may run several), then SIGKILL after 3 s. PostgreSQL only: on SQLite the
+    test database lives in this process's memory, so a worker would push from an empty one
+    (a test with a broker of its own, like the Redis-down test, needs no REDIS_URL to get here)."""
     started: list[subprocess.Popen[bytes]] = []
 
     def start() -> subprocess.Popen[bytes]:

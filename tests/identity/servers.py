@@ -12,6 +12,7 @@ Absent servers skip locally and fail in CI (``REQUIRE_SERVICES=1``).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -176,6 +177,16 @@ class Directory:
         )
 
 
+def require_ldap_extra() -> None:
+    """python-ldap is an optional extra (it compiles against libldap2-dev and libsasl2-dev):
+    skipped where make installed the portal without it, a failure in CI."""
+    require_service(
+        "python-ldap",
+        importlib.util.find_spec("ldap") is not None,
+        "LDAP sign-in is not installed (apt-get install libldap2-dev libsasl2-dev, then make)",
+    )
+
+
 @contextmanager
 def slapd(tmp: Path) -> Iterator[Directory]:
     """A fresh OpenLDAP server on a free port, in the foreground, stopped at the end."""
@@ -230,6 +241,7 @@ def slapd(tmp: Path) -> Iterator[Directory]:
 
 def use_ldap(settings: Any, directory: Directory, **extra: Any) -> None:
     """Point the portal's login form at ``directory`` (as the LDAP_* variables would)."""
+    require_ldap_extra()
     import ldap
     from django_auth_ldap.config import GroupOfNamesType, LDAPSearch
 
@@ -244,7 +256,7 @@ def use_ldap(settings: Any, directory: Directory, **extra: Any) -> None:
     settings.AUTH_LDAP_GROUP_TYPE = GroupOfNamesType(name_attr="cn")
     settings.AUTHENTICATION_BACKENDS = [
         "axes.backends.AxesStandaloneBackend",
-        "identity.backends.PortalLDAPBackend",
+        "identity.directory.PortalLDAPBackend",
         "identity.backends.LocalBackend",
     ]
     for name, value in extra.items():

@@ -108,7 +108,7 @@ def test_the_directory_settings_come_from_the_environment(directory: Directory, 
         "import django; django.setup()\n"
         "import ldap\n"
         "from django.conf import settings as s\n"
-        "assert 'identity.backends.PortalLDAPBackend' in s.AUTHENTICATION_BACKENDS\n"
+        "assert 'identity.directory.PortalLDAPBackend' in s.AUTHENTICATION_BACKENDS\n"
         "conn = ldap.initialize(s.AUTH_LDAP_SERVER_URI)\n"
         "conn.simple_bind_s(s.AUTH_LDAP_BIND_DN, s.AUTH_LDAP_BIND_PASSWORD)\n"
         "found = s.AUTH_LDAP_USER_SEARCH.execute(conn, {'user': 'nora'})\n"
@@ -126,3 +126,46 @@ def test_the_directory_settings_come_from_the_environment(directory: Directory, 
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"found ['uid=nora,{LDAP_USERS}']" in done.stdout
     assert LDAP_ADMIN_PASSWORD not in done.stdout + done.stderr
+
+
+def test_ldap_configured_without_the_extra_stops_with_what_to_install(tmp_path: Path):
+    """python-ldap is optional (it needs libldap2-dev and libsasl2-dev to build): a portal
+    configured for LDAP without it refuses to start and says what to install, rather than
+    failing at the first sign-in. The extra is hidden from the child process by a
+    ``sitecustomize`` that makes ``import ldap`` fail, as on a machine without it."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['ldap'] = None\nsys.modules['django_auth_ldap'] = None\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tmp_path),
+        "LDAP_SERVER_URI": "ldap://127.0.0.1:1",
+        "LDAP_USER_BASE": LDAP_USERS,
+        "LDAP_GROUP_BASE": LDAP_GROUPS,
+        "DEBUG": "true",
+        "DJANGO_SETTINGS_MODULE": "portal.settings",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        env=env,
+        cwd=django_settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "LDAP sign-in is not installed" in done.stderr
+    assert "requirements-ldap.lock" in done.stderr
+
+    without = {k: v for k, v in env.items() if not k.startswith("LDAP_")}
+    done = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); import identity.backends"],
+        env=without,
+        cwd=django_settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
