@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from devcluster.runner import ProcessHandle, start_in_subprocess
-from tests.conftest import World, on_postgres
+from tests.conftest import World
 from tests.faults.invariants import RESULTS, Watch
 from tests.integration.conftest import (  # noqa: F401 - fixtures used by the fault tests
     isolation,
@@ -80,7 +80,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 @pytest.fixture
 def start_worker(
-    on_postgres: None,  # noqa: F811 - the fixture
+    on_postgres: None,
     _integration_start_worker: Callable[[], subprocess.Popen[bytes]],  # noqa: F811 - the fixture
 ) -> Iterator[Callable[[], subprocess.Popen[bytes]]]:
     """The integration suite's ``start_worker``; at teardown every worker gets SIGTERM at
