@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from devcluster import limitranger, policies, quota
+from devcluster.auth import INSECURE_ANONYMOUS, UserInfo
 from devcluster.errors import ApiError, forbidden, qualified
 from devcluster.resources import Registry, ResourceType
 from devcluster.store import Store
@@ -27,8 +28,8 @@ logger = logging.getLogger("devcluster")
 QUOTAS = "resourcequotas"
 POLICIES = "validatingadmissionpolicies.admissionregistration.k8s.io"
 BINDINGS = "validatingadmissionpolicybindings.admissionregistration.k8s.io"
-ANONYMOUS = ("system:anonymous", ("system:unauthenticated",))
 LIMIT_RANGES = "limitranges"
+RBAC = "rbac.authorization.k8s.io"
 PODS = "pods"
 
 
@@ -61,7 +62,9 @@ class Admission:
         self.store = store
         self.now = now
         # Of the request being served (one at a time): its user, and Warning headers to send.
-        self.user: tuple[str, tuple[str, ...]] = ANONYMOUS
+        self.user: UserInfo = INSECURE_ANONYMOUS
+        # RBAC's escalation checks on role and binding writes (set by the server).
+        self.rbac_check: Callable[[UserInfo, Attributes], None] | None = None
         self.warnings: list[str] = []
         self._cel_missing = False
         self._evaluators: dict[str, quota.Evaluator] = {}
@@ -73,6 +76,8 @@ class Admission:
     def mutate(self, attributes: Attributes) -> None:
         """Pod defaulting and the LimitRanger, on pod creation (containers are immutable)."""
         obj, resource_type = attributes.obj, attributes.resource_type
+        if obj is not None and resource_type.group == RBAC and self.rbac_check is not None:
+            self.rbac_check(self.user, attributes)  # RBAC's storage checks, before admission
         if obj is None or resource_type.key != PODS or attributes.subresource:
             return
         limitranger.default_pod(obj)
@@ -115,8 +120,10 @@ class Admission:
             obj=attributes.obj,
             old=attributes.old,
             namespace_object=namespace_object,
-            username=self.user[0],
-            groups=self.user[1],
+            username=self.user.name,
+            groups=self.user.groups,
+            uid=self.user.uid,
+            extra={key: list(values) for key, values in self.user.extra},
             dry_run=attributes.dry_run,
         )
         try:
@@ -163,7 +170,7 @@ class Admission:
         return [
             (self.evaluator(t), lister(t.key))
             for t in self.registry.types
-            if t.namespaced and not t.read_only
+            if t.namespaced and not t.read_only and not t.create_only
         ]
 
     def _used(self, namespace: str) -> list[tuple[dict[str, Any], quota.ResourceList]]:

@@ -93,6 +93,18 @@ def api_resource_list(registry: Registry, group: str, version: str) -> dict[str,
         if t.categories:
             entry["categories"] = list(t.categories)
         resources.append(entry)
+        if t.key == "serviceaccounts":
+            resources.append(
+                {
+                    "name": "serviceaccounts/token",
+                    "singularName": "",
+                    "namespaced": True,
+                    "group": "authentication.k8s.io",
+                    "version": "v1",
+                    "kind": "TokenRequest",
+                    "verbs": ["create"],
+                }
+            )
         if t.has_status:
             resources.append(
                 {
@@ -130,6 +142,18 @@ def _aggregated_resource(t: ResourceType, version: str) -> dict[str, Any]:
                 "subresource": "status",
                 "responseKind": response_kind,
                 "verbs": ["get"] if t.read_only else STATUS_VERBS,
+            }
+        ]
+    if t.key == "serviceaccounts":
+        entry["subresources"] = [
+            {
+                "subresource": "token",
+                "responseKind": {
+                    "group": "authentication.k8s.io",
+                    "version": "v1",
+                    "kind": "TokenRequest",
+                },
+                "verbs": ["create"],
             }
         ]
     return entry
@@ -209,6 +233,8 @@ def openapi_v3_group_version(
     paths: dict[str, Any] = {}
     schemas: dict[str, Any] = {}
     for t in types:
+        if t.create_only:
+            continue
         gvk = {"group": t.group, "version": version, "kind": t.kind}
         prefix = f"/{_gv_path(group, version)}"
         if t.namespaced:

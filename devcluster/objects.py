@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from devcluster import managed, patches
+from devcluster import managed, patches, rbac
 from devcluster.admission import Admission, Attributes
 from devcluster.errors import (
     ApiError,
@@ -165,6 +165,8 @@ class Objects:
             tuple[str, str | None, str | None, str | None], tuple[list[dict[str, Any]], list[str]]
         ] = {}
         self._matching_at = -1
+        self._aggregating = False
+        store.listeners.append(self._cluster_roles_changed)
 
     # Seeding ---------------------------------------------------------------------------------
 
@@ -176,6 +178,20 @@ class Objects:
             if self.store.get(namespaces.key, "", name) is None:
                 obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
                 self._store_new(namespaces, self._prepare_create(namespaces, obj, None))
+        self._aggregating = True  # once at the end, not once a role
+        try:
+            for seeded in rbac.bootstrap_objects():
+                resource_type = self._type(
+                    rbac.CLUSTER_ROLES
+                    if seeded["kind"] == "ClusterRole"
+                    else rbac.CLUSTER_ROLE_BINDINGS
+                )
+                if self.store.get(resource_type.key, "", seeded["metadata"]["name"]) is None:
+                    created = self._prepare_create(resource_type, seeded, None)
+                    self._store_new(resource_type, created)
+        finally:
+            self._aggregating = False
+        self._aggregate_cluster_roles()
         crd_type = self._type(CRD_KEY)
         for stale in self.store.list(crd_type.key):
             self.store.delete(crd_type.key, "", stale["metadata"]["name"])
@@ -193,6 +209,18 @@ class Objects:
     def reset(self) -> None:
         self.store.wipe()
         self.seed()
+
+    def _cluster_roles_changed(self, type_key: str, event: str, obj: dict[str, Any]) -> None:
+        """The ClusterRole aggregation controller: a ClusterRole changed, aggregated roles follow."""
+        if type_key == rbac.CLUSTER_ROLES and not self._aggregating:
+            self._aggregate_cluster_roles()
+
+    def _aggregate_cluster_roles(self) -> None:
+        self._aggregating = True
+        try:
+            rbac.aggregate_cluster_roles(self.store, self.store.next_resource_version)
+        finally:
+            self._aggregating = False
 
     def _type(self, key: str) -> ResourceType:
         resource_type = self.registry.by_key(key)

@@ -54,7 +54,19 @@ class Request:
     namespace_object: dict[str, Any] | None
     username: str = "system:anonymous"
     groups: tuple[str, ...] = ("system:unauthenticated",)
+    uid: str = ""
+    extra: dict[str, list[str]] = field(default_factory=dict)
     dry_run: bool = False
+
+    def user_info(self) -> dict[str, Any]:
+        """``request.userInfo`` (authentication.k8s.io/v1 UserInfo: empty fields left out)."""
+        info: dict[str, Any] = {"username": self.username}
+        if self.uid:
+            info["uid"] = self.uid
+        info["groups"] = list(self.groups)
+        if self.extra:
+            info["extra"] = self.extra
+        return info
 
     def cel_request(self) -> dict[str, Any]:
         kind = {"group": self.group, "version": self.version, "kind": self.kind}
@@ -69,7 +81,7 @@ class Request:
             "name": self.name,
             "namespace": self.namespace,
             "operation": self.operation,
-            "userInfo": {"username": self.username, "groups": list(self.groups)},
+            "userInfo": self.user_info(),
             "dryRun": self.dry_run,
         }
 

@@ -54,6 +54,7 @@ class ResourceType:
     read_only: bool = False
     validated: bool = False
     is_custom: bool = False
+    create_only: bool = False  # reviews and the like: POST answers, nothing is stored
     deprecated_versions: dict[str, str] = field(default_factory=dict)  # version -> warning
     printer_columns: dict[str, tuple[PrinterColumn, ...]] = field(default_factory=dict)
     schemas: dict[str, dict[str, Any]] = field(default_factory=dict)  # version -> openAPIV3Schema
@@ -69,6 +70,8 @@ class ResourceType:
 
     @property
     def verbs(self) -> tuple[str, ...]:
+        if self.create_only:
+            return ("create",)
         return READ_VERBS if self.read_only else ALL_VERBS
 
     def api_version(self, version: str) -> str:
@@ -204,6 +207,26 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
         False,
         has_generation=True,
         categories=("api-extensions",),
+    ),
+    # Create-only kinds: answered by the server, never stored (devcluster.reviews).
+    *(
+        ResourceType(
+            group=group,
+            versions=("v1",),
+            kind=kind,
+            plural=kind.lower() + "s",
+            singular=kind.lower(),
+            namespaced=kind == "LocalSubjectAccessReview",
+            create_only=True,
+        )
+        for group, kind in (
+            ("authentication.k8s.io", "TokenReview"),
+            ("authentication.k8s.io", "SelfSubjectReview"),
+            ("authorization.k8s.io", "LocalSubjectAccessReview"),
+            ("authorization.k8s.io", "SelfSubjectAccessReview"),
+            ("authorization.k8s.io", "SelfSubjectRulesReview"),
+            ("authorization.k8s.io", "SubjectAccessReview"),
+        )
     ),
     ResourceType(
         group="apiextensions.k8s.io",

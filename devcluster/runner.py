@@ -39,7 +39,10 @@ BANNER = (
 )
 
 
-def write_kubeconfig(path: Path, url: str, token: str, ca_file: Path | None = None) -> None:
+def write_kubeconfig(
+    path: Path, url: str, token: str, ca_file: Path | None = None, user: str = CONTEXT
+) -> None:
+    """A kubeconfig for ``url`` with ``token`` (and the CA of ``ca_file``)."""
     cluster: dict[str, Any] = {"server": url}
     if ca_file is not None:
         cluster["certificate-authority-data"] = base64.b64encode(ca_file.read_bytes()).decode()
@@ -47,8 +50,8 @@ def write_kubeconfig(path: Path, url: str, token: str, ca_file: Path | None = No
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": CONTEXT, "cluster": cluster}],
-        "users": [{"name": CONTEXT, "user": {"token": token}}],
-        "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": user}}],
         "current-context": CONTEXT,
         "preferences": {},
     }
@@ -124,6 +127,7 @@ def build_cluster(
         validator=validator,
         state_file=state_dir / "objects.json" if state_dir is not None and persist else None,
         allow_anonymous=allow_anonymous,
+        tokens_file=state_dir / "tokens.json" if state_dir is not None else None,
     )
 
 
@@ -168,10 +172,15 @@ class _AdminClient:
     ) -> None:
         self.stop()
 
-    def _admin(self, method: str, path: str, body: Any = None) -> Any:
+    kubeconfig_path: Path
+
+    def _admin(self, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         request = urllib.request.Request(  # noqa: S310 - the stand-in's own 127.0.0.1 URL
-            self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+            self.url + path, data=data, method=method, headers=headers
         )
         context = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else None
         with urllib.request.urlopen(request, timeout=10, context=context) as response:  # noqa: S310 - as above
@@ -220,8 +229,61 @@ class _AdminClient:
         self._admin("POST", "/_devcluster/stats/reset")
 
     def reset(self) -> None:
-        """Wipe every object (the default namespaces come back), faults and stats."""
+        """Wipe every object (the default namespaces and bootstrap RBAC come back), faults and
+        stats. Issued user tokens stay valid."""
         self._admin("POST", "/_devcluster/reset")
+
+    def service_account_token(
+        self, namespace: str, name: str, *, expiration_seconds: int = 3600
+    ) -> str:
+        """A token of the ServiceAccount (a TokenRequest made as the cluster admin), as
+        ``kubectl create token NAME -n NAMESPACE`` gives."""
+        config = yaml.safe_load(Path(self.kubeconfig_path).read_text(encoding="utf-8"))
+        admin_token = config["users"][0]["user"]["token"]
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": expiration_seconds},
+        }
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
+        answer = self._admin("POST", path, body, token=admin_token)
+        return str(answer["status"]["token"])
+
+    def token_for(
+        self,
+        user: str,
+        groups: list[str] | tuple[str, ...] = (),
+        *,
+        uid: str = "",
+        extra: dict[str, list[str]] | None = None,
+    ) -> str:
+        """A bearer token authenticating as ``user`` in ``groups`` (plus
+        ``system:authenticated``), kept in the state directory when there is one."""
+        body: dict[str, Any] = {"user": user, "groups": list(groups)}
+        if uid:
+            body["uid"] = uid
+        if extra:
+            body["extra"] = extra
+        return str(self._admin("POST", "/_devcluster/tokens", body)["token"])
+
+    def kubeconfig_for(
+        self,
+        user: str,
+        path: Path,
+        groups: list[str] | tuple[str, ...] = (),
+        *,
+        token: str | None = None,
+    ) -> Path:
+        """Write a kubeconfig that acts as ``user`` (a new :meth:`token_for` token, or
+        ``token``, e.g. a ServiceAccount's) for kubectl and the Python client; returns
+        ``path``. Over plain http the token is carried in the server URL (kubectl sends no
+        Authorization header over http)."""
+        token = token or self.token_for(user, groups)
+        url = self.url
+        if url.startswith("http://"):
+            url = f"{url}/_token/{token}"
+        write_kubeconfig(Path(path), url, token, self.ca_file, user=user)
+        return Path(path)
 
 
 class Handle(_AdminClient):

@@ -10,15 +10,16 @@ import asyncio
 import json
 import logging
 import secrets
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 from aiohttp import web
 
-from devcluster import discovery, tables
-from devcluster.admission import ANONYMOUS
-from devcluster.errors import ApiError, bad_request
+from devcluster import auth, discovery, protobuf, rbac, tables
+from devcluster.admission import Attributes
+from devcluster.errors import ApiError, bad_request, forbidden
 from devcluster.faults import FaultRule, Faults, Stats, fault_error
 from devcluster.objects import (
     JSON_PATCH,
@@ -29,6 +30,7 @@ from devcluster.objects import (
     read_only_error,
 )
 from devcluster.resources import Registry
+from devcluster.reviews import Reviews
 from devcluster.selectors import labels_match, parse_field_selector, parse_label_selector
 from devcluster.store import Store
 
@@ -37,8 +39,9 @@ logger = logging.getLogger("devcluster")
 JSON = "application/json"
 APPLY_PATCH = "application/apply-patch+yaml"
 NOT_FOUND = "the server could not find the requested resource"
-# Who admission policies see (request.userInfo): the static token is the cluster admin.
-TOKEN_USER = ("devcluster-admin", ("system:masters", "system:authenticated"))
+# A kubeconfig of kubeconfig_for over plain http names its token in the server URL
+# (kubectl sends no Authorization header over http): http://127.0.0.1:PORT/_token/TOKEN
+TOKEN_PATH_PREFIX = "/_token/"  # noqa: S105 - a URL prefix, not a secret
 NOT_ALLOWED = "the server does not allow this method on the requested resource"
 
 
@@ -54,6 +57,7 @@ class DevCluster:
         validator: Validator | None = None,
         state_file: Path | None = None,
         allow_anonymous: bool = False,
+        tokens_file: Path | None = None,
     ) -> None:
         self.token = token
         self.allow_anonymous = allow_anonymous
@@ -61,9 +65,14 @@ class DevCluster:
         self.registry = Registry.with_crds(crds)
         self.store = Store(state_file)
         self.store.load({t.key for t in self.registry.types})
+        self.tokens = auth.Tokens(tokens_file)
+        self.authorizer = rbac.Authorizer(self.store)
+        self.reviews = Reviews(self.store, self.authorizer, self.tokens, token)
+        self.reviews.admin_user = auth.ADMIN
         self.objects = Objects(
             self.registry, self.store, validator or quotas_validator(kubernetes_version), crds
         )
+        self.objects.admission.rbac_check = self._rbac_check
         self.objects.seed()
         self.faults = Faults()
         self.stats = Stats()
@@ -73,6 +82,7 @@ class DevCluster:
     def reset(self) -> None:
         """Wipe every object (the default namespaces and the CRDs come back)."""
         self.objects.reset()
+        self.authorizer.invalidate()
         self._schedule_save()
 
     def app(self) -> web.Application:
@@ -111,15 +121,29 @@ class DevCluster:
             return _json_response(failure.status(), status=500)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
-        path = request.path.rstrip("/") or "/"
-        if path.startswith("/_devcluster"):
+        raw_path, token_in_path = request.path, None
+        if raw_path.startswith(TOKEN_PATH_PREFIX):
+            token_in_path, _, rest = raw_path[len(TOKEN_PATH_PREFIX) :].partition("/")
+            raw_path = "/" + rest
+        path = raw_path.rstrip("/") or "/"
+        if path.startswith("/_devcluster") and token_in_path is None:
             return await self._admin(request, path)
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
-        self._authenticate(request)
+        user = self._impersonate(request, self._authenticate(request, token_in_path))
+        self.objects.admission.user = user
         if request.method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
             raise ApiError(405, NOT_ALLOWED)
         segments = [s for s in path.split("/") if s]
+        if (
+            not segments
+            or segments[0] not in ("api", "apis")
+            or len(segments) <= (2 if segments[0] == "api" else 3)
+        ):
+            # Not a resource: discovery, /version, /openapi/..., anything else.
+            self._authorize(
+                user, rbac.RequestAttributes(request.method.lower(), False, path=raw_path)
+            )
         if path == "/version":
             return _json_response(discovery.version_document(self.git_version))
         if segments and segments[0] == "openapi":
@@ -131,6 +155,17 @@ class DevCluster:
             return discovered
         target = self._target(segments)
         verb = self._verb(request, target)
+        attributes = self._request_attributes(request, target, verb, raw_path)
+        self._authorize(user, attributes)
+        if (
+            verb == "apply"
+            and self.store.get(target.resource_type.key, target.namespace or "", target.name or "")
+            is None
+        ):
+            # Server-side apply that creates: the user must be allowed to create too.
+            self._authorize(user, replace(attributes, verb="create"))
+        if target.subresource == "token" or target.resource_type.create_only:
+            return self._create_only(request, target, user, await request.read())
         fault = self.faults.take(request.method, verb, request.path_qs)
         self.stats.count(
             verb, target.resource_type.kind + ("/status" if target.subresource else "")
@@ -148,17 +183,129 @@ class DevCluster:
             self._schedule_save()
         return response
 
-    def _authenticate(self, request: web.Request) -> None:
-        """The static token; without any credentials, the anonymous user if allowed (kubectl
-        and client-go never send credentials over plain http)."""
+    def _authenticate(self, request: web.Request, token_in_path: str | None) -> auth.UserInfo:
+        """The static token, an issued token (in the Authorization header, or in the URL of a
+        ``kubeconfig_for`` kubeconfig over http); without any credentials, the anonymous user
+        of the old insecure port if allowed (kubectl and client-go never send credentials over
+        plain http)."""
         header = request.headers.get("Authorization", "")
-        self.objects.admission.user = ANONYMOUS
-        if not header and self.allow_anonymous:
-            return
-        scheme, _, presented = header.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(presented.strip(), self.token):
+        if not header and token_in_path is None:
+            if self.allow_anonymous:
+                return auth.INSECURE_ANONYMOUS
             raise ApiError(401, "Unauthorized")
-        self.objects.admission.user = TOKEN_USER
+        if header:
+            scheme, _, presented = header.partition(" ")
+            if scheme.lower() != "bearer":
+                raise ApiError(401, "Unauthorized")
+            presented = presented.strip()
+        else:
+            presented = token_in_path or ""
+        if secrets.compare_digest(presented.encode(), self.token.encode()):
+            return auth.ADMIN
+        user = self.tokens.lookup(presented, self.reviews.account_uid)
+        if user is None:
+            raise ApiError(401, "Unauthorized")
+        return user
+
+    def _impersonate(self, request: web.Request, user: auth.UserInfo) -> auth.UserInfo:
+        """The identity of ``Impersonate-*`` headers, when the requester may act as it."""
+        try:
+            asked = auth.impersonation(request.headers)
+        except auth.ImpersonationError as error:
+            raise ApiError(500, f"Internal error occurred: {error}") from None
+        if asked is None:
+            return user
+        impersonated, checks = asked
+        for check in checks:
+            group = (
+                ""
+                if check.resource in ("users", "groups", "serviceaccounts")
+                else ("authentication.k8s.io")
+            )
+            self._authorize(
+                user,
+                rbac.RequestAttributes(
+                    "impersonate",
+                    True,
+                    check.namespace,
+                    group,
+                    check.resource,
+                    check.subresource,
+                    check.name,
+                ),
+            )
+        return impersonated
+
+    def _authorize(self, user: auth.UserInfo, attributes: rbac.RequestAttributes) -> None:
+        allowed, reason = self.authorizer.authorize(user, attributes)
+        if allowed:
+            return
+        details: dict[str, Any] = {}
+        if attributes.resource_request:
+            if attributes.name:
+                details["name"] = attributes.name
+            if attributes.api_group:
+                details["group"] = attributes.api_group
+            details["kind"] = attributes.resource
+        raise ApiError(
+            403,
+            rbac.forbidden_status_message(user, attributes, reason),
+            reason="Forbidden",
+            details=details or None,
+        )
+
+    def _request_attributes(
+        self, request: web.Request, target: Target, verb: str, path: str
+    ) -> rbac.RequestAttributes:
+        """What RBAC is asked about a resource request, as the API server's RequestInfo."""
+        resource_type = target.resource_type
+        namespace, name = target.namespace or "", target.name or ""
+        if resource_type.key == "namespaces" and name:
+            namespace = name  # GET /api/v1/namespaces/x is in the namespace x
+        if verb in ("list", "watch") and not name:
+            selector = request.query.get("fieldSelector", "")
+            for operator in ("==", "="):
+                key, found, value = selector.partition(operator)
+                if found and key.strip() == "metadata.name" and "," not in value:
+                    name = value.strip()
+                    break
+        return rbac.RequestAttributes(
+            verb="patch" if verb == "apply" else verb,
+            resource_request=True,
+            namespace=namespace,
+            api_group=resource_type.group,
+            resource=resource_type.plural,
+            subresource=target.subresource,
+            name=name,
+            path=path,
+        )
+
+    def _rbac_check(self, user: auth.UserInfo, attributes: Attributes) -> None:
+        """RBAC's own checks on writing a role or a binding (escalate / bind)."""
+        assert attributes.obj is not None
+        resource_type = attributes.resource_type
+        reason = self.authorizer.check_write(
+            user, resource_type.plural, attributes.namespace, attributes.obj, attributes.old
+        )
+        if reason is not None:
+            raise forbidden(resource_type.plural, resource_type.group, attributes.name, reason)
+
+    def _create_only(
+        self, request: web.Request, target: Target, user: auth.UserInfo, raw: bytes
+    ) -> web.Response:
+        """TokenRequest and the reviews: answered, never stored."""
+        kind = "TokenRequest" if target.subresource == "token" else target.resource_type.kind
+        if _media_type(request) == protobuf.MEDIA_TYPE:
+            body = protobuf.decode(raw, kind)
+        else:
+            body = _parse_body(request, raw)
+        self.stats.count("create", kind)
+        if target.subresource == "token":
+            assert target.namespace is not None and target.name is not None
+            answer = self.reviews.token_request(target.namespace, target.name, body)
+        else:
+            answer = self.reviews.create(kind, body, user, target.namespace or "")
+        return _json_response(answer, status=201)
 
     # Discovery and OpenAPI -------------------------------------------------------------------
 
@@ -231,13 +378,21 @@ class DevCluster:
             resource_type is None
             or (namespace is not None and not resource_type.namespaced)
             or (resource_type.namespaced and name is not None and namespace is None)
-            or (subresource and (subresource != "status" or not resource_type.has_status))
+            or (
+                subresource
+                and not (subresource == "status" and resource_type.has_status)
+                and not (subresource == "token" and resource_type.key == "serviceaccounts")
+            )
         ):
             raise ApiError(404, NOT_FOUND)
         return Target(resource_type, version, namespace, name, subresource)
 
     def _verb(self, request: web.Request, target: Target) -> str:
         method, named = request.method, target.name is not None
+        if target.subresource == "token" or target.resource_type.create_only:
+            if method != "POST" or named != (target.subresource == "token"):
+                raise ApiError(405, NOT_ALLOWED)
+            return "create"
         verb = {
             ("GET", True): "get",
             ("GET", False): "watch" if _truthy(request.query.get("watch")) else "list",
@@ -416,6 +571,22 @@ class DevCluster:
             self.faults.clear()
             self.stats.reset()
             return _json_response({"reset": True})
+        elif path == "/_devcluster/tokens" and method == "POST":
+            data = await _admin_json(request)
+            if not isinstance(data, dict) or not isinstance(data.get("user"), str):
+                raise bad_request('a token needs {"user": "name", "groups": [...]}')
+            groups = data.get("groups") or []
+            if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+                raise bad_request("groups must be a list of strings")
+            try:
+                token = self.tokens.issue_user(
+                    data["user"], groups, uid=str(data.get("uid") or ""), extra=data.get("extra")
+                )
+            except ValueError as error:
+                raise bad_request(str(error)) from None
+            user = self.tokens.lookup(token, self.reviews.account_uid)
+            assert user is not None
+            return _json_response({"token": token, "user": user.as_json()}, status=201)
         elif path == "/_devcluster/objects" and method == "GET":
             return _json_response(
                 {
