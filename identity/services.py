@@ -49,6 +49,33 @@ def _snapshot(mapping: GroupMapping) -> dict[str, Any]:
     return {"group": mapping.group, "role": mapping.role, "tenant": mapping.tenant_slug or None}
 
 
+# Kubernetes' own groups start with this: system:authenticated (everyone signed in),
+# system:serviceaccounts (every workload's account), system:masters (past every authorizer).
+# The same rule as quotas.kube.subjects, which the compiler applies to legacy rows (this app
+# sits below quotas and may not import it; a test keeps the two in step).
+SYSTEM_GROUP_PREFIX = "system:"
+
+
+def _check_group_subject(group: str) -> None:
+    """A mapped group becomes a Group subject of the tenant's RoleBindings (and a platform
+    admin group is one an identity provider sends): never one of Kubernetes' own ``system:``
+    groups, nor a name with control characters. The API server itself takes any non-empty
+    name for a Group subject, so the portal is the one to refuse."""
+    if group.lower().startswith(SYSTEM_GROUP_PREFIX):
+        raise ValidationFailed.for_field(
+            "group",
+            f"{group} is one of Kubernetes' own groups (system:...): bound in a tenant's "
+            "namespaces it would give far more than the tenant's people access. Map the group "
+            "the identity provider sends for these people instead.",
+        )
+    if any(ord(char) < 32 or ord(char) == 127 for char in group):
+        raise ValidationFailed.for_field(
+            "group",
+            "A group name holds no control characters (line breaks, tabs): give it exactly "
+            "as the identity provider sends it.",
+        )
+
+
 def _check_mapping(*, group: str, role: str, tenant: Tenant | None) -> str:
     group = group.strip()
     if not group:
@@ -57,6 +84,7 @@ def _check_mapping(*, group: str, role: str, tenant: Tenant | None) -> str:
         raise ValidationFailed.for_field(
             "group", f"A group name has at most {GROUP_NAME_MAX} characters."
         )
+    _check_group_subject(group)
     if role not in GroupRole.values:
         raise ValidationFailed.for_field(
             "role", f"{role!r} is not a role: use one of {', '.join(GroupRole.values)}."

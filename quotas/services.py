@@ -53,6 +53,7 @@ from quotas.selectors import (
     guarantees_by_flavor,
 )
 from tenants.models import Tenant, User
+from tenants.namespaces import reserved_reason
 from tenants.services import audit_record, tenant_ensure_not_archived
 
 logger = logging.getLogger(__name__)
@@ -1113,3 +1114,38 @@ def outbox_sweep(*, now: datetime | None = None) -> list[int]:
     for outbox_id in ids:
         enqueue_outbox(outbox_id)
     return ids
+
+
+# --- namespaces a cluster keeps for itself ----------------------------------------------------
+
+
+def cluster_namespace_rules(cluster: Cluster) -> list[tuple[str, str]]:
+    """(pattern, why) for the namespaces ``cluster`` keeps beside the built-in system ones
+    (``tenants.namespaces``): the namespace its Kueue configuration names, its GPU Operator's
+    namespace and its ``reserved_namespaces`` (a trailing ``*`` matches a prefix)."""
+    rules: list[tuple[str, str]] = []
+    kueue_namespace = (cluster.kueue_config or {}).get("namespace")
+    if kueue_namespace:
+        rules.append((str(kueue_namespace), f"Kueue runs there on {cluster.name}"))
+    if cluster.mig_operator_namespace:
+        rules.append(
+            (cluster.mig_operator_namespace, f"the GPU Operator runs there on {cluster.name}")
+        )
+    for pattern in cluster.reserved_namespaces or []:
+        if isinstance(pattern, str) and pattern.strip():
+            rules.append(
+                (pattern.strip(), f"cluster {cluster.name} reserves it ({pattern.strip()})")
+            )
+    return rules
+
+
+def namespace_reserved_on_clusters(name: str) -> str | None:
+    """Why no tenant may have ``name`` on some cluster, in words; None when every cluster lets
+    it be a tenant's. (``tenants.services.NAMESPACE_RESERVED``, registered in
+    ``QuotasConfig.ready``.)"""
+    fields = ("name", "kueue_config", "mig_operator_namespace", "reserved_namespaces")
+    for cluster in Cluster.objects.only(*fields).order_by("name"):
+        reason = reserved_reason(name, portal_namespace="", extra=cluster_namespace_rules(cluster))
+        if reason:
+            return reason
+    return None

@@ -28,15 +28,18 @@ from django.db.models import F
 from django.utils import timezone
 
 from core.memory import collector_paused
+from identity.models import GroupMapping
 from quotas.backends import cluster_backend
 from quotas.choices import SyncBackend, SyncState
 from quotas.kube import compiler, enforcement
 from quotas.kube.applier import (
+    NAMESPACE,
     ApplyError,
     ApplyResult,
     Backend,
     Change,
     KubernetesBackend,
+    NamespaceGuard,
     RetryableError,
     Scope,
     apply_objects,
@@ -47,12 +50,21 @@ from quotas.kube.applier import (
 from quotas.kube.describe import describe_changes
 from quotas.kube.diff import differences
 from quotas.kube.resources import CLUSTER_QUEUE, CONFIG_MAP, KINDS, RESOURCE_QUOTA, kind_of
-from quotas.kube.spec import LABEL_TENANT, NamespaceSpec, QuotaSpec, TenantSpec
+from quotas.kube.spec import (
+    LABEL_MANAGED_BY,
+    LABEL_TENANT,
+    MANAGED_BY,
+    NamespaceSpec,
+    QuotaSpec,
+    TenantSpec,
+)
+from quotas.kube.subjects import refused_group
 from quotas.kube.validate import validate_objects
 from quotas.loader import cluster_spec, tenant_specs
 from quotas.models import Cluster, QuotaSet, SyncOutbox, TenantSync
-from tenants.models import Tenant
-from tenants.services import audit_record
+from quotas.services import cluster_namespace_rules
+from tenants.models import Namespace, Tenant
+from tenants.services import audit_record, system_namespace_reason
 
 logger = logging.getLogger(__name__)
 
@@ -93,8 +105,39 @@ def _tree_ids(tenant: Tenant) -> list[int]:
     return sorted(ids)
 
 
+def namespace_guard(cluster: Cluster, *, tenant: Tenant | None = None) -> NamespaceGuard:
+    """Which namespaces a push to ``cluster`` may write into (defence in depth behind the
+    check when a namespace is added): never a system namespace nor one the cluster reserves,
+    even where a tenant has it (old data, or a namespace reserved since), and never one that
+    exists without the portal's label unless a platform admin adopted it."""
+    rules = cluster_namespace_rules(cluster)
+
+    def reserved(name: str) -> str | None:
+        reason = system_namespace_reason(name, extra=rules)
+        if reason is None:
+            return None
+        return (
+            f"{reason}: the portal does not write into it on {cluster.name}; "
+            "a platform admin takes it away from the tenant"
+        )
+
+    adopted = Namespace.objects.filter(adopted_at__isnull=False)
+    if tenant is not None:
+        adopted = adopted.filter(tenant=tenant)
+    return NamespaceGuard(
+        reserved=reserved,
+        adopted=frozenset(adopted.values_list("name", flat=True)),
+        cluster=cluster.name,
+    )
+
+
 def _apply_gated(
-    backend: Backend, desired: list[dict[str, Any]], scope: Scope, *, dry_run: bool = False
+    backend: Backend,
+    desired: list[dict[str, Any]],
+    scope: Scope,
+    *,
+    dry_run: bool = False,
+    guard: NamespaceGuard | None = None,
 ) -> ApplyResult:
     """``apply_objects``, the admission policy first: under "Kueue manages everything" each
     namespace's quota holds the whole limit because the policy keeps other work out, so if the
@@ -102,13 +145,13 @@ def _apply_gated(
     gate_kinds = [kind for kind in KINDS if kind.group == "admissionregistration.k8s.io"]
     gate = [obj for obj in desired if kind_of(obj) in gate_kinds]
     if not gate:
-        return apply_objects(backend, desired, scope, dry_run=dry_run)
+        return apply_objects(backend, desired, scope, dry_run=dry_run, guard=guard)
     first = apply_objects(backend, gate, scope, kinds=gate_kinds, dry_run=dry_run)
     if first.failed:
         return first
     rest = [obj for obj in desired if kind_of(obj) not in gate_kinds]
     kinds = [kind for kind in KINDS if kind not in gate_kinds]
-    result = apply_objects(backend, rest, scope, kinds=kinds, dry_run=dry_run)
+    result = apply_objects(backend, rest, scope, kinds=kinds, dry_run=dry_run, guard=guard)
     result.created[:0] = first.created
     result.changed[:0] = first.changed
     result.pruned[:0] = first.pruned
@@ -168,6 +211,9 @@ class PushOutcome:
     error: str = ""
     retryable: bool = False
     drifted: list[dict[str, Any]] = field(default_factory=list)
+    # What the push left out on purpose, in words (a group mapping it would not bind): kept
+    # on the tenant's sync state even when everything else went through.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -178,8 +224,10 @@ class PushOutcome:
         if self.error:
             return self.error
         if self.result and self.result.failed:
-            return "; ".join(f"{key[1]} {key[3]}: {msg}" for key, msg in self.result.failed)
-        return ""
+            return "; ".join(
+                [f"{key[1]} {key[3]}: {msg}" for key, msg in self.result.failed] + self.notes
+            )
+        return "; ".join(self.notes)
 
 
 def _generation(tenant: Tenant, cluster: Cluster) -> int:
@@ -195,7 +243,7 @@ def tenant_push(*, tenant: Tenant, cluster: Cluster, dry_run: bool = False) -> P
     """Apply one tenant's objects on one cluster as they are now (the newest generation covers
     every older one). Records the outcome in ``TenantSync`` (not for a dry run)."""
     generation = _generation(tenant, cluster)
-    outcome = PushOutcome(generation=generation)
+    outcome = PushOutcome(generation=generation, notes=_unbound_groups(tenant))
     if cluster.backend == SyncBackend.NONE:
         # Quotas kept in the portal only: the quota set in force is all there is to apply.
         if not dry_run:
@@ -212,7 +260,11 @@ def tenant_push(*, tenant: Tenant, cluster: Cluster, dry_run: bool = False) -> P
                 outcome.error = "invalid objects: " + "; ".join(errors[:5])
             else:
                 outcome.result = _apply_gated(
-                    backend, desired, Scope(cluster.name, tenant=tenant.slug), dry_run=dry_run
+                    backend,
+                    desired,
+                    Scope(cluster.name, tenant=tenant.slug),
+                    dry_run=dry_run,
+                    guard=namespace_guard(cluster, tenant=tenant),
                 )
     except RetryableError as exc:
         outcome.error, outcome.retryable = exc.message, True
@@ -221,6 +273,21 @@ def tenant_push(*, tenant: Tenant, cluster: Cluster, dry_run: bool = False) -> P
     if not dry_run:
         _record(tenant, cluster, outcome)
     return outcome
+
+
+def _unbound_groups(tenant: Tenant) -> list[str]:
+    """Group mappings of ``tenant`` its RoleBindings leave out (``quotas.kube.subjects``: a
+    legacy row naming one of Kubernetes' ``system:`` groups), each in words."""
+    groups = GroupMapping.objects.filter(tenant=tenant).values_list("group", flat=True)
+    notes = []
+    for group in sorted(set(groups)):
+        reason = refused_group(group)
+        if reason is not None:
+            notes.append(
+                f"group mapping {group!r} is not bound in the RoleBindings: {reason}; "
+                "a platform admin deletes that mapping"
+            )
+    return notes
 
 
 # Who learns where a tenant's push stands. Each hook is called with keyword arguments:
@@ -251,9 +318,12 @@ def _record(tenant: Tenant, cluster: Cluster, outcome: PushOutcome) -> TenantSyn
         sync.state = SyncState.IN_SYNC
         sync.applied_generation = max(sync.applied_generation, outcome.generation)
         sync.attempts = 0
-        sync.message = (
-            "kept in the portal only (backend none)" if cluster.backend == SyncBackend.NONE else ""
+        kept = (
+            ["kept in the portal only (backend none)"]
+            if cluster.backend == SyncBackend.NONE
+            else []
         )
+        sync.message = "; ".join(kept + outcome.notes)[:2000]
         sync.last_applied_at = now
         SyncOutbox.objects.filter(
             tenant=tenant,
@@ -325,7 +395,9 @@ def _reconcile_locked(cluster: Cluster, outcome: PushOutcome) -> PushOutcome:
             if errors:
                 outcome.error = "invalid objects: " + "; ".join(errors[:5])
                 return outcome
-            outcome.result = _apply_gated(backend, desired, Scope(cluster.name))
+            outcome.result = _apply_gated(
+                backend, desired, Scope(cluster.name), guard=namespace_guard(cluster)
+            )
     except RetryableError as exc:
         outcome.error, outcome.retryable = exc.message, True
         return outcome
@@ -635,3 +707,63 @@ def in_cluster(*, tenant: Tenant, cluster: Cluster) -> InCluster:
             "flavors_usage": status.get("flavorsUsage") or [],
         }
     return out
+
+
+# --- adopting a namespace: what the push would write there ---------------------------------
+
+
+def _namespace_state(cluster: Cluster, name: str) -> str:
+    """The namespace ``name`` on ``cluster``, in words, as the cluster says now."""
+    if cluster.backend == SyncBackend.NONE:
+        return "quotas are kept in the portal only on this cluster: nothing is written"
+    if cluster.backend != SyncBackend.KUBERNETES:
+        return f"written as manifests (backend {cluster.backend}): nothing to ask"
+    try:
+        with cluster_backend(cluster) as backend:
+            live = backend.read(NAMESPACE, namespace=None, name=name)  # type: ignore[attr-defined]
+    except ApplyError as exc:
+        return f"the cluster could not be asked: {exc.message}"
+    if live is None:
+        return "does not exist yet: the push creates it"
+    labels = (live.get("metadata") or {}).get("labels") or {}
+    if labels.get(LABEL_MANAGED_BY) == MANAGED_BY:
+        return "exists and carries the portal's label"
+    return "exists and the portal did not create it: adopted, the push labels it and writes there"
+
+
+def namespace_adoption_preview(*, tenant: Tenant, namespace: Namespace) -> list[dict[str, Any]]:
+    """What the push would write into ``namespace`` on each cluster where ``tenant`` has a
+    quota set, once a platform admin adopts it: the Namespace (the portal's labels and
+    annotations) and the objects in it, compiled as the push would (nothing is written), and
+    the namespace's state on the cluster. (``tenants.services.NAMESPACE_ADOPTION_PREVIEW``.)"""
+    clusters = []
+    quota_sets = QuotaSet.objects.filter(tenant=tenant).select_related("cluster")
+    for quota_set in quota_sets.order_by("cluster__name"):
+        cluster = quota_set.cluster
+        try:
+            objects = [
+                obj
+                for obj in apply_sort(desired_objects(cluster, tenant=tenant))
+                if (obj["metadata"].get("namespace") or "") == namespace.name
+                or (obj["kind"] == "Namespace" and obj["metadata"]["name"] == namespace.name)
+            ]
+        except ValueError as exc:
+            clusters.append(
+                {"cluster": cluster.name, "state": f"not compiled: {exc}", "objects": []}
+            )
+            continue
+        described = []
+        for obj in objects:
+            shown = Change(compiler.object_key(obj)).describe()
+            if obj["kind"] == "Namespace":
+                labels = ", ".join(sorted(obj["metadata"].get("labels") or {}))
+                shown = f"{shown}: the portal's labels ({labels}) and annotations"
+            described.append(shown)
+        clusters.append(
+            {
+                "cluster": cluster.name,
+                "state": _namespace_state(cluster, namespace.name),
+                "objects": described,
+            }
+        )
+    return clusters

@@ -155,6 +155,18 @@ class Namespace(models.Model):
     # Percentage of the tenant's limit this namespace's ResourceQuota holds where a cluster
     # splits limits across namespaces; null on every namespace of a tenant: an even split.
     quota_share = models.DecimalField(max_digits=5, decimal_places=2, null=True, blank=True)
+    # Set when a platform admin adopts a namespace that already existed on a cluster without
+    # the portal's labels (``services.namespace_adopt``): until then the push leaves such a
+    # namespace alone rather than take it over silently. Audited.
+    adopted_at = models.DateTimeField(null=True, blank=True, editable=False)
+    adopted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        editable=False,
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -37,6 +37,7 @@ from tenants.models import (
     Tenant,
     User,
 )
+from tenants.namespaces import PORTAL_NAMESPACE_DEFAULT, reserved_reason
 from tenants.validators import DNS1123_LABEL_MAX, TENANT_SLUG_MAX, dns1123_label
 
 # Where the current change comes from (portal, API, admin); set per request by
@@ -59,6 +60,16 @@ TENANT_CHANGED: list[Callable[..., object]] = []
 def _tenant_changed(tenant: Tenant, actor: User | None) -> None:
     for hook in TENANT_CHANGED:
         hook(tenant=tenant, actor=actor)
+
+
+# Why a namespace name is reserved on some cluster (``name`` in, a reason in words or None
+# out): the quotas app registers one that reads every cluster's ``reserved_namespaces``, the
+# namespace its Kueue configuration names and its GPU Operator's namespace, so this app
+# imports none of it. The push refuses the same namespaces again (defence in depth).
+NAMESPACE_RESERVED: list[Callable[[str], str | None]] = []
+# What adopting a namespace would write, per cluster (``tenant``, ``namespace`` in, a list of
+# {"cluster", "objects", "state"} out): registered by the quotas app, which compiles it.
+NAMESPACE_ADOPTION_PREVIEW: list[Callable[..., list[dict[str, Any]]]] = []
 
 
 def audit_record(
@@ -400,9 +411,40 @@ def tenant_production_priority_set(
     return tenant
 
 
+def system_namespace_reason(name: str, *, extra: Iterable[tuple[str, str]] = ()) -> str | None:
+    """Why ``name`` is a system namespace or the portal's own (``PORTAL_NAMESPACE``), or
+    matches one of the (pattern, why) pairs in ``extra``, in words; None when it is none."""
+    portal = getattr(settings, "PORTAL_NAMESPACE", PORTAL_NAMESPACE_DEFAULT)
+    return reserved_reason(name, portal_namespace=portal, extra=extra)
+
+
+def namespace_reserved_reason(name: str) -> str | None:
+    """Why ``name`` may not be a tenant's namespace (a system namespace, the portal's own, or
+    one a cluster reserves), in words; None when it may."""
+    reason = system_namespace_reason(name)
+    for hook in NAMESPACE_RESERVED:
+        reason = reason or hook(name)
+    return reason
+
+
+def _check_not_reserved(*, tenant: Tenant, name: str, field: str = "name") -> None:
+    reason = namespace_reserved_reason(name)
+    if reason:
+        raise ValidationFailed.for_field(
+            field,
+            f"{reason}: the portal never gives it to a tenant nor writes into it. "
+            f"Give {tenant.slug} a namespace of its own, such as {tenant.slug}-training.",
+        )
+
+
 @transaction.atomic
 def namespace_create(*, tenant: Tenant, name: str, purpose: str, actor: User | None) -> Namespace:
+    """Give ``tenant`` a namespace: a DNS-1123 label no tenant has, and no system namespace
+    nor one a cluster reserves (400 naming ``name``). The next push writes its objects there;
+    a namespace that already exists on a cluster without the portal's labels waits for a
+    platform admin to adopt it (``namespace_adopt``)."""
     _check_label("name", name, DNS1123_LABEL_MAX)
+    _check_not_reserved(tenant=tenant, name=name)
     if purpose not in NamespacePurpose.values:
         raise ValidationFailed.for_field(
             "purpose", f"{purpose!r} is not one of {NamespacePurpose.values}."
@@ -420,6 +462,99 @@ def namespace_create(*, tenant: Tenant, name: str, purpose: str, actor: User | N
         obj=namespace,
         tenant=tenant,
         after={"name": name, "purpose": purpose},
+    )
+    _tenant_changed(tenant, actor)
+    return namespace
+
+
+def _tenant_namespace(*, tenant: Tenant, name: str, lock: bool = False) -> Namespace:
+    rows = Namespace.objects.select_related("adopted_by").filter(tenant=tenant, name=name)
+    if lock:
+        rows = rows.select_for_update(of=("self",))
+    namespace = rows.first()
+    if namespace is None:
+        raise NotFound(f"{tenant.slug} has no namespace {name!r}.")
+    return namespace
+
+
+@transaction.atomic
+def namespace_remove(*, tenant: Tenant, name: str, actor: User | None) -> None:
+    """Take ``name`` away from ``tenant`` (platform admins). The next push deletes what the
+    portal wrote in it (its ResourceQuotas, LimitRange, NetworkPolicy, ServiceAccount,
+    RoleBindings and LocalQueue: only objects carrying the portal's labels) and takes the
+    portal's labels off the namespace; the namespace itself and whatever users put in it stay.
+    A tenant keeps at least one namespace (409): its quota is locked on them. Audited."""
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)  # serialises namespace changes
+    namespace = _tenant_namespace(tenant=tenant, name=name, lock=True)
+    if not Namespace.objects.filter(tenant=tenant).exclude(pk=namespace.pk).exists():
+        raise Conflict(
+            f"{name} is the only namespace of {tenant.slug}: a tenant keeps at least one, "
+            "where its quota is enforced. Add another namespace first, or archive the tenant.",
+            fields={"name": [f"the only namespace of {tenant.slug}"]},
+        )
+    audit_record(
+        actor=actor,
+        action="namespace.removed",
+        obj=namespace,
+        tenant=tenant,
+        before={
+            "name": name,
+            "purpose": namespace.purpose,
+            "adopted": namespace.adopted_at is not None,
+        },
+        after={"portal_objects": "deleted at the next push; the namespace itself stays"},
+    )
+    namespace.delete()
+    if namespace.quota_share is not None:
+        # The shares of the others no longer add up to 100%: back to an even split.
+        Namespace.objects.filter(tenant=tenant).update(quota_share=None)
+    _tenant_changed(tenant, actor)
+
+
+def namespace_adoption_check(*, tenant: Tenant, name: str) -> Namespace:
+    """The namespace of ``tenant`` a platform admin may adopt, checked without changing
+    anything: 404 when the tenant has no such namespace, 400 when it is reserved, 409 when it
+    is adopted already."""
+    namespace = _tenant_namespace(tenant=tenant, name=name)
+    _check_not_reserved(tenant=tenant, name=name)
+    if namespace.adopted_at is not None:
+        by = namespace.adopted_by.username if namespace.adopted_by else "someone"
+        raise Conflict(
+            f"{name} was adopted by {by} on {namespace.adopted_at:%Y-%m-%d %H:%M} UTC: "
+            "the push labels it and writes into it already.",
+            fields={"name": ["adopted already"]},
+        )
+    return namespace
+
+
+def namespace_adoption_preview(*, tenant: Tenant, namespace: Namespace) -> list[dict[str, Any]]:
+    """What the push would write into ``namespace`` once adopted, per cluster: the objects
+    (the Namespace's labels first) and whether the namespace exists there and is the
+    portal's. Changes nothing."""
+    clusters: list[dict[str, Any]] = []
+    for hook in NAMESPACE_ADOPTION_PREVIEW:
+        clusters.extend(hook(tenant=tenant, namespace=namespace))
+    return clusters
+
+
+@transaction.atomic
+def namespace_adopt(*, tenant: Tenant, name: str, actor: User) -> Namespace:
+    """A platform admin adopts ``name``: the namespace existed on a cluster before the portal
+    and the admin agrees that the portal labels it and writes its objects there (what it
+    writes: ``namespace_adoption_preview``). Recorded on the namespace and audited; the next
+    push does it. Refused (nothing changes) as ``namespace_adoption_check`` says."""
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    namespace = namespace_adoption_check(tenant=tenant, name=name)
+    namespace.adopted_at = timezone.now()
+    namespace.adopted_by = actor
+    namespace.save(update_fields=["adopted_at", "adopted_by"])
+    audit_record(
+        actor=actor,
+        action="namespace.adopted",
+        obj=namespace,
+        tenant=tenant,
+        before={"name": name, "adopted": False},
+        after={"name": name, "adopted": True, "adopted_at": namespace.adopted_at.isoformat()},
     )
     _tenant_changed(tenant, actor)
     return namespace

@@ -51,6 +51,8 @@ from quotas.kube.validate import transition_issues
 
 logger = logging.getLogger(__name__)
 
+NAMESPACE: Kind = next(kind for kind in KINDS if kind.kind == "Namespace")
+
 Key = tuple[str, str, str, str]
 LIST_PAGE = 500
 TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
@@ -103,6 +105,27 @@ class Scope:
         ]
 
 
+@dataclass(frozen=True)
+class NamespaceGuard:
+    """Which namespaces a pass may write into (``apply_objects``' ``guard``): never one that
+    ``reserved`` gives a reason for (a system namespace, one the cluster reserves), and never
+    one that exists on the cluster without the portal's managed-by label unless it is in
+    ``adopted`` (a platform admin agreed). A refused namespace is left as it is: nothing
+    written, nothing pruned in it, and the reason is a failure of the pass."""
+
+    reserved: Callable[[str], str | None]
+    adopted: frozenset[str] = frozenset()
+    cluster: str = ""
+
+    def not_created_by_portal(self, name: str) -> str:
+        where = f" on {self.cluster}" if self.cluster else ""
+        return (
+            f"namespace {name} exists{where} and the portal did not create it: it is left "
+            "alone; a platform admin can adopt it (the tenant's namespace page, or POST "
+            f".../namespaces/{name}/adopt/), or give the tenant another namespace"
+        )
+
+
 @dataclass
 class Change:
     key: Key
@@ -121,19 +144,23 @@ class ApplyResult:
     created: list[Change] = field(default_factory=list)
     changed: list[Change] = field(default_factory=list)
     pruned: list[Change] = field(default_factory=list)
+    # Namespaces the portal no longer wants: the portal's labels and annotations taken off
+    # (never deleted: users' work lives there).
+    released: list[Change] = field(default_factory=list)
     unchanged: int = 0
     failed: list[tuple[Key, str]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # kinds the cluster does not serve
 
     @property
     def writes(self) -> int:
-        return len(self.created) + len(self.changed) + len(self.pruned)
+        return len(self.created) + len(self.changed) + len(self.pruned) + len(self.released)
 
     def summary(self) -> dict[str, Any]:
         return {
             "created": [c.describe() for c in self.created],
             "changed": [{"object": c.describe(), "fields": c.fields} for c in self.changed],
             "pruned": [c.describe() for c in self.pruned],
+            "released": [c.describe() for c in self.released],
             "unchanged": self.unchanged,
             "failed": [
                 {"object": Change(key).describe(), "message": message}
@@ -180,10 +207,12 @@ def apply_objects(
     *,
     kinds: Sequence[Kind] = KINDS,
     dry_run: bool = False,
+    guard: NamespaceGuard | None = None,
 ) -> ApplyResult:
     """One pass: LIST per kind, apply what differs, prune what is no longer desired.
     Raises ``RetryableError`` at the first retryable failure (nothing is lost: the next pass
-    starts over); a permanent failure of one object is recorded and the others go on."""
+    starts over); a permanent failure of one object is recorded and the others go on.
+    With a ``guard``, namespaces it refuses are left alone (see ``NamespaceGuard``)."""
     result = ApplyResult()
     by_kind: dict[Kind, list[dict[str, Any]]] = {}
     for obj in sort_for_apply(desired):
@@ -203,6 +232,16 @@ def apply_objects(
                 result.skipped.append(exc.message)
                 result.failed.extend((key_of(obj), exc.message) for obj in wanted)
 
+    refused: set[str] = set()
+    if guard is not None:
+        refused = _guard_namespaces(backend, by_kind, live, guard, scope, result)
+        if refused:
+            by_kind = {
+                kind: [obj for obj in objects if _namespace_of(obj) not in refused]
+                for kind, objects in by_kind.items()
+            }
+            live = {key: obj for key, obj in live.items() if _namespace_of(obj) not in refused}
+
     concurrency = max(1, int(getattr(backend, "concurrency", 1) or 1))
     pool = ThreadPoolExecutor(concurrency, "apply") if concurrency > 1 else None
     try:
@@ -213,6 +252,48 @@ def apply_objects(
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     return result
+
+
+def _namespace_of(obj: dict[str, Any]) -> str:
+    """The namespace an object is in, or a Namespace's own name; "" for cluster-wide ones."""
+    meta = obj.get("metadata") or {}
+    if obj.get("kind") == "Namespace" and obj.get("apiVersion") == "v1":
+        return str(meta.get("name") or "")
+    return str(meta.get("namespace") or "")
+
+
+def _guard_namespaces(
+    backend: Backend,
+    by_kind: dict[Kind, list[dict[str, Any]]],
+    live: dict[Key, dict[str, Any]],
+    guard: NamespaceGuard,
+    scope: Scope,
+    result: ApplyResult,
+) -> set[str]:
+    """The desired namespaces ``guard`` refuses, each recorded in ``result.failed`` under its
+    Namespace: reserved ones, and those that exist without the portal's managed-by label
+    (one GET each, only for a namespace the LIST did not find as the portal's; a backend that
+    cannot read, a folder of YAML, has none) unless adopted."""
+    namespaces: dict[str, Key] = {}
+    for kind, objects in by_kind.items():
+        for obj in objects:
+            name = _namespace_of(obj)
+            if name and (kind.kind == "Namespace" or name not in namespaces):
+                key = key_of(obj) if kind.kind == "Namespace" else ("v1", "Namespace", "", name)
+                namespaces[name] = key
+    read = getattr(backend, "read", None)
+    refused: set[str] = set()
+    for name, key in sorted(namespaces.items()):
+        reason = guard.reserved(name)
+        if reason is None and key not in live and name not in guard.adopted and read:
+            existing = read(NAMESPACE, namespace=None, name=name)
+            labels = ((existing or {}).get("metadata") or {}).get("labels") or {}
+            if existing is not None and labels.get(LABEL_MANAGED_BY) != scope.managed_by:
+                reason = guard.not_created_by_portal(name)
+        if reason is not None:
+            refused.add(name)
+            result.failed.append((key, reason))
+    return refused
 
 
 @dataclass
@@ -289,6 +370,9 @@ def _write_desired(
         return None
 
     new_namespaces: set[str] = set()  # a dry run creates nothing: what goes in them waits
+    # Namespaces the cluster refused to write (to label, for an adopted one): nothing more
+    # goes into them, so a namespace is the portal's, labelled, before anything is written.
+    failed_namespaces: set[str] = set()
     for kind in kinds:
         if kind not in served:
             continue
@@ -296,6 +380,11 @@ def _write_desired(
             todo: list[_Write] = []
             for obj in wave:
                 key = key_of(obj)
+                if key[2] and key[2] in failed_namespaces:
+                    result.skipped.append(
+                        f"{Change(key).describe()} not written: the cluster refused its namespace"
+                    )
+                    continue
                 current = live.get(key)
                 reasons = needs_write(obj, current, FIELD_MANAGER)
                 if not reasons:
@@ -312,6 +401,8 @@ def _write_desired(
             for item, failure in zip(todo, _run_wave(todo, write, pool), strict=True):
                 if failure is not None:
                     result.failed.append((item.key, failure))
+                    if kind.kind == "Namespace":
+                        failed_namespaces.add(item.key[3])
                 elif item.current is None:
                     result.created.append(Change(item.key))
                 else:
@@ -351,6 +442,8 @@ def _prune(
     for key, obj in live.items():
         live_by_kind.setdefault(key[:2], []).append((key, obj))
     for kind in reversed(kinds):
+        if kind is NAMESPACE and kind in served:
+            _release_namespaces(backend, live_by_kind, wanted_keys, scope, result, dry_run)
         if kind not in served or kind.never_prune:
             continue
         gone = [
@@ -367,6 +460,42 @@ def _prune(
                     result.failed.append((key, failure))
                 else:
                     result.pruned.append(Change(key))
+
+
+def _release_namespaces(
+    backend: Backend,
+    live_by_kind: dict[tuple[str, str], list[tuple[Key, dict[str, Any]]]],
+    wanted_keys: set[Key],
+    scope: Scope,
+    result: ApplyResult,
+    dry_run: bool,
+) -> None:
+    """Tenants' namespaces the portal no longer wants (taken away from their tenant): never
+    deleted, but released: a server-side apply of the bare name under the portal's field
+    manager drops the labels and annotations it set (the tenant label the admission policies
+    select on among them), and leaves what others set. Runs after everything in them was
+    pruned (Namespace is the first kind, so the last in reverse). Only on a live cluster (a
+    backend that reads): a folder of YAML keeps its Namespace objects as they are."""
+    if getattr(backend, "read", None) is None:
+        return
+    for key, obj in live_by_kind.get((NAMESPACE.api_version, NAMESPACE.kind), []):
+        if key in wanted_keys or not _tenant_owned(obj):
+            continue
+        if (
+            scope.tenant is not None
+            and (obj["metadata"].get("labels") or {}).get(LABEL_TENANT) != scope.tenant
+        ):
+            continue
+        bare = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": key[3]}}
+        try:
+            if not dry_run:
+                backend.apply(bare)
+        except RetryableError:
+            raise
+        except ApplyError as exc:
+            result.failed.append((key, exc.message))
+        else:
+            result.released.append(Change(key))
 
 
 def as_applied(desired: Any, live: Any) -> Any:

@@ -58,6 +58,7 @@ from quotas.kube.spec import (
     QuotaSpec,
     TenantSpec,
 )
+from quotas.kube.subjects import bindable_groups
 from quotas.quantity import format_quantity, parse_resource_amount
 
 __all__ = [
@@ -864,8 +865,8 @@ def _role_bindings(context: _TenantContext, namespace: str) -> list[KubeObject]:
     editors = sorted(set(context.tenant.editors))
     viewers = sorted(set(context.tenant.viewers))
     # The portal's own group first, then the identity-provider groups mapped to the tenant.
-    edit_groups = [names.rbac_group(slug, "edit"), *sorted(set(context.tenant.editor_groups))]
-    view_groups = [names.rbac_group(slug, "view"), *sorted(set(context.tenant.viewer_groups))]
+    edit_groups = [names.rbac_group(slug, "edit"), *bindable_groups(context.tenant.editor_groups)]
+    view_groups = [names.rbac_group(slug, "view"), *bindable_groups(context.tenant.viewer_groups)]
     bindings = [
         _role_binding(
             context, namespace, names.ROLE_BINDING_EDIT, "edit", edit_groups, editors, account

@@ -21,9 +21,41 @@ class NamespaceOutput(serializers.ModelSerializer):
         "split limits across namespaces; null: an even split.",
     )
 
+    adopted_at = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text="When a platform admin adopted it (it existed on a cluster before the "
+        "portal); null: the portal created it, or it waits to be adopted.",
+    )
+
     class Meta:
         model = Namespace
-        fields = ["name", "purpose", "quota_share", "created_at"]
+        fields = ["name", "purpose", "quota_share", "adopted_at", "created_at"]
+
+
+class NamespaceAdoptInput(StrictInputSerializer):
+    confirm = serializers.BooleanField(
+        default=False,
+        help_text="false (the default): only show what adopting would write; true: adopt.",
+    )
+
+
+class AdoptionClusterOutput(serializers.Serializer):
+    cluster = serializers.CharField()
+    state = serializers.CharField(
+        help_text="The namespace on that cluster, in words: whether it exists and whose it is."
+    )
+    objects = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="What the push writes there once adopted: the Namespace's labels first.",
+    )
+
+
+class NamespaceAdoptionOutput(serializers.Serializer):
+    namespace = NamespaceOutput()
+    adopted = serializers.BooleanField(help_text="Whether this call adopted it.")
+    message = serializers.CharField()
+    clusters = AdoptionClusterOutput(many=True)
 
 
 class NamespaceSharesInput(StrictInputSerializer):

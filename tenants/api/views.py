@@ -27,6 +27,8 @@ from tenants.api.serializers import (
     MembershipRoleInput,
     MembershipSetInput,
     MeOutput,
+    NamespaceAdoptInput,
+    NamespaceAdoptionOutput,
     NamespaceCreateInput,
     NamespaceOutput,
     NamespaceSharesInput,
@@ -141,6 +143,9 @@ class NamespaceViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.Generi
     queryset = Namespace.objects.none()  # for the schema; get_queryset() scopes it
     permission_classes = [ReadMembersWriteAdmins]
 
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+
     def get_queryset(self) -> Any:
         return selectors.namespace_list_for_tenant(tenant=self.tenant)
 
@@ -164,6 +169,44 @@ class NamespaceViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.Generi
             tenant=self.tenant, shares=data.validated_data["shares"], actor=caller(request)
         )
         return Response(NamespaceOutput(namespaces, many=True).data)
+
+    @extend_schema(responses={204: None})
+    def destroy(self, request: Request, tenant_slug: str, name: str) -> Response:
+        """Take the namespace away from the tenant (platform admins): the next push deletes
+        what the portal wrote in it and takes the portal's labels off it; the namespace and
+        what users put in it stay. 409 for the tenant's only namespace."""
+        services.namespace_remove(tenant=self.tenant, name=name, actor=caller(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=NamespaceAdoptInput, responses=NamespaceAdoptionOutput)
+    @action(detail=True, methods=["post"])
+    def adopt(self, request: Request, tenant_slug: str, name: str) -> Response:
+        """Adopt a namespace that existed on a cluster before the portal (platform admins).
+        Without ``confirm`` it only lists what the push would write there, cluster by cluster;
+        with ``confirm: true`` it records the adoption (audited) and the next push labels the
+        namespace and writes. 400 for a reserved namespace, 409 when adopted already."""
+        data = NamespaceAdoptInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        namespace = services.namespace_adoption_check(tenant=self.tenant, name=name)
+        clusters = services.namespace_adoption_preview(tenant=self.tenant, namespace=namespace)
+        adopted = bool(data.validated_data["confirm"])
+        if adopted:
+            namespace = services.namespace_adopt(
+                tenant=self.tenant, name=name, actor=caller(request)
+            )
+            message = f"{name} is adopted: the next push labels it and writes these objects."
+        else:
+            message = (
+                f"Nothing changed. Adopting {name} lets the portal label it and write these "
+                "objects there; send confirm: true to adopt it."
+            )
+        body = {
+            "namespace": namespace,
+            "adopted": adopted,
+            "message": message,
+            "clusters": clusters,
+        }
+        return Response(NamespaceAdoptionOutput(body).data)
 
 
 class MembershipViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.GenericViewSet):

@@ -1,0 +1,61 @@
+"""Which namespaces the portal may give a tenant and write into: the rule, with no Django in
+it, so that the tenants service (when a namespace is added) and the push (before anything is
+written into one) read the same list.
+
+A namespace is refused when it is a system namespace: Kubernetes' own (``kube-*``,
+``default``), those of the components the portal works with (Kueue, Volcano, NVIDIA's GPU,
+network and DRA operators, cert-manager, the local-path provisioner, OpenShift's), the portal's
+own (``PORTAL_NAMESPACE``), and, per cluster, the namespace Kueue's configuration names, the GPU
+Operator's namespace and the cluster's ``reserved_namespaces``. A pattern ending in ``*``
+matches every name it begins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+# (pattern, whose): a trailing "*" matches a prefix.
+SYSTEM_NAMESPACES: tuple[tuple[str, str], ...] = (
+    ("kube-*", "Kubernetes' own (kube-system, kube-public, kube-node-lease)"),
+    ("default", "Kubernetes' default namespace"),
+    ("kueue-system", "Kueue's"),
+    ("volcano-system", "Volcano's"),
+    ("volcano-monitoring", "Volcano's monitoring"),
+    ("gpu-operator", "NVIDIA GPU Operator's"),
+    ("nvidia-gpu-operator", "NVIDIA GPU Operator's (OpenShift)"),
+    ("nvidia-network-operator", "NVIDIA Network Operator's"),
+    ("nvidia-dra-driver-gpu", "NVIDIA's DRA driver's"),
+    ("cert-manager", "cert-manager's"),
+    ("local-path-storage", "the local-path storage provisioner's"),
+    ("openshift-*", "OpenShift's"),
+)
+PORTAL_NAMESPACE_DEFAULT = "gpu-quota-portal"
+
+
+def pattern_matches(pattern: str, name: str) -> bool:
+    """``kube-*`` matches every name beginning ``kube-``; anything else the name itself."""
+    pattern = pattern.strip()
+    if pattern.endswith("*"):
+        return name.startswith(pattern[:-1])
+    return name == pattern
+
+
+def reserved_reason(
+    name: str,
+    *,
+    portal_namespace: str = PORTAL_NAMESPACE_DEFAULT,
+    extra: Iterable[tuple[str, str]] = (),
+) -> str | None:
+    """Why ``name`` is a namespace no tenant may have and the portal never writes into, in
+    words ("kube-system is a system namespace (Kubernetes' own ...)"); None when it may.
+    ``extra``: (pattern, why) pairs a cluster adds."""
+    if portal_namespace and name == portal_namespace:
+        return f"{name} is the portal's own namespace"
+    for pattern, whose in SYSTEM_NAMESPACES:
+        if pattern_matches(pattern, name):
+            shown = "" if pattern == name else f", {pattern}"
+            return f"{name} is a system namespace ({whose}{shown})"
+    for pattern, why in extra:
+        if pattern and pattern_matches(pattern, name):
+            return f"{name} is reserved: {why}"
+    return None
