@@ -42,3 +42,10 @@ def operator_settle_time() -> timedelta:
     """How long a config is in the GPU Operator's ConfigMap before a node label names it
     (``MIG_OPERATOR_SETTLE_S``: the kubelet refreshes mounted ConfigMaps late)."""
     return timedelta(seconds=settings.MIG_OPERATOR_SETTLE_S)
+
+
+def cluster_nodes_stale_after() -> timedelta:
+    """A cluster's reading of a node (``Node.cluster_seen_at``) confirms its GPUs for this
+    long: read every minute, it ages out after five missed reads, the cluster out of reach
+    (``CLUSTER_NODES_STALE_AFTER_S``, 300 s unless set)."""
+    return timedelta(seconds=getattr(settings, "CLUSTER_NODES_STALE_AFTER_S", 300))

@@ -86,6 +86,31 @@ class Node(models.Model):
     report_session = models.CharField(max_length=REPORT_SESSION_MAX, blank=True)
     report_seq = models.BigIntegerField(default=0)
     report_digest = models.CharField(max_length=REPORT_DIGEST_MAX, blank=True)
+    # What the node's cluster says of it: its Node object of the same name, as the Kubernetes
+    # API last showed it (``gpu_agent.services.cluster_nodes``, every minute). Fleet capacity
+    # counts a node's GPUs only as far as this confirms them, never on its agent's word alone
+    # (``gpu_agent.selectors.mig_capacity``); a reading older than
+    # ``CLUSTER_NODES_STALE_AFTER_S`` (the cluster out of reach) confirms nothing.
+    cluster_seen_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the cluster's API last showed a Node of this name (null: it did not, "
+        "or it was never read).",
+    )
+    cluster_gpus = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="GPUs the cluster confirms on the node (GPU Feature Discovery's "
+        "nvidia.com/gpu.count, else what the device plugin advertises).",
+    )
+    cluster_gpu_product = models.CharField(
+        max_length=253, blank=True, help_text="The node's nvidia.com/gpu.product label."
+    )
+    cluster_mig = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='MIG instances the device plugin advertises, by profile: {"1g.10gb": 7}.',
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # Not stored: (a layout open, open probes) when the report endpoint's token lookup read
     # them with the node (services.nodes.node_token_authenticate); None otherwise.

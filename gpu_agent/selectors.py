@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -17,7 +18,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from core.errors import NotFound
-from gpu_agent.conf import stale_after
+from gpu_agent.cluster_nodes import product_matches
+from gpu_agent.conf import cluster_nodes_stale_after, stale_after
 from gpu_agent.mig.catalogue import load_catalogue, normalise_model_name
 from gpu_agent.mig.planner import Demand
 from gpu_agent.models import (
@@ -315,51 +317,105 @@ def _plan_link(cluster: Cluster, flavor: ResourceFlavor) -> str:
     return f"{reverse('portal:fleet-plan')}?{query}"
 
 
+def _confirmed_gpus(node: Node, gpu_name: str, *, since: datetime) -> int:
+    """How many GPUs named ``gpu_name`` the cluster confirms on ``node``: 0 when its reading is
+    missing (no Node object of that name), older than ``since``, or names another product;
+    else the GPUs its Node counts."""
+    seen = node.cluster_seen_at
+    if seen is None or seen < since or not node.cluster_gpus:
+        return 0
+    if not product_matches(node.cluster_gpu_product, gpu_name):
+        return 0
+    return node.cluster_gpus
+
+
 def mig_capacity(
     *, cluster: Cluster, flavors: Sequence[ResourceFlavor]
 ) -> dict[int, FleetCapacity]:
-    """What the cluster's GPUs are partitioned into, per MIG flavor of ``flavors`` (by id):
-    per GPU of the flavor's model on the cluster's nodes, the instances of the flavor's profile
-    its open desired layout will make (a repartition under way: pending or applying), else the
-    instances its agent reports. A flavor with no GPU of its model on the cluster is left out
-    (its capacity stays the number an admin entered). Registered as
-    ``quotas.selectors.MIG_CAPACITY``. Three queries."""
+    """What the cluster's GPUs are partitioned into, per MIG flavor of ``flavors`` (by id), as
+    far as the cluster confirms it: never on a node token's word alone.
+
+    Per node reporting GPUs of the flavor's model: nothing when the cluster does not confirm
+    it (no Node object of its name at the last reading of the cluster's Nodes, that reading
+    older than ``CLUSTER_NODES_STALE_AFTER_S``, or a ``nvidia.com/gpu.product`` label naming
+    another model) or when its agent is stale; else its first GPUs (by index), as many as
+    the cluster counts on it (``Node.cluster_gpus``), each counting the instances of the
+    flavor's profile its open desired layout will make (a repartition under way: pending or
+    applying), else those its agent reports, these at most the node's advertised
+    ``nvidia.com/mig-<profile>`` (``Node.cluster_mig``). A flavor with no GPU of its model
+    reporting is left out, and one whose GPUs the cluster confirms nowhere comes back with
+    ``confirmed`` false, for the words only: both keep the number an admin entered, so a
+    made-up agent never raises a capacity. Registered as ``quotas.selectors.MIG_CAPACITY``.
+    Three queries."""
     wanted = [f for f in flavors if f.kind == FlavorKind.MIG and f.mig_profile and f.gpu_model]
     if not wanted:
         return {}
     gpus = list(
         Gpu.objects.filter(node__cluster=cluster)
+        .select_related("node")
         .prefetch_related(
             Prefetch("instances", queryset=MigInstance.objects.only("gpu", "profile"))
         )
-        .order_by("pk")
+        .order_by("node__name", "index", "pk")
     )
     if not gpus:
         return {}
     layouts = latest_layouts(Gpu.objects.filter(pk__in=[g.pk for g in gpus]))
+    since = timezone.now() - cluster_nodes_stale_after()
     found: dict[int, FleetCapacity] = {}
     for flavor in wanted:
-        observed = planned = count = 0
+        by_node: dict[int, list[Gpu]] = {}
         for gpu in gpus:
-            if not _same_model(flavor.gpu_model, gpu.name):
+            if _same_model(flavor.gpu_model, gpu.name):
+                by_node.setdefault(gpu.node_id, []).append(gpu)
+        profile = flavor.mig_profile
+        observed = planned = count = 0
+        unconfirmed = stale = extra_gpus = extra_instances = 0
+        confirmed_anywhere = False
+        for node_gpus in by_node.values():
+            node = node_gpus[0].node
+            confirmed = _confirmed_gpus(node, node_gpus[0].name, since=since)
+            if not confirmed:
+                unconfirmed += 1
                 continue
-            count += 1
-            layout = layouts.get(gpu.pk)
-            if layout is not None and layout.state in OPEN_LAYOUT_STATES:
-                if layout.mig_enabled:
-                    planned += sum(
-                        1
-                        for instance in layout.instances or []
-                        if isinstance(instance, dict)
-                        and instance.get("profile") == flavor.mig_profile
-                    )
+            confirmed_anywhere = True
+            if node_is_stale(node):
+                stale += 1
                 continue
-            observed += sum(1 for i in gpu.instances.all() if i.profile == flavor.mig_profile)
-        if count:
+            counted = node_gpus[:confirmed]
+            extra_gpus += len(node_gpus) - len(counted)
+            reported = 0
+            for gpu in counted:
+                layout = layouts.get(gpu.pk)
+                if layout is not None and layout.state in OPEN_LAYOUT_STATES:
+                    if layout.mig_enabled:
+                        planned += sum(
+                            1
+                            for instance in layout.instances or []
+                            if isinstance(instance, dict) and instance.get("profile") == profile
+                        )
+                    continue
+                reported += sum(1 for i in gpu.instances.all() if i.profile == profile)
+            advertised = _advertised(node, profile)
+            observed += min(reported, advertised)
+            extra_instances += max(reported - advertised, 0)
+            count += len(counted)
+        if by_node:
             found[flavor.pk] = FleetCapacity(
                 observed=observed,
                 planned=planned,
                 gpus=count,
                 plan_link=_plan_link(cluster, flavor),
+                unconfirmed_nodes=unconfirmed,
+                stale_nodes=stale,
+                unconfirmed_gpus=extra_gpus,
+                unconfirmed_instances=extra_instances,
+                confirmed=confirmed_anywhere,
             )
     return found
+
+
+def _advertised(node: Node, profile: str) -> int:
+    """The node's ``nvidia.com/mig-<profile>`` as the cluster last read it (0: none)."""
+    value = (node.cluster_mig or {}).get(profile) if isinstance(node.cluster_mig, dict) else 0
+    return value if isinstance(value, int) and value > 0 else 0

@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from gpu_agent.services import layouts, mig_operator, nodes, probes, proposals, time_slicing
+from gpu_agent.services import (
+    cluster_nodes,
+    layouts,
+    mig_operator,
+    nodes,
+    probes,
+    proposals,
+    time_slicing,
+)
 from quotas.models import Cluster
 
 
@@ -14,6 +22,17 @@ from quotas.models import Cluster
 def mark_stale_nodes() -> int:
     """Nodes whose agent missed its reports (``AGENT_STALE_AFTER_S``) become stale."""
     return len(nodes.nodes_mark_stale())
+
+
+@shared_task(name="gpu_agent.tasks.read_cluster_nodes", ignore_result=True)
+def read_cluster_nodes() -> int:
+    """Every cluster reached through the Kubernetes API: what its Node objects say of the
+    portal's nodes (the GPUs and MIG instances fleet capacity may count). A cluster out of
+    reach keeps its last readings, which age out. Returns the clusters not read."""
+    return sum(
+        not cluster_nodes.cluster_nodes_read(cluster=cluster).ok
+        for cluster in cluster_nodes.cluster_nodes_clusters()
+    )
 
 
 @shared_task(name="gpu_agent.tasks.fail_overdue_layouts", ignore_result=True)

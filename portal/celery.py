@@ -22,6 +22,11 @@ app.conf.beat_schedule = {
     "reconcile-clusters": {"task": "quotas.tasks.reconcile_clusters", "schedule": 300.0},
     # GPU fleet: nodes whose agent stopped reporting; desired MIG layouts past their deadline.
     "gpu-agent-mark-stale-nodes": {"task": "gpu_agent.tasks.mark_stale_nodes", "schedule": 30.0},
+    # What each cluster's Node objects confirm of the nodes' GPUs (fleet capacity counts that).
+    "gpu-agent-read-cluster-nodes": {
+        "task": "gpu_agent.tasks.read_cluster_nodes",
+        "schedule": 60.0,
+    },
     "gpu-agent-fail-overdue-layouts": {
         "task": "gpu_agent.tasks.fail_overdue_layouts",
         "schedule": 60.0,

@@ -355,18 +355,57 @@ class FleetCapacity:
     """What a cluster's GPUs are partitioned into for one MIG flavor (R24), as the fleet (an
     app above this one) counts it: instances the node agents report on GPUs that keep their
     layout (``observed``), and the instances of desired layouts still to be applied on GPUs
-    being repartitioned (``planned``; they replace what those GPUs have now)."""
+    being repartitioned (``planned``; they replace what those GPUs have now), both only on
+    nodes whose agent reports and as far as the cluster's own Node objects confirm them (the
+    GPUs they count, the MIG instances their device plugin advertises): a node token's word
+    alone never counts."""
 
     observed: int
     planned: int
-    gpus: int  # GPUs of the flavor's model on the cluster's reporting nodes
+    gpus: int  # GPUs of the flavor's model counted: on fresh nodes, as far as the cluster confirms
     # The planner's page with this flavor's profile, model and cluster filled in, "{count}"
     # standing for the instances wanted; empty where no planner is offered.
     plan_link: str = ""
+    # What the agents report that is not counted: nodes the cluster does not confirm (no Node
+    # object of that name, a reading too old, another GPU product), nodes whose agent stopped
+    # reporting, GPUs beyond the count the cluster confirms on a node, and instances beyond
+    # what its device plugin advertises.
+    unconfirmed_nodes: int = 0
+    stale_nodes: int = 0
+    unconfirmed_gpus: int = 0
+    unconfirmed_instances: int = 0
+    # False: the cluster confirms none of the GPUs of the flavor's model that report, so the
+    # capacity stays the number an admin entered (this only says what was left out).
+    confirmed: bool = True
 
     @property
     def total(self) -> int:
         return self.observed + self.planned
+
+    @property
+    def not_counted(self) -> str:
+        """What is left out, in words for people ("" when nothing is)."""
+
+        def n(count: int, one: str, many: str) -> str:
+            return f"{count} {one if count == 1 else many}"
+
+        parts = []
+        if self.unconfirmed_nodes:
+            parts.append(
+                n(self.unconfirmed_nodes, "node", "nodes") + " the cluster does not confirm"
+            )
+        if self.stale_nodes:
+            parts.append(
+                n(self.stale_nodes, "node whose", "nodes whose") + " agent stopped reporting"
+            )
+        if self.unconfirmed_gpus:
+            parts.append(n(self.unconfirmed_gpus, "GPU", "GPUs") + " beyond what the cluster sees")
+        if self.unconfirmed_instances:
+            parts.append(
+                n(self.unconfirmed_instances, "instance", "instances")
+                + " the device plugin does not advertise"
+            )
+        return "not counted: " + ", ".join(parts) if parts else ""
 
     def plan_for(self, count: int) -> str:
         """The planner's page asking for ``count`` instances ("" where none is offered)."""
@@ -375,23 +414,27 @@ class FleetCapacity:
 
 # The hook through which the fleet says what MIG flavors' capacity is: each function takes
 # ``cluster=`` and ``flavors=`` (the cluster's MIG flavors) and returns, by flavor id, the
-# flavors it can count (GPUs of the flavor's model report on the cluster). A MIG flavor no hook
-# counts keeps the capacity an admin entered. ``gpu_agent`` registers in its ``ready``.
+# flavors it can count (GPUs of the flavor's model report on the cluster, and it confirms
+# them; one it does not confirm comes back with ``confirmed`` false, for the words only). A
+# MIG flavor no hook counts keeps the capacity an admin entered. ``gpu_agent`` registers in
+# its ``ready``.
 MIG_CAPACITY: list[Callable[..., Mapping[int, FleetCapacity]]] = []
 
 
 @dataclass(frozen=True)
 class Capacity:
     """A flavor's resource's capacity and where it comes from: the fleet (``fleet``) for the
-    MIG resource of a MIG flavor whose GPUs report, else the number an admin entered."""
+    MIG resource of a MIG flavor whose GPUs report and the cluster confirms, else the number
+    an admin entered."""
 
     amount: Decimal
     fleet: FleetCapacity | None = None
 
 
-def _fleet_capacities(
+def _fleet_readings(
     cluster: Cluster, flavors: Sequence[ResourceFlavor]
 ) -> dict[int, FleetCapacity]:
+    """Everything the hooks say, unconfirmed flavors included (for the words)."""
     mig = [f for f in flavors if f.kind == FlavorKind.MIG and f.mig_profile]
     found: dict[int, FleetCapacity] = {}
     if not mig:
@@ -399,6 +442,13 @@ def _fleet_capacities(
     for hook in MIG_CAPACITY:
         found.update(hook(cluster=cluster, flavors=mig))
     return found
+
+
+def _fleet_capacities(
+    cluster: Cluster, flavors: Sequence[ResourceFlavor]
+) -> dict[int, FleetCapacity]:
+    """The flavors whose capacity the fleet gives: those whose GPUs the cluster confirms."""
+    return {k: v for k, v in _fleet_readings(cluster, flavors).items() if v.confirmed}
 
 
 def fleet_capacities(
@@ -431,6 +481,9 @@ class FlavorAllocation:
     capacity: Decimal
     guaranteed: Decimal
     fleet: FleetCapacity | None = None  # None: ``capacity`` is the number an admin entered
+    # What the fleet's agents report that is not counted, in words ("" when nothing is): also
+    # for an entered capacity whose GPUs report but are not confirmed by the cluster.
+    not_counted: str = ""
 
     @property
     def free(self) -> Decimal:
@@ -466,10 +519,14 @@ def cluster_allocations(*, cluster: Cluster) -> list[FlavorAllocation]:
         .select_related("flavor")
         .order_by("flavor__name", "resource")
     )
-    fleet = _fleet_capacities(cluster, list({fr.flavor_id: fr.flavor for fr in rows}.values()))
+    readings = _fleet_readings(cluster, list({fr.flavor_id: fr.flavor for fr in rows}.values()))
     out = []
     for fr in rows:
-        capacity = _capacity_of(fr, fleet.get(fr.flavor_id))
+        reading = readings.get(fr.flavor_id)
+        capacity = _capacity_of(fr, reading if reading and reading.confirmed else None)
+        words = ""
+        if reading is not None and fr.resource == mig_resource(fr.flavor.mig_profile):
+            words = reading.not_counted
         out.append(
             FlavorAllocation(
                 fr.flavor,
@@ -477,6 +534,7 @@ def cluster_allocations(*, cluster: Cluster) -> list[FlavorAllocation]:
                 capacity.amount,
                 totals.get((fr.flavor_id, fr.resource), Decimal(0)),
                 capacity.fleet,
+                words,
             )
         )
     return out

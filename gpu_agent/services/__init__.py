@@ -13,6 +13,8 @@ coming back). The modules import each other one way only, and never ``gpu_agent.
 - ``proposals``: the planner run periodically per cluster, its proposals stored and applied.
 - ``probes``: isolation probes (R30), asked for and recorded.
 - ``mig_operator``: MIG through NVIDIA's GPU Operator (ConfigMap, node labels, state read back).
+- ``cluster_nodes``: what each cluster's Node objects say of the portal's nodes (the GPUs and
+  MIG instances it confirms, which bound fleet capacity).
 
 ``common`` holds the few helpers several of them share.
 """

@@ -166,9 +166,14 @@ def agent_register(
         live.update(revoked_at=now)
         node.hostname = hostname
         node.agent_version = agent_version
-        if join.cluster is not None:
+        fields = ["hostname", "agent_version", "cluster"]
+        if join.cluster is not None and join.cluster_id != node.cluster_id:
             node.cluster = join.cluster
-        node.save(update_fields=["hostname", "agent_version", "cluster"])
+            # The old cluster's word is not the new one's (gpu_agent.services.cluster_nodes).
+            node.cluster_seen_at, node.cluster_gpus = None, None
+            node.cluster_gpu_product, node.cluster_mig = "", {}
+            fields += ["cluster_seen_at", "cluster_gpus", "cluster_gpu_product", "cluster_mig"]
+        node.save(update_fields=fields)
         action = "node.reregistered"
     secret = secrets.token_urlsafe(TOKEN_BYTES)
     token = NodeToken.objects.create(
@@ -327,7 +332,15 @@ def node_update(*, node: Node, actor: User, cluster: Cluster | None) -> Node:
     before = locked.cluster.name if locked.cluster else None
     after = cluster.name if cluster else None
     if before != after:
-        Node.objects.filter(pk=node.pk).update(cluster=cluster)
+        # What the old cluster said of the node is not the new one's word: its next reading
+        # (gpu_agent.services.cluster_nodes) confirms it there, or not.
+        Node.objects.filter(pk=node.pk).update(
+            cluster=cluster,
+            cluster_seen_at=None,
+            cluster_gpus=None,
+            cluster_gpu_product="",
+            cluster_mig={},
+        )
         audit_record(
             actor=actor,
             action="node.updated",

@@ -130,7 +130,17 @@ class FleetCapacityOutput(serializers.Serializer):
     planned = serializers.IntegerField(
         help_text="Instances of repartitions under way (desired layouts not applied yet)."
     )
-    gpus = serializers.IntegerField(help_text="GPUs of the flavor's model on the cluster.")
+    gpus = serializers.IntegerField(
+        help_text="GPUs of the flavor's model counted: on nodes whose agent reports, as far as "
+        "the cluster's Node objects confirm them."
+    )
+    unconfirmed_nodes = serializers.IntegerField(
+        help_text="Nodes reporting GPUs of the model that the cluster does not confirm (no Node "
+        "object of that name, a reading too old, another GPU product): not counted."
+    )
+    stale_nodes = serializers.IntegerField(
+        help_text="Nodes the cluster confirms whose agent stopped reporting: not counted."
+    )
 
 
 class AllocationOutput(serializers.Serializer):
@@ -143,6 +153,11 @@ class AllocationOutput(serializers.Serializer):
     fleet = FleetCapacityOutput(
         allow_null=True,
         help_text="Where a MIG flavor's capacity comes from; null: the number an admin entered.",
+    )
+    not_counted = serializers.CharField(
+        help_text="What the node agents report that the capacity leaves out, in words (nodes "
+        "the cluster does not confirm, stale nodes, GPUs or MIG instances beyond what the "
+        "cluster advertises); empty when nothing is."
     )
     guaranteed = QuantityField(help_text="Sum of all tenants' guarantees.")
     free = QuantityField()

@@ -57,8 +57,19 @@ def a_layout(gpu: Gpu, profiles: list[str], *, state: str, generation: int = 1) 
     )
 
 
-def a_node(cluster: Any, name: str) -> Node:
-    return Node.objects.create(name=name, cluster=cluster, last_report_at=timezone.now())
+def a_node(cluster: Any, name: str, *, confirmed: bool = True) -> Node:
+    """A reporting node; ``confirmed``: its cluster's last reading found its Node object, with
+    room for 8 GPUs and every instance its agent could report (what bounds capacity is
+    ``test_confirmed_capacity``'s)."""
+    now = timezone.now()
+    return Node.objects.create(
+        name=name,
+        cluster=cluster,
+        last_report_at=now,
+        cluster_seen_at=now if confirmed else None,
+        cluster_gpus=8 if confirmed else None,
+        cluster_mig={"1g.10gb": 56, "3g.40gb": 16} if confirmed else {},
+    )
 
 
 @pytest.fixture
@@ -286,7 +297,14 @@ def test_the_api_gives_the_capacity_and_where_it_comes_from(world, fleet, api_as
     rows = {(r["flavor"], r["resource"]): r for r in answer.json()["allocations"]}
     mig = rows[("h100-mig-1g-10gb", MIG_1G)]
     assert mig["capacity"] == "8"
-    assert mig["fleet"] == {"observed": 6, "planned": 2, "gpus": 4}
+    assert mig["fleet"] == {
+        "observed": 6,
+        "planned": 2,
+        "gpus": 4,
+        "unconfirmed_nodes": 0,
+        "stale_nodes": 0,
+    }
+    assert mig["not_counted"] == ""
     assert rows[("h100-80gb", "nvidia.com/gpu")]["fleet"] is None
 
 
