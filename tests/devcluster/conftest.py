@@ -7,12 +7,14 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import config
+from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
 
 from devcluster import Handle, start_in_thread
@@ -70,3 +72,40 @@ def make_kubectl(kubeconfig: Path, cache_dir: Path) -> Kubectl:
 @pytest.fixture
 def kubectl(devcluster: Handle, tmp_path_factory: pytest.TempPathFactory) -> Kubectl:
     return make_kubectl(devcluster.kubeconfig_path, tmp_path_factory.getbasetemp() / "kube-cache")
+
+
+MakeClient = Callable[..., ApiClient]
+MakeKubectl = Callable[..., Kubectl]
+
+
+@pytest.fixture
+def admin_client(devcluster: Handle) -> ApiClient:
+    """The official client with the static token (devcluster-admin, system:masters)."""
+    return config.new_client_from_config(config_file=str(devcluster.kubeconfig_path))
+
+
+@pytest.fixture
+def client_as(devcluster: Handle, tmp_path: Path) -> MakeClient:
+    """``client_as("alice", ["team-a"])``: the official client acting as that user (a token
+    of the stand-in), or with ``token=`` (a ServiceAccount's)."""
+
+    def make(user: str, groups: tuple[str, ...] = (), *, token: str | None = None) -> ApiClient:
+        path = tmp_path / f"kubeconfig-{user.replace(':', '-')}-{uuid.uuid4().hex[:6]}"
+        devcluster.kubeconfig_for(user, path, list(groups), token=token)
+        return config.new_client_from_config(config_file=str(path))
+
+    return make
+
+
+@pytest.fixture
+def kubectl_as(
+    devcluster: Handle, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> MakeKubectl:
+    """``kubectl_as("alice", ["team-a"])``: the real kubectl with a kubeconfig of that user."""
+
+    def make(user: str, groups: tuple[str, ...] = (), *, token: str | None = None) -> Kubectl:
+        path = tmp_path / f"kubeconfig-{user.replace(':', '-')}-{uuid.uuid4().hex[:6]}"
+        devcluster.kubeconfig_for(user, path, list(groups), token=token)
+        return make_kubectl(path, tmp_path_factory.getbasetemp() / "kube-cache")
+
+    return make
