@@ -199,47 +199,81 @@ def _automount(obj: Obj) -> bool:
     return bool(pod_spec(obj).get("automountServiceAccountToken", True))
 
 
-def test_in_cluster_only_web_and_worker_carry_the_token_bound_to_the_cluster_role():
+def _bound_roles(objects: tuple[Obj, ...], account: str, namespace: str) -> set[tuple[str, str]]:
+    """(kind, name) of every role the manifests bind to ``account``."""
+    return {
+        (o["roleRef"]["kind"], o["roleRef"]["name"])
+        for o in objects
+        if o["kind"] in {"RoleBinding", "ClusterRoleBinding"}
+        and {"kind": "ServiceAccount", "name": account, "namespace": namespace} in o["subjects"]
+    }
+
+
+PORTAL_ROLES = {
+    ("ClusterRole", "gpu-quota-portal"),
+    ("Role", "gpu-quota-portal-gpu-operator"),
+    ("Role", "gpu-quota-portal-impersonate-binder"),
+}
+WEB_ROLES = {("ClusterRole", "gpu-quota-portal-web")}
+
+
+def test_in_cluster_the_worker_carries_the_portal_token_and_web_a_read_only_one():
+    """The internet-facing web pods never hold the portal's account: their own lists
+    ResourceQuotas and ClusterQueues and nothing else (tests/deploy/test_rbac.py)."""
     objects = overlay("in-cluster")
     mounted = {
-        o["metadata"]["labels"]["app.kubernetes.io/component"]
+        o["metadata"]["labels"]["app.kubernetes.io/component"]: pod_spec(o)["serviceAccountName"]
         for o in _portal_workloads(objects)
         if _automount(o)
     }
-    assert mounted == {"web", "worker"}
-    binding = find(objects, "ClusterRoleBinding", "gpu-quota-portal")
-    assert binding["roleRef"]["name"] == "gpu-quota-portal"
-    web = find(objects, "Deployment", "portal-web")
-    [subject] = binding["subjects"]
-    assert (subject["name"], subject["namespace"]) == (
-        pod_spec(web)["serviceAccountName"],
-        web["metadata"]["namespace"],
-    )
-    find(objects, "ServiceAccount", subject["name"])
+    assert mounted == {"worker": "gpu-quota-portal", "web": "gpu-quota-portal-web"}
+    namespace = find(objects, "Deployment", "portal-web")["metadata"]["namespace"]
+    for account in mounted.values():
+        find(objects, "ServiceAccount", account)
+    assert _bound_roles(objects, "gpu-quota-portal", namespace) == PORTAL_ROLES
+    assert _bound_roles(objects, "gpu-quota-portal-web", namespace) == WEB_ROLES
+    # The agents' endpoints share the web pods' account, without its token.
+    agent_api = pod_spec(find(objects, "Deployment", "portal-agent-api"))
+    assert agent_api["serviceAccountName"] == "gpu-quota-portal-web"
+
+
+def _kubeconfigs_secret(spec: Obj) -> str:
+    [volume] = [v for v in spec["volumes"] if v["name"] == "kubeconfigs"]
+    [mount] = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "kubeconfigs"]
+    assert (mount["mountPath"], mount["readOnly"]) == ("/kubeconfigs", True)
+    return str(volume["secret"]["secretName"])
 
 
 def test_outside_mounts_the_kubeconfigs_and_binds_nothing_in_its_own_cluster():
     objects = overlay("outside")
     assert not [o for o in objects if o["kind"] in {"ClusterRole", "ClusterRoleBinding"}]
     assert not [o for o in _portal_workloads(objects) if _automount(o)]
-    for name in ("portal-web", "portal-worker"):
-        spec = pod_spec(find(objects, "Deployment", name))
-        kubeconfigs = next(v for v in spec["volumes"] if v["name"] == "kubeconfigs")
-        assert kubeconfigs["secret"]["secretName"] == "portal-kubeconfigs"
-        mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "kubeconfigs")
-        assert (mount["mountPath"], mount["readOnly"]) == ("/kubeconfigs", True)
+    # The worker the portal's kubeconfigs, the web pods the read-only ones (same keys, same path).
+    assert _kubeconfigs_secret(pod_spec(find(objects, "Deployment", "portal-worker"))) == (
+        "portal-kubeconfigs"
+    )
+    assert _kubeconfigs_secret(pod_spec(find(objects, "Deployment", "portal-web"))) == (
+        "portal-kubeconfigs-web"
+    )
+    kubeconfigs = {o["metadata"]["name"]: o for o in examples() if o["kind"] == "Secret"}
+    assert set(kubeconfigs["portal-kubeconfigs"]["stringData"]) == set(
+        kubeconfigs["portal-kubeconfigs-web"]["stringData"]
+    )
     # The agents' endpoints never call a cluster: no kubeconfig there.
     agent_api = pod_spec(find(objects, "Deployment", "portal-agent-api"))
     assert "kubeconfigs" not in {v["name"] for v in agent_api["volumes"]}
-    # The managed cluster gets the identity the kubeconfig's token belongs to.
+    # The managed cluster gets the identities the kubeconfigs' tokens belong to, each bound
+    # to its own roles.
     managed = overlay("outside/managed-cluster")
-    token = find(managed, "Secret", "gpu-quota-portal-token")
-    assert token["type"] == "kubernetes.io/service-account-token"
-    account = token["metadata"]["annotations"]["kubernetes.io/service-account.name"]
-    binding = find(managed, "ClusterRoleBinding", "gpu-quota-portal")
-    assert [(s["name"], s["namespace"]) for s in binding["subjects"]] == [
-        (account, token["metadata"]["namespace"])
-    ]
+    for token_name, roles in (
+        ("gpu-quota-portal-token", PORTAL_ROLES),
+        ("gpu-quota-portal-web-token", WEB_ROLES),
+    ):
+        token = find(managed, "Secret", token_name)
+        assert token["type"] == "kubernetes.io/service-account-token"
+        account = token["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+        find(managed, "ServiceAccount", account)
+        assert _bound_roles(managed, account, token["metadata"]["namespace"]) == roles
     assert not [o for o in managed if o["kind"] in {"Deployment", "Job"}]
 
 
@@ -391,12 +425,13 @@ def test_the_kubeconfig_example_is_one_the_kubernetes_client_loads(tmp_path: Pat
     """What a cluster's kubeconfig path points at in the outside overlay."""
     from kubernetes import client, config
 
-    secret = next(o for o in examples() if o["metadata"]["name"] == "portal-kubeconfigs")
-    [(key, text)] = secret["stringData"].items()
-    (tmp_path / key).write_text(text)
-    configuration = client.Configuration()
-    config.load_kube_config(config_file=str(tmp_path / key), client_configuration=configuration)
-    assert configuration.host == "https://gpu-east.example.org:6443"
+    for name in ("portal-kubeconfigs", "portal-kubeconfigs-web"):
+        secret = next(o for o in examples() if o["metadata"]["name"] == name)
+        [(key, text)] = secret["stringData"].items()
+        (tmp_path / key).write_text(text)
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=str(tmp_path / key), client_configuration=configuration)
+        assert configuration.host == "https://gpu-east.example.org:6443"
 
 
 # --- the agents' endpoints on pods of their own -------------------------------------------------

@@ -35,8 +35,8 @@ from gpu_agent.services import layouts
 from gpu_agent.services.time_slicing import time_slicing_push
 from quotas.backends import workload_set_active
 from quotas.choices import MigDriver
-from quotas.kube import compiler
-from quotas.kube.resources import kind_of
+from quotas.kube import bandwidth, compiler, enforcement, names, portal_access
+from quotas.kube.resources import KINDS, NODE, POD, WORKLOAD, kind_of
 from quotas.kube.spec import QuotaSpec
 from quotas.models import Cluster, ResourceFlavor
 from quotas.sync import cluster_reconcile
@@ -97,30 +97,109 @@ def every_feature_objects() -> list[dict[str, Any]]:
             QuotaSpec("fast-ssd", "storage", Decimal(2**40), Decimal(2**40)),
         ),
         split_by_priority=True,
+        pod_bandwidth_max="1G",  # the bandwidth admission policy
         editors=("alice@example.org",),
         viewers=("bob@example.org",),
     )
     objects = list(compiler.compile_cluster(spec, [tenant]))
+    objects += portal_bindings(objects)
     plan = operator.compile_operator([], now=timezone.now())
     objects.append(
         operator.configmap(
-            plan, cluster=spec.name, namespace="gpu-operator", name="mig-parted", key="config.yaml"
+            plan,
+            cluster=spec.name,
+            namespace=MIG_NAMESPACE,
+            name=MIG_CONFIGMAP,
+            key="config.yaml",
         )
     )
     return objects
 
 
-def compiled_requirements(served: dict[tuple[str, str], str]) -> set[Grant]:
-    needed: set[Grant] = set()
+def portal_bindings(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The portal's own RoleBinding in each tenant namespace (quotas.kube.portal_access), where
+    the compiler does not emit it yet."""
+    have = {
+        o["metadata"]["namespace"] for o in objects if portal_access.is_namespace_role_binding(o)
+    }
+    return [
+        portal_access.namespace_role_binding(
+            {"namespace": o["metadata"]["name"], "labels": dict(o["metadata"]["labels"])}
+        )
+        for o in objects
+        if o["kind"] == "Namespace" and o["metadata"]["name"] not in have
+    ]
+
+
+# Where a grant lives: the roles of the portal's account and the one it impersonates.
+CLUSTER = "cluster"  # ClusterRole gpu-quota-portal, bound cluster-wide
+NAMESPACE = "namespace"  # ClusterRole gpu-quota-portal-namespace, bound in each managed namespace
+GPU_OPERATOR = "gpu-operator"  # Role gpu-quota-portal-gpu-operator
+BINDER = "binder"  # ClusterRole gpu-quota-portal-binder, the account the portal impersonates
+ROLES = {
+    CLUSTER: ("ClusterRole", "gpu-quota-portal"),
+    NAMESPACE: ("ClusterRole", portal_access.NAMESPACE_ROLE),
+    GPU_OPERATOR: ("Role", "gpu-quota-portal-gpu-operator"),
+    BINDER: ("ClusterRole", "gpu-quota-portal-binder"),
+}
+MIG_NAMESPACE = str(Cluster._meta.get_field("mig_operator_namespace").default)
+MIG_CONFIGMAP = str(Cluster._meta.get_field("mig_operator_configmap").default)
+# ConfigMaps the portal reads by name (get): Kueue's configuration and its own two.
+READ_BY_NAME = {
+    (enforcement.KUEUE_CONFIG_NAMESPACE, enforcement.KUEUE_CONFIG_NAME),
+    (MIG_NAMESPACE, MIG_CONFIGMAP),
+    (names.TIME_SLICING_NAMESPACE, names.TIME_SLICING_CONFIGMAP),
+}
+# A need: (group, resource, verb, name); name None where the stand-in's counts do not say which.
+Need = tuple[str, str, str, str | None]
+Needs = dict[str, set[Need]]
+WRITES = ("create", "patch", "delete", "update", "deletecollection")
+NAMED_VERBS = ("get", "patch", "delete", "update")  # RBAC can hold these to names
+
+
+def _place(namespace: str | None) -> str:
+    if not namespace:
+        return CLUSTER
+    return GPU_OPERATOR if namespace == MIG_NAMESPACE else NAMESPACE
+
+
+def compiled_requirements(served: dict[tuple[str, str], str]) -> Needs:
+    """Each compiled object's verbs, where it lives: listed cluster-wide (list, no name); written
+    (server-side apply: patch, create where missing; delete to prune unless never pruned) in its
+    namespace, by name where RBAC can say it; bind on the ClusterRoles the RoleBindings name.
+    The portal's own RoleBinding of a namespace is written by the binder it impersonates."""
+    needed: Needs = {place: set() for place in ROLES}
     for obj in every_feature_objects():
         kind = kind_of(obj)
         group, resource = resource_of(served, kind.group, kind.kind)
-        verbs = ["list", "patch", "create"] + ([] if kind.never_prune else ["delete"])
-        needed |= {(group, resource, verb, "*") for verb in verbs}
-        role_ref = obj.get("roleRef")
-        if role_ref and role_ref["kind"] == "ClusterRole":
-            needed.add(("rbac.authorization.k8s.io", "clusterroles", "bind", role_ref["name"]))
+        name = str(obj["metadata"]["name"])
+        needed[CLUSTER].add((group, resource, "list", "*"))
+        place = _place(obj["metadata"].get("namespace"))
+        verbs = ["patch", "create"] + ([] if kind.never_prune else ["delete"])
+        role_ref = obj.get("roleRef") or {}
+        if portal_access.is_namespace_role_binding(obj):
+            assert portal_access.impersonation_for(obj) == {
+                "Impersonate-User": portal_access.BINDER_USERNAME
+            }
+            place, verbs = BINDER, ["patch", "create"]  # never pruned: namespaces are not
+        for verb in verbs:
+            needed[place].add((group, resource, verb, name if verb in NAMED_VERBS else "*"))
+        if role_ref.get("kind") == "ClusterRole":
+            needed[place].add(
+                ("rbac.authorization.k8s.io", "clusterroles", "bind", role_ref["name"])
+            )
     return needed
+
+
+def satisfied(need: Need, grants: set[Grant]) -> bool:
+    return any(
+        grant[:3] == need[:3] and (grant[3] == "*" or need[3] is None or grant[3] == need[3])
+        for grant in grants
+    )
+
+
+def used(grant: Grant, needs: set[Need]) -> bool:
+    return any(satisfied(need, {grant}) for need in needs)
 
 
 def _counts(handle: Handle) -> Counter[str]:
@@ -143,13 +222,26 @@ class Recorder:
         self.seen.update(_counts(self.handle) - self.before)
 
 
-def observed_requirements(recorded: Counter[str], served: dict[tuple[str, str], str]) -> set[Grant]:
+def observed_requirements(recorded: Counter[str], served: dict[tuple[str, str], str]) -> Needs:
+    """The counted requests as grants, where they happen: reads cluster-wide (a get by the
+    names in READ_BY_NAME), writes of namespaced kinds in the tenants' namespaces, but the
+    ConfigMaps and Pods of the GPU Operator's namespace (the MIG and time-slicing ConfigMaps,
+    the device plugin's pods)."""
     kinds = by_kind_name(served)
-    needed: set[Grant] = set()
+    namespaced = {k.plural for k in (*KINDS, NODE, POD, WORKLOAD) if k.namespaced}
+    needed: Needs = {place: set() for place in ROLES}
     for verb_kind in recorded:
         verb, kind = verb_kind.split(" ", 1)
         group, resource = kinds[kind]
-        needed |= {(group, resource, rbac, "*") for rbac in RBAC_VERBS[verb]}
+        for rbac in RBAC_VERBS[verb]:
+            if rbac == "get" and resource == "configmaps":
+                needed[CLUSTER] |= {(group, resource, "get", n) for _, n in READ_BY_NAME}
+            elif rbac not in WRITES or resource not in namespaced:
+                needed[CLUSTER].add((group, resource, rbac, None))
+            elif resource in {"configmaps", "pods"}:
+                needed[GPU_OPERATOR].add((group, resource, rbac, None))
+            else:
+                needed[NAMESPACE].add((group, resource, rbac, None))
     return needed
 
 
@@ -217,33 +309,154 @@ def test_the_cluster_role_holds_exactly_what_the_portal_uses(
         assert time_slicing_push(cluster=world.h100).restarted
     assert "delete Pod" in record.seen
 
-    needed = compiled_requirements(served) | observed_requirements(record.seen, served)
-    # Deleting pods is granted in the GPU Operator's namespace only, by a Role of its own.
-    namespaced = granted(
-        find(overlay("in-cluster"), "Role", "gpu-quota-portal-device-plugin-restart")
-    )
-    assert namespaced == {("", "pods", "delete", "*")}
-    assert namespaced <= needed, "the device plugin Role holds what the portal never uses"
-    needed -= namespaced
-    role = granted(find(overlay("in-cluster"), "ClusterRole", "gpu-quota-portal"))
-    assert sorted(needed - role) == [], "the ClusterRole lacks what the portal uses"
-    assert sorted(role - needed) == [], "the ClusterRole holds what the portal never uses"
-    # The outside overlay's managed clusters get the same role.
-    assert role == granted(
-        find(overlay("outside/managed-cluster"), "ClusterRole", "gpu-quota-portal")
-    )
-    assert namespaced == granted(
-        find(overlay("outside/managed-cluster"), "Role", "gpu-quota-portal-device-plugin-restart")
-    )
+    compiled = compiled_requirements(served)
+    observed = observed_requirements(record.seen, served)
+    for overlay_name in ("in-cluster", "outside/managed-cluster"):
+        objects = overlay(overlay_name)
+        for place, (kind, name) in ROLES.items():
+            needs = compiled[place] | observed[place]
+            role = granted(find(objects, kind, name))
+            lacking = sorted(str(n) for n in needs if not satisfied(n, role))
+            unused = sorted(g for g in role if not used(g, needs))
+            assert lacking == [], f"{overlay_name}: {kind} {name} lacks {lacking}"
+            assert unused == [], f"{overlay_name}: {kind} {name} holds unused {unused}"
 
 
 def test_the_role_reads_no_secret_watches_nothing_and_never_deletes_a_namespace() -> None:
-    """What a reader of the role wants to know at a glance, read from its rules as RBAC does."""
-    role = find(overlay("in-cluster"), "ClusterRole", "gpu-quota-portal")
-    grants = granted(role)
-    assert ("", "pods", "list", "*") in grants
-    assert ("", "pods", "watch", "*") not in grants
-    assert ("rbac.authorization.k8s.io", "clusterroles", "bind", "edit") in grants
-    assert ("rbac.authorization.k8s.io", "clusterroles", "bind", "admin") not in grants
-    assert ("", "namespaces", "delete", "*") not in grants  # namespaces are never pruned
-    assert ("", "secrets", "get", "*") not in grants
+    """What a reader of the roles wants to know at a glance, read from their rules as RBAC does."""
+    objects = overlay("in-cluster")
+    role = granted(find(objects, "ClusterRole", "gpu-quota-portal"))
+    in_namespace = granted(find(objects, "ClusterRole", portal_access.NAMESPACE_ROLE))
+    assert ("", "pods", "list", "*") in role
+    assert ("", "pods", "watch", "*") not in role
+    assert ("", "namespaces", "delete", "*") not in role  # namespaces are never pruned
+    for grants in (role, in_namespace):
+        assert not [g for g in grants if g[1] == "secrets"]
+        assert not [g for g in grants if "*" in g[:3]]  # no wildcard group, resource or verb
+    binds = {g[3] for g in in_namespace if g[2] == "bind"}
+    assert binds == set(portal_access.TENANT_ROLES)
+
+
+NAMESPACED = {k.plural for k in (*KINDS, NODE, POD, WORKLOAD) if k.namespaced}
+
+
+def test_nothing_namespaced_is_written_or_bound_cluster_wide() -> None:
+    """The cluster-wide role reads namespaced kinds and writes only cluster-scoped ones: no
+    RoleBinding, ConfigMap, ServiceAccount or Pod anywhere (kube-system included) by it; no
+    bind, escalate or impersonate."""
+    role = granted(find(overlay("in-cluster"), "ClusterRole", "gpu-quota-portal"))
+    writes = {(g[1], g[2]) for g in role if g[2] not in {"list", "get"}}
+    assert writes
+    assert not [w for w in writes if w[0] in NAMESPACED]
+    assert not [g for g in role if g[2] in {"bind", "escalate", "impersonate"}]
+    assert not [g for g in role if g[1] in {"clusterroles", "clusterrolebindings", "roles"}]
+    # Reads by name only, where RBAC can: the ConfigMaps it gets, its own admission policies.
+    assert {g[3] for g in role if g[:3] == ("", "configmaps", "get")} == {
+        n for _, n in READ_BY_NAME
+    }
+    policies = {
+        str(o["metadata"]["name"])
+        for o in every_feature_objects()
+        if o["apiVersion"].startswith("admissionregistration.k8s.io/")
+    }
+    assert {enforcement.POLICY_NAME, bandwidth.POLICY_NAME} <= policies
+    for verb in ("patch", "delete"):
+        named = {g[3] for g in role if g[2] == verb and g[0] == "admissionregistration.k8s.io"}
+        assert named == policies
+    # Never the policies that confine the portal itself.
+    confining = {
+        o["metadata"]["name"]
+        for o in overlay("in-cluster")
+        if o["apiVersion"].startswith("admissionregistration.k8s.io/")
+    }
+    assert confining and not confining & policies
+
+
+@pytest.mark.parametrize("name", ["in-cluster", "outside/managed-cluster"])
+def test_each_role_is_bound_where_the_design_says(name: str) -> None:
+    objects = overlay(name)
+    portal = {
+        "kind": "ServiceAccount",
+        "name": portal_access.PORTAL_SERVICE_ACCOUNT,
+        "namespace": portal_access.PORTAL_NAMESPACE,
+    }
+
+    def bindings_of(role_kind: str, role_name: str) -> list[dict[str, Any]]:
+        return [
+            o
+            for o in objects
+            if o["kind"] in {"RoleBinding", "ClusterRoleBinding"}
+            and o["roleRef"]
+            == {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role_name}
+        ]
+
+    [cluster_wide] = bindings_of("ClusterRole", "gpu-quota-portal")
+    assert (cluster_wide["kind"], cluster_wide["subjects"]) == ("ClusterRoleBinding", [portal])
+    # The namespace role is bound by the push, per namespace: never here, never cluster-wide.
+    assert bindings_of("ClusterRole", portal_access.NAMESPACE_ROLE) == []
+    [operator_binding] = bindings_of("Role", "gpu-quota-portal-gpu-operator")
+    assert operator_binding["metadata"]["namespace"] == MIG_NAMESPACE
+    assert operator_binding["subjects"] == [portal]
+    # The binder: no token, bound to its own role, and the portal may impersonate it alone.
+    binder = find(objects, "ServiceAccount", portal_access.BINDER_SERVICE_ACCOUNT)
+    assert binder["automountServiceAccountToken"] is False
+    assert not [
+        o
+        for o in objects
+        if o["kind"] == "Secret"
+        and (o["metadata"].get("annotations") or {}).get("kubernetes.io/service-account.name")
+        == portal_access.BINDER_SERVICE_ACCOUNT
+    ]
+    [binder_binding] = bindings_of("ClusterRole", "gpu-quota-portal-binder")
+    assert binder_binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": portal_access.BINDER_SERVICE_ACCOUNT,
+            "namespace": portal_access.PORTAL_NAMESPACE,
+        }
+    ]
+    impersonate = find(objects, "Role", "gpu-quota-portal-impersonate-binder")
+    assert impersonate["metadata"]["namespace"] == portal_access.PORTAL_NAMESPACE
+    assert granted(impersonate) == {
+        ("", "serviceaccounts", "impersonate", portal_access.BINDER_SERVICE_ACCOUNT)
+    }
+    [impersonation] = bindings_of("Role", "gpu-quota-portal-impersonate-binder")
+    assert impersonation["subjects"] == [portal]
+    # Nothing else in the manifests may impersonate, escalate, or bind.
+    for role in (o for o in objects if o["kind"] in {"Role", "ClusterRole"}):
+        for grant in granted(role):
+            if grant[2] == "impersonate":
+                assert role is impersonate
+            assert grant[2] != "escalate", role["metadata"]["name"]
+            if grant[2] == "bind":
+                assert grant[3] != "*", role["metadata"]["name"]
+
+
+def test_the_web_reader_only_reads() -> None:
+    """The web pods' account: the lists of the tenant page's live figures, nothing else."""
+    objects = overlay("in-cluster")
+    reader = granted(find(objects, "ClusterRole", "gpu-quota-portal-web"))
+    assert reader == {
+        ("", "resourcequotas", "list", "*"),
+        ("kueue.x-k8s.io", "clusterqueues", "list", "*"),
+    }
+    [binding] = [
+        o
+        for o in objects
+        if o["kind"] == "ClusterRoleBinding" and o["roleRef"]["name"] == "gpu-quota-portal-web"
+    ]
+    assert binding["subjects"] == [
+        {
+            "kind": "ServiceAccount",
+            "name": portal_access.WEB_SERVICE_ACCOUNT,
+            "namespace": portal_access.PORTAL_NAMESPACE,
+        }
+    ]
+    # Bound to nothing else.
+    assert not [
+        o
+        for o in objects
+        if o["kind"] in {"RoleBinding", "ClusterRoleBinding"}
+        and o is not binding
+        and any(s.get("name") == portal_access.WEB_SERVICE_ACCOUNT for s in o["subjects"])
+    ]
