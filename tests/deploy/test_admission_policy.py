@@ -26,6 +26,7 @@ from tests.deploy.manifests import overlay
 
 PORTAL = portal_access.PORTAL_USERNAME
 BINDER = portal_access.BINDER_USERNAME
+AGENT = "system:serviceaccount:gpu-agent:gpu-agent"  # deploy/kubernetes/node-agent
 ADMIN = "kubernetes-admin"
 Obj = dict[str, Any]
 
@@ -88,6 +89,7 @@ def admit(
     old: Obj | None = None,
     *,
     subresource: str = "",
+    extra: dict[str, list[str]] | None = None,
 ) -> str | None:
     """The denial (its message) of a request by ``user``, or None when it is admitted."""
     shown = obj if obj is not None else old
@@ -110,6 +112,7 @@ def admit(
         namespace_object=NAMESPACES.get(ns) if ns else None,
         username=user,
         groups=("system:serviceaccounts", "system:authenticated"),
+        extra=extra or {},
     )
     outcome = policies.admit(POLICIES, BINDINGS, request, cel.evaluate)
     return outcome.denial[0] if outcome.denial else None
@@ -160,6 +163,7 @@ def test_the_policies_are_valid_and_their_cel_compiles() -> None:
     assert {p["metadata"]["name"] for p in POLICIES} == {
         "gpu-quota-portal-confinement",
         "gpu-quota-portal-binder",
+        "gpu-agent-device-plugin-only",
     }
     assert {b["spec"]["policyName"] for b in BINDINGS} >= {p["metadata"]["name"] for p in POLICIES}
     for found in [*POLICIES, *BINDINGS]:
@@ -185,6 +189,7 @@ def test_the_policies_match_the_portal_and_the_binder_by_username() -> None:
     assert conditions == {
         "gpu-quota-portal-confinement": [f"request.userInfo.username == '{PORTAL}'"],
         "gpu-quota-portal-binder": [f"request.userInfo.username == '{BINDER}'"],
+        "gpu-agent-device-plugin-only": [f"request.userInfo.username == '{AGENT}'"],
     }
 
 
@@ -441,3 +446,25 @@ def test_anyone_else_is_not_matched() -> None:
     assert admit(ADMIN, "UPDATE", aws_auth, aws_auth) is None
     assert admit(ADMIN, "CREATE", role_binding("kube-system", "admin", user("ops"))) is None
     assert admit(portal_access.WEB_USERNAME, "CREATE", namespace("x", managed=False)) is None
+
+
+def test_the_node_agent_deletes_only_device_plugin_pods_on_its_own_node() -> None:
+    def pod(name: str, app: str, node_name: str) -> Obj:
+        found = obj("Pod", name, "gpu-operator", labels={"app": app})
+        found["spec"] = {"nodeName": node_name}
+        return found
+
+    plugin = pod("plugin-1", "nvidia-device-plugin-daemonset", "gpu-node-1")
+    driver = pod("driver-1", "nvidia-driver-daemonset", "gpu-node-1")
+    assert admit(AGENT, "DELETE", None, plugin) is None
+    assert "device plugin" in (admit(AGENT, "DELETE", None, driver) or "")
+    # A bound pod token names its node: the agent of gpu-node-2 cannot restart gpu-node-1's.
+    on = {"authentication.kubernetes.io/node-name": ["gpu-node-1"]}
+    off = {"authentication.kubernetes.io/node-name": ["gpu-node-2"]}
+    assert admit(AGENT, "DELETE", None, plugin, extra=on) is None
+    assert "own node gpu-node-2" in (admit(AGENT, "DELETE", None, plugin, extra=off) or "")
+    elsewhere = copy.deepcopy(plugin)
+    elsewhere["metadata"]["namespace"] = "kube-system"
+    assert admit(AGENT, "DELETE", None, elsewhere)
+    assert admit(AGENT, "CREATE", plugin)
+    assert admit(AGENT, "UPDATE", plugin, plugin)
