@@ -412,3 +412,36 @@ def test_moving_a_node_to_another_cluster_forgets_the_old_clusters_word(world, f
     node_update(node=node, actor=world.admin, cluster=world.a100)
     node.refresh_from_db()
     assert (node.cluster_seen_at, node.cluster_gpus, node.cluster_mig) == (None, None, {})
+
+
+# --- the demo ---------------------------------------------------------------------------------
+
+
+def test_the_demo_seeds_its_standins_with_nodes_that_confirm_its_agents(standin_server, tmp_path):
+    """``manage.py demo`` puts each demo GPU node in its cluster's stand-in as the device
+    plugin and GPU Feature Discovery would leave it, once: demo-h100's two MIG nodes advertise
+    22 1g.10gb and 2 3g.40gb each (44 and 4, the capacities the demo enters)."""
+    from portal.management.commands.demo import H100_MIG_NODE, _standin_nodes, standin_node
+
+    assert read_node(standin_node("h100-mig-1", H100_MIG_NODE) or {}) == NodeReading(
+        gpus=4, product=PRODUCT, mig={"1g.10gb": 22, "3g.40gb": 2}
+    )
+    assert standin_node("t4-node-1", "Tesla T4:1:nomig") is None  # devcluster.demo's own
+    standin_server.reset()
+    for cluster in ("demo-a100", "demo-h100"):  # both at the one stand-in here
+        (tmp_path / f"{cluster}.kubeconfig").write_text(
+            Path(standin_server.kubeconfig_path).read_text()
+        )
+    assert _standin_nodes(str(tmp_path)).startswith("Stand-in GPU nodes: 6 new")
+    assert _standin_nodes(str(tmp_path)).startswith("Stand-in GPU nodes: 0 new")  # a restart
+    nodes = dynamic(standin_server).resources.get(api_version="v1", kind="Node")
+    got = nodes.get(name="h100-mig-2").to_dict()
+    assert got["status"]["allocatable"] == {
+        "nvidia.com/gpu": "0",
+        "nvidia.com/mig-1g.10gb": "22",
+        "nvidia.com/mig-3g.40gb": "2",
+    }
+    assert got["metadata"]["labels"]["nvidia.com/mig.strategy"] == "mixed"
+    assert nodes.get(name="h100-node-1").to_dict()["status"]["allocatable"] == {
+        "nvidia.com/gpu": "8"
+    }

@@ -204,14 +204,16 @@ def test_the_profile_the_usage_page_and_the_fleet_agree(demo: datetime) -> None:
 
 
 def test_the_demo_mig_flavors_have_the_capacity_the_seeded_layouts_hold(demo: datetime) -> None:
-    """demo-h100's MIG nodes start partitioned: once their (fake) agents report, the fleet
+    """demo-h100's MIG nodes start partitioned: once their (fake) agents report and the
+    cluster's Node objects (what the demo puts in its stand-ins) confirm them, the fleet
     counts instances of each MIG flavor's profile, the number the demo entered, and the
     usage dashboard shows the same capacity the approval check reads."""
     from gpu_agent.agent.fake import build_fake_node
     from gpu_agent.agent.runner import Agent, AgentState
     from gpu_agent.models import Node
+    from gpu_agent.services.cluster_nodes import cluster_nodes_record
     from gpu_agent.services.reports import agent_report_ingest
-    from portal.management.commands.demo import DEMO_NODES
+    from portal.management.commands.demo import DEMO_NODES, standin_node
 
     h100 = Cluster.objects.get(name="demo-h100")
     mig = {
@@ -235,6 +237,9 @@ def test_the_demo_mig_flavors_have_the_capacity_the_seeded_layouts_hold(demo: da
         )
         node = Node.objects.create(name=name, cluster=h100, last_report_at=timezone.now())
         agent_report_ingest(node=node, report=agent.inventory())
+    # The cluster's word: the Node objects the demo seeds its stand-in with.
+    seeded = [standin_node(name, spec) for name, c, spec in DEMO_NODES if c == h100.name]
+    cluster_nodes_record(cluster=h100, objects=[n for n in seeded if n is not None])
     # The labs' time-sliced T4 is a GPU two tenants share: the isolation page offers its check.
     from gpu_agent.services.probes import shared_gpus
 

@@ -29,6 +29,7 @@ from approvals.services import (
 )
 from gpu_agent.agent.demo_metrics import PLAN_FILE
 from gpu_agent.agent.fake import parse_fake_gpus
+from gpu_agent.mig.catalogue import load_catalogue
 from gpu_agent.models import Node
 from gpu_agent.services.nodes import join_token_create
 from identity.choices import GroupRole
@@ -61,7 +62,8 @@ DEMO_SPAN = timedelta(days=DEMO_DAYS)  # the simulated usage month
 DEMO_IDLE_GRACE = timedelta(minutes=10)  # notice to suspension, for the demo's idle notebook
 
 # (profile, weight = compute slices / 7) of demo-h100's MIG flavors; their capacity is what the
-# MIG nodes' layouts below hold (the fleet counts it once their agents report).
+# MIG nodes' layouts below hold (the fleet counts it once their agents report and the cluster's
+# Node objects, put in the stand-ins by ``_standin_nodes``, confirm it).
 H100_MIG = [("1g.10gb", Decimal("0.143")), ("3g.40gb", Decimal("0.429"))]
 # Each MIG node's H100s start partitioned: two with one 3g.40gb and four 1g.10gb, two with
 # seven 1g.10gb (the agents report these instances from their first report).
@@ -211,6 +213,74 @@ def seeded_mig_instances(cluster: str) -> Counter[str]:
             for gpu in parse_fake_gpus(spec):
                 counts.update(gpu.instances)
     return counts
+
+
+def standin_node(name: str, spec: str) -> dict[str, Any] | None:
+    """The Node a real cluster would hold for demo node ``name`` (its ``--fake-gpus`` spec):
+    GPU Feature Discovery's labels and what the device plugin advertises with the ``mixed`` MIG
+    strategy (whole GPUs as ``nvidia.com/gpu``, each MIG profile as ``nvidia.com/mig-<p>``).
+    The portal counts a node's GPUs and instances only as far as its cluster's Node confirms
+    them (``gpu_agent.services.cluster_nodes``). None for nodes without a MIG-capable model
+    (the labs' T4, which ``devcluster.demo`` puts in the stand-in itself)."""
+    gpus = parse_fake_gpus(spec)
+    catalogue = load_catalogue()
+    if not gpus or any(catalogue.find_model(g.name) is None for g in gpus):
+        return None
+    mig: Counter[str] = Counter()
+    for gpu in gpus:
+        if gpu.mig:
+            mig.update(gpu.instances)
+    whole = sum(1 for g in gpus if not g.mig)
+    labels = {
+        "kubernetes.io/hostname": name,
+        "nvidia.com/gpu.product": gpus[0].name.replace(" ", "-"),
+        "nvidia.com/gpu.count": str(len(gpus)),
+    }
+    if any(g.mig for g in gpus):
+        labels["nvidia.com/mig.strategy"] = "mixed"
+        labels.update({f"nvidia.com/mig-{p}.count": str(n) for p, n in sorted(mig.items())})
+    resources = {"nvidia.com/gpu": str(whole)}
+    resources.update({f"nvidia.com/mig-{p}": str(n) for p, n in sorted(mig.items())})
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {"capacity": dict(resources), "allocatable": dict(resources)},
+    }
+
+
+def _standin_nodes(kube_dir: str) -> str:
+    """Put each demo cluster's GPU nodes in its stand-in, where missing, as the kubelet, the
+    device plugin and GPU Feature Discovery would (``standin_node``): the portal reads them
+    every minute and counts the agents' GPUs only as far as they confirm them. A node already
+    there is left as it is (a restart keeps the state directory)."""
+    from kubernetes import config
+    from kubernetes.dynamic import DynamicClient
+    from kubernetes.dynamic.exceptions import NotFoundError
+
+    made = 0
+    for cluster_name in dict.fromkeys(c for _n, c, _s in DEMO_NODES):
+        path = Path(kube_dir) / f"{cluster_name}.kubeconfig"
+        try:
+            api = config.new_client_from_config(config_file=str(path))
+        except Exception as exc:  # no stand-in for it: nothing to seed
+            return f"Stand-in nodes of {cluster_name} not seeded: {exc}"
+        try:
+            nodes = DynamicClient(api).resources.get(api_version="v1", kind="Node")
+            for name, node_cluster, spec in DEMO_NODES:
+                body = standin_node(name, spec) if node_cluster == cluster_name else None
+                if body is None:
+                    continue
+                try:
+                    nodes.get(name=name)
+                except NotFoundError:
+                    nodes.create(body=body)
+                    made += 1
+        except Exception as exc:  # the stand-in is not answering: the demo goes on without
+            return f"Stand-in nodes of {cluster_name} not seeded: {exc}"
+        finally:
+            api.close()
+    return f"Stand-in GPU nodes: {made} new Node object(s) with their GPUs advertised"
 
 
 def _agent_join_tokens(agent_dir: Path, admin: User) -> int:
@@ -545,6 +615,8 @@ class Command(BaseCommand):
                 _pod_bandwidth_by_request(tenant, h100, users["bob"], users["admin"])
             if tenant.slug == "team-a":
                 _team_limits_by_request(tenant, a100, users["alice"], users["admin"])
+        if kube_dir:
+            self.stdout.write(_standin_nodes(kube_dir))
         if agent_dir := os.environ.get("DEMO_AGENT_DIR", ""):
             made = _agent_join_tokens(Path(agent_dir), users["admin"])
             self.stdout.write(f"Simulated GPU nodes: {made} new join token(s) in {agent_dir}")
