@@ -1,4 +1,4 @@
-"""The inbox pages (a user's notifications) and a tenant's team page. Included by ``portal/pages.py`` in the portal's
+"""The inbox pages (a user's notifications), a tenant's team page and adopting a namespace. Included by ``portal/pages.py`` in the portal's
 URL namespace."""
 
 from django.urls import path
@@ -14,6 +14,11 @@ urlpatterns = [
         "tenants/<str:slug>/team/<str:username>/role/",
         views.team_member_role,
         name="tenant-team-role",
+    ),
+    path(
+        "console/tenants/<str:slug>/namespaces/<str:name>/adopt/",
+        views.namespace_adoption,
+        name="tenant-namespace-adopt",
     ),
     path(
         "tenants/<str:slug>/team/<str:username>/remove/",

@@ -30,6 +30,9 @@ from tenants.api.base import caller
 from tenants.choices import MembershipRole
 from tenants.models import Notification, Tenant
 from tenants.services import (
+    namespace_adopt,
+    namespace_adoption_check,
+    namespace_adoption_preview,
     notifications_mark_read,
     team_change_check,
     team_ensure_can_manage,
@@ -189,3 +192,30 @@ def team_member_removal(request: HttpRequest, slug: str, username: str) -> HttpR
     if request.method == "GET":
         return team(request, slug)
     return _confirmed_change(request, slug, username, role=None)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def namespace_adoption(request: HttpRequest, slug: str, name: str) -> HttpResponse:
+    """Adopting a namespace that existed on a cluster before the portal (platform admins).
+    GET (and a POST without ``confirm=yes``): what the push would write there, cluster by
+    cluster, and a button to confirm; changes nothing. POST with ``confirm=yes``: adopt it
+    (audited); the next push labels it and writes. Anyone else gets 403, whichever tenant
+    the URL names (asked before the tenant is looked up, as the console's pages do)."""
+    user = caller(request)
+    if not user.is_platform_admin:
+        raise errors.PermissionDenied("Only a platform admin adopts a namespace.")
+    tenant = tenant_selectors.tenant_get_for_user(user=user, slug=slug)
+    namespace = namespace_adoption_check(tenant=tenant, name=name)
+    if request.method == "POST" and request.POST.get("confirm") == "yes":
+        namespace_adopt(tenant=tenant, name=name, actor=user)
+        messages.success(
+            request, f"{name} is adopted: the next push labels it and writes the portal's objects."
+        )
+        return redirect("portal:tenant-detail", slug=tenant.slug)
+    context = {
+        "tenant": tenant,
+        "namespace": namespace,
+        "clusters": namespace_adoption_preview(tenant=tenant, namespace=namespace),
+    }
+    return render(request, "tenants/namespace_adopt.html", context)

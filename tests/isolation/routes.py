@@ -63,6 +63,11 @@ def _slug(world: IsoWorld, side: Side, name: str) -> str:
     return side.tenant.slug
 
 
+def _namespace(world: IsoWorld, side: Side, name: str) -> str:
+    """The side's tenant's first namespace (by name)."""
+    return str(side.tenant.namespaces.order_by("name").values_list("name", flat=True)[0])
+
+
 def _const(value: str) -> Pick:
     return lambda world, side, name: value
 
@@ -84,6 +89,7 @@ SAMPLES: list[tuple[str, str, Sample]] = [
     ("pk", r"^(api/v1/\^)?alerts/",
      Sample(Kind.OWNED, lambda w, s, n: str(s.alert.pk), MISSING_PK)),  # type: ignore[union-attr]
     ("pk", r"^api/v1/\^flavors/", Sample(Kind.SHARED, lambda w, s, n: str(w.a100_gpu.pk))),
+    ("name", r"namespaces/", Sample(Kind.OWNED, _namespace, "no-such-namespace")),
     ("name", r"^api/v1/\^clusters/|^clusters/", Sample(Kind.SHARED, _const("demo-a100"))),
     ("name", r"^api/v1/\^tier-templates/", Sample(Kind.SHARED, _const("small"))),
     ("name", r"^api/v1/\^nodes/", Sample(Kind.ADMIN, lambda w, s, n: w.node.name, "no-node")),

@@ -208,3 +208,45 @@ def test_adopting_an_unknown_namespace_is_404_and_a_bad_body_400(world, api_as):
     assert bad.status_code == 400 and "confirm" in bad.json()["fields"]
     extra = admin.post(f"{URL}team-a-training/adopt/", {"force": True}, format="json")
     assert extra.status_code == 400 and "force" in extra.json()["fields"]
+
+
+# --- the adoption page ------------------------------------------------------------------------
+
+
+def test_an_admin_adopts_a_namespace_on_its_page_after_seeing_what_is_written(world, client):
+    client.force_login(world.admin)
+    detail = client.get("/tenants/team-a/").content.decode()
+    assert 'href="/console/tenants/team-a/namespaces/team-a-training/adopt/"' in detail
+    page = client.get("/console/tenants/team-a/namespaces/team-a-training/adopt/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Adopt team-a-training" in html
+    assert "RoleBinding team-a-training/gpu-portal-edit" in html
+    assert Namespace.objects.get(name="team-a-training").adopted_at is None
+    done = client.post(
+        "/console/tenants/team-a/namespaces/team-a-training/adopt/", {"confirm": "yes"}
+    )
+    assert done.status_code == 302 and done["Location"] == "/tenants/team-a/"
+    assert Namespace.objects.get(name="team-a-training").adopted_by == world.admin
+    assert "adopted" in client.get("/tenants/team-a/").content.decode()
+    assert (
+        client.get("/console/tenants/team-a/namespaces/team-a-training/adopt/").status_code == 409
+    )
+
+
+def test_the_adoption_page_is_for_platform_admins(world, client):
+    client.force_login(world.alice)
+    assert "adopt…" not in client.get("/tenants/team-a/").content.decode()
+    assert (
+        client.get("/console/tenants/team-a/namespaces/team-a-training/adopt/").status_code == 403
+    )
+    posted = client.post(
+        "/console/tenants/team-a/namespaces/team-a-training/adopt/", {"confirm": "yes"}
+    )
+    assert posted.status_code == 403
+    client.force_login(world.bob)  # another tenant's lead: the same 403, nothing looked up
+    assert (
+        client.get("/console/tenants/team-a/namespaces/team-a-training/adopt/").status_code == 403
+    )
+    assert client.get("/console/tenants/nope/namespaces/nope/adopt/").status_code == 403
+    assert Namespace.objects.get(name="team-a-training").adopted_at is None
