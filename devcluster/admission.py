@@ -30,6 +30,7 @@ POLICIES = "validatingadmissionpolicies.admissionregistration.k8s.io"
 BINDINGS = "validatingadmissionpolicybindings.admissionregistration.k8s.io"
 LIMIT_RANGES = "limitranges"
 RBAC = "rbac.authorization.k8s.io"
+PRIORITY_CLASSES = "priorityclasses.scheduling.k8s.io"
 PODS = "pods"
 
 
@@ -74,7 +75,8 @@ class Admission:
     # The chain -------------------------------------------------------------------------------
 
     def mutate(self, attributes: Attributes) -> None:
-        """Pod defaulting and the LimitRanger, on pod creation (containers are immutable)."""
+        """RBAC's storage checks (roles and bindings); pod defaulting, the LimitRanger and
+        Priority on pod creation (a pod's spec is immutable)."""
         obj, resource_type = attributes.obj, attributes.resource_type
         if obj is not None and resource_type.group == RBAC and self.rbac_check is not None:
             self.rbac_check(self.user, attributes)  # RBAC's storage checks, before admission
@@ -86,6 +88,48 @@ class Admission:
         refusal = limitranger.limit_pod(obj, self.store.list(LIMIT_RANGES, attributes.namespace))
         if refusal:
             raise forbidden(resource_type.plural, resource_type.group, attributes.name, refusal)
+        refusal = self._priority(obj)
+        if refusal:
+            raise forbidden(resource_type.plural, resource_type.group, attributes.name, refusal)
+
+    def _priority(self, pod: dict[str, Any]) -> str | None:
+        """The Priority admission plugin on pod creation: ``spec.priority`` (and
+        ``preemptionPolicy``) from the PriorityClass named, else from the class with
+        ``globalDefault: true`` (the lowest if several; its name is then set), else 0. Returns
+        the reason of a refusal."""
+        spec = pod.setdefault("spec", {})
+        class_name = spec.get("priorityClassName") or ""
+        if class_name:
+            found = self.store.get(PRIORITY_CLASSES, "", class_name)
+            if found is None:
+                return f"no PriorityClass with name {class_name} was found"
+        else:
+            defaults = [c for c in self.store.list(PRIORITY_CLASSES) if c.get("globalDefault")]
+            found = min(defaults, key=lambda c: int(c.get("value") or 0), default=None)
+            if found is not None:
+                spec["priorityClassName"] = found["metadata"]["name"]
+        if found is not None:
+            priority = int(found.get("value") or 0)
+            policy = found.get("preemptionPolicy") or "PreemptLowerPriority"
+        else:
+            priority, policy = 0, "PreemptLowerPriority"
+        asked = spec.get("priority")
+        if asked is not None and asked != priority:
+            return (
+                f"the integer value of priority ({asked}) must not be provided in pod spec; "
+                f"priority admission controller computed {priority} from the given "
+                "PriorityClass name"
+            )
+        spec["priority"] = priority
+        asked_policy = spec.get("preemptionPolicy")
+        if asked_policy is not None and asked_policy != policy:
+            return (
+                f"the string value of PreemptionPolicy ({asked_policy}) must not be provided in "
+                f"pod spec; priority admission controller computed {policy} from the given "
+                "PriorityClass name"
+            )
+        spec["preemptionPolicy"] = policy
+        return None
 
     def validate(self, attributes: Attributes) -> None:
         """Validating admission: ValidatingAdmissionPolicy, then ResourceQuota."""

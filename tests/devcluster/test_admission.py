@@ -268,7 +268,19 @@ def test_pvc_storage_quota_overall_and_per_storage_class(api: DynamicClient) -> 
     )
 
 
+def priority_class(name: str, value: int, **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": value,
+        **extra,
+    }
+
+
 def test_scoped_quotas_count_only_pods_of_their_priority_classes(api: DynamicClient) -> None:
+    for name, value in (("default", 0), ("production", 1000)):
+        kind(api, "PriorityClass", "scheduling.k8s.io/v1").create(body=priority_class(name, value))
     quotas = kind(api, "ResourceQuota")
     quotas.create(
         body=resource_quota("portal-quota", {"requests.nvidia.com/gpu": "10"}), namespace=NS
