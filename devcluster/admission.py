@@ -88,9 +88,11 @@ class Admission:
         refusal = limitranger.limit_pod(obj, self.store.list(LIMIT_RANGES, attributes.namespace))
         if refusal:
             raise forbidden(resource_type.plural, resource_type.group, attributes.name, refusal)
-        refusal = self._priority(obj)
-        if refusal:
-            raise forbidden(resource_type.plural, resource_type.group, attributes.name, refusal)
+        priority_refusal = self._priority(obj)
+        if priority_refusal:
+            raise forbidden(
+                resource_type.plural, resource_type.group, attributes.name, priority_refusal
+            )
 
     def _priority(self, pod: dict[str, Any]) -> str | None:
         """The Priority admission plugin on pod creation: ``spec.priority`` (and
