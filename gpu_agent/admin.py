@@ -64,7 +64,8 @@ class NodeAdmin(admin.ModelAdmin):
     ]
     list_filter = ["stale", "cluster", "report_protocol"]
     search_fields = ["name", "hostname"]
-    # Only the cluster is an admin's to set; the rest comes from the agent.
+    # Only the cluster is an admin's to set; the rest comes from the agent, or (cluster_*)
+    # from the cluster's own Node object, read every minute.
     readonly_fields = [
         "name",
         "hostname",
@@ -76,6 +77,10 @@ class NodeAdmin(admin.ModelAdmin):
         "driver_version",
         "last_report_at",
         "stale",
+        "cluster_seen_at",
+        "cluster_gpus",
+        "cluster_gpu_product",
+        "cluster_mig",
         "created_at",
     ]
     inlines = [GpuInline, NodeTokenInline]

@@ -317,6 +317,27 @@ def _plan_link(cluster: Cluster, flavor: ResourceFlavor) -> str:
     return f"{reverse('portal:fleet-plan')}?{query}"
 
 
+def cluster_confirmation(node: Node, *, now: datetime | None = None) -> tuple[bool, str]:
+    """Whether the node's cluster confirms it (its Node object as last read, not too long
+    ago), and what it says, in words for the fleet page."""
+    now = now or timezone.now()
+    seen = node.cluster_seen_at
+    if node.cluster_id is None:
+        return False, "no cluster set: its GPUs count toward no capacity"
+    if seen is None:
+        return False, "not confirmed by the cluster: no Node of this name was read there"
+    if seen < now - cluster_nodes_stale_after():
+        return False, "not confirmed by the cluster: its Nodes could not be read lately"
+    gpus = node.cluster_gpus or 0
+    words = f"the cluster confirms {gpus} GPU{'' if gpus == 1 else 's'}"
+    if node.cluster_gpu_product:
+        words += f" ({node.cluster_gpu_product})"
+    mig = node.cluster_mig if isinstance(node.cluster_mig, dict) else {}
+    if mig:
+        words += ", advertising " + ", ".join(f"{n} x {p}" for p, n in sorted(mig.items()))
+    return bool(gpus), words
+
+
 def _confirmed_gpus(node: Node, gpu_name: str, *, since: datetime) -> int:
     """How many GPUs named ``gpu_name`` the cluster confirms on ``node``: 0 when its reading is
     missing (no Node object of that name), older than ``since``, or names another product;

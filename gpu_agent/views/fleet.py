@@ -125,6 +125,9 @@ class NodeRow:
     last_report: str
     gpus: list[GpuRow]
     mig_operator: MigOperatorNode | None = None  # gpu-operator clusters: the labels as read
+    # What the node's cluster confirms of it (fleet capacity counts only that), in words.
+    confirmed: bool = False
+    confirmation: str = ""
 
 
 @login_required
@@ -150,6 +153,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
             ago(n.last_report_at, now),
             by_node.get(n.pk, []),
             operator_states.get(n.pk),
+            *fleet_selectors.cluster_confirmation(n, now=now),
         )
         for n in nodes
     ]

@@ -445,3 +445,21 @@ def test_the_demo_seeds_its_standins_with_nodes_that_confirm_its_agents(standin_
     assert nodes.get(name="h100-node-1").to_dict()["status"]["allocatable"] == {
         "nvidia.com/gpu": "8"
     }
+
+
+def test_the_fleet_page_says_what_the_cluster_confirms_of_each_node(world, fleet):
+    evil = register(fleet["admin"], "h100-evil")
+    post_report(evil, "h100-evil", seven("h100-evil", 1))
+    client = Client()
+    client.force_login(world.admin)
+    html = client.get("/fleet/").content.decode()
+
+    def said(node: str) -> str:
+        section = html[html.index(f'data-node="{node}"') :]
+        return section[section.index("data-confirmation") :].split("</span>")[0]
+
+    assert "the cluster confirms 2 GPUs (NVIDIA-H100-80GB-HBM3), advertising 14 x 1g.10gb" in said(
+        "h100-mig-1"
+    )
+    assert 'class="tag bad"' in said("h100-evil")
+    assert "not confirmed by the cluster: no Node of this name was read there" in said("h100-evil")
