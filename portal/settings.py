@@ -420,6 +420,8 @@ EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "gpu-portal@localhost")
 PORTAL_URL = env_str("PORTAL_URL", "http://127.0.0.1:8000")  # links in emails
+# The namespace the portal runs in (deploy/kubernetes): never a tenant's (tenants.namespaces).
+PORTAL_NAMESPACE = env_str("PORTAL_NAMESPACE", "gpu-quota-portal")
 SERVER_EMAIL = DEFAULT_FROM_EMAIL
 
 # --- Security: strict unless DEBUG (or the test suite, which talks plain HTTP) --------------
