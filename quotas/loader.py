@@ -58,6 +58,9 @@ def cluster_spec(cluster: Cluster) -> ClusterSpec:
         kueue_config=(
             KueueConfig.from_json(cluster.kueue_config) if cluster.kueue_config else None
         ),
+        trusted_controllers=tuple(
+            entry for entry in cluster.trusted_controllers or () if isinstance(entry, str)
+        ),
         has_volcano=cluster.has_volcano,
         volcano_hierarchy=cluster.volcano_hierarchy,
     )

@@ -16,9 +16,11 @@ Design choices, each one also explained where it is made:
 * Enforcement (``quotas.kube.enforcement``). When Kueue manages everything, every namespace
   of a tenant gets the full tenant cap; the ClusterQueue, which selects all the tenant's
   namespaces, enforces the total across them, and a ValidatingAdmissionPolicy refuses the
-  GPU workloads Kueue would not manage. Under namespace split (and without Kueue) nothing else
-  adds the namespaces up, so the cap is divided among them by their shares (the parts add up
-  to the tenant cap exactly).
+  GPU workloads Kueue would not manage (an owner reference counts only when a controller
+  makes the request). Under namespace split (and without Kueue) nothing else adds the
+  namespaces up, so the cap is divided among them by their shares (the parts add up to the
+  tenant cap exactly). In both modes a second policy refuses GPU device variables of the
+  NVIDIA container toolkit in the tenants' pods, ConfigMaps and Secrets.
 * Accelerators are denied unless granted: the quota holds ``requests.<gpu resource>: 0`` for
   every GPU/MIG resource of the cluster the tenant has no quota for.
 * The NetworkPolicy denies all traffic except within the tenant's own namespaces and DNS.
@@ -158,11 +160,9 @@ PRIORITY_LADDER: Final = (
     ),
 )
 _PRIORITY_BY_KEY: Final = {level.key: level for level in PRIORITY_LADDER}
+# The inference quota is scoped In these; the batch quota NotIn these: every other pod, those
+# without a class included.
 INFERENCE_PRIORITY_CLASSES: Final = (_PRIORITY_BY_KEY["production"].name,)
-BATCH_PRIORITY_CLASSES: Final = (
-    _PRIORITY_BY_KEY["default"].name,
-    _PRIORITY_BY_KEY["experiment"].name,
-)
 
 # Apply order buckets; Cohorts and Volcano group queues add their depth within the bucket.
 _ORDER_NAMESPACE: Final = 0
@@ -282,6 +282,7 @@ def compile_cluster_wide(cluster: ClusterSpec, tenants: Sequence[TenantSpec]) ->
                     kubernetes_version=cluster.kubernetes_version,
                     config=cluster.kueue_config,
                     accelerators=_accelerators(cluster),
+                    trusted_controllers=cluster.trusted_controllers,
                 )
             )
         objects.extend(
@@ -295,6 +296,14 @@ def compile_cluster_wide(cluster: ClusterSpec, tenants: Sequence[TenantSpec]) ->
             _cohort(cluster, tree, name, below.get(name, {}), departments)
             for name in sorted(tree.parent)
         )
+    # Both modes: pods may not pick GPUs through the container toolkit's variables (from 1.30).
+    objects.extend(
+        enforcement.device_env_policies(
+            cluster=cluster.name,
+            kubernetes_version=cluster.kubernetes_version,
+            accelerators=_accelerators(cluster),
+        )
+    )
     if cluster.has_volcano and cluster.volcano_hierarchy:
         objects.extend(_volcano_group_queues(cluster, tree, tenants))
     # R27: one policy holds the pods of every capped tenant's namespaces to its label.
@@ -626,6 +635,7 @@ def _resource_quota(
     hard: dict[str, Decimal],
     share: _Share,
     scope_values: Sequence[str] = (),
+    scope_operator: str = "In",
 ) -> KubeObject:
     spec: dict[str, Any] = {
         "hard": {key: quantity(share.of(hard[key], key), key) for key in sorted(hard)}
@@ -633,7 +643,11 @@ def _resource_quota(
     if scope_values:
         spec["scopeSelector"] = {
             "matchExpressions": [
-                {"scopeName": "PriorityClass", "operator": "In", "values": list(scope_values)}
+                {
+                    "scopeName": "PriorityClass",
+                    "operator": scope_operator,
+                    "values": list(scope_values),
+                }
             ]
         }
     return {
@@ -653,7 +667,11 @@ def _resource_quotas(context: _TenantContext, namespace: str, share: _Share) -> 
     scoped by PriorityClass, hold compute keys only (the API server refuses storage and count
     keys under that scope): inference (the production class) up to the GUARANTEED amount, since
     production serving must not depend on borrowed capacity its cohort can reclaim; batch
-    (default and experiment classes) up to the limit. With ``inference_gpus`` the whole GPUs
+    (every pod that is not production: the default and experiment classes, any other class,
+    and pods with none) up to the limit. Batch is scoped ``NotIn [production]``: the API
+    server's quota evaluator matches a PriorityClass scope against the pod's class name, ""
+    when it has none, so a pod without a class is counted as batch and cannot spend the
+    GPUs set aside for inference. With ``inference_gpus`` the whole GPUs
     are split instead: that many for inference, the rest of the limit for batch (R17).
 
     A tenant without the production grant gets a quota of 0 pods scoped to the production
@@ -706,7 +724,8 @@ def _resource_quotas(context: _TenantContext, namespace: str, share: _Share) -> 
                 names.RESOURCE_QUOTA_BATCH,
                 batch,
                 share,
-                BATCH_PRIORITY_CLASSES,
+                INFERENCE_PRIORITY_CLASSES,
+                scope_operator="NotIn",
             )
         )
     if not tenant.production_priority_allowed:

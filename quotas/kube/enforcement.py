@@ -31,20 +31,29 @@ from typing import Any, Final
 
 import yaml
 
-from quotas.kube.spec import LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_TENANT, MANAGED_BY
+from quotas.kube.spec import LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_TENANT, MANAGED_BY, FlavorSpec
 
 __all__ = [
+    "DEVICE_ENV_POLICY",
+    "DEVICE_KEYS_POLICY",
+    "DEVICE_VARIABLES",
     "ENFORCEMENT_KUEUE",
     "ENFORCEMENT_SPLIT",
     "KUEUE_CONFIG_KEY",
     "KUEUE_CONFIG_NAME",
     "KUEUE_CONFIG_NAMESPACE",
     "KueueConfig",
+    "SharedResource",
     "Verdict",
     "admission_policy",
+    "device_env_policies",
+    "has_admission_policies",
     "kubernetes_minor",
+    "kueue_account",
     "parse_kueue_config",
+    "read_trusted_controllers",
     "selector_matches",
+    "shared_resources",
     "split_shares",
     "verdict",
 ]
@@ -254,6 +263,77 @@ def kubernetes_minor(text: str) -> tuple[int, int]:
         return (0, 0)
 
 
+def has_admission_policies(kubernetes_version: str) -> bool:
+    """Does a cluster of this version run ValidatingAdmissionPolicies (GA in 1.30)?"""
+    return kubernetes_minor(kubernetes_version) >= POLICY_MIN_VERSION
+
+
+# Who creates an owned object where Kubernetes would make it. kube-controller-manager runs
+# every built-in controller under its own credential, or, with
+# ``--use-service-account-credentials``, each loop under a ServiceAccount of kube-system
+# (the names of its bootstrap RBAC policy, controller_policy.go); each loop creates objects
+# owned by the one kind it reconciles (owner apiVersion/kind).
+KUBE_CONTROLLER_MANAGER: Final = "system:kube-controller-manager"
+_SERVICE_ACCOUNT: Final = "system:serviceaccount:"
+_CONTROLLER_OWNERS: Final = {
+    f"{_SERVICE_ACCOUNT}kube-system:job-controller": ("batch/v1", "Job"),
+    f"{_SERVICE_ACCOUNT}kube-system:cronjob-controller": ("batch/v1", "CronJob"),
+    f"{_SERVICE_ACCOUNT}kube-system:deployment-controller": ("apps/v1", "Deployment"),
+    f"{_SERVICE_ACCOUNT}kube-system:replicaset-controller": ("apps/v1", "ReplicaSet"),
+    f"{_SERVICE_ACCOUNT}kube-system:statefulset-controller": ("apps/v1", "StatefulSet"),
+    f"{_SERVICE_ACCOUNT}kube-system:daemon-set-controller": ("apps/v1", "DaemonSet"),
+    f"{_SERVICE_ACCOUNT}kube-system:replication-controller": ("v1", "ReplicationController"),
+}
+KUEUE_CONTROLLER_ACCOUNT: Final = "kueue-controller-manager"
+
+
+def kueue_account(config: KueueConfig | None) -> str:
+    """Kueue's own identity: the ServiceAccount its manager runs as, in its namespace."""
+    namespace = config.namespace if config is not None else KUEUE_CONFIG_NAMESPACE
+    return f"{_SERVICE_ACCOUNT}{namespace}:{KUEUE_CONTROLLER_ACCOUNT}"
+
+
+def read_trusted_controllers(value: Any) -> tuple[str, ...]:
+    """The cluster's trusted operators (Kubernetes usernames, a trailing ``*`` for a prefix),
+    checked; ValueError saying which entry cannot be read."""
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise ValueError("the trusted controllers are not a list of Kubernetes usernames")
+    entries: list[str] = []
+    for entry in value:
+        if not isinstance(entry, str) or not entry.strip():
+            raise ValueError(f"the trusted controller {entry!r} is not a Kubernetes username")
+        text = entry.strip()
+        if any(ch.isspace() for ch in text) or "*" in text[:-1] or text == "*":
+            raise ValueError(
+                f"the trusted controller {text!r} is not a Kubernetes username (a single "
+                "trailing * may end a prefix, after at least one character)"
+            )
+        entries.append(text)
+    return tuple(dict.fromkeys(entries))
+
+
+def _broad(entry: str) -> bool:
+    """Does a trusted prefix reach beyond one namespace's ServiceAccounts (so possibly to
+    people, or to a tenant's own accounts)?"""
+    if not entry.endswith("*"):
+        return False
+    prefix = entry[:-1]
+    if not prefix.startswith(_SERVICE_ACCOUNT):
+        return True
+    namespace, colon, _ = prefix.removeprefix(_SERVICE_ACCOUNT).partition(":")
+    return not (namespace and colon)
+
+
+def _entry_namespace(entry: str) -> str:
+    """The namespace of a ServiceAccount entry ("" for other identities)."""
+    if not entry.startswith(_SERVICE_ACCOUNT):
+        return ""
+    namespace, colon, _ = entry.removeprefix(_SERVICE_ACCOUNT).partition(":")
+    return namespace if colon else ""
+
+
 def _gpu_key_cel(accelerators: Sequence[str], amounts: str) -> str:
     """CEL: is the resource name ``k`` of the map ``amounts`` a GPU or MIG resource asked
     for in an amount other than zero?"""
@@ -263,6 +343,38 @@ def _gpu_key_cel(accelerators: Sequence[str], amounts: str) -> str:
         f"((k in {_cel_list(names)} || k.startsWith('nvidia.com/mig-')) && "
         f"!(string({amounts}[k]) in {zero}))"
     )
+
+
+def _container_gpu_cel(accelerators: Sequence[str], container: str) -> str:
+    """CEL: does the container ``container`` ask for a GPU or MIG device (request or limit)?"""
+    requested = _gpu_key_cel(accelerators, f"{container}.resources.requests")
+    limited = _gpu_key_cel(accelerators, f"{container}.resources.limits")
+    return (
+        f"(has({container}.resources) && "
+        f"((has({container}.resources.requests) && "
+        f"{container}.resources.requests.exists(k, {requested})) || "
+        f"(has({container}.resources.limits) && "
+        f"{container}.resources.limits.exists(k, {limited}))))"
+    )
+
+
+# The pod spec of each kind the policies match: its own for a Pod, its job template's pod
+# template for a CronJob, its pod template for the others.
+_SPEC_CEL: Final = (
+    "object.kind == 'Pod' ? object.spec : "
+    "(object.kind == 'CronJob' ? object.spec.jobTemplate.spec.template.spec : "
+    "object.spec.template.spec)"
+)
+_NS_LABELS_CEL: Final = (
+    "has(namespaceObject.metadata.labels) ? namespaceObject.metadata.labels : {}"
+)
+_TENANT_CEL: Final = (
+    f"{_cel_string(LABEL_TENANT)} in variables.nsLabels ? "
+    f"variables.nsLabels[{_cel_string(LABEL_TENANT)}] : request.namespace"
+)
+_USER_CEL: Final = (
+    "has(request.userInfo) && has(request.userInfo.username) ? request.userInfo.username : ''"
+)
 
 
 def _managed_cel(config: KueueConfig | None) -> tuple[str, list[str]]:
@@ -298,44 +410,131 @@ def _managed_cel(config: KueueConfig | None) -> tuple[str, list[str]]:
     return (" || ".join(terms) if terms else "false"), kinds
 
 
+def _tenant_namespaces() -> dict[str, Any]:
+    return {
+        "matchExpressions": [
+            {"key": LABEL_TENANT, "operator": "Exists"},
+            {"key": LABEL_MANAGED_BY, "operator": "In", "values": [MANAGED_BY]},
+        ]
+    }
+
+
+def _policy_pair(
+    *,
+    name: str,
+    cluster: str,
+    resource_rules: list[dict[str, Any]],
+    variables: list[dict[str, Any]],
+    validations: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy for the tenants' namespaces and its Deny binding."""
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CLUSTER: cluster}
+    policy = {
+        "apiVersion": API_ADMISSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": _tenant_namespaces(),
+                "resourceRules": resource_rules,
+            },
+            "variables": variables,
+            "validations": validations,
+        },
+    }
+    binding = {
+        "apiVersion": API_ADMISSION,
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name, "labels": dict(labels)},
+        "spec": {
+            "policyName": name,
+            "validationActions": ["Deny"],
+            "matchResources": {"namespaceSelector": _tenant_namespaces()},
+        },
+    }
+    return [policy, binding]
+
+
+def _workload_rules(extra: Sequence[str] = ()) -> list[dict[str, Any]]:
+    rules = []
+    for group, version, resources in _WORKLOAD_RULES:
+        names = list(resources)
+        if group == "":
+            names.extend(extra)
+        rules.append(
+            {
+                "apiGroups": [group],
+                "apiVersions": [version],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": names,
+            }
+        )
+    return rules
+
+
+def _controller_cel(config: KueueConfig | None, trusted: Sequence[str]) -> str:
+    """CEL: may the requesting identity create an object owned by the controller owner
+    reference ``r``? Each built-in controller loop only for the kind it reconciles;
+    kube-controller-manager (one credential for every loop) for any built-in kind; Kueue and
+    the cluster's trusted operators for any owner."""
+    exact = sorted({kueue_account(config), *(e for e in trusted if not e.endswith("*"))})
+    prefixes = sorted({e[:-1] for e in trusted if e.endswith("*")})
+
+    def owner_is(api_version: str, kind: str) -> str:
+        # Compared field by field: the stand-in's CEL engine compares a concatenated string
+        # unequal to a literal.
+        return f"(r.apiVersion == {_cel_string(api_version)} && r.kind == {_cel_string(kind)})"
+
+    per_loop = [
+        f"(variables.user == {_cel_string(user)} && {owner_is(*owner)})"
+        for user, owner in sorted(_CONTROLLER_OWNERS.items())
+    ]
+    any_built_in = " || ".join(owner_is(*owner) for owner in sorted(_CONTROLLER_OWNERS.values()))
+    terms = [
+        *per_loop,
+        f"(variables.user == {_cel_string(KUBE_CONTROLLER_MANAGER)} && ({any_built_in}))",
+        f"variables.user in {_cel_list(exact)}",
+    ]
+    if prefixes:
+        terms.append(f"{_cel_list(prefixes)}.exists(p, variables.user.startsWith(p))")
+    return " || ".join(terms)
+
+
 def admission_policy(
     *,
     cluster: str,
     kubernetes_version: str,
     config: KueueConfig | None,
     accelerators: Sequence[str],
+    trusted_controllers: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """The ValidatingAdmissionPolicy and its binding for ``kueue`` mode: in every namespace a
     tenant owns on this cluster, refuse a GPU-requesting object that Kueue would not manage.
 
-    A pod (or ReplicaSet, or Job) with a controller owner passes: its owner went through this
-    policy when it was created (a Job's pods, a Deployment's ReplicaSet). Kueue's own pod
-    webhook trusts owner references the same way."""
-    if kubernetes_minor(kubernetes_version) < POLICY_MIN_VERSION:
+    An object with a controller owner reference passes only when a controller creates it
+    where Kubernetes would: the built-in controller loop of its owner's kind (a Job's pods by
+    the job controller, a Deployment's ReplicaSets by the deployment controller),
+    kube-controller-manager, Kueue, or an operator the cluster trusts. The owner went through
+    this policy when it was created. A person (or a tenant's ServiceAccount) naming an owner
+    is judged like any other: an owner reference is only a claim."""
+    if not has_admission_policies(kubernetes_version):
         raise ValueError(
             f"cluster {cluster!r}: 'Kueue manages everything' needs a ValidatingAdmissionPolicy "
             f"(admissionregistration.k8s.io/v1, Kubernetes 1.30 or later); the cluster runs "
             f"{kubernetes_version}: choose 'namespace split' for it"
         )
+    trusted = read_trusted_controllers(list(trusted_controllers))
     managed, kinds = _managed_cel(config)
-    requested = _gpu_key_cel(accelerators, "c.resources.requests")
-    limited = _gpu_key_cel(accelerators, "c.resources.limits")
     containers = (
         "variables.spec.containers + "
         "(has(variables.spec.initContainers) ? variables.spec.initContainers : [])"
     )
     variables = [
-        {
-            "name": "spec",
-            "expression": "object.kind == 'Pod' ? object.spec : "
-            "(object.kind == 'CronJob' ? object.spec.jobTemplate.spec.template.spec : "
-            "object.spec.template.spec)",
-        },
+        {"name": "spec", "expression": _SPEC_CEL},
         {
             "name": "gpu",
-            "expression": f"({containers}).exists(c, has(c.resources) && "
-            f"((has(c.resources.requests) && c.resources.requests.exists(k, {requested})) || "
-            f"(has(c.resources.limits) && c.resources.limits.exists(k, {limited}))))",
+            "expression": f"({containers}).exists(c, {_container_gpu_cel(accelerators, 'c')})",
         },
         {
             "name": "labels",
@@ -346,75 +545,176 @@ def admission_policy(
             "(has(object.metadata.labels) ? object.metadata.labels : {})",
         },
         {"name": "queued", "expression": f"{_cel_string(QUEUE_NAME_LABEL)} in variables.labels"},
+        {"name": "user", "expression": _USER_CEL},
         {
-            "name": "owned",
+            "name": "claimsOwner",
             "expression": "has(object.metadata.ownerReferences) && "
             "object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller)",
         },
         {
-            "name": "nsLabels",
-            "expression": "has(namespaceObject.metadata.labels) ? "
-            "namespaceObject.metadata.labels : {}",
+            "name": "owned",
+            "expression": "variables.claimsOwner && "
+            "object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller && "
+            f"({_controller_cel(config, trusted)}))",
         },
-        {
-            "name": "tenant",
-            "expression": f"{_cel_string(LABEL_TENANT)} in variables.nsLabels ? "
-            f"variables.nsLabels[{_cel_string(LABEL_TENANT)}] : request.namespace",
-        },
+        {"name": "nsLabels", "expression": _NS_LABELS_CEL},
+        {"name": "tenant", "expression": _TENANT_CEL},
     ]
     managed_kinds = ", ".join(kinds) if kinds else "none"
     message = (
         "'tenant ' + variables.tenant + ': this ' + object.kind + ' requests GPUs but Kueue "
-        "would not manage it, so it would run outside the tenant\\'s quota. Add the label "
-        f"{QUEUE_NAME_LABEL}: default (the namespace\\'s LocalQueue) to it, on a kind Kueue "
+        "would not manage it, so it would run outside the tenant\\'s quota' + "
+        "(variables.claimsOwner ? '. It names a controller owner, but ' + "
+        "(variables.user == '' ? 'an unknown identity' : variables.user) + "
+        "' is not a controller that creates such objects here: only Kubernetes\\' own "
+        "controllers, Kueue and the operators this cluster trusts may create owned GPU "
+        "objects' : '') + '. Create the workload itself (a Job, say) with the label "
+        f"{QUEUE_NAME_LABEL}: default (the namespace\\'s LocalQueue), on a kind Kueue "
         f"manages on this cluster ({managed_kinds}).'"
     )
-    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CLUSTER: cluster}
-    tenant_namespaces = {
-        "matchExpressions": [
-            {"key": LABEL_TENANT, "operator": "Exists"},
-            {"key": LABEL_MANAGED_BY, "operator": "In", "values": [MANAGED_BY]},
-        ]
-    }
-    policy = {
-        "apiVersion": API_ADMISSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": labels},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "namespaceSelector": tenant_namespaces,
-                "resourceRules": [
-                    {
-                        "apiGroups": [group],
-                        "apiVersions": [version],
-                        "operations": ["CREATE", "UPDATE"],
-                        "resources": list(resources),
-                    }
-                    for group, version, resources in _WORKLOAD_RULES
-                ],
-            },
-            "variables": variables,
-            "validations": [
+    return _policy_pair(
+        name=POLICY_NAME,
+        cluster=cluster,
+        resource_rules=_workload_rules(),
+        variables=variables,
+        validations=[
+            {
+                "expression": f"!variables.gpu || variables.owned || ({managed})",
+                "messageExpression": message,
+                "reason": "Forbidden",
+            }
+        ],
+    )
+
+
+# --- GPU device environment variables ---------------------------------------------------------
+
+# The NVIDIA Container Toolkit's hook reads these from a container's environment (envvar
+# device list strategy, and whenever it accepts the variable from unprivileged containers):
+# they pick devices outside the device plugin, so a pod could use GPUs it never requested
+# (and no quota counts). A container's own variable also overrides the one the device plugin
+# sets, so they are refused in every container; "void", "none" and "" expose no device.
+DEVICE_VARIABLES: Final = (
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_MIG_CONFIG_DEVICES",
+    "NVIDIA_MIG_MONITOR_DEVICES",
+    "NVIDIA_IMEX_CHANNELS",
+)
+HARMLESS_DEVICE_VALUES: Final = ("void", "none", "")
+# Harmless beside a GPU the device plugin gave, device-exposing without one: the driver's
+# capabilities, and CUDA_VERSION, which makes the toolkit read an image without
+# NVIDIA_VISIBLE_DEVICES as a legacy CUDA image and expose every GPU.
+NO_GPU_VARIABLES: Final = ("NVIDIA_DRIVER_CAPABILITIES", "CUDA_VERSION")
+GPU_VARIABLES: Final = DEVICE_VARIABLES + NO_GPU_VARIABLES
+DEVICE_ENV_POLICY: Final = "gpu-quota-portal-device-env"
+DEVICE_KEYS_POLICY: Final = "gpu-quota-portal-device-env-keys"
+
+
+def _spelling_prefixes() -> list[str]:
+    """Every envFrom prefix that, with some key, spells a refused variable."""
+    return sorted({name[:i] for name in GPU_VARIABLES for i in range(1, len(name))})
+
+
+def device_env_policies(
+    *, cluster: str, kubernetes_version: str, accelerators: Sequence[str]
+) -> list[dict[str, Any]]:
+    """In every tenant namespace, in both modes: refuse pods and pod templates that name GPU
+    devices through the container toolkit's variables, and ConfigMaps and Secrets holding such
+    keys (a container may load them with envFrom, which no admission policy on the pod can
+    read). [] where the cluster has no ValidatingAdmissionPolicy (before 1.30): the verdict
+    says so."""
+    if not has_admission_policies(kubernetes_version):
+        return []
+    device = _cel_list(DEVICE_VARIABLES)
+    harmless = _cel_list(HARMLESS_DEVICE_VALUES)
+    no_gpu = _cel_list(NO_GPU_VARIABLES)
+    prefixes = _cel_list(_spelling_prefixes())
+    bad_env = (
+        f"(has(c.env) && c.env.exists(e, (e.name in {device} && "
+        f"(has(e.valueFrom) || (has(e.value) && !(e.value in {harmless})))) || "
+        f"(e.name in {no_gpu} && !{_container_gpu_cel(accelerators, 'c')})))"
+    )
+    bad_env_from = (
+        f"(has(c.envFrom) && c.envFrom.exists(s, has(s.prefix) && s.prefix in {prefixes}))"
+    )
+    containers = (
+        "variables.spec.containers + "
+        "(has(variables.spec.initContainers) ? variables.spec.initContainers : []) + "
+        "(has(variables.spec.ephemeralContainers) ? variables.spec.ephemeralContainers : [])"
+    )
+    env_variables = [
+        {"name": "spec", "expression": _SPEC_CEL},
+        {"name": "containers", "expression": containers},
+        {
+            "name": "exposing",
+            "expression": f"variables.containers.filter(c, {bad_env} || {bad_env_from})"
+            ".map(c, c.name)",
+        },
+        {"name": "nsLabels", "expression": _NS_LABELS_CEL},
+        {"name": "tenant", "expression": _TENANT_CEL},
+    ]
+    env_message = (
+        "'tenant ' + variables.tenant + ': in this ' + object.kind + ' the container(s) ' + "
+        "variables.exposing.join(', ') + ' name GPU devices through the container toolkit\\'s "
+        f"variables ({', '.join(DEVICE_VARIABLES)} other than void or none; "
+        f"{' or '.join(NO_GPU_VARIABLES)} in a container that requests no GPU; or an envFrom "
+        "prefix that could spell one), which would reach GPUs outside the device plugin and "
+        "the tenant\\'s quota. Remove them and request GPUs as a resource "
+        "(nvidia.com/gpu: 1) instead.'"
+    )
+    key_variables = [
+        {
+            "name": "exposing",
+            "expression": " + ".join(
+                f"(has(object.{field}) ? object.{field}.filter(k, k in {_cel_list(GPU_VARIABLES)})"
+                " : [])"
+                for field in ("data", "binaryData", "stringData")
+            ),
+        },
+        {"name": "nsLabels", "expression": _NS_LABELS_CEL},
+        {"name": "tenant", "expression": _TENANT_CEL},
+    ]
+    key_message = (
+        "'tenant ' + variables.tenant + ': this ' + object.kind + ' holds the key(s) ' + "
+        "variables.exposing.join(', ') + ', which a container loading it with envFrom would "
+        "use to reach GPUs outside the device plugin and the tenant\\'s quota. Rename or "
+        "remove them; a pod gets GPUs by requesting them as a resource (nvidia.com/gpu: 1).'"
+    )
+    return [
+        *_policy_pair(
+            name=DEVICE_ENV_POLICY,
+            cluster=cluster,
+            resource_rules=_workload_rules(extra=("pods/ephemeralcontainers",)),
+            variables=env_variables,
+            validations=[
                 {
-                    "expression": f"!variables.gpu || variables.owned || ({managed})",
-                    "messageExpression": message,
+                    "expression": "size(variables.exposing) == 0",
+                    "messageExpression": env_message,
                     "reason": "Forbidden",
                 }
             ],
-        },
-    }
-    binding = {
-        "apiVersion": API_ADMISSION,
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": labels},
-        "spec": {
-            "policyName": POLICY_NAME,
-            "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": tenant_namespaces},
-        },
-    }
-    return [policy, binding]
+        ),
+        *_policy_pair(
+            name=DEVICE_KEYS_POLICY,
+            cluster=cluster,
+            resource_rules=[
+                {
+                    "apiGroups": [""],
+                    "apiVersions": ["v1"],
+                    "operations": ["CREATE", "UPDATE"],
+                    "resources": ["configmaps", "secrets"],
+                }
+            ],
+            variables=key_variables,
+            validations=[
+                {
+                    "expression": "size(variables.exposing) == 0",
+                    "messageExpression": key_message,
+                    "reason": "Forbidden",
+                }
+            ],
+        ),
+    ]
 
 
 # --- namespace split ----------------------------------------------------------------------------
@@ -461,25 +761,117 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
+@dataclass(frozen=True)
+class SharedResource:
+    """One accelerator resource name that several GPU models (or a model and time-sliced
+    shares) advertise: a namespace quota on it bounds their sum, not each model."""
+
+    resource: str
+    models: tuple[str, ...]  # whole devices, by model (or flavor name where no model is set)
+    shared: tuple[str, ...]  # models whose time-sliced shares use the same name
+
+    def words(self) -> str:
+        parts = []
+        if self.models:
+            parts.append(f"{_plural(len(self.models), 'GPU model')} ({', '.join(self.models)})")
+        if self.shared:
+            parts.append(f"time-sliced shares ({', '.join(self.shared)})")
+        kinds = len(self.models) + len(self.shared)
+        where = "either" if kinds == 2 else "any of them"
+        return (
+            f"{_and(parts)} share {self.resource}: a pod may spend the tenant's whole "
+            f"{self.resource} limit on {where}"
+        )
+
+
+def shared_resources(flavors: Sequence[FlavorSpec]) -> list[SharedResource]:
+    """The accelerator resource names (whole GPUs and MIG slices) that more than one GPU
+    model, or a model's whole GPUs and time-sliced shares, advertise on this cluster."""
+    by_resource: dict[str, set[tuple[bool, str]]] = {}
+    for flavor in flavors:
+        if flavor.kind not in ("gpu", "mig"):
+            continue
+        model = flavor.gpu_model or flavor.name
+        sliced = flavor.time_slicing_replicas is not None
+        for resource in flavor.capacity:
+            if resource in ("cpu", "memory"):
+                continue
+            by_resource.setdefault(resource, set()).add((sliced, model))
+    found = []
+    for resource, kinds in sorted(by_resource.items()):
+        if len(kinds) < 2:
+            continue
+        found.append(
+            SharedResource(
+                resource=resource,
+                models=tuple(sorted(model for sliced, model in kinds if not sliced)),
+                shared=tuple(sorted(model for sliced, model in kinds if sliced)),
+            )
+        )
+    return found
+
+
+def _device_env_lines(kubernetes_version: str) -> tuple[list[str], bool]:
+    """What is said about GPU device variables, and whether the cluster can refuse them."""
+    if has_admission_policies(kubernetes_version):
+        return [
+            "In every tenant namespace an admission policy refuses pods and pod templates that "
+            "pick GPUs through the container toolkit's variables (NVIDIA_VISIBLE_DEVICES and "
+            "the like) and ConfigMaps and Secrets holding them; a variable set inside a "
+            "container image is stopped only by the nodes' device plugin and toolkit settings "
+            "(see the operations guide)."
+        ], True
+    return [
+        f"Kubernetes {kubernetes_version} has no ValidatingAdmissionPolicy (1.30 or later), so "
+        "nothing refuses a pod that picks GPUs through NVIDIA_VISIBLE_DEVICES without "
+        "requesting them: only the nodes' device plugin and container toolkit settings keep "
+        "such a pod off GPUs, and the portal cannot read them."
+    ], False
+
+
 def verdict(
-    *, mode: str, has_kueue: bool, config: KueueConfig | None, config_error: str = ""
+    *,
+    mode: str,
+    has_kueue: bool,
+    config: KueueConfig | None,
+    config_error: str = "",
+    kubernetes_version: str = "1.33",
+    flavors: Sequence[FlavorSpec] = (),
+    trusted_controllers: Any = (),
+    tenant_namespaces: Sequence[str] = (),
 ) -> Verdict:
-    """What the cluster page and the API say about enforcement."""
+    """What the cluster page and the API say about enforcement: "no" only where the portal's
+    objects bound every tenant's GPU requests per GPU model, whatever the tenant submits."""
+    env_lines, env_refused = _device_env_lines(kubernetes_version)
     if mode == ENFORCEMENT_SPLIT or not has_kueue:
         lines = [
             "Each namespace's ResourceQuota holds its share of the tenant's limit, and the "
             "shares add up to the limit: Kubernetes refuses any pod beyond it, whatever "
             "submits it.",
+        ]
+        shared = shared_resources(flavors)
+        for resource in shared:
+            lines.append(f"{resource.words()}.")
+        if shared:
+            lines.append(
+                "A namespace quota counts a resource name, not a GPU model. To bound each "
+                "model, give each its own resource name (the device plugin's renamed "
+                "resources), or choose 'Kueue manages everything', where Kueue counts each "
+                "flavor."
+            )
+        lines.append(
             "Hold, idle suspension and dedicated pools act through Kueue: they reach work that "
             "carries a queue name, not bare pods and Deployments, which are bounded by the "
-            "quota only.",
-        ]
+            "quota only."
+        )
         if has_kueue:
             lines.append(
                 "A namespace cannot use more than its share, even when the tenant's other "
                 "namespaces are idle."
             )
-        return Verdict(mode=ENFORCEMENT_SPLIT, bypass="no", lines=tuple(lines))
+        lines.extend(env_lines)
+        bypass = "yes" if shared else ("no" if env_refused else "unknown")
+        return Verdict(mode=ENFORCEMENT_SPLIT, bypass=bypass, lines=tuple(lines))
     if config is None:
         why = f" ({config_error})" if config_error else ""
         return Verdict(
@@ -489,6 +881,19 @@ def verdict(
                 f"Kueue's configuration could not be read{why}.",
                 "The admission policy refuses GPU workloads that carry no queue name; whether "
                 "Kueue manages the ones that do is not known, so nothing is claimed.",
+            ),
+        )
+    try:
+        trusted = read_trusted_controllers(trusted_controllers)
+    except ValueError as error:
+        return Verdict(
+            mode=ENFORCEMENT_KUEUE,
+            bypass="unknown",
+            lines=(
+                f"The operators this cluster trusts to create owned GPU pods cannot be read: "
+                f"{error}.",
+                "Who may create a pod that names a controller owner is not known, so nothing "
+                "is claimed.",
             ),
         )
     managed = [
@@ -501,6 +906,7 @@ def verdict(
     refusals = [] if without_label else ["work without a queue name"]
     if refused:
         refusals.append(f"{_and(refused)} that no managed workload created")
+    others = ", ".join(trusted) if trusted else "none"
     lines = [
         f"Kueue manages {_and([f'{k}s' for k in managed]) if managed else 'no workload kind'} "
         f"here ({_plural(len(config.frameworks), 'integration')} enabled).",
@@ -512,6 +918,28 @@ def verdict(
         ),
         "In every tenant namespace the admission policy refuses GPU work Kueue would not "
         f"manage{': ' + '; '.join(refusals) if refusals else ''}.",
+        "A GPU object that names a controller owner passes only when a controller creates it: "
+        "Kubernetes' own controllers (each for the kind it runs), Kueue "
+        f"({kueue_account(config)}) and the operators this cluster trusts ({others}). "
+        "Anyone else naming an owner is refused like any other.",
         "Hold, idle suspension and dedicated pools reach every GPU workload the policy lets in.",
+        *env_lines,
     ]
+    tenant_set = set(tenant_namespaces)
+    broad = [entry for entry in trusted if _broad(entry)]
+    tenants_own = [entry for entry in trusted if _entry_namespace(entry) in tenant_set]
+    problems = []
+    if broad:
+        problems.append(
+            f"The trusted operator {_and(broad)} reaches beyond one namespace's "
+            "ServiceAccounts, so it may match people or a tenant's own accounts: they could "
+            "create owned GPU pods outside Kueue."
+        )
+    if tenants_own:
+        problems.append(
+            f"The trusted operator {_and(tenants_own)} runs in a tenant's namespace: that "
+            "tenant could create owned GPU pods outside Kueue."
+        )
+    if problems:
+        return Verdict(mode=ENFORCEMENT_KUEUE, bypass="yes", lines=(*lines, *problems))
     return Verdict(mode=ENFORCEMENT_KUEUE, bypass="no", lines=tuple(lines))

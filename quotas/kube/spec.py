@@ -126,6 +126,10 @@ class ClusterSpec:
     # Kueue's manager configuration as read from the cluster (quotas.kube.enforcement.
     # KueueConfig); None: not read, or unreadable.
     kueue_config: Any = None
+    # Operators trusted to create GPU objects that name a controller owner in ``kueue`` mode,
+    # beside Kubernetes' own controllers and Kueue (Kubernetes usernames; a trailing "*"
+    # matches a prefix).
+    trusted_controllers: tuple[str, ...] = ()
     has_volcano: bool = False
     # Volcano hierarchical queues need the capacity plugin with enableHierarchy.
     volcano_hierarchy: bool = False

@@ -379,6 +379,13 @@ _RUST_OPTIONS: Final[dict[str, Any]] = {
         "x-kubernetes-list-type": _RustListTypeKeyword,
     },
 }
+# Built-in kinds: their Python validator (``_CoreValidator``) does not check
+# ``x-kubernetes-list-type`` (the API server validates them in Go, which keeps, say, a repeated
+# env name with a warning), so the Rust one does not either: both stages give one answer.
+_RUST_CORE_OPTIONS: Final[dict[str, Any]] = {
+    "validate_formats": False,
+    "keywords": {"x-portal-quantity": _RustQuantityKeyword},
+}
 
 
 def _is_quantity_schema(schema: Mapping[str, Any]) -> bool:
@@ -542,7 +549,7 @@ def _core_two_stage(schema_version: str, schema: dict[str, Any]) -> _TwoStageVal
     return _TwoStageValidator(
         _CoreValidator(schema, registry=_core_registry(schema_version)),
         jsonschema_rs.Draft202012Validator(
-            schema, registry=_core_rust_registry(schema_version), **_RUST_OPTIONS
+            schema, registry=_core_rust_registry(schema_version), **_RUST_CORE_OPTIONS
         ),
     )
 

@@ -449,13 +449,15 @@ def test_scoped_quotas_hold_only_compute_keys() -> None:
         assert key in unscoped["spec"]["hard"]
     assert "fast-ssd.storageclass.storage.k8s.io/requests.storage" in unscoped["spec"]["hard"]
 
-    for quota, classes in (
-        (inference, ["gpu-portal-production"]),
-        (batch, ["gpu-portal-default", "gpu-portal-experiment"]),
-    ):
+    # Batch is every pod that is not production, pods without a class included.
+    for quota, operator in ((inference, "In"), (batch, "NotIn")):
         assert quota["spec"]["scopeSelector"] == {
             "matchExpressions": [
-                {"scopeName": "PriorityClass", "operator": "In", "values": classes}
+                {
+                    "scopeName": "PriorityClass",
+                    "operator": operator,
+                    "values": ["gpu-portal-production"],
+                }
             ]
         }
         for key in quota["spec"]["hard"]:

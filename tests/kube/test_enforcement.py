@@ -95,10 +95,21 @@ def kinds(cluster: ClusterSpec) -> list[str]:
     return [o["kind"] for o in compiler.compile_cluster(cluster, [TEAM])]
 
 
-def test_the_policy_and_its_binding_come_with_kueue_manages_everything_only():
+def policies(cluster: ClusterSpec) -> list[str]:
+    return sorted(
+        o["metadata"]["name"]
+        for o in compiler.compile_cluster(cluster, [TEAM])
+        if o["kind"] == "ValidatingAdmissionPolicy"
+    )
+
+
+DEVICE_ENV = ["gpu-quota-portal-device-env", "gpu-quota-portal-device-env-keys"]
+
+
+def test_the_kueue_policy_comes_with_kueue_manages_everything_only_the_device_ones_always():
     kueue = ClusterSpec("c", FLAVORS)
-    assert kinds(kueue).count("ValidatingAdmissionPolicy") == 1
-    assert kinds(kueue).count("ValidatingAdmissionPolicyBinding") == 1
+    assert policies(kueue) == [*DEVICE_ENV, "gpu-quota-portal-kueue-only"]
+    assert kinds(kueue).count("ValidatingAdmissionPolicyBinding") == 3
     assert validate_objects(compiler.compile_cluster(kueue, [TEAM])) == []
     # and before every namespace's objects, right after the namespaces and priorities
     order = kinds(kueue)
@@ -107,14 +118,16 @@ def test_the_policy_and_its_binding_come_with_kueue_manages_everything_only():
         dataclasses.replace(kueue, enforcement="split"),
         dataclasses.replace(kueue, has_kueue=False),
     ):
-        assert "ValidatingAdmissionPolicy" not in kinds(other)
+        assert policies(other) == DEVICE_ENV
+        assert validate_objects(compiler.compile_cluster(other, [TEAM])) == []
 
 
 def test_kueue_manages_everything_needs_kubernetes_1_30():
     old = ClusterSpec("c", FLAVORS, kubernetes_version="1.29")
     with pytest.raises(ValueError, match=r"1\.30 or later"):
         compiler.compile_cluster(old, [TEAM])
-    assert "ValidatingAdmissionPolicy" not in kinds(dataclasses.replace(old, enforcement="split"))
+    # Namespace split runs there, without any policy: the verdict says what that leaves open.
+    assert policies(dataclasses.replace(old, enforcement="split")) == []
 
 
 def test_an_unknown_mode_is_refused():
@@ -126,7 +139,7 @@ def test_every_expression_of_the_policy_compiles_and_a_pod_without_gpus_passes()
     policy = next(
         o
         for o in compiler.compile_cluster(ClusterSpec("c", FLAVORS), [TEAM])
-        if o["kind"] == "ValidatingAdmissionPolicy"
+        if o["metadata"]["name"] == "gpu-quota-portal-kueue-only"
     )
     pod = {"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}
     namespace = {"metadata": {"name": "team-a-training", "labels": {}}}
@@ -137,7 +150,10 @@ def test_every_expression_of_the_policy_compiles_and_a_pod_without_gpus_passes()
             {
                 "object": pod,
                 "namespaceObject": namespace,
-                "request": {"namespace": "team-a-training"},
+                "request": {
+                    "namespace": "team-a-training",
+                    "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+                },
                 "variables": values,
             },
         )

@@ -50,10 +50,12 @@ def test_inference_gpus_split_the_gpu_limit_between_the_classes() -> None:
     assert inference["spec"]["hard"]["requests.nvidia.com/gpu"] == "6"
     assert batch["spec"]["hard"]["requests.nvidia.com/gpu"] == "18"  # 24 - 6
     assert unscoped["spec"]["hard"]["requests.nvidia.com/gpu"] == "24"
-    assert batch["spec"]["scopeSelector"]["matchExpressions"][0]["values"] == [
-        "gpu-portal-default",
-        "gpu-portal-experiment",
-    ]
+    # Batch is every pod that is not production: pods without a class count there too.
+    assert batch["spec"]["scopeSelector"] == {
+        "matchExpressions": [
+            {"scopeName": "PriorityClass", "operator": "NotIn", "values": ["gpu-portal-production"]}
+        ]
+    }
     for quota in (inference, batch):
         assert validate_object(quota) == []
 
