@@ -151,6 +151,36 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _core("Secret", "secrets", True),
     _core("Pod", "pods", True, ("po",), has_status=True, has_generation=True, categories=WORKLOADS),
     _core("PersistentVolumeClaim", "persistentvolumeclaims", True, ("pvc",), has_status=True),
+    # Events: core/v1 and events.k8s.io/v1 views of the same events (devcluster.events).
+    _core(
+        "Event",
+        "events",
+        True,
+        ("ev",),
+        printer_columns={
+            "v1": (
+                PrinterColumn("Type", "string", ".type"),
+                PrinterColumn("Reason", "string", ".reason"),
+                PrinterColumn("Object", "string", ".involvedObject.name"),
+                PrinterColumn("Message", "string", ".message"),
+            )
+        },
+    ),
+    _grouped(
+        "events.k8s.io",
+        "Event",
+        "events",
+        True,
+        ("ev",),
+        printer_columns={
+            "v1": (
+                PrinterColumn("Type", "string", ".type"),
+                PrinterColumn("Reason", "string", ".reason"),
+                PrinterColumn("Object", "string", ".regarding.name"),
+                PrinterColumn("Note", "string", ".note"),
+            )
+        },
+    ),
     _grouped(
         "batch", "Job", "jobs", True, has_status=True, has_generation=True, categories=WORKLOADS
     ),

@@ -20,7 +20,9 @@ from aiohttp import web
 from devcluster import auth, discovery, protobuf, rbac, tables
 from devcluster.admission import Attributes
 from devcluster.errors import ApiError, bad_request, forbidden
+from devcluster.events import Events
 from devcluster.faults import FaultRule, Faults, Stats, fault_error
+from devcluster.gc import GarbageCollector
 from devcluster.objects import (
     JSON_PATCH,
     Objects,
@@ -74,6 +76,10 @@ class DevCluster:
         )
         self.objects.admission.rbac_check = self._rbac_check
         self.objects.seed()
+        self.events = Events(self.store)
+        self.gc = GarbageCollector(
+            self.objects, self.registry, self.store, self.events, self._schedule_save
+        )
         self.faults = Faults()
         self.stats = Stats()
         self.server_address = "127.0.0.1:0"
@@ -83,13 +89,19 @@ class DevCluster:
         """Wipe every object (the default namespaces and the CRDs come back)."""
         self.objects.reset()
         self.authorizer.invalidate()
+        self.gc.rebuild()
+        self.gc.kick()
         self._schedule_save()
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=16 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self.handle)
+        app.on_startup.append(self._on_startup)
         app.on_shutdown.append(self._on_shutdown)
         return app
+
+    async def _on_startup(self, _app: web.Application) -> None:
+        self.gc.kick()  # what was loaded from the state file, checked once serving
 
     async def _on_shutdown(self, _app: web.Application) -> None:
         self.store.save()
@@ -478,9 +490,21 @@ class DevCluster:
             status = 201 if created else 200
         elif verb == "delete":
             options = _parse_body(request, raw) if raw.strip() else {}
-            body = objects.delete(target, options, dry_run=dry_run or _dry_run_options(options))
+            dry = dry_run or _dry_run_options(options)
+            if not dry and self._propagation(target, query, options, warnings) == "Orphan":
+                self.gc.orphan(objects.existing(target))
+            body = objects.delete(target, options, dry_run=dry)
         else:  # deletecollection
             options = _parse_body(request, raw) if raw.strip() else {}
+            if not (dry_run or _dry_run_options(options)) and (
+                self._propagation(target, query, options, warnings) == "Orphan"
+            ):
+                for item in objects.select(
+                    target,
+                    label_selector=query.get("labelSelector"),
+                    field_selector=query.get("fieldSelector"),
+                )[0]:
+                    self.gc.orphan(item)
             items, list_meta = objects.delete_collection(
                 target,
                 label_selector=query.get("labelSelector"),
@@ -493,6 +517,40 @@ class DevCluster:
             # The stored object as it is: its JSON, made once and kept for LIST answers too.
             return _json_response(None, status=status, warnings=warnings, encoded=kept)
         return _json_response(body, status=status, warnings=warnings)
+
+    def _propagation(
+        self, target: Target, query: Any, options: dict[str, Any], warnings: list[str]
+    ) -> str:
+        """The deletion's propagation policy: asked for (options or query), else the kind's
+        default (Orphan for batch/v1 Jobs, with upstream's warning; Background otherwise)."""
+        policy = options.get("propagationPolicy") or query.get("propagationPolicy")
+        orphan = options.get("orphanDependents")
+        if orphan is None and query.get("orphanDependents") is not None:
+            orphan = _truthy(query.get("orphanDependents"))
+        if policy and orphan is not None:
+            raise ApiError(
+                422,
+                "DeleteOptions is invalid: propagationPolicy: Invalid value: "
+                f'"{policy}": orphanDependents and deletionPropagation cannot be both set',
+            )
+        if orphan is not None:
+            return "Orphan" if orphan else "Background"
+        if policy:
+            if policy not in ("Orphan", "Background", "Foreground"):
+                raise ApiError(
+                    422,
+                    f'DeleteOptions is invalid: propagationPolicy: Unsupported value: "{policy}": '
+                    'supported values: "Foreground", "Background", "Orphan"',
+                )
+            return str(policy)
+        if target.resource_type.key == "jobs.batch":
+            warnings.append(
+                "child pods are preserved by default when jobs are deleted; set "
+                "propagationPolicy=Background to remove them or set propagationPolicy=Orphan to "
+                "suppress this warning"
+            )
+            return "Orphan"
+        return "Background"
 
     async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
         """A minimal watch: the current objects as ADDED (unless a resourceVersion is given),
