@@ -460,3 +460,28 @@ def test_the_web_reader_only_reads() -> None:
         and o is not binding
         and any(s.get("name") == portal_access.WEB_SERVICE_ACCOUNT for s in o["subjects"])
     ]
+
+
+@pytest.mark.django_db
+def test_the_web_reader_holds_exactly_what_the_live_figures_read(
+    world: World, standin: Handle
+) -> None:
+    """The web pods' account against the requests of the features that read a cluster from
+    the web pods: a tenant's live figures (quotas.sync.in_cluster) and the storage left
+    (alerts.selectors.storage_used, through the same)."""
+    from alerts.selectors import storage_used
+    from quotas.sync import in_cluster
+
+    served = discovery(standin)
+    assert cluster_reconcile(cluster=world.a100).ok
+    record = Recorder(standin)
+    with record:
+        assert in_cluster(tenant=world.team_a, cluster=world.a100).reachable
+        storage_used(tenant=world.team_a, cluster=world.a100)
+    kinds = by_kind_name(served)
+    needed = {
+        (*kinds[verb_kind.split(" ", 1)[1]], rbac, "*")
+        for verb_kind in record.seen
+        for rbac in RBAC_VERBS[verb_kind.split(" ", 1)[0]]
+    }
+    assert needed == granted(find(overlay("in-cluster"), "ClusterRole", "gpu-quota-portal-web"))

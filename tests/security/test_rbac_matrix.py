@@ -512,3 +512,38 @@ def test_the_portal_pushes_with_its_own_account(world: World, scene: Scene) -> N
         ).create_namespaced_service_account("kube-system", {"metadata": {"name": "x"}})
     assert refused.value.status == 403
     json.loads(refused.value.body)  # a Status, as the API server answers
+
+
+@pytest.mark.django_db
+def test_the_web_pods_account_reads_the_live_figures_and_writes_nothing(
+    world: World, scene: Scene, tmp_path: Path
+) -> None:
+    """What the web pods do with their own account (docs/rbac.md): the tenant page's live
+    figures are read; a quota request's server-side dry run and a reactivation, which are
+    writes to the API server, are refused, and the dry run says so instead of a verdict."""
+    from approvals.services import quota_request_dry_run
+    from quotas.backends import workload_set_active
+    from quotas.kube.applier import ApplyError
+    from quotas.sync import in_cluster
+    from tests.approvals.conftest import file
+
+    path = tmp_path / "kubeconfig-web"
+    scene.standin.kubeconfig_for(
+        portal_access.WEB_USERNAME,
+        path,
+        token=scene.standin.service_account_token(
+            portal_access.PORTAL_NAMESPACE, portal_access.WEB_SERVICE_ACCOUNT
+        ),
+    )
+    point_at(world.a100, path)
+    live = in_cluster(tenant=world.team_a, cluster=world.a100)
+    assert live.reachable, live.message
+    assert {q["namespace"] for q in live.resource_quotas} >= {TEAM_A}
+    request = file(world)
+    dry_run = quota_request_dry_run(request=request)
+    assert dry_run.objects  # the compiler's diff, computed in the portal
+    assert not dry_run.server_checked
+    assert dry_run.server_message.startswith("the cluster could not be asked"), dry_run
+    assert "forbidden" in dry_run.server_message
+    with pytest.raises(ApplyError, match="forbidden"):
+        workload_set_active(cluster=world.a100, namespace=TEAM_A, name="any", active=True)
