@@ -1,7 +1,8 @@
 """devcluster: a local Kubernetes API server stand-in, for development and tests only.
 
-Never for production. It keeps objects in memory (optionally in a JSON file), runs no scheduler
-and no controllers, and speaks enough of the Kubernetes API conventions (discovery, CRUD, merge
+Never for production. It keeps objects in memory (optionally in a JSON file), authenticates
+(tokens, impersonation) and authorizes (RBAC) requests, runs no scheduler and few controllers
+(quota status, ClusterRole aggregation, garbage collection), and speaks enough of the Kubernetes API conventions (discovery, CRUD, merge
 patch, server-side apply, status subresources, Status errors) for kubectl, the official Python
 client and the portal's applier. It imports nothing from Django. See ``devcluster/README.md``.
 

@@ -15,8 +15,8 @@ from kubernetes import client
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
-from devcluster import Handle, accept_everything, start_in_thread
-from tests.devcluster.conftest import Kubectl, MakeClient, MakeKubectl
+from devcluster import Handle, accept_everything, start_in_subprocess, start_in_thread
+from tests.devcluster.conftest import Kubectl, MakeClient, MakeKubectl, make_kubectl
 
 NS = "team-a"
 RBAC = "rbac.authorization.k8s.io"
@@ -442,3 +442,55 @@ def test_admission_policies_see_the_authenticated_or_impersonated_user(
     assert "denied request: user=bob groups=ops,system:authenticated uid=u-1" in (
         impersonated.stderr
     )
+
+
+# Other ways of running the stand-in ---------------------------------------------------------------
+
+
+def test_a_subprocess_stand_in_issues_tokens_and_kubeconfigs(tmp_path: Path) -> None:
+    handle = start_in_subprocess(
+        kubeconfig_path=tmp_path / "kubeconfig",
+        state_dir=tmp_path / "state",
+        crds_dir=None,
+        extra_args=["--no-validation"],
+    )
+    try:
+        path = handle.kubeconfig_for("alice", tmp_path / "alice", ["gpu-team-a"])
+        run = make_kubectl(path, tmp_path / "cache")
+        shown = json.loads(run("auth", "whoami", "-o", "json").stdout)["status"]["userInfo"]
+        assert shown == {"username": "alice", "groups": ["gpu-team-a", "system:authenticated"]}
+        assert "tokens.json" in {p.name for p in (tmp_path / "state").iterdir()}
+        refused = run("get", "namespaces", check=False)
+        assert 'User "alice" cannot list resource "namespaces"' in refused.stderr
+    finally:
+        handle.stop()
+
+
+def test_over_https_kubectl_sends_the_users_token_and_the_admin_may_impersonate(
+    tmp_path: Path,
+) -> None:
+    handle = start_in_thread(
+        kubeconfig_path=tmp_path / "kubeconfig",
+        state_dir=tmp_path / "state",
+        validator=accept_everything,
+        crds_dir=None,
+        tls=True,
+    )
+    try:
+        alice = make_kubectl(handle.kubeconfig_for("alice", tmp_path / "alice"), tmp_path / "cache")
+        assert "alice" in alice("auth", "whoami").stdout
+        assert "https://" in (tmp_path / "alice").read_text()
+        admin = make_kubectl(handle.kubeconfig_path, tmp_path / "cache")
+        assert "devcluster-admin" in admin("auth", "whoami").stdout
+        assert admin("auth", "can-i", "create", "pods", "--as", "alice", check=False).stdout == (
+            "no\n"
+        )
+    finally:
+        handle.stop()
+
+
+def test_unauthenticated_users_see_the_version_but_not_discovery(kubectl: Kubectl) -> None:
+    version = kubectl("get", "--raw", "/version", "--as", "system:anonymous")
+    assert json.loads(version.stdout)["gitVersion"].startswith("v1.")
+    refused = kubectl("get", "--raw", "/apis", "--as", "system:anonymous", check=False)
+    assert 'forbidden: User "system:anonymous" cannot get path "/apis"' in refused.stderr
