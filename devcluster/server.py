@@ -176,11 +176,10 @@ class DevCluster:
         ):
             # Server-side apply that creates: the user must be allowed to create too.
             self._authorize(user, replace(attributes, verb="create"))
-        if target.subresource == "token" or target.resource_type.create_only:
-            return self._create_only(request, target, user, await request.read())
         fault = self.faults.take(request.method, verb, request.path_qs)
         self.stats.count(
-            verb, target.resource_type.kind + ("/status" if target.subresource else "")
+            verb,
+            target.resource_type.kind + (f"/{target.subresource}" if target.subresource else ""),
         )
         if fault is not None:
             self.stats.faults_injected += 1
@@ -190,6 +189,8 @@ class DevCluster:
                 raise fault_error(fault.status, fault.retry_after_s)
         if verb == "watch":
             return await self._watch(request, target)
+        if target.subresource == "token" or target.resource_type.create_only:
+            return self._create_only(request, target, user, await request.read())
         response = self._serve(request, target, verb, await request.read())
         if request.method != "GET":
             self._schedule_save()
@@ -311,7 +312,6 @@ class DevCluster:
             body = protobuf.decode(raw, kind)
         else:
             body = _parse_body(request, raw)
-        self.stats.count("create", kind)
         if target.subresource == "token":
             assert target.namespace is not None and target.name is not None
             answer = self.reviews.token_request(target.namespace, target.name, body)

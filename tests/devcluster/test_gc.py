@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes.client import ApiClient
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import NotFoundError
+from kubernetes.dynamic.exceptions import NotFoundError, UnprocessibleEntityError
 
 from devcluster import Handle
 from devcluster.gc import DELAY_S
@@ -224,3 +224,16 @@ def test_a_cluster_scoped_dependent_of_a_namespaced_owner_is_collected_with_an_e
         f"ownerRef [v1/ConfigMap, namespace: , name: owner, uid: {owner['metadata']['uid']}] "
         'does not exist in namespace ""'
     )
+
+
+def test_foreground_deletes_the_dependents_too_and_bad_policies_are_refused(
+    api: DynamicClient,
+) -> None:
+    owner = stored(api, configmap("owner"))
+    stored(api, configmap("dependent", owner_ref(owner, blockOwnerDeletion=True)))
+    configmaps = resource(api, "ConfigMap")
+    with pytest.raises(UnprocessibleEntityError) as error:
+        configmaps.delete(name="owner", namespace=NS, body={"propagationPolicy": "Sometimes"})
+    assert 'Unsupported value: "Sometimes"' in json.loads(error.value.body)["message"]
+    configmaps.delete(name="owner", namespace=NS, body={"propagationPolicy": "Foreground"})
+    eventually(lambda: not exists(api, "ConfigMap", "dependent"))
