@@ -151,6 +151,15 @@ def tenant_create(
             (f"{slug}-training", NamespacePurpose.TRAINING),
             (f"{slug}-inference", NamespacePurpose.INFERENCE),
         ]
+        for name, _purpose in namespaces:
+            reason = namespace_reserved_reason(name)
+            if reason:
+                raise ValidationFailed.for_field(
+                    "slug",
+                    f"{reason}: a tenant's namespaces are named after its slug, and the "
+                    "portal never gives a tenant that one. Choose a slug that does not begin "
+                    "like a system namespace (kube-, openshift-).",
+                )
     try:
         with transaction.atomic():
             tenant = Tenant.objects.create(

@@ -250,3 +250,15 @@ def test_the_adoption_page_is_for_platform_admins(world, client):
     )
     assert client.get("/console/tenants/nope/namespaces/nope/adopt/").status_code == 403
     assert Namespace.objects.get(name="team-a-training").adopted_at is None
+
+
+def test_a_slug_whose_namespaces_would_be_system_ones_is_refused(world):
+    from core.errors import ValidationFailed
+    from tenants.models import Tenant
+    from tenants.services import tenant_create
+
+    with pytest.raises(ValidationFailed) as caught:
+        tenant_create(slug="kube-team", display_name="Kube team", actor=world.admin)
+    assert list(caught.value.fields) == ["slug"]
+    assert "kube-team-training is a system namespace" in caught.value.message
+    assert not Tenant.objects.filter(slug="kube-team").exists()
