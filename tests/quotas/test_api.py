@@ -41,6 +41,7 @@ def test_cluster_detail_sums_every_tenants_guarantees_against_capacity(world, ap
         "resource": "nvidia.com/gpu",
         "capacity": "16",
         "fleet": None,  # whole GPUs: the number an admin entered
+        "not_counted": "",  # no node agent's report left out of it
         "guaranteed": "12",
         "free": "4",
         "shares_per_gpu": None,  # whole GPUs, not time-sliced shares
