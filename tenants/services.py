@@ -501,6 +501,10 @@ def namespace_remove(*, tenant: Tenant, name: str, actor: User | None) -> None:
             "where its quota is enforced. Add another namespace first, or archive the tenant.",
             fields={"name": [f"the only namespace of {tenant.slug}"]},
         )
+    after = {"portal_objects": "deleted at the next push; the namespace itself stays"}
+    if namespace.quota_share is not None:
+        # The shares of the others no longer add up to 100%: back to an even split.
+        after["shares"] = "even"
     audit_record(
         actor=actor,
         action="namespace.removed",
@@ -509,13 +513,13 @@ def namespace_remove(*, tenant: Tenant, name: str, actor: User | None) -> None:
         before={
             "name": name,
             "purpose": namespace.purpose,
+            "share": _share_text(namespace.quota_share),
             "adopted": namespace.adopted_at is not None,
         },
-        after={"portal_objects": "deleted at the next push; the namespace itself stays"},
+        after=after,
     )
     namespace.delete()
-    if namespace.quota_share is not None:
-        # The shares of the others no longer add up to 100%: back to an even split.
+    if "shares" in after:
         Namespace.objects.filter(tenant=tenant).update(quota_share=None)
     _tenant_changed(tenant, actor)
 

@@ -137,6 +137,8 @@ def test_removing_a_namespace_with_shares_goes_back_to_an_even_split(world, api_
     shares = {"team-a-training": 50, "team-a-inference": 30, "team-a-extra": 20}
     assert admin.put(f"{URL}shares/", {"shares": shares}, format="json").status_code == 200
     assert admin.delete(f"{URL}team-a-extra/").status_code == 204
+    event = AuditEvent.objects.get(action="namespace.removed", object_id="team-a-extra")
+    assert event.before["share"] == "20%" and event.after["shares"] == "even"
     assert set(
         Namespace.objects.filter(tenant=world.team_a).values_list("quota_share", flat=True)
     ) == {None}
