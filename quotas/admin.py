@@ -7,9 +7,14 @@ from decimal import Decimal
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
 
 from core.errors import ApplicationError
+from quotas.choices import Enforcement
+from quotas.kube.enforcement import read_trusted_controllers, shared_resources
+from quotas.loader import cluster_spec
 from quotas.models import (
     Cluster,
     ClusterPool,
@@ -20,6 +25,7 @@ from quotas.models import (
     TierTemplate,
 )
 from quotas.quantity import format_quantity
+from quotas.selectors import cluster_enforcement
 from quotas.services import (
     TIER_AMOUNT_FIELDS,
     TIER_COUNT_FIELDS,
@@ -29,8 +35,56 @@ from quotas.services import (
 )
 
 
+class ClusterAdminForm(forms.ModelForm):
+    """The trusted operators typed one Kubernetes username per line, checked as the compiler
+    reads them."""
+
+    trusted_controllers = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=Cluster._meta.get_field("trusted_controllers").help_text,
+    )
+
+    class Meta:
+        model = Cluster
+        fields = "__all__"  # noqa: DJ007 - every field, as the admin's default form has
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk and isinstance(self.instance.trusted_controllers, list):
+            self.initial["trusted_controllers"] = "\n".join(
+                str(entry) for entry in self.instance.trusted_controllers
+            )
+
+    def clean_trusted_controllers(self) -> list[str]:
+        text = self.cleaned_data.get("trusted_controllers") or ""
+        entries = [line.strip() for line in text.splitlines() if line.strip()]
+        try:
+            return list(read_trusted_controllers(entries))
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
+
+
+def split_warning(cluster: Cluster) -> str:
+    """What an admin is told when a cluster under namespace split cannot bound each GPU model
+    ("" where it can)."""
+    if cluster.enforcement != Enforcement.SPLIT:
+        return ""
+    shared = shared_resources(cluster_spec(cluster).flavors)
+    if not shared:
+        return ""
+    return (
+        f"Namespace split on {cluster.name}: "
+        + "; ".join(resource.words() for resource in shared)
+        + ". Its namespace quotas bound the sum, not each model, so the cluster page says work "
+        "can get around the limits. Choose 'Kueue manages everything', or give each model its "
+        "own resource name with the device plugin."
+    )
+
+
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
+    form = ClusterAdminForm
     list_display = [
         "name",
         "display_name",
@@ -42,6 +96,25 @@ class ClusterAdmin(admin.ModelAdmin):
     ]
     list_filter = ["pool"]
     search_fields = ["name", "display_name"]
+    readonly_fields = ["enforcement_verdict"]
+
+    @admin.display(description="Can work get around the limits?")
+    def enforcement_verdict(self, cluster: Cluster) -> str:
+        if not cluster.pk:
+            return "Said once the cluster is saved."
+        found = cluster_enforcement(cluster=cluster)
+        words = {"no": "No.", "yes": "Yes.", "unknown": "Unknown."}[found["bypass"]]
+        return format_html(
+            "<strong>{}</strong> {}",
+            words,
+            format_html_join(" ", "{}", ((line,) for line in found["explanation"])),
+        )
+
+    def save_model(self, request: HttpRequest, obj: Cluster, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        warning = split_warning(obj)
+        if warning:
+            messages.warning(request, warning)
 
 
 @admin.register(ClusterPool)

@@ -27,6 +27,7 @@ from quotas.choices import (
 from quotas.kube import names
 from quotas.kube.compiler import DERIVED_MAX_GPUS_PER_POD
 from quotas.kube.enforcement import KueueConfig, verdict
+from quotas.loader import cluster_spec
 from quotas.models import (
     Cluster,
     ClusterPool,
@@ -596,14 +597,27 @@ def syncs_needing_attention() -> QuerySet[TenantSync]:
 
 def cluster_enforcement(*, cluster: Cluster) -> dict[str, Any]:
     """How ``cluster`` keeps tenants within their limits, and whether work can get around it
-    (``quotas.kube.enforcement.verdict``), with Kueue's configuration as last read."""
+    (``quotas.kube.enforcement.verdict``: its mode, Kubernetes version, flavors' GPU models and
+    resource names, trusted operators and tenants' namespaces), with Kueue's configuration as
+    last read."""
     config = KueueConfig.from_json(cluster.kueue_config) if cluster.kueue_config else None
     if cluster.has_kueue and cluster.kueue_config is None and not cluster.kueue_config_error:
         error = "not read yet: it is read at the next push"
     else:
         error = cluster.kueue_config_error
     found = verdict(
-        mode=cluster.enforcement, has_kueue=cluster.has_kueue, config=config, config_error=error
+        mode=cluster.enforcement,
+        has_kueue=cluster.has_kueue,
+        config=config,
+        config_error=error,
+        kubernetes_version=cluster.kubernetes_version,
+        flavors=cluster_spec(cluster).flavors,
+        trusted_controllers=cluster.trusted_controllers,
+        tenant_namespaces=list(
+            Namespace.objects.filter(tenant__quota_sets__cluster=cluster)
+            .values_list("name", flat=True)
+            .distinct()
+        ),
     )
     return {
         "mode": found.mode,
@@ -749,7 +763,7 @@ class PriorityClassUse:
 
 _PRIORITY_QUOTAS = {
     names.RESOURCE_QUOTA_INFERENCE: "Inference (production priority)",
-    names.RESOURCE_QUOTA_BATCH: "Batch (default and experiment priorities)",
+    names.RESOURCE_QUOTA_BATCH: "Batch (every priority but production, or none)",
 }
 
 

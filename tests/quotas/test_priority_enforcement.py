@@ -110,7 +110,7 @@ def test_the_split_bounds_inference_and_batch_apart(world, standin):
     )
     assert (
         shown["gpu-portal-batch"]
-        == "team-a-inference Batch (default and experiment priorities) 7 GPUs 7 GPUs"
+        == "team-a-inference Batch (every priority but production, or none) 7 GPUs 7 GPUs"
     )
 
 
@@ -131,3 +131,29 @@ def test_per_pod_caps_reach_the_limit_range_and_refuse_a_larger_pod(world, stand
     # Two containers of 2 GPUs each: within the container cap, above the pod cap.
     two = pod(standin, "two", 2, containers=2)
     assert two.returncode != 0 and "forbidden" in two.stderr
+
+
+def test_pods_without_a_priority_class_count_as_batch(world, standin):
+    """The batch quota is every pod that is not production: a pod with no class cannot
+    spend the GPUs set aside for inference."""
+    kueue_configmap(standin)
+    approve(world, production_priority=True, inference_gpus=3)
+    assert tenant_push(tenant=world.team_a, cluster=world.a100).ok
+    assert pod(standin, "classless-0", 1).returncode == 0
+    batch = kubectl_json(standin, "get", "resourcequota", "-n", NAMESPACE, "gpu-portal-batch")
+    assert batch["spec"]["scopeSelector"]["matchExpressions"] == [
+        {"scopeName": "PriorityClass", "operator": "NotIn", "values": [PRODUCTION]}
+    ]
+    assert batch["status"]["used"][f"requests.{GPU}"] == "1"
+    for i in range(1, 7):
+        assert pod(standin, f"classless-{i}", 1).returncode == 0
+    over = pod(standin, "classless-7", 1)
+    assert over.returncode != 0
+    assert "exceeded quota: gpu-portal-batch" in over.stderr
+    # The production pod still fits its own three.
+    served = pod(standin, "serve", 3, PRODUCTION)
+    assert served.returncode == 0, served.stderr
+    inference = kubectl_json(
+        standin, "get", "resourcequota", "-n", NAMESPACE, "gpu-portal-inference"
+    )
+    assert inference["status"]["used"][f"requests.{GPU}"] == "3"
