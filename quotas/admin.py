@@ -49,6 +49,13 @@ class ClusterAdminForm(forms.ModelForm):
         model = Cluster
         fields = "__all__"  # noqa: DJ007 - every field, as the admin's default form has
 
+    # Declared here so the form (made at import) says which scheme a bare host gets.
+    api_server = forms.URLField(
+        required=False,
+        assume_scheme="https",
+        help_text=Cluster._meta.get_field("api_server").help_text,
+    )
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.instance.pk and isinstance(self.instance.trusted_controllers, list):
