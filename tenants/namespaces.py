@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 # (pattern, whose): a trailing "*" matches a prefix.
 SYSTEM_NAMESPACES: tuple[tuple[str, str], ...] = (
-    ("kube-*", "Kubernetes' own (kube-system, kube-public, kube-node-lease)"),
+    ("kube-*", "Kubernetes' own, as kube-system, kube-public and kube-node-lease"),
     ("default", "Kubernetes' default namespace"),
     ("kueue-system", "Kueue's"),
     ("volcano-system", "Volcano's"),

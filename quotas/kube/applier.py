@@ -120,9 +120,9 @@ class NamespaceGuard:
     def not_created_by_portal(self, name: str) -> str:
         where = f" on {self.cluster}" if self.cluster else ""
         return (
-            f"namespace {name} exists{where} and the portal did not create it: it is left "
-            "alone; a platform admin can adopt it (the tenant's namespace page, or POST "
-            f".../namespaces/{name}/adopt/), or give the tenant another namespace"
+            f"namespace {name} exists{where} and the portal did not create it, so nothing is "
+            "written there: a platform admin can adopt it (adopt… beside it on the tenant's "
+            f"page, or POST .../namespaces/{name}/adopt/) or give the tenant another namespace"
         )
 
 
