@@ -552,10 +552,18 @@ def admission_policy(
             "object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller)",
         },
         {
+            # An owner reference the object already had was judged when it was created (or
+            # at an earlier update): a person labelling a Job's pod is not refused for it.
+            "name": "kept",
+            "expression": "request.operation == 'UPDATE' && oldObject != null && "
+            "has(oldObject.metadata.ownerReferences) ? oldObject.metadata.ownerReferences"
+            ".filter(o, has(o.controller) && o.controller).map(o, o.uid) : []",
+        },
+        {
             "name": "owned",
             "expression": "variables.claimsOwner && "
             "object.metadata.ownerReferences.exists(r, has(r.controller) && r.controller && "
-            f"({_controller_cel(config, trusted)}))",
+            f"(r.uid in variables.kept || {_controller_cel(config, trusted)}))",
         },
         {"name": "nsLabels", "expression": _NS_LABELS_CEL},
         {"name": "tenant", "expression": _TENANT_CEL},

@@ -309,3 +309,24 @@ def test_the_device_policies_come_in_both_modes_from_1_30():
     # In split mode an owned GPU pod is the quota's business, not a policy's.
     assert denial(workload("Pod", gpu_spec(), owner=("v1", "ConfigMap")), objects=split) is None
     assert not [o for o in compiled("split", "1.29") if "AdmissionPolicy" in o["kind"]]
+
+
+def test_an_update_keeps_an_owner_the_object_already_had_but_may_not_add_one():
+    job_pod = workload("Pod", gpu_spec(), owner=("batch/v1", "Job"))
+    assert denial(job_pod, f"{SA}kube-system:job-controller") is None
+    # alice labels the Job's pod: the owner was judged when the job controller made it.
+    assert denial(job_pod, "alice", operation="UPDATE") is None
+    # An owner added by an update is judged like one at creation.
+    bare = workload("Pod", gpu_spec())
+    group, version, resource = KINDS["Pod"]
+    request = Request(
+        operation="UPDATE", group=group, version=version, versions=(version,), kind="Pod",
+        resource=resource, subresource="", namespace=NS, name="w", obj=job_pod, old=bare,
+        namespace_object={"metadata": {"name": NS, "labels": {
+            LABEL_TENANT: "team-a", LABEL_MANAGED_BY: MANAGED_BY}}},
+        username="alice", groups=("system:authenticated",),
+    )  # fmt: skip
+    policies = [o for o in OBJECTS if o["kind"] == "ValidatingAdmissionPolicy"]
+    bindings = [o for o in OBJECTS if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    outcome = admit(policies, bindings, request, cel.evaluate)
+    assert outcome.denial is not None and "alice is not a controller" in outcome.denial[0]
