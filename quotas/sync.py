@@ -646,7 +646,11 @@ def change_dry_run(
     try:
         with cluster_backend(cluster) as backend:
             applied = apply_objects(
-                backend, after, Scope(cluster.name, tenant=tenant.slug, prune=False), dry_run=True
+                backend,
+                after,
+                Scope(cluster.name, tenant=tenant.slug, prune=False),
+                dry_run=True,
+                guard=namespace_guard(cluster, tenant=tenant),  # what the push would refuse
             )
     except ApplyError as exc:
         result.server_message = f"the cluster could not be asked: {exc.message}"

@@ -201,3 +201,20 @@ def test_a_legacy_system_group_mapping_is_never_bound(world, standin):
     message = sync_message(world)
     assert "group mapping 'system:authenticated' is not bound in the RoleBindings" in message
     assert json.dumps(binding).count("system:") == 0
+
+
+def test_a_requests_dry_run_says_what_the_push_would_refuse(world, standin):
+    from quotas.sync import change_dry_run
+
+    create(standin, namespace("team-a-notebooks"))
+    namespace_create(
+        tenant=world.team_a, name="team-a-notebooks", purpose="general", actor=world.admin
+    )
+
+    result = change_dry_run(tenant=world.team_a, cluster=world.a100, items=[], scheduling={})
+
+    assert result.server_checked
+    assert any(
+        "Namespace team-a-notebooks: namespace team-a-notebooks exists on demo-a100" in error
+        for error in result.server_errors
+    ), result.server_errors
