@@ -148,6 +148,65 @@ def install_gpu_operator(endpoint: Endpoint, cluster: str) -> None:
             )
 
 
+# What a platform team applies to a managed cluster for the portal (docs/rbac.md): its roles,
+# the bindings and the admission policies that confine its account, from
+# deploy/kubernetes/cluster-access as kustomize builds it (the listed files with the
+# kustomization's labels). The demo's portal pushes with the stand-in's admin token, so these
+# do not limit it; they make the portal's account answer as it would on a real cluster:
+#   kubectl --kubeconfig .run/kubeconfig --as system:serviceaccount:gpu-quota-portal:gpu-quota-portal \
+#     auth can-i create rolebindings -n kube-system        (no)
+CLUSTER_ACCESS_DIR = (
+    Path(__file__).resolve().parents[1] / "deploy" / "kubernetes" / "cluster-access"
+)
+
+
+def cluster_access_objects(directory: Path = CLUSTER_ACCESS_DIR) -> list[dict[str, Any]]:
+    """The objects of ``directory``'s kustomization: its ``resources`` files, every document
+    with the kustomization's ``labels`` pairs added (what ``kubectl kustomize`` prints)."""
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    labels: dict[str, str] = {}
+    for entry in kustomization.get("labels") or []:
+        labels.update(entry.get("pairs") or {})
+    objects = []
+    for name in kustomization.get("resources") or []:
+        for document in yaml.safe_load_all((directory / name).read_text()):
+            if not document:
+                continue
+            metadata = document.setdefault("metadata", {})
+            metadata["labels"] = {**(metadata.get("labels") or {}), **labels}
+            objects.append(document)
+    return objects
+
+
+def _collection(obj: dict[str, Any]) -> str:
+    """The collection path of ``obj``'s kind (the kinds cluster-access holds)."""
+    api_version, kind = obj["apiVersion"], obj["kind"]
+    root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    plural = kind.lower()[:-1] + "ies" if kind.endswith("y") else kind.lower() + "s"
+    namespace = obj["metadata"].get("namespace")
+    return f"{root}/namespaces/{namespace}/{plural}" if namespace else f"{root}/{plural}"
+
+
+def install_cluster_access(endpoint: Endpoint) -> None:
+    """The portal's roles, bindings and confining policies (``cluster_access_objects``),
+    server-side applied (an edit in the repository reaches a restarted demo), with the
+    namespaces they name created where missing."""
+    objects = cluster_access_objects()
+    for namespace in sorted({o["metadata"].get("namespace") for o in objects} - {None}):
+        if not endpoint.exists(f"/api/v1/namespaces/{namespace}"):
+            endpoint.call(
+                "POST",
+                "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+                "application/json",
+            )
+    for obj in objects:
+        path = (
+            f"{_collection(obj)}/{obj['metadata']['name']}?fieldManager=devcluster-demo&force=true"
+        )
+        endpoint.call("PATCH", path, obj, "application/apply-patch+yaml")
+
+
 def _simulate(
     endpoints: dict[str, Endpoint], hot: list[str], idle: str | None, started: datetime
 ) -> None:
@@ -211,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, endpoint in endpoints.items():
             install_kueue_config(endpoint)
             install_gpu_operator(endpoint, name)
+            install_cluster_access(endpoint)
         hot = args.hot if args.hot is not None else ["team-a"]
         started = datetime.now(UTC)
         next_status = 0.0

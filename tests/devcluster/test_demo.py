@@ -103,3 +103,36 @@ def test_the_demo_clusters_get_kueue_status_and_stop_on_sigterm(tmp_path: Path) 
         output = process.communicate(timeout=30)[0]
     assert process.returncode == 0, output
     assert "not written" not in output, output
+
+
+PORTAL = "system:serviceaccount:gpu-quota-portal:gpu-quota-portal"
+
+
+def test_the_demo_clusters_hold_the_portals_cluster_access_as_deployed(devcluster, kubectl):
+    """The demo's stand-ins get deploy/kubernetes/cluster-access (what a platform team
+    applies), so the portal's account answers ``kubectl auth can-i`` as on a real cluster:
+    no RoleBindings in kube-system, no Secrets anywhere; its Node and namespace rights are
+    there. Applying twice (a restarted demo) changes nothing."""
+    from devcluster.demo import cluster_access_objects, install_cluster_access
+    from devcluster.kueue_sim import Endpoint
+
+    endpoint = Endpoint.from_kubeconfig(devcluster.kubeconfig_path)
+    install_cluster_access(endpoint)
+    install_cluster_access(endpoint)
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in cluster_access_objects()}
+    assert ("ClusterRole", "gpu-quota-portal") in kinds
+    assert any(kind == "ValidatingAdmissionPolicy" for kind, _ in kinds)
+    kubectl("api-resources")  # warm the discovery cache (kubectl impersonates it too)
+
+    def can(*args: str) -> str:
+        done = kubectl("--as", PORTAL, "auth", "can-i", *args, check=False)
+        return done.stdout.strip()
+
+    assert can("create", "rolebindings", "-n", "kube-system") == "no"
+    assert can("get", "secrets", "-n", "kube-system") == "no"
+    assert can("patch", "nodes") == "yes"
+    assert can("create", "namespaces") == "yes"
+    labels = kubectl("get", "clusterrole", "gpu-quota-portal", "-o", "json").stdout
+    assert (
+        json.loads(labels)["metadata"]["labels"]["app.kubernetes.io/part-of"] == "gpu-quota-portal"
+    )
