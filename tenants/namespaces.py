@@ -5,7 +5,7 @@ written into one) read the same list.
 A namespace is refused when it is a system namespace: Kubernetes' own (``kube-*``,
 ``default``), those of the components the portal works with (Kueue, Volcano, NVIDIA's GPU,
 network and DRA operators, cert-manager, the local-path provisioner, OpenShift's), the portal's
-own (``PORTAL_NAMESPACE``), and, per cluster, the namespace Kueue's configuration names, the GPU
+own (``PORTAL_NAMESPACE``) and its node agent's (``gpu-agent``), and, per cluster, the namespace Kueue's configuration names, the GPU
 Operator's namespace and the cluster's ``reserved_namespaces``. A pattern ending in ``*``
 matches every name it begins.
 """
@@ -28,6 +28,8 @@ SYSTEM_NAMESPACES: tuple[tuple[str, str], ...] = (
     ("cert-manager", "cert-manager's"),
     ("local-path-storage", "the local-path storage provisioner's"),
     ("openshift-*", "OpenShift's"),
+    # deploy/kubernetes/node-agent/namespace.yaml
+    ("gpu-agent", "the portal's node agent's"),
 )
 PORTAL_NAMESPACE_DEFAULT = "gpu-quota-portal"
 

@@ -237,10 +237,10 @@ def apply_objects(
         refused = _guard_namespaces(backend, by_kind, live, guard, scope, result)
         if refused:
             by_kind = {
-                kind: [obj for obj in objects if _namespace_of(obj) not in refused]
+                kind: [obj for obj in objects if not _guarded(obj, refused)]
                 for kind, objects in by_kind.items()
             }
-            live = {key: obj for key, obj in live.items() if _namespace_of(obj) not in refused}
+            live = {key: obj for key, obj in live.items() if not _guarded(obj, refused)}
 
     concurrency = max(1, int(getattr(backend, "concurrency", 1) or 1))
     pool = ThreadPoolExecutor(concurrency, "apply") if concurrency > 1 else None
@@ -262,6 +262,17 @@ def _namespace_of(obj: dict[str, Any]) -> str:
     return str(meta.get("namespace") or "")
 
 
+def _guarded(obj: dict[str, Any], namespaces: set[str]) -> bool:
+    """Whether the namespace guard decides for ``obj``: a tenant's object (or a Namespace) in
+    one of ``namespaces``. The portal's named cluster-level objects in a system namespace
+    (the time-slicing and MIG ConfigMaps in the GPU Operator's) carry no tenant label and are
+    not the guard's: RBAC and the admission policy hold those to their names."""
+    name = _namespace_of(obj)
+    if not name or name not in namespaces:
+        return False
+    return obj.get("kind") == "Namespace" or _tenant_owned(obj)
+
+
 def _guard_namespaces(
     backend: Backend,
     by_kind: dict[Kind, list[dict[str, Any]]],
@@ -273,11 +284,16 @@ def _guard_namespaces(
     """The desired namespaces ``guard`` refuses, each recorded in ``result.failed`` under its
     Namespace: reserved ones, and those that exist without the portal's managed-by label
     (one GET each, only for a namespace the LIST did not find as the portal's; a backend that
-    cannot read, a folder of YAML, has none) unless adopted."""
+    cannot read, a folder of YAML, has none) unless adopted. Only the namespaces of tenants'
+    objects count: an object without a tenant label (the time-slicing ConfigMap in
+    gpu-operator) is never refused for its namespace, and a tenant's never admitted to a
+    reserved one for it."""
     namespaces: dict[str, Key] = {}
     for kind, objects in by_kind.items():
         for obj in objects:
             name = _namespace_of(obj)
+            if kind.kind != "Namespace" and not _tenant_owned(obj):
+                continue
             if name and (kind.kind == "Namespace" or name not in namespaces):
                 key = key_of(obj) if kind.kind == "Namespace" else ("v1", "Namespace", "", name)
                 namespaces[name] = key

@@ -11,7 +11,7 @@ from typing import Any
 from quotas.kube import compiler
 from quotas.kube.applier import ManifestsBackend, NamespaceGuard, Scope, apply_objects
 from quotas.kube.resources import Kind
-from quotas.kube.spec import LABEL_MANAGED_BY, MANAGED_BY
+from quotas.kube.spec import LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_TENANT, MANAGED_BY
 from tests.kube.test_applier import cluster, tenant
 
 
@@ -133,3 +133,55 @@ def test_a_live_cluster_releases_a_namespace_no_longer_wanted():
     namespace = backend.objects[("v1", "Namespace", "", "team-a-batch")]  # never deleted
     assert "labels" not in namespace["metadata"]
     assert "released" in result.summary()
+
+
+def _config_map(namespace: str, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "data": {"config.yaml": "version: v1\n"},
+    }
+
+
+def operator_reserved(name: str) -> str | None:
+    return f"{name} is a system namespace" if name in {"gpu-operator", "kube-system"} else None
+
+
+def test_the_portals_cluster_level_objects_in_a_system_namespace_are_not_the_guards():
+    """The time-slicing ConfigMap (no tenant label) is written into gpu-operator, which the
+    guard reserves: the guard is about tenants' namespaces; RBAC and the admission policy hold
+    the portal to its two ConfigMaps there by name."""
+    backend = Live({"gpu-operator": {}})
+    owned = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CLUSTER: "demo-a100"}
+    shared = _config_map("gpu-operator", "gpu-portal-time-slicing", owned)
+    result = apply_objects(
+        backend, [shared], Scope("demo-a100"), guard=NamespaceGuard(operator_reserved)
+    )
+    assert result.failed == []
+    assert backend.writes == ["ConfigMap gpu-operator/gpu-portal-time-slicing"]
+    # Still the portal's: a later full pass that no longer wants it prunes it.
+    result = apply_objects(backend, [], Scope("demo-a100"), guard=NamespaceGuard(operator_reserved))
+    assert [c.describe() for c in result.pruned] == [
+        "ConfigMap gpu-operator/gpu-portal-time-slicing"
+    ]
+
+
+def test_a_tenants_object_never_enters_a_reserved_namespace_beside_the_portals_own():
+    """A tenant-labelled object in a reserved namespace is refused even without its Namespace
+    in the pass, and the portal's unlabelled ConfigMap beside it is written all the same."""
+    backend = Live({"gpu-operator": {}})
+    owned = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CLUSTER: "demo-a100"}
+    shared = _config_map("gpu-operator", "gpu-portal-time-slicing", owned)
+    smuggled = _config_map("gpu-operator", "team-a-config", {**owned, LABEL_TENANT: "team-a"})
+    quota = next(o for o in desired() if o["kind"] == "ResourceQuota")
+    in_kube_system = {**quota, "metadata": {**quota["metadata"], "namespace": "kube-system"}}
+    result = apply_objects(
+        backend,
+        [shared, smuggled, in_kube_system],
+        Scope("demo-a100"),
+        guard=NamespaceGuard(operator_reserved),
+    )
+    assert backend.writes == ["ConfigMap gpu-operator/gpu-portal-time-slicing"]
+    assert sorted(key[3] for key, _ in result.failed) == ["gpu-operator", "kube-system"]
+    assert all("system namespace" in message for _, message in result.failed)
