@@ -10,10 +10,20 @@ portal therefore runs each cluster in one of two enforcement modes, chosen by an
   manages is read from its own configuration (the ``kueue-manager-config`` ConfigMap):
   ``integrations.frameworks``, ``manageJobsWithoutQueueName`` and
   ``managedJobsNamespaceSelector``.
+  An owner reference counts only when the controller that makes such objects sends the
+  request (``request.userInfo``): the built-in loop of the owner's kind, kube-controller-manager,
+  Kueue, or an operator the cluster trusts.
 * ``split`` ("namespace split"). The ResourceQuotas of a tenant's namespaces add up to its
   limit (an admin-set share per namespace, even by default), so Kubernetes alone bounds the
   total. Kueue, where present, still queues what carries a queue name; but a single namespace
-  never holds more than its share.
+  never holds more than its share. A quota counts a resource name, not a GPU model: where
+  models (or a model and time-sliced shares) share a name, the verdict says work can get
+  around the limit.
+
+In both modes (from Kubernetes 1.30) two more policies refuse the NVIDIA container toolkit's
+device variables in the tenants' pods and pod templates, and as keys of their ConfigMaps and
+Secrets (``device_env_policies``): they would reach GPUs outside the device plugin and every
+quota. What an image sets itself only the nodes' settings close (docs/operations.md).
 
 Pure: data in, dicts out. The CEL the policy carries is checked by the same engine the
 validator uses (``quotas.kube.cel``) in the tests, and by the API server on the cluster.
