@@ -453,8 +453,10 @@ def run(args: argparse.Namespace, tmp: Path) -> int:
         cwd=ROOT, env=env, check=True,
     )  # fmt: skip
     from devcluster.runner import start_in_subprocess
+    from tests.cluster_access import hold_cluster_access
 
     standin = start_in_subprocess(kubeconfig_path=tmp / "kubeconfig", state_dir=tmp / "cluster")
+    hold_cluster_access(standin)
     gunicorn = worker = ingest = None
     try:
         started = time.perf_counter()

@@ -71,6 +71,7 @@ from quotas.kube.spec import (  # noqa: E402
     QuotaSpec,
     TenantSpec,
 )
+from tests.cluster_access import hold_cluster_access  # noqa: E402 - the binder's role
 
 TARGET = 0.10  # no-op pass wall time / first sync wall time, at most
 SPEEDUP_TARGET = 4.0  # sequential / parallel first sync with the write latency, at least
@@ -418,6 +419,7 @@ def latency_first_sync(
         state_dir=tmp / f"state-latency-{concurrency}",
         extra_args=extra,
     )
+    hold_cluster_access(standin)
     backend = KubernetesBackend.from_kubeconfig(
         str(standin.kubeconfig_path), concurrency=concurrency
     )
@@ -464,6 +466,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     sequential_standin = start_in_subprocess(
         kubeconfig_path=tmp / "kubeconfig-1", state_dir=tmp / "state-1", extra_args=extra
     )
+    hold_cluster_access(sequential_standin)
     sequential_backend = KubernetesBackend.from_kubeconfig(
         str(sequential_standin.kubeconfig_path), concurrency=1
     )
@@ -493,6 +496,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     standin = start_in_subprocess(
         kubeconfig_path=tmp / "kubeconfig", state_dir=tmp / "state", extra_args=extra
     )
+    hold_cluster_access(standin)
     print(
         f"stand-in: pid {standin.process.pid}, {standin.url}, "
         f"validation {'off' if args.no_validation else 'on'}, "

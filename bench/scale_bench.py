@@ -259,10 +259,15 @@ def preload(objects: Sequence[dict[str, Any]], state_dir: Path, *, chunk: int = 
 def standin_start(tmp: Path, name: str, *, preloaded: bool) -> Any:
     """A stand-in in a child process (validation on); a pre-loaded one reads its state dir."""
     from devcluster.runner import start_in_subprocess
+    from tests.cluster_access import hold_cluster_access
 
     extra = ["--log-level", "ERROR"] + ([] if preloaded else ["--ephemeral"])
-    return start_in_subprocess(
-        kubeconfig_path=tmp / f"{name}.kubeconfig", state_dir=tmp / name, extra_args=extra
+    # What every managed cluster holds for the portal: its push writes its RoleBinding of each
+    # namespace as the binder (docs/rbac.md).
+    return hold_cluster_access(
+        start_in_subprocess(
+            kubeconfig_path=tmp / f"{name}.kubeconfig", state_dir=tmp / name, extra_args=extra
+        )
     )
 
 

@@ -190,9 +190,12 @@ def standin_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Handle]
 
 @pytest.fixture
 def standin(standin_server: Handle, world: World) -> Handle:
-    """The stand-in, emptied, with demo-a100 pushing to it."""
+    """The stand-in, emptied but for what a managed cluster holds for the portal
+    (``tests.cluster_access``), with demo-a100 pushing to it."""
+    from tests.cluster_access import hold_cluster_access
     from tests.standin import point_at
 
     standin_server.reset()
+    hold_cluster_access(standin_server)
     point_at(world.a100, standin_server.kubeconfig_path)
     return standin_server

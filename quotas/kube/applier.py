@@ -22,13 +22,18 @@ before tenants' queues), and a wave starts only when the one before it has finis
 object is never written before what it refers to (its Namespace, its Cohort, its ClusterQueue).
 Within a wave the writes run on a pool of threads; what each one did is recorded in the wave's
 order, as a sequential pass would.
+
+The portal's own RoleBinding of each namespace it manages (``portal_access``: what gives it its
+writes there) is written right after the Namespaces, impersonating the binder, before anything
+else goes into the namespace; it is pruned last, only with its namespace when that is released,
+so the portal keeps the right to prune the rest.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +42,7 @@ from typing import Any, Protocol, TypeVar
 import orjson
 import yaml
 
-from quotas.kube import compiler
+from quotas.kube import compiler, portal_access
 from quotas.kube.diff import differences, needs_write
 from quotas.kube.resources import KINDS, Kind, key_of, kind_of
 from quotas.kube.spec import (
@@ -52,6 +57,7 @@ from quotas.kube.validate import transition_issues
 logger = logging.getLogger(__name__)
 
 NAMESPACE: Kind = next(kind for kind in KINDS if kind.kind == "Namespace")
+ROLE_BINDING: Kind = next(kind for kind in KINDS if kind.kind == "RoleBinding")
 
 Key = tuple[str, str, str, str]
 LIST_PAGE = 500
@@ -178,7 +184,17 @@ class Backend(Protocol):
 
     def list_owned(self, kind: Kind, selector: str) -> list[dict[str, Any]]: ...
 
-    def apply(self, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]: ...
+    def apply(
+        self,
+        obj: dict[str, Any],
+        *,
+        dry_run: bool = False,
+        headers: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """A server-side apply of ``obj``. ``headers``: extra request headers, for the portal's
+        own RoleBinding of a namespace the impersonation of the binder
+        (``portal_access.impersonation_for``); a backend that is no API server ignores them."""
+        ...
 
     def delete(self, kind: Kind, *, namespace: str | None, name: str) -> None: ...
 
@@ -222,6 +238,8 @@ def apply_objects(
     served: set[Kind] = set()
     for kind in kinds:
         wanted = by_kind.get(kind, [])
+        if not wanted and not scope.prune:
+            continue  # nothing to write, nothing to prune: no LIST (a dry run reads less)
         try:
             for selector in scope.selectors(wanted):
                 for obj in backend.list_owned(kind, selector):
@@ -364,6 +382,26 @@ def _run_wave(
     return answers
 
 
+def _write_steps(
+    by_kind: dict[Kind, list[dict[str, Any]]], kinds: Sequence[Kind]
+) -> list[tuple[Kind, list[dict[str, Any]]]]:
+    """Each kind's objects in ``kinds`` order, the portal's own RoleBindings of its namespaces
+    taken out of the RoleBindings and written right after the Namespaces (first, where the
+    pass writes no Namespace): they give the portal its writes in those namespaces."""
+    own = [o for o in by_kind.get(ROLE_BINDING, []) if portal_access.is_namespace_role_binding(o)]
+    steps: list[tuple[Kind, list[dict[str, Any]]]] = []
+    if ROLE_BINDING in kinds and own and NAMESPACE not in kinds:
+        steps.append((ROLE_BINDING, own))
+    for kind in kinds:
+        objects = by_kind.get(kind, [])
+        if kind is ROLE_BINDING:
+            objects = [o for o in objects if not portal_access.is_namespace_role_binding(o)]
+        steps.append((kind, objects))
+        if kind is NAMESPACE and ROLE_BINDING in kinds and own:
+            steps.append((ROLE_BINDING, own))
+    return steps
+
+
 def _write_desired(
     backend: Backend,
     by_kind: dict[Kind, list[dict[str, Any]]],
@@ -378,27 +416,35 @@ def _write_desired(
         try:
             if item.current is not None:
                 refuse_breaking_update(item.obj, item.current, key=item.key)
-            backend.apply(item.obj, dry_run=dry_run)
+            headers = portal_access.impersonation_for(item.obj)
+            if headers:
+                backend.apply(item.obj, dry_run=dry_run, headers=headers)
+            else:
+                backend.apply(item.obj, dry_run=dry_run)
         except RetryableError:
             raise
         except ApplyError as exc:
             return exc.message
         return None
 
-    new_namespaces: set[str] = set()  # a dry run creates nothing: what goes in them waits
-    # Namespaces the cluster refused to write (to label, for an adopted one): nothing more
-    # goes into them, so a namespace is the portal's, labelled, before anything is written.
-    failed_namespaces: set[str] = set()
-    for kind in kinds:
+    # Why nothing more is written into a namespace, where something is: the cluster refused
+    # to write (to label, for an adopted one) the namespace, or the portal's binding there, so
+    # a namespace is the portal's, labelled and bound, before anything else is written in it.
+    blocked: dict[str, str] = {}
+    # A dry run creates nothing: what goes into a new namespace is not checked; nor, in a dry
+    # run, what goes where the portal's binding is still to be written (the binder writes it;
+    # the dry run's account, the web pods', may not impersonate, and has no rights there yet).
+    unchecked: dict[str, str] = {}
+    for kind, objects in _write_steps(by_kind, kinds):
         if kind not in served:
             continue
-        for wave in _waves(by_kind.get(kind, [])):
+        for wave in _waves(objects):
             todo: list[_Write] = []
             for obj in wave:
                 key = key_of(obj)
-                if key[2] and key[2] in failed_namespaces:
+                if key[2] and key[2] in blocked:
                     result.skipped.append(
-                        f"{Change(key).describe()} not written: the cluster refused its namespace"
+                        f"{Change(key).describe()} not written: {blocked[key[2]]}"
                     )
                     continue
                 current = live.get(key)
@@ -406,19 +452,30 @@ def _write_desired(
                 if not reasons:
                     result.unchanged += 1
                     continue
-                if dry_run and key[2] in new_namespaces:
+                if dry_run and key[2] in unchecked:
                     result.skipped.append(
-                        f"{Change(key).describe()} not checked: its namespace does not exist yet"
+                        f"{Change(key).describe()} not checked: {unchecked[key[2]]}"
                     )
                     continue
                 if dry_run and current is None and kind.kind == "Namespace":
-                    new_namespaces.add(key[3])
+                    unchecked[key[3]] = "its namespace does not exist yet"
+                if dry_run and portal_access.is_namespace_role_binding(obj):
+                    unchecked[key[2]] = (
+                        "the portal's RoleBinding in its namespace is not written yet "
+                        "(the next push writes it)"
+                    )
+                    result.skipped.append(
+                        f"{Change(key).describe()} not checked: the push writes it as the binder"
+                    )
+                    continue
                 todo.append(_Write(obj, key, current, reasons))
             for item, failure in zip(todo, _run_wave(todo, write, pool), strict=True):
                 if failure is not None:
                     result.failed.append((item.key, failure))
                     if kind.kind == "Namespace":
-                        failed_namespaces.add(item.key[3])
+                        blocked[item.key[3]] = "the cluster refused its namespace"
+                    elif portal_access.is_namespace_role_binding(item.obj):
+                        blocked[item.key[2]] = "the cluster refused the portal's RoleBinding there"
                 elif item.current is None:
                     result.created.append(Change(item.key))
                 else:
@@ -453,22 +510,7 @@ def _prune(
             return exc.message
         return None
 
-    wanted_keys = {key_of(o) for o in desired}
-    live_by_kind: dict[tuple[str, str], list[tuple[Key, dict[str, Any]]]] = {}
-    for key, obj in live.items():
-        live_by_kind.setdefault(key[:2], []).append((key, obj))
-    for kind in reversed(kinds):
-        if kind is NAMESPACE and kind in served:
-            _release_namespaces(backend, live_by_kind, wanted_keys, scope, result, dry_run)
-        if kind not in served or kind.never_prune:
-            continue
-        gone = [
-            obj
-            for key, obj in live_by_kind.get((kind.api_version, kind.kind), [])
-            if key not in wanted_keys
-            # cluster-wide objects are pruned by the full pass only
-            and (scope.tenant is None or _tenant_owned(obj))
-        ]
+    def prune(kind: Kind, gone: list[dict[str, Any]]) -> None:
         for wave in reversed(_waves(sort_for_apply(gone))):
             doomed = [(kind, key_of(obj)) for obj in wave]
             for (_, key), failure in zip(doomed, _run_wave(doomed, delete, pool), strict=True):
@@ -476,6 +518,62 @@ def _prune(
                     result.failed.append((key, failure))
                 else:
                     result.pruned.append(Change(key))
+
+    def in_scope(key: Key, obj: dict[str, Any]) -> bool:
+        # cluster-wide objects are pruned by the full pass only
+        return key not in wanted_keys and (scope.tenant is None or _tenant_owned(obj))
+
+    wanted_keys = {key_of(o) for o in desired}
+    live_by_kind: dict[tuple[str, str], list[tuple[Key, dict[str, Any]]]] = {}
+    for key, obj in live.items():
+        live_by_kind.setdefault(key[:2], []).append((key, obj))
+    # The portal's own RoleBindings: pruned after everything else, and only where their
+    # namespace is no longer wanted (released) and nothing of the portal's failed to go there.
+    own_bindings = [
+        (key, obj)
+        for key, obj in live_by_kind.get((ROLE_BINDING.api_version, ROLE_BINDING.kind), [])
+        if portal_access.is_namespace_role_binding(obj)
+    ]
+    for kind in reversed(kinds):
+        if kind is NAMESPACE:
+            _prune_own_bindings(own_bindings, wanted_keys, served, kinds, result, prune, in_scope)
+        if kind is NAMESPACE and kind in served:
+            _release_namespaces(backend, live_by_kind, wanted_keys, scope, result, dry_run)
+        if kind not in served or kind.never_prune:
+            continue
+        gone = [
+            obj
+            for key, obj in live_by_kind.get((kind.api_version, kind.kind), [])
+            if in_scope(key, obj) and not portal_access.is_namespace_role_binding(obj)
+        ]
+        prune(kind, gone)
+    if NAMESPACE not in kinds:
+        _prune_own_bindings(own_bindings, wanted_keys, served, kinds, result, prune, in_scope)
+
+
+def _prune_own_bindings(
+    own_bindings: list[tuple[Key, dict[str, Any]]],
+    wanted_keys: set[Key],
+    served: set[Kind],
+    kinds: Sequence[Kind],
+    result: ApplyResult,
+    prune: Callable[[Kind, list[dict[str, Any]]], None],
+    in_scope: Callable[[Key, dict[str, Any]], bool],
+) -> None:
+    """The portal's RoleBinding of a namespace it releases, once all else of its there is gone:
+    deleting it first would take away the right to delete the rest. Where a prune in that
+    namespace failed, the binding stays for the next pass to finish with."""
+    if ROLE_BINDING not in kinds or ROLE_BINDING not in served:
+        return
+    failed = {key[2] for key, _ in result.failed if key[2]}
+    gone = [
+        obj
+        for key, obj in own_bindings
+        if in_scope(key, obj)
+        and ("v1", "Namespace", "", key[2]) not in wanted_keys
+        and key[2] not in failed
+    ]
+    prune(ROLE_BINDING, gone)
 
 
 def _release_namespaces(
@@ -605,6 +703,7 @@ class KubernetesBackend:
         query: list[tuple[str, str]] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
@@ -613,7 +712,11 @@ class KubernetesBackend:
             method,
             path,
             query_params=query or [],
-            header_params={"Accept": "application/json", "Content-Type": content_type},
+            header_params={
+                "Accept": "application/json",
+                "Content-Type": content_type,
+                **(headers or {}),
+            },
             body=body,
             auth_settings=["BearerToken"],
         )
@@ -681,7 +784,13 @@ class KubernetesBackend:
             content_type="application/merge-patch+json",
         )
 
-    def apply(self, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    def apply(
+        self,
+        obj: dict[str, Any],
+        *,
+        dry_run: bool = False,
+        headers: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
         kind = kind_of(obj)
         meta = obj["metadata"]
         query = [("fieldManager", self.field_manager), ("force", "true")]
@@ -694,6 +803,7 @@ class KubernetesBackend:
             query=query,
             body=obj,
             content_type="application/apply-patch+yaml",
+            headers=headers,
         )
 
     def delete(self, kind: Kind, *, namespace: str | None, name: str) -> None:
@@ -784,7 +894,14 @@ class ManifestsBackend:
             and _matches(obj.get("metadata", {}).get("labels") or {}, wanted)
         ]
 
-    def apply(self, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    def apply(
+        self,
+        obj: dict[str, Any],
+        *,
+        dry_run: bool = False,
+        headers: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """The object written as it is: ``headers`` (who writes it) mean nothing to a file."""
         if not dry_run:
             path = self._file(obj)
             others = [o for o in self._read(path) if key_of(o) != key_of(obj)]

@@ -47,7 +47,7 @@ from typing import Any, Final
 
 import yaml
 
-from quotas.kube import bandwidth, enforcement, names
+from quotas.kube import bandwidth, enforcement, names, portal_access
 from quotas.kube.spec import (
     ANNOTATION_GENERATION,
     LABEL_CLUSTER,
@@ -232,9 +232,10 @@ def sort_key(obj: KubeObject) -> tuple[int, str, str, str, str]:
 
 
 def compile_tenant(cluster: ClusterSpec, tenant: TenantSpec) -> list[KubeObject]:
-    """Every object one tenant owns on one cluster: per namespace a Namespace, ResourceQuotas,
-    a LimitRange, the deny-cross-tenant NetworkPolicy, a ServiceAccount, RoleBindings and (with
-    Kueue) the ``default`` LocalQueue; once per tenant its ClusterQueue and/or Volcano Queue.
+    """Every object one tenant owns on one cluster: per namespace a Namespace, the portal's own
+    RoleBinding (``portal_access.namespace_role_binding``), ResourceQuotas, a LimitRange, the
+    deny-cross-tenant NetworkPolicy, a ServiceAccount, RoleBindings and (with Kueue) the
+    ``default`` LocalQueue; once per tenant its ClusterQueue and/or Volcano Queue.
 
     Reads only the cluster and this tenant, so one tenant can be recompiled and applied alone.
     """
@@ -245,6 +246,12 @@ def compile_tenant(cluster: ClusterSpec, tenant: TenantSpec) -> list[KubeObject]
     for index, namespace in enumerate(namespaces):
         share = _Share(shares=shares, index=index)
         objects.append(_namespace(context, namespace.name, namespace.purpose))
+        # The portal's own writes in the namespace (written first, as the binder: the applier).
+        objects.append(
+            portal_access.namespace_role_binding(
+                context.metadata(portal_access.ROLE_BINDING, namespace.name)
+            )
+        )
         objects.extend(_resource_quotas(context, namespace.name, share))
         limit_range = _limit_range(context, namespace.name)
         if limit_range is not None:

@@ -26,7 +26,9 @@ PORTAL_SERVICE_ACCOUNT: Final = "gpu-quota-portal"
 PORTAL_USERNAME: Final = f"system:serviceaccount:{PORTAL_NAMESPACE}:{PORTAL_SERVICE_ACCOUNT}"
 BINDER_SERVICE_ACCOUNT: Final = "gpu-quota-portal-binder"
 BINDER_USERNAME: Final = f"system:serviceaccount:{PORTAL_NAMESPACE}:{BINDER_SERVICE_ACCOUNT}"
-# The web pods' account: reads only (deploy/kubernetes/cluster-access/web-reader.yaml).
+# The web pods' account (deploy/kubernetes/cluster-access/web-reader.yaml): reads, dry runs of
+# the portal's writes and an idle Workload's reactivation; the admission policy refuses it
+# every other write. It is the second subject of the portal's RoleBinding in each namespace.
 WEB_SERVICE_ACCOUNT: Final = "gpu-quota-portal-web"
 WEB_USERNAME: Final = f"system:serviceaccount:{PORTAL_NAMESPACE}:{WEB_SERVICE_ACCOUNT}"
 
@@ -43,7 +45,12 @@ IMPERSONATE_USER: Final = "Impersonate-User"
 def namespace_role_binding(metadata: Mapping[str, Any]) -> dict[str, Any]:
     """The RoleBinding giving the portal ``NAMESPACE_ROLE`` in ``metadata["namespace"]``.
     ``metadata``: the compiler's for a tenant object (name ignored: always ``ROLE_BINDING``),
-    so the binding carries the owner labels and is pruned with the tenant's other objects."""
+    so the binding carries the owner labels and is pruned with the tenant's other objects.
+
+    Its second subject is the web pods' account: a server-side dry run is authorized as the
+    write itself, so the web pods' dry run of a push needs the same verbs here, and their
+    reactivation of an idle Workload the ``patch``; the admission policy refuses that account
+    every write that is not a dry run but that patch of ``spec.active``."""
     namespace = str(metadata["namespace"])
     return {
         "apiVersion": f"{RBAC_GROUP}/v1",
@@ -51,11 +58,8 @@ def namespace_role_binding(metadata: Mapping[str, Any]) -> dict[str, Any]:
         "metadata": {**metadata, "name": ROLE_BINDING, "namespace": namespace},
         "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": NAMESPACE_ROLE},
         "subjects": [
-            {
-                "kind": "ServiceAccount",
-                "name": PORTAL_SERVICE_ACCOUNT,
-                "namespace": PORTAL_NAMESPACE,
-            }
+            {"kind": "ServiceAccount", "name": account, "namespace": PORTAL_NAMESPACE}
+            for account in (PORTAL_SERVICE_ACCOUNT, WEB_SERVICE_ACCOUNT)
         ],
     }
 

@@ -17,6 +17,7 @@ from quotas.models import Cluster, SyncOutbox, TenantSync
 from quotas.sync import cluster_reconcile_by_id, outbox_deliver
 from tenants.models import AuditEvent, Notification
 from tests.approvals.conftest import file, item
+from tests.cluster_access import hold_cluster_access
 from tests.standin import (
     a100_gpu_quota,
     approved,
@@ -87,6 +88,7 @@ def test_an_unreachable_cluster_is_retried_and_converges(world, standin):
 
 def test_an_object_the_server_refuses_fails_the_request_with_its_message(world, tmp_path, settings):
     with start_in_thread(kubeconfig_path=tmp_path / "kc", validator=refuse_cluster_queues) as h:
+        hold_cluster_access(h)
         point_at(world.a100, h.kubeconfig_path)
         request, row = approved(world)
 
@@ -102,6 +104,7 @@ def test_an_object_the_server_refuses_fails_the_request_with_its_message(world, 
 
     # Fixed (here: a cluster that accepts it), an admin retries.
     with start_in_thread(kubeconfig_path=tmp_path / "kc2") as fixed:
+        hold_cluster_access(fixed)
         point_at(world.a100, fixed.kubeconfig_path)
         quota_request_retry(request=request, actor=world.admin)
         row.refresh_from_db()
@@ -270,6 +273,7 @@ def test_the_requester_is_told_when_the_change_is_applied_in_the_cluster(world, 
 
 def test_the_requester_is_told_when_the_cluster_refused_the_change(world, tmp_path):
     with start_in_thread(kubeconfig_path=tmp_path / "kc", validator=refuse_cluster_queues) as h:
+        hold_cluster_access(h)
         point_at(world.a100, h.kubeconfig_path)
         request, row = approved(world)
         outbox_deliver(outbox_id=row.pk)

@@ -26,6 +26,7 @@ from tests.deploy.manifests import overlay
 
 PORTAL = portal_access.PORTAL_USERNAME
 BINDER = portal_access.BINDER_USERNAME
+WEB = portal_access.WEB_USERNAME
 AGENT = "system:serviceaccount:gpu-agent:gpu-agent"  # deploy/kubernetes/node-agent
 ADMIN = "kubernetes-admin"
 Obj = dict[str, Any]
@@ -90,6 +91,7 @@ def admit(
     *,
     subresource: str = "",
     extra: dict[str, list[str]] | None = None,
+    dry_run: bool = False,
 ) -> str | None:
     """The denial (its message) of a request by ``user``, or None when it is admitted."""
     shown = obj if obj is not None else old
@@ -113,6 +115,7 @@ def admit(
         username=user,
         groups=("system:serviceaccounts", "system:authenticated"),
         extra=extra or {},
+        dry_run=dry_run,
     )
     outcome = policies.admit(POLICIES, BINDINGS, request, cel.evaluate)
     return outcome.denial[0] if outcome.denial else None
@@ -163,6 +166,7 @@ def test_the_policies_are_valid_and_their_cel_compiles() -> None:
     assert {p["metadata"]["name"] for p in POLICIES} == {
         "gpu-quota-portal-confinement",
         "gpu-quota-portal-binder",
+        "gpu-quota-portal-web",
         "gpu-agent-device-plugin-only",
     }
     assert {b["spec"]["policyName"] for b in BINDINGS} >= {p["metadata"]["name"] for p in POLICIES}
@@ -189,6 +193,7 @@ def test_the_policies_match_the_portal_and_the_binder_by_username() -> None:
     assert conditions == {
         "gpu-quota-portal-confinement": [f"request.userInfo.username == '{PORTAL}'"],
         "gpu-quota-portal-binder": [f"request.userInfo.username == '{BINDER}'"],
+        "gpu-quota-portal-web": [f"request.userInfo.username == '{WEB}'"],
         "gpu-agent-device-plugin-only": [f"request.userInfo.username == '{AGENT}'"],
     }
 
@@ -445,7 +450,8 @@ def test_anyone_else_is_not_matched() -> None:
     aws_auth = obj("ConfigMap", "aws-auth", "kube-system", data={})
     assert admit(ADMIN, "UPDATE", aws_auth, aws_auth) is None
     assert admit(ADMIN, "CREATE", role_binding("kube-system", "admin", user("ops"))) is None
-    assert admit(portal_access.WEB_USERNAME, "CREATE", namespace("x", managed=False)) is None
+    other = "system:serviceaccount:gpu-quota-portal:default"
+    assert admit(other, "CREATE", namespace("x", managed=False)) is None
 
 
 def test_the_node_agent_deletes_only_device_plugin_pods_on_its_own_node() -> None:
@@ -468,3 +474,87 @@ def test_the_node_agent_deletes_only_device_plugin_pods_on_its_own_node() -> Non
     assert admit(AGENT, "DELETE", None, elsewhere)
     assert admit(AGENT, "CREATE", plugin)
     assert admit(AGENT, "UPDATE", plugin, plugin)
+
+
+# --- the web pods' account ----------------------------------------------------------------------
+
+
+def workload(namespace: str = "team-a-training", **spec: Any) -> Obj:
+    """A Kueue Workload as Kueue's job integration makes it, suspended by the idle rule."""
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": "notebook-idle",
+            "namespace": namespace,
+            "labels": {"kueue.x-k8s.io/job-uid": "1234"},
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": "notebook", "uid": "1234"}
+            ],
+            "finalizers": ["kueue.x-k8s.io/resource-in-use"],
+        },
+        "spec": {
+            "active": False,
+            "queueName": "default",
+            "podSets": [{"name": "main", "count": 1, "template": {"spec": {"containers": []}}}],
+            **spec,
+        },
+    }
+
+
+@pytest.mark.django_db
+def test_the_web_pods_write_nothing_but_dry_runs() -> None:
+    """Every object the portal compiles, as the web pods' dry run of it (admitted), and for
+    real (refused): a create, an update, a delete."""
+    objects = [
+        o
+        for o in every_write_of_the_portal()
+        if kind_of(o).group != "admissionregistration.k8s.io"  # never admitted by a policy
+    ]
+    assert objects
+    for found in objects:
+        for operation, new, old in (
+            ("CREATE", found, None),
+            ("UPDATE", found, found),
+            ("DELETE", None, found),
+        ):
+            assert admit(WEB, operation, new, old, dry_run=True) is None, found["metadata"]
+            denial = admit(WEB, operation, new, old) or ""
+            assert "the web pods write nothing but dry runs" in denial, found["metadata"]
+    # Nor anything else: a binding in kube-system, a subresource, a Pod.
+    assert admit(WEB, "CREATE", role_binding("kube-system", "edit", user("x@example.org")))
+    assert admit(WEB, "UPDATE", workload(active=True), workload(), subresource="status")
+    pod = obj("Pod", "x", "team-a-training", spec={"containers": []})
+    assert admit(WEB, "CREATE", pod)
+    assert admit(WEB, "CREATE", pod, dry_run=True) is None  # RBAC refuses that one
+
+
+def test_the_web_pods_reactivate_a_workload_and_change_nothing_else() -> None:
+    suspended = workload()
+    assert admit(WEB, "UPDATE", workload(active=True), suspended) is None
+    assert admit(WEB, "UPDATE", workload(active=False), workload(active=True)) is None
+    # Anything else of the Workload, with or without spec.active.
+    for change in (
+        {"queueName": "other"},
+        {"priority": 1000000},
+        {"maximumExecutionTimeSeconds": 1},
+        {"podSets": []},
+        {"priorityClassRef": {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass"}},
+    ):
+        assert admit(WEB, "UPDATE", workload(active=True, **change), suspended), change
+    dropped = workload(active=True)
+    del dropped["spec"]["queueName"]
+    assert admit(WEB, "UPDATE", dropped, suspended)
+    for field, value in (
+        ("labels", {"kueue.x-k8s.io/job-uid": "other"}),
+        ("annotations", {"x": "y"}),
+        ("ownerReferences", []),
+        ("finalizers", []),
+    ):
+        changed = workload(active=True)
+        changed["metadata"][field] = value
+        assert admit(WEB, "UPDATE", changed, suspended), field
+    # Only in the portal's namespaces; never created or deleted.
+    assert admit(WEB, "UPDATE", workload("research", active=True), workload("research"))
+    assert admit(WEB, "CREATE", workload(active=True))
+    assert admit(WEB, "DELETE", None, suspended)

@@ -37,7 +37,7 @@ from quotas.backends import workload_set_active
 from quotas.choices import MigDriver
 from quotas.kube import bandwidth, compiler, enforcement, names, portal_access
 from quotas.kube.resources import KINDS, NODE, POD, WORKLOAD, kind_of
-from quotas.kube.spec import QuotaSpec
+from quotas.kube.spec import ClusterSpec, QuotaSpec, TenantSpec
 from quotas.models import Cluster, ResourceFlavor
 from quotas.sync import cluster_reconcile
 from tests.conftest import World
@@ -88,21 +88,8 @@ def by_kind_name(served: dict[tuple[str, str], str]) -> dict[str, tuple[str, str
 
 def every_feature_objects() -> list[dict[str, Any]]:
     """What the compiler emits for a cluster with everything on, plus the MIG push's ConfigMap."""
-    spec = demo_cluster(has_kueue=True, enforcement="kueue", has_volcano=True)
-    tenant = medium_tenant(
-        "team-a",
-        quotas=(
-            QuotaSpec("h100-80gb", "nvidia.com/gpu", Decimal(4), Decimal(8)),
-            QuotaSpec("h100-mig-1g-10gb", "nvidia.com/mig-1g.10gb", Decimal(2), Decimal(4)),
-            QuotaSpec("fast-ssd", "storage", Decimal(2**40), Decimal(2**40)),
-        ),
-        split_by_priority=True,
-        pod_bandwidth_max="1G",  # the bandwidth admission policy
-        editors=("alice@example.org",),
-        viewers=("bob@example.org",),
-    )
+    spec, tenant = every_feature_tenant()
     objects = list(compiler.compile_cluster(spec, [tenant]))
-    objects += portal_bindings(objects)
     plan = operator.compile_operator([], now=timezone.now())
     objects.append(
         operator.configmap(
@@ -116,19 +103,23 @@ def every_feature_objects() -> list[dict[str, Any]]:
     return objects
 
 
-def portal_bindings(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The portal's own RoleBinding in each tenant namespace (quotas.kube.portal_access), where
-    the compiler does not emit it yet."""
-    have = {
-        o["metadata"]["namespace"] for o in objects if portal_access.is_namespace_role_binding(o)
-    }
-    return [
-        portal_access.namespace_role_binding(
-            {"namespace": o["metadata"]["name"], "labels": dict(o["metadata"]["labels"])}
-        )
-        for o in objects
-        if o["kind"] == "Namespace" and o["metadata"]["name"] not in have
-    ]
+def every_feature_tenant() -> tuple[ClusterSpec, TenantSpec]:
+    """A cluster with everything on (Kueue with its admission policy, Volcano) and a tenant
+    with every kind of quota, scheduling and RBAC."""
+    spec = demo_cluster(has_kueue=True, enforcement="kueue", has_volcano=True)
+    tenant = medium_tenant(
+        "team-a",
+        quotas=(
+            QuotaSpec("h100-80gb", "nvidia.com/gpu", Decimal(4), Decimal(8)),
+            QuotaSpec("h100-mig-1g-10gb", "nvidia.com/mig-1g.10gb", Decimal(2), Decimal(4)),
+            QuotaSpec("fast-ssd", "storage", Decimal(2**40), Decimal(2**40)),
+        ),
+        split_by_priority=True,
+        pod_bandwidth_max="1G",  # the bandwidth admission policy
+        editors=("alice@example.org",),
+        viewers=("bob@example.org",),
+    )
+    return spec, tenant
 
 
 # Where a grant lives: the roles of the portal's account and the one it impersonates.
@@ -432,14 +423,21 @@ def test_each_role_is_bound_where_the_design_says(name: str) -> None:
                 assert grant[3] != "*", role["metadata"]["name"]
 
 
-def test_the_web_reader_only_reads() -> None:
-    """The web pods' account: the lists of the tenant page's live figures, nothing else."""
+def test_the_web_reader_writes_nothing_it_cannot_dry_run() -> None:
+    """The web pods' account cluster-wide: reads, and the server-side apply (patch, create) of
+    the cluster-scoped kinds a tenant has, which the admission policy lets through as dry runs
+    only. No delete, no Secret, no Pod, nothing namespaced written from this role (that is the
+    portal's RoleBinding in each managed namespace), and bound to nothing else here."""
     objects = overlay("in-cluster")
     reader = granted(find(objects, "ClusterRole", "gpu-quota-portal-web"))
-    assert reader == {
-        ("", "resourcequotas", "list", "*"),
-        ("kueue.x-k8s.io", "clusterqueues", "list", "*"),
+    writes = {(g[1], g[2]) for g in reader if g[2] not in {"get", "list"}}
+    assert writes == {
+        (resource, verb)
+        for resource in ("namespaces", "clusterqueues", "queues")
+        for verb in ("create", "patch")
     }
+    assert not [g for g in reader if g[1] in {"secrets", "pods", "configmaps"}]
+    assert not [g for g in reader if "*" in g[:3]]
     [binding] = [
         o
         for o in objects
@@ -452,7 +450,7 @@ def test_the_web_reader_only_reads() -> None:
             "namespace": portal_access.PORTAL_NAMESPACE,
         }
     ]
-    # Bound to nothing else.
+    # Bound to nothing else in the manifests (the push binds it per namespace).
     assert not [
         o
         for o in objects
@@ -462,26 +460,86 @@ def test_the_web_reader_only_reads() -> None:
     ]
 
 
+def web_compiled_requirements(served: dict[tuple[str, str], str]) -> Needs:
+    """A tenant's dry run, from the compiler: each of its objects' kind listed, and written
+    (server-side apply: patch, create where missing) in its place; bind on the roles its
+    RoleBindings name. The portal's own RoleBinding is not dry run (the push writes it as the
+    binder), and the guard reads a namespace the list did not find."""
+    spec, tenant = every_feature_tenant()
+    needed: Needs = {CLUSTER: {("", "namespaces", "get", "*")}, NAMESPACE: set()}
+    for obj in compiler.compile_tenant(spec, tenant):
+        if portal_access.is_namespace_role_binding(obj):
+            continue
+        kind = kind_of(obj)
+        group, resource = resource_of(served, kind.group, kind.kind)
+        needed[CLUSTER].add((group, resource, "list", "*"))
+        place = NAMESPACE if kind.namespaced else CLUSTER
+        needed[place] |= {(group, resource, verb, "*") for verb in ("patch", "create")}
+        role_ref = obj.get("roleRef") or {}
+        if role_ref.get("kind") == "ClusterRole":
+            needed[NAMESPACE].add(
+                ("rbac.authorization.k8s.io", "clusterroles", "bind", role_ref["name"])
+            )
+    return needed
+
+
+def web_observed_requirements(recorded: Counter[str], served: dict[tuple[str, str], str]) -> Needs:
+    """The counted requests of the web features: writes of namespaced kinds in the managed
+    namespaces (the portal's RoleBinding there), everything else cluster-wide."""
+    kinds = by_kind_name(served)
+    needed: Needs = {CLUSTER: set(), NAMESPACE: set()}
+    for verb_kind in recorded:
+        verb, kind = verb_kind.split(" ", 1)
+        group, resource = kinds[kind]
+        for rbac in RBAC_VERBS[verb]:
+            place = NAMESPACE if rbac in WRITES and resource in NAMESPACED else CLUSTER
+            needed[place].add((group, resource, rbac, None))
+    return needed
+
+
 @pytest.mark.django_db
-def test_the_web_reader_holds_exactly_what_the_live_figures_read(
+def test_the_web_reader_holds_exactly_what_the_web_features_use(
     world: World, standin: Handle
 ) -> None:
-    """The web pods' account against the requests of the features that read a cluster from
-    the web pods: a tenant's live figures (quotas.sync.in_cluster) and the storage left
-    (alerts.selectors.storage_used, through the same)."""
+    """The web pods' account against the requests of every web feature that calls a cluster
+    (docs/rbac.md): a tenant's live figures (quotas.sync.in_cluster), the storage left
+    (alerts.selectors.storage_used), a quota request's server-side dry run (with Volcano on and
+    a namespace the cluster does not have yet) and an alert's reactivation of a Workload. The
+    ClusterRole gpu-quota-portal-web holds exactly the cluster-wide part; the namespaced writes
+    are the portal's namespace role's, which binds the web account as its second subject."""
     from alerts.selectors import storage_used
+    from approvals.services import quota_request_dry_run
     from quotas.sync import in_cluster
+    from tenants.services import namespace_create
+    from tests.approvals.conftest import file
 
     served = discovery(standin)
+    Cluster.objects.filter(pk=world.a100.pk).update(has_volcano=True)
+    world.a100.refresh_from_db()
     assert cluster_reconcile(cluster=world.a100).ok
+    now = timezone.now()
+    simulate_once(Endpoint.from_kubeconfig(standin.kubeconfig_path), now, idle="team-b")
+    namespace_create(tenant=world.team_a, name="team-a-eval", purpose="general", actor=world.admin)
     record = Recorder(standin)
     with record:
         assert in_cluster(tenant=world.team_a, cluster=world.a100).reachable
         storage_used(tenant=world.team_a, cluster=world.a100)
-    kinds = by_kind_name(served)
-    needed = {
-        (*kinds[verb_kind.split(" ", 1)[1]], rbac, "*")
-        for verb_kind in record.seen
-        for rbac in RBAC_VERBS[verb_kind.split(" ", 1)[0]]
-    }
-    assert needed == granted(find(overlay("in-cluster"), "ClusterRole", "gpu-quota-portal-web"))
+        dry_run = quota_request_dry_run(request=file(world))
+        workload_set_active(
+            cluster=world.a100, namespace="team-b-training", name=IDLE_NAME, active=True
+        )
+    assert dry_run.server_checked, dry_run.server_message
+    assert "apply Namespace" in record.seen and "get Namespace" in record.seen
+    assert "apply Queue" in record.seen and "patch Workload" in record.seen
+
+    compiled = web_compiled_requirements(served)
+    observed = web_observed_requirements(record.seen, served)
+    for overlay_name in ("in-cluster", "outside/managed-cluster"):
+        objects = overlay(overlay_name)
+        web = granted(find(objects, "ClusterRole", "gpu-quota-portal-web"))
+        needs = compiled[CLUSTER] | observed[CLUSTER]
+        assert sorted(str(n) for n in needs if not satisfied(n, web)) == [], overlay_name
+        assert sorted(g for g in web if not used(g, needs)) == [], overlay_name
+        in_namespace = granted(find(objects, "ClusterRole", portal_access.NAMESPACE_ROLE))
+        needs = compiled[NAMESPACE] | observed[NAMESPACE]
+        assert sorted(str(n) for n in needs if not satisfied(n, in_namespace)) == []

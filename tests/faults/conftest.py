@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from devcluster.runner import ProcessHandle, start_in_subprocess
+from tests.cluster_access import hold_cluster_access
 from tests.conftest import World
 from tests.faults.invariants import RESULTS, Watch
 from tests.integration.conftest import (  # noqa: F401 - fixtures used by the fault tests
@@ -114,7 +115,7 @@ def standin(tmp_path: Path) -> Iterator[ProcessHandle]:
         state_dir=tmp_path / "standin",
         extra_args=["--ephemeral"],
     ) as handle:
-        yield handle
+        yield hold_cluster_access(handle)
 
 
 @pytest.fixture

@@ -34,6 +34,7 @@ from portal.celery import app
 from quotas.choices import mig_resource
 from quotas.selectors import cluster_allocations, flavor_capacities
 from tests.approvals.conftest import file
+from tests.cluster_access import hold_cluster_access
 from tests.standin import point_at
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -345,6 +346,7 @@ def dynamic(handle: Handle) -> DynamicClient:
 
 def test_the_cluster_is_read_through_the_kubernetes_api(world, fleet, standin_server, tmp_path):
     standin_server.reset()
+    hold_cluster_access(standin_server)
     point_at(world.h100, standin_server.kubeconfig_path)
     api = dynamic(standin_server)
     nodes = api.resources.get(api_version="v1", kind="Node")
@@ -428,6 +430,7 @@ def test_the_demo_seeds_its_standins_with_nodes_that_confirm_its_agents(standin_
     )
     assert standin_node("t4-node-1", "Tesla T4:1:nomig") is None  # devcluster.demo's own
     standin_server.reset()
+    hold_cluster_access(standin_server)
     for cluster in ("demo-a100", "demo-h100"):  # both at the one stand-in here
         (tmp_path / f"{cluster}.kubeconfig").write_text(
             Path(standin_server.kubeconfig_path).read_text()

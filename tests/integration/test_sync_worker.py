@@ -21,6 +21,7 @@ from devcluster.runner import Handle, start_in_subprocess
 from quotas.models import SyncOutbox
 from quotas.services import outbox_sweep
 from tests.approvals.conftest import file
+from tests.cluster_access import hold_cluster_access
 from tests.standin import point_at, team_a_gpu_nominal
 
 pytestmark = [pytest.mark.integration]
@@ -33,7 +34,7 @@ def standin(tmp_path: Path) -> Iterator[Handle]:
     with start_in_subprocess(
         kubeconfig_path=tmp_path / "kubeconfig", state_dir=tmp_path / "standin"
     ) as handle:
-        yield handle
+        yield hold_cluster_access(handle)
 
 
 @pytest.fixture

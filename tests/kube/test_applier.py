@@ -25,6 +25,7 @@ from quotas.kube.applier import (
 )
 from quotas.kube.resources import KINDS
 from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaSpec, TenantSpec
+from tests.cluster_access import hold_cluster_access
 
 GPU = "nvidia.com/gpu"
 KUBECTL = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "kubectl"
@@ -67,6 +68,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Handle]:
 @pytest.fixture
 def standin(running: Handle) -> Handle:
     running.reset()
+    hold_cluster_access(running)
     return running
 
 
@@ -193,6 +195,7 @@ def test_a_refused_object_fails_for_good_and_faults_are_retryable(standin, backe
 
 def test_a_cluster_without_kueue_gets_no_kueue_objects_and_says_so(tmp_path):
     with start_in_thread(kubeconfig_path=tmp_path / "kc", crds_dir=None) as standin:
+        hold_cluster_access(standin)
         b = KubernetesBackend.from_kubeconfig(str(standin.kubeconfig_path))
         spec = cluster()
         result = apply_objects(

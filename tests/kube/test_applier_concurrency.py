@@ -18,6 +18,7 @@ from quotas.kube import compiler
 from quotas.kube.applier import KubernetesBackend, RetryableError, Scope, apply_objects
 from quotas.kube.resources import key_of
 from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaSpec, TenantSpec
+from tests.cluster_access import hold_cluster_access
 
 GPU = "nvidia.com/gpu"
 
@@ -68,7 +69,9 @@ class RecordingBackend(KubernetesBackend):
         self.in_flight = 0
         self.most_in_flight = 0
 
-    def apply(self, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    def apply(
+        self, obj: dict[str, Any], *, dry_run: bool = False, headers: Any = None
+    ) -> dict[str, Any]:
         with self.lock:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
@@ -91,6 +94,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Handle]:
 @pytest.fixture
 def standin(running: Handle) -> Iterator[Handle]:
     running.reset()
+    hold_cluster_access(running)
     yield running
     running.clear_faults()
 
@@ -162,6 +166,7 @@ def test_a_refused_object_fails_alone_and_is_recorded_in_order(standin):
     outcomes = []
     for concurrency in (1, 8):  # the same objects, one at a time and in parallel
         standin.reset()
+        hold_cluster_access(standin)
         backend = KubernetesBackend.from_kubeconfig(
             str(standin.kubeconfig_path), concurrency=concurrency
         )
@@ -220,6 +225,7 @@ def test_pruning_in_parallel_removes_what_a_sequential_pass_removes(standin):
     pruned = []
     for concurrency in (1, 8):
         standin.reset()
+        hold_cluster_access(standin)
         backend = KubernetesBackend.from_kubeconfig(
             str(standin.kubeconfig_path), concurrency=concurrency
         )

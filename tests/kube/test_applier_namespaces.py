@@ -8,8 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from quotas.kube import compiler
-from quotas.kube.applier import ManifestsBackend, NamespaceGuard, Scope, apply_objects
+from quotas.kube import compiler, portal_access
+from quotas.kube.applier import (
+    ApplyError,
+    ManifestsBackend,
+    NamespaceGuard,
+    Scope,
+    apply_objects,
+)
 from quotas.kube.resources import Kind
 from quotas.kube.spec import LABEL_CLUSTER, LABEL_MANAGED_BY, LABEL_TENANT, MANAGED_BY
 from tests.kube.test_applier import cluster, tenant
@@ -32,6 +38,7 @@ class Live:
                 "metadata": meta,
             }
         self.writes: list[str] = []
+        self.headers: dict[str, dict[str, str]] = {}
 
     def list_owned(self, kind: Kind, selector: str) -> list[dict[str, Any]]:
         wanted = dict(part.split("=", 1) for part in selector.split(",") if "=" in part)
@@ -45,10 +52,14 @@ class Live:
     def read(self, kind: Kind, *, namespace: str | None, name: str) -> dict[str, Any] | None:
         return self.objects.get((kind.api_version, kind.kind, namespace or "", name))
 
-    def apply(self, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    def apply(
+        self, obj: dict[str, Any], *, dry_run: bool = False, headers: Any = None
+    ) -> dict[str, Any]:
         meta = obj["metadata"]
         key = (obj["apiVersion"], obj["kind"], meta.get("namespace") or "", meta["name"])
         self.writes.append(f"{key[1]} {key[2]}/{key[3]}")
+        if headers:
+            self.headers[f"{key[1]} {key[2]}/{key[3]}"] = dict(headers)
         if not dry_run:
             self.objects[key] = obj
         return obj
@@ -97,7 +108,8 @@ def test_a_namespace_made_by_hand_waits_for_adoption():
 
 
 def test_a_namespace_the_portal_labelled_is_its_own():
-    backend = Live({"team-a": {LABEL_MANAGED_BY: MANAGED_BY}})
+    owned = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CLUSTER: "demo-a100", LABEL_TENANT: "team-a"}
+    backend = Live({"team-a": owned})
     result = apply_objects(
         backend, desired(), Scope("demo-a100", tenant="team-a"), guard=NamespaceGuard(reserved)
     )
@@ -185,3 +197,98 @@ def test_a_tenants_object_never_enters_a_reserved_namespace_beside_the_portals_o
     assert backend.writes == ["ConfigMap gpu-operator/gpu-portal-time-slicing"]
     assert sorted(key[3] for key, _ in result.failed) == ["gpu-operator", "kube-system"]
     assert all("system namespace" in message for _, message in result.failed)
+
+
+# --- the portal's own RoleBinding of each namespace -------------------------------------------
+
+
+def test_the_portals_binding_is_written_as_the_binder_right_after_the_namespaces():
+    backend = Live()
+    result = apply_objects(
+        backend, desired(), Scope("demo-a100", tenant="team-a"), guard=NamespaceGuard(reserved)
+    )
+    assert not result.failed
+    own = [f"RoleBinding {ns}/{portal_access.ROLE_BINDING}" for ns in ("team-a", "team-a-batch")]
+    namespaces = ["Namespace /team-a", "Namespace /team-a-batch"]
+    assert backend.writes[:4] == namespaces + own
+    binder = {portal_access.IMPERSONATE_USER: portal_access.BINDER_USERNAME}
+    assert backend.headers == {key: binder for key in own}
+    # The RoleBinding pass writes the tenant's bindings only, as the portal.
+    later = [w for w in backend.writes[4:] if w.startswith("RoleBinding ")]
+    assert later and not [w for w in later if w.endswith("/" + portal_access.ROLE_BINDING)]
+
+
+def test_a_refused_binding_keeps_everything_else_out_of_its_namespace():
+    class Refusing(Live):
+        def apply(self, obj, *, dry_run=False, headers=None):  # type: ignore[no-untyped-def]
+            if headers and obj["metadata"]["namespace"] == "team-a-batch":
+                raise ApplyError("the binder may not", status=403)
+            return super().apply(obj, dry_run=dry_run, headers=headers)
+
+    backend = Refusing()
+    result = apply_objects(backend, desired(), Scope("demo-a100", tenant="team-a"))
+    assert [(key[1], key[2]) for key, _ in result.failed] == [("RoleBinding", "team-a-batch")]
+    assert not [w for w in backend.writes if " team-a-batch/" in w]
+    assert any("the cluster refused the portal's RoleBinding there" in s for s in result.skipped)
+
+
+def test_the_portals_binding_is_pruned_last_and_only_with_its_namespace():
+    backend = Live()
+    scope = Scope("demo-a100", tenant="team-a")
+    apply_objects(backend, desired(), scope)
+    fewer = [
+        o
+        for o in desired()
+        if (o["metadata"].get("namespace") or o["metadata"]["name"]) != "team-a-batch"
+    ]
+    backend.writes.clear()
+    result = apply_objects(backend, fewer, scope)
+    deletes = [w for w in backend.writes if w.startswith("delete ")]
+    assert deletes[-1] == f"delete RoleBinding team-a-batch/{portal_access.ROLE_BINDING}"
+    assert len(deletes) > 1 and all("team-a-batch" in d for d in deletes)
+    assert [c.describe() for c in result.released] == ["Namespace team-a-batch"]
+    # The kept namespace keeps it.
+    assert ("rbac.authorization.k8s.io/v1", "RoleBinding", "team-a", "gpu-quota-portal") in (
+        backend.objects
+    )
+
+
+def test_a_failed_prune_keeps_the_portals_binding_for_the_next_pass():
+    class Stuck(Live):
+        def delete(self, kind, *, namespace, name):  # type: ignore[no-untyped-def]
+            if kind.kind == "ResourceQuota":
+                raise ApplyError("finalizer", status=422)
+            super().delete(kind, namespace=namespace, name=name)
+
+    backend = Stuck()
+    scope = Scope("demo-a100", tenant="team-a")
+    apply_objects(backend, desired(), scope)
+    fewer = [
+        o
+        for o in desired()
+        if "team-a-batch" not in (o["metadata"].get("namespace"), o["metadata"]["name"])
+    ]
+    result = apply_objects(backend, fewer, scope)
+    assert {key[1] for key, _ in result.failed} == {"ResourceQuota"}
+    assert ("rbac.authorization.k8s.io/v1", "RoleBinding", "team-a-batch", "gpu-quota-portal") in (
+        backend.objects
+    )
+
+
+def test_a_dry_run_does_not_impersonate_and_says_what_it_left_unchecked():
+    """The web pods run dry runs with an account that may not impersonate the binder: where
+    the portal's binding is still to be written, nothing in that namespace is checked."""
+    owned = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CLUSTER: "demo-a100", LABEL_TENANT: "team-a"}
+    backend = Live({"team-a": owned})
+    result = apply_objects(backend, desired(), Scope("demo-a100", tenant="team-a"), dry_run=True)
+    assert backend.headers == {}
+    assert not [w for w in backend.writes if " team-a/" in w]
+    assert (
+        f"RoleBinding team-a/{portal_access.ROLE_BINDING} not checked: the push writes it as the binder"
+        in result.skipped
+    )
+    assert any(
+        s.startswith("ResourceQuota team-a/") and "the portal's RoleBinding in its namespace" in s
+        for s in result.skipped
+    )
+    assert any("its namespace does not exist yet" in s for s in result.skipped)  # team-a-batch

@@ -31,7 +31,9 @@ class MemoryBackend:
             if key[:2] == (kind.api_version, kind.kind)
         ]
 
-    def apply(self, obj: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    def apply(
+        self, obj: dict[str, Any], *, dry_run: bool = False, headers: Any = None
+    ) -> dict[str, Any]:
         self.writes.append(obj)
         if not dry_run:
             self.objects[key_of(obj)] = copy.deepcopy(obj)

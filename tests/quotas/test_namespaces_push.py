@@ -18,6 +18,7 @@ from quotas.models import Cluster, TenantSync
 from quotas.sync import tenant_push
 from tenants.models import Namespace
 from tenants.services import namespace_adopt, namespace_create, namespace_remove
+from tests.cluster_access import hold_cluster_access
 from tests.standin import KUBECTL, kubectl_json, point_at
 
 PORTAL_KINDS = (
@@ -165,6 +166,7 @@ def test_an_adopted_namespace_the_cluster_will_not_label_gets_nothing(world, tmp
         return []
 
     with start_in_thread(kubeconfig_path=tmp_path / "kc", validator=refuse_labelling) as handle:
+        hold_cluster_access(handle)
         point_at(world.a100, handle.kubeconfig_path)
         create(handle, namespace("team-a-notebooks"))
         namespace_create(

@@ -28,6 +28,7 @@ from quotas.kube.applier import RetryableError
 from quotas.models import Cluster
 from tenants.services import audit_record
 from tests.approvals.conftest import file, item
+from tests.cluster_access import hold_cluster_access
 from tests.conftest import World
 from tests.factories import ClusterFactory, gpu_flavor
 from tests.pages import logged_in, main
@@ -312,6 +313,7 @@ def test_an_approved_request_keeps_showing_what_it_changed(world, standin):
 
 def test_a_failed_push_shows_the_clusters_message_and_admins_retry_it(world, tmp_path):
     with start_in_thread(kubeconfig_path=tmp_path / "kc", validator=refuse_cluster_queues) as h:
+        hold_cluster_access(h)
         point_at(world.a100, h.kubeconfig_path)
         request, row = approved(world)
         sync.outbox_deliver(outbox_id=row.pk)
@@ -345,6 +347,7 @@ def test_a_failed_push_shows_the_clusters_message_and_admins_retry_it(world, tmp
 
     # Fixed (a cluster that accepts it): the worker delivers, the page says applied.
     with start_in_thread(kubeconfig_path=tmp_path / "kc2") as fixed:
+        hold_cluster_access(fixed)
         point_at(world.a100, fixed.kubeconfig_path)
         sync.outbox_deliver(outbox_id=row.pk)
     page = main(admin.get(url))

@@ -17,6 +17,7 @@ import json
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,15 @@ from kubernetes import client, config
 from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
+from devcluster.kueue_sim import IDLE_NAME, idle_workload
 from devcluster.runner import Handle
 from quotas.kube import portal_access
+from quotas.kube.applier import ApplyError, KubernetesBackend
+from quotas.kube.resources import WORKLOAD
 from quotas.kube.spec import LABEL_MANAGED_BY, MANAGED_BY
 from quotas.sync import cluster_reconcile
 from tenants.choices import MembershipRole
-from tenants.services import membership_set
+from tenants.services import membership_set, namespace_create
 from tests.conftest import World
 from tests.deploy.manifests import DEPLOY, KUBECTL, render
 from tests.standin import point_at
@@ -141,6 +145,16 @@ def _gpu_operator_scene(admin: ApiClient) -> None:
     )
 
 
+def _workload_scene(admin: ApiClient) -> None:
+    """An idle notebook's Kueue Workload in team-a-training, suspended (spec.active false), as
+    the idle rule leaves it for an alert's "reactivate"."""
+    body, _status = idle_workload("team-a", "a100-80gb", datetime.now(UTC))
+    body["spec"]["active"] = False
+    client.CustomObjectsApi(admin).create_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta2", TEAM_A, "workloads", body
+    )
+
+
 @dataclass
 class Scene:
     standin: Handle
@@ -159,6 +173,7 @@ def _manifests() -> list[dict[str, Any]]:
 
 @pytest.fixture
 def scene(world: World, standin: Handle, tmp_path: Path) -> Scene:
+    standin.reset()  # cluster-access goes in with kubectl, as an install applies it
     admin = _admin(standin)
     _create(
         admin,
@@ -178,21 +193,26 @@ def scene(world: World, standin: Handle, tmp_path: Path) -> Scene:
         "pipeline": standin.service_account_token(TEAM_A, PIPELINE),
     }
     portal = _client_as(standin, tmp_path, portal_access.PORTAL_USERNAME, token=tokens["portal"])
-    # The portal binds itself its namespace role in each namespace it manages, as the binder.
+    # The push wrote the portal's RoleBinding in each namespace it manages, as the binder.
     binder = _client_as(standin, tmp_path, "binder", token=tokens["portal"])
     binder.set_default_header(portal_access.IMPERSONATE_USER, portal_access.BINDER_USERNAME)
-    rbac = client.RbacAuthorizationV1Api(binder)
     managed = client.CoreV1Api(admin).list_namespace(
         label_selector=f"{LABEL_MANAGED_BY}={MANAGED_BY}"
     )
     assert {TEAM_A, TEAM_B} <= {n.metadata.name for n in managed.items}
     for found in managed.items:
-        binding = portal_access.namespace_role_binding(
-            {"namespace": found.metadata.name, "labels": dict(found.metadata.labels)}
+        own = client.RbacAuthorizationV1Api(admin).read_namespaced_role_binding(
+            portal_access.ROLE_BINDING, found.metadata.name
         )
-        assert portal_access.impersonation_for(binding)
-        rbac.create_namespaced_role_binding(found.metadata.name, binding)
+        assert own.role_ref.name == portal_access.NAMESPACE_ROLE
+        assert [s.name for s in own.subjects] == [
+            portal_access.PORTAL_SERVICE_ACCOUNT,
+            portal_access.WEB_SERVICE_ACCOUNT,
+        ]
+        written_by = {m.manager for m in own.metadata.managed_fields or []}
+        assert written_by == {"gpu-quota-portal"}, written_by
     _gpu_operator_scene(admin)
+    _workload_scene(admin)
     portal_kubeconfig = tmp_path / f"kubeconfig-{portal_access.PORTAL_USERNAME.replace(':', '-')}"
     identities = [
         Identity("team-a lead (alice)", "alice", _client_as(standin, tmp_path, "alice")),
@@ -347,6 +367,62 @@ def _unadopt(scene: Scene) -> None:
     )
 
 
+def _quota(api: ApiClient, *, dry_run: bool) -> None:
+    body = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "grab", "namespace": TEAM_A},
+        "spec": {"hard": {"requests.nvidia.com/gpu": "1000"}},
+    }
+    core = client.CoreV1Api(api)
+    if dry_run:
+        core.create_namespaced_resource_quota(TEAM_A, body, dry_run="All", _preload_content=False)
+    else:
+        core.create_namespaced_resource_quota(TEAM_A, body, _preload_content=False)
+
+
+def _create_quota(api: ApiClient, identity: Identity) -> None:
+    _quota(api, dry_run=False)
+
+
+def _dry_run_quota(api: ApiClient, identity: Identity) -> None:
+    _quota(api, dry_run=True)
+
+
+def _drop_quota(scene: Scene) -> None:
+    try:
+        client.CoreV1Api(scene.admin).delete_namespaced_resource_quota(
+            "grab", TEAM_A, _preload_content=False
+        )
+    except ApiException as error:
+        assert error.status == 404  # a dry run left nothing
+
+
+def _patch_workload(spec: dict[str, Any]) -> Callable[[ApiClient, Identity], None]:
+    """A merge patch of the idle Workload's spec, as quotas.backends.workload_set_active sends."""
+
+    def patch(api: ApiClient, identity: Identity) -> None:
+        try:
+            KubernetesBackend(api).merge_patch(
+                WORKLOAD, namespace=TEAM_A, name=IDLE_NAME, body={"spec": spec}
+            )
+        except ApplyError as error:
+            refused = ApiException(status=error.status, reason="refused")
+            refused.body = error.message
+            raise refused from error
+
+    return patch
+
+
+def _suspend_again(scene: Scene) -> None:
+    KubernetesBackend(scene.admin).merge_patch(
+        WORKLOAD,
+        namespace=TEAM_A,
+        name=IDLE_NAME,
+        body={"spec": {"active": False, "queueName": "default"}},
+    )
+
+
 ACTIONS: dict[str, Callable[[Identity, Scene], str]] = {
     f"create pods -n {TEAM_A}": can_i("create", "pods", TEAM_A),
     f"create pods -n {TEAM_B}": can_i("create", "pods", TEAM_B),
@@ -385,21 +461,32 @@ ACTIONS: dict[str, Callable[[Identity, Scene], str]] = {
     "delete a device plugin pod in gpu-operator (write)": write(
         _delete_pod(PLUGIN_POD), _recreate(PLUGIN_POD, "nvidia-device-plugin-daemonset")
     ),
+    f"create a ResourceQuota in {TEAM_A} (write)": write(_create_quota, _drop_quota),
+    "the same, dryRun=All (write)": write(_dry_run_quota, _drop_quota),
+    f"reactivate a Workload in {TEAM_A} (write)": write(
+        _patch_workload({"active": True}), _suspend_again
+    ),
+    "reactivate it into another queue (write)": write(
+        _patch_workload({"active": True, "queueName": "other"}), _suspend_again
+    ),
 }
 
 # Rows in the scene's order; columns in ACTIONS' order.
 Y, N, R = YES, NO, REFUSED
 EXPECTED: dict[str, list[str]] = {
-    #                                 pods-a pods-b sec-a sec-ks rq  rb-a rb-ks crb imp bind aws adopt node mig drv plug
-    "team-a lead (alice)":            [Y, N, Y, N, N, N, N, N, N, N, N, N, N, N, N, N],
-    "team-a member (carol)":          [Y, N, Y, N, N, N, N, N, N, N, N, N, N, N, N, N],
-    "team-a viewer (victor)":         [N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N],
-    "team-b lead (bob)":              [N, Y, N, N, N, N, N, N, N, N, N, N, N, N, N, N],
-    f"team-a pipeline SA ({PIPELINE})": [Y, N, Y, N, N, N, N, N, N, N, N, N, N, N, N, N],
-    "portal (gpu-quota-portal)":      [N, N, N, N, Y, Y, N, N, Y, N, N, R, R, Y, R, Y],
-    "binder (impersonated by the portal)": [N, N, N, N, N, Y, Y, N, N, N, N, N, N, N, N, N],
-    "web pods (gpu-quota-portal-web)": [N, N, N, N, Y, N, N, N, N, N, N, N, N, N, N, N],
-    "node agent (gpu-agent)":         [N, N, N, N, N, N, N, N, N, N, N, N, N, N, R, Y],
+    #                                 pods-a pods-b sec-a sec-ks rq  rb-a rb-ks crb imp bind aws adopt node mig drv plug | rq-a dry react queue
+    "team-a lead (alice)":            [Y, N, Y, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N],
+    "team-a member (carol)":          [Y, N, Y, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N],
+    "team-a viewer (victor)":         [N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N],
+    "team-b lead (bob)":              [N, Y, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N],
+    f"team-a pipeline SA ({PIPELINE})": [Y, N, Y, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N],
+    "portal (gpu-quota-portal)":      [N, N, N, N, Y, Y, N, N, Y, N, N, R, R, Y, R, Y, Y, Y, Y, Y],
+    "binder (impersonated by the portal)": [N, N, N, N, N, Y, Y, N, N, N, N, N, N, N, N, N, N, N, N, N],
+    # RBAC lets the web pods' account do what a dry run of the portal's writes needs (so can-i
+    # create rolebindings in a managed namespace is yes); its admission policy refuses every
+    # write that is not a dry run, but a Workload's spec.active alone.
+    "web pods (gpu-quota-portal-web)": [N, N, N, N, Y, Y, N, N, N, N, N, R, N, N, N, N, R, Y, Y, R],
+    "node agent (gpu-agent)":         [N, N, N, N, N, N, N, N, N, N, N, N, N, N, R, Y, N, N, N, N],
 }  # fmt: skip
 
 
@@ -484,8 +571,9 @@ def test_kubectl_as_says_the_same(scene: Scene) -> None:
 
 @pytest.mark.django_db
 def test_the_portal_pushes_with_its_own_account(world: World, scene: Scene) -> None:
-    """Once its namespaces carry its binding, the portal's push runs with its own token: a
-    new member of team-a reaches the tenant's RoleBindings, and nothing is refused."""
+    """The portal's push with its own token: a namespace new to the cluster is created,
+    bound as the binder (the portal impersonates it; nothing made by hand) and filled; a new
+    member of team-a reaches the tenant's RoleBindings; nothing is refused."""
     point_at(world.a100, scene.portal_kubeconfig)
     scene.standin.kubeconfig_for(
         portal_access.PORTAL_USERNAME,
@@ -497,12 +585,17 @@ def test_the_portal_pushes_with_its_own_account(world: World, scene: Scene) -> N
     membership_set(
         tenant=world.team_a, user=world.bob, role=MembershipRole.MEMBER, actor=world.admin
     )
+    namespace_create(tenant=world.team_a, name="team-a-eval", purpose="general", actor=world.admin)
+    scene.standin.reset_stats()
     outcome = cluster_reconcile(cluster=world.a100)
     assert outcome.ok, outcome
-    edit = client.RbacAuthorizationV1Api(scene.admin).read_namespaced_role_binding(
-        "gpu-portal-edit", TEAM_A
-    )
+    rbac = client.RbacAuthorizationV1Api(scene.admin)
+    edit = rbac.read_namespaced_role_binding("gpu-portal-edit", TEAM_A)
     assert "bob" in {s.name for s in edit.subjects}
+    own = rbac.read_namespaced_role_binding(portal_access.ROLE_BINDING, "team-a-eval")
+    assert own.role_ref.name == portal_access.NAMESPACE_ROLE
+    assert client.CoreV1Api(scene.admin).list_namespaced_resource_quota("team-a-eval").items
+    assert scene.standin.stats()["verb_kinds"].get("apply RoleBinding")
     bob = next(i for i in scene.identities if i.username == "bob")
     assert can_i("create", "pods", TEAM_A)(bob, scene) == YES
     # The same account, straight at kube-system: refused by RBAC.
@@ -515,16 +608,17 @@ def test_the_portal_pushes_with_its_own_account(world: World, scene: Scene) -> N
 
 
 @pytest.mark.django_db
-def test_the_web_pods_account_reads_the_live_figures_and_writes_nothing(
+def test_the_web_pods_account_reads_dry_runs_and_reactivates_and_changes_nothing_else(
     world: World, scene: Scene, tmp_path: Path
 ) -> None:
     """What the web pods do with their own account (docs/rbac.md): the tenant page's live
-    figures are read; a quota request's server-side dry run and a reactivation, which are
-    writes to the API server, are refused, and the dry run says so instead of a verdict."""
+    figures are read; a quota request's server-side dry run gets the API server's verdict; an
+    alert's reactivation sets the Workload's spec.active; the same push for real, or a
+    reactivation that changes anything else, is refused by its admission policy."""
     from approvals.services import quota_request_dry_run
     from quotas.backends import workload_set_active
-    from quotas.kube.applier import ApplyError
-    from quotas.sync import in_cluster
+    from quotas.kube import compiler
+    from quotas.sync import cluster_spec, in_cluster, tenant_specs
     from tests.approvals.conftest import file
 
     path = tmp_path / "kubeconfig-web"
@@ -542,8 +636,33 @@ def test_the_web_pods_account_reads_the_live_figures_and_writes_nothing(
     request = file(world)
     dry_run = quota_request_dry_run(request=request)
     assert dry_run.objects  # the compiler's diff, computed in the portal
-    assert not dry_run.server_checked
-    assert dry_run.server_message.startswith("the cluster could not be asked"), dry_run
-    assert "forbidden" in dry_run.server_message
-    with pytest.raises(ApplyError, match="forbidden"):
-        workload_set_active(cluster=world.a100, namespace=TEAM_A, name="any", active=True)
+    assert dry_run.server_checked, dry_run.server_message
+    assert dry_run.server_errors == [], dry_run.server_errors
+
+    workload_set_active(cluster=world.a100, namespace=TEAM_A, name=IDLE_NAME, active=True)
+    workloads = client.CustomObjectsApi(scene.admin)
+    found = workloads.get_namespaced_custom_object(
+        "kueue.x-k8s.io", "v1beta2", TEAM_A, "workloads", IDLE_NAME
+    )
+    assert found["spec"]["active"] is True
+
+    # The push's own write of the tenant's quota, with the web pods' token: as a dry run it
+    # passes; for real the policy refuses it, and nothing changed.
+    [spec] = tenant_specs(world.a100, tenant_ids=[world.team_a.pk])
+    quota = next(
+        o
+        for o in compiler.compile_tenant(cluster_spec(world.a100), spec)
+        if o["kind"] == "ResourceQuota" and o["metadata"]["namespace"] == TEAM_A
+    )
+    quota["spec"]["hard"]["pods"] = "12345"
+    backend = KubernetesBackend.from_kubeconfig(str(path))
+    try:
+        backend.apply(quota, dry_run=True)
+        with pytest.raises(ApplyError, match="ValidatingAdmissionPolicy 'gpu-quota-portal-web'"):
+            backend.apply(quota)
+    finally:
+        backend.close()
+    live_quota = client.CoreV1Api(scene.admin).read_namespaced_resource_quota(
+        quota["metadata"]["name"], TEAM_A
+    )
+    assert live_quota.spec.hard.get("pods") != "12345"
