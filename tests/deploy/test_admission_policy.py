@@ -558,3 +558,18 @@ def test_the_web_pods_reactivate_a_workload_and_change_nothing_else() -> None:
     assert admit(WEB, "UPDATE", workload("research", active=True), workload("research"))
     assert admit(WEB, "CREATE", workload(active=True))
     assert admit(WEB, "DELETE", None, suspended)
+
+
+def test_the_portal_changes_only_a_workloads_spec_active() -> None:
+    """Its namespace role may patch Workloads (suspend an idle one, reactivate it): the policy
+    holds that patch to spec.active, as it does the web pods'."""
+    suspended = workload()
+    assert admit(PORTAL, "UPDATE", workload(active=True), suspended) is None
+    assert admit(PORTAL, "UPDATE", suspended, workload(active=True)) is None
+    for change in ({"queueName": "other"}, {"priority": 1000000}, {"podSets": []}):
+        assert admit(PORTAL, "UPDATE", workload(active=True, **change), suspended), change
+    relabelled = workload()
+    relabelled["metadata"]["labels"] = {"kueue.x-k8s.io/job-uid": "other"}
+    assert admit(PORTAL, "UPDATE", relabelled, suspended)
+    assert admit(PORTAL, "CREATE", suspended)
+    assert admit(PORTAL, "DELETE", None, suspended)

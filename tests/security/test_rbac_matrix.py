@@ -480,7 +480,7 @@ EXPECTED: dict[str, list[str]] = {
     "team-a viewer (victor)":         [N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N],
     "team-b lead (bob)":              [N, Y, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N],
     f"team-a pipeline SA ({PIPELINE})": [Y, N, Y, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N, N],
-    "portal (gpu-quota-portal)":      [N, N, N, N, Y, Y, N, N, Y, N, N, R, R, Y, R, Y, Y, Y, Y, Y],
+    "portal (gpu-quota-portal)":      [N, N, N, N, Y, Y, N, N, Y, N, N, R, R, Y, R, Y, Y, Y, Y, R],
     "binder (impersonated by the portal)": [N, N, N, N, N, Y, Y, N, N, N, N, N, N, N, N, N, N, N, N, N],
     # RBAC lets the web pods' account do what a dry run of the portal's writes needs (so can-i
     # create rolebindings in a managed namespace is yes); its admission policy refuses every
