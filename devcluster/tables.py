@@ -69,6 +69,23 @@ def _cell(column: PrinterColumn, obj: dict[str, Any], now: datetime) -> Any:
     return value
 
 
+def _quota_columns(obj: dict[str, Any]) -> list[str]:
+    """ResourceQuota's Request and Limit cells as upstream's printer writes them
+    (``pkg/printers/internalversion``): ``name: used/hard`` per resource of ``spec.hard`` in
+    name order, ``limits.*`` in Limit, everything else in Request."""
+    hard = (obj.get("status") or {}).get("hard") or (obj.get("spec") or {}).get("hard") or {}
+    used = (obj.get("status") or {}).get("used") or {}
+    request, limit = [], []
+    for name in sorted((obj.get("spec") or {}).get("hard") or {}):
+        cell = f"{name}: {used.get(name, '0')}/{hard.get(name, '0')}"
+        (limit if name.split(".")[0] == "limits" and "." in name else request).append(cell)
+    return [", ".join(request), ", ".join(limit)]
+
+
+# Built-in kinds whose upstream printer adds columns after Age: (group, kind) -> (names, cells).
+_BUILTIN_COLUMNS = {("", "ResourceQuota"): (("Request", "Limit"), _quota_columns)}
+
+
 def table(
     resource_type: ResourceType,
     version: str,
@@ -95,6 +112,12 @@ def table(
         definitions.append(
             {"name": "Age", "type": "string", "format": "", "description": "Age", "priority": 0}
         )
+    builtin = _BUILTIN_COLUMNS.get((resource_type.group, resource_type.kind))
+    if builtin is not None:
+        definitions += [
+            {"name": n, "type": "string", "format": "", "description": n, "priority": 0}
+            for n in builtin[0]
+        ]
     rows = []
     for obj in objects:
         metadata = obj.get("metadata") or {}
@@ -102,6 +125,8 @@ def table(
         cells += [_cell(c, obj, now) for c in columns]
         if not has_age:
             cells.append(human_age(metadata.get("creationTimestamp"), now))
+        if builtin is not None:
+            cells += builtin[1](obj)
         rows.append(
             {
                 "cells": cells,

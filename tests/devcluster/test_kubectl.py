@@ -124,3 +124,44 @@ def test_server_side_apply_conflicts_and_force(kubectl: Kubectl, tmp_path: Path)
     cq = get_json(kubectl, "cq", "team-a", "--show-managed-fields")
     assert cq["spec"]["stopPolicy"] == "None"
     assert {e["manager"] for e in cq["metadata"]["managedFields"]} == {"kubectl"}
+
+
+def test_get_resourcequota_prints_used_over_hard_as_upstream(kubectl: Kubectl) -> None:
+    """``kubectl get resourcequota`` shows what a quota holds (upstream's Request and Limit
+    columns: ``name: used/hard``, ``limits.*`` apart), so a pod counted by a scoped quota is
+    seen at a glance."""
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "rq"}}
+    kubectl("apply", "-f", "-", stdin=json.dumps(namespace))
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": {"name": "gpus", "namespace": "rq"},
+                "spec": {"hard": {"requests.nvidia.com/gpu": "5", "limits.cpu": "2", "pods": "4"}},
+            }
+        ),
+    )
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "rq"},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "trainer",
+                    "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "500m"}},
+                }
+            ]
+        },
+    }
+    kubectl("create", "-f", "-", stdin=json.dumps(pod))
+    out = kubectl("get", "resourcequota", "gpus", "-n", "rq").stdout
+    header, row = out.strip().splitlines()
+    assert header.split() == ["NAME", "AGE", "REQUEST", "LIMIT"]
+    assert "pods: 1/4, requests.nvidia.com/gpu: 1/5" in row
+    assert row.rstrip().endswith("limits.cpu: 500m/2")
