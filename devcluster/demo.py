@@ -187,11 +187,16 @@ def _collection(obj: dict[str, Any]) -> str:
     return f"{root}/namespaces/{namespace}/{plural}" if namespace else f"{root}/{plural}"
 
 
-def install_cluster_access(endpoint: Endpoint) -> None:
-    """The portal's roles, bindings and confining policies (``cluster_access_objects``),
-    server-side applied (an edit in the repository reaches a restarted demo), with the
-    namespaces they name created where missing."""
-    objects = cluster_access_objects()
+def install_cluster_access(
+    endpoint: Endpoint, *, leave_out: frozenset[str] = frozenset(), manager: str = "devcluster-demo"
+) -> None:
+    """The portal's roles, bindings and confining policies (``cluster_access_objects``, but
+    those in the namespaces ``leave_out`` names), server-side applied (an edit in the
+    repository reaches a restarted demo), with the namespaces they name created where
+    missing."""
+    objects = [
+        o for o in cluster_access_objects() if o["metadata"].get("namespace") not in leave_out
+    ]
     for namespace in sorted({o["metadata"].get("namespace") for o in objects} - {None}):
         if not endpoint.exists(f"/api/v1/namespaces/{namespace}"):
             endpoint.call(
@@ -201,9 +206,7 @@ def install_cluster_access(endpoint: Endpoint) -> None:
                 "application/json",
             )
     for obj in objects:
-        path = (
-            f"{_collection(obj)}/{obj['metadata']['name']}?fieldManager=devcluster-demo&force=true"
-        )
+        path = f"{_collection(obj)}/{obj['metadata']['name']}?fieldManager={manager}&force=true"
         endpoint.call("PATCH", path, obj, "application/apply-patch+yaml")
 
 

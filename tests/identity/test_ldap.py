@@ -145,8 +145,19 @@ def test_ldap_configured_without_the_extra_stops_with_what_to_install(tmp_path: 
         "DEBUG": "true",
         "DJANGO_SETTINGS_MODULE": "portal.settings",
     }
-    done = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
+    done = _python("import django; django.setup()", env)
+    assert done.returncode != 0
+    assert "LDAP sign-in is not installed" in done.stderr
+    assert "requirements-ldap.lock" in done.stderr
+
+    without = {k: v for k, v in env.items() if not k.startswith("LDAP_")}
+    done = _python("import django; django.setup(); import identity.backends", without)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def _python(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", script],
         env=env,
         cwd=django_settings.BASE_DIR,
         capture_output=True,
@@ -154,18 +165,3 @@ def test_ldap_configured_without_the_extra_stops_with_what_to_install(tmp_path: 
         timeout=60,
         check=False,
     )
-    assert done.returncode != 0
-    assert "LDAP sign-in is not installed" in done.stderr
-    assert "requirements-ldap.lock" in done.stderr
-
-    without = {k: v for k, v in env.items() if not k.startswith("LDAP_")}
-    done = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup(); import identity.backends"],
-        env=without,
-        cwd=django_settings.BASE_DIR,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
