@@ -123,9 +123,20 @@ def _plain_number(value: Any) -> int | float:
     return float(value) if isinstance(value, celtypes.DoubleType) else int(value)
 
 
+def _typed(value: Any) -> Any:
+    """cel-python's string concatenation answers a plain ``str`` (and bytes' a plain
+    ``bytes``), not its StringType: the same CEL type, so equal to a literal."""
+    if isinstance(value, str) and not isinstance(value, celtypes.StringType):
+        return celtypes.StringType(value)
+    if isinstance(value, bytes) and not isinstance(value, celtypes.BytesType):
+        return celtypes.BytesType(value)
+    return value
+
+
 def _equal(left: Any, right: Any) -> bool:
     """CEL heterogeneous equality: values of different types are unequal, numbers compare by
     value, lists item by item (in any order for set and map lists), maps key by key."""
+    left, right = _typed(left), _typed(right)
     if left is None or right is None:
         return left is None and right is None
     if isinstance(left, celtypes.BoolType) or isinstance(right, celtypes.BoolType):

@@ -42,6 +42,11 @@ from quotas.kube.cel import (
         ("self == 1", {"self": "1"}, False),
         ("self != 'a'", {"self": 1}, True),
         ("self in [1.0, 2.0]", {"self": 2}, True),
+        # A concatenated string is a string like any other (a message or a key built with +).
+        ("'a' + 'b' == 'ab'", {}, True),
+        ("self + '-training' == 'team-a-training'", {"self": "team-a"}, True),
+        ("'ab' != 'a' + 'b'", {}, False),
+        ("[self + 'x'] == ['ax']", {"self": "a"}, True),
         # The Kubernetes string library.
         ("self.lowerAscii()", {"self": "GPU-Ä"}, "gpu-Ä"),
         ("self.upperAscii()", {"self": "gpu"}, "GPU"),
