@@ -464,5 +464,5 @@ def test_the_fleet_page_says_what_the_cluster_confirms_of_each_node(world, fleet
     assert "the cluster confirms 2 GPUs (NVIDIA-H100-80GB-HBM3), advertising 14 x 1g.10gb" in said(
         "h100-mig-1"
     )
-    assert 'class="tag bad"' in said("h100-evil")
+    assert 'class="tag bad wrap"' in said("h100-evil")  # marked, and wraps on a phone
     assert "not confirmed by the cluster: no Node of this name was read there" in said("h100-evil")
