@@ -75,7 +75,8 @@ def _quota_columns(obj: dict[str, Any]) -> list[str]:
     name order, ``limits.*`` in Limit, everything else in Request."""
     hard = (obj.get("status") or {}).get("hard") or (obj.get("spec") or {}).get("hard") or {}
     used = (obj.get("status") or {}).get("used") or {}
-    request, limit = [], []
+    request: list[str] = []
+    limit: list[str] = []
     for name in sorted((obj.get("spec") or {}).get("hard") or {}):
         cell = f"{name}: {used.get(name, '0')}/{hard.get(name, '0')}"
         (limit if name.split(".")[0] == "limits" and "." in name else request).append(cell)
