@@ -181,7 +181,7 @@ class QuotaRequestForm(forms.Form):
         max_value=POSITIVE_INTEGER_MAX,
         label="GPUs for inference",
         help_text="Whole GPUs kept for serving (pods at the production priority); batch work "
-        "(default and experiment priorities) gets the rest of the GPU limit. 0 gives batch "
+        "(any other priority, or none) gets the rest of the GPU limit. 0 gives batch "
         "every GPU.",
     )
     production_priority = forms.ChoiceField(

@@ -345,7 +345,7 @@ class QuotaSet(models.Model):
     max_cpu_per_pod = _quantity_field(null=True, blank=True, help_text="Cores.")
     max_memory_per_pod = _quantity_field(null=True, blank=True, help_text="Bytes.")
     # R17: whole GPUs (nvidia.com/gpu) set apart for inference, the production priority class;
-    # batch (default and experiment classes) gets the rest of the limit. Empty: no split.
+    # batch (every other class, or none) gets the rest of the limit. Empty: no split.
     inference_gpus = models.PositiveIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -101,7 +101,7 @@ class QuotaRequestInput(StrictInputSerializer):
         required=False,
         allow_null=True,
         help_text="Whole GPUs set apart for inference (pods at the production priority class); "
-        "batch (default and experiment classes) gets the rest of the GPU limit. 0 puts every "
+        "batch (every other class, or none) gets the rest of the GPU limit. 0 puts every "
         "GPU on batch. Needs the production priority.",
     )
     production_priority = serializers.BooleanField(
