@@ -106,8 +106,8 @@ def test_the_tenant_page_shows_caps_split_and_grant(world):
     assert "Production priority: granted" in after
     assert "GPUs per pod at most 2 GPUs (requested)" in after
     assert (
-        "3 GPUs for inference (production priority), 7 GPUs for batch (default and "
-        "experiment priorities), of a GPU limit of 10 GPUs"
+        "3 GPUs for inference (production priority), 7 GPUs for batch (any other priority, "
+        "or none), of a GPU limit of 10 GPUs"
     ) in after
     assert QuotaSet.objects.get(tenant=world.team_a, cluster=world.a100).inference_gpus == 3
 
