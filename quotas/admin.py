@@ -33,6 +33,7 @@ from quotas.services import (
     tier_template_prepare,
     tier_template_save,
 )
+from tenants.namespaces import read_patterns
 
 
 class ClusterAdminForm(forms.ModelForm):
@@ -43,6 +44,12 @@ class ClusterAdminForm(forms.ModelForm):
         required=False,
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text=Cluster._meta.get_field("trusted_controllers").help_text,
+    )
+
+    reserved_namespaces = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text=Cluster._meta.get_field("reserved_namespaces").help_text + " One per line.",
     )
 
     class Meta:
@@ -62,12 +69,22 @@ class ClusterAdminForm(forms.ModelForm):
             self.initial["trusted_controllers"] = "\n".join(
                 str(entry) for entry in self.instance.trusted_controllers
             )
+        if self.instance.pk and isinstance(self.instance.reserved_namespaces, list):
+            self.initial["reserved_namespaces"] = "\n".join(
+                str(entry) for entry in self.instance.reserved_namespaces
+            )
 
     def clean_trusted_controllers(self) -> list[str]:
         text = self.cleaned_data.get("trusted_controllers") or ""
         entries = [line.strip() for line in text.splitlines() if line.strip()]
         try:
             return list(read_trusted_controllers(entries))
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
+
+    def clean_reserved_namespaces(self) -> list[str]:
+        try:
+            return read_patterns((self.cleaned_data.get("reserved_namespaces") or "").splitlines())
         except ValueError as error:
             raise forms.ValidationError(str(error)) from None
 

@@ -1131,7 +1131,8 @@ def cluster_namespace_rules(cluster: Cluster) -> list[tuple[str, str]]:
         rules.append(
             (cluster.mig_operator_namespace, f"the GPU Operator runs there on {cluster.name}")
         )
-    for pattern in cluster.reserved_namespaces or []:
+    reserved = cluster.reserved_namespaces if isinstance(cluster.reserved_namespaces, list) else []
+    for pattern in reserved:
         if isinstance(pattern, str) and pattern.strip():
             rules.append(
                 (pattern.strip(), f"cluster {cluster.name} reserves it ({pattern.strip()})")

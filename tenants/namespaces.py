@@ -12,6 +12,7 @@ matches every name it begins.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 # (pattern, whose): a trailing "*" matches a prefix.
@@ -32,6 +33,27 @@ SYSTEM_NAMESPACES: tuple[tuple[str, str], ...] = (
     ("gpu-agent", "the portal's node agent's"),
 )
 PORTAL_NAMESPACE_DEFAULT = "gpu-quota-portal"
+
+
+_PATTERN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?|[a-z0-9][-a-z0-9]*\*")
+
+
+def read_patterns(lines: Iterable[str]) -> list[str]:
+    """Namespace patterns an admin typed (one per line): a namespace name, or the start of one
+    ending in ``*``; ValueError naming the first that is neither. Blank lines are dropped,
+    repeats kept once."""
+    patterns: list[str] = []
+    for line in lines:
+        text = line.strip()
+        if not text:
+            continue
+        if len(text) > 63 or not _PATTERN.fullmatch(text):
+            raise ValueError(
+                f"{text!r} is not a namespace name (lowercase letters, digits and '-', at most "
+                "63) nor the start of one ending in *"
+            )
+        patterns.append(text)
+    return list(dict.fromkeys(patterns))
 
 
 def pattern_matches(pattern: str, name: str) -> bool:

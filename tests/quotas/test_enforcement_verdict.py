@@ -9,6 +9,8 @@ import html
 import json
 import re
 
+from rest_framework.test import APIClient
+
 from quotas.models import Cluster, FlavorResource
 from tests.factories import gpu_flavor
 
@@ -109,7 +111,7 @@ def change_form(cluster: Cluster, **changes: object) -> dict[str, str]:
         "has_kueue": "on",
         "enforcement": cluster.enforcement,
         "trusted_controllers": "",
-        "reserved_namespaces": json.dumps(cluster.reserved_namespaces),
+        "reserved_namespaces": "\n".join(cluster.reserved_namespaces),
         "kueue_config": json.dumps(cluster.kueue_config),
         "kueue_config_error": cluster.kueue_config_error,
         "elastic_cap_fraction": str(cluster.elastic_cap_fraction),
@@ -151,3 +153,31 @@ def test_the_admin_takes_trusted_operators_one_per_line_and_refuses_a_bare_star(
     refused = client.post(url, change_form(world.a100, trusted_controllers="*"))
     assert refused.status_code == 200
     assert "is not a Kubernetes username" in text_of(refused.content.decode())
+
+
+def test_the_admin_takes_reserved_namespaces_one_per_line_and_refuses_what_is_not_a_name(
+    world, client
+):
+    """A platform admin reserves namespaces on a cluster in Django admin; from then on no
+    tenant gets one (a 400 naming the field); a typo that is not a namespace name changes
+    nothing."""
+    client.force_login(world.admin)
+    url = f"/admin/quotas/cluster/{world.a100.pk}/change/"
+    lines = "monitoring\n  argo-* \n\nmonitoring\n"
+    response = client.post(url, change_form(world.a100, reserved_namespaces=lines))
+    assert response.status_code == 302, text_of(response.content.decode())[:3000]
+    assert Cluster.objects.get(pk=world.a100.pk).reserved_namespaces == ["monitoring", "argo-*"]
+    assert "argo-*" in client.get(url).content.decode()
+    for typo in ("Monitoring", "argo*x", "*", '["json"]'):
+        refused = client.post(url, change_form(world.a100, reserved_namespaces=typo))
+        assert refused.status_code == 200, typo
+        assert "is not a namespace name" in text_of(refused.content.decode()), typo
+    assert Cluster.objects.get(pk=world.a100.pk).reserved_namespaces == ["monitoring", "argo-*"]
+
+    api = APIClient()
+    api.force_authenticate(world.admin)
+    answer = api.post(
+        "/api/v1/tenants/team-a/namespaces/", {"name": "argo-workflows"}, format="json"
+    )
+    assert answer.status_code == 400, answer.content
+    assert "argo-*" in answer.json()["fields"]["name"][0]
