@@ -19,6 +19,7 @@ from gpu_node_agent.runner import (
     TOKEN_FILE,
     AgentState,
     PortalClient,
+    ReportInvalid,
     main,
 )
 from gpu_node_agent.testing.fake import build_fake_node
@@ -499,3 +500,16 @@ def test_a_fake_node_simulates_a_gpu_without_mig_outside_the_catalogue(tmp_path:
     ):
         with pytest.raises(FakeSpecError, match=says):
             parse_fake_gpus(bad)
+
+
+def test_a_report_the_schema_refuses_is_not_sent(portal: FakePortal) -> None:
+    client = PortalClient(portal.url, token=TOKEN, timeout=5)
+    with pytest.raises(ReportInvalid, match=r"not sent.*gpus\[0\]\.index: This field is required"):
+        client.report(
+            {
+                "node": NODE,
+                "sent_at": "2026-12-03T07:00:00Z",
+                "gpus": [{"uuid": "nvidia0"}],
+            }
+        )
+    assert portal.paths() == []

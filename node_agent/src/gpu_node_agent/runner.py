@@ -81,6 +81,7 @@ from gpu_node_agent.probe import (
     SimulatedProber,
 )
 from gpu_spec.mig.catalogue import Catalogue, load_catalogue
+from gpu_spec.report import validate_report
 
 logger = logging.getLogger("gpu_node_agent")
 
@@ -111,6 +112,11 @@ class PortalAuthError(PortalError):
 
 class PortalRejected(PortalError):
     """Another 4xx: the portal refused the request itself (its detail says why)."""
+
+
+class ReportInvalid(PortalError):
+    """The agent built a report its own schema refuses (gpu_spec.report): a bug of the agent.
+    It is not sent; the message names the fields."""
 
 
 class ReportAnswer(NamedTuple):
@@ -206,6 +212,12 @@ class PortalClient:
         return str(answer["node"]), str(answer["node_token"])
 
     def report(self, body: dict[str, Any]) -> ReportAnswer:
+        problems = validate_report(body)
+        if problems:
+            raise ReportInvalid(
+                "the agent built a report the schema refuses (not sent): "
+                + "; ".join(f"{p.path}: {p.message}" for p in problems[:5])
+            )
         answer = self._request("POST", "report/", body)
         answer = answer if isinstance(answer, dict) else {}
         generation, probes = answer.get("desired_generation"), answer.get("probes")

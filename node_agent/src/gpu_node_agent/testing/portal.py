@@ -16,6 +16,7 @@ from typing import Any
 from gpu_node_agent.runner import Agent, AgentState, PortalClient
 from gpu_node_agent.testing.fake import STATE_FILE as FAKE_STATE_FILE
 from gpu_node_agent.testing.fake import FakeNode, build_fake_node
+from gpu_spec.report import validate_report
 
 NODE = "gpu-node-1"
 TOKEN = "node-token-1"  # noqa: S105 (the fake portal's first node token)
@@ -157,7 +158,7 @@ class FakePortal:
         if node is None:
             return answer(401, {"detail": "Invalid token."})
         if route == ("POST", "/api/v1/agent/report/"):
-            errors = _shape_errors(body)
+            errors = _shape_errors(body) + [f"{p.path}: {p.message}" for p in validate_report(body)]
             if errors:
                 return answer(400, {"detail": errors})
             if body["node"] != node:
