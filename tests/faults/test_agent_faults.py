@@ -229,7 +229,7 @@ def test_portal_unreachable_in_the_middle_of_a_mig_apply(world, node):
     assert MigLayout.objects.get(pk=second.pk).state == LayoutState.APPLYING
     assert node.fake is not None and observed(node.fake) == sorted(SECOND)
     with pytest.raises(PortalUnavailable):
-        client.report({})
+        client.report({"node": NODE, "sent_at": "2026-12-03T07:00:00Z", "gpus": []})
     client.base_url = node.portal
     calls = len(backend.calls)
     assert agent.run_cycle()
