@@ -9,6 +9,9 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/* \
     && pip install --no-cache-dir -r requirements.lock -r requirements-ldap.lock
 COPY . .
+# The MIG rules and report schema the portal shares with the node agent (their dependencies
+# are pinned in requirements.lock); the node agent itself is not installed here.
+RUN pip install --no-cache-dir --no-deps ./gpu_spec
 # collectstatic needs settings but no database or secret; the build-time key is thrown away.
 RUN SECRET_KEY=build-only-not-used-at-runtime python manage.py collectstatic --noinput \
     && groupadd --system --gid 10001 portal \

@@ -10,8 +10,11 @@ PY := $(VENV)/bin/python
 LDAP ?= auto
 LDAP_HEADERS := $(shell test -f /usr/include/ldap.h && test -f /usr/include/sasl/sasl.h && echo yes)
 WITH_LDAP := $(if $(filter yes,$(LDAP)),yes,$(if $(filter auto,$(LDAP)),$(LDAP_HEADERS)))
-# The virtual environment is reused while the lock files and pyproject.toml are unchanged.
-STAMP := $(VENV)/.installed-$(shell cat requirements.lock requirements-ldap.lock pyproject.toml | sha1sum | cut -c1-12)$(if $(WITH_LDAP),-ldap)
+# The virtual environment is reused while the lock files and the pyproject.toml files are unchanged.
+# It holds the portal's pinned dependencies and, editable, the two distributions beside it:
+# gpu_spec (the rules both sides share) and node_agent (the GPU node agent, for the demo and tests).
+PYPROJECTS := pyproject.toml gpu_spec/pyproject.toml node_agent/pyproject.toml
+STAMP := $(VENV)/.installed-$(shell cat requirements.lock requirements-ldap.lock $(PYPROJECTS) | sha1sum | cut -c1-12)$(if $(WITH_LDAP),-ldap)
 PORT ?= 8000
 # make run's Prometheus (when the binary is installed) and the demo DCGM exporter it scrapes;
 # not 9090 / 9100, where Debian's prometheus package runs its own service and node exporter.
@@ -21,10 +24,11 @@ DEMO_METRICS_PORT ?= 9400
 
 .PHONY: venv run manage test fuzz lint bench lock schema clean
 
-$(STAMP): requirements.lock requirements-ldap.lock pyproject.toml
+$(STAMP): requirements.lock requirements-ldap.lock $(PYPROJECTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.lock
+	$(PY) -m pip install --quiet --no-deps -e ./gpu_spec -e ./node_agent
 ifeq ($(WITH_LDAP),yes)
 	$(PY) -m pip install --quiet -r requirements-ldap.lock
 else
@@ -76,7 +80,7 @@ run: venv
 	$(PY) manage.py collectstatic --noinput --verbosity 0 && \
 	$(PY) manage.py demo && \
 	{ $(VENV)/bin/celery -A portal worker --beat --loglevel=info --concurrency=2 & worker=$$!; \
-	  $(PY) -m gpu_agent.agent.demo --portal http://127.0.0.1:$(PORT) --dir .run/agents \
+	  $(PY) -m gpu_node_agent.testing.demo --portal http://127.0.0.1:$(PORT) --dir .run/agents \
 	    --state-dir .data/agents $${DEMO_METRICS:-} & agents=$$!; \
 	  echo "Portal: http://127.0.0.1:$(PORT)/  (API docs: /api/v1/docs/)"; \
 	  test -z "$${DEMO_PROMETHEUS_URL:-}" || echo "Prometheus: $${DEMO_PROMETHEUS_URL}/  (demo-h100's DCGM exporter: http://127.0.0.1:$(DEMO_METRICS_PORT)/metrics)"; \

@@ -9,7 +9,7 @@ inventory and metrics every 10 s, through gunicorn (2 sync workers) on PostgreSQ
    layout a cluster typically has (the layouts of part (a)) and about 40% of the instances
    running 1-2 processes with a pod UID; the GPUs outside MIG have a utilization and 0-2
    processes. The report body is ``Agent.inventory()``
-   of ``gpu_agent.agent.runner``, the one the real agent posts, encoded once per node.
+   of ``gpu_node_agent.runner``, the one the real agent posts, encoded once per node.
 3. Each node registers through the services (``join_token_create``, then ``agent_register``
    with the one-time secret) and gets its own node token; its first report is ingested in this
    process (``agent_report_ingest``), so the HTTP phase is the steady state: the GPUs exist and
@@ -78,12 +78,12 @@ import api_bench  # noqa: E402 - the harness: database, settings, gunicorn, tall
 from figures import emit  # noqa: E402 - the line bench/run.py reads
 from mig_bench import MODELS, typical_layouts  # noqa: E402
 
-from gpu_agent.agent import AGENT_VERSION  # noqa: E402
-from gpu_agent.agent.delta import PROTOCOL, gpu_state, state_digest  # noqa: E402
-from gpu_agent.agent.nvml import NvmlBackend  # noqa: E402
-from gpu_agent.agent.runner import Agent, AgentState, PortalClient  # noqa: E402
-from gpu_agent.agent.simnvml import SimGpuSpec, SimulatedNvml  # noqa: E402
-from gpu_agent.mig.catalogue import load_catalogue  # noqa: E402
+from gpu_node_agent import AGENT_VERSION  # noqa: E402
+from gpu_node_agent.delta import PROTOCOL, gpu_state, state_digest  # noqa: E402
+from gpu_node_agent.nvml import NvmlBackend  # noqa: E402
+from gpu_node_agent.runner import Agent, AgentState, PortalClient  # noqa: E402
+from gpu_node_agent.testing.simnvml import SimGpuSpec, SimulatedNvml  # noqa: E402
+from gpu_spec.mig.catalogue import load_catalogue  # noqa: E402
 
 TARGET = 0.5  # a protocol 2 report with one GPU changed, vs GET me/
 TARGET_NO_CHANGE = 0.8  # a protocol 2 report with nothing changed, vs GET me/

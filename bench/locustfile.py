@@ -20,7 +20,7 @@ The people (``LOAD_USERS``, 50; each class's share is ``fixed_count``):
   requests and ``me/``.
 
 The agents (``LOAD_AGENTS``, 1,000): each reports every ``LOAD_INTERVAL`` (10) s +/-20% with its
-node token, protocol 2 (gpu_agent/PROTOCOL.md): agents already running when the load starts, so
+node token, protocol 2 (gpu_spec/src/gpu_spec/PROTOCOL.md): agents already running when the load starts, so
 they go on from the base the seed left (session, seq 1) with change reports (a quiet node:
 nothing changed), and send a full report only when an answer asks for one. Like a running
 fleet, they do not report in step (``pacing.py``).

@@ -1,4 +1,4 @@
-"""MIG benchmark: the planner (gpu_agent/mig/planner.py) and 1,000 agents reporting to the portal.
+"""MIG benchmark: the planner (gpu_spec/src/gpu_spec/mig/planner.py) and 1,000 agents reporting to the portal.
 
 Part (a) needs no Django, no database and no GPU: the planner is pure Python. Part (b) needs
 PostgreSQL; neither needs a GPU (the agents use the ``fake`` backend).
@@ -14,7 +14,7 @@ PostgreSQL; neither needs a GPU (the agents use the ``fake`` backend).
     a trivial per-GPU loop: ``layout.validate_layout`` of each GPU's current instances (one
     rules check per GPU). The figure is planning time per GPU as a ratio of that loop's.
     Part two, the gap: on 200 seeded random small instances (1-4 GPUs; the generator of
-    tests/gpu_agent/test_planner.py) and 200 harder ones (3-6 GPUs, 3-6 demands of up to 7
+    gpu_spec/tests/test_planner.py) and 200 harder ones (3-6 GPUs, 3-6 demands of up to 7
     instances), the demand the heuristic ``plan`` meets against the optimum of
     ``plan_exhaustive``, in compute slices: instances equal, average and worst gap, and each
     solver's time.
@@ -58,14 +58,14 @@ sys.path.insert(0, str(ROOT))
 
 from figures import emit, figure  # noqa: E402 - bench/figures.py, the line bench/run.py reads
 
-from gpu_agent.mig.catalogue import GpuModel, load_catalogue  # noqa: E402
-from gpu_agent.mig.layout import (  # noqa: E402
+from gpu_spec.mig.catalogue import GpuModel, load_catalogue  # noqa: E402
+from gpu_spec.mig.layout import (  # noqa: E402
     InstanceRequest,
     Placement,
     enumerate_layouts,
     validate_layout,
 )
-from gpu_agent.mig.planner import (  # noqa: E402
+from gpu_spec.mig.planner import (  # noqa: E402
     CurrentInstance,
     Demand,
     GpuState,
@@ -236,7 +236,7 @@ def random_instance(
     max_demands: int = 4,
     most: int = 4,
 ) -> tuple[list[GpuState], list[Demand]]:
-    """The generator of tests/gpu_agent/test_planner.py (same defaults, same instances)."""
+    """The generator of gpu_spec/tests/test_planner.py (same defaults, same instances)."""
     rng = random.Random(seed)
     catalogue = load_catalogue()
     gpus = []

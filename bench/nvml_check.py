@@ -5,7 +5,7 @@
 Run it once on a machine with an NVIDIA GPU: it lists the devices (name, UUID, memory, MIG
 mode current and pending), and, on GPUs in MIG mode, every GPU-instance profile NVML offers with
 its id, memory, slices, count and possible placements, and prints every difference from
-``gpu_agent.mig.catalogue`` (a profile the catalogue lacks or has with other numbers, a model
+``gpu_spec.mig.catalogue`` (a profile the catalogue lacks or has with other numbers, a model
 it does not know). It never changes the MIG mode, never creates or destroys an instance and
 never resets a GPU: it calls only NVML's query functions, through the agent's own NVML backend
 (so the check also exercises that code against the real driver). Exit status 0 when it ran
@@ -22,9 +22,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpu_agent.agent.backend import BackendError  # after the path fix above
-from gpu_agent.agent.nvml import NvmlBackend, load_pynvml
-from gpu_agent.mig.catalogue import load_catalogue
+from gpu_node_agent.backend import BackendError  # after the path fix above
+from gpu_node_agent.nvml import NvmlBackend, load_pynvml
+from gpu_spec.mig.catalogue import load_catalogue
 
 
 def check(backend: NvmlBackend) -> dict[str, Any]:

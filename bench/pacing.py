@@ -6,7 +6,7 @@ locust's dispatcher starts users in batches: ``floor(rate)`` of them at once eve
 batch then reported at the same instant every interval, for the whole run: 100 reports within a
 few milliseconds each second instead of one every 10 ms, and every request that arrived with
 them waited behind them. A node agent waits its interval +/-20% between cycles
-(``gpu_agent/agent/runner.py``, ``AgentRunner.delay``) precisely so that a fleet does not call
+(``node_agent/src/gpu_node_agent/runner.py``, ``AgentRunner.delay``) precisely so that a fleet does not call
 in step, and a fleet already running when the load starts reports at every phase of its
 interval. So each simulated agent sends its first report at a random point of its batch's
 tick and paces the next ones at the interval +/-20%.

@@ -33,9 +33,9 @@ from django.utils import timezone
 
 from core.errors import NotFound, ValidationFailed
 from dashboards.models import FlavorPrice
-from gpu_agent.mig.catalogue import GpuModel, load_catalogue
-from gpu_agent.mig.layout import Placement, free_slices
 from gpu_agent.models import Gpu, MigInstance
+from gpu_spec.mig.catalogue import GpuModel, load_catalogue
+from gpu_spec.mig.layout import Placement, free_slices
 from quotas.choices import GPU_RESOURCE, FlavorKind, mig_resource
 from quotas.models import Cluster, FlavorResource, Quota, ResourceFlavor
 from quotas.selectors import fleet_capacities

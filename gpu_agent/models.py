@@ -24,7 +24,7 @@ GPU_NAME_MAX = 100
 MIG_PROFILE_MAX = 32
 VERSION_MAX = 50
 HOSTNAME_MAX = 253  # a DNS name
-AGENT_KEY_MAX = 200  # the random key an agent registers with (gpu_agent.agent.runner)
+AGENT_KEY_MAX = 200  # the random key an agent registers with (gpu_node_agent.runner)
 AGENT_KEY_MIN = 16  # shorter is guessable, not a secret
 TOKEN_PREFIX_MAX = 12
 

@@ -49,15 +49,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpu_agent.mig.catalogue import Catalogue, load_catalogue
-from gpu_agent.mig.config import (
+from gpu_spec.mig.catalogue import Catalogue, load_catalogue
+from gpu_spec.mig.config import (
     ConfigError,
     MigConfigEntry,
     entry_for_layout,
     parse_mig_parted_config,
     render_mig_parted_config,
 )
-from gpu_agent.mig.layout import InstanceRequest, validate_layout
+from gpu_spec.mig.layout import InstanceRequest, validate_layout
 
 LABEL_CONFIG = "nvidia.com/mig.config"
 LABEL_STATE = "nvidia.com/mig.config.state"

@@ -20,8 +20,6 @@ from django.utils import timezone
 from core.errors import NotFound
 from gpu_agent.cluster_nodes import product_matches
 from gpu_agent.conf import cluster_nodes_stale_after, stale_after
-from gpu_agent.mig.catalogue import load_catalogue, normalise_model_name
-from gpu_agent.mig.planner import Demand
 from gpu_agent.models import (
     OPEN_LAYOUT_STATES,
     Gpu,
@@ -31,6 +29,8 @@ from gpu_agent.models import (
     MigOperatorNode,
     Node,
 )
+from gpu_spec.mig.catalogue import load_catalogue, normalise_model_name
+from gpu_spec.mig.planner import Demand
 from quotas.choices import MIG_RESOURCE_PREFIX, FlavorKind, MigDriver, mig_resource
 from quotas.models import Cluster, Quota, ResourceFlavor
 from quotas.selectors import FleetCapacity

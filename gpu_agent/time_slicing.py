@@ -12,7 +12,7 @@ then advertises each GPU N times.
 
 What the sidecar does not see is a change of a key's *content* under the same label (a flavor
 going from 4 to 10 replicas): NVIDIA's documentation says to restart the device plugin's pods
-then. The portal does what it does after a MIG change (``gpu_agent.agent.device_plugin``):
+then. The portal does what it does after a MIG change (``gpu_node_agent.device_plugin``):
 it deletes the plugin's pods on the node, and its DaemonSet starts new ones that read the new
 config. Each node records which content it was given (``ANNOTATION_CONFIG``:
 ``<key>@<sha256[:10]>``), so a pass with nothing new writes nothing and restarts nothing.

@@ -8,8 +8,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from core.api.serializers import StrictInputSerializer
-from gpu_agent.mig.catalogue import GpuModel
-from gpu_agent.mig.config import MAX_CONFIG_BYTES
+from gpu_spec.mig.catalogue import GpuModel
+from gpu_spec.mig.config import MAX_CONFIG_BYTES
 
 MAX_INSTANCES = 64  # a GPU holds at most 7; room for a layout that is wrong in many ways
 

@@ -17,9 +17,9 @@ from rest_framework.views import APIView
 from core.api.parsers import JSONParser
 from core.errors import ValidationFailed
 from gpu_agent.api.serializers import GpuModelOutput, MigValidateInput, MigValidateOutput
-from gpu_agent.mig.catalogue import GpuModel, load_catalogue
-from gpu_agent.mig.config import ConfigError, parse_mig_parted_config, validate_config
-from gpu_agent.mig.layout import InstanceRequest, validate_layout
+from gpu_spec.mig.catalogue import GpuModel, load_catalogue
+from gpu_spec.mig.config import ConfigError, parse_mig_parted_config, validate_config
+from gpu_spec.mig.layout import InstanceRequest, validate_layout
 
 CONFIG_FIELD = "mig_parted_config"
 

@@ -21,11 +21,11 @@ from django.utils import timezone
 from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from core.tasks import enqueue
 from gpu_agent.conf import layout_deadline
-from gpu_agent.mig.catalogue import load_catalogue
-from gpu_agent.mig.layout import InstanceRequest, validate_layout
 from gpu_agent.models import OPEN_LAYOUT_STATES, Gpu, LayoutState, MigLayout, Node
 from gpu_agent.selectors import is_operator_driven
 from gpu_agent.services.common import MESSAGE_MAX, check_length, iso
+from gpu_spec.mig.catalogue import load_catalogue
+from gpu_spec.mig.layout import InstanceRequest, validate_layout
 from quotas.choices import MigDriver
 from tenants.models import User
 from tenants.services import audit_record

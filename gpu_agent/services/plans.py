@@ -26,7 +26,6 @@ from typing import Any, Protocol
 from django.db.models import QuerySet
 
 from core.errors import ApplicationError, Conflict
-from gpu_agent.mig.planner import CurrentInstance, Demand, GpuPlan, GpuState, Plan, plan
 from gpu_agent.models import OPEN_LAYOUT_STATES, Gpu, MigLayout
 from gpu_agent.selectors import (
     QuotaDemand,
@@ -35,6 +34,7 @@ from gpu_agent.selectors import (
     node_is_stale,
 )
 from gpu_agent.services.layouts import layout_set
+from gpu_spec.mig.planner import CurrentInstance, Demand, GpuPlan, GpuState, Plan, plan
 from quotas.models import Cluster
 from tenants.models import User
 from tenants.services import audit_record

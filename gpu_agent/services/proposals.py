@@ -22,8 +22,6 @@ from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from core.errors import Conflict, NotFound
-from gpu_agent.mig.layout import Placement
-from gpu_agent.mig.planner import GpuPlan, Plan
 from gpu_agent.models import Gpu, MigLayout, PlanProposal
 from gpu_agent.selectors import quota_demand
 from gpu_agent.services.plans import (
@@ -33,6 +31,8 @@ from gpu_agent.services.plans import (
     mig_plan_propose,
     mig_plan_stale_reason,
 )
+from gpu_spec.mig.layout import Placement
+from gpu_spec.mig.planner import GpuPlan, Plan
 from quotas.models import Cluster
 from tenants.models import User
 

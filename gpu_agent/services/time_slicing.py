@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpu_agent import time_slicing
-from gpu_agent.agent.device_plugin import DEFAULT_SELECTOR
+from gpu_spec.device_plugin import DEFAULT_SELECTOR
 from quotas.backends import cluster_backend
 from quotas.choices import SyncBackend
 from quotas.kube import names

@@ -12,11 +12,11 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
 from gpu_agent import selectors as fleet_selectors
-from gpu_agent.mig.catalogue import DATA_DIR, GpuModel, Profile, load_catalogue
-from gpu_agent.mig.config import MigConfigEntry, MigPartedConfig, read_mig_parted_config
-from gpu_agent.mig.config import configs_valid_for as mig_configs_valid_for
-from gpu_agent.mig.layout import Placement, describe_starts
 from gpu_agent.models import Gpu
+from gpu_spec.mig.catalogue import DATA_DIR, GpuModel, Profile, load_catalogue
+from gpu_spec.mig.config import MigConfigEntry, MigPartedConfig, read_mig_parted_config
+from gpu_spec.mig.config import configs_valid_for as mig_configs_valid_for
+from gpu_spec.mig.layout import Placement, describe_starts
 from tenants.api.base import caller
 from tenants.models import User
 
@@ -83,7 +83,7 @@ def model_of(gpu: Gpu) -> GpuModel | None:
 
 @functools.cache
 def example_configs() -> MigPartedConfig:
-    """NVIDIA's default mig-parted file (``gpu_agent/mig/data``), parsed once per process."""
+    """NVIDIA's default mig-parted file (``gpu_spec/src/gpu_spec/mig/data``), parsed once per process."""
     return read_mig_parted_config(EXAMPLE_CONFIG)
 
 

@@ -7,9 +7,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpu_agent.mig.catalogue import GpuModel
-from gpu_agent.mig.layout import Placement, describe_slices
 from gpu_agent.models import Gpu, MigInstance
+from gpu_spec.mig.catalogue import GpuModel
+from gpu_spec.mig.layout import Placement, describe_slices
 
 
 def processes_text(processes: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:

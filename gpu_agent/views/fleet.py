@@ -7,7 +7,7 @@ Fleet data is the platform's, not a tenant's: leads, members and viewers get 403
 visitors the login page. Views stay thin: ``gpu_agent.selectors`` reads,
 ``services.layouts.layout_set`` writes (it validates with the catalogue's rules and refuses to
 destroy busy instances; the live check asks its ``busy_destroyed_by``), the live check's
-placement rules and the drawings use ``gpu_agent.mig`` directly (pure functions: nothing is
+placement rules and the drawings use ``gpu_spec.mig`` directly (pure functions: nothing is
 stored).
 """
 
@@ -36,14 +36,6 @@ from core.numbers import ascii_whole
 from core.pages import error_text
 from gpu_agent import selectors as fleet_selectors
 from gpu_agent.conf import layout_deadline
-from gpu_agent.mig.catalogue import GpuModel, Profile
-from gpu_agent.mig.layout import (
-    InstanceRequest,
-    LayoutResult,
-    Placement,
-    free_slices,
-    validate_layout,
-)
 from gpu_agent.models import (
     OPEN_LAYOUT_STATES,
     Gpu,
@@ -68,6 +60,14 @@ from gpu_agent.views.common import (
 )
 from gpu_agent.views.drawing import SliceDrawing, drawing_layout, drawing_observed
 from gpu_agent.views.probe import isolation_context
+from gpu_spec.mig.catalogue import GpuModel, Profile
+from gpu_spec.mig.layout import (
+    InstanceRequest,
+    LayoutResult,
+    Placement,
+    free_slices,
+    validate_layout,
+)
 from tenants.models import User
 
 NODES_PER_PAGE = 50

@@ -23,8 +23,6 @@ from django.views.decorators.http import require_http_methods, require_POST
 from core import errors
 from core.pages import error_text
 from gpu_agent import selectors as fleet_selectors
-from gpu_agent.mig.catalogue import load_catalogue
-from gpu_agent.mig.planner import Demand
 from gpu_agent.models import Gpu, MigLayout, PlanProposal
 from gpu_agent.services.plans import (
     MigProposal,
@@ -46,6 +44,8 @@ from gpu_agent.views.common import (
     model_of,
 )
 from gpu_agent.views.drawing import SliceDrawing, drawing_plan
+from gpu_spec.mig.catalogue import load_catalogue
+from gpu_spec.mig.planner import Demand
 from quotas.models import Cluster
 from tenants.models import User
 

@@ -23,10 +23,10 @@ from django.urls.exceptions import Resolver404
 from django.urls.resolvers import RoutePattern
 
 from devcluster.runner import Handle
-from gpu_agent.agent import runner
 from gpu_agent.agent_api import views as agent_views
 from gpu_agent.agent_api.parsers import MAX_BODY_BYTES
 from gpu_agent.agent_api.views import AgentView
+from gpu_node_agent import runner
 from portal import views
 from tests.deploy.manifests import (
     KUBERNETES_VERSIONS,

@@ -4,9 +4,9 @@ there on), and the agent's clock hours off the portal's. Each under both report 
 (every report whole) and 2 (what changed since the acknowledged report).
 
 The portal is the real one (``live_server``: Django over HTTP on the test database); the agent
-is the real ``gpu_agent.agent.runner.Agent`` with the fake backend (the simulated NVML, saved
+is the real ``gpu_node_agent.runner.Agent`` with the fake backend (the simulated NVML, saved
 to its state file after every change), so "the process restarted" is a new ``Agent`` built
-from the state directory, as ``python -m gpu_agent`` builds it. Each test ends with the layout
+from the state directory, as ``gpu-node-agent`` builds it. Each test ends with the layout
 invariants: every layout the admin set is on the GPU and ``success`` in the portal, none stuck,
 no work redone after the restart, the busy instance never destroyed.
 """
@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from gpu_agent.agent.fake import STATE_FILE as FAKE_STATE_FILE
-from gpu_agent.agent.fake import FakeNode, build_fake_node
-from gpu_agent.agent.probe import SimulatedProber
-from gpu_agent.agent.runner import Agent, AgentState, PortalClient, PortalUnavailable
 from gpu_agent.models import Gpu, LayoutState, MigLayout, Node
 from gpu_agent.services.layouts import layout_set, layouts_fail_overdue
 from gpu_agent.services.nodes import join_token_create, nodes_mark_stale
+from gpu_node_agent.probe import SimulatedProber
+from gpu_node_agent.runner import Agent, AgentState, PortalClient, PortalUnavailable
+from gpu_node_agent.testing.fake import STATE_FILE as FAKE_STATE_FILE
+from gpu_node_agent.testing.fake import FakeNode, build_fake_node
 from tests.faults.invariants import Outcome, record
 
 pytestmark = [pytest.mark.integration]
@@ -229,7 +229,7 @@ def test_portal_unreachable_in_the_middle_of_a_mig_apply(world, node):
     assert MigLayout.objects.get(pk=second.pk).state == LayoutState.APPLYING
     assert node.fake is not None and observed(node.fake) == sorted(SECOND)
     with pytest.raises(PortalUnavailable):
-        client.report({})
+        client.report({"node": NODE, "sent_at": "2026-12-03T07:00:00Z", "gpus": []})
     client.base_url = node.portal
     calls = len(backend.calls)
     assert agent.run_cycle()

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from gpu_agent.agent.runner import AgentState, PortalAuthError, PortalClient, PortalUnavailable
-from gpu_agent.agent.runner import _register as agent_register_loop
 from gpu_agent.models import NodeToken
 from gpu_agent.services.nodes import join_token_create, node_token_authenticate
+from gpu_node_agent.runner import AgentState, PortalAuthError, PortalClient, PortalUnavailable
+from gpu_node_agent.runner import _register as agent_register_loop
 from tests.faults.invariants import Outcome, record
 
 pytestmark = [pytest.mark.integration]

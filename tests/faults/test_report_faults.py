@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from gpu_agent.agent.delta import gpu_state
-from gpu_agent.agent.runner import PortalClient, PortalUnavailable, ReportAnswer
 from gpu_agent.models import Gpu, LayoutState, MigInstance, MigLayout, Node
 from gpu_agent.services.nodes import join_token_create
+from gpu_node_agent.delta import gpu_state
+from gpu_node_agent.runner import PortalClient, PortalUnavailable, ReportAnswer
 from tests.faults.test_agent_faults import FIRST, NODE, Node1, check_layouts, set_layout
 
 pytestmark = [pytest.mark.integration]

@@ -20,9 +20,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from core.errors import Conflict
-from gpu_agent.mig.planner import Demand
 from gpu_agent.models import Gpu, LayoutState, MigInstance, MigLayout, Node
 from gpu_agent.services import layouts, nodes, plans, reports
+from gpu_spec.mig.planner import Demand
 from quotas.models import Quota, QuotaSet
 from tenants.models import User
 from tests.conftest import World

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_agent.mig.catalogue import DATA_DIR, load_catalogue
+from gpu_spec.mig.catalogue import DATA_DIR, load_catalogue
 
 MODELS = "/api/v1/mig/models/"
 VALIDATE = "/api/v1/mig/validate/"

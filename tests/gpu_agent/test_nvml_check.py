@@ -8,8 +8,8 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-from gpu_agent.agent.nvml import NvmlBackend
-from gpu_agent.agent.simnvml import SimulatedNvml
+from gpu_node_agent.nvml import NvmlBackend
+from gpu_node_agent.testing.simnvml import SimulatedNvml
 
 A100 = "NVIDIA A100-SXM4-80GB"
 H100 = "NVIDIA H100 80GB HBM3"

@@ -8,8 +8,8 @@ from typing import Any
 import yaml
 
 from gpu_agent import operator
-from gpu_agent.mig.config import parse_mig_parted_config
 from gpu_agent.operator import GpuWanted, NodeWanted, OperatorPlan
+from gpu_spec.mig.config import parse_mig_parted_config
 
 NOW = datetime(2026, 12, 3, 10, tzinfo=UTC)
 

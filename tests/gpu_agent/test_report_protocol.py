@@ -18,9 +18,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from gpu_agent.agent.delta import ReportTracker, gpu_state
 from gpu_agent.models import Gpu, MigInstance, Node
 from gpu_agent.services import probes, reports
+from gpu_node_agent.delta import ReportTracker, gpu_state
 from tenants.models import AuditEvent
 from tests.gpu_agent.test_server_api import AGENT, gpu, instance, register, report
 

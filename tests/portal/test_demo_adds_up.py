@@ -208,11 +208,11 @@ def test_the_demo_mig_flavors_have_the_capacity_the_seeded_layouts_hold(demo: da
     cluster's Node objects (what the demo puts in its stand-ins) confirm them, the fleet
     counts instances of each MIG flavor's profile, the number the demo entered, and the
     usage dashboard shows the same capacity the approval check reads."""
-    from gpu_agent.agent.fake import build_fake_node
-    from gpu_agent.agent.runner import Agent, AgentState
     from gpu_agent.models import Node
     from gpu_agent.services.cluster_nodes import cluster_nodes_record
     from gpu_agent.services.reports import agent_report_ingest
+    from gpu_node_agent.runner import Agent, AgentState
+    from gpu_node_agent.testing.fake import build_fake_node
     from portal.management.commands.demo import DEMO_NODES, standin_node
 
     h100 = Cluster.objects.get(name="demo-h100")

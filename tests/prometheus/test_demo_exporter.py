@@ -1,5 +1,5 @@
 """The demo's Prometheus path (``make run`` with the prometheus binary installed): the simulated
-agents' DCGM exporter (``gpu_agent.agent.demo_metrics``) scraped by a real Prometheus, read by
+agents' DCGM exporter (``gpu_node_agent.testing.demo_metrics``) scraped by a real Prometheus, read by
 the collector for the cluster ``manage.py demo`` pointed at it, as the tenants' usage."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpu_agent.agent.demo_metrics import serve
-from gpu_agent.agent.fake import STATE_FILE, build_fake_node
+from gpu_node_agent.testing.demo_metrics import serve
+from gpu_node_agent.testing.fake import STATE_FILE, build_fake_node
 from portal.management.commands.demo import DEMO_NODES, PROMETHEUS_PLAN, _prometheus_source
 from tenants.models import Namespace
 from tests.conftest import World, require_service
@@ -195,7 +195,7 @@ def test_the_demo_exporters_figures_become_the_demo_tenants_usage_through_promet
 
 
 def test_the_demo_agents_serve_the_exporter_with_metrics_port(tmp_path: Path) -> None:
-    """``python -m gpu_agent.agent.demo --metrics-port`` serves the simulated devices (no portal
+    """``python -m gpu_node_agent.testing.demo --metrics-port`` serves the simulated devices (no portal
     needed: with no node specs it starts no agent), and refuses a port number out of range."""
     state_dir = tmp_path / "state"
     build_fake_node(
@@ -212,7 +212,7 @@ def test_the_demo_agents_serve_the_exporter_with_metrics_port(tmp_path: Path) ->
     )
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "gpu_agent.agent.demo", "--portal", "http://127.0.0.1:9",
+        [sys.executable, "-m", "gpu_node_agent.testing.demo", "--portal", "http://127.0.0.1:9",
          "--dir", str(spec_only), "--state-dir", str(state_dir), "--metrics-port", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
     )  # fmt: skip
@@ -237,7 +237,7 @@ def test_the_demo_agents_serve_the_exporter_with_metrics_port(tmp_path: Path) ->
         process.wait(timeout=20)
 
     taken = subprocess.run(
-        [sys.executable, "-m", "gpu_agent.agent.demo", "--portal", "http://127.0.0.1:9",
+        [sys.executable, "-m", "gpu_node_agent.testing.demo", "--portal", "http://127.0.0.1:9",
          "--dir", str(spec_only), "--state-dir", str(state_dir), "--metrics-port", "70000"],
         capture_output=True, text=True, timeout=60, cwd=ROOT,
     )  # fmt: skip

@@ -2,7 +2,7 @@
 the safe loader, within size limits, alias bombs refused quickly; and no code in the project
 loads YAML with a loader that builds Python objects.
 
-The parser's own limits are tested one by one in ``tests/gpu_agent/test_layout.py``.
+The parser's own limits are tested one by one in ``gpu_spec/tests/test_layout.py``.
 """
 
 from __future__ import annotations
@@ -14,11 +14,14 @@ from pathlib import Path
 import pytest
 from rest_framework.test import APIClient
 
-from gpu_agent.mig.config import MAX_CONFIG_BYTES
+from gpu_spec.mig.config import MAX_CONFIG_BYTES
 from tenants.services import api_token_create
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCE_DIRS = ("portal", "tenants", "quotas", "approvals", "gpu_agent", "usage", "devcluster")
+SOURCE_DIRS = (
+    "portal", "tenants", "quotas", "approvals", "gpu_agent", "usage", "devcluster",
+    "gpu_spec/src", "node_agent/src",
+)  # fmt: skip
 UNSAFE = re.compile(
     r"yaml\.(unsafe_load|full_load|unsafe_load_all|full_load_all)\b"
     r"|Loader\s*=\s*yaml\.(Loader|FullLoader|UnsafeLoader|CLoader|CFullLoader|CUnsafeLoader)\b"

@@ -27,11 +27,11 @@ from approvals.services import (
     quota_request_grant,
     tenant_onboard,
 )
-from gpu_agent.agent.demo_metrics import PLAN_FILE
-from gpu_agent.agent.fake import parse_fake_gpus
-from gpu_agent.mig.catalogue import load_catalogue
 from gpu_agent.models import Node
 from gpu_agent.services.nodes import join_token_create
+from gpu_spec.mig.catalogue import load_catalogue
+from gpu_spec.simulated import DEMO_METRICS_PLAN_FILE as PLAN_FILE
+from gpu_spec.simulated import parse_fake_gpus
 from identity.choices import GroupRole
 from identity.models import GroupMapping
 from identity.services import group_mapping_create
@@ -285,7 +285,7 @@ def _standin_nodes(kube_dir: str) -> str:
 
 def _agent_join_tokens(agent_dir: Path, admin: User) -> int:
     """A one-time join token and a spec file per demo node not registered yet, for
-    ``gpu_agent.agent.demo`` to start its simulated agent with."""
+    ``gpu_node_agent.testing.demo`` to start its simulated agent with."""
     agent_dir.mkdir(parents=True, exist_ok=True)
     made = 0
     for name, cluster_name, gpus in DEMO_NODES:
@@ -306,7 +306,7 @@ def _agent_join_tokens(agent_dir: Path, admin: User) -> int:
 
 
 # The demo cluster whose usage comes from a Prometheus (when `make run` started one): its node
-# agents' simulated devices are served as DCGM-exporter series (gpu_agent.agent.demo_metrics).
+# agents' simulated devices are served as DCGM-exporter series (gpu_node_agent.testing.demo_metrics).
 PROMETHEUS_CLUSTER = "demo-h100"
 PROMETHEUS_PLAN = PLAN_FILE  # which nodes and namespaces the demo exporter simulates
 

@@ -1,7 +1,0 @@
-"""The node agent: reports a GPU node's inventory to the portal and applies MIG layouts.
-
-It imports nothing from Django (``python -m gpu_agent`` runs on GPU nodes without the portal's
-dependencies); NVML is reached through ``gpu_agent.agent.backend.Backend``.
-"""
-
-AGENT_VERSION = "1.0"
