@@ -575,6 +575,29 @@ def admin_dashboard(
     """Every cluster (or one), every GPU flavor (or those of one name), in a fixed number of
     queries (about ten) whatever the number of tenants, flavors or GPUs."""
     now = now or timezone.now()
+    views, flavors = _dashboard_places(cluster=cluster, flavor=flavor)
+    by_flavor = _flavor_capacities(views, flavors)
+    usage, slugs = _allocation_usage(period, views, by_flavor)
+    tenant_units = _add_usage(views, by_flavor, usage, slugs)
+    idle = _idle_allocations(period, views, by_flavor, usage, slugs)
+    _gpu_cells(views, now)
+    return AdminDashboard(
+        period,
+        list(views.values()),
+        {t: dict(v) for t, v in sorted(tenant_units.items())},
+        idle[:TOP_IDLE],
+    )
+
+
+# (cluster, tenant, flavor) -> metric -> (samples, sum, max) over the period
+_AllocationUsage = dict[tuple[int, int, int], dict[int, tuple[int, float, float]]]
+
+
+def _dashboard_places(
+    *, cluster: str | None, flavor: str | None
+) -> tuple[dict[int, ClusterView], dict[int, ResourceFlavor]]:
+    """The clusters shown (one by name, or all; 404 for a name that is none) and their GPU
+    flavors (those of one name, or all); with a flavor, only the clusters that have it."""
     cluster_rows = Cluster.objects.order_by("name")
     if cluster:
         cluster_rows = cluster_rows.filter(name=cluster)
@@ -588,17 +611,33 @@ def admin_dashboard(
     if flavor:  # only the clusters that have it
         having = {f.cluster_id for f in flavors.values()}
         views = {pk: view for pk, view in views.items() if pk in having}
+    return views, flavors
+
+
+def _flavor_capacity(
+    views: dict[int, ClusterView], flavors: dict[int, ResourceFlavor]
+) -> dict[tuple[int, str], float]:
+    """(flavor id, resource) -> capacity. A MIG flavor's capacity is what the fleet's GPUs
+    are partitioned into, as the approval check counts it (``MIG_CAPACITY``), not the number
+    typed in Django admin."""
     capacity = {
         (fr.flavor_id, fr.resource): float(fr.capacity)
         for fr in FlavorResource.objects.filter(flavor_id__in=list(flavors))
     }
-    # A MIG flavor's capacity is what the fleet's GPUs are partitioned into, as the approval
-    # check counts it (``MIG_CAPACITY``), not the number typed in Django admin.
     for view in views.values():
         mine = [f for f in flavors.values() if f.cluster_id == view.cluster.pk]
         for flavor_id, fleet in fleet_capacities(cluster=view.cluster, flavors=mine).items():
             flavor_row = flavors[flavor_id]
             capacity[(flavor_id, mig_resource(flavor_row.mig_profile))] = float(fleet.total)
+    return capacity
+
+
+def _flavor_capacities(
+    views: dict[int, ClusterView], flavors: dict[int, ResourceFlavor]
+) -> dict[int, FlavorCapacity]:
+    """Per flavor, its capacity and the tenants' guarantees and limits on it, each added to
+    its cluster's view."""
+    capacity = _flavor_capacity(views, flavors)
     quota_rows = (
         Quota.objects.filter(flavor_id__in=list(flavors), resource__startswith="nvidia.com/")
         .order_by()
@@ -620,6 +659,14 @@ def admin_dashboard(
             int(q.get("n") or 0),
         )
         views[row.cluster_id].flavors.append(by_flavor[row.pk])
+    return by_flavor
+
+
+def _allocation_usage(
+    period: Period, views: dict[int, ClusterView], by_flavor: dict[int, FlavorCapacity]
+) -> tuple[_AllocationUsage, dict[int, str]]:
+    """The period's use, allocation and utilisation per tenant on each flavor shown, and the
+    slugs of those tenants."""
     aggregates = _period_aggregates(
         period,
         [Metric.QUOTA_USED, Metric.GPUS_ALLOCATED, Metric.GPU_UTILIZATION],
@@ -627,14 +674,23 @@ def admin_dashboard(
     )
     tenant_ids = {t for _, t, _, _ in aggregates if t}
     slugs = dict(Tenant.objects.filter(pk__in=tenant_ids).values_list("pk", "slug"))
-    tenant_units: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    per_allocation: dict[tuple[int, int, int], dict[int, tuple[int, float, float]]] = defaultdict(
-        dict
-    )
+    usage: _AllocationUsage = defaultdict(dict)
     for (c, t, f, metric), value in aggregates.items():
         if f in by_flavor and t in slugs:
-            per_allocation[(c, t, f)][metric] = value
-    for (c, t, f), metrics in per_allocation.items():
+            usage[(c, t, f)][metric] = value
+    return usage, slugs
+
+
+def _add_usage(
+    views: dict[int, ClusterView],
+    by_flavor: dict[int, FlavorCapacity],
+    usage: _AllocationUsage,
+    slugs: dict[int, str],
+) -> dict[str, dict[str, float]]:
+    """Adds each allocation's utilisation to its cluster and its mean and peak use to its
+    flavor and to the cluster's shares; returns tenant -> cluster -> weighted GPUs used."""
+    tenant_units: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for (c, t, f), metrics in usage.items():
         fc = by_flavor[f]
         util = metrics.get(Metric.GPU_UTILIZATION)
         if util is not None:
@@ -647,8 +703,20 @@ def admin_dashboard(
             fc.used_peak = max(fc.used_peak, used[2])
             views[c].shares.setdefault(f, {})[slugs[t]] = mean
             tenant_units[slugs[t]][views[c].cluster.name] += mean * fc.weight
+    return tenant_units
+
+
+def _idle_allocations(
+    period: Period,
+    views: dict[int, ClusterView],
+    by_flavor: dict[int, FlavorCapacity],
+    usage: _AllocationUsage,
+    slugs: dict[int, str],
+) -> list[IdleAllocation]:
+    """The allocations held below ``IDLE_BELOW_PCT`` utilisation (or with none measured),
+    the most idle GPU-hours first."""
     idle = []
-    for (c, t, f), metrics in per_allocation.items():
+    for (c, t, f), metrics in usage.items():
         held = metrics.get(Metric.GPUS_ALLOCATED) or metrics.get(Metric.QUOTA_USED)
         util = metrics.get(Metric.GPU_UTILIZATION)
         if held is None or held[1] <= 0:
@@ -669,13 +737,7 @@ def admin_dashboard(
             )
         )
     idle.sort(key=lambda a: (-a.idle_gpu_hours, a.cluster, a.tenant, a.flavor))
-    _gpu_cells(views, now)
-    return AdminDashboard(
-        period,
-        list(views.values()),
-        {t: dict(v) for t, v in sorted(tenant_units.items())},
-        idle[:TOP_IDLE],
-    )
+    return idle
 
 
 # --- workload profile --------------------------------------------------------------------------

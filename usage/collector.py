@@ -203,42 +203,11 @@ def workload_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     status = obj.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
-
-    def when_true(kind: str) -> datetime | None:
-        condition = conditions.get(kind)
-        if condition and condition.get("status") == "True":
-            return _time(condition.get("lastTransitionTime"))
-        return None
-
-    stats = (status.get("schedulingStats") or {}).get("evictions") or []
-    evictions = sum(int(e.get("count") or 0) for e in stats)
-    preemptions = sum(int(e.get("count") or 0) for e in stats if e.get("reason") == "Preempted")
     evicted = conditions.get("Evicted") or {}
-    gpus = 0.0
-    for pod_set in spec.get("podSets") or []:
-        template = (pod_set.get("template") or {}).get("spec") or {}
-        gpus += int(pod_set.get("count") or 1) * sum(_gpu_requests(template).values())
     admission = status.get("admission") or {}
-    flavors = sorted(
-        {
-            name
-            for assignment in admission.get("podSetAssignments") or []
-            for name in (assignment.get("flavors") or {}).values()
-        }
-    )
-    admitted_at = when_true("Admitted")
-    finished_at = when_true("Finished")
-    evicted_at = _time(evicted.get("lastTransitionTime")) if evicted else None
-    if finished_at:
-        state = WorkloadState.FINISHED
-    elif admitted_at:
-        state = WorkloadState.ADMITTED
-    elif spec.get("active") is False:
-        state = WorkloadState.INACTIVE
-    elif evicted.get("status") == "True":
-        state = WorkloadState.EVICTED
-    else:
-        state = WorkloadState.PENDING
+    admitted_at = _true_since(conditions, "Admitted")
+    finished_at = _true_since(conditions, "Finished")
+    evictions, preemptions = _eviction_counts(status)
     return {
         "uid": meta.get("uid") or "",
         "namespace": meta.get("namespace") or "",
@@ -247,16 +216,69 @@ def workload_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
         "queue_name": spec.get("queueName") or "",
         "cluster_queue": admission.get("clusterQueue") or "",
         "priority": spec.get("priority"),
-        "gpus": gpus,
-        "flavors": flavors,
-        "state": state,
+        "gpus": _workload_gpus(spec),
+        "flavors": _assigned_flavors(admission),
+        "state": _workload_state(
+            spec, evicted, admitted=admitted_at is not None, finished=finished_at is not None
+        ),
         "admitted_at": admitted_at,
         "finished_at": finished_at,
-        "evicted_at": evicted_at,
+        "evicted_at": _time(evicted.get("lastTransitionTime")) if evicted else None,
         "evicted_reason": evicted.get("reason") or "",
         "evictions": evictions,
         "preemptions": preemptions,
     }
+
+
+def _true_since(conditions: Mapping[Any, Mapping[str, Any]], kind: str) -> datetime | None:
+    """When the Workload's condition ``kind`` became true; None unless it is true."""
+    condition = conditions.get(kind)
+    if condition and condition.get("status") == "True":
+        return _time(condition.get("lastTransitionTime"))
+    return None
+
+
+def _eviction_counts(status: Mapping[str, Any]) -> tuple[int, int]:
+    """(evictions, of which preemptions), from ``.status.schedulingStats.evictions``."""
+    stats = (status.get("schedulingStats") or {}).get("evictions") or []
+    evictions = sum(int(e.get("count") or 0) for e in stats)
+    preemptions = sum(int(e.get("count") or 0) for e in stats if e.get("reason") == "Preempted")
+    return evictions, preemptions
+
+
+def _workload_gpus(spec: Mapping[str, Any]) -> float:
+    """The GPUs the Workload asks for: each pod set's count times its pods' GPU requests."""
+    gpus = 0.0
+    for pod_set in spec.get("podSets") or []:
+        template = (pod_set.get("template") or {}).get("spec") or {}
+        gpus += int(pod_set.get("count") or 1) * sum(_gpu_requests(template).values())
+    return gpus
+
+
+def _assigned_flavors(admission: Mapping[str, Any]) -> list[str]:
+    """The flavors Kueue admitted the Workload's pod sets on, sorted, each once."""
+    return sorted(
+        {
+            name
+            for assignment in admission.get("podSetAssignments") or []
+            for name in (assignment.get("flavors") or {}).values()
+        }
+    )
+
+
+def _workload_state(
+    spec: Mapping[str, Any], evicted: Mapping[str, Any], *, admitted: bool, finished: bool
+) -> WorkloadState:
+    """Finished, else admitted, else deactivated, else evicted, else pending."""
+    if finished:
+        return WorkloadState.FINISHED
+    if admitted:
+        return WorkloadState.ADMITTED
+    if spec.get("active") is False:
+        return WorkloadState.INACTIVE
+    if evicted.get("status") == "True":
+        return WorkloadState.EVICTED
+    return WorkloadState.PENDING
 
 
 def queue_samples(

@@ -862,58 +862,78 @@ def verdict(
     objects bound every tenant's GPU requests per GPU model, whatever the tenant submits."""
     env_lines, env_refused = _device_env_lines(kubernetes_version)
     if mode == ENFORCEMENT_SPLIT or not has_kueue:
-        lines = [
-            "Each namespace's ResourceQuota holds its share of the tenant's limit, and the "
-            "shares add up to the limit: Kubernetes refuses any pod beyond it, whatever "
-            "submits it.",
-        ]
-        shared = shared_resources(flavors)
-        for resource in shared:
-            lines.append(f"{resource.words()}.")
-        if shared:
-            lines.append(
-                "A namespace quota counts a resource name, not a GPU model. To bound each "
-                "model, give each its own resource name (the device plugin's renamed "
-                "resources), or choose 'Kueue manages everything', where Kueue counts each "
-                "flavor."
-            )
-        lines.append(
-            "Hold, idle suspension and dedicated pools act through Kueue: they reach work that "
-            "carries a queue name, not bare pods and Deployments, which are bounded by the "
-            "quota only."
+        return _split_verdict(
+            flavors=flavors, has_kueue=has_kueue, env_lines=env_lines, env_refused=env_refused
         )
-        if has_kueue:
-            lines.append(
-                "A namespace cannot use more than its share, even when the tenant's other "
-                "namespaces are idle."
-            )
-        lines.extend(env_lines)
-        bypass = "yes" if shared else ("no" if env_refused else "unknown")
-        return Verdict(mode=ENFORCEMENT_SPLIT, bypass=bypass, lines=tuple(lines))
     if config is None:
         why = f" ({config_error})" if config_error else ""
-        return Verdict(
-            mode=ENFORCEMENT_KUEUE,
-            bypass="unknown",
-            lines=(
-                f"Kueue's configuration could not be read{why}.",
-                "The admission policy refuses GPU workloads that carry no queue name; whether "
-                "Kueue manages the ones that do is not known, so nothing is claimed.",
-            ),
+        return _kueue_unknown(
+            f"Kueue's configuration could not be read{why}.",
+            "The admission policy refuses GPU workloads that carry no queue name; whether "
+            "Kueue manages the ones that do is not known, so nothing is claimed.",
         )
     try:
         trusted = read_trusted_controllers(trusted_controllers)
     except ValueError as error:
-        return Verdict(
-            mode=ENFORCEMENT_KUEUE,
-            bypass="unknown",
-            lines=(
-                f"The operators this cluster trusts to create owned GPU pods cannot be read: "
-                f"{error}.",
-                "Who may create a pod that names a controller owner is not known, so nothing "
-                "is claimed.",
-            ),
+        return _kueue_unknown(
+            f"The operators this cluster trusts to create owned GPU pods cannot be read: {error}.",
+            "Who may create a pod that names a controller owner is not known, so nothing "
+            "is claimed.",
         )
+    lines = [*_kueue_lines(config, trusted), *env_lines]
+    problems = _trust_problems(trusted, tenant_namespaces)
+    if problems:
+        return Verdict(mode=ENFORCEMENT_KUEUE, bypass="yes", lines=(*lines, *problems))
+    return Verdict(mode=ENFORCEMENT_KUEUE, bypass="no", lines=tuple(lines))
+
+
+def _split_verdict(
+    *,
+    flavors: Sequence[FlavorSpec],
+    has_kueue: bool,
+    env_lines: Sequence[str],
+    env_refused: bool,
+) -> Verdict:
+    """The namespace split (or a cluster without Kueue): each namespace's ResourceQuota bounds
+    it; a resource name several GPU models share is bounded only as a sum ("yes")."""
+    lines = [
+        "Each namespace's ResourceQuota holds its share of the tenant's limit, and the "
+        "shares add up to the limit: Kubernetes refuses any pod beyond it, whatever "
+        "submits it.",
+    ]
+    shared = shared_resources(flavors)
+    for resource in shared:
+        lines.append(f"{resource.words()}.")
+    if shared:
+        lines.append(
+            "A namespace quota counts a resource name, not a GPU model. To bound each "
+            "model, give each its own resource name (the device plugin's renamed "
+            "resources), or choose 'Kueue manages everything', where Kueue counts each "
+            "flavor."
+        )
+    lines.append(
+        "Hold, idle suspension and dedicated pools act through Kueue: they reach work that "
+        "carries a queue name, not bare pods and Deployments, which are bounded by the "
+        "quota only."
+    )
+    if has_kueue:
+        lines.append(
+            "A namespace cannot use more than its share, even when the tenant's other "
+            "namespaces are idle."
+        )
+    lines.extend(env_lines)
+    bypass = "yes" if shared else ("no" if env_refused else "unknown")
+    return Verdict(mode=ENFORCEMENT_SPLIT, bypass=bypass, lines=tuple(lines))
+
+
+def _kueue_unknown(*lines: str) -> Verdict:
+    """Kueue manages everything, but something the answer rests on cannot be read."""
+    return Verdict(mode=ENFORCEMENT_KUEUE, bypass="unknown", lines=lines)
+
+
+def _kueue_lines(config: KueueConfig, trusted: Sequence[str]) -> list[str]:
+    """What Kueue manages here, what the admission policy refuses and who may create owned
+    GPU objects."""
     managed = [
         kind for kind in _ALL_KINDS if config.manages(kind, labelled=True, namespace_selected=True)
     ]
@@ -925,7 +945,7 @@ def verdict(
     if refused:
         refusals.append(f"{_and(refused)} that no managed workload created")
     others = ", ".join(trusted) if trusted else "none"
-    lines = [
+    return [
         f"Kueue manages {_and([f'{k}s' for k in managed]) if managed else 'no workload kind'} "
         f"here ({_plural(len(config.frameworks), 'integration')} enabled).",
         (
@@ -941,8 +961,12 @@ def verdict(
         f"({kueue_account(config)}) and the operators this cluster trusts ({others}). "
         "Anyone else naming an owner is refused like any other.",
         "Hold, idle suspension and dedicated pools reach every GPU workload the policy lets in.",
-        *env_lines,
     ]
+
+
+def _trust_problems(trusted: Sequence[str], tenant_namespaces: Sequence[str]) -> list[str]:
+    """Trusted operators that would let someone create owned GPU pods outside Kueue: one
+    reaching beyond one namespace's ServiceAccounts, or one in a tenant's namespace."""
     tenant_set = set(tenant_namespaces)
     broad = [entry for entry in trusted if _broad(entry)]
     tenants_own = [entry for entry in trusted if _entry_namespace(entry) in tenant_set]
@@ -958,6 +982,4 @@ def verdict(
             f"The trusted operator {_and(tenants_own)} runs in a tenant's namespace: that "
             "tenant could create owned GPU pods outside Kueue."
         )
-    if problems:
-        return Verdict(mode=ENFORCEMENT_KUEUE, bypass="yes", lines=(*lines, *problems))
-    return Verdict(mode=ENFORCEMENT_KUEUE, bypass="no", lines=tuple(lines))
+    return problems

@@ -91,7 +91,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import jsonschema
 import jsonschema_rs
@@ -800,97 +800,149 @@ def _namespace_selector_issues(spec: dict[str, Any]) -> Iterator[Issue]:
             yield from _label_selector_issues(selector, path)
 
 
+class _Parent(NamedTuple):
+    """Where a ClusterQueue (its cohort) or a Cohort (its parent) names what it lends to and
+    borrows from, and whether it names one."""
+
+    is_cohort: bool
+    field: str
+    word: str
+    present: bool
+
+
 def _resource_group_issues(spec: dict[str, Any], *, is_cohort: bool) -> Iterator[Issue]:
-    parent_field, parent_word = ("parentName", "parent") if is_cohort else ("cohortName", "cohort")
-    has_parent = bool(spec.get(parent_field))
-    groups = _list(spec.get("resourceGroups"))
+    field_name, word = ("parentName", "parent") if is_cohort else ("cohortName", "cohort")
+    parent = _Parent(is_cohort, field_name, word, bool(spec.get(field_name)))
+    groups = [_dict(group) for group in _list(spec.get("resourceGroups"))]
     seen_resources: dict[str, int] = {}
     seen_flavors: dict[str, int] = {}
-    total_flavors = total_covered = 0
     for i, group in enumerate(groups):
-        group, base = _dict(group), ("spec", "resourceGroups", i)
-        covered = [name for name in _list(group.get("coveredResources")) if isinstance(name, str)]
-        total_covered += len(covered)
-        for j, name in enumerate(covered):
-            for problem in _qualified_name_problems(name):
-                yield (*base, "coveredResources", j), f"invalid resource name {name!r}: {problem}"
-            if name in seen_resources:
-                where = (
-                    "this group"
-                    if seen_resources[name] == i
-                    else f"resourceGroups[{seen_resources[name]}]"
-                )
-                yield (
-                    (*base, "coveredResources", j),
-                    f'duplicate resource "{name}", already covered in {where}: each resource '
-                    "may appear in only one resource group",
-                )
-            else:
-                seen_resources[name] = i
-        flavors = _list(group.get("flavors"))
-        total_flavors += len(flavors)
-        pairs = 0
+        base = ("spec", "resourceGroups", i)
+        covered = _covered_resources(group)
+        yield from _covered_resource_issues(covered, base, i, seen_resources)
+        flavors = [_dict(flavor) for flavor in _list(group.get("flavors"))]
         for j, flavor in enumerate(flavors):
-            flavor, fpath = _dict(flavor), (*base, "flavors", j)
-            flavor_name = flavor.get("name")
-            if isinstance(flavor_name, str):
-                first = seen_flavors.setdefault(flavor_name, i)
-                if first != i:
-                    yield (
-                        (*fpath, "name"),
-                        f'flavor "{flavor_name}" already appears in resourceGroups[{first}]: '
-                        "each flavor may appear in only one resource group",
-                    )
-            entries = [_dict(entry) for entry in _list(flavor.get("resources"))]
-            pairs += len(entries)
-            for k, entry in enumerate(entries):
-                rpath = (*fpath, "resources", k)
-                if k < len(covered) and entry.get("name") != covered[k]:
-                    yield (
-                        (*rpath, "name"),
-                        f'must match the name in coveredResources: expected "{covered[k]}" '
-                        f"(coveredResources[{k}]), got {_short(entry.get('name'))}; Kueue pairs "
-                        "them by position",
-                    )
-                amounts = {
-                    f: _quantity(entry.get(f))
-                    for f in ("nominalQuota", "borrowingLimit", "lendingLimit")
-                }
-                for field_name, amount in amounts.items():
-                    if amount is not None and amount < 0:
-                        yield (
-                            (*rpath, field_name),
-                            f"must be greater than or equal to 0, got {entry[field_name]}",
-                        )
-                # A ClusterQueue's borrowingLimit without a cohort is the CRD's CEL rule.
-                limit_fields = (
-                    (("borrowingLimit", "borrow from"), ("lendingLimit", "lend to"))
-                    if is_cohort
-                    else (("lendingLimit", "lend to"),)
-                )
-                for field_name, action in limit_fields:
-                    if entry.get(field_name) is not None and not has_parent:
-                        yield (
-                            (*rpath, field_name),
-                            f"{field_name} must be nil when {parent_word} is empty: spec.{parent_field} "
-                            f"is not set, so there is no {parent_word} to {action}",
-                        )
-                nominal, lending = amounts["nominalQuota"], amounts["lendingLimit"]
-                if (
-                    not is_cohort
-                    and nominal is not None
-                    and lending is not None
-                    and lending > nominal
-                ):
-                    yield (
-                        (*rpath, "lendingLimit"),
-                        f"must be less than or equal to the nominalQuota ({entry['lendingLimit']} > {entry['nominalQuota']})",
-                    )
+            yield from _flavor_issues(
+                flavor,
+                (*base, "flavors", j),
+                group=i,
+                covered=covered,
+                seen=seen_flavors,
+                parent=parent,
+            )
+        pairs = sum(len(_list(flavor.get("resources"))) for flavor in flavors)
         if pairs > 512:
             yield (
                 base,
                 f"number of flavor-resource combinations in a resourceGroup must be <= 512, got {pairs}",
             )
+    yield from _resource_group_totals_issues(groups)
+
+
+def _covered_resources(group: dict[str, Any]) -> list[str]:
+    return [name for name in _list(group.get("coveredResources")) if isinstance(name, str)]
+
+
+def _covered_resource_issues(
+    covered: list[str], base: FieldPath, group: int, seen: dict[str, int]
+) -> Iterator[Issue]:
+    """Each covered resource a valid name, in one resource group only (``seen``: the group
+    that first covered each name, updated)."""
+    for j, name in enumerate(covered):
+        for problem in _qualified_name_problems(name):
+            yield (*base, "coveredResources", j), f"invalid resource name {name!r}: {problem}"
+        if name not in seen:
+            seen[name] = group
+            continue
+        where = "this group" if seen[name] == group else f"resourceGroups[{seen[name]}]"
+        yield (
+            (*base, "coveredResources", j),
+            f'duplicate resource "{name}", already covered in {where}: each resource '
+            "may appear in only one resource group",
+        )
+
+
+def _flavor_issues(
+    flavor: dict[str, Any],
+    fpath: FieldPath,
+    *,
+    group: int,
+    covered: list[str],
+    seen: dict[str, int],
+    parent: _Parent,
+) -> Iterator[Issue]:
+    """A flavor of a resource group: in one group only (``seen``: the group where each flavor
+    first appeared, updated), and each of its resources' quotas."""
+    flavor_name = flavor.get("name")
+    if isinstance(flavor_name, str):
+        first = seen.setdefault(flavor_name, group)
+        if first != group:
+            yield (
+                (*fpath, "name"),
+                f'flavor "{flavor_name}" already appears in resourceGroups[{first}]: '
+                "each flavor may appear in only one resource group",
+            )
+    for k, entry in enumerate(_list(flavor.get("resources"))):
+        yield from _flavor_resource_issues(_dict(entry), fpath, k, covered, parent)
+
+
+def _flavor_resource_issues(
+    entry: dict[str, Any], fpath: FieldPath, k: int, covered: list[str], parent: _Parent
+) -> Iterator[Issue]:
+    """The ``k``-th resource's quotas in a flavor: named as coveredResources names it at the
+    same position, no amount below zero, and the lending rules."""
+    rpath = (*fpath, "resources", k)
+    if k < len(covered) and entry.get("name") != covered[k]:
+        yield (
+            (*rpath, "name"),
+            f'must match the name in coveredResources: expected "{covered[k]}" '
+            f"(coveredResources[{k}]), got {_short(entry.get('name'))}; Kueue pairs "
+            "them by position",
+        )
+    amounts = {
+        f: _quantity(entry.get(f)) for f in ("nominalQuota", "borrowingLimit", "lendingLimit")
+    }
+    for field_name, amount in amounts.items():
+        if amount is not None and amount < 0:
+            yield (
+                (*rpath, field_name),
+                f"must be greater than or equal to 0, got {entry[field_name]}",
+            )
+    yield from _lending_issues(entry, rpath, amounts, parent)
+
+
+def _lending_issues(
+    entry: dict[str, Any],
+    rpath: FieldPath,
+    amounts: Mapping[str, Decimal | None],
+    parent: _Parent,
+) -> Iterator[Issue]:
+    """Nothing to lend to or borrow from without a cohort (a parent), and a ClusterQueue
+    lends at most its nominal quota."""
+    # A ClusterQueue's borrowingLimit without a cohort is the CRD's CEL rule.
+    limit_fields = (
+        (("borrowingLimit", "borrow from"), ("lendingLimit", "lend to"))
+        if parent.is_cohort
+        else (("lendingLimit", "lend to"),)
+    )
+    for field_name, action in limit_fields:
+        if entry.get(field_name) is not None and not parent.present:
+            yield (
+                (*rpath, field_name),
+                f"{field_name} must be nil when {parent.word} is empty: spec.{parent.field} "
+                f"is not set, so there is no {parent.word} to {action}",
+            )
+    nominal, lending = amounts["nominalQuota"], amounts["lendingLimit"]
+    if not parent.is_cohort and nominal is not None and lending is not None and lending > nominal:
+        yield (
+            (*rpath, "lendingLimit"),
+            f"must be less than or equal to the nominalQuota ({entry['lendingLimit']} > {entry['nominalQuota']})",
+        )
+
+
+def _resource_group_totals_issues(groups: list[dict[str, Any]]) -> Iterator[Issue]:
+    total_flavors = sum(len(_list(group.get("flavors"))) for group in groups)
+    total_covered = sum(len(_covered_resources(group)) for group in groups)
     if total_flavors > 256:
         yield (
             ("spec", "resourceGroups"),

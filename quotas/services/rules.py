@@ -1,48 +1,32 @@
-"""Writes for quotas, and the rules a quota line keeps.
+"""The rules a quota line keeps: the items a change asks for (``QuotaItem``,
+``SchedulingQuotas``), what validation found (``QuotaCheck``) and the checks themselves.
 
-Quota sets change only through these functions, which validate every item against the
-cluster (``quota_items_check``; ``capacity_lines_check`` gives the same verdicts line by line
-for pages), bump the generation and audit the change in one transaction. A change the
-cluster must see is recorded in the outbox in the same transaction and pushed after commit
-(``outbox_record``; ``outbox_sweep`` re-sends what no worker took, ``outbox_reopen`` an
-admin's retry): approved quotas, a tenant's own changes (``quota_sets_resync``) and a hold on
-new work at 100% (``quota_set_hold``, R11). Tier templates are written here too."""
+``quota_items_check`` validates every item against the cluster (capacity, elastic cap, MIG
+instances, time-sliced shares); ``capacity_lines_check`` gives the same verdicts line by line
+for pages; ``pod_caps_check``, ``inference_split_check``, ``department_check`` and
+``fair_share_weight_check`` judge the rest of a change. Reads only: nothing here writes."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Protocol
 
-from django.conf import settings
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import transaction
-from django.db.models import Q
-from django.utils import timezone
-
 from core.errors import ValidationFailed
-from core.tasks import enqueue
 from quotas import timeslicing
 from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,
     MEMORY_RESOURCE,
-    Enforcement,
-    FlavorKind,
     is_gpu_resource,
     mig_resource,
 )
-from quotas.kube import enforcement
 from quotas.models import (
     Cluster,
     Quota,
     QuotaSet,
     ResourceFlavor,
-    SyncOutbox,
-    TierTemplate,
 )
 from quotas.quantity import QuantityError, format_quantity, parse_resource_amount, to_display
 from quotas.selectors import (
@@ -52,11 +36,7 @@ from quotas.selectors import (
     flavor_capacities,
     guarantees_by_flavor,
 )
-from tenants.models import Tenant, User
-from tenants.namespaces import reserved_reason
-from tenants.services import audit_record, tenant_ensure_not_archived
-
-logger = logging.getLogger(__name__)
+from tenants.models import Tenant
 
 
 @dataclass(frozen=True)
@@ -352,7 +332,7 @@ def fair_share_weight_check(check: QuotaCheck, weight: Any) -> None:
         )
 
 
-def _shown(amount: Decimal, resource: str) -> str:
+def amount_text(amount: Decimal, resource: str) -> str:
     """An amount as people read it: "1 GPU", "12 GPUs", "16 cores", "64 GiB"."""
     if resource == GPU_RESOURCE:
         return f"{to_display(amount, resource)} GPU{'' if amount == 1 else 's'}"
@@ -393,7 +373,7 @@ def pod_caps_check(
         cap = caps.get(name)
         if cap is None:
             continue
-        shown = _shown(Decimal(cap), resource)
+        shown = amount_text(Decimal(cap), resource)
         if Decimal(cap) <= 0:
             check.error(name, f"a per-pod cap must be above zero; got {shown}")
             continue
@@ -404,10 +384,10 @@ def pod_caps_check(
             continue
         message = (
             f"a cap of {shown} per pod is above {tenant}'s largest {_RESOURCE_WORDS[resource]} "
-            f"limit of {_shown(limit, resource)} (on {flavor}): no pod could get that much"
+            f"limit of {amount_text(limit, resource)} (on {flavor}): no pod could get that much"
         )
         if name in requested:
-            check.error(name, f"{message}; ask for at most {_shown(limit, resource)}")
+            check.error(name, f"{message}; ask for at most {amount_text(limit, resource)}")
         else:
             check.warnings.append(f"{message}; the cap in force should come down with it")
     return check
@@ -443,8 +423,8 @@ def inference_split_check(
     if asked > limit:
         check.error(
             "inference_gpus",
-            f"{_shown(asked, GPU_RESOURCE)} for inference is above {tenant}'s whole-GPU "
-            f"limit of {_shown(limit, GPU_RESOURCE)}: the split must fit the limit",
+            f"{amount_text(asked, GPU_RESOURCE)} for inference is above {tenant}'s whole-GPU "
+            f"limit of {amount_text(limit, GPU_RESOURCE)}: the split must fit the limit",
         )
         return check
     if asked > 0 and not production_allowed:
@@ -455,8 +435,8 @@ def inference_split_check(
         )
     elif asked > guaranteed:
         check.warnings.append(
-            f"{_shown(asked, GPU_RESOURCE)} for inference is more than the "
-            f"{_shown(guaranteed, GPU_RESOURCE)} guaranteed: the rest is borrowed, and "
+            f"{amount_text(asked, GPU_RESOURCE)} for inference is more than the "
+            f"{amount_text(guaranteed, GPU_RESOURCE)} guaranteed: the rest is borrowed, and "
             "serving on it can be preempted when the lenders need their GPUs back"
         )
     return check
@@ -632,521 +612,3 @@ def capacity_lines_check(
             )
         )
     return out
-
-
-def _snapshot(quota_set: QuotaSet) -> dict[str, Any]:
-    return {
-        "generation": quota_set.generation,
-        "max_running_jobs": quota_set.max_running_jobs,
-        "max_queued_jobs": quota_set.max_queued_jobs,
-        "max_pods": quota_set.max_pods,
-        "storage_bytes": None if quota_set.storage_bytes is None else str(quota_set.storage_bytes),
-        "max_pvcs": quota_set.max_pvcs,
-        "fair_share_weight": quota_set.fair_share_weight,
-        "max_gpus_per_pod": quota_set.max_gpus_per_pod,
-        "max_cpu_per_pod": None
-        if quota_set.max_cpu_per_pod is None
-        else format_quantity(quota_set.max_cpu_per_pod, CPU_RESOURCE),
-        "max_memory_per_pod": None
-        if quota_set.max_memory_per_pod is None
-        else format_quantity(quota_set.max_memory_per_pod, MEMORY_RESOURCE),
-        "inference_gpus": quota_set.inference_gpus,
-        "items": [
-            {
-                "flavor": q.flavor.name,
-                "resource": q.resource,
-                "guaranteed": format_quantity(q.guaranteed, q.resource),
-                "limit": format_quantity(q.limit, q.resource),
-                "lending_limit": None
-                if q.lending_limit is None
-                else format_quantity(q.lending_limit, q.resource),
-            }
-            for q in quota_set.quotas.select_related("flavor").order_by("flavor__name", "resource")
-        ],
-    }
-
-
-@transaction.atomic
-def quota_set_write(
-    *,
-    tenant: Tenant,
-    cluster: Cluster,
-    items: Sequence[QuotaItem],
-    scheduling: SchedulingQuotas,
-    actor: User | None,
-    tier: TierTemplate | None = None,
-    reason: str = "",
-) -> QuotaSet:
-    """Replace a tenant's quota set on a cluster (creating it if needed) with ``items``.
-
-    Items not listed are removed. The generation increases by one on every write, so the
-    cluster side can tell which version it has applied. Callers that hold an approval pass it
-    through ``reason``; only approved changes may reach this function (approvals issue).
-    An archived tenant gets no new quotas (409)."""
-    tenant_ensure_not_archived(tenant=tenant, doing="gets no new quotas")
-    quota_set, created = QuotaSet.objects.select_for_update().get_or_create(
-        tenant=tenant, cluster=cluster
-    )
-    # Lock the cluster's quota sets of the flavors involved, so two concurrent writes cannot
-    # both pass the capacity check (PostgreSQL; SQLite serialises writers anyway).
-    list(Cluster.objects.select_for_update().filter(pk=cluster.pk))
-    check = quota_items_check(
-        cluster=cluster, items=items, quota_set=quota_set, department=tenant.children.exists()
-    )
-    check.raise_if_invalid()
-    before = None if created else _snapshot(quota_set)
-
-    quota_set.quotas.all().delete()
-    Quota.objects.bulk_create(
-        Quota(
-            quota_set=quota_set,
-            flavor=item.flavor,
-            resource=item.resource,
-            guaranteed=item.guaranteed,
-            limit=item.limit,
-            lending_limit=item.lending_limit,
-        )
-        for item in items
-    )
-    quota_set.max_running_jobs = scheduling.max_running_jobs
-    quota_set.max_queued_jobs = scheduling.max_queued_jobs
-    quota_set.max_pods = scheduling.max_pods
-    quota_set.storage_bytes = scheduling.storage_bytes
-    quota_set.max_pvcs = scheduling.max_pvcs
-    quota_set.fair_share_weight = scheduling.fair_share_weight
-    quota_set.max_gpus_per_pod = scheduling.max_gpus_per_pod
-    quota_set.max_cpu_per_pod = scheduling.max_cpu_per_pod
-    quota_set.max_memory_per_pod = scheduling.max_memory_per_pod
-    quota_set.inference_gpus = scheduling.inference_gpus
-    if tier is not None:
-        quota_set.tier = tier
-    if not created:
-        quota_set.generation += 1
-    quota_set.save()
-    after = _snapshot(quota_set)
-    if reason:
-        after["reason"] = reason
-    audit_record(
-        actor=actor,
-        action="quota_set.written",
-        object_id=f"{tenant.slug}@{cluster.name}",
-        obj=quota_set,
-        tenant=tenant,
-        before=before,
-        after=after,
-    )
-    return quota_set
-
-
-def tier_items(*, tier: TierTemplate, gpu_flavor: ResourceFlavor) -> list[QuotaItem]:
-    """The quota items a tier gives on a GPU flavor: GPUs, and CPU / memory where the flavor
-    covers them."""
-    covered = set(gpu_flavor.resources.values_list("resource", flat=True))
-    amounts = {
-        GPU_RESOURCE: (Decimal(tier.gpus_guaranteed), Decimal(tier.gpus_limit)),
-        CPU_RESOURCE: (tier.cpu_guaranteed, tier.cpu_limit),
-        MEMORY_RESOURCE: (tier.memory_guaranteed, tier.memory_limit),
-    }
-    return [
-        QuotaItem(gpu_flavor, resource, guaranteed, limit)
-        for resource, (guaranteed, limit) in amounts.items()
-        if resource in covered
-    ]
-
-
-def tier_scheduling(tier: TierTemplate) -> SchedulingQuotas:
-    return SchedulingQuotas(
-        max_running_jobs=tier.max_running_jobs,
-        max_queued_jobs=tier.max_queued_jobs,
-        max_pods=tier.max_pods,
-        storage_bytes=tier.storage_bytes,
-        max_pvcs=tier.max_pvcs,
-        max_gpus_per_pod=tier.max_gpus_per_pod,
-        max_cpu_per_pod=tier.max_cpu_per_pod,
-        max_memory_per_pod=tier.max_memory_per_pod,
-        inference_gpus=tier.inference_gpus,
-    )
-
-
-def default_gpu_flavor(*, cluster: Cluster) -> ResourceFlavor:
-    flavor = cluster.flavors.filter(kind=FlavorKind.GPU).order_by("name").first()
-    if flavor is None:
-        raise ValidationFailed.for_field(
-            "cluster", f"cluster {cluster.name!r} has no whole-GPU flavor to apply a tier to"
-        )
-    return flavor
-
-
-def quota_set_create_from_tier(
-    *,
-    tenant: Tenant,
-    cluster: Cluster,
-    tier: TierTemplate,
-    actor: User | None,
-    gpu_flavor: ResourceFlavor | None = None,
-) -> QuotaSet:
-    gpu_flavor = gpu_flavor or default_gpu_flavor(cluster=cluster)
-    if gpu_flavor.cluster_id != cluster.pk:
-        raise ValidationFailed.for_field(
-            "gpu_flavor",
-            f"flavor {gpu_flavor.name!r} belongs to cluster {gpu_flavor.cluster.name!r}, "
-            f"not {cluster.name!r}",
-        )
-    if gpu_flavor.kind != FlavorKind.GPU:
-        raise ValidationFailed.for_field(
-            "gpu_flavor",
-            f"flavor {gpu_flavor.name!r} is a {gpu_flavor.kind} flavor, not whole GPUs",
-        )
-    try:
-        return quota_set_write(
-            tenant=tenant,
-            cluster=cluster,
-            items=tier_items(tier=tier, gpu_flavor=gpu_flavor),
-            scheduling=tier_scheduling(tier),
-            actor=actor,
-            tier=tier,
-            reason=f"tier {tier.name}",
-        )
-    except ValidationFailed as exc:
-        # The caller chose a tier, not items: name the tier and keep every reason.
-        reasons = [message for messages in exc.fields.values() for message in messages]
-        raise ValidationFailed(
-            f"tier {tier.name!r} does not fit on {cluster.name}: {exc.message}",
-            fields={"tier": reasons},
-        ) from exc
-
-
-TIER_AMOUNT_FIELDS = {
-    "gpus_guaranteed": GPU_RESOURCE,
-    "gpus_limit": GPU_RESOURCE,
-    "cpu_guaranteed": CPU_RESOURCE,
-    "cpu_limit": CPU_RESOURCE,
-    "memory_guaranteed": MEMORY_RESOURCE,
-    "memory_limit": MEMORY_RESOURCE,
-    "storage_bytes": "storage",
-}
-TIER_COUNT_FIELDS = ("max_running_jobs", "max_queued_jobs", "max_pods", "max_pvcs")
-TIER_TEXT_FIELDS = ("display_name", "description", "sort_order")
-# Optional: per-pod caps (R16) and the inference split (R17); empty: derived / no split.
-TIER_OPTIONAL_FIELDS = {
-    "max_gpus_per_pod": GPU_RESOURCE,
-    "max_cpu_per_pod": CPU_RESOURCE,
-    "max_memory_per_pod": MEMORY_RESOURCE,
-    "inference_gpus": GPU_RESOURCE,
-}
-
-
-def _tier_snapshot(tier: TierTemplate) -> dict[str, Any]:
-    snapshot: dict[str, Any] = {"name": tier.name, "display_name": tier.display_name}
-    for name, resource in TIER_AMOUNT_FIELDS.items():
-        snapshot[name] = format_quantity(getattr(tier, name), resource)
-    snapshot.update({name: getattr(tier, name) for name in TIER_COUNT_FIELDS})
-    for name, resource in TIER_OPTIONAL_FIELDS.items():
-        value = getattr(tier, name)
-        snapshot[name] = None if value is None else format_quantity(Decimal(value), resource)
-    return snapshot
-
-
-def tier_template_prepare(*, tier: TierTemplate | None = None, **fields: Any) -> TierTemplate:
-    """The tier with ``fields`` applied and checked, unsaved; ``tier`` None makes a new one.
-    Amounts may be Kubernetes quantities ("64Gi") or numbers. The rules: guaranteed <= limit
-    for GPUs, CPU and memory, nothing negative, GPUs whole, a DNS-1123 name that is free.
-    Raises ValidationFailed naming every field that breaks one."""
-    unknown = set(fields) - {
-        "name", *TIER_AMOUNT_FIELDS, *TIER_COUNT_FIELDS, *TIER_TEXT_FIELDS, *TIER_OPTIONAL_FIELDS
-    }  # fmt: skip
-    if unknown:
-        raise ValidationFailed.for_field(sorted(unknown)[0], "not a tier template field")
-    if tier is None:
-        name = fields.get("name", "")
-        if TierTemplate.objects.filter(name=name).exists():
-            raise ValidationFailed.for_field("name", f"A tier template {name!r} already exists.")
-        tier = TierTemplate(name=name)
-    elif "name" in fields and fields["name"] != tier.name:
-        raise ValidationFailed.for_field("name", "A tier template's name cannot change.")
-    else:
-        tier = TierTemplate.objects.get(pk=tier.pk)  # never half-apply to the caller's object
-    for name, value in fields.items():
-        setattr(tier, name, value)
-    check = QuotaCheck()
-    for name, resource in TIER_AMOUNT_FIELDS.items():
-        value = getattr(tier, name, None)
-        if value is None or value == "":
-            check.error(name, "This field is required.")
-            continue
-        try:
-            setattr(tier, name, parse_resource_amount(resource, value))
-        except QuantityError as exc:
-            check.error(name, str(exc))
-    for name in TIER_COUNT_FIELDS:
-        value = getattr(tier, name, None)
-        if value is None or not isinstance(value, int) or value < 0:
-            check.error(name, f"must be a whole number >= 0, got {value!r}")
-    for what in ("gpus", "cpu", "memory"):
-        names = (f"{what}_guaranteed", f"{what}_limit")
-        if any(name in check.errors for name in names):
-            continue
-        guaranteed, limit = (getattr(tier, name) for name in names)
-        if guaranteed > limit:
-            resource = TIER_AMOUNT_FIELDS[names[1]]
-            check.error(
-                names[0],
-                f"guaranteed {format_quantity(guaranteed, resource)} is above the limit "
-                f"{format_quantity(limit, resource)}",
-            )
-    _tier_optional_check(check, tier)
-    check.raise_if_invalid()
-    try:
-        tier.full_clean(
-            exclude=[*TIER_AMOUNT_FIELDS, *TIER_COUNT_FIELDS, *TIER_OPTIONAL_FIELDS],
-            validate_unique=False,
-        )
-    except DjangoValidationError as exc:
-        errors = {name: [str(m) for m in messages] for name, messages in exc.message_dict.items()}
-        raise ValidationFailed(next(iter(errors.values()))[0], fields=errors) from exc
-    return tier
-
-
-def _tier_optional_check(check: QuotaCheck, tier: TierTemplate) -> None:
-    """The tier's per-pod caps and inference split, parsed in place: each empty or above zero
-    (the split may be 0), whole GPUs, and none above the tier's own limit."""
-    limits = {
-        GPU_RESOURCE: getattr(tier, "gpus_limit", None),
-        CPU_RESOURCE: getattr(tier, "cpu_limit", None),
-        MEMORY_RESOURCE: getattr(tier, "memory_limit", None),
-    }
-    for name, resource in TIER_OPTIONAL_FIELDS.items():
-        value = getattr(tier, name, None)
-        if value is None or value == "":
-            setattr(tier, name, None)
-            continue
-        try:
-            amount = parse_resource_amount(resource, value)
-        except QuantityError as exc:
-            check.error(name, str(exc))
-            continue
-        if amount <= 0 and name != "inference_gpus":
-            check.error(name, f"a per-pod cap must be above zero; got {_shown(amount, resource)}")
-            continue
-        limit = limits[resource]
-        if isinstance(limit, Decimal | int) and amount > limit:
-            what = "for inference" if name == "inference_gpus" else "per pod"
-            check.error(
-                name,
-                f"{_shown(amount, resource)} {what} is above the tier's limit of "
-                f"{_shown(Decimal(limit), resource)}",
-            )
-        setattr(tier, name, int(amount) if resource == GPU_RESOURCE else amount)
-
-
-@transaction.atomic
-def tier_template_save(
-    *, actor: User | None, tier: TierTemplate | None = None, **fields: Any
-) -> TierTemplate:
-    """Create a tier template (``tier`` None) or change the given fields of one, audited.
-    Quota sets already made from the tier keep their numbers: a tier is a template."""
-    before = None if tier is None else _tier_snapshot(TierTemplate.objects.get(pk=tier.pk))
-    prepared = tier_template_prepare(tier=tier, **fields)
-    prepared.save()
-    audit_record(
-        actor=actor,
-        action="tier_template.created" if tier is None else "tier_template.updated",
-        obj=prepared,
-        before=before,
-        after=_tier_snapshot(prepared),
-    )
-    return prepared
-
-
-def outbox_record(*, quota_set: QuotaSet) -> SyncOutbox:
-    """Write "sync this tenant on this cluster up to this generation" in the caller's
-    transaction and enqueue its delivery after commit. If the broker is down then, the row
-    stays and ``outbox_sweep`` sends it later: an approved change is never lost."""
-    row, _ = SyncOutbox.objects.get_or_create(
-        tenant=quota_set.tenant, cluster=quota_set.cluster, generation=quota_set.generation
-    )
-    transaction.on_commit(lambda: enqueue_outbox(row.pk))
-    return row
-
-
-def _repush(quota_set: QuotaSet) -> None:
-    """Something the compiler reads besides the quota lines changed: the next generation and
-    an outbox row, so the change is pushed like an approved one (and the reconcile does not
-    mistake it for a hand edit). In the caller's transaction, ``quota_set`` locked."""
-    quota_set.generation += 1
-    quota_set.save(update_fields=["generation", "updated_at"])
-    outbox_record(quota_set=quota_set)
-
-
-@transaction.atomic
-def quota_sets_resync(
-    *, tenant: Tenant, actor: User | None, exclude: Cluster | None = None
-) -> list[QuotaSet]:
-    """The tenant changed in a way its clusters see (state, namespaces, members, the
-    production grant): each of its quota sets is pushed again at the next generation
-    (``exclude``: a cluster the caller pushes already). Nothing is pushed for an archived
-    tenant; unarchiving it calls this again, so what changed meanwhile still arrives."""
-    if Tenant.objects.filter(pk=tenant.pk, archived_at__isnull=False).exists():
-        return []
-    query = QuotaSet.objects.select_for_update().filter(tenant=tenant)
-    if exclude is not None:
-        query = query.exclude(cluster=exclude)
-    quota_sets = list(query)
-    for quota_set in quota_sets:
-        _repush(quota_set)
-    return quota_sets
-
-
-@transaction.atomic
-def cluster_enforcement_set(*, cluster: Cluster, mode: str, actor: User | None) -> Cluster:
-    """Choose how ``cluster`` keeps tenants within their limits (``quotas.kube.enforcement``)
-    and push every tenant's objects again at the next generation. Refused, with the field
-    and why, where the cluster cannot run the mode; bad input changes nothing."""
-    if mode not in Enforcement.values:
-        raise ValidationFailed.for_field(
-            "enforcement", f"{mode!r} is not one of {', '.join(Enforcement.values)}."
-        )
-    cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
-    if mode == Enforcement.KUEUE:
-        if not cluster.has_kueue:
-            raise ValidationFailed.for_field(
-                "enforcement",
-                f"Cluster {cluster.name} runs no Kueue: only a namespace split can bound its "
-                "tenants.",
-            )
-        if (
-            enforcement.kubernetes_minor(cluster.kubernetes_version)
-            < enforcement.POLICY_MIN_VERSION
-        ):
-            raise ValidationFailed.for_field(
-                "enforcement",
-                f"Cluster {cluster.name} runs Kubernetes {cluster.kubernetes_version}; the "
-                "admission policy this mode needs is there from 1.30.",
-            )
-    if cluster.enforcement == mode:
-        return cluster
-    before = {"enforcement": cluster.enforcement}
-    cluster.enforcement = mode
-    cluster.save(update_fields=["enforcement"])
-    audit_record(
-        actor=actor,
-        action="cluster.enforcement_set",
-        obj=cluster,
-        before=before,
-        after={"enforcement": mode},
-    )
-    for quota_set in QuotaSet.objects.select_for_update().filter(cluster=cluster):
-        _repush(quota_set)
-    return cluster
-
-
-@transaction.atomic
-def quota_set_hold(
-    *, tenant_id: int, cluster_id: int, held: bool, detail: Mapping[str, Any] | None = None
-) -> QuotaSet | None:
-    """New work of a tenant on a cluster is held (``held``: its ClusterQueue's ``stopPolicy:
-    Hold``, R11) or allowed again. Whether a tenant is held is what the ``BLOCKED_TENANTS``
-    hooks of ``quotas.loader`` answer when its objects are compiled (the alerts app's open
-    100% alerts); this pushes the change at the next generation through the outbox and audits
-    it (``tenant.new_work_held`` / ``tenant.new_work_allowed``, with ``detail``). None when
-    the tenant has no quotas on the cluster."""
-    quota_set = (
-        QuotaSet.objects.select_for_update()
-        .select_related("tenant", "cluster")
-        .filter(tenant_id=tenant_id, cluster_id=cluster_id)
-        .first()
-    )
-    if quota_set is None:
-        return None
-    _repush(quota_set)
-    cluster, tenant = quota_set.cluster, quota_set.tenant
-    hold, lifted = {"stopPolicy": "Hold"}, {"stopPolicy": "None"}
-    audit_record(
-        actor=None,
-        action="tenant.new_work_held" if held else "tenant.new_work_allowed",
-        obj=cluster,
-        tenant=tenant,
-        object_id=f"{cluster.name}: {tenant.slug}",
-        before=None if held else hold,
-        after={**(hold if held else lifted), **(detail or {})},
-    )
-    return quota_set
-
-
-def enqueue_outbox(outbox_id: int) -> None:
-    """Send the row to a worker (``quotas.tasks.deliver_outbox``, by name, so that this module
-    does not import the tasks that import it). A broker that is down is logged, not raised:
-    the row stays and the sweep sends it later."""
-    try:
-        enqueue(DELIVER_OUTBOX_TASK, [outbox_id], queue=settings.SYNC_QUEUE or None)
-    except Exception:
-        logger.warning(
-            "outbox %s not enqueued now; the sweep will send it", outbox_id, exc_info=True
-        )
-
-
-DELIVER_OUTBOX_TASK = "quotas.tasks.deliver_outbox"
-OUTBOX_RESEND_AFTER = timedelta(minutes=10)
-OUTBOX_FIRST_SEND_GRACE = timedelta(seconds=30)
-
-
-def outbox_reopen(*, tenant: Tenant, cluster: Cluster) -> SyncOutbox | None:
-    """Open the newest outbox row of ``tenant`` on ``cluster`` again and send it after commit
-    (an admin's retry of a push that failed for good, once the cause is fixed). None when
-    there is none."""
-    row = SyncOutbox.objects.filter(tenant=tenant, cluster=cluster).order_by("-generation").first()
-    if row is None:
-        return None
-    SyncOutbox.objects.filter(pk=row.pk).update(completed_at=None, last_error="")
-    transaction.on_commit(lambda: enqueue_outbox(row.pk))
-    return row
-
-
-def outbox_sweep(*, now: datetime | None = None) -> list[int]:
-    """Re-send open rows no worker took (never taken after a short grace, or taken long ago).
-    Safe to run twice and from several beats: a row sent twice is taken twice, harmlessly."""
-    now = now or timezone.now()
-    due = SyncOutbox.objects.filter(completed_at__isnull=True).filter(
-        Q(dispatched_at__isnull=True, created_at__lt=now - OUTBOX_FIRST_SEND_GRACE)
-        | Q(dispatched_at__lt=now - OUTBOX_RESEND_AFTER)
-    )
-    ids = list(due.values_list("pk", flat=True)[:1000])
-    for outbox_id in ids:
-        enqueue_outbox(outbox_id)
-    return ids
-
-
-# --- namespaces a cluster keeps for itself ----------------------------------------------------
-
-
-def cluster_namespace_rules(cluster: Cluster) -> list[tuple[str, str]]:
-    """(pattern, why) for the namespaces ``cluster`` keeps beside the built-in system ones
-    (``tenants.namespaces``): the namespace its Kueue configuration names, its GPU Operator's
-    namespace and its ``reserved_namespaces`` (a trailing ``*`` matches a prefix)."""
-    rules: list[tuple[str, str]] = []
-    kueue_namespace = (cluster.kueue_config or {}).get("namespace")
-    if kueue_namespace:
-        rules.append((str(kueue_namespace), f"Kueue runs there on {cluster.name}"))
-    if cluster.mig_operator_namespace:
-        rules.append(
-            (cluster.mig_operator_namespace, f"the GPU Operator runs there on {cluster.name}")
-        )
-    reserved = cluster.reserved_namespaces if isinstance(cluster.reserved_namespaces, list) else []
-    for pattern in reserved:
-        if isinstance(pattern, str) and pattern.strip():
-            rules.append(
-                (pattern.strip(), f"cluster {cluster.name} reserves it ({pattern.strip()})")
-            )
-    return rules
-
-
-def namespace_reserved_on_clusters(name: str) -> str | None:
-    """Why no tenant may have ``name`` on some cluster, in words; None when every cluster lets
-    it be a tenant's. (``tenants.services.NAMESPACE_RESERVED``, registered in
-    ``QuotasConfig.ready``.)"""
-    fields = ("name", "kueue_config", "mig_operator_namespace", "reserved_namespaces")
-    for cluster in Cluster.objects.only(*fields).order_by("name"):
-        reason = reserved_reason(name, portal_namespace="", extra=cluster_namespace_rules(cluster))
-        if reason:
-            return reason
-    return None

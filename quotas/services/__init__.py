@@ -1,0 +1,111 @@
+"""Writes for quotas, and the rules a quota line keeps, by concern:
+
+* ``rules``: the items a change asks for and the checks they pass (capacity, elastic cap, MIG
+  instances, time-sliced shares, per-pod caps, the inference split, departments);
+* ``quota_sets``: a tenant's quota set written, generation bumped and audited in one
+  transaction;
+* ``tiers``: tier templates and quota sets made from them;
+* ``outbox``: a change recorded for the cluster in the caller's transaction and pushed after
+  commit, never lost (sweep, an admin's retry, a push again when the tenant changed);
+* ``clusters``: how a cluster enforces limits and the namespaces it keeps for itself;
+* ``holds``: new work held at 100% (R11) and allowed again.
+
+The names below are the app's service interface: import them from ``quotas.services``."""
+
+from quotas.services.clusters import (
+    cluster_enforcement_set,
+    cluster_namespace_rules,
+    namespace_reserved_on_clusters,
+)
+from quotas.services.holds import quota_set_hold
+from quotas.services.outbox import (
+    DELIVER_OUTBOX_TASK,
+    OUTBOX_FIRST_SEND_GRACE,
+    OUTBOX_RESEND_AFTER,
+    enqueue_outbox,
+    outbox_record,
+    outbox_reopen,
+    outbox_sweep,
+    quota_set_repush,
+    quota_sets_resync,
+)
+from quotas.services.quota_sets import quota_set_write
+from quotas.services.rules import (
+    FAIR_SHARE_WEIGHT_MAX,
+    POD_CAP_FIELDS,
+    CapacityLine,
+    ProposedLine,
+    QuotaCheck,
+    QuotaItem,
+    SchedulingQuotas,
+    amount_text,
+    capacity_lines_check,
+    department_check,
+    elastic_cap,
+    fair_share_weight_check,
+    guarantees_fit,
+    inference_split_check,
+    limit_fits_cap,
+    mig_shortfall,
+    pod_caps_check,
+    quota_item_parse,
+    quota_items_check,
+)
+from quotas.services.tiers import (
+    TIER_AMOUNT_FIELDS,
+    TIER_COUNT_FIELDS,
+    TIER_OPTIONAL_FIELDS,
+    TIER_TEXT_FIELDS,
+    default_gpu_flavor,
+    quota_set_create_from_tier,
+    tier_items,
+    tier_scheduling,
+    tier_template_prepare,
+    tier_template_save,
+)
+
+__all__ = [
+    "DELIVER_OUTBOX_TASK",
+    "FAIR_SHARE_WEIGHT_MAX",
+    "OUTBOX_FIRST_SEND_GRACE",
+    "OUTBOX_RESEND_AFTER",
+    "POD_CAP_FIELDS",
+    "TIER_AMOUNT_FIELDS",
+    "TIER_COUNT_FIELDS",
+    "TIER_OPTIONAL_FIELDS",
+    "TIER_TEXT_FIELDS",
+    "CapacityLine",
+    "ProposedLine",
+    "QuotaCheck",
+    "QuotaItem",
+    "SchedulingQuotas",
+    "amount_text",
+    "capacity_lines_check",
+    "cluster_enforcement_set",
+    "cluster_namespace_rules",
+    "default_gpu_flavor",
+    "department_check",
+    "elastic_cap",
+    "enqueue_outbox",
+    "fair_share_weight_check",
+    "guarantees_fit",
+    "inference_split_check",
+    "limit_fits_cap",
+    "mig_shortfall",
+    "namespace_reserved_on_clusters",
+    "outbox_record",
+    "outbox_reopen",
+    "outbox_sweep",
+    "pod_caps_check",
+    "quota_item_parse",
+    "quota_items_check",
+    "quota_set_create_from_tier",
+    "quota_set_hold",
+    "quota_set_repush",
+    "quota_set_write",
+    "quota_sets_resync",
+    "tier_items",
+    "tier_scheduling",
+    "tier_template_prepare",
+    "tier_template_save",
+]
