@@ -543,7 +543,9 @@ def test_the_agent_keeps_the_portal_url_and_its_requests_reach_the_agent_api(
     outcome: Any = SimpleNamespace(to_json=dict)
     calls = [
         lambda: client.register("join-token", "gpu-node-1"),
-        lambda: client.report({}),
+        lambda: client.report(
+            {"node": "gpu-node-1", "sent_at": "2026-12-07T12:00:00Z", "gpus": []}
+        ),
         client.desired,
         lambda: client.result(outcome),
         client.probes,
