@@ -22,7 +22,7 @@ PROMETHEUS ?= $(shell command -v prometheus || echo /usr/bin/prometheus)
 PROMETHEUS_PORT ?= 9095
 DEMO_METRICS_PORT ?= 9400
 
-.PHONY: venv run manage test fuzz lint bench lock schema clean
+.PHONY: venv run manage test fuzz lint bench lock schema docs clean
 
 $(STAMP): requirements.lock requirements-ldap.lock $(PYPROJECTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -118,6 +118,22 @@ bench: venv
 schema: venv
 	DEBUG=true $(PY) manage.py spectacular --validate --fail-on-warn --file .data/openapi.yml
 
+# The documentation site from docs/ (MkDocs, Material theme) into site/, which the portal
+# serves under /help/. Its tools live in a virtualenv of their own, .venv-docs, from
+# requirements-docs.lock (re-pin it with .venv-docs/bin/pip freeze); --strict fails on any
+# warning: a broken link, a page missing from the nav.
+DOCS_VENV := .venv-docs
+DOCS_STAMP := $(DOCS_VENV)/.installed-$(shell cat requirements-docs.lock | sha1sum | cut -c1-12)
+
+$(DOCS_STAMP): requirements-docs.lock
+	@test -x $(DOCS_VENV)/bin/python || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_VENV)/bin/python -m pip install --quiet -r requirements-docs.lock
+	@rm -f $(DOCS_VENV)/.installed-*
+	@touch $@
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --quiet
+
 # Re-pin every dependency from requirements.in (mirrors pyproject.toml).
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
@@ -130,4 +146,4 @@ lock:
 	rm -rf .lock-venv
 
 clean:
-	rm -rf $(VENV) node_modules .data .run .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(DOCS_VENV) site node_modules .data .run .pytest_cache .ruff_cache

@@ -12,6 +12,10 @@ urlpatterns = [
     path("tenants/<str:slug>/", views.tenant_detail, name="tenant-detail"),
     path("console/", views.admin_console, name="console"),
     path("help/preemption/", views.help_preemption, name="help-preemption"),
+    # The documentation site (make docs) under /help/; /help/preemption/ above stays the page
+    # the tenant page links to, in the portal's own layout.
+    path("help/", views.help_site, name="help"),
+    path("help/<path:url>", views.help_site, name="help-page"),
     path("", include("quotas.urls")),
     path("", include("approvals.urls")),
     path("", include("advice.urls")),

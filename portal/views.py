@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import mimetypes
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
 from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.http import (
+    FileResponse,
+    Http404,
     HttpRequest,
     HttpResponse,
     HttpResponsePermanentRedirect,
+    HttpResponseRedirect,
     JsonResponse,
 )
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.templatetags.static import static
 from django.utils import timezone
@@ -23,7 +30,8 @@ from django.views.decorators.http import require_GET
 
 from advice import views as advice_views
 from alerts import selectors as alert_selectors
-from portal.help import help_page
+from portal.help import help_page, inline_script_hashes, site_built, site_file, unbuilt_page
+from portal.middleware import content_security_policy
 from portal.tasks import HEARTBEAT_CACHE_KEY
 from quotas import selectors as quota_selectors
 from quotas import views as quota_views
@@ -162,8 +170,39 @@ def _gpu_units(tenant: Tenant) -> dict[str, Any]:
 @require_GET
 def help_preemption(request: HttpRequest) -> HttpResponse:
     """How Kueue preempts work on the portal's clusters, and what a team should do about
-    checkpoints (``docs/preemption.md``)."""
+    checkpoints (``docs/use/preemption.md``)."""
     return render(request, "portal/help.html", {"page": help_page("preemption")})
+
+
+@login_required
+@require_GET
+def help_site(request: HttpRequest, url: str = "") -> HttpResponseBase:
+    """The documentation site (``make docs``) under ``/help/``: its files as built, each page
+    with a Content-Security-Policy that allows the theme's own inline scripts by hash. While
+    the site is not built, a page that says how to build it."""
+    if not site_built():
+        return render(request, "portal/help.html", {"page": unbuilt_page()})
+    found = site_file(url)
+    if found is None:
+        raise Http404("No such page in the documentation.")
+    if found.needs_slash:
+        return HttpResponseRedirect(request.path + "/")
+    if found.path.suffix != ".html":
+        return FileResponse(found.path.open("rb"), content_type=_content_type(found.path))
+    html = found.path.read_bytes()
+    response = HttpResponse(html, content_type="text/html; charset=utf-8")
+    directives = {name: list(sources) for name, sources in settings.CONTENT_SECURITY_POLICY.items()}
+    directives["script-src"] = [*directives.get("script-src", []), *inline_script_hashes(html)]
+    header = "Content-Security-Policy"
+    if getattr(settings, "CONTENT_SECURITY_POLICY_REPORT_ONLY", False):
+        header = "Content-Security-Policy-Report-Only"
+    response.headers[header] = content_security_policy(directives)
+    return response
+
+
+def _content_type(path: Path) -> str:
+    guessed, _ = mimetypes.guess_type(path.name)
+    return guessed or "application/octet-stream"
 
 
 @login_required

@@ -26,6 +26,9 @@ _CONVERTER = re.compile(r"<(?:\w+:)?(\w+)>")
 # Django admin is for staff only and refuses everyone else before it looks anything up
 # (tests/security/test_admin_pages.py); the agent's routes take a node token, not a user.
 SKIPPED_PREFIXES = ("admin/",)
+# The documentation site: the same built pages for everyone signed in, which name the demo's
+# teams in their examples (tests/portal/test_help.py).
+SKIPPED_NAMES = ("help", "help-page")
 AGENT_PREFIX = "api/v1/agent/"
 # Pages for platform admins only (the same rule as tests/security/test_admin_pages.py).
 ADMIN_PAGE_PREFIXES = ("console/", "fleet/")
@@ -202,7 +205,7 @@ class Route:
 def all_routes() -> list[Route]:
     routes = []
     for route, pattern in url_patterns():
-        if route.startswith(SKIPPED_PREFIXES):
+        if route.startswith(SKIPPED_PREFIXES) or pattern.name in SKIPPED_NAMES:
             continue
         if "format" in _params(route):  # DRF's ".json" aliases of the routes collected here
             continue

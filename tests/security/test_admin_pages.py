@@ -48,6 +48,8 @@ MEMBER_PAGES = {
     "tenant-team-role",
     "tenant-team-remove",
     "help-preemption",  # the same help text for everyone signed in
+    "help",  # the documentation site, the same for everyone signed in (tests/portal/test_help.py)
+    "help-page",
 }
 PUBLIC_PAGES = {
     "login",
