@@ -1,6 +1,8 @@
 # One image for web, worker and beat.
 FROM python:3.11-slim
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 DATA_DIR=/data STATIC_ROOT=/app/staticfiles
+# The production settings (portal/settings/production.py), whatever runs in the image.
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 DATA_DIR=/data STATIC_ROOT=/app/staticfiles \
+    DJANGO_SETTINGS_MODULE=portal.settings.production
 WORKDIR /app
 COPY requirements.lock requirements-ldap.lock pyproject.toml ./
 # python-ldap (LDAP sign-in) compiles against OpenLDAP's and Cyrus SASL's headers.

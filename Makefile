@@ -53,13 +53,14 @@ node_modules: node_modules/.package-lock.json
 # are pushed to: `kubectl --kubeconfig .run/kubeconfig get clusterqueues,resourcequotas -A`,
 # and simulated GPU node agents (fake backend) for the demo clusters' nodes.
 # With no DATABASE_URL / REDIS_URL it runs on SQLite and a filesystem broker under .data/.
+# Settings: portal/settings/demo.py (DEBUG, the built-in SECRET_KEY, plain HTTP).
 # Static files are collected first (hashed, gzip and brotli: served as in production).
 # Where the prometheus binary is installed, a Prometheus on 127.0.0.1:$(PROMETHEUS_PORT) scrapes
 # DCGM-exporter and kube-state-metrics series of demo-h100's simulated GPUs (served by the
 # agents' process on $(DEMO_METRICS_PORT)), and demo-h100 reads its GPU usage from it; without
 # it, everything else runs as before (demo-h100 reads its node agents).
 run: venv
-	@export DEBUG=$${DEBUG:-true} DEMO_KUBECONFIG_DIR=$(CURDIR)/.run DEMO_AGENT_DIR=$(CURDIR)/.run/agents; \
+	@export DJANGO_SETTINGS_MODULE=portal.settings.demo DEMO_KUBECONFIG_DIR=$(CURDIR)/.run DEMO_AGENT_DIR=$(CURDIR)/.run/agents; \
 	rm -f .run/kubeconfig; \
 	$(PY) -m devcluster.demo --run-dir .run --state-dir .data/devcluster demo-a100 demo-h100 & clusters=$$!; \
 	trap 'kill $$worker $$clusters $$agents $$prom 2>/dev/null; wait $$worker $$clusters $$agents $$prom 2>/dev/null' EXIT INT TERM; \
@@ -87,10 +88,10 @@ run: venv
 	  echo "Clusters: $(VENV)/bin/kubectl --kubeconfig .run/kubeconfig get clusterqueues,resourcequotas -A"; \
 	  $(VENV)/bin/gunicorn portal.wsgi --bind 127.0.0.1:$(PORT) --workers 2 --access-logfile - ; }
 
-# A management command with the demo's settings (what make run uses: DEBUG, SQLite or
-# DATABASE_URL, the demo clusters' kubeconfigs): make manage ARGS="createsuperuser".
+# A management command with the demo's settings (what make run uses: portal.settings.demo,
+# SQLite or DATABASE_URL, the demo clusters' kubeconfigs): make manage ARGS="createsuperuser".
 manage: venv
-	@DEBUG=$${DEBUG:-true} DEMO_KUBECONFIG_DIR=$(CURDIR)/.run DEMO_AGENT_DIR=$(CURDIR)/.run/agents \
+	@DJANGO_SETTINGS_MODULE=portal.settings.demo DEMO_KUBECONFIG_DIR=$(CURDIR)/.run DEMO_AGENT_DIR=$(CURDIR)/.run/agents \
 	  $(PY) manage.py $(ARGS)
 
 test: venv lint node_modules
@@ -103,12 +104,12 @@ fuzz: venv
 	FUZZ_RANDOM=1 FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-200} $(PY) -m pytest tests/fuzz -p no:cacheprovider $(PYTEST_ARGS)
 
 # Lint, format, the import layers (import-linter: contracts in pyproject.toml) and types (mypy
-# with django-stubs loads the settings: DEBUG lets it start without a SECRET_KEY).
+# with django-stubs loads the demo's settings, which need no SECRET_KEY: pyproject.toml).
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff format --check .
-	DEBUG=true $(VENV)/bin/mypy
+	$(VENV)/bin/mypy
 
 # Every bench/*_bench.py, then one table (figure, value, baseline, ratio, target, pass) in
 # .data/bench/ (Markdown and JSON); `bench/run.py --compare A.json B.json` compares two runs.
@@ -116,7 +117,7 @@ bench: venv
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 schema: venv
-	DEBUG=true $(PY) manage.py spectacular --validate --fail-on-warn --file .data/openapi.yml
+	DJANGO_SETTINGS_MODULE=portal.settings.demo $(PY) manage.py spectacular --validate --fail-on-warn --file .data/openapi.yml
 
 # Re-pin every dependency from requirements.in (mirrors pyproject.toml).
 lock:
