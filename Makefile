@@ -11,10 +11,13 @@ LDAP ?= auto
 LDAP_HEADERS := $(shell test -f /usr/include/ldap.h && test -f /usr/include/sasl/sasl.h && echo yes)
 WITH_LDAP := $(if $(filter yes,$(LDAP)),yes,$(if $(filter auto,$(LDAP)),$(LDAP_HEADERS)))
 # The virtual environment is reused while the lock files and the pyproject.toml files are unchanged.
-# It holds the portal's pinned dependencies and, editable, the two distributions beside it:
-# gpu_spec (the rules both sides share) and node_agent (the GPU node agent, for the demo and tests).
+# It holds the portal's pinned dependencies (requirements.lock: what it runs on, all the image
+# installs; requirements-dev.lock: the tests' and tools') and, editable, the two distributions
+# beside it: gpu_spec (the rules both sides share) and node_agent (the GPU node agent, for the
+# demo and tests).
+LOCKS := requirements.lock requirements-dev.lock requirements-ldap.lock
 PYPROJECTS := pyproject.toml gpu_spec/pyproject.toml node_agent/pyproject.toml
-STAMP := $(VENV)/.installed-$(shell cat requirements.lock requirements-ldap.lock $(PYPROJECTS) | sha1sum | cut -c1-12)$(if $(WITH_LDAP),-ldap)
+STAMP := $(VENV)/.installed-$(shell cat $(LOCKS) $(PYPROJECTS) | sha1sum | cut -c1-12)$(if $(WITH_LDAP),-ldap)
 PORT ?= 8000
 # make run's Prometheus (when the binary is installed) and the demo DCGM exporter it scrapes;
 # not 9090 / 9100, where Debian's prometheus package runs its own service and node exporter.
@@ -24,10 +27,10 @@ DEMO_METRICS_PORT ?= 9400
 
 .PHONY: venv run manage test fuzz lint bench lock schema clean
 
-$(STAMP): requirements.lock requirements-ldap.lock $(PYPROJECTS)
+$(STAMP): $(LOCKS) $(PYPROJECTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.lock
+	$(PY) -m pip install --quiet -r requirements.lock -r requirements-dev.lock
 	$(PY) -m pip install --quiet --no-deps -e ./gpu_spec -e ./node_agent
 ifeq ($(WITH_LDAP),yes)
 	$(PY) -m pip install --quiet -r requirements-ldap.lock
@@ -119,15 +122,21 @@ bench: venv
 schema: venv
 	DJANGO_SETTINGS_MODULE=portal.settings.demo $(PY) manage.py spectacular --validate --fail-on-warn --file .data/openapi.yml
 
-# Re-pin every dependency from requirements.in (mirrors pyproject.toml).
+# Re-pin every dependency: the runtime from requirements.in (requirements.lock, and LDAP's two
+# in requirements-ldap.lock), then the development tools from requirements-dev.in within those
+# pins (requirements-dev.lock: what they add). Both .in files mirror pyproject.toml.
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install --quiet -r requirements.in
-	{ echo "# Pinned by 'pip freeze' from requirements.in; 'make lock' regenerates it."; \
+	{ echo "# Runtime pins (all the image installs), by 'pip freeze' from requirements.in; 'make lock' regenerates it."; \
 	  .lock-venv/bin/pip freeze | grep -v '^-e' | grep -v -E '^(django-auth-ldap|python-ldap)=='; } > requirements.lock
 	{ sed -n '/^#/p' requirements-ldap.lock; \
 	  .lock-venv/bin/pip freeze | grep -E '^(django-auth-ldap|python-ldap)=='; } > requirements-ldap.lock.new
 	mv requirements-ldap.lock.new requirements-ldap.lock
+	.lock-venv/bin/pip install --quiet -r requirements-dev.in
+	{ echo "# Development pins (what make venv adds to requirements.lock), by 'pip freeze' from requirements-dev.in; 'make lock' regenerates it."; \
+	  .lock-venv/bin/pip freeze | grep -v '^-e' | grep -v -E '^(django-auth-ldap|python-ldap)==' \
+	    | grep -v -x -F -f requirements.lock; } > requirements-dev.lock
 	rm -rf .lock-venv
 
 clean:
