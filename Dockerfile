@@ -1,9 +1,12 @@
 # One image for web, worker and beat.
 FROM python:3.11-slim
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 DATA_DIR=/data STATIC_ROOT=/app/staticfiles
+# The production settings (portal/settings/production.py), whatever runs in the image.
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 DATA_DIR=/data STATIC_ROOT=/app/staticfiles \
+    DJANGO_SETTINGS_MODULE=portal.settings.production
 WORKDIR /app
 COPY requirements.lock requirements-ldap.lock pyproject.toml ./
-# python-ldap (LDAP sign-in) compiles against OpenLDAP's and Cyrus SASL's headers.
+# The runtime pins only (requirements.lock; the development tools of requirements-dev.lock never
+# enter the image) and LDAP's. python-ldap compiles against OpenLDAP's and Cyrus SASL's headers.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libldap2-dev libsasl2-dev \
     && rm -rf /var/lib/apt/lists/* \

@@ -11,10 +11,13 @@ LDAP ?= auto
 LDAP_HEADERS := $(shell test -f /usr/include/ldap.h && test -f /usr/include/sasl/sasl.h && echo yes)
 WITH_LDAP := $(if $(filter yes,$(LDAP)),yes,$(if $(filter auto,$(LDAP)),$(LDAP_HEADERS)))
 # The virtual environment is reused while the lock files and the pyproject.toml files are unchanged.
-# It holds the portal's pinned dependencies and, editable, the two distributions beside it:
-# gpu_spec (the rules both sides share) and node_agent (the GPU node agent, for the demo and tests).
+# It holds the portal's pinned dependencies (requirements.lock: what it runs on, all the image
+# installs; requirements-dev.lock: the tests' and tools') and, editable, the two distributions
+# beside it: gpu_spec (the rules both sides share) and node_agent (the GPU node agent, for the
+# demo and tests).
+LOCKS := requirements.lock requirements-dev.lock requirements-ldap.lock
 PYPROJECTS := pyproject.toml gpu_spec/pyproject.toml node_agent/pyproject.toml
-STAMP := $(VENV)/.installed-$(shell cat requirements.lock requirements-ldap.lock $(PYPROJECTS) | sha1sum | cut -c1-12)$(if $(WITH_LDAP),-ldap)
+STAMP := $(VENV)/.installed-$(shell cat $(LOCKS) $(PYPROJECTS) | sha1sum | cut -c1-12)$(if $(WITH_LDAP),-ldap)
 PORT ?= 8000
 # make run's Prometheus (when the binary is installed) and the demo DCGM exporter it scrapes;
 # not 9090 / 9100, where Debian's prometheus package runs its own service and node exporter.
@@ -24,10 +27,10 @@ DEMO_METRICS_PORT ?= 9400
 
 .PHONY: venv run manage test fuzz lint bench lock schema docs clean
 
-$(STAMP): requirements.lock requirements-ldap.lock $(PYPROJECTS)
+$(STAMP): $(LOCKS) $(PYPROJECTS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.lock
+	$(PY) -m pip install --quiet -r requirements.lock -r requirements-dev.lock
 	$(PY) -m pip install --quiet --no-deps -e ./gpu_spec -e ./node_agent
 ifeq ($(WITH_LDAP),yes)
 	$(PY) -m pip install --quiet -r requirements-ldap.lock
@@ -53,13 +56,14 @@ node_modules: node_modules/.package-lock.json
 # are pushed to: `kubectl --kubeconfig .run/kubeconfig get clusterqueues,resourcequotas -A`,
 # and simulated GPU node agents (fake backend) for the demo clusters' nodes.
 # With no DATABASE_URL / REDIS_URL it runs on SQLite and a filesystem broker under .data/.
+# Settings: portal/settings/demo.py (DEBUG, the built-in SECRET_KEY, plain HTTP).
 # Static files are collected first (hashed, gzip and brotli: served as in production).
 # Where the prometheus binary is installed, a Prometheus on 127.0.0.1:$(PROMETHEUS_PORT) scrapes
 # DCGM-exporter and kube-state-metrics series of demo-h100's simulated GPUs (served by the
 # agents' process on $(DEMO_METRICS_PORT)), and demo-h100 reads its GPU usage from it; without
 # it, everything else runs as before (demo-h100 reads its node agents).
 run: venv
-	@export DEBUG=$${DEBUG:-true} DEMO_KUBECONFIG_DIR=$(CURDIR)/.run DEMO_AGENT_DIR=$(CURDIR)/.run/agents; \
+	@export DJANGO_SETTINGS_MODULE=portal.settings.demo DEMO_KUBECONFIG_DIR=$(CURDIR)/.run DEMO_AGENT_DIR=$(CURDIR)/.run/agents; \
 	rm -f .run/kubeconfig; \
 	$(PY) -m devcluster.demo --run-dir .run --state-dir .data/devcluster demo-a100 demo-h100 & clusters=$$!; \
 	trap 'kill $$worker $$clusters $$agents $$prom 2>/dev/null; wait $$worker $$clusters $$agents $$prom 2>/dev/null' EXIT INT TERM; \
@@ -87,10 +91,10 @@ run: venv
 	  echo "Clusters: $(VENV)/bin/kubectl --kubeconfig .run/kubeconfig get clusterqueues,resourcequotas -A"; \
 	  $(VENV)/bin/gunicorn portal.wsgi --bind 127.0.0.1:$(PORT) --workers 2 --access-logfile - ; }
 
-# A management command with the demo's settings (what make run uses: DEBUG, SQLite or
-# DATABASE_URL, the demo clusters' kubeconfigs): make manage ARGS="createsuperuser".
+# A management command with the demo's settings (what make run uses: portal.settings.demo,
+# SQLite or DATABASE_URL, the demo clusters' kubeconfigs): make manage ARGS="createsuperuser".
 manage: venv
-	@DEBUG=$${DEBUG:-true} DEMO_KUBECONFIG_DIR=$(CURDIR)/.run DEMO_AGENT_DIR=$(CURDIR)/.run/agents \
+	@DJANGO_SETTINGS_MODULE=portal.settings.demo DEMO_KUBECONFIG_DIR=$(CURDIR)/.run DEMO_AGENT_DIR=$(CURDIR)/.run/agents \
 	  $(PY) manage.py $(ARGS)
 
 test: venv lint node_modules
@@ -103,12 +107,12 @@ fuzz: venv
 	FUZZ_RANDOM=1 FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-200} $(PY) -m pytest tests/fuzz -p no:cacheprovider $(PYTEST_ARGS)
 
 # Lint, format, the import layers (import-linter: contracts in pyproject.toml) and types (mypy
-# with django-stubs loads the settings: DEBUG lets it start without a SECRET_KEY).
+# with django-stubs loads the demo's settings, which need no SECRET_KEY: pyproject.toml).
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff format --check .
-	DEBUG=true $(VENV)/bin/mypy
+	$(VENV)/bin/mypy
 
 # Every bench/*_bench.py, then one table (figure, value, baseline, ratio, target, pass) in
 # .data/bench/ (Markdown and JSON); `bench/run.py --compare A.json B.json` compares two runs.
@@ -116,7 +120,7 @@ bench: venv
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 schema: venv
-	DEBUG=true $(PY) manage.py spectacular --validate --fail-on-warn --file .data/openapi.yml
+	DJANGO_SETTINGS_MODULE=portal.settings.demo $(PY) manage.py spectacular --validate --fail-on-warn --file .data/openapi.yml
 
 # The documentation site from docs/ (MkDocs, Material theme) into site/, which the portal
 # serves under /help/. Its tools live in a virtualenv of their own, .venv-docs, from
@@ -134,15 +138,21 @@ $(DOCS_STAMP): requirements-docs.lock
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --quiet
 
-# Re-pin every dependency from requirements.in (mirrors pyproject.toml).
+# Re-pin every dependency: the runtime from requirements.in (requirements.lock, and LDAP's two
+# in requirements-ldap.lock), then the development tools from requirements-dev.in within those
+# pins (requirements-dev.lock: what they add). Both .in files mirror pyproject.toml.
 lock:
 	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/pip install --quiet -r requirements.in
-	{ echo "# Pinned by 'pip freeze' from requirements.in; 'make lock' regenerates it."; \
+	{ echo "# Runtime pins (all the image installs), by 'pip freeze' from requirements.in; 'make lock' regenerates it."; \
 	  .lock-venv/bin/pip freeze | grep -v '^-e' | grep -v -E '^(django-auth-ldap|python-ldap)=='; } > requirements.lock
 	{ sed -n '/^#/p' requirements-ldap.lock; \
 	  .lock-venv/bin/pip freeze | grep -E '^(django-auth-ldap|python-ldap)=='; } > requirements-ldap.lock.new
 	mv requirements-ldap.lock.new requirements-ldap.lock
+	.lock-venv/bin/pip install --quiet -r requirements-dev.in
+	{ echo "# Development pins (what make venv adds to requirements.lock), by 'pip freeze' from requirements-dev.in; 'make lock' regenerates it."; \
+	  .lock-venv/bin/pip freeze | grep -v '^-e' | grep -v -E '^(django-auth-ldap|python-ldap)==' \
+	    | grep -v -x -F -f requirements.lock; } > requirements-dev.lock
 	rm -rf .lock-venv
 
 clean:

@@ -356,12 +356,12 @@ def database(server_url: str, name: str, *, create: bool) -> str:
 
 def bench_env(db_url: str, data_dir: str) -> dict[str, str]:
     """Production settings (DEBUG off, a random SECRET_KEY) over plain HTTP, without Redis."""
-    unset = {"REDIS_URL", "TESTING", "DATABASE_URL_FILE", "SECRET_KEY_FILE", "REDIS_URL_FILE"}
+    unset = {"REDIS_URL", "DATABASE_URL_FILE", "SECRET_KEY_FILE", "REDIS_URL_FILE"}
     env = {k: v for k, v in os.environ.items() if k not in unset}
     (Path(data_dir) / "static").mkdir()  # STATIC_ROOT, or WhiteNoise warns
     env.update(DATABASE_URL=db_url, SECRET_KEY=secrets.token_urlsafe(50), DEBUG="false",
                ALLOWED_HOSTS="127.0.0.1", SECURE_SSL_REDIRECT="false", LOG_LEVEL="WARNING",
-               DATA_DIR=data_dir, DJANGO_SETTINGS_MODULE="portal.settings",
+               DATA_DIR=data_dir, DJANGO_SETTINGS_MODULE="portal.settings.production",
                # The API's rate limits would refuse a benchmark's clients (one token, hundreds of
                # requests a second): measured without them.
                API_THROTTLE="false")  # fmt: skip

@@ -40,7 +40,7 @@ def setup(database_url: str, name: str, tmp: str) -> None:
             "DATA_DIR": tmp,
             "REDIS_URL": "",
             "USAGE_RETENTION_RAW_DAYS": "60",  # the benchmarks write a month of raw samples
-            "DJANGO_SETTINGS_MODULE": "portal.settings",
+            "DJANGO_SETTINGS_MODULE": "portal.settings.production",
         }
     )
     manage("migrate")

@@ -1,5 +1,5 @@
 """The fleet's timing settings, read in one place: the services, selectors, tasks and pages
-that need a deadline or an interval ask here (``portal/settings.py`` reads them from the
+that need a deadline or an interval ask here (``portal/settings/base.py`` reads them from the
 environment and fails loudly on a bad value)."""
 
 from __future__ import annotations

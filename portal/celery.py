@@ -8,7 +8,7 @@ from typing import Any
 from celery import Celery, signals
 from celery.schedules import crontab
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.production")
 
 app = Celery("portal")
 app.config_from_object("django.conf:settings", namespace="CELERY")

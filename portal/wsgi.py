@@ -16,7 +16,7 @@ import os
 from django.core.wsgi import get_wsgi_application
 from django.urls import reverse
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.production")
 application = get_wsgi_application()
 reverse("login")  # the URLconf imported and its reverse lookup built
 gc.freeze()

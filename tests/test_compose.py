@@ -36,6 +36,9 @@ def test_compose_declares_the_stack_with_health_checks():
     env = services["web"]["environment"]
     assert env["DATABASE_URL"].startswith("postgres://") and env["REDIS_URL"].startswith("redis://")
     assert env["DEBUG"] == "false"
+    # The production settings (portal/settings/production.py), as the image's own default.
+    assert env["DJANGO_SETTINGS_MODULE"] == "portal.settings.production"
+    assert "DJANGO_SETTINGS_MODULE=portal.settings.production" in (ROOT / "Dockerfile").read_text()
 
 
 def test_docker_compose_config_accepts_the_file():

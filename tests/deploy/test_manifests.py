@@ -132,6 +132,12 @@ def test_the_writable_paths_are_the_ones_the_settings_write_to():
     assert "/dev/shm" in {m["mountPath"] for m in web["volumeMounts"]}  # noqa: S108 - a path inside the pod
 
 
+def test_every_overlay_runs_the_production_settings():
+    for name in ("in-cluster", "outside"):
+        config = find(overlay(name), "ConfigMap", "portal-config")["data"]
+        assert config["DJANGO_SETTINGS_MODULE"] == "portal.settings.production", name
+
+
 def test_beat_is_exactly_one_and_never_two_during_an_upgrade():
     for name in ("in-cluster", "outside"):
         beat = find(overlay(name), "Deployment", "portal-beat")

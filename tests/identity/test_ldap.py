@@ -101,7 +101,6 @@ def test_the_directory_settings_come_from_the_environment(directory: Directory, 
         "LDAP_BIND_PASSWORD_FILE": str(secret),
         "LDAP_USER_BASE": LDAP_USERS,
         "LDAP_GROUP_BASE": LDAP_GROUPS,
-        "DEBUG": "true",
     }
     env.pop("LDAP_BIND_PASSWORD", None)
     script = (
@@ -116,7 +115,7 @@ def test_the_directory_settings_come_from_the_environment(directory: Directory, 
     )
     done = subprocess.run(
         [sys.executable, "-c", script],
-        env={**env, "DJANGO_SETTINGS_MODULE": "portal.settings"},
+        env={**env, "DJANGO_SETTINGS_MODULE": "portal.settings.demo"},
         cwd=django_settings.BASE_DIR,
         capture_output=True,
         text=True,
@@ -142,8 +141,7 @@ def test_ldap_configured_without_the_extra_stops_with_what_to_install(tmp_path: 
         "LDAP_SERVER_URI": "ldap://127.0.0.1:1",
         "LDAP_USER_BASE": LDAP_USERS,
         "LDAP_GROUP_BASE": LDAP_GROUPS,
-        "DEBUG": "true",
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "DJANGO_SETTINGS_MODULE": "portal.settings.demo",
     }
     done = _python("import django; django.setup()", env)
     assert done.returncode != 0

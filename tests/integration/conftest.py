@@ -63,8 +63,7 @@ def isolation(redis_url: str, settings) -> Iterator[str]:  # type: ignore[no-unt
 def worker_env(name: str, redis_url: str, data_dir: Path) -> dict[str, str]:
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
-        "TESTING": "true",  # the built-in SECRET_KEY is fine for a test worker
+        "DJANGO_SETTINGS_MODULE": "portal.settings.test",  # the suite's, as this process's
         "REDIS_URL": redis_url,
         "CACHE_KEY_PREFIX": name,
         "CELERY_TASK_ALWAYS_EAGER": "false",

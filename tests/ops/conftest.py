@@ -52,7 +52,7 @@ def run_python(database_url: str, *args: str, timeout: int = 300) -> str:
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
-        "DEBUG": "true",
+        "DJANGO_SETTINGS_MODULE": "portal.settings.demo",  # what make run's commands use
         "DEMO_KUBECONFIG_DIR": "",
         "DEMO_AGENT_DIR": "",
     }

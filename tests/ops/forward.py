@@ -222,7 +222,7 @@ def inspect() -> dict[str, Any]:
 
 
 def main() -> int:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.demo")
     django.setup()
     from tests.ops.releases import PREVIOUS
 

@@ -1,4 +1,7 @@
-"""Configuration from the environment, checked in fresh processes (settings load once)."""
+"""Configuration from the environment, checked in fresh processes (settings load once).
+
+``manage()`` runs manage.py as an operator does: no DJANGO_SETTINGS_MODULE, so the production
+settings (its default), unless ``env`` names another module."""
 
 from __future__ import annotations
 
@@ -30,7 +33,6 @@ def manage(*args: str, env: dict[str, str], tmp_path: Path) -> subprocess.Comple
             "DATABASE_URL",
             "REDIS_URL",
             "ALLOWED_HOSTS",
-            "TESTING",
             "PYTEST_CURRENT_TEST",
             "DJANGO_SETTINGS_MODULE",
         }
@@ -59,7 +61,8 @@ def test_production_refuses_to_start_with_the_default_secret_key(tmp_path):
     env = {k: v for k, v in PRODUCTION.items() if k != "SECRET_KEY"}
     result = manage("check", env=env, tmp_path=tmp_path)
     assert result.returncode != 0
-    assert "SECRET_KEY is the built-in default while DEBUG is off" in result.stderr
+    assert "SECRET_KEY is the built-in default" in result.stderr
+    assert "portal.settings.demo" in result.stderr  # what to use for a local demo instead
 
 
 def test_secret_key_can_come_from_a_file(tmp_path):
@@ -88,14 +91,16 @@ def test_a_bad_value_fails_loudly_naming_the_variable(tmp_path, name, value):
 
 
 def test_embedded_defaults_need_no_server(tmp_path):
-    """With no DATABASE_URL and no REDIS_URL: SQLite and a filesystem broker under DATA_DIR."""
+    """With no DATABASE_URL and no REDIS_URL: SQLite and a filesystem broker under DATA_DIR
+    (make run's settings)."""
     code = (
         "from django.conf import settings; from portal.celery import app; "
         "print(settings.DATABASES['default']['ENGINE']); print(settings.CELERY_BROKER_URL); "
         "print(settings.CACHES['default']['BACKEND']); "
         "print(app.connection_for_write().transport_cls)"
     )
-    result = manage("shell", "-v", "0", "-c", code, env={"DEBUG": "true"}, tmp_path=tmp_path)
+    demo = {"DJANGO_SETTINGS_MODULE": "portal.settings.demo"}
+    result = manage("shell", "-v", "0", "-c", code, env=demo, tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     engine, broker, cache, transport = result.stdout.split()
     assert engine == "django.db.backends.sqlite3"

@@ -23,7 +23,7 @@ print(gc.get_freeze_count() > 1000)
 
 def test_importing_the_wsgi_module_readies_the_urlconf_and_freezes_the_start(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE",)}
-    env.update(DEBUG="true", DATA_DIR=str(tmp_path))
+    env.update(DJANGO_SETTINGS_MODULE="portal.settings.demo", DATA_DIR=str(tmp_path))
     result = subprocess.run(
         [sys.executable, "-c", CODE], cwd=ROOT, env=env, capture_output=True, text=True,
         timeout=120,

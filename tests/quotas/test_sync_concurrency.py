@@ -51,9 +51,8 @@ def test_a_reconcile_converges_at_any_concurrency_and_then_writes_nothing(
 def test_an_out_of_range_setting_stops_the_portal_naming_it(value):
     env = {
         **os.environ,
-        "DEBUG": "true",
         "KUBE_APPLY_CONCURRENCY": value,
-        "DJANGO_SETTINGS_MODULE": "portal.settings",
+        "DJANGO_SETTINGS_MODULE": "portal.settings.demo",
     }
     done = subprocess.run(
         [sys.executable, "-c", "import django; django.setup()"],

@@ -1,6 +1,6 @@
 """Production settings and the headers every response carries: check --deploy clean, HTTPS
-only (redirect, HSTS, secure HttpOnly SameSite cookies) while DEBUG=true keeps plain-HTTP
-``make run`` working, and a Content-Security-Policy that allows no inline script."""
+only (redirect, HSTS, secure HttpOnly SameSite cookies) while the demo's settings keep
+plain-HTTP ``make run`` working, and a Content-Security-Policy that allows no inline script."""
 
 from __future__ import annotations
 
@@ -79,8 +79,9 @@ def test_x_forwarded_proto_is_trusted_only_behind_a_configured_proxy(tmp_path):
     assert proxied["plain_status"] == 301
 
 
-def test_debug_keeps_plain_http_working_for_make_run(tmp_path):
-    seen = probe({"DEBUG": "true", "ALLOWED_HOSTS": "portal.example.com"}, tmp_path)
+def test_the_demo_settings_keep_plain_http_working_for_make_run(tmp_path):
+    demo = {"DJANGO_SETTINGS_MODULE": "portal.settings.demo", "ALLOWED_HOSTS": "portal.example.com"}
+    seen = probe(demo, tmp_path)
     assert seen["plain_status"] == 401  # served over plain HTTP, no redirect
     assert seen["hsts"] is None
     assert seen["cookies"] == [[False, True, "Lax"], [False, True, "Lax"]]

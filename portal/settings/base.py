@@ -1,14 +1,14 @@
-"""Settings for the GPU quota portal, all from the environment (12-factor).
+"""What every environment shares, all from the environment (12-factor): never used alone.
 
-With nothing set, the portal runs on SQLite and a Celery broker that needs no server (kombu's
-filesystem transport under ``.data/``), so one command on a fresh machine runs the product.
-Production sets DATABASE_URL, REDIS_URL, SECRET_KEY, ALLOWED_HOSTS and DEBUG=false.
+``production`` (the default of manage.py, wsgi and celery), ``demo`` (make run) and ``test``
+(pytest) start from here and each adds what only it does; nothing here asks which one runs.
+With no DATABASE_URL and no REDIS_URL the portal runs on SQLite and a Celery broker that needs
+no server (kombu's filesystem transport under ``.data/``).
 """
 
 from __future__ import annotations
 
 import re
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,21 +17,15 @@ from django.core.exceptions import ImproperlyConfigured
 
 from core.env import env_bool, env_int, env_list, env_str
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / ".data")))
 
+# The demo's and the tests' key; production refuses to start with it (production.py).
 DEFAULT_SECRET_KEY = "insecure-default-key-for-the-local-demo-only-never-deploy-this"  # noqa: S105
 SECRET_KEY = env_str("SECRET_KEY", DEFAULT_SECRET_KEY)
 DEBUG = env_bool("DEBUG", False)
-TESTING = "pytest" in sys.modules or env_bool("TESTING", False)
 
-if not DEBUG and not TESTING and SECRET_KEY == DEFAULT_SECRET_KEY:
-    raise ImproperlyConfigured(
-        "SECRET_KEY is the built-in default while DEBUG is off: set SECRET_KEY (or SECRET_KEY_FILE) "
-        "to a long random value, or DEBUG=true for a local demo."
-    )
-
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"] if DEBUG else [])
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
@@ -153,12 +147,6 @@ else:
         "control_folder": str(_broker_dir / "control"),  # else kombu writes ./control
         "store_processed": False,
     }
-if TESTING:
-    # Tasks the code under test enqueues go to a queue no worker of the developer's reads;
-    # tests that run a real worker name their own queue.
-    CELERY_TASK_DEFAULT_QUEUE = "portal-tests"
-    if not REDIS_URL:
-        CELERY_BROKER_URL = "memory://"
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # GPU node agents: a node is stale after this long without a report; a desired MIG layout
 # not applied by its deadline fails with the reason; join tokens expire.
@@ -250,8 +238,6 @@ PASSWORD_HASHERS = [
     "django.contrib.auth.hashers.PBKDF2SHA1PasswordHasher",
     "django.contrib.auth.hashers.ScryptPasswordHasher",
 ]
-if TESTING:
-    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # --- Sign-in through the company's identity provider (identity app) --------------------------
 # Local accounts (the login form): an admin may turn the form off once everyone signs in
 # through OIDC; Django admin's own form and POST /api/v1/auth/token/ follow the same switch
@@ -376,12 +362,10 @@ USE_TZ = True
 # --- Static files, served by the app itself (WhiteNoise) -----------------------------------
 # collectstatic writes hashed names with gzip and brotli copies; WhiteNoise serves those with
 # "Cache-Control: max-age=315360000, public, immutable" and the encoding the browser accepts.
-# Under DEBUG (make run, which runs collectstatic first) the same for what was collected; the
-# rest, and everything in the test suite, is served from the apps' folders by plain name.
+# The demo (make run, which runs collectstatic first) the same for what was collected, the rest
+# from the apps' folders by plain name; the test suite everything by plain name (test.py).
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(DATA_DIR / "static")))
-if DEBUG or TESTING:
-    STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns when it is missing
 STATICFILES_DIRS = [BASE_DIR / "portal" / "static"]
 STATICFILES_FINDERS = [
     "django.contrib.staticfiles.finders.FileSystemFinder",
@@ -389,15 +373,9 @@ STATICFILES_FINDERS = [
 ]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {
-        "BACKEND": (
-            "django.contrib.staticfiles.storage.StaticFilesStorage"
-            if TESTING
-            else "dashboards.staticfiles.HashedStaticFilesStorage"
-        )
-    },
+    "staticfiles": {"BACKEND": "dashboards.staticfiles.HashedStaticFilesStorage"},
 }
-WHITENOISE_USE_FINDERS = DEBUG or TESTING  # files not collected (yet), by their plain names
+WHITENOISE_USE_FINDERS = False  # only what collectstatic wrote (demo and tests: finders too)
 # Source maps (the API docs' 20 MB of them) are for a developer's tools: not worth compressing.
 WHITENOISE_SKIP_COMPRESS_EXTENSIONS = (
     *("jpg", "jpeg", "png", "gif", "webp", "zip", "gz", "tgz", "bz2", "tbz", "xz", "br"),
@@ -424,19 +402,14 @@ PORTAL_URL = env_str("PORTAL_URL", "http://127.0.0.1:8000")  # links in emails
 PORTAL_NAMESPACE = env_str("PORTAL_NAMESPACE", "gpu-quota-portal")
 SERVER_EMAIL = DEFAULT_FROM_EMAIL
 
-# --- Security: strict unless DEBUG (or the test suite, which talks plain HTTP) --------------
-_STRICT = not DEBUG and not TESTING
-SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000 if _STRICT else 0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = _STRICT
-SECURE_HSTS_PRELOAD = _STRICT
-SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _STRICT)
+# --- Security -------------------------------------------------------------------------------
+# HTTPS only (redirect, HSTS, Secure cookies) is production's (production.py); the demo and the
+# test suite talk plain HTTP. What follows holds everywhere.
 # Behind TRUSTED_PROXY_COUNT reverse proxies a request is HTTPS when the proxy says so: it must
 # set (and never pass on from the client) X-Forwarded-Proto. With no proxy (0, the default) the
 # header is a client's claim and is ignored: gunicorn serves TLS itself.
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if TRUSTED_PROXY_COUNT > 0 else None
 SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
-SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _STRICT)
-CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _STRICT)
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True  # page scripts read the token from the form, never the cookie
 SESSION_COOKIE_SAMESITE = "Lax"
@@ -463,9 +436,9 @@ CONTENT_SECURITY_POLICY_REPORT_ONLY = env_bool("CSP_REPORT_ONLY", False)
 # --- REST API --------------------------------------------------------------------------------
 # Rate limits per caller (core.api.throttling), counted in the cache. A GPU node's agent
 # calls once per 10 s (its report; about a dozen calls in a cycle that changes layouts): 120/min
-# per node token is ample, and nodes never share a bucket, so 1,000 agents fit. The test suite runs without
-# them (shared counters would make unrelated tests flaky); tests of the limits turn them on.
-API_THROTTLE_ENABLED = env_bool("API_THROTTLE", not TESTING)
+# per node token is ample, and nodes never share a bucket, so 1,000 agents fit. The test suite
+# runs without them (test.py); API_THROTTLE=false turns them off (a benchmark's clients).
+API_THROTTLE_ENABLED = env_bool("API_THROTTLE", True)
 API_THROTTLE_RATES = {
     "anon": env_str("API_THROTTLE_ANON", "60/min"),  # by address: join tokens, docs, schema
     "user": env_str("API_THROTTLE_USER", "600/min"),  # a signed-in browser session
@@ -497,8 +470,7 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"]
-    + ([] if not DEBUG else ["rest_framework.renderers.BrowsableAPIRenderer"]),
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],  # demo: + browsable
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 SPECTACULAR_SETTINGS = {
