@@ -59,7 +59,7 @@ import functools
 import heapq
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from gpu_spec.mig.catalogue import PROFILE_NAME, Catalogue, GpuModel, load_catalogue
@@ -1301,8 +1301,21 @@ def _plural(count: int, one: str, many: str) -> str:
 
 
 def _unmet_reason(problem: _Problem, group: _Group, gpu_plans: list[GpuPlan]) -> str:
-    catalogue = problem.catalogue
-    profile = group.profile
+    models = _models_for(problem, group)
+    if isinstance(models, str):
+        return models
+    tally = _host_tally(problem, group.profile, models, gpu_plans)
+    label = models[0] if len(models) == 1 else "/".join(models)
+    parts = tally.parts(group.profile)
+    if tally.busy and not tally.other and not tally.fixed:
+        lead = "the other" if tally.hosting else "the"
+        return f"{lead} {label} GPUs are busy: " + "; ".join(parts)
+    return f"no room left on the {label} GPUs: " + "; ".join(parts)
+
+
+def _models_for(problem: _Problem, group: _Group) -> list[str] | str:
+    """The models on this cluster that could serve the group, or why there are none."""
+    catalogue, profile = problem.catalogue, group.profile
     present = sorted({m.name for m in problem.models if m is not None})
     if group.model is not None:
         model = catalogue.find_model(group.model)
@@ -1312,56 +1325,73 @@ def _unmet_reason(problem: _Problem, group: _Group, gpu_plans: list[GpuPlan]) ->
             return f"{model.name} does not offer {profile} (it offers {', '.join(model.profiles)})"
         if model.name not in present:
             return f"there is no {model.name} on this cluster"
-        models = [model.name]
-    else:
-        offering = [m.name for m in catalogue.models_with_profile(profile)]
-        if not offering:
-            return f"no GPU model in the MIG catalogue offers {profile}"
-        models = [m for m in offering if m in present]
-        if not models:
-            return (
-                f"no GPU model on this cluster offers {profile} "
-                f"(it is a profile of {', '.join(offering)})"
+        return [model.name]
+    offering = [m.name for m in catalogue.models_with_profile(profile)]
+    if not offering:
+        return f"no GPU model in the MIG catalogue offers {profile}"
+    models = [m for m in offering if m in present]
+    if not models:
+        return (
+            f"no GPU model on this cluster offers {profile} "
+            f"(it is a profile of {', '.join(offering)})"
+        )
+    return models
+
+
+@dataclass
+class _HostTally:
+    """The GPUs of the models that could serve a profile, by what keeps them from it."""
+
+    hosting: int = 0  # hold the profile already
+    busy: int = 0  # running work where it would go
+    fixed: int = 0  # left alone (MIG disabled, a layout the catalogue does not know)
+    other: int = 0  # could host it but serve other demand
+    taken_by: Counter[str] = field(default_factory=Counter)
+
+    def parts(self, profile: str) -> list[str]:
+        parts = []
+        if self.busy:
+            parts.append(
+                f"{_plural(self.busy, 'GPU has', 'GPUs have')} running work where a {profile} "
+                "would go"
             )
-    hosting = busy = fixed = other = 0
-    taken_by: Counter[str] = Counter()
+        if self.other:
+            what = ", ".join(name for name, _ in self.taken_by.most_common(3))
+            parts.append(
+                _plural(
+                    self.other, "GPU that could host it serves", "GPUs that could host it serve"
+                )
+                + (f" other demand ({what})" if what else " other demand")
+            )
+        if self.fixed:
+            parts.append(
+                f"{_plural(self.fixed, 'GPU is', 'GPUs are')} left alone "
+                "(MIG disabled, or a layout the catalogue does not know)"
+            )
+        if self.hosting:
+            parts.append(f"{_plural(self.hosting, 'GPU holds', 'GPUs hold')} {profile} already")
+        return parts
+
+
+def _host_tally(
+    problem: _Problem, profile: str, models: Sequence[str], gpu_plans: list[GpuPlan]
+) -> _HostTally:
+    tally = _HostTally()
     for gpu, gpu_plan in enumerate(gpu_plans):
         model = problem.models[gpu]
         if model is None or model.name not in models:
             continue
         cls = problem.classes[problem.gpu_class[gpu]]
         if not cls.plannable:
-            fixed += 1
+            tally.fixed += 1
         elif any(p.profile == profile for p in gpu_plan.layout):
-            hosting += 1
+            tally.hosting += 1
         elif not _can_host(cls, profile):
-            busy += 1
+            tally.busy += 1
         else:
-            other += 1
-            taken_by.update(p.profile for p in gpu_plan.layout if p.profile != profile)
-    label = models[0] if len(models) == 1 else "/".join(models)
-    parts = []
-    if busy:
-        parts.append(
-            f"{_plural(busy, 'GPU has', 'GPUs have')} running work where a {profile} would go"
-        )
-    if other:
-        what = ", ".join(name for name, _ in taken_by.most_common(3))
-        parts.append(
-            _plural(other, "GPU that could host it serves", "GPUs that could host it serve")
-            + (f" other demand ({what})" if what else " other demand")
-        )
-    if fixed:
-        parts.append(
-            f"{_plural(fixed, 'GPU is', 'GPUs are')} left alone "
-            "(MIG disabled, or a layout the catalogue does not know)"
-        )
-    if hosting:
-        parts.append(f"{_plural(hosting, 'GPU holds', 'GPUs hold')} {profile} already")
-    if busy and not other and not fixed:
-        lead = "the other" if hosting else "the"
-        return f"{lead} {label} GPUs are busy: " + "; ".join(parts)
-    return f"no room left on the {label} GPUs: " + "; ".join(parts)
+            tally.other += 1
+            tally.taken_by.update(p.profile for p in gpu_plan.layout if p.profile != profile)
+    return tally
 
 
 def _can_host(cls: _Class, profile: str) -> bool:
