@@ -18,8 +18,8 @@ inventory and metrics every 10 s, through gunicorn (2 sync workers) on PostgreSQ
    happens once in 30 reports). A platform admin gets an API token for ``GET /api/v1/me/``.
 4. In this process: the SQL queries of one report (Django's test client, CaptureQueriesContext)
    and the time of its parts, per report, over ``--inprocess`` reports (JSON parsing, the
-   report's validator as the endpoint runs it, ``validate_report``, the token lookup,
-   ``agent_report_ingest``, the whole request).
+   report's validation as the endpoint runs it, ``report_validated``: the agent's JSON Schema
+   and the named checks, the token lookup, ``report_ingest``, the whole request).
 5. gunicorn: ``--clients`` threads (8) drive ``GET /api/v1/me/`` (the baseline) and three kinds
    of ``POST /api/v1/agent/report/`` in alternating rounds, as bench/api_bench.py does: 2 s
    warm-up each, then ``--seconds`` each in ``--rounds`` rounds. The nodes are split in three
@@ -229,7 +229,6 @@ def seed(nodes: list[SimNode]) -> tuple[str, dict[str, float]]:
     from django.db import connection
     from django.utils import timezone
 
-    from gpu_agent.agent_api.serializers import validate_report
     from gpu_agent.models import Node, NodeToken
     from gpu_agent.services.nodes import agent_register, join_token_create
     from gpu_agent.services.reports import agent_report_ingest
@@ -258,8 +257,7 @@ def seed(nodes: list[SimNode]) -> tuple[str, dict[str, float]]:
         node.prepare_changes()
         body = json.loads(json.dumps(node.full_v2()))  # as the endpoint receives it
         agent_report_ingest(
-            node=by_name[node.name],
-            report={**validate_report(body), "agent_version": SEEDED_VERSION},
+            node=by_name[node.name], report={**body, "agent_version": SEEDED_VERSION}
         )
     timings["first_ingest_s"] = time.perf_counter() - started
     with connection.cursor() as cursor:  # fresh planner statistics, as autovacuum would give
@@ -281,16 +279,15 @@ def _post(client: Any, node: SimNode) -> Any:
 
 def inprocess(nodes: list[SimNode], count: int, profile: bool) -> dict[str, Any]:
     """The SQL queries of one report, then the time of a report's parts, per report, over
-    ``count`` nodes: JSON parsing, the input serializer, the token lookup, the ingest service,
+    ``count`` nodes: JSON parsing, the token lookup, the validation, the ingest service,
     and the whole request with Django's test client (no HTTP, no gunicorn)."""
     from django.db import connection
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    from gpu_agent.agent_api.serializers import validate_report
     from gpu_agent.models import Node
     from gpu_agent.services.nodes import node_token_authenticate
-    from gpu_agent.services.reports import agent_report_ingest
+    from gpu_agent.services.reports import report_ingest, report_validated
 
     client = Client(HTTP_HOST="127.0.0.1")
     with CaptureQueriesContext(connection) as ctx:
@@ -305,14 +302,14 @@ def inprocess(nodes: list[SimNode], count: int, profile: bool) -> dict[str, Any]
         t0 = time.perf_counter()
         data = json.loads(node.body)
         t1 = time.perf_counter()
-        report = validate_report(data)
-        t2 = time.perf_counter()
         token = node_token_authenticate(secret=node.token)
-        t3 = time.perf_counter()
+        t2 = time.perf_counter()
         assert token is not None
-        agent_report_ingest(node=token.node, report=report)
+        report = report_validated(node=token.node, data=data)
+        t3 = time.perf_counter()
+        report_ingest(node=token.node, report=report)
         t4 = time.perf_counter()
-        for name, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+        for name, seconds in zip(phases, (t1 - t0, t3 - t2, t2 - t1, t4 - t3), strict=True):
             phases[name] += seconds
     started = time.perf_counter()
     for node in sample:

@@ -1,9 +1,9 @@
 """Input serializers check the shape of bodies (types, ranges, lengths, list sizes); the
 services check the rest. Output serializers describe what the views return.
 
-An agent's report has one validator, ``validate_report`` (what ``ReportInput`` validates to,
-by hand for a clean report, by ``ReportInput`` itself otherwise); the report service then
-checks what a shape cannot (duplicates, GPUs of another node) and hands the readings on."""
+An agent's report has no serializer: the report service validates it
+(``reports.report_validated``) against gpu_spec's JSON Schema, the one the agent checks too,
+which ``report_request_schema`` turns into the OpenAPI document's request body."""
 
 from __future__ import annotations
 
@@ -16,14 +16,11 @@ from rest_framework import serializers
 from core.api.serializers import StrictInputSerializer
 from gpu_agent.models import (
     AGENT_KEY_MAX,
-    GPU_NAME_MAX,
     GPU_UUID_MAX,
     GPU_UUID_RE,
     GPU_UUID_RULE,
     HOSTNAME_MAX,
     MIG_PROFILE_MAX,
-    REPORT_DIGEST_MAX,
-    REPORT_SESSION_MAX,
     VERSION_MAX,
     DevicePlugin,
     LayoutState,
@@ -34,15 +31,7 @@ from gpu_agent.selectors import node_is_stale
 from gpu_agent.services.common import MESSAGE_MAX
 from gpu_agent.services.layouts import RESULT_STATES
 from gpu_agent.services.probes import MAX_PROBE_SECONDS
-from gpu_agent.services.reports import (
-    MAX_GPUS_PER_REPORT,
-    MAX_INSTANCES_PER_GPU,
-    MAX_PROCESSES,
-    MAX_READINGS,
-    MAX_REPORT_SEQ,
-    POD_UID_MAX,
-    REPORT_PROTOCOLS,
-)
+from gpu_spec.report import report_schema
 from tenants.validators import DNS1123_LABEL_MAX, dns1123_label
 
 INT32_MAX = 2**31 - 1
@@ -87,150 +76,35 @@ class RegisterOutput(serializers.Serializer):
 # --- agent: report --------------------------------------------------------------------------
 
 
-class ProcessReport(StrictInputSerializer):
-    pid = serializers.IntegerField(min_value=0, max_value=INT32_MAX)
-    used_memory_mib = serializers.IntegerField(
-        min_value=0, max_value=INT32_MAX, allow_null=True, required=False, default=None
-    )
-    pod_uid = serializers.CharField(
-        max_length=POD_UID_MAX, allow_blank=True, allow_null=True, required=False, default=""
-    )
+def _openapi(node: Any, defs: dict[str, Any]) -> Any:
+    """A JSON Schema (2020-12) node as OpenAPI 3.0 says it: references inlined, a nullable
+    type as ``nullable``."""
+    if isinstance(node, list):
+        return [_openapi(item, defs) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    ref = node.get("$ref", "")
+    if ref.startswith("#/$defs/"):
+        out.update(_openapi(defs[ref.removeprefix("#/$defs/")], defs))
+    for key, value in node.items():
+        if key in ("$ref", "$schema", "$id", "$defs"):
+            continue
+        if key == "type" and isinstance(value, list):
+            types = [t for t in value if t != "null"]
+            out["type"], out["nullable"] = types[0], "null" in value
+        elif key in ("properties", "$defs"):
+            out[key] = {name: _openapi(sub, defs) for name, sub in value.items()}
+        else:
+            out[key] = _openapi(value, defs)
+    return out
 
 
-class InstanceReport(StrictInputSerializer):
-    gi_id = serializers.IntegerField(min_value=0, max_value=MAX_GI_ID)
-    profile = serializers.CharField(max_length=MIG_PROFILE_MAX)
-    start = serializers.IntegerField(min_value=0, max_value=MAX_SLICES - 1)
-    size = serializers.IntegerField(min_value=1, max_value=MAX_SLICES)
-    ci_ids = serializers.ListField(
-        child=serializers.IntegerField(min_value=0, max_value=MAX_GI_ID),
-        max_length=MAX_SLICES,
-        required=False,
-        default=list,
-    )
-    memory_used_mib = serializers.IntegerField(min_value=0, max_value=INT32_MAX, default=0)
-    utilization_pct = serializers.IntegerField(
-        min_value=0, max_value=100, allow_null=True, required=False, default=None
-    )
-    processes = serializers.ListField(
-        child=ProcessReport(), max_length=MAX_PROCESSES, required=False, default=list
-    )
-
-
-class GpuReport(StrictInputSerializer):
-    uuid = gpu_uuid_field()
-    index = serializers.IntegerField(min_value=0, max_value=MAX_GI_ID)
-    name = serializers.CharField(max_length=GPU_NAME_MAX)
-    memory_total_mib = serializers.IntegerField(min_value=0, max_value=INT32_MAX)
-    memory_used_mib = serializers.IntegerField(min_value=0, max_value=INT32_MAX)
-    utilization_pct = serializers.IntegerField(
-        min_value=0,
-        max_value=100,
-        allow_null=True,
-        required=False,
-        default=None,
-        help_text="Null in MIG mode (NVML does not report it).",
-    )
-    mig_mode_current = serializers.BooleanField()
-    mig_mode_pending = serializers.BooleanField()
-    applied_generation = serializers.IntegerField(
-        min_value=0,
-        max_value=INT32_MAX,
-        required=False,
-        default=0,
-        help_text="The desired layout generation last applied.",
-    )
-    instances = serializers.ListField(
-        child=InstanceReport(), max_length=MAX_INSTANCES_PER_GPU, required=False, default=list
-    )
-    processes = serializers.ListField(
-        child=ProcessReport(),
-        max_length=MAX_PROCESSES,
-        required=False,
-        default=list,
-        help_text="Processes on a GPU without MIG.",
-    )
-
-
-class ReadingReport(StrictInputSerializer):
-    """Protocol 2: what one GPU outside MIG (``gi_id`` null) or one MIG instance was doing."""
-
-    uuid = gpu_uuid_field()
-    model = serializers.CharField(max_length=GPU_NAME_MAX, help_text="The GPU's model name.")
-    gi_id = serializers.IntegerField(min_value=0, max_value=MAX_GI_ID, allow_null=True)
-    profile = serializers.CharField(max_length=MIG_PROFILE_MAX, allow_null=True)
-    utilization_pct = serializers.IntegerField(min_value=0, max_value=100, allow_null=True)
-    memory_used_mib = serializers.IntegerField(min_value=0, max_value=INT32_MAX)
-    processes = serializers.IntegerField(min_value=0, max_value=MAX_PROCESSES)
-    pod_uids = serializers.ListField(
-        child=serializers.CharField(max_length=POD_UID_MAX), max_length=MAX_PROCESSES
-    )
-
-
-def _hex(value: str) -> None:
-    if value and not all(c in "0123456789abcdef" for c in value):
-        raise serializers.ValidationError("lower-case hexadecimal digits only.")
-
-
-class ReportInput(StrictInputSerializer):
-    node = serializers.CharField(
-        max_length=DNS1123_LABEL_MAX, help_text="Must be the node the token belongs to."
-    )
-    sent_at = serializers.DateTimeField()
-    agent_version = serializers.CharField(max_length=VERSION_MAX, allow_blank=True, default="")
-    driver_version = serializers.CharField(max_length=VERSION_MAX, allow_blank=True, default="")
-    gpus = serializers.ListField(
-        child=GpuReport(),
-        max_length=MAX_GPUS_PER_REPORT,
-        help_text="Every GPU (protocol 1, or a full report); a change report: the GPUs that "
-        "changed since the base report, each whole.",
-    )
-    protocol = serializers.ChoiceField(
-        choices=REPORT_PROTOCOLS,
-        default=1,
-        help_text="1: every report whole; 2: full reports and change reports (PROTOCOL.md).",
-    )
-    session = serializers.CharField(
-        max_length=REPORT_SESSION_MAX,
-        allow_blank=True,
-        default="",
-        validators=[_hex],
-        help_text="Protocol 2: the agent's session, new at each start.",
-    )
-    seq = serializers.IntegerField(
-        min_value=1,
-        max_value=MAX_REPORT_SEQ,
-        allow_null=True,
-        default=None,
-        help_text="Protocol 2: this report's number in the session.",
-    )
-    full = serializers.BooleanField(
-        default=True, help_text="Protocol 2: false for a change report."
-    )
-    base = serializers.IntegerField(
-        min_value=1,
-        max_value=MAX_REPORT_SEQ,
-        allow_null=True,
-        default=None,
-        help_text="A change report: the acknowledged report it is relative to.",
-    )
-    base_digest = serializers.CharField(
-        max_length=REPORT_DIGEST_MAX, allow_blank=True, default="", validators=[_hex]
-    )
-    digest = serializers.CharField(
-        max_length=REPORT_DIGEST_MAX,
-        allow_blank=True,
-        default="",
-        validators=[_hex],
-        help_text="Protocol 2: SHA-256 of the node's state after this report.",
-    )
-    readings = serializers.ListField(
-        child=ReadingReport(),
-        max_length=MAX_READINGS,
-        allow_null=True,
-        default=None,
-        help_text="A change report: each device's readings, once a sampling interval.",
-    )
+def report_request_schema() -> dict[str, Any]:
+    """``POST agent/report/``'s body for the OpenAPI document: gpu_spec's report.schema.json,
+    the one the endpoint validates with (``reports.report_validated``)."""
+    schema = report_schema()
+    return {"application/json": _openapi(schema, schema["$defs"])}
 
 
 class ReportOutput(serializers.Serializer):
@@ -446,187 +320,6 @@ class LayoutInput(StrictInputSerializer):
     mig_enabled = serializers.BooleanField(
         default=True, help_text="False: turn MIG off (no instances); needs a GPU reset."
     )
-
-
-# --- agent: report, the fast path -----------------------------------------------------------
-#
-# ``ReportInput`` validates about 300 fields per report through DRF (2-3 ms). ``validate_report``
-# accepts the usual, clean report by hand: it takes a report only when every value is already of
-# the exact type and within the bounds ``ReportInput`` declares, and then returns what
-# ``ReportInput`` would. Anything else (a wrong type, a value DRF would convert or trim, a
-# missing field, a value out of range, an unknown field) goes to ``ReportInput`` itself, so a
-# refused report gets DRF's errors, paths and messages, and a convertible one DRF's conversion.
-# tests/gpu_agent/test_server_api.py feeds the same bodies to both and checks they agree.
-
-
-class _Unclean(Exception):
-    """The fast path cannot vouch for a value; ``ReportInput`` decides."""
-
-
-_sent_at_field = serializers.DateTimeField()
-_REPORT_KEYS = frozenset(ReportInput._declared_fields)
-_READING_KEYS = frozenset(ReadingReport._declared_fields)
-_GPU_KEYS = frozenset(GpuReport._declared_fields)
-_GPU_REQUIRED = (
-    "uuid",
-    "index",
-    "name",
-    "memory_total_mib",
-    "memory_used_mib",
-    "mig_mode_current",
-    "mig_mode_pending",
-)
-_INSTANCE_KEYS = frozenset(InstanceReport._declared_fields)
-_PROCESS_KEYS = frozenset(ProcessReport._declared_fields)
-
-
-def _int(value: object, low: int, high: int) -> int:
-    if type(value) is not int or not low <= value <= high:
-        raise _Unclean
-    return value
-
-
-def _opt_int(value: object, low: int, high: int) -> int | None:
-    return None if value is None else _int(value, low, high)
-
-
-def _str(value: object, max_length: int, allow_blank: bool = False) -> str:
-    if (
-        type(value) is not str
-        or len(value) > max_length
-        or not (value or allow_blank)
-        or not value.isascii()
-        or "\x00" in value
-        or len(value.strip()) != len(value)
-    ):
-        raise _Unclean
-    return value
-
-
-def _uuid(value: object) -> str:
-    uuid = _str(value, GPU_UUID_MAX)
-    if not GPU_UUID_RE.match(uuid):
-        raise _Unclean
-    return uuid
-
-
-def _list(value: object, max_length: int) -> list[Any]:
-    if type(value) is not list or len(value) > max_length:
-        raise _Unclean
-    return value
-
-
-def _bool(value: object) -> bool:
-    if type(value) is not bool:
-        raise _Unclean
-    return value
-
-
-def _keys(data: object, allowed: frozenset[str]) -> dict[str, Any]:
-    if type(data) is not dict or not allowed.issuperset(data):
-        raise _Unclean
-    return data
-
-
-def _process(data: object) -> dict[str, Any]:
-    p = _keys(data, _PROCESS_KEYS)
-    pod_uid = p.get("pod_uid", "")
-    return {
-        "pid": _int(p["pid"], 0, INT32_MAX),
-        "used_memory_mib": _opt_int(p.get("used_memory_mib"), 0, INT32_MAX),
-        "pod_uid": None if pod_uid is None else _str(pod_uid, POD_UID_MAX, allow_blank=True),
-    }
-
-
-def _instance(data: object) -> dict[str, Any]:
-    i = _keys(data, _INSTANCE_KEYS)
-    return {
-        "gi_id": _int(i["gi_id"], 0, MAX_GI_ID),
-        "profile": _str(i["profile"], MIG_PROFILE_MAX),
-        "start": _int(i["start"], 0, MAX_SLICES - 1),
-        "size": _int(i["size"], 1, MAX_SLICES),
-        "ci_ids": [_int(c, 0, MAX_GI_ID) for c in _list(i.get("ci_ids", []), MAX_SLICES)],
-        "memory_used_mib": _int(i.get("memory_used_mib", 0), 0, INT32_MAX),
-        "utilization_pct": _opt_int(i.get("utilization_pct"), 0, 100),
-        "processes": [_process(p) for p in _list(i.get("processes", []), MAX_PROCESSES)],
-    }
-
-
-def _gpu(data: object) -> dict[str, Any]:
-    g = _keys(data, _GPU_KEYS)
-    return {
-        "uuid": _uuid(g["uuid"]),
-        "index": _int(g["index"], 0, MAX_GI_ID),
-        "name": _str(g["name"], GPU_NAME_MAX),
-        "memory_total_mib": _int(g["memory_total_mib"], 0, INT32_MAX),
-        "memory_used_mib": _int(g["memory_used_mib"], 0, INT32_MAX),
-        "utilization_pct": _opt_int(g.get("utilization_pct"), 0, 100),
-        "mig_mode_current": _bool(g["mig_mode_current"]),
-        "mig_mode_pending": _bool(g["mig_mode_pending"]),
-        "applied_generation": _int(g.get("applied_generation", 0), 0, INT32_MAX),
-        "instances": [_instance(i) for i in _list(g.get("instances", []), MAX_INSTANCES_PER_GPU)],
-        "processes": [_process(p) for p in _list(g.get("processes", []), MAX_PROCESSES)],
-    }
-
-
-def _hex_str(value: object, max_length: int) -> str:
-    text = _str(value, max_length, allow_blank=True)
-    if text and not all(c in "0123456789abcdef" for c in text):
-        raise _Unclean
-    return text
-
-
-def _reading(data: object) -> dict[str, Any]:
-    r = _keys(data, _READING_KEYS)
-    return {
-        "uuid": _uuid(r["uuid"]),
-        "model": _str(r["model"], GPU_NAME_MAX),
-        "gi_id": _opt_int(r["gi_id"], 0, MAX_GI_ID),
-        "profile": None if r["profile"] is None else _str(r["profile"], MIG_PROFILE_MAX),
-        "utilization_pct": _opt_int(r["utilization_pct"], 0, 100),
-        "memory_used_mib": _int(r["memory_used_mib"], 0, INT32_MAX),
-        "processes": _int(r["processes"], 0, MAX_PROCESSES),
-        "pod_uids": [_str(u, POD_UID_MAX) for u in _list(r["pod_uids"], MAX_PROCESSES)],
-    }
-
-
-def _report_fast(data: object) -> dict[str, Any]:
-    r = _keys(data, _REPORT_KEYS)
-    try:
-        sent_at = _sent_at_field.run_validation(r["sent_at"])
-    except serializers.ValidationError as exc:
-        raise _Unclean from exc
-    protocol = r.get("protocol", 1)
-    if type(protocol) is not int or protocol not in dict(REPORT_PROTOCOLS):
-        raise _Unclean
-    readings = r.get("readings")
-    return {
-        "node": _str(r["node"], DNS1123_LABEL_MAX),
-        "sent_at": sent_at,
-        "agent_version": _str(r.get("agent_version", ""), VERSION_MAX, allow_blank=True),
-        "driver_version": _str(r.get("driver_version", ""), VERSION_MAX, allow_blank=True),
-        "gpus": [_gpu(g) for g in _list(r["gpus"], MAX_GPUS_PER_REPORT)],
-        "protocol": protocol,
-        "session": _hex_str(r.get("session", ""), REPORT_SESSION_MAX),
-        "seq": _opt_int(r.get("seq"), 1, MAX_REPORT_SEQ),
-        "full": _bool(r.get("full", True)),
-        "base": _opt_int(r.get("base"), 1, MAX_REPORT_SEQ),
-        "base_digest": _hex_str(r.get("base_digest", ""), REPORT_DIGEST_MAX),
-        "digest": _hex_str(r.get("digest", ""), REPORT_DIGEST_MAX),
-        "readings": None
-        if readings is None
-        else [_reading(x) for x in _list(readings, MAX_READINGS)],
-    }
-
-
-def validate_report(data: Any) -> dict[str, Any]:
-    """What ``ReportInput(data=data)`` validates to, or its ``ValidationError`` (400)."""
-    try:
-        return _report_fast(data)
-    except (_Unclean, KeyError, TypeError):
-        serializer = ReportInput(data=data)
-        serializer.is_valid(raise_exception=True)
-        return dict(serializer.validated_data)
 
 
 # --- isolation probes -------------------------------------------------------------------------

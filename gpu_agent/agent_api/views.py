@@ -47,12 +47,11 @@ from gpu_agent.agent_api.serializers import (
     RegisterInput,
     RegisterOutput,
     ReportChangesOutput,
-    ReportInput,
     ReportOutput,
     ResultInput,
     ResultOutput,
     TokenRevokeOutput,
-    validate_report,
+    report_request_schema,
 )
 from gpu_agent.models import Node
 from gpu_agent.services import layouts, nodes, reports
@@ -134,11 +133,13 @@ class AgentReportView(AgentView):
 
     authentication_classes = [NodeTokenWithWorkAuthentication]
 
-    @extend_schema(request=ReportInput, responses={200: ReportChangesOutput, **AGENT_ERRORS})
+    @extend_schema(
+        request=report_request_schema(), responses={200: ReportChangesOutput, **AGENT_ERRORS}
+    )
     def post(self, request: Request) -> Response:
-        report = validate_report(request.data)  # ReportInput's checks, by hand when clean
         node = calling_node(request)
-        answer = reports.agent_report_answer(node=node, report=report)
+        report = reports.report_validated(node=node, data=request.data)  # the agent's schema
+        answer = reports.report_ingest(node=node, report=report)
         data: dict[str, Any] = {
             "desired_generation": answer.desired_generation,
             "probes": answer.probes,

@@ -287,7 +287,7 @@ def node_token_authenticate(*, secret: str, with_work: bool = False) -> NodeToke
     """The live node token for ``secret`` (with its node), else None. ``with_work``: the same
     query also reads the node's open work, set on the node as ``open_work`` (a layout open:
     pending, applying or reboot-required; its open isolation probes), which a quiet report
-    answers from (``reports.agent_report_answer``) without a query of its own."""
+    answers from (``reports.report_ingest``) without a query of its own."""
     now = timezone.now()
     if with_work:
         token = _token_with_work(_digest(secret))

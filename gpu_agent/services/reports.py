@@ -4,6 +4,10 @@ the node's layouts (applied ones confirmed, drained ones released, reset GPUs re
 answer says what the agent has to do next. Observations only: nothing here is audited but a
 stale node coming back.
 
+A report is checked once, by ``report_validated``: the JSON Schema the agent checks too
+(``gpu_spec/report.schema.json``), then the few rules a schema cannot say (``REPORT_CHECKS``,
+and the token's own node); then ``report_ingest`` stores it, the one ingest path.
+
 Two report protocols (PROTOCOL.md). Protocol 1: every report whole. Protocol 2: a full report
 (at the agent's start, when asked, every few minutes) stored as protocol 1 is, and change
 reports, each naming the acknowledged report it is relative to (``base``: session, sequence
@@ -21,11 +25,11 @@ instance was doing, read from the validated report here and nowhere else) go to 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, NewType, cast
 
 from django.db import connection, transaction
 from django.db.models import F
@@ -34,37 +38,24 @@ from django.utils import timezone
 from core.errors import PermissionDenied, ValidationFailed
 from gpu_agent.conf import last_report_write_every, layout_deadline
 from gpu_agent.models import (
-    GPU_NAME_MAX,
-    GPU_UUID_MAX,
-    GPU_UUID_RULE,
-    MIG_PROFILE_MAX,
     OPEN_LAYOUT_STATES,
     OPEN_PROBE_STATES,
-    VERSION_MAX,
     Gpu,
     IsolationProbe,
     LayoutState,
     MigInstance,
     MigLayout,
     Node,
-    is_gpu_uuid,
 )
 from gpu_agent.services.common import iso
 from gpu_agent.services.layouts import WHOLE_GPU, agent_desired_generation, waiting_message
+from gpu_spec.report import validate_report
 from tenants.services import audit_record
 
-# Report limits (a report past them is refused whole, nothing stored).
-MAX_GPUS_PER_REPORT = 64
-MAX_INSTANCES_PER_GPU = 7  # the most MIG instances any NVIDIA GPU offers
-MAX_PROCESSES = 256  # per GPU or per MIG instance
-POD_UID_MAX = 64
-MAX_READINGS = MAX_GPUS_PER_REPORT * MAX_INSTANCES_PER_GPU
-MAX_REPORT_SEQ = 2**62
+# The report's shape and limits (at most 64 GPUs, 7 MIG instances each, 256 processes, ...) are
+# gpu_spec's report.schema.json, which the agent checks too; a report past them is refused
+# whole, nothing stored.
 PROTOCOL_WHOLE, PROTOCOL_CHANGES = 1, 2
-REPORT_PROTOCOLS = [
-    (PROTOCOL_WHOLE, "1: every report whole"),
-    (PROTOCOL_CHANGES, "2: what changed since the acknowledged report"),
-]
 
 # Called as ``hook(readings=ReportReadings)`` once a report is ingested and committed, each in
 # its own transaction (a failing hook is logged; the report stands and the agent reports again
@@ -158,79 +149,114 @@ def _pod_uids(processes: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(uid for p in processes if (uid := p.get("pod_uid")))
 
 
-def _report_problems(report: Mapping[str, Any]) -> dict[str, list[str]]:
-    """Sizes and consistency of a report whose shape the API checked. Every problem, by path."""
-    problems: dict[str, list[str]] = {}
+# --- validation: the schema, then what a schema cannot say ----------------------------------
 
-    def add(path: str, message: str) -> None:
-        problems.setdefault(path, []).append(message)
+ValidReport = NewType("ValidReport", dict[str, Any])
+"""A report ``report_validated`` passed: the agent's JSON as received, nothing converted."""
 
-    for name, limit in (
-        ("agent_version", VERSION_MAX),
-        ("driver_version", VERSION_MAX),
-    ):
-        if len(report.get(name) or "") > limit:
-            add(name, f"at most {limit} characters are allowed.")
+Problems = Iterator[tuple[str, str]]  # (field path, why)
+
+
+def report_validated(*, node: Node, data: object) -> ValidReport:
+    """The one validation of an agent's report (the endpoint's and every other caller's): its
+    shape by the JSON Schema the agent checks too (``gpu_spec/report.schema.json``), then, for
+    a report of that shape, each check of ``REPORT_CHECKS`` (what a schema cannot say).
+
+    Refused (nothing stored): a report the schema or a check refuses (400, every problem by
+    its path: ``gpus[0].instances[1].gi_id``), a report for another node (403)."""
+    _refuse_problems((p.path, p.message) for p in validate_report(data))
+    report = cast(dict[str, Any], data)
+    _check_own_node(node=node, report=report)
+    _refuse_problems(problem for check in REPORT_CHECKS for problem in check(report))
+    return ValidReport(report)
+
+
+def _refuse_problems(problems: Iterable[tuple[str, str]]) -> None:
+    fields: dict[str, list[str]] = {}
+    for path, message in problems:
+        fields.setdefault(path, []).append(message)
+    if fields:
+        raise ValidationFailed(
+            "; ".join(f"{path}: {messages[0]}" for path, messages in fields.items()),
+            fields=fields,
+        )
+
+
+def _check_own_node(*, node: Node, report: Mapping[str, Any]) -> None:
+    """A node token reports for its own node only (403)."""
+    if report["node"] != node.name:
+        raise PermissionDenied(
+            "A node token may only report for its own node.",
+            fields={"node": [f"this token belongs to node {node.name}"]},
+        )
+
+
+def _protocol_2_fields(report: Mapping[str, Any]) -> Problems:
+    """Protocol 2 names its session, number and digest; a change report (``full: false``)
+    its base, an earlier report; only a change report carries ``readings``."""
+    if report.get("protocol", PROTOCOL_WHOLE) != PROTOCOL_CHANGES:
+        return
+    for name in ("session", "seq", "digest"):
+        if not report.get(name):
+            yield name, "protocol 2 reports need it."
+    if report.get("full", True):
+        if report.get("readings") is not None:
+            yield "readings", "only in a change report: a full report's GPUs carry the readings."
+        return
+    for name in ("base", "base_digest"):
+        if not report.get(name):
+            yield name, "a change report (full: false) needs it."
+    if report.get("base") and report.get("seq") and report["base"] >= report["seq"]:
+        yield "base", "must be lower than seq: the base is an earlier report."
+
+
+def _protocol_1_fields(report: Mapping[str, Any]) -> Problems:
+    """Protocol 1 reports are whole, without protocol 2's fields."""
     if report.get("protocol", PROTOCOL_WHOLE) == PROTOCOL_CHANGES:
-        for name in ("session", "seq", "digest"):
-            if not report.get(name):
-                add(name, "protocol 2 reports need it.")
-        if not report.get("full", True):
-            for name in ("base", "base_digest"):
-                if not report.get(name):
-                    add(name, "a change report (full: false) needs it.")
-            if report.get("base") and report.get("seq") and report["base"] >= report["seq"]:
-                add("base", "must be lower than seq: the base is an earlier report.")
-        elif report.get("readings") is not None:
-            add("readings", "only in a change report: a full report's GPUs carry the readings.")
-    else:
-        for name in ("session", "seq", "base", "base_digest", "digest", "readings"):
-            if report.get(name):
-                add(name, "only with protocol 2.")
-        if not report.get("full", True):
-            add("full", "only with protocol 2: a protocol 1 report is always whole.")
-    gpus = report.get("gpus") or []
-    if len(gpus) > MAX_GPUS_PER_REPORT:
-        add("gpus", f"{len(gpus)} GPUs; at most {MAX_GPUS_PER_REPORT} per node are accepted.")
-        return problems
+        return
+    for name in ("session", "seq", "base", "base_digest", "digest", "readings"):
+        if report.get(name):
+            yield name, "only with protocol 2."
+    if not report.get("full", True):
+        yield "full", "only with protocol 2: a protocol 1 report is always whole."
+
+
+def _unique_gpus(report: Mapping[str, Any]) -> Problems:
+    """Each GPU once: no UUID or index twice."""
     seen_uuids: dict[str, int] = {}
     seen_indexes: dict[int, int] = {}
-    for i, gpu in enumerate(gpus):
-        at = f"gpus[{i}]"
-        for name, limit in (("uuid", GPU_UUID_MAX), ("name", GPU_NAME_MAX)):
-            if len(gpu[name]) > limit:
-                add(f"{at}.{name}", f"at most {limit} characters are allowed.")
-        if len(gpu["uuid"]) <= GPU_UUID_MAX and not is_gpu_uuid(gpu["uuid"]):
-            add(f"{at}.uuid", f"{gpu['uuid']!r} is not {GPU_UUID_RULE}.")
-        if gpu["uuid"] in seen_uuids:
-            add(f"{at}.uuid", f"{gpu['uuid']} is also gpus[{seen_uuids[gpu['uuid']]}].")
-        seen_uuids.setdefault(gpu["uuid"], i)
-        if gpu["index"] in seen_indexes:
-            add(f"{at}.index", f"index {gpu['index']} is also gpus[{seen_indexes[gpu['index']]}].")
-        seen_indexes.setdefault(gpu["index"], i)
-        if len(gpu.get("processes") or []) > MAX_PROCESSES:
-            add(f"{at}.processes", f"at most {MAX_PROCESSES} processes are accepted.")
-        instances = gpu.get("instances") or []
-        if len(instances) > MAX_INSTANCES_PER_GPU:
-            add(
-                f"{at}.instances",
-                f"{len(instances)} MIG instances; a GPU has at most {MAX_INSTANCES_PER_GPU}.",
-            )
-            continue
-        seen_gi: dict[int, int] = {}
-        for j, instance in enumerate(instances):
-            at_instance = f"{at}.instances[{j}]"
-            if len(instance["profile"]) > MIG_PROFILE_MAX:
-                add(f"{at_instance}.profile", f"at most {MIG_PROFILE_MAX} characters are allowed.")
-            if instance["gi_id"] in seen_gi:
-                add(
-                    f"{at_instance}.gi_id",
-                    f"gi_id {instance['gi_id']} is also {at}.instances[{seen_gi[instance['gi_id']]}].",
+    for i, gpu in enumerate(report["gpus"]):
+        uuid, index = gpu["uuid"], gpu["index"]
+        if uuid in seen_uuids:
+            yield f"gpus[{i}].uuid", f"{uuid} is also gpus[{seen_uuids[uuid]}]."
+        if index in seen_indexes:
+            yield f"gpus[{i}].index", f"index {index} is also gpus[{seen_indexes[index]}]."
+        seen_uuids.setdefault(uuid, i)
+        seen_indexes.setdefault(index, i)
+
+
+def _unique_instances(report: Mapping[str, Any]) -> Problems:
+    """Each MIG instance of a GPU once: no ``gi_id`` twice."""
+    for i, gpu in enumerate(report["gpus"]):
+        seen: dict[int, int] = {}
+        for j, instance in enumerate(gpu.get("instances") or ()):
+            gi_id = instance["gi_id"]
+            if gi_id in seen:
+                yield (
+                    f"gpus[{i}].instances[{j}].gi_id",
+                    f"gi_id {gi_id} is also gpus[{i}].instances[{seen[gi_id]}].",
                 )
-            seen_gi.setdefault(instance["gi_id"], j)
-            if len(instance.get("processes") or []) > MAX_PROCESSES:
-                add(f"{at_instance}.processes", f"at most {MAX_PROCESSES} processes are accepted.")
-    return problems
+            seen.setdefault(gi_id, j)
+
+
+# What a report of the schema's shape is checked for after it, in this order (each yields its
+# problems; all of them are named in one 400).
+REPORT_CHECKS: tuple[Callable[[Mapping[str, Any]], Problems], ...] = (
+    _protocol_2_fields,
+    _protocol_1_fields,
+    _unique_gpus,
+    _unique_instances,
+)
 
 
 def _processes(raw: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -270,16 +296,18 @@ class ReportAnswer:
     full_report: bool = False
 
 
-def agent_report_ingest(*, node: Node, report: Mapping[str, Any]) -> int:
-    """``agent_report_answer``'s desired generation."""
-    return agent_report_answer(node=node, report=report).desired_generation
-
-
-def agent_report_answer(*, node: Node, report: Mapping[str, Any]) -> ReportAnswer:
-    """``_report_answer``, with a quiet node's report (``_quiet_report``) answered from one
-    read when the node row needs no write."""
+def report_ingest(*, node: Node, report: ValidReport) -> ReportAnswer:
+    """The one ingest path of a validated report (``report_validated``): a quiet node's report
+    (``_quiet_report``) answered from one read when the node row needs no write, any other
+    stored by ``_report_answer``."""
     quiet = _quiet_report(node=node, report=report)
     return quiet if quiet is not None else _report_answer(node=node, report=report)
+
+
+def agent_report_ingest(*, node: Node, report: object) -> int:
+    """``report`` validated and ingested as the endpoint does it; the desired generation."""
+    checked = report_validated(node=node, data=report)
+    return report_ingest(node=node, report=checked).desired_generation
 
 
 # A quiet node's open work: whether a layout is open (pending, applying, reboot-required) and
@@ -291,7 +319,7 @@ SELECT EXISTS (SELECT 1 FROM gpu_agent_miglayout l JOIN gpu_agent_gpu g ON g.id 
         WHERE g.node_id = %s AND p.state IN (%s, %s))"""
 
 
-def _quiet_report(*, node: Node, report: Mapping[str, Any]) -> ReportAnswer | None:
+def _quiet_report(*, node: Node, report: ValidReport) -> ReportAnswer | None:
     """A protocol 2 change report in which nothing changed (no GPU, the digest its base's), on
     the state the node holds, from a node that is not stale and whose last-report time was
     written less than ``AGENT_LAST_REPORT_WRITE_S`` ago, with no layout open: acknowledged
@@ -318,8 +346,6 @@ def _quiet_report(*, node: Node, report: Mapping[str, Any]) -> ReportAnswer | No
         return None
     if not timedelta(0) <= now - seen < last_report_write_every():
         return None
-    if report.get("node") != node.name or _report_problems(report):
-        return None  # the general path refuses it, naming the problems
     _check_readings(node=node, report=report)
     row: Any = node.open_work  # read with the node token (the report endpoint)
     if row is None:
@@ -342,7 +368,7 @@ def _quiet_report(*, node: Node, report: Mapping[str, Any]) -> ReportAnswer | No
 
 
 @transaction.atomic
-def _report_answer(*, node: Node, report: Mapping[str, Any]) -> ReportAnswer:
+def _report_answer(*, node: Node, report: ValidReport) -> ReportAnswer:
     """Store what ``node``'s agent reports: GPUs upserted, MIG instances replaced, the node
     marked seen; layouts the agent reports applied (``applied_generation``) succeed, drained
     layouts whose instances went idle are released, and layouts waiting for a reboot go back
@@ -351,18 +377,8 @@ def _report_answer(*, node: Node, report: Mapping[str, Any]) -> ReportAnswer:
     agent has to apply, ``GET agent/desired/``, 0 when none) and how many isolation probes
     it has to run (``GET agent/probes/``).
 
-    Refused whole (nothing stored): a report for another node (403), a GPU registered to
-    another node (403), sizes past the limits or duplicates (400, every problem named)."""
-    if report.get("node") != node.name:
-        raise PermissionDenied(
-            "A node token may only report for its own node.",
-            fields={"node": [f"this token belongs to node {node.name}"]},
-        )
-    problems = _report_problems(report)
-    if problems:
-        raise ValidationFailed(
-            "; ".join(f"{path}: {msgs[0]}" for path, msgs in problems.items()), fields=problems
-        )
+    Refused whole (nothing stored): a GPU registered to another node (403); a reading of a
+    GPU the node has not reported (400)."""
     now = timezone.now()
     ack: int | None = None
     full_report = False

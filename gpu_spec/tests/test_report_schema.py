@@ -105,6 +105,15 @@ def test_the_schema_is_draft_2020_12_and_a_full_report_passes() -> None:
             "gpus[0].instances[0].processes[0].pid",
         ),
         (("readings", 0, "pod_uids"), ["p" * 65], "readings[0].pod_uids[0]"),
+        # Text without control characters (PostgreSQL stores no NUL in text).
+        (("driver_version",), "580\x00", "driver_version"),
+        (("gpus", 0, "name"), "NVIDIA\nA100", "gpus[0].name"),
+        (
+            ("gpus", 0, "instances", 0, "processes", 0, "pod_uid"),
+            "\x07",
+            "gpus[0].instances[0].processes[0].pod_uid",
+        ),
+        (("readings", 0, "profile"), "3g\x00", "readings[0].profile"),
     ],
 )
 def test_a_bad_value_is_named_by_its_path(path: tuple[Any, ...], value: Any, named: str) -> None:
@@ -126,3 +135,28 @@ def test_unknown_and_missing_fields_are_named() -> None:
 @pytest.mark.parametrize("body", [[], "text", None, 7])
 def test_a_body_that_is_not_an_object_is_refused_as_a_whole(body: Any) -> None:
     assert [p.path for p in validate_report(body)] == [ROOT]
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("gpus",), [REPORT["gpus"][0]] * 65, "65 items; at most 64 are accepted."),
+        (("gpus", 0, "name"), "N" * 101, "101 characters; at most 100 are allowed."),
+        (("gpus", 0, "index"), "0", 'Expected integer, got "0".'),
+        (("gpus", 0, "utilization_pct"), 101, "Must be at most 100."),
+        (("seq",), 0, "Must be at least 1."),
+        (("protocol",), 3, "3 is not one of 1, 2."),
+        (("session",), "XYZ", '"XYZ" is not lower-case hexadecimal.'),
+        (("sent_at",), "yesterday", '"yesterday" is not a date-time (RFC 3339).'),
+        (("gpus", 0, "instances", 0, "profile"), "", "This field may not be blank."),
+        (
+            ("gpus", 0, "uuid"),
+            "GPU-a/b",
+            '"GPU-a/b" is not an NVML UUID: GPU-<hex and dashes> or MIG-<hex and dashes>.',
+        ),
+    ],
+)
+def test_a_refusal_says_why_without_quoting_a_large_value(
+    path: tuple[Any, ...], value: Any, message: str
+) -> None:
+    assert [p.message for p in validate_report(edited(path, value))] == [message]

@@ -33,7 +33,8 @@ def fleet(world):
         ],
         "processes": [],
     }
-    reports.agent_report_ingest(node=node, report={"node": node.name, "gpus": [gpu]})
+    body = {"node": node.name, "sent_at": "2026-12-03T08:00:00Z", "gpus": [gpu]}
+    reports.agent_report_ingest(node=node, report=body)
     layouts.layout_set(
         gpu=Gpu.objects.get(), instances=[{"profile": "7g.80gb", "start": 0}], actor=world.admin
     )

@@ -523,149 +523,171 @@ def test_fleet_reads_take_a_constant_number_of_queries(
         assert len(admin_client.get("/api/v1/nodes/node-0/").json()["gpus"]) == 8
 
 
-# --- the report's hand validator agrees with ReportInput ----------------------------------------
+# --- the report's one validator: the agent's JSON Schema, then the named checks -----------------
+#
+# The same bodies the former validators (the DRF ``ReportInput`` and its hand-written fast path)
+# were checked against, each with the fields refused. Where DRF converted a value (a number or a
+# boolean as a string, padded text), the schema takes JSON's types as they are and names the
+# field: marked "was converted".
+
+GOOD = report("gpu-node-1", [gpu("gpu-node-1", 0, [instance(1, "3g.40gb", 0, 4, 4242)])])
+MINIMAL = {"node": "gpu-node-1", "sent_at": "2026-12-03T08:00:00+01:00", "gpus": []}
+EDITS: list[tuple[tuple[Any, ...], Any, set[str]]] = [
+    (("node",), " gpu-node-1 ", {"node"}),  # was trimmed; now not this token's node (403)
+    (("node",), "", {"node"}),
+    (("node",), "n" * 64, {"node"}),
+    (("node",), 7, {"node"}),  # was converted to "7"
+    (("sent_at",), "yesterday", {"sent_at"}),
+    (("sent_at",), None, {"sent_at"}),
+    (("agent_version",), None, {"agent_version"}),
+    (("agent_version",), "   ", set()),
+    (("agent_version",), "v" * 65, {"agent_version"}),
+    (("driver_version",), "580\x00", {"driver_version"}),
+    (("gpus",), None, {"gpus"}),
+    (("gpus",), {}, {"gpus"}),
+    (("gpus",), [gpu("gpu-node-1", i) for i in range(65)], {"gpus"}),
+    (("gpus", 0), "gpu", {"gpus[0]"}),
+    (("gpus", 0, "surprise"), True, {"gpus[0].surprise"}),
+    (("gpus", 0, "uuid"), None, {"gpus[0].uuid"}),
+    (("gpus", 0, "uuid"), "GPU-\u00fc", {"gpus[0].uuid"}),
+    (("gpus", 0, "uuid"), "GPU-a/b", {"gpus[0].uuid"}),
+    (("gpus", 0, "uuid"), "nvidia0", {"gpus[0].uuid"}),
+    (("gpus", 0, "uuid"), " GPU-1", {"gpus[0].uuid"}),  # was trimmed
+    (("gpus", 0, "index"), "0", {"gpus[0].index"}),  # was converted
+    (("gpus", 0, "index"), 1.0, set()),  # an integer to JSON Schema (the parser reads it as 1)
+    (("gpus", 0, "index"), 1.5, {"gpus[0].index"}),
+    (("gpus", 0, "index"), True, {"gpus[0].index"}),
+    (("gpus", 0, "index"), -1, {"gpus[0].index"}),
+    (("gpus", 0, "index"), 1024, {"gpus[0].index"}),
+    (("gpus", 0, "memory_total_mib"), 2**31, {"gpus[0].memory_total_mib"}),
+    (("gpus", 0, "utilization_pct"), 101, {"gpus[0].utilization_pct"}),
+    (("gpus", 0, "utilization_pct"), 55, set()),
+    (("gpus", 0, "mig_mode_current"), "true", {"gpus[0].mig_mode_current"}),  # was converted
+    (("gpus", 0, "mig_mode_current"), 1, {"gpus[0].mig_mode_current"}),  # was converted
+    (("gpus", 0, "mig_mode_pending"), "maybe", {"gpus[0].mig_mode_pending"}),
+    (("gpus", 0, "mig_mode_pending"), None, {"gpus[0].mig_mode_pending"}),
+    (("gpus", 0, "applied_generation"), None, {"gpus[0].applied_generation"}),
+    (("gpus", 0, "instances"), None, {"gpus[0].instances"}),
+    (
+        ("gpus", 0, "instances"),
+        [instance(i, "1g.10gb", i, 1) for i in range(8)],
+        {"gpus[0].instances"},
+    ),
+    (("gpus", 0, "instances", 0, "start"), -1, {"gpus[0].instances[0].start"}),
+    (("gpus", 0, "instances", 0, "size"), 0, {"gpus[0].instances[0].size"}),
+    (("gpus", 0, "instances", 0, "profile"), "", {"gpus[0].instances[0].profile"}),
+    # was converted (DRF named the list, the schema its item)
+    (("gpus", 0, "instances", 0, "ci_ids"), [0, "1"], {"gpus[0].instances[0].ci_ids[1]"}),
+    (("gpus", 0, "instances", 0, "ci_ids"), [-1], {"gpus[0].instances[0].ci_ids[0]"}),
+    (("gpus", 0, "instances", 0, "extra"), 1, {"gpus[0].instances[0].extra"}),
+    (
+        ("gpus", 0, "instances", 0, "processes", 0, "pid"),
+        None,
+        {"gpus[0].instances[0].processes[0].pid"},
+    ),
+    (("gpus", 0, "instances", 0, "processes", 0, "pod_uid"), None, set()),
+    (
+        ("gpus", 0, "instances", 0, "processes", 0, "pod_uid"),
+        "p" * 65,
+        {"gpus[0].instances[0].processes[0].pod_uid"},
+    ),
+    (("gpus", 0, "instances", 0, "processes", 0, "used_memory_mib"), None, set()),
+    (("gpus", 0, "processes"), [{"pid": 1}], set()),
+    (("gpus", 0, "processes"), [{"pid": 1}] * 257, {"gpus[0].processes"}),
+]
+NOT_OBJECTS = [[], "text", None]
 
 
-def _paths(detail: Any, prefix: str = "") -> set[str]:
-    """The field paths of a DRF error detail (nested dicts and lists of errors)."""
-    if isinstance(detail, dict):
-        out: set[str] = set()
-        for key, value in detail.items():
-            at = (
-                f"{prefix}[{key}]"
-                if isinstance(key, int)
-                else (f"{prefix}.{key}" if prefix else key)
-            )
-            out |= _paths(value, at)
-        return out
-    if isinstance(detail, list) and detail and not isinstance(detail[0], str):
-        out = set()
-        for i, value in enumerate(detail):
-            if value:
-                out |= _paths(value, f"{prefix}[{i}]")
-        return out
-    return {prefix or "non_field_errors"}
+def _edited(path: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    body = json.loads(json.dumps(GOOD))
+    target = body
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    return body
 
 
-def _variants() -> list[Any]:
-    """Valid reports, reports DRF converts (strings for numbers, padded text) and broken ones."""
-    good = report("gpu-node-1", [gpu("gpu-node-1", 0, [instance(1, "3g.40gb", 0, 4, 4242)])])
-    bodies: list[Any] = [good, report("gpu-node-1", []), {"nope": 1}, [], "text", None]
-    minimal = {"node": "gpu-node-1", "sent_at": "2026-12-03T08:00:00+01:00", "gpus": []}
-    bodies.append(minimal)
-    edits: list[tuple[tuple[Any, ...], Any]] = [
-        (("node",), " gpu-node-1 "),
-        (("node",), ""),
-        (("node",), "n" * 64),
-        (("node",), 7),
-        (("sent_at",), "yesterday"),
-        (("sent_at",), None),
-        (("agent_version",), None),
-        (("agent_version",), "   "),
-        (("agent_version",), "v" * 65),
-        (("driver_version",), "580\x00"),
-        (("gpus",), None),
-        (("gpus",), {}),
-        (("gpus",), [gpu("gpu-node-1", i) for i in range(65)]),
-        (("gpus", 0), "gpu"),
-        (("gpus", 0, "surprise"), True),
-        (("gpus", 0, "uuid"), None),
-        (("gpus", 0, "uuid"), "GPU-ü"),
-        (("gpus", 0, "uuid"), "GPU-a/b"),
-        (("gpus", 0, "uuid"), "nvidia0"),
-        (("gpus", 0, "uuid"), " GPU-1"),
-        (("gpus", 0, "index"), "0"),
-        (("gpus", 0, "index"), 1.0),
-        (("gpus", 0, "index"), 1.5),
-        (("gpus", 0, "index"), True),
-        (("gpus", 0, "index"), -1),
-        (("gpus", 0, "index"), 1024),
-        (("gpus", 0, "memory_total_mib"), 2**31),
-        (("gpus", 0, "utilization_pct"), 101),
-        (("gpus", 0, "utilization_pct"), 55),
-        (("gpus", 0, "mig_mode_current"), "true"),
-        (("gpus", 0, "mig_mode_current"), 1),
-        (("gpus", 0, "mig_mode_pending"), "maybe"),
-        (("gpus", 0, "mig_mode_pending"), None),
-        (("gpus", 0, "applied_generation"), None),
-        (("gpus", 0, "instances"), None),
-        (("gpus", 0, "instances"), [instance(i, "1g.10gb", i, 1) for i in range(8)]),
-        (("gpus", 0, "instances", 0, "start"), -1),
-        (("gpus", 0, "instances", 0, "size"), 0),
-        (("gpus", 0, "instances", 0, "profile"), ""),
-        (("gpus", 0, "instances", 0, "ci_ids"), [0, "1"]),
-        (("gpus", 0, "instances", 0, "ci_ids"), [-1]),
-        (("gpus", 0, "instances", 0, "extra"), 1),
-        (("gpus", 0, "instances", 0, "processes", 0, "pid"), None),
-        (("gpus", 0, "instances", 0, "processes", 0, "pod_uid"), None),
-        (("gpus", 0, "instances", 0, "processes", 0, "pod_uid"), "p" * 65),
-        (("gpus", 0, "instances", 0, "processes", 0, "used_memory_mib"), None),
-        (("gpus", 0, "processes"), [{"pid": 1}]),
-        (("gpus", 0, "processes"), [{"pid": 1}] * 257),
-    ]
-    for path, value in edits:
-        body = json.loads(json.dumps(good))
-        target = body
-        for step in path[:-1]:
-            target = target[step]
-        target[path[-1]] = value
-        bodies.append(body)
-    for path in (
-        ("sent_at",),
-        ("gpus",),
-        ("gpus", 0, "uuid"),
-        ("gpus", 0, "instances", 0, "gi_id"),
+def _without(*path: Any) -> dict[str, Any]:
+    body = json.loads(json.dumps(GOOD))
+    target = body
+    for step in path[:-1]:
+        target = target[step]
+    del target[path[-1]]
+    return body
+
+
+def _variants() -> list[tuple[Any, set[str]]]:
+    """Valid reports, reports DRF used to convert (strings for numbers, padded text) and broken
+    ones, each with the fields the validator refuses (none: valid)."""
+    bodies: list[tuple[Any, set[str]]] = [(GOOD, set()), (report("gpu-node-1", []), set())]
+    # Unknown, and the required ones missing: every problem named (DRF named the unknown one).
+    bodies.append(({"nope": 1}, {"nope", "node", "sent_at", "gpus"}))
+    bodies += [(body, {"non_field_errors"}) for body in NOT_OBJECTS]
+    bodies.append((MINIMAL, set()))
+    bodies += [(_edited(path, value), fields) for path, value, fields in EDITS]
+    for path, field in (
+        (("sent_at",), "sent_at"),
+        (("gpus",), "gpus"),
+        (("gpus", 0, "uuid"), "gpus[0].uuid"),
+        (("gpus", 0, "instances", 0, "gi_id"), "gpus[0].instances[0].gi_id"),
     ):
-        body = json.loads(json.dumps(good))
-        target = body
-        for step in path[:-1]:
-            target = target[step]
-        del target[path[-1]]
-        bodies.append(body)
+        bodies.append((_without(*path), {field}))
     for key in ("agent_version", "driver_version"):
-        body = json.loads(json.dumps(good))
-        del body[key]
-        bodies.append(body)
+        bodies.append((_without(key), set()))
     for key in ("utilization_pct", "applied_generation", "instances", "processes"):
-        body = json.loads(json.dumps(good))
-        del body["gpus"][0][key]
-        bodies.append(body)
-    body = json.loads(json.dumps(good))
+        bodies.append((_without("gpus", 0, key), set()))
+    body = json.loads(json.dumps(GOOD))
     for key in ("ci_ids", "memory_used_mib", "utilization_pct", "processes"):
         del body["gpus"][0]["instances"][0][key]
-    bodies.append(body)
+    bodies.append((body, set()))
     return bodies
 
 
-@pytest.mark.parametrize("body", _variants())
-def test_the_report_validator_agrees_with_report_input(body):
-    from rest_framework.exceptions import ValidationError
+@pytest.mark.parametrize(("body", "fields"), _variants())
+def test_the_report_validator_names_each_refused_field(body, fields):
+    from core.errors import ApplicationError
 
-    from gpu_agent.agent_api.serializers import ReportInput, validate_report
-
-    serializer = ReportInput(data=body)
-    drf_ok = serializer.is_valid()
+    node = Node(name="gpu-node-1")  # the checks read no row
     try:
-        fast = validate_report(body)
-    except ValidationError as exc:
-        assert not drf_ok, exc.detail
-        assert _paths(exc.detail) == _paths(serializer.errors)
-        assert exc.detail == serializer.errors  # the same messages too
+        checked = reports.report_validated(node=node, data=body)
+    except ApplicationError as exc:
+        assert set(exc.fields) == fields, exc.fields
+        assert all(messages and all(messages) for messages in exc.fields.values())
+        padded = isinstance(body, dict) and body.get("node") == " gpu-node-1 "
+        assert exc.status_code == (403 if padded else 400)
     else:
-        assert drf_ok, serializer.errors
-        assert json.loads(json.dumps(fast, default=str)) == json.loads(
-            json.dumps(serializer.validated_data, default=str)
-        )
-        assert fast == serializer.validated_data
+        assert not fields, f"valid, expected refused: {fields}"
+        assert checked is body  # taken as sent: nothing converted, nothing added
 
 
-def test_a_clean_report_takes_the_fast_path(monkeypatch):
-    from gpu_agent.agent_api import serializers as agent_serializers
-
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        raise AssertionError("ReportInput should not run for a clean report")
-
-    monkeypatch.setattr(agent_serializers, "ReportInput", refuse)
+def test_a_clean_report_is_taken_as_sent():
     body = report("gpu-node-1", [gpu("gpu-node-1", 0, [instance(1, "3g.40gb", 0, 4, 4242)])])
-    data = agent_serializers.validate_report(body)
+    data = reports.report_validated(node=Node(name="gpu-node-1"), data=body)
     assert data["gpus"][0]["instances"][0]["processes"][0]["pid"] == 4242
+    assert data == json.loads(json.dumps(body))
+
+
+def test_a_whole_number_written_as_a_float_is_stored_as_the_integer(agent):
+    body = json.dumps(report("gpu-node-1", [gpu("gpu-node-1", 0)])).replace(
+        '"index": 0', '"index": 0.0'
+    )
+    assert '"index": 0.0' in body
+    response = agent.post(f"{AGENT}/report/", body, content_type="application/json")
+    assert response.status_code == 200, response.content
+    assert Gpu.objects.get(uuid=UUID).index == 0
+    half = body.replace('"index": 0.0', '"index": 0.5')
+    response = agent.post(f"{AGENT}/report/", half, content_type="application/json")
+    assert response.status_code == 400 and list(response.json()["fields"]) == ["gpus[0].index"]
+
+
+def test_the_schema_s_text_limits_fit_the_columns_they_are_stored_in():
+    from gpu_agent.models import GPU_NAME_MAX, GPU_UUID_MAX, MIG_PROFILE_MAX, VERSION_MAX
+    from gpu_spec.report import report_schema
+
+    schema = report_schema()
+    defs, props = schema["$defs"], schema["properties"]
+    assert props["agent_version"]["maxLength"] <= VERSION_MAX
+    assert props["driver_version"]["maxLength"] <= VERSION_MAX
+    assert defs["uuid"]["maxLength"] <= GPU_UUID_MAX
+    assert defs["gpu"]["properties"]["name"]["maxLength"] <= GPU_NAME_MAX
+    assert defs["instance"]["properties"]["profile"]["maxLength"] <= MIG_PROFILE_MAX

@@ -75,7 +75,7 @@ def gpu(
 def report(node: str, gpus: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "node": node,
-        "sent_at": datetime(2026, 12, 3, 8, tzinfo=UTC),
+        "sent_at": datetime(2026, 12, 3, 8, tzinfo=UTC).isoformat(),
         "agent_version": "1.0",
         "driver_version": "580.65.06",
         "gpus": gpus,

@@ -31,7 +31,7 @@ def h100_report(node: str) -> dict[str, Any]:
     process = {"pid": 41, "used_memory_mib": 900, "pod_uid": "uid-train-1"}
     return {
         "node": node,
-        "sent_at": timezone.now(),
+        "sent_at": timezone.now().isoformat(),
         "agent_version": "1.0",
         "driver_version": "580.65.06",
         "gpus": [

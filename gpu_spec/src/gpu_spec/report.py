@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,48 @@ def _path(steps: Any) -> str:
     return out or ROOT
 
 
+@functools.cache
+def _pattern_rules() -> dict[str, str]:
+    """Each pattern of the schema's ``$defs`` -> its description, the rule a refusal names."""
+    return {
+        d["pattern"]: d["description"]
+        for d in report_schema()["$defs"].values()
+        if "pattern" in d and "description" in d
+    }
+
+
+def _shown(value: Any) -> str:
+    """A refused value as a message quotes it: short text whole, anything longer cut."""
+    text = json.dumps(value, ensure_ascii=True) if isinstance(value, str) else repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def _pattern_message(error: Any) -> str:
+    rule = _pattern_rules().get(error.kind.pattern, f"matching {error.kind.pattern}")
+    return f"{_shown(error.instance)} is not {rule}."
+
+
+def _type_message(error: Any) -> str:
+    types = [t for t in error.kind.types if t != "null"]
+    nullable = " (or null)" if "null" in error.kind.types else ""
+    return f"Expected {' or '.join(types)}{nullable}, got {_shown(error.instance)}."
+
+
+# A refusal's message by the keyword that refused it (jsonschema-rs's own message quotes the
+# whole refused value: a list of 65 GPUs, for one).
+_MESSAGES: dict[str, Callable[[Any], str]] = {
+    "Type": _type_message,
+    "Pattern": _pattern_message,
+    "MaxLength": lambda e: f"{len(e.instance)} characters; at most {e.kind.limit} are allowed.",
+    "MinLength": lambda e: "This field may not be blank.",
+    "MaxItems": lambda e: f"{len(e.instance)} items; at most {e.kind.limit} are accepted.",
+    "Minimum": lambda e: f"Must be at least {e.kind.limit}.",
+    "Maximum": lambda e: f"Must be at most {e.kind.limit}.",
+    "Enum": lambda e: f"{_shown(e.instance)} is not one of {', '.join(map(str, e.kind.options))}.",
+    "Format": lambda e: f"{_shown(e.instance)} is not a {e.kind.format} (RFC 3339).",
+}
+
+
 def _problem(error: Any) -> Problem:
     path = list(error.instance_path)
     kind = type(error.kind).__name__
@@ -55,7 +98,8 @@ def _problem(error: Any) -> Problem:
             return Problem(_path([*path, name]), "Unknown field.")
     if kind.endswith("Required"):
         return Problem(_path([*path, error.kind.property]), "This field is required.")
-    return Problem(_path(path), error.message)
+    message = _MESSAGES.get(kind)
+    return Problem(_path(path), message(error) if message else error.message)
 
 
 def validate_report(data: Any) -> list[Problem]:

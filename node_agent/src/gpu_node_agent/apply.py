@@ -249,59 +249,17 @@ def plan_gpu(
     """What applying ``desired`` would do; changes nothing."""
     catalogue = catalogue if catalogue is not None else load_catalogue()
     gpu = _find_gpu(backend, desired.uuid)
-
-    def refuse(message: str, outcome: str = OUTCOME_FAILED) -> Plan:
-        return Plan(desired.uuid, desired.generation, gpu, outcome, message, desired=desired)
-
     if gpu is None:
-        return refuse(f"no GPU with UUID {desired.uuid} on this node")
-    if not desired.mig_enabled and desired.instances:
-        return refuse("a layout with MIG disabled cannot have MIG instances")
-    if desired.mig_enabled and not gpu.mig_capable:
-        return refuse(f"{_gpu_label(gpu)} does not support MIG")
-    if not gpu.mig_capable:
-        return Plan(
-            desired.uuid, desired.generation, gpu, OUTCOME_NOTHING, "MIG off", desired=desired
-        )
-
+        return _refused(desired, gpu, f"no GPU with UUID {desired.uuid} on this node")
+    unfit = _unfit(desired, gpu)
+    if unfit is not None:
+        return unfit
     current = backend.list_gpu_instances(gpu.index) if gpu.mig_mode_current else []
     by_id = {instance.gi_id: instance for instance in current}
-    steps: list[Step] = []
-
     if gpu.mig_mode_current != desired.mig_enabled:
-        # A mode change resets the GPU: only on an idle one, and with every instance gone.
-        processes = backend.list_processes(gpu.index)
-        if processes:
-            return refuse(
-                describe_busy(processes, by_id, pod_uid_for_pid)
-                + f" (MIG mode can only change on an idle GPU: {_gpu_label(gpu)})"
-            )
-        for instance in current:
-            steps.extend(_destroy_steps(gpu, instance))
-        if gpu.mig_mode_pending == desired.mig_enabled:
-            if steps:
-                return Plan(
-                    desired.uuid,
-                    desired.generation,
-                    gpu,
-                    OUTCOME_CHANGE,
-                    steps=steps,
-                    desired=desired,
-                )
-            return refuse(_pending_message(gpu, desired.mig_enabled), OUTCOME_REBOOT_REQUIRED)
-        steps.append(Step(ACTION_SET_MIG_MODE, gpu.index, enabled=desired.mig_enabled))
-        return Plan(
-            desired.uuid,
-            desired.generation,
-            gpu,
-            OUTCOME_CHANGE,
-            "instances are created once the new MIG mode is in effect"
-            if desired.mig_enabled
-            else "",
-            steps=steps,
-            desired=desired,
-        )
+        return _plan_mode_change(backend, desired, gpu, current, by_id, pod_uid_for_pid)
 
+    steps: list[Step] = []
     if gpu.mig_mode_pending != desired.mig_enabled:
         # Someone asked NVML for the other mode; ask for this one again so no reset flips it.
         steps.append(Step(ACTION_SET_MIG_MODE, gpu.index, enabled=desired.mig_enabled))
@@ -313,9 +271,83 @@ def plan_gpu(
 
     wanted, why = _resolve_starts(backend, gpu, desired, catalogue)
     if wanted is None:
-        return refuse(why)
+        return _refused(desired, gpu, why)
+    kept, destroy, remaining = _match_instances(current, wanted)
+    busy = _busy_on(backend, gpu, destroy)
+    if busy:
+        return _refused(desired, gpu, describe_busy(busy, by_id, pod_uid_for_pid))
+    steps.extend(_layout_steps(backend, gpu, destroy, remaining, kept))
+    outcome = OUTCOME_CHANGE if steps else OUTCOME_NOTHING
+    return Plan(
+        desired.uuid, desired.generation, gpu, outcome, steps=steps, kept=kept, desired=desired
+    )
 
-    # Keep each current instance that matches a wanted (profile, start); the rest go.
+
+def _refused(
+    desired: DesiredGpu, gpu: Gpu | None, message: str, outcome: str = OUTCOME_FAILED
+) -> Plan:
+    return Plan(desired.uuid, desired.generation, gpu, outcome, message, desired=desired)
+
+
+def _unfit(desired: DesiredGpu, gpu: Gpu) -> Plan | None:
+    """The plan when the layout does not fit the GPU at all (a refusal, or nothing to do on a
+    GPU without MIG); None: it may."""
+    if not desired.mig_enabled and desired.instances:
+        return _refused(desired, gpu, "a layout with MIG disabled cannot have MIG instances")
+    if desired.mig_enabled and not gpu.mig_capable:
+        return _refused(desired, gpu, f"{_gpu_label(gpu)} does not support MIG")
+    if not gpu.mig_capable:
+        return Plan(
+            desired.uuid, desired.generation, gpu, OUTCOME_NOTHING, "MIG off", desired=desired
+        )
+    return None
+
+
+def _plan_mode_change(
+    backend: Backend,
+    desired: DesiredGpu,
+    gpu: Gpu,
+    current: list[GpuInstance],
+    by_id: dict[int, GpuInstance],
+    pod_uid_for_pid: PodLookup | None,
+) -> Plan:
+    """A mode change resets the GPU: only on an idle one, and with every instance gone."""
+    processes = backend.list_processes(gpu.index)
+    if processes:
+        return _refused(
+            desired,
+            gpu,
+            describe_busy(processes, by_id, pod_uid_for_pid)
+            + f" (MIG mode can only change on an idle GPU: {_gpu_label(gpu)})",
+        )
+    steps: list[Step] = []
+    for instance in current:
+        steps.extend(_destroy_steps(gpu, instance))
+    if gpu.mig_mode_pending == desired.mig_enabled:
+        if steps:
+            return Plan(
+                desired.uuid, desired.generation, gpu, OUTCOME_CHANGE, steps=steps, desired=desired
+            )
+        return _refused(
+            desired, gpu, _pending_message(gpu, desired.mig_enabled), OUTCOME_REBOOT_REQUIRED
+        )
+    steps.append(Step(ACTION_SET_MIG_MODE, gpu.index, enabled=desired.mig_enabled))
+    return Plan(
+        desired.uuid,
+        desired.generation,
+        gpu,
+        OUTCOME_CHANGE,
+        "instances are created once the new MIG mode is in effect" if desired.mig_enabled else "",
+        steps=steps,
+        desired=desired,
+    )
+
+
+def _match_instances(
+    current: list[GpuInstance], wanted: list[tuple[str, int]]
+) -> tuple[list[GpuInstance], list[GpuInstance], list[tuple[str, int]]]:
+    """Keep each current instance that matches a wanted (profile, start); the rest go.
+    Returns those kept, those destroyed and the (profile, start) pairs still to create."""
     remaining = list(wanted)
     kept: list[GpuInstance] = []
     destroy: list[GpuInstance] = []
@@ -326,7 +358,12 @@ def plan_gpu(
             kept.append(instance)
         else:
             destroy.append(instance)
+    return kept, destroy, remaining
 
+
+def _busy_on(backend: Backend, gpu: Gpu, destroy: list[GpuInstance]) -> list[Process]:
+    """The processes on the instances to destroy: those they report, and any other NVML
+    lists on them."""
     doomed = {instance.gi_id for instance in destroy}
     busy = [p for i in destroy for p in i.processes]
     seen = {p.pid for p in busy}
@@ -335,9 +372,19 @@ def plan_gpu(
             if process.gi_id in doomed and process.pid not in seen:
                 busy.append(process)
                 seen.add(process.pid)
-    if busy:
-        return refuse(describe_busy(busy, by_id, pod_uid_for_pid))
+    return busy
 
+
+def _layout_steps(
+    backend: Backend,
+    gpu: Gpu,
+    destroy: list[GpuInstance],
+    remaining: list[tuple[str, int]],
+    kept: list[GpuInstance],
+) -> list[Step]:
+    """Destroy what goes, create what is missing (GPU instances, then their compute
+    instances), and a compute instance for a kept GPU instance that has none."""
+    steps: list[Step] = []
     for instance in sorted(destroy, key=lambda i: (i.start, i.gi_id)):
         steps.extend(_destroy_steps(gpu, instance))
     # Explicit placements make the order irrelevant to NVML; largest first reads naturally.
@@ -360,10 +407,7 @@ def plan_gpu(
                     start=instance.start,
                 )
             )
-    outcome = OUTCOME_CHANGE if steps else OUTCOME_NOTHING
-    return Plan(
-        desired.uuid, desired.generation, gpu, outcome, steps=steps, kept=kept, desired=desired
-    )
+    return steps
 
 
 def _destroy_steps(gpu: Gpu, instance: GpuInstance) -> list[Step]:

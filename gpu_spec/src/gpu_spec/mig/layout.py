@@ -320,6 +320,26 @@ def _place(
 def validate_layout(model: GpuModel, instances: Sequence[InstanceRequest]) -> LayoutResult:
     """Check ``instances`` against ``model``'s MIG rules and place those without a start."""
     requests = list(instances)
+    resolved, labels, issues = _resolve_profiles(model, requests)
+    issues.extend(_count_rules(model, resolved, labels))
+    board = _Board(model, requests, resolved, labels)
+    issues.extend(board.claim_given_starts())
+    waiting = board.waiting()
+    unplaced = board.place_waiting(waiting)
+    unplaced.extend(board.over_max_count_without_room(waiting, unplaced))
+    for index, profile in sorted(unplaced):
+        issues.append(_no_room(model, index, profile, resolved, labels, board.starts, board.owner))
+    issues.sort(key=lambda i: (RULES.index(i.rule), -1 if i.instance is None else i.instance))
+    if issues:
+        return LayoutResult(False, [], [i.message for i in issues], issues)
+    return LayoutResult(True, board.placements(), [], [])
+
+
+def _resolve_profiles(
+    model: GpuModel, requests: Sequence[InstanceRequest]
+) -> tuple[list[Profile | None], list[str], list[LayoutIssue]]:
+    """Each instance's profile (None: unknown, or a drifted name taken as the catalogue's) and
+    the label messages name it by; an unknown name is reported once, at its first instance."""
     issues: list[LayoutIssue] = []
     resolved: list[Profile | None] = []
     labels: list[str] = []
@@ -336,133 +356,158 @@ def validate_layout(model: GpuModel, instances: Sequence[InstanceRequest]) -> La
                 label = f"{request.profile} (as {profile.name})"
         resolved.append(profile)
         labels.append(label)
+    return resolved, labels, issues
 
-    issues.extend(_count_rules(model, resolved, labels))
 
-    # Instances with a start, in request order: the first to claim a slice keeps it.
-    starts: list[int | None] = [None] * len(requests)
-    owner: dict[int, int] = {}
-    for index, (request, profile) in enumerate(zip(requests, resolved, strict=True)):
-        if profile is None or request.start is None:
-            continue
-        start = request.start
+@dataclass
+class _Board:
+    """The GPU's memory slices as the instances claim them: ``starts[i]`` the start of
+    instance i (None: not placed), ``owner[slice]`` the instance holding a slice."""
+
+    model: GpuModel
+    requests: list[InstanceRequest]
+    resolved: list[Profile | None]
+    labels: list[str]
+    starts: list[int | None] = field(init=False)
+    owner: dict[int, int] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.starts = [None] * len(self.requests)
+
+    def claim(self, index: int, profile: Profile, start: int) -> None:
+        self.starts[index] = start
+        for s in profile.slices(start):
+            self.owner[s] = index
+
+    def claim_given_starts(self) -> list[LayoutIssue]:
+        """Instances with a start, in request order: the first to claim a slice keeps it."""
+        issues: list[LayoutIssue] = []
+        for index, (request, profile) in enumerate(zip(self.requests, self.resolved, strict=True)):
+            if profile is None or request.start is None:
+                continue
+            issue = self._start_issue(index, profile, request.start)
+            if issue is not None:
+                issues.append(issue)
+            else:
+                self.claim(index, profile, request.start)
+        return issues
+
+    def _start_issue(self, index: int, profile: Profile, start: object) -> LayoutIssue | None:
+        """Why instance ``index`` cannot start at ``start`` (None: it can)."""
+        label, model = self.labels[index], self.model
         if isinstance(start, bool) or not isinstance(start, int):
-            issues.append(
-                LayoutIssue(
-                    RULE_INVALID_START,
-                    f"{labels[index]}: start must be a whole number of memory slices, not "
-                    f"{start!r}",
-                    index,
-                    "start",
-                )
+            return LayoutIssue(
+                RULE_INVALID_START,
+                f"{label}: start must be a whole number of memory slices, not {start!r}",
+                index,
+                "start",
             )
-            continue
         if start not in profile.placements:
             off_gpu = not 0 <= start < model.memory_slices
-            issues.append(
-                LayoutIssue(
-                    RULE_INVALID_START,
-                    f"{labels[index]} can start only at {describe_starts(profile.placements)} "
-                    f"on {model.name}, not at slice {start}"
-                    + (
-                        f" ({model.name} has memory slices 0-{model.memory_slices - 1})"
-                        if off_gpu
-                        else ""
-                    ),
-                    index,
-                    "start",
-                )
-            )
-            continue
-        clash = sorted({owner[s] for s in profile.slices(start) if s in owner})
-        if clash:
-            other = clash[0]
-            other_start = starts[other]
-            other_profile = resolved[other]
-            assert other_start is not None and other_profile is not None
-            issues.append(
-                LayoutIssue(
-                    RULE_OVERLAP,
-                    f"{labels[index]} at {describe_slices(start, profile.memory_slices)} "
-                    f"overlaps {labels[other]} at "
-                    f"{describe_slices(other_start, other_profile.memory_slices)} "
-                    f"(instances[{other}]); two GPU instances cannot share a memory slice",
-                    index,
-                    "start",
-                )
-            )
-            continue
-        starts[index] = start
-        for s in profile.slices(start):
-            owner[s] = index
-
-    # Instances without a start: as many as each profile's max_count still allows are placed;
-    # the ones over it are the max-count rule's, not reported twice.
-    fixed_count: Counter[str] = Counter()
-    mask = 0
-    spent = 0
-    for index, fixed_start in enumerate(starts):
-        profile = resolved[index]
-        if fixed_start is not None and profile is not None:
-            fixed_count[profile.name] += 1
-            mask |= _range_mask(fixed_start, profile.memory_slices)
-            spent += profile.compute_slices
-    waiting: dict[str, list[int]] = {}
-    for index, (request, profile) in enumerate(zip(requests, resolved, strict=True)):
-        if profile is not None and request.start is None:
-            waiting.setdefault(profile.name, []).append(index)
-    groups: list[tuple[Profile, list[int]]] = []
-    for name, indices in waiting.items():
-        profile = model.profiles[name]
-        room = max(0, profile.max_count - fixed_count[name])
-        if room:
-            groups.append((profile, indices[:room]))
-    groups.sort(key=lambda g: (-g[0].memory_slices, -g[0].compute_slices, g[0].name))
-    chosen = _place(model, [(p, len(ix)) for p, ix in groups], mask, spent)
-    unplaced: list[tuple[int, Profile]] = []
-    for (profile, indices), picked in zip(groups, chosen, strict=True):
-        for position, index in enumerate(indices):
-            if position < len(picked):
-                starts[index] = picked[position]
-                for s in profile.slices(picked[position]):
-                    owner[s] = index
-            else:
-                unplaced.append((index, profile))
-    # The ones over max_count: no-room too when not even the space would take them (the seed's
-    # "3 x 4g.40gb": the second and third have no slice 0 to start at).
-    spare = _full_mask(model) & ~sum(
-        _range_mask(s, p.memory_slices)
-        for s, p in zip(starts, resolved, strict=True)
-        if s is not None and p is not None
-    )
-    for profile, indices in ((model.profiles[name], ix) for name, ix in waiting.items()):
-        for index in indices:
-            if starts[index] is not None or (index, profile) in unplaced:
-                continue
-            free_start = next(
-                (
-                    st
-                    for st in profile.placements
-                    if spare & _range_mask(st, profile.memory_slices)
-                    == _range_mask(st, profile.memory_slices)
+            return LayoutIssue(
+                RULE_INVALID_START,
+                f"{label} can start only at {describe_starts(profile.placements)} "
+                f"on {model.name}, not at slice {start}"
+                + (
+                    f" ({model.name} has memory slices 0-{model.memory_slices - 1})"
+                    if off_gpu
+                    else ""
                 ),
-                None,
+                index,
+                "start",
             )
-            if free_start is None:
-                unplaced.append((index, profile))
-            else:
-                spare &= ~_range_mask(free_start, profile.memory_slices)
-    for index, profile in sorted(unplaced):
-        issues.append(_no_room(model, index, profile, resolved, labels, starts, owner))
+        clash = sorted({self.owner[s] for s in profile.slices(start) if s in self.owner})
+        if not clash:
+            return None
+        other = clash[0]
+        other_start, other_profile = self.starts[other], self.resolved[other]
+        assert other_start is not None and other_profile is not None
+        return LayoutIssue(
+            RULE_OVERLAP,
+            f"{label} at {describe_slices(start, profile.memory_slices)} "
+            f"overlaps {self.labels[other]} at "
+            f"{describe_slices(other_start, other_profile.memory_slices)} "
+            f"(instances[{other}]); two GPU instances cannot share a memory slice",
+            index,
+            "start",
+        )
 
-    issues.sort(key=lambda i: (RULES.index(i.rule), -1 if i.instance is None else i.instance))
-    if issues:
-        return LayoutResult(False, [], [i.message for i in issues], issues)
-    placements = []
-    for profile, placed_start in zip(resolved, starts, strict=True):
-        assert profile is not None and placed_start is not None
-        placements.append(Placement(profile.name, placed_start, profile.memory_slices))
-    return LayoutResult(True, placements, [], [])
+    def waiting(self) -> dict[str, list[int]]:
+        """The instances without a start, by profile name, in request order."""
+        waiting: dict[str, list[int]] = {}
+        for index, (request, profile) in enumerate(zip(self.requests, self.resolved, strict=True)):
+            if profile is not None and request.start is None:
+                waiting.setdefault(profile.name, []).append(index)
+        return waiting
+
+    def place_waiting(self, waiting: dict[str, list[int]]) -> list[tuple[int, Profile]]:
+        """Instances without a start: as many as each profile's max_count still allows are
+        placed; returns those of them left without room (the ones over max_count are the
+        max-count rule's, not reported twice)."""
+        fixed_count: Counter[str] = Counter()
+        mask = spent = 0
+        for index, fixed_start in enumerate(self.starts):
+            profile = self.resolved[index]
+            if fixed_start is not None and profile is not None:
+                fixed_count[profile.name] += 1
+                mask |= _range_mask(fixed_start, profile.memory_slices)
+                spent += profile.compute_slices
+        groups: list[tuple[Profile, list[int]]] = []
+        for name, indices in waiting.items():
+            profile = self.model.profiles[name]
+            room = max(0, profile.max_count - fixed_count[name])
+            if room:
+                groups.append((profile, indices[:room]))
+        groups.sort(key=lambda g: (-g[0].memory_slices, -g[0].compute_slices, g[0].name))
+        chosen = _place(self.model, [(p, len(ix)) for p, ix in groups], mask, spent)
+        unplaced: list[tuple[int, Profile]] = []
+        for (profile, indices), picked in zip(groups, chosen, strict=True):
+            for position, index in enumerate(indices):
+                if position < len(picked):
+                    self.claim(index, profile, picked[position])
+                else:
+                    unplaced.append((index, profile))
+        return unplaced
+
+    def over_max_count_without_room(
+        self, waiting: dict[str, list[int]], unplaced: list[tuple[int, Profile]]
+    ) -> list[tuple[int, Profile]]:
+        """The ones over max_count: no-room too when not even the space would take them (the
+        seed's "3 x 4g.40gb": the second and third have no slice 0 to start at)."""
+        spare = _full_mask(self.model) & ~sum(
+            _range_mask(s, p.memory_slices)
+            for s, p in zip(self.starts, self.resolved, strict=True)
+            if s is not None and p is not None
+        )
+        without_room: list[tuple[int, Profile]] = []
+        for name, indices in waiting.items():
+            profile = self.model.profiles[name]
+            for index in indices:
+                if self.starts[index] is not None or (index, profile) in unplaced:
+                    continue
+                free_start = _first_free_start(profile, spare)
+                if free_start is None:
+                    without_room.append((index, profile))
+                else:
+                    spare &= ~_range_mask(free_start, profile.memory_slices)
+        return without_room
+
+    def placements(self) -> list[Placement]:
+        """Every instance placed (a valid layout's)."""
+        placements = []
+        for profile, placed_start in zip(self.resolved, self.starts, strict=True):
+            assert profile is not None and placed_start is not None
+            placements.append(Placement(profile.name, placed_start, profile.memory_slices))
+        return placements
+
+
+def _first_free_start(profile: Profile, spare: int) -> int | None:
+    """The profile's first placement whose slices are all in ``spare`` (None: none is)."""
+    for start in profile.placements:
+        need = _range_mask(start, profile.memory_slices)
+        if spare & need == need:
+            return start
+    return None
 
 
 def _count_rules(

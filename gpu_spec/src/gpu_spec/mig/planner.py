@@ -59,7 +59,7 @@ import functools
 import heapq
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from gpu_spec.mig.catalogue import PROFILE_NAME, Catalogue, GpuModel, load_catalogue
@@ -440,15 +440,63 @@ def _build_problem(
     uuids = [g.uuid for g in ordered]
     if len(set(uuids)) != len(uuids):
         raise ValueError("two GPUs share a uuid")
-    merged = _merge_demand(demand, catalogue)
-
-    groups: list[_Group] = []
-    for (profile, model_name), (count, tenants) in merged.items():
-        if count > 0:
-            groups.append(
-                _Group(profile, model_name, count, tuple(sorted(tenants)), _profile_weight(profile))
-            )
     models = [catalogue.find_model(g.model_name) for g in ordered]
+    groups = _demand_groups(_merge_demand(demand, catalogue), catalogue, models)
+    spec_group = {(g.profile, g.model): i for i, g in enumerate(groups) if g.model is not None}
+    any_group = {g.profile: i for i, g in enumerate(groups) if g.model is None}
+    wanted: dict[str, int] = {}
+    for g in groups:
+        wanted[g.profile] = wanted.get(g.profile, 0) + g.wanted
+
+    classes: list[_Class] = []
+    class_of: dict[tuple[object, ...], int] = {}
+    gpu_class: list[int] = []
+    current_list: list[tuple[Placement, ...]] = []
+    busy_list: list[tuple[Placement, ...]] = []
+    for gpu, model in zip(ordered, models, strict=True):
+        current, busy = _placements_of(gpu, model, catalogue)
+        current_list.append(current)
+        busy_list.append(busy)
+        index = _model_index(model) if model is not None else None
+        note, current_mask, busy_mask = _gpu_masks(gpu, model, index, current, busy, enable_mig)
+        plannable = not note
+        key: tuple[object, ...] = (
+            (model.name, current_mask, busy_mask)
+            if plannable and model is not None
+            else ("fixed", gpu.uuid)
+        )
+        if key not in class_of:
+            class_of[key] = len(classes)
+            demanded, caps = _demanded_caps(model, index, groups, spec_group, any_group)
+            classes.append(_Class(index, current_mask, busy_mask, plannable, note, demanded, caps))
+        gpu_class.append(class_of[key])
+    return _Problem(
+        catalogue=catalogue,
+        gpus=ordered,
+        models=models,
+        gpu_class=gpu_class,
+        classes=classes,
+        groups=groups,
+        spec_group=spec_group,
+        any_group=any_group,
+        current=current_list,
+        busy=busy_list,
+        wanted=wanted,
+    )
+
+
+def _demand_groups(
+    merged: dict[tuple[str, str | None], tuple[int, list[str]]],
+    catalogue: Catalogue,
+    models: Sequence[GpuModel | None],
+) -> list[_Group]:
+    """The demand's groups in scarcity order: heaviest profile first, then the largest in
+    memory, a model named before any model, the fewest GPUs able to hold it, then by name."""
+    groups = [
+        _Group(profile, model_name, count, tuple(sorted(tenants)), _profile_weight(profile))
+        for (profile, model_name), (count, tenants) in merged.items()
+        if count > 0
+    ]
     eligible_gpus = Counter[tuple[str, str | None]]()
     for model in models:
         if model is None:
@@ -474,77 +522,56 @@ def _build_problem(
             g.model or "",
         )
     )
-    spec_group = {(g.profile, g.model): i for i, g in enumerate(groups) if g.model is not None}
-    any_group = {g.profile: i for i, g in enumerate(groups) if g.model is None}
-    wanted: dict[str, int] = {}
-    for g in groups:
-        wanted[g.profile] = wanted.get(g.profile, 0) + g.wanted
+    return groups
 
-    classes: list[_Class] = []
-    class_of: dict[tuple[object, ...], int] = {}
-    gpu_class: list[int] = []
-    current_list: list[tuple[Placement, ...]] = []
-    busy_list: list[tuple[Placement, ...]] = []
-    for gpu, model in zip(ordered, models, strict=True):
-        current, busy = _placements_of(gpu, model, catalogue)
-        current_list.append(current)
-        busy_list.append(busy)
-        note = ""
-        index = _model_index(model) if model is not None else None
-        current_mask = busy_mask = 0
-        if model is None or index is None:
-            note = f"{gpu.model_name!r} is not a GPU model in the MIG catalogue; left as it is"
-        elif not gpu.mig_enabled and not enable_mig:
-            note = "MIG is disabled; left as it is (enabling it needs the GPU idle and a reset)"
-        elif not gpu.mig_enabled and gpu.instances:
-            note = "MIG is disabled but instances are reported; left as it is"
-        else:
-            bits = [index.bit.get((p.profile, p.start)) for p in current]
-            if any(b is None for b in bits) or len(set(bits)) != len(bits):
-                note = "today's layout is not one the catalogue knows for this model; left as it is"
-            else:
-                current_mask = sum(1 << b for b in bits if b is not None)
-                busy_mask = sum(1 << index.bit[(p.profile, p.start)] for p in busy)
-                if current_mask not in index.valid:
-                    note = "today's layout breaks the catalogue's MIG rules; left as it is"
-                    current_mask = busy_mask = 0
-        plannable = not note
-        key: tuple[object, ...] = (
-            (model.name, current_mask, busy_mask)
-            if plannable and model is not None
-            else ("fixed", gpu.uuid)
-        )
-        if key not in class_of:
-            class_of[key] = len(classes)
-            demanded: tuple[int, ...] = ()
-            caps: tuple[int, ...] = ()
-            if model is not None and index is not None:
-                pairs = []
-                for pos, name in enumerate(index.profile_names):
-                    cap = 0
-                    if (name, model.name) in spec_group:
-                        cap += groups[spec_group[(name, model.name)]].wanted
-                    if name in any_group:
-                        cap += groups[any_group[name]].wanted
-                    if cap:
-                        pairs.append((pos, cap))
-                demanded = tuple(p for p, _ in pairs)
-                caps = tuple(c for _, c in pairs)
-            classes.append(_Class(index, current_mask, busy_mask, plannable, note, demanded, caps))
-        gpu_class.append(class_of[key])
-    return _Problem(
-        catalogue=catalogue,
-        gpus=ordered,
-        models=models,
-        gpu_class=gpu_class,
-        classes=classes,
-        groups=groups,
-        spec_group=spec_group,
-        any_group=any_group,
-        current=current_list,
-        busy=busy_list,
-        wanted=wanted,
-    )
+
+def _gpu_masks(
+    gpu: GpuState,
+    model: GpuModel | None,
+    index: _ModelIndex | None,
+    current: Sequence[Placement],
+    busy: Sequence[Placement],
+    enable_mig: bool,
+) -> tuple[str, int, int]:
+    """Why a GPU is left as it is ("": it is plannable), and its layout and busy instances as
+    bitmasks of its model's placements (0 when it is left as it is)."""
+    if model is None or index is None:
+        return f"{gpu.model_name!r} is not a GPU model in the MIG catalogue; left as it is", 0, 0
+    if not gpu.mig_enabled and not enable_mig:
+        return "MIG is disabled; left as it is (enabling it needs the GPU idle and a reset)", 0, 0
+    if not gpu.mig_enabled and gpu.instances:
+        return "MIG is disabled but instances are reported; left as it is", 0, 0
+    bits = [index.bit.get((p.profile, p.start)) for p in current]
+    if any(b is None for b in bits) or len(set(bits)) != len(bits):
+        return "today's layout is not one the catalogue knows for this model; left as it is", 0, 0
+    current_mask = sum(1 << b for b in bits if b is not None)
+    busy_mask = sum(1 << index.bit[(p.profile, p.start)] for p in busy)
+    if current_mask not in index.valid:
+        return "today's layout breaks the catalogue's MIG rules; left as it is", 0, 0
+    return "", current_mask, busy_mask
+
+
+def _demanded_caps(
+    model: GpuModel | None,
+    index: _ModelIndex | None,
+    groups: Sequence[_Group],
+    spec_group: dict[tuple[str, str], int],
+    any_group: dict[str, int],
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The model's profile positions with demand, and the count wanted of each by the groups
+    this model serves (its own and any model's)."""
+    if model is None or index is None:
+        return (), ()
+    pairs = []
+    for pos, name in enumerate(index.profile_names):
+        cap = 0
+        if (name, model.name) in spec_group:
+            cap += groups[spec_group[(name, model.name)]].wanted
+        if name in any_group:
+            cap += groups[any_group[name]].wanted
+        if cap:
+            pairs.append((pos, cap))
+    return tuple(p for p, _ in pairs), tuple(c for _, c in pairs)
 
 
 def _placements_of(
@@ -668,114 +695,164 @@ def plan(
 
 
 def _greedy(problem: _Problem) -> list[int]:
-    classes = problem.classes
-    ledger = _Ledger(problem)
-    n = len(problem.gpus)
-    kept = [0] * n
-    new: list[tuple[int, ...]] = [()] * n
-
-    # Existing supply: GPUs left alone, and busy instances everywhere, count first.
-    for gpu in range(n):
-        cls = classes[problem.gpu_class[gpu]]
-        model = problem.models[gpu]
-        if model is None:
-            continue
-        if not cls.plannable:
-            for profile, count in _fixed_counts(problem, gpu).items():
-                ledger.add(profile, model.name, count)
-            continue
-        assert cls.index is not None
-        kept[gpu] = cls.busy
-        new[gpu] = (0,) * len(cls.demanded)
-        for bit in _bits(cls.busy):
-            ledger.add(cls.index.placements[bit].profile, model.name, 1)
-
-    # Idle instances claimed for demand, group by group; on GPUs that keep the most already, so
-    # the emptiest GPUs stay free to reconfigure.
+    greedy = _Greedy(problem)
+    greedy.count_existing_supply()
+    greedy.claim_idle_instances()
+    buckets = greedy.buckets()
     for g, group in enumerate(problem.groups):
-        if ledger.remaining(g) == 0:
-            continue
+        greedy.open_new_instances(g, group, buckets)
+    return greedy.layouts()
+
+
+_Bucket = tuple[int, int, tuple[int, ...]]  # (class, kept instances mask, new per profile)
+
+
+class _Greedy:
+    """The greedy plan as it grows: per GPU the instances it keeps (a bitmask of its model's
+    placements) and the new instances it gets (a count per demanded profile)."""
+
+    def __init__(self, problem: _Problem) -> None:
+        self.problem = problem
+        self.classes = problem.classes
+        self.ledger = _Ledger(problem)
+        self.n = len(problem.gpus)
+        self.kept = [0] * self.n
+        self.new: list[tuple[int, ...]] = [()] * self.n
+
+    def cls(self, gpu: int) -> _Class:
+        return self.classes[self.problem.gpu_class[gpu]]
+
+    def count_existing_supply(self) -> None:
+        """Existing supply: GPUs left alone, and busy instances everywhere, count first."""
+        for gpu in range(self.n):
+            cls, model = self.cls(gpu), self.problem.models[gpu]
+            if model is None:
+                continue
+            if not cls.plannable:
+                for profile, count in _fixed_counts(self.problem, gpu).items():
+                    self.ledger.add(profile, model.name, count)
+                continue
+            assert cls.index is not None
+            self.kept[gpu] = cls.busy
+            self.new[gpu] = (0,) * len(cls.demanded)
+            for bit in _bits(cls.busy):
+                self.ledger.add(cls.index.placements[bit].profile, model.name, 1)
+
+    def claim_idle_instances(self) -> None:
+        """Idle instances claimed for demand, group by group; on GPUs that keep the most
+        already, so the emptiest GPUs stay free to reconfigure."""
+        for g, group in enumerate(self.problem.groups):
+            if self.ledger.remaining(g) == 0:
+                continue
+            for _, gpu, b in sorted(self._idle_candidates(group)):
+                if self.ledger.remaining(g) == 0:
+                    break
+                self.kept[gpu] |= 1 << b
+                self.ledger.add(group.profile, self.cls(gpu).model_name, 1)
+
+    def _idle_candidates(self, group: _Group) -> list[tuple[int, int, int]]:
+        """(-instances kept, GPU, placement bit) of each idle instance of the group's profile."""
         candidates = []
-        for gpu in range(n):
-            cls = classes[problem.gpu_class[gpu]]
+        for gpu in range(self.n):
+            cls = self.cls(gpu)
             if not cls.plannable or cls.index is None or not _eligible(cls, group):
                 continue
             bit_of = cls.index.bit
-            for placement in problem.current[gpu]:
+            for placement in self.problem.current[gpu]:
                 b = bit_of[(placement.profile, placement.start)]
-                if placement.profile == group.profile and not kept[gpu] >> b & 1:
-                    candidates.append((-kept[gpu].bit_count(), gpu, b))
-        for _, gpu, b in sorted(candidates):
-            if ledger.remaining(g) == 0:
-                break
-            kept[gpu] |= 1 << b
-            ledger.add(group.profile, classes[problem.gpu_class[gpu]].model_name, 1)
+                if placement.profile == group.profile and not self.kept[gpu] >> b & 1:
+                    candidates.append((-self.kept[gpu].bit_count(), gpu, b))
+        return candidates
 
-    # New instances, scarcest demand first, into buckets of interchangeable GPUs.
-    buckets: dict[tuple[int, int, tuple[int, ...]], list[int]] = {}
-    for gpu in range(n):
-        cls = classes[problem.gpu_class[gpu]]
-        if cls.plannable and cls.index is not None and cls.demanded:
-            buckets.setdefault((problem.gpu_class[gpu], kept[gpu], new[gpu]), []).append(gpu)
-    for heap in buckets.values():
-        heapq.heapify(heap)
+    def buckets(self) -> dict[_Bucket, list[int]]:
+        """Interchangeable GPUs (same class, kept and new instances), each bucket a heap."""
+        buckets: dict[_Bucket, list[int]] = {}
+        for gpu in range(self.n):
+            cls = self.cls(gpu)
+            if cls.plannable and cls.index is not None and cls.demanded:
+                key = (self.problem.gpu_class[gpu], self.kept[gpu], self.new[gpu])
+                buckets.setdefault(key, []).append(gpu)
+        for heap in buckets.values():
+            heapq.heapify(heap)
+        return buckets
 
-    # Each step: a bucket already reconfigured before a new one; a new one that takes the most
-    # copies of the profile (it is then filled with them); the fewest instance changes; the least
-    # free space lost (largest profile that still fits, then free memory slices).
-    for g, group in enumerate(problem.groups):
-        while (remaining := ledger.remaining(g)) > 0:
-            best: tuple[tuple[int, ...], tuple[int, int, tuple[int, ...]], int, int] | None
-            best = None
-            for key, heap in buckets.items():
-                if not heap:
-                    continue
-                cls = classes[key[0]]
-                pos = _position(cls, group) if _eligible(cls, group) else None
-                if pos is None:
-                    continue
-                kept_mask, wanted_new = key[1], key[2]
-                opened = any(wanted_new)
-                before = cls.best_layout(kept_mask, wanted_new) if opened else cls.current
-                fill = 0
-                while fill < (1 if opened else remaining):
-                    if cls.best_layout(kept_mask, _bump(wanted_new, pos, fill + 1)) is None:
-                        break
-                    fill += 1
-                if not fill or before is None:
-                    continue
-                after = cls.best_layout(kept_mask, _bump(wanted_new, pos, 1))
-                assert after is not None
-                stats_before, stats_after = cls.stats(before), cls.stats(after)
-                rank = (
-                    int(not opened),
-                    -fill,
-                    stats_after[1] - stats_before[1],
-                    *(b - a for b, a in zip(stats_before[2:], stats_after[2:], strict=True)),
-                    heap[0],
-                )
-                if best is None or rank < best[0]:
-                    best = (rank, key, pos, fill)
+    def open_new_instances(self, g: int, group: _Group, buckets: dict[_Bucket, list[int]]) -> None:
+        """New instances of one group (the scarcest first), bucket by bucket while demand
+        remains and some bucket can take one (``_bucket_rank`` picks the bucket)."""
+        while (remaining := self.ledger.remaining(g)) > 0:
+            best = self._best_bucket(buckets, group, remaining)
             if best is None:
                 break
-            _, key, pos, fill = best
-            class_id, kept_mask, wanted_new = key
-            cls = classes[class_id]
+            key, pos, fill = best
+            class_id, kept_mask, _ = key
+            cls = self.classes[class_id]
             for gpu in _pop(buckets[key], min(len(buckets[key]), remaining // fill)):
-                new[gpu] = _bump(new[gpu], pos, fill)
-                ledger.add(group.profile, cls.model_name, fill)
-                heapq.heappush(buckets.setdefault((class_id, kept_mask, new[gpu]), []), gpu)
+                self.new[gpu] = _bump(self.new[gpu], pos, fill)
+                self.ledger.add(group.profile, cls.model_name, fill)
+                heapq.heappush(buckets.setdefault((class_id, kept_mask, self.new[gpu]), []), gpu)
 
-    layouts = []
-    for gpu in range(n):
-        cls = classes[problem.gpu_class[gpu]]
-        if not cls.plannable or not any(new[gpu]):
-            layouts.append(cls.current)
-        else:
-            mask = cls.best_layout(kept[gpu], new[gpu])
-            assert mask is not None  # every step checked it
-            layouts.append(mask)
-    return layouts
+    def _best_bucket(
+        self, buckets: dict[_Bucket, list[int]], group: _Group, remaining: int
+    ) -> tuple[_Bucket, int, int] | None:
+        """The bucket ``_bucket_rank`` ranks first, with the profile's position and the copies
+        a GPU takes; None when no bucket can take one."""
+        best: tuple[tuple[int, ...], _Bucket, int, int] | None = None
+        for key, heap in buckets.items():
+            if not heap:
+                continue
+            ranked = _bucket_rank(self.classes[key[0]], key, heap, group, remaining)
+            if ranked is not None and (best is None or ranked[0] < best[0]):
+                best = (ranked[0], key, ranked[1], ranked[2])
+        return None if best is None else best[1:]
+
+    def layouts(self) -> list[int]:
+        """Each GPU's layout: today's where nothing new opens, else the best with what it keeps
+        and gets."""
+        layouts = []
+        for gpu in range(self.n):
+            cls = self.cls(gpu)
+            if not cls.plannable or not any(self.new[gpu]):
+                layouts.append(cls.current)
+            else:
+                mask = cls.best_layout(self.kept[gpu], self.new[gpu])
+                assert mask is not None  # every step checked it
+                layouts.append(mask)
+        return layouts
+
+
+def _bucket_rank(
+    cls: _Class, key: _Bucket, heap: list[int], group: _Group, remaining: int
+) -> tuple[tuple[int, ...], int, int] | None:
+    """How good a bucket is for the group's next instances (lower is better), where the
+    profile is in its supply and how many copies a GPU takes; None: it cannot take one.
+
+    A bucket already reconfigured before a new one; a new one that takes the most copies of
+    the profile (it is then filled with them); the fewest instance changes; the least free
+    space lost (largest profile that still fits, then free memory slices); the lowest GPU."""
+    pos = _position(cls, group) if _eligible(cls, group) else None
+    if pos is None:
+        return None
+    kept_mask, wanted_new = key[1], key[2]
+    opened = any(wanted_new)
+    before = cls.best_layout(kept_mask, wanted_new) if opened else cls.current
+    fill = 0
+    while fill < (1 if opened else remaining):
+        if cls.best_layout(kept_mask, _bump(wanted_new, pos, fill + 1)) is None:
+            break
+        fill += 1
+    if not fill or before is None:
+        return None
+    after = cls.best_layout(kept_mask, _bump(wanted_new, pos, 1))
+    assert after is not None
+    stats_before, stats_after = cls.stats(before), cls.stats(after)
+    rank = (
+        int(not opened),
+        -fill,
+        stats_after[1] - stats_before[1],
+        *(b - a for b, a in zip(stats_before[2:], stats_after[2:], strict=True)),
+        heap[0],
+    )
+    return rank, pos, fill
 
 
 def _eligible(cls: _Class, group: _Group) -> bool:
@@ -1224,8 +1301,21 @@ def _plural(count: int, one: str, many: str) -> str:
 
 
 def _unmet_reason(problem: _Problem, group: _Group, gpu_plans: list[GpuPlan]) -> str:
-    catalogue = problem.catalogue
-    profile = group.profile
+    models = _models_for(problem, group)
+    if isinstance(models, str):
+        return models
+    tally = _host_tally(problem, group.profile, models, gpu_plans)
+    label = models[0] if len(models) == 1 else "/".join(models)
+    parts = tally.parts(group.profile)
+    if tally.busy and not tally.other and not tally.fixed:
+        lead = "the other" if tally.hosting else "the"
+        return f"{lead} {label} GPUs are busy: " + "; ".join(parts)
+    return f"no room left on the {label} GPUs: " + "; ".join(parts)
+
+
+def _models_for(problem: _Problem, group: _Group) -> list[str] | str:
+    """The models on this cluster that could serve the group, or why there are none."""
+    catalogue, profile = problem.catalogue, group.profile
     present = sorted({m.name for m in problem.models if m is not None})
     if group.model is not None:
         model = catalogue.find_model(group.model)
@@ -1235,56 +1325,73 @@ def _unmet_reason(problem: _Problem, group: _Group, gpu_plans: list[GpuPlan]) ->
             return f"{model.name} does not offer {profile} (it offers {', '.join(model.profiles)})"
         if model.name not in present:
             return f"there is no {model.name} on this cluster"
-        models = [model.name]
-    else:
-        offering = [m.name for m in catalogue.models_with_profile(profile)]
-        if not offering:
-            return f"no GPU model in the MIG catalogue offers {profile}"
-        models = [m for m in offering if m in present]
-        if not models:
-            return (
-                f"no GPU model on this cluster offers {profile} "
-                f"(it is a profile of {', '.join(offering)})"
+        return [model.name]
+    offering = [m.name for m in catalogue.models_with_profile(profile)]
+    if not offering:
+        return f"no GPU model in the MIG catalogue offers {profile}"
+    models = [m for m in offering if m in present]
+    if not models:
+        return (
+            f"no GPU model on this cluster offers {profile} "
+            f"(it is a profile of {', '.join(offering)})"
+        )
+    return models
+
+
+@dataclass
+class _HostTally:
+    """The GPUs of the models that could serve a profile, by what keeps them from it."""
+
+    hosting: int = 0  # hold the profile already
+    busy: int = 0  # running work where it would go
+    fixed: int = 0  # left alone (MIG disabled, a layout the catalogue does not know)
+    other: int = 0  # could host it but serve other demand
+    taken_by: Counter[str] = field(default_factory=Counter)
+
+    def parts(self, profile: str) -> list[str]:
+        parts = []
+        if self.busy:
+            parts.append(
+                f"{_plural(self.busy, 'GPU has', 'GPUs have')} running work where a {profile} "
+                "would go"
             )
-    hosting = busy = fixed = other = 0
-    taken_by: Counter[str] = Counter()
+        if self.other:
+            what = ", ".join(name for name, _ in self.taken_by.most_common(3))
+            parts.append(
+                _plural(
+                    self.other, "GPU that could host it serves", "GPUs that could host it serve"
+                )
+                + (f" other demand ({what})" if what else " other demand")
+            )
+        if self.fixed:
+            parts.append(
+                f"{_plural(self.fixed, 'GPU is', 'GPUs are')} left alone "
+                "(MIG disabled, or a layout the catalogue does not know)"
+            )
+        if self.hosting:
+            parts.append(f"{_plural(self.hosting, 'GPU holds', 'GPUs hold')} {profile} already")
+        return parts
+
+
+def _host_tally(
+    problem: _Problem, profile: str, models: Sequence[str], gpu_plans: list[GpuPlan]
+) -> _HostTally:
+    tally = _HostTally()
     for gpu, gpu_plan in enumerate(gpu_plans):
         model = problem.models[gpu]
         if model is None or model.name not in models:
             continue
         cls = problem.classes[problem.gpu_class[gpu]]
         if not cls.plannable:
-            fixed += 1
+            tally.fixed += 1
         elif any(p.profile == profile for p in gpu_plan.layout):
-            hosting += 1
+            tally.hosting += 1
         elif not _can_host(cls, profile):
-            busy += 1
+            tally.busy += 1
         else:
-            other += 1
-            taken_by.update(p.profile for p in gpu_plan.layout if p.profile != profile)
-    label = models[0] if len(models) == 1 else "/".join(models)
-    parts = []
-    if busy:
-        parts.append(
-            f"{_plural(busy, 'GPU has', 'GPUs have')} running work where a {profile} would go"
-        )
-    if other:
-        what = ", ".join(name for name, _ in taken_by.most_common(3))
-        parts.append(
-            _plural(other, "GPU that could host it serves", "GPUs that could host it serve")
-            + (f" other demand ({what})" if what else " other demand")
-        )
-    if fixed:
-        parts.append(
-            f"{_plural(fixed, 'GPU is', 'GPUs are')} left alone "
-            "(MIG disabled, or a layout the catalogue does not know)"
-        )
-    if hosting:
-        parts.append(f"{_plural(hosting, 'GPU holds', 'GPUs hold')} {profile} already")
-    if busy and not other and not fixed:
-        lead = "the other" if hosting else "the"
-        return f"{lead} {label} GPUs are busy: " + "; ".join(parts)
-    return f"no room left on the {label} GPUs: " + "; ".join(parts)
+            tally.other += 1
+            tally.taken_by.update(p.profile for p in gpu_plan.layout if p.profile != profile)
+    return tally
 
 
 def _can_host(cls: _Class, profile: str) -> bool:
