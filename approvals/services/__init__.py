@@ -1,8 +1,10 @@
 """Change: quota change requests and their approval (DESIGN flow 2), and onboarding (flow 1),
 by concern:
 
-* ``checks``: the one validation of a change (``quota_request_check``), what it would do to
-  the quotas in force (``DiffLine``) and how many approvals it needs;
+* ``rules``: the rules a change keeps, as ordered lists of small named checks, each about
+  the input whose field its errors name;
+* ``checks``: the one validation of a change (``quota_request_check``, running the rules),
+  what it would do to the quotas in force (``DiffLine``) and how many approvals it needs;
 * ``policy``: the approval policy (two approvers above a size, expiry of pending requests);
 * ``transitions``: who may file and decide, and each move of a request's status;
 * ``filing``: a request filed, checked live, submitted, cancelled;
@@ -20,13 +22,9 @@ cluster has observed its approved generation, failed when the cluster refused it
 The names below are the app's service interface: import them from ``approvals.services``."""
 
 from approvals.services.checks import (
-    MAX_RUN_TIME_HOURS_MAX,
-    SCHEDULING_FIELDS,
-    TENANT_FIELDS,
     DiffLine,
     RequestCheck,
     diff_line,
-    pod_bandwidth_problem,
     quota_request_approved_diff,
     quota_request_check,
     quota_request_check_shown,
@@ -64,6 +62,12 @@ from approvals.services.push import (
     quota_request_retry,
     quota_requests_push_started,
     quota_requests_pushed,
+)
+from approvals.services.rules import (
+    MAX_RUN_TIME_HOURS_MAX,
+    SCHEDULING_FIELDS,
+    TENANT_FIELDS,
+    pod_bandwidth_problem,
 )
 from approvals.services.transitions import (
     DECISION_NOTICES,

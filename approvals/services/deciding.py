@@ -15,16 +15,14 @@ from django.utils import timezone
 from approvals.choices import OPEN_STATUSES, DecisionKind, RequestStatus
 from approvals.models import ApprovalDecision, QuotaChangeItem, QuotaChangeRequest
 from approvals.services.checks import (
-    SCHEDULING_FIELDS,
-    merged_scheduling,
     quota_request_check_stored,
     quota_request_items,
     quota_request_scheduling,
     quota_request_tenant_changes,
-    quotas_in_force,
 )
 from approvals.services.filing import store_items
 from approvals.services.policy import approval_policy
+from approvals.services.rules import SCHEDULING_FIELDS, merged_scheduling, quotas_in_force
 from approvals.services.transitions import ensure_can_decide, locked, transition
 from core.errors import (
     Conflict,

@@ -13,14 +13,13 @@ from django.utils import timezone
 from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeItem, QuotaChangeRequest
 from approvals.services.checks import (
-    SCHEDULING_FIELDS,
-    TENANT_FIELDS,
     RequestCheck,
     quota_request_check,
     quota_request_check_stored,
     quota_request_tenant_changes,
     scheduling_fields,
 )
+from approvals.services.rules import SCHEDULING_FIELDS, TENANT_FIELDS
 from approvals.services.transitions import (
     ensure_may_become,
     locked,
