@@ -603,6 +603,145 @@ def _gpu_resource(flavor: ResourceFlavor) -> str:
     return mig_resource(flavor.mig_profile) if flavor.kind == "mig" else GPU_RESOURCE
 
 
+@dataclass(frozen=True)
+class _ClusterUse:
+    """What the admission pre-check reads of a cluster once: every tenant's quota lines, each
+    tenant's GPU use per flavor now (latest 5-minute mean), each line's capacity (a MIG
+    flavor's: the fleet's instances, R24) and the tenants in the asking tenant's cohort."""
+
+    quotas: dict[tuple[int, int, str], Quota]  # (tenant id, flavor id, resource)
+    used_by: dict[tuple[int, int], Decimal]  # (tenant id, flavor id)
+    capacity: dict[tuple[int, str], Decimal]  # (flavor id, resource)
+    cohort_ids: set[int]
+
+    def borrowable(self, tenant: Tenant, flavor: ResourceFlavor, resource: str) -> Decimal:
+        """What the cohort can lend now: peers' unused lendable quota, bounded by the
+        flavor's free capacity."""
+        total_used = sum((u for (_, f), u in self.used_by.items() if f == flavor.pk), Decimal(0))
+        free = max(self.capacity.get((flavor.pk, resource), Decimal(0)) - total_used, Decimal(0))
+        lendable = Decimal(0)
+        for peer_id in self.cohort_ids - {tenant.pk}:
+            peer = self.quotas.get((peer_id, flavor.pk, resource))
+            if peer is None:
+                continue
+            can_lend = peer.guaranteed if peer.lending_limit is None else peer.lending_limit
+            peer_used = self.used_by.get((peer_id, flavor.pk), Decimal(0))
+            lendable += max(min(can_lend, peer.guaranteed - peer_used), Decimal(0))
+        return min(lendable, free)
+
+
+def _cluster_use(*, tenant: Tenant, cluster: Cluster, now: datetime) -> _ClusterUse:
+    peers = {
+        t.pk: t for t in Tenant.objects.filter(quota_sets__cluster=cluster).select_related("parent")
+    }
+    cohort = _cohort(tenant)
+    quotas: dict[tuple[int, int, str], Quota] = {
+        (q.quota_set.tenant_id, q.flavor_id, q.resource): q
+        for q in Quota.objects.filter(quota_set__cluster=cluster).select_related("quota_set")
+    }
+    use = usage_selectors.usage_now(cluster_ids=[cluster.pk], now=now)
+    return _ClusterUse(
+        quotas=quotas,
+        used_by={
+            (t, f): Decimal(str(round(values.get(Metric.QUOTA_USED, 0.0), 6)))
+            for (_, t, f), values in use.items()
+        },
+        capacity={key: amount.amount for key, amount in flavor_capacities(cluster=cluster).items()},
+        cohort_ids={pk for pk, t in peers.items() if _cohort(t) == cohort},
+    )
+
+
+def _gpu_fit(
+    *, used: Decimal, requested: Decimal, quota: Quota, borrowable: Decimal
+) -> tuple[bool, str]:
+    """Within the guarantee, or beyond it within the limit and what the cohort can lend."""
+    after = used + requested
+    if after > quota.limit:
+        return False, (
+            f"{_n(used)} in use + {_n(requested)} asked = {_n(after)} > the limit {_n(quota.limit)}"
+            f" ({_n(quota.limit - used)} left)."
+        )
+    if after <= quota.guaranteed:
+        return True, f"{_n(after)} of {_n(quota.guaranteed)} guaranteed after admission."
+    needed = after - max(quota.guaranteed, used)
+    fits = needed <= borrowable
+    return fits, (
+        f"borrows {_n(needed)} beyond the guarantee of {_n(quota.guaranteed)}; the cohort "
+        f"can lend {_n(borrowable)} now"
+        + ("." if fits else ": not enough, it would wait in the queue.")
+    )
+
+
+def _gpu_verdict(
+    use: _ClusterUse,
+    *,
+    tenant: Tenant,
+    cluster: Cluster,
+    flavor: ResourceFlavor,
+    requested: Decimal,
+) -> ResourceVerdict:
+    resource = _gpu_resource(flavor)
+    quota = use.quotas.get((tenant.pk, flavor.pk, resource))
+    label = f"gpu:{flavor.name}"
+    if quota is None:
+        return ResourceVerdict(
+            label,
+            requested,
+            requested == 0,
+            f"{tenant.slug} has no quota for {flavor.name} on {cluster.name}.",
+        )
+    used = use.used_by.get((tenant.pk, flavor.pk), Decimal(0))
+    borrowable = use.borrowable(tenant, flavor, resource)
+    fits, reason = _gpu_fit(used=used, requested=requested, quota=quota, borrowable=borrowable)
+    return ResourceVerdict(
+        label,
+        requested,
+        fits,
+        reason,
+        used=used,
+        guaranteed=quota.guaranteed,
+        limit=quota.limit,
+        headroom=quota.limit - used,
+        borrowable=borrowable,
+    )
+
+
+def _limit_verdict(
+    use: _ClusterUse, *, tenant: Tenant, cluster: Cluster, resource: str, amount: Decimal
+) -> ResourceVerdict:
+    """CPU or memory: within the tenant's limit on the cluster (their use is not collected)."""
+    items = [q for (t, _, r), q in use.quotas.items() if t == tenant.pk and r == resource]
+    if not items:
+        return ResourceVerdict(
+            resource, amount, True, f"no {resource} quota on {cluster.name}: not limited."
+        )
+    limit = sum((q.limit for q in items), Decimal(0))
+    guaranteed = sum((q.guaranteed for q in items), Decimal(0))
+    fits = amount <= limit
+    return ResourceVerdict(
+        resource,
+        amount,
+        fits,
+        f"{_n(amount)} {'within' if fits else 'exceeds'} the limit of {_n(limit)} "
+        "(current use is not collected; Kueue counts it at admission).",
+        guaranteed=guaranteed,
+        limit=limit,
+    )
+
+
+def _gpu_flavors(cluster: Cluster, gpus: Mapping[str, Decimal]) -> dict[str, ResourceFlavor]:
+    """The cluster's flavors by name; 400 naming ``gpus.<name>`` for one that is not a GPU or
+    MIG flavor of it."""
+    flavors = {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster)}
+    for name in gpus:
+        flavor = flavors.get(name)
+        if flavor is None or flavor.kind not in ("gpu", "mig"):
+            raise ValidationFailed.for_field(
+                f"gpus.{name}", f"{cluster.name} has no GPU or MIG flavor named {name!r}."
+            )
+    return flavors
+
+
 def admission_check(
     *,
     tenant: Tenant,
@@ -624,107 +763,27 @@ def admission_check(
     ``volumes``: bytes written to existing claims (``namespace/claim``) against the free space
     the kubelet last reported (R13). Unknown flavors are a 400 naming ``gpus.<name>``, a claim
     outside the tenant's namespaces one naming ``volumes.<claim>``."""
-    flavors = {f.name: f for f in ResourceFlavor.objects.filter(cluster=cluster)}
-    for name in gpus:
-        flavor = flavors.get(name)
-        if flavor is None or flavor.kind not in ("gpu", "mig"):
-            raise ValidationFailed.for_field(
-                f"gpus.{name}", f"{cluster.name} has no GPU or MIG flavor named {name!r}."
-            )
+    flavors = _gpu_flavors(cluster, gpus)
     quota_set = QuotaSet.objects.filter(tenant=tenant, cluster=cluster).first()
     if quota_set is None:
         raise ValidationFailed.for_field(
             "cluster", f"{tenant.slug} has no quota on {cluster.name}."
         )
-    peers = {
-        t.pk: t for t in Tenant.objects.filter(quota_sets__cluster=cluster).select_related("parent")
-    }
-    cohort = _cohort(tenant)
-    cohort_ids = {pk for pk, t in peers.items() if _cohort(t) == cohort}
-    quotas: dict[tuple[int, int, str], Quota] = {
-        (q.quota_set.tenant_id, q.flavor_id, q.resource): q
-        for q in Quota.objects.filter(quota_set__cluster=cluster).select_related("quota_set")
-    }
-    use = usage_selectors.usage_now(cluster_ids=[cluster.pk], now=now)
-    used_by: dict[tuple[int, int], Decimal] = {
-        (t, f): Decimal(str(round(values.get(Metric.QUOTA_USED, 0.0), 6)))
-        for (_, t, f), values in use.items()
-    }
-    capacity = {  # a MIG flavor's: the fleet's instances (R24)
-        key: amount.amount for key, amount in flavor_capacities(cluster=cluster).items()
-    }
+    use = _cluster_use(tenant=tenant, cluster=cluster, now=now)
     verdict = AdmissionVerdict(tenant.slug, cluster.name, True, measured_at=now)
     for name, requested in sorted(gpus.items()):
-        flavor = flavors[name]
-        resource = _gpu_resource(flavor)
-        quota = quotas.get((tenant.pk, flavor.pk, resource))
-        label = f"gpu:{name}"
-        if quota is None:
-            verdict.resources.append(
-                ResourceVerdict(label, requested, requested == 0,
-                                f"{tenant.slug} has no quota for {name} on {cluster.name}.")
-            )  # fmt: skip
-            continue
-        used = used_by.get((tenant.pk, flavor.pk), Decimal(0))
-        total_used = sum((u for (t, f), u in used_by.items() if f == flavor.pk), Decimal(0))
-        free = max(capacity.get((flavor.pk, resource), Decimal(0)) - total_used, Decimal(0))
-        lendable = Decimal(0)
-        for peer_id in cohort_ids - {tenant.pk}:
-            peer = quotas.get((peer_id, flavor.pk, resource))
-            if peer is None:
-                continue
-            can_lend = peer.guaranteed if peer.lending_limit is None else peer.lending_limit
-            peer_used = used_by.get((peer_id, flavor.pk), Decimal(0))
-            lendable += max(min(can_lend, peer.guaranteed - peer_used), Decimal(0))
-        borrowable = min(lendable, free)
-        after = used + requested
-        headroom = quota.limit - used
-        if after > quota.limit:
-            fits, reason = (
-                False,
-                (
-                    f"{_n(used)} in use + {_n(requested)} asked = {_n(after)} > the limit {_n(quota.limit)}"
-                    f" ({_n(headroom)} left)."
-                ),
-            )
-        elif after <= quota.guaranteed:
-            fits, reason = (
-                True,
-                (f"{_n(after)} of {_n(quota.guaranteed)} guaranteed after admission."),
-            )
-        else:
-            needed = after - max(quota.guaranteed, used)
-            fits = needed <= borrowable
-            reason = (
-                f"borrows {_n(needed)} beyond the guarantee of {_n(quota.guaranteed)}; the cohort "
-                f"can lend {_n(borrowable)} now"
-                + ("." if fits else ": not enough, it would wait in the queue.")
-            )
         verdict.resources.append(
-            ResourceVerdict(label, requested, fits, reason, used, quota.guaranteed, quota.limit,
-                            headroom, borrowable)
-        )  # fmt: skip
+            _gpu_verdict(
+                use, tenant=tenant, cluster=cluster, flavor=flavors[name], requested=requested
+            )
+        )
     for resource, amount in ((CPU_RESOURCE, cpu), (MEMORY_RESOURCE, memory)):
-        if amount is None:
-            continue
-        items = [q for (t, _, r), q in quotas.items() if t == tenant.pk and r == resource]
-        if not items:
+        if amount is not None:
             verdict.resources.append(
-                ResourceVerdict(resource, amount, True,
-                                f"no {resource} quota on {cluster.name}: not limited.")
-            )  # fmt: skip
-            continue
-        limit = sum((q.limit for q in items), Decimal(0))
-        guaranteed = sum((q.guaranteed for q in items), Decimal(0))
-        fits = amount <= limit
-        verdict.resources.append(
-            ResourceVerdict(
-                resource, amount, fits,
-                f"{_n(amount)} {'within' if fits else 'exceeds'} the limit of {_n(limit)} "
-                "(current use is not collected; Kueue counts it at admission).",
-                guaranteed=guaranteed, limit=limit,
+                _limit_verdict(
+                    use, tenant=tenant, cluster=cluster, resource=resource, amount=amount
+                )
             )
-        )  # fmt: skip
     if storage is not None:
         verdict.resources.append(_storage_verdict(quota_set, storage, storage_used))
     if volumes:

@@ -41,9 +41,9 @@ from quotas.models import Cluster, FlavorResource, Quota, ResourceFlavor
 from quotas.selectors import fleet_capacities
 from tenants.models import Tenant
 from usage import selectors as usage_selectors
+from usage.buckets import bucket_start, retention
 from usage.choices import RAW, Metric, Resolution
 from usage.models import PrometheusGpu, Rollup, Sample, Workload
-from usage.services import bucket_start, retention
 
 RANGES = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
 RANGE_LABELS = {"24h": "24 hours", "7d": "7 days", "30d": "30 days", "custom": "custom"}

@@ -133,10 +133,7 @@ class DevCluster:
             return _json_response(failure.status(), status=500)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
-        raw_path, token_in_path = request.path, None
-        if raw_path.startswith(TOKEN_PATH_PREFIX):
-            token_in_path, _, rest = raw_path[len(TOKEN_PATH_PREFIX) :].partition("/")
-            raw_path = "/" + rest
+        raw_path, token_in_path = _token_in_path(request.path)
         path = raw_path.rstrip("/") or "/"
         if path.startswith("/_devcluster") and token_in_path is None:
             return await self._admin(request, path)
@@ -147,11 +144,7 @@ class DevCluster:
         if request.method not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
             raise ApiError(405, NOT_ALLOWED)
         segments = [s for s in path.split("/") if s]
-        if (
-            not segments
-            or segments[0] not in ("api", "apis")
-            or len(segments) <= (2 if segments[0] == "api" else 3)
-        ):
+        if not _names_a_resource(segments):
             # Not a resource: discovery, /version, /openapi/..., anything else.
             self._authorize(
                 user, rbac.RequestAttributes(request.method.lower(), False, path=raw_path)
@@ -165,8 +158,28 @@ class DevCluster:
         discovered = self._discovery(request, segments)
         if discovered is not None:
             return discovered
+        return await self._resource(request, user, segments, raw_path)
+
+    async def _resource(
+        self, request: web.Request, user: auth.UserInfo, segments: list[str], raw_path: str
+    ) -> web.StreamResponse:
+        """A request on a resource: authorized, counted, faulted where a rule says so, served."""
         target = self._target(segments)
         verb = self._verb(request, target)
+        self._authorize_resource(request, user, target, verb, raw_path)
+        await self._inject_fault(request, target, verb)
+        if verb == "watch":
+            return await self._watch(request, target)
+        if target.subresource == "token" or target.resource_type.create_only:
+            return self._create_only(request, target, user, await request.read())
+        response = self._serve(request, target, verb, await request.read())
+        if request.method != "GET":
+            self._schedule_save()
+        return response
+
+    def _authorize_resource(
+        self, request: web.Request, user: auth.UserInfo, target: Target, verb: str, raw_path: str
+    ) -> None:
         attributes = self._request_attributes(request, target, verb, raw_path)
         self._authorize(user, attributes)
         if (
@@ -176,25 +189,21 @@ class DevCluster:
         ):
             # Server-side apply that creates: the user must be allowed to create too.
             self._authorize(user, replace(attributes, verb="create"))
+
+    async def _inject_fault(self, request: web.Request, target: Target, verb: str) -> None:
+        """Count the request; delay it or answer it with an error where a fault rule says so."""
         fault = self.faults.take(request.method, verb, request.path_qs)
         self.stats.count(
             verb,
             target.resource_type.kind + (f"/{target.subresource}" if target.subresource else ""),
         )
-        if fault is not None:
-            self.stats.faults_injected += 1
-            if fault.delay_s:
-                await asyncio.sleep(fault.delay_s)
-            if fault.status is not None:
-                raise fault_error(fault.status, fault.retry_after_s)
-        if verb == "watch":
-            return await self._watch(request, target)
-        if target.subresource == "token" or target.resource_type.create_only:
-            return self._create_only(request, target, user, await request.read())
-        response = self._serve(request, target, verb, await request.read())
-        if request.method != "GET":
-            self._schedule_save()
-        return response
+        if fault is None:
+            return
+        self.stats.faults_injected += 1
+        if fault.delay_s:
+            await asyncio.sleep(fault.delay_s)
+        if fault.status is not None:
+            raise fault_error(fault.status, fault.retry_after_s)
 
     def _authenticate(self, request: web.Request, token_in_path: str | None) -> auth.UserInfo:
         """The static token, an issued token (in the Authorization header, or in the URL of a
@@ -657,6 +666,23 @@ class DevCluster:
 
 
 # Helpers -----------------------------------------------------------------------------------------
+
+
+def _token_in_path(raw_path: str) -> tuple[str, str | None]:
+    """The path without a ``/_token/<token>`` prefix (``kubeconfig_for`` over http), and
+    the token (None without one)."""
+    if not raw_path.startswith(TOKEN_PATH_PREFIX):
+        return raw_path, None
+    token, _, rest = raw_path[len(TOKEN_PATH_PREFIX) :].partition("/")
+    return "/" + rest, token
+
+
+def _names_a_resource(segments: list[str]) -> bool:
+    """Whether the path names a resource (``/api/v1/<resource>...``,
+    ``/apis/<group>/<version>/<resource>...``) rather than discovery or anything else."""
+    if not segments or segments[0] not in ("api", "apis"):
+        return False
+    return len(segments) > (2 if segments[0] == "api" else 3)
 
 
 def _git_version(kubernetes_version: str) -> str:

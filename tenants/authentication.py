@@ -1,4 +1,5 @@
-"""``Authorization: Token <secret>`` for automation, checked against stored digests."""
+"""Who calls: ``Authorization: Token <secret>`` for automation, checked against stored
+digests, and the authenticated user behind a request (``caller``, for pages and the API)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 from rest_framework import authentication, exceptions
 
 from core.api.authentication import header_secret
+from tenants.models import User
 from tenants.services import api_token_authenticate
 
 
@@ -24,3 +26,12 @@ class HashedTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request: Any) -> str:
         return self.keyword
+
+
+def caller(request: Any) -> User:
+    """The authenticated user behind ``request`` (API or page). Views call this after their
+    permission checks have refused anonymous callers; it refuses them again if one slips by."""
+    user = request.user
+    if not isinstance(user, User):
+        raise exceptions.NotAuthenticated()
+    return user

@@ -26,7 +26,7 @@ from core import errors
 from core.numbers import ascii_whole
 from core.pages import error_text
 from tenants import selectors as tenant_selectors
-from tenants.api.base import caller
+from tenants.authentication import caller
 from tenants.choices import MembershipRole
 from tenants.models import Notification, Tenant
 from tenants.services import (

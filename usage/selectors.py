@@ -49,9 +49,9 @@ from django.utils import timezone
 from core.errors import ValidationFailed
 from quotas.models import ResourceFlavor
 from tenants.models import Tenant
+from usage.buckets import EPOCH, RESOLUTION_NAMES, retention
 from usage.choices import RAW, Metric, Resolution, Source
 from usage.models import PrometheusSource, Rollup, RollupState, Sample, VolumeRoom, Workload
-from usage.services import EPOCH, RESOLUTION_NAMES, retention
 
 MAX_POINTS = 5000
 MIN_STEP = timedelta(seconds=60)

@@ -31,6 +31,7 @@ from core.errors import ValidationFailed
 from gpu_agent.services.reports import DeviceReading, ReportReadings, instances_attribute
 from quotas.models import ResourceFlavor
 from tenants.services import audit_record
+from usage.buckets import EPOCH, RESOLUTION_NAMES, bucket_start, retention
 from usage.choices import RAW, ROLLUP_SOURCE, Metric, PrometheusFigure, Resolution, Source
 from usage.models import (
     GPU_UUID_MAX,
@@ -61,19 +62,7 @@ SampleRow = tuple[
 COPY_SQL = f"COPY usage_sample ({', '.join(COLUMNS)}, source) FROM STDIN"
 MAX_BATCH = 2_000_000
 METRICS = frozenset(int(m) for m in Metric)
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 FIVE_MINUTES = int(Resolution.FIVE_MINUTES)
-RESOLUTION_NAMES = {RAW: "raw", 300: "5m", 3600: "1h", 86400: "1d"}
-
-
-def retention(resolution: int) -> timedelta:
-    """How long ``resolution`` (RAW or a Resolution) is kept (settings.USAGE_RETENTION_DAYS)."""
-    return timedelta(days=settings.USAGE_RETENTION_DAYS[RESOLUTION_NAMES[resolution]])
-
-
-def bucket_start(when: datetime, resolution: int) -> datetime:
-    seconds = int((when - EPOCH).total_seconds()) // resolution * resolution
-    return EPOCH + timedelta(seconds=seconds)
 
 
 # --- raw partitions (PostgreSQL) -------------------------------------------------------------

@@ -8,7 +8,7 @@ for pages; ``pod_caps_check``, ``inference_split_check``, ``department_check`` a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
 from typing import Any, Protocol
@@ -65,6 +65,16 @@ class SchedulingQuotas:
     max_cpu_per_pod: Decimal | None = None
     max_memory_per_pod: Decimal | None = None
     inference_gpus: int | None = None
+
+
+# The error key of line ``index``'s ``attribute`` ("items[3].limit"); a caller that checks a
+# list other than the one it was given (a request's lines merged into the quota set in force)
+# passes its own, so each error lands on the input it is about.
+LineKey = Callable[[int, str], str]
+
+
+def item_key(index: int, attribute: str) -> str:
+    return f"items[{index}].{attribute}"
 
 
 POD_CAP_FIELDS = {
@@ -203,47 +213,49 @@ def quota_items_check(
     quota_set: QuotaSet | None = None,
     department: bool = False,
     capacities: Mapping[tuple[int, str], Capacity] | None = None,
+    line_key: LineKey = item_key,
 ) -> QuotaCheck:
     """Business rules for a tenant's items on ``cluster``. Errors name the item, the rule and
     the numbers. Capacity sums exclude ``quota_set`` (the set being replaced). A MIG flavor's
     capacity is what the fleet has (``quotas.selectors.flavor_capacities``): asking for more
     instances than exist or are planned is refused naming the profile and the counts. A
     ``department``'s limit is a cap over its teams together (R14): it is held to the
-    flavor's capacity, not to the elastic cap of a single tenant, which binds each team."""
+    flavor's capacity, not to the elastic cap of a single tenant, which binds each team.
+    ``line_key`` names the field of each error (``items[i].<attribute>`` by default)."""
     check = QuotaCheck()
     if capacities is None:  # a caller that read them already passes them
         capacities = flavor_capacities(cluster=cluster)
     guaranteed_elsewhere = guarantees_by_flavor(cluster=cluster, exclude_quota_set=quota_set)
     seen: set[tuple[int, str]] = set()
     for index, item in enumerate(items):
-        name = f"items[{index}]"
         what = f"{item.resource} on {item.flavor.name}"
         if item.flavor.cluster_id != cluster.pk:
             check.error(
-                f"{name}.flavor",
+                line_key(index, "flavor"),
                 f"flavor {item.flavor.name!r} belongs to cluster "
                 f"{item.flavor.cluster.name!r}, not {cluster.name!r}",
             )
             continue
         key = (item.flavor.pk, item.resource)
         if key in seen:
-            check.error(f"{name}.resource", f"{what} is listed twice")
+            check.error(line_key(index, "resource"), f"{what} is listed twice")
             continue
         seen.add(key)
         if key not in capacities:
             check.error(
-                f"{name}.resource", f"flavor {item.flavor.name!r} does not cover {item.resource!r}"
+                line_key(index, "resource"),
+                f"flavor {item.flavor.name!r} does not cover {item.resource!r}",
             )
             continue
         if item.guaranteed > item.limit:
             check.error(
-                f"{name}.guaranteed",
+                line_key(index, "guaranteed"),
                 f"{what}: guaranteed {format_quantity(item.guaranteed, item.resource)} "
                 f"is above the limit {format_quantity(item.limit, item.resource)}",
             )
         if item.lending_limit is not None and item.lending_limit > item.guaranteed:
             check.error(
-                f"{name}.lending_limit",
+                line_key(index, "lending_limit"),
                 f"{what}: lending limit "
                 f"{format_quantity(item.lending_limit, item.resource)} is above guaranteed "
                 f"{format_quantity(item.guaranteed, item.resource)}",
@@ -253,7 +265,7 @@ def quota_items_check(
         taken = guaranteed_elsewhere.get(key) or Decimal(0)
         if fleet is not None and item.limit > capacity:
             check.error(
-                f"{name}.limit",
+                line_key(index, "limit"),
                 mig_shortfall(flavor=item.flavor, cluster=cluster, asked=item.limit, fleet=fleet),
             )
             continue
@@ -263,7 +275,7 @@ def quota_items_check(
             and taken + item.guaranteed > capacity
         ):
             check.error(
-                f"{name}.guaranteed",
+                line_key(index, "guaranteed"),
                 mig_shortfall(
                     flavor=item.flavor,
                     cluster=cluster,
@@ -278,7 +290,7 @@ def quota_items_check(
             continue
         shares_over = _shares_over_capacity(item, taken=taken, capacity=capacity)
         if shares_over:
-            check.error(f"{name}.guaranteed", shares_over)
+            check.error(line_key(index, "guaranteed"), shares_over)
             continue
         if not guarantees_fit(
             capacity=capacity,
@@ -286,7 +298,7 @@ def quota_items_check(
             overcommit_allowed=cluster.allow_guarantee_overcommit,
         ):
             check.error(
-                f"{name}.guaranteed",
+                line_key(index, "guaranteed"),
                 (
                     f"{what}: guaranteed {format_quantity(item.guaranteed, item.resource)} does not fit: "
                     f"other tenants hold {format_quantity(taken, item.resource)} of "
@@ -299,14 +311,14 @@ def quota_items_check(
         )
         if department and item.limit > capacity:
             check.error(
-                f"{name}.limit",
+                line_key(index, "limit"),
                 f"{what}: the department cap of {format_quantity(item.limit, item.resource)} "
                 f"is above the {format_quantity(capacity, item.resource)} "
                 f"{_capacity_label(item.flavor, item.resource)} of {cluster.name}",
             )
         elif not department and not limit_fits_cap(limit=item.limit, cap=cap):
             check.error(
-                f"{name}.limit",
+                line_key(index, "limit"),
                 (
                     f"limit {format_quantity(item.limit, item.resource)} exceeds the elastic cap of "
                     f"{format_quantity(cap, item.resource)} ({(cluster.elastic_cap_fraction * 100).normalize():f}% of "
@@ -452,7 +464,12 @@ def _lines_of(quotas: Iterable[Quota]) -> dict[tuple[int, str], tuple[Decimal, D
 
 
 def department_check(
-    *, tenant: Tenant, cluster: Cluster, items: Sequence[QuotaItem], department: bool
+    *,
+    tenant: Tenant,
+    cluster: Cluster,
+    items: Sequence[QuotaItem],
+    department: bool,
+    line_key: LineKey = item_key,
 ) -> QuotaCheck:
     """The department rules (R14) for ``items``, the whole quota set ``tenant`` would have on
     ``cluster``; errors name ``items[i].limit``.
@@ -462,7 +479,8 @@ def department_check(
     * A department's cap holds at least its own pool (guaranteed) plus its teams' guarantees:
       what the cluster promises below it must fit under it.
 
-    ``department``: whether other tenants name ``tenant`` as parent (the caller knows)."""
+    ``department``: whether other tenants name ``tenant`` as parent (the caller knows);
+    ``line_key`` as for ``quota_items_check``."""
     check = QuotaCheck()
     parent = tenant.parent
     if parent is not None:
@@ -483,7 +501,7 @@ def department_check(
             total = siblings.get(key, (Decimal(0), Decimal(0)))[1] + item.limit
             if total > cap:
                 check.error(
-                    f"items[{index}].limit",
+                    line_key(index, "limit"),
                     f"{item.resource} on {item.flavor.name}: the department {parent.slug} caps "
                     f"its teams at {to_display(cap, item.resource)}; with this limit of "
                     f"{to_display(item.limit, item.resource)} their limits would add up to "
@@ -498,7 +516,7 @@ def department_check(
         below = children.get((item.flavor.pk, item.resource), (Decimal(0), Decimal(0)))[0]
         if below and item.limit < below + item.guaranteed:
             check.error(
-                f"items[{index}].limit",
+                line_key(index, "limit"),
                 f"{item.resource} on {item.flavor.name}: the department cap of "
                 f"{to_display(item.limit, item.resource)} is below what it must hold: its teams' "
                 f"guarantees of {to_display(below, item.resource)} plus its own pool of "

@@ -9,20 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from rest_framework.exceptions import NotAuthenticated
 from rest_framework.permissions import BasePermission
 
-from tenants.models import Tenant, User
+from tenants.authentication import caller as caller  # where views of every app import it from
+from tenants.models import Tenant
 from tenants.selectors import tenant_get_for_user
-
-
-def caller(request: Any) -> User:
-    """The authenticated user behind ``request`` (API or page). Views call this after their
-    permission checks have refused anonymous callers; it refuses them again if one slips by."""
-    user = request.user
-    if not isinstance(user, User):
-        raise NotAuthenticated()
-    return user
 
 
 class IsPlatformAdmin(BasePermission):

@@ -1,0 +1,146 @@
+"""Who may do what to a request, and its moves from one status to the next: each a
+conditional update (or under the row lock), audited, and told to the requester."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from approvals.choices import TRANSITIONS, DecisionKind, RequestStatus
+from approvals.models import QuotaChangeRequest
+from core.errors import (
+    Conflict,
+    NotFound,
+    PermissionDenied,
+)
+from quotas.choices import SyncBackend
+from tenants.choices import MembershipRole
+from tenants.models import Tenant, User
+from tenants.selectors import membership_role
+from tenants.services import (
+    audit_record,
+    notify,
+)
+
+# What the requester is told when their request becomes one of these ({cluster}: its cluster).
+DECISION_NOTICES: dict[str, str] = {
+    RequestStatus.APPROVED: "was approved",
+    RequestStatus.REJECTED: "was rejected",
+    RequestStatus.EXPIRED: "expired unanswered",
+    RequestStatus.APPLIED: "was applied in {cluster}",
+    RequestStatus.FAILED: "could not be applied in {cluster}",
+}
+
+
+def quota_request_ensure_can_file(*, actor: User, tenant: Tenant) -> None:
+    """A lead of ``tenant`` or a platform admin files its requests: 404 for a tenant the
+    actor cannot see, 403 for a member or viewer."""
+    if actor.is_platform_admin:
+        return
+    role = membership_role(user=actor, tenant=tenant)
+    if role is None:
+        raise NotFound("No such tenant, or it is not yours to see.")
+    if role != MembershipRole.LEAD:
+        raise PermissionDenied(
+            f"Only a lead of {tenant.slug} or a platform admin files its requests; you are a {role}."
+        )
+
+
+def ensure_can_decide(*, actor: User, request: QuotaChangeRequest) -> None:
+    if not actor.is_platform_admin:
+        raise PermissionDenied("Only platform admins approve or reject requests.")
+    if request.requester_id == actor.pk:
+        raise PermissionDenied("Nobody approves or rejects their own request: another admin must.")
+
+
+def ensure_may_become(request: QuotaChangeRequest, to: str) -> None:
+    """409 unless ``to`` may follow the request's status now."""
+    if to not in TRANSITIONS[request.status]:
+        raise Conflict(
+            f"Request #{request.pk} is {request.status}; it cannot become {to}.",
+            fields={"status": [f"{request.status} -> {to} is not allowed"]},
+        )
+
+
+def locked(request: QuotaChangeRequest) -> QuotaChangeRequest:
+    try:
+        return (
+            QuotaChangeRequest.objects.select_for_update(of=("self",))
+            .select_related("tenant", "cluster", "requester")
+            .get(pk=request.pk)
+        )
+    except QuotaChangeRequest.DoesNotExist as exc:
+        raise NotFound("No such request.") from exc
+
+
+def transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **fields: Any) -> None:
+    """Move ``request`` to ``to`` if that is legal from its status now (conditional update)."""
+    ensure_may_become(request, to)
+    updated = QuotaChangeRequest.objects.filter(pk=request.pk, status=request.status).update(
+        status=to, **fields
+    )
+    if updated != 1:
+        request.refresh_from_db()
+        raise Conflict(
+            f"Request #{request.pk} changed meanwhile; it is now {request.status}.",
+            fields={"status": [f"now {request.status}"]},
+        )
+    before = request.status
+    request.status = to
+    for name, value in fields.items():
+        setattr(request, name, value)
+    if (
+        to in DECISION_NOTICES
+        and request.requester is not None
+        and request.requester_id != getattr(actor, "pk", None)
+    ):
+        what = DECISION_NOTICES[to].format(cluster=request.cluster.name)
+        notify(
+            users=[request.requester],
+            subject=f"Request #{request.pk} for {request.tenant.slug} {what}",
+            body=_notice_body(request, to),
+            url=f"/requests/{request.pk}/",
+        )
+    audit_record(
+        actor=actor,
+        action=f"quota_request.{to}",
+        obj=request,
+        tenant=request.tenant,
+        object_id=f"#{request.pk}",
+        before={"status": before},
+        after={"status": to, **_jsonable(fields)},
+    )
+
+
+def _notice_body(request: QuotaChangeRequest, to: str) -> str:
+    """What the requester reads with the news: the approvers' comments on a decision, where
+    the change stands in the cluster, the cluster's message on a failure, and their reason."""
+    cluster = request.cluster.name
+    parts: list[str] = []
+    if to in (RequestStatus.APPROVED, RequestStatus.REJECTED):
+        kind = DecisionKind.APPROVE if to == RequestStatus.APPROVED else DecisionKind.REJECT
+        for decision in request.decisions.filter(decision=kind).select_related("approver"):
+            said = decision.comment.strip() or "(no comment)"
+            verb = "Approved" if kind == DecisionKind.APPROVE else "Rejected"
+            parts.append(f"{verb} by {decision.approver.get_username()}: {said}")
+    if to == RequestStatus.APPROVED:
+        if request.cluster.backend == SyncBackend.NONE:
+            parts.append(f"The new quotas are in force ({cluster} is kept in the portal only).")
+        else:
+            parts.append(
+                f"The new quotas are being pushed to {cluster}. "
+                f"You will be told when they are applied in {cluster}."
+            )
+    elif to == RequestStatus.APPLIED:
+        parts.append(f"The new quotas are in force in {cluster}.")
+    elif to == RequestStatus.FAILED:
+        parts.append(
+            f"{cluster} did not accept the new quotas: {request.failure_message or 'no reason given'}"
+            "\nA platform admin can retry the push once the cause is fixed."
+        )
+    parts.append(f"Your reason: {request.reason}")
+    return "\n\n".join(parts)
+
+
+def _jsonable(fields: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v.isoformat() if hasattr(v, "isoformat") else v for k, v in fields.items()}
