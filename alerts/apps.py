@@ -1,4 +1,4 @@
-"""The alerts app's wiring: its hooks into quotas and usage, its tasks registered."""
+"""The alerts app's wiring: its hook into usage (the /metrics gauges), its tasks registered."""
 
 from django.apps import AppConfig
 
@@ -9,14 +9,12 @@ class AlertsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Hooks into the apps below this one (they import nothing from here): which tenants
-        # are blocked on a cluster (the compiler's TenantSpec.blocked, R11), and the alert
-        # gauges of /metrics. (Webhook deliveries are enqueued by task name: core.tasks.)
-        from alerts import metrics, selectors
-        from quotas import loader
+        # A hook into usage below this one (it imports nothing from here): the alert gauges
+        # of /metrics. A hold at 100% (R11) is no hook: alerts writes it into quotas through
+        # quotas.services.quota_set_hold. (Webhook deliveries are enqueued by task name:
+        # core.tasks.)
+        from alerts import metrics
         from usage.metrics import EXTRA_COLLECTORS
 
-        if selectors.blocked_tenant_ids not in loader.BLOCKED_TENANTS:
-            loader.BLOCKED_TENANTS.append(selectors.blocked_tenant_ids)
         if metrics.alert_families not in EXTRA_COLLECTORS:
             EXTRA_COLLECTORS.append(metrics.alert_families)

@@ -493,3 +493,31 @@ class TenantSync(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}@{self.cluster.name}: {self.state}"
+
+
+class QuotaHold(models.Model):
+    """New work of a tenant on a cluster held (its ClusterQueue's ``stopPolicy: Hold``, R11):
+    one row per source that holds it (``alert:<id>`` for an alert's 100% hold), so sources
+    are independent and the tenant is held while any row is left. Written only by
+    ``quotas.services.quota_set_hold``; the loader reads it (quotas' own data: it asks no app
+    above)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quota_holds")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="quota_holds")
+    source = models.CharField(
+        max_length=100, help_text="Who holds it, e.g. alert:42 (an alert's 100% hold)."
+    )
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["cluster__name", "tenant__slug", "source"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "cluster", "source"], name="quota_hold_unique"
+            ),
+            models.CheckConstraint(condition=~Q(source=""), name="quota_hold_source_named"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}@{self.cluster.name} held by {self.source}"
