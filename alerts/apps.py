@@ -1,4 +1,4 @@
-"""The alerts app's wiring: its hook into usage (the /metrics gauges), its tasks registered."""
+"""The alerts app's configuration."""
 
 from django.apps import AppConfig
 
@@ -8,13 +8,6 @@ class AlertsConfig(AppConfig):
     verbose_name = "Alerts"
     default_auto_field = "django.db.models.BigAutoField"
 
-    def ready(self) -> None:
-        # A hook into usage below this one (it imports nothing from here): the alert gauges
-        # of /metrics. A hold at 100% (R11) is no hook: alerts writes it into quotas through
-        # quotas.services.quota_set_hold. (Webhook deliveries are enqueued by task name:
-        # core.tasks.)
-        from alerts import metrics
-        from usage.metrics import EXTRA_COLLECTORS
-
-        if metrics.alert_families not in EXTRA_COLLECTORS:
-            EXTRA_COLLECTORS.append(metrics.alert_families)
+    # No hook into the apps below: a hold at 100% (R11) is written into quotas through
+    # quotas.services.quota_set_hold, the alert gauges are added to /metrics by the portal's
+    # URLs (portal/urls.py), and webhook deliveries are enqueued by task name (core.tasks).
