@@ -8,7 +8,7 @@ the pages' own checks. Imports no service."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -435,11 +435,12 @@ def _node_reading(
     plan_link: str,
 ) -> FleetNodeReading:
     """``node``'s part of ``flavor``'s capacity (``node_mig_readings``)."""
-    base = {"flavor_id": flavor.pk, "gpu_model": flavor.gpu_model,
-            "mig_profile": flavor.mig_profile, "plan_link": plan_link}  # fmt: skip
+    unconfirmed = FleetNodeReading(
+        flavor.pk, flavor.gpu_model, flavor.mig_profile, plan_link=plan_link
+    )
     confirmed = _confirmed_gpus(node, node_gpus[0].name, since=since)
     if not confirmed or node.cluster_seen_at is None:
-        return FleetNodeReading(**base)
+        return unconfirmed
     profile = flavor.mig_profile
     counted = node_gpus[:confirmed]
     planned = reported = 0
@@ -455,8 +456,8 @@ def _node_reading(
             continue
         reported += sum(1 for i in gpu.instances.all() if i.profile == profile)
     advertised = _advertised(node, profile)
-    return FleetNodeReading(
-        **base,
+    return replace(
+        unconfirmed,
         observed=min(reported, advertised),
         planned=planned,
         gpus=len(counted),
