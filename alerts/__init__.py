@@ -3,6 +3,8 @@
 notice, R12) and the alert pages and API.
 
 Acts on the cluster only through quotas: a hold through ``quotas.services.quota_set_hold``
-(and the ``quotas.loader.BLOCKED_TENANTS`` hook it registers, which says who is held), a
-suspension through ``quotas.backends.workload_set_active``. Reads use through ``usage``.
+(the hold is quotas' data, a ``QuotaHold`` row named ``alert:<id>``; quotas never asks alerts
+who is held), a suspension through ``quotas.backends.workload_set_active``. Reads use through
+``usage``. Its gauges (``metrics.alert_families``) are added to /metrics by the portal's URLs.
+It registers no hook.
 """

@@ -1,5 +1,5 @@
-"""Alert gauges for ``/metrics`` (added to ``usage.metrics.EXTRA_COLLECTORS`` in
-``AlertsConfig.ready``): read from the database at scrape time."""
+"""Alert gauges for ``/metrics`` (added to ``usage.metrics.metrics_view`` by the portal's URLs,
+``portal/urls.py``): read from the database at scrape time."""
 
 from __future__ import annotations
 

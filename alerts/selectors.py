@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db.models import Count, Max, Min, Q, QuerySet, Sum
 
-from alerts.choices import OPEN_STATES, ActionState, AlertState, EventKind, RuleKind
+from alerts.choices import AlertState, EventKind, RuleKind
 from alerts.models import Alert, AlertEvent, AlertRule
 from core.errors import NotFound, ValidationFailed
 from core.numbers import ascii_whole
@@ -102,20 +102,6 @@ def tenant_leads(*, tenant_id: int) -> list[User]:
             tenant_id=tenant_id, role=MembershipRole.LEAD
         ).select_related("user")
     ]
-
-
-def blocked_tenant_ids(*, cluster_id: int, tenant_ids: Sequence[int] | None = None) -> set[int]:
-    """Tenants whose new work is held on ``cluster_id``: an open quota-block alert that acted.
-    The compiler's ``TenantSpec.blocked`` (registered in ``quotas.loader``)."""
-    rows = Alert.objects.filter(
-        cluster_id=cluster_id,
-        state__in=OPEN_STATES,
-        action_state=ActionState.BLOCKED,
-        tenant_id__isnull=False,
-    )
-    if tenant_ids is not None:
-        rows = rows.filter(tenant_id__in=list(tenant_ids))
-    return {t for t in rows.values_list("tenant_id", flat=True) if t is not None}
 
 
 # --- what the rules find ---------------------------------------------------------------------

@@ -275,6 +275,12 @@ QUOTA_RULES = (RuleKind.QUOTA_WARNING, RuleKind.QUOTA_BLOCK)
 SUSPENDING_RULES = (RuleKind.IDLE_WORKLOAD, RuleKind.MAX_RUNTIME)
 
 
+def hold_source(alert: Alert) -> str:
+    """The name an alert's hold goes by in quotas (``QuotaHold.source``): one per alert, so
+    two alerts holding one tenant are lifted independently."""
+    return f"alert:{alert.pk}"
+
+
 def _lock() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
@@ -311,7 +317,7 @@ def _fire(
         _event(alert, EventKind.BLOCKED, now)
         quota_set_hold(
             tenant_id=finding.tenant_id, cluster_id=finding.cluster_id, held=True,
-            detail={"alert": alert.pk, "message": finding.message},
+            source=hold_source(alert), detail={"alert": alert.pk, "message": finding.message},
         )  # fmt: skip
         summary.blocked += 1
         body += (
@@ -358,7 +364,7 @@ def _resolve(alert: Alert, now: datetime, summary: EvaluationSummary, why: str) 
         _event(alert, EventKind.UNBLOCKED, now)
         quota_set_hold(
             tenant_id=alert.tenant_id, cluster_id=alert.cluster_id, held=False,
-            detail={"alert": alert.pk},
+            source=hold_source(alert), detail={"alert": alert.pk},
         )  # fmt: skip
         summary.unblocked += 1
     _event(alert, EventKind.RESOLVED, now, detail={"why": why})

@@ -618,7 +618,7 @@ def _flavor_capacity(
     views: dict[int, ClusterView], flavors: dict[int, ResourceFlavor]
 ) -> dict[tuple[int, str], float]:
     """(flavor id, resource) -> capacity. A MIG flavor's capacity is what the fleet's GPUs
-    are partitioned into, as the approval check counts it (``MIG_CAPACITY``), not the number
+    are partitioned into, as the approval check counts it (what the fleet pushed into quotas), not the number
     typed in Django admin."""
     capacity = {
         (fr.flavor_id, fr.resource): float(fr.capacity)

@@ -1,5 +1,6 @@
-"""The GPU fleet app; ``ready`` registers the node token's OpenAPI description and the
-fleet's count of MIG instances as the capacity of MIG flavors (``quotas.selectors.MIG_CAPACITY``)."""
+"""The GPU fleet app; ``ready`` registers the node token's OpenAPI description. (The fleet's
+count of MIG instances reaches quotas as data it pushes, ``gpu_agent.services.capacity``: no
+hook.)"""
 
 from django.apps import AppConfig
 
@@ -11,8 +12,3 @@ class GpuAgentConfig(AppConfig):
 
     def ready(self) -> None:
         from gpu_agent.agent_api import schema  # noqa: F401 - registers the OpenAPI auth extension
-        from gpu_agent.selectors import mig_capacity
-        from quotas.selectors import MIG_CAPACITY
-
-        if mig_capacity not in MIG_CAPACITY:
-            MIG_CAPACITY.append(mig_capacity)

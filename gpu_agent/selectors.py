@@ -8,8 +8,8 @@ the pages' own checks. Imports no service."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -33,7 +33,8 @@ from gpu_spec.mig.catalogue import load_catalogue, normalise_model_name
 from gpu_spec.mig.planner import Demand
 from quotas.choices import MIG_RESOURCE_PREFIX, FlavorKind, MigDriver, mig_resource
 from quotas.models import Cluster, Quota, ResourceFlavor
-from quotas.selectors import FleetCapacity
+from quotas.selectors import FleetCapacity, fleet_capacity_sum
+from quotas.services import FleetNodeReading
 from tenants.models import User
 
 
@@ -353,27 +354,50 @@ def _confirmed_gpus(node: Node, gpu_name: str, *, since: datetime) -> int:
 def mig_capacity(
     *, cluster: Cluster, flavors: Sequence[ResourceFlavor]
 ) -> dict[int, FleetCapacity]:
-    """What the cluster's GPUs are partitioned into, per MIG flavor of ``flavors`` (by id), as
-    far as the cluster confirms it: never on a node token's word alone.
+    """What the cluster's GPUs are partitioned into now, per MIG flavor of ``flavors`` (by
+    id): the nodes' parts (``node_mig_readings``) summed as quotas sums what the fleet pushed
+    (``quotas.selectors.fleet_capacity_sum``). A flavor with no GPU of its model reporting is
+    left out, and one whose GPUs the cluster confirms nowhere comes back with ``confirmed``
+    false, for the words only: both keep the number an admin entered, so a made-up agent
+    never raises a capacity. Four queries."""
+    by_flavor: dict[int, list[FleetNodeReading]] = {}
+    for node_readings in node_mig_readings(cluster=cluster, flavors=flavors).values():
+        for reading in node_readings:
+            by_flavor.setdefault(reading.flavor_id, []).append(reading)
+    now = timezone.now()
+    return {pk: fleet_capacity_sum(rows, now=now) for pk, rows in by_flavor.items()}
 
-    Per node reporting GPUs of the flavor's model: nothing when the cluster does not confirm
-    it (no Node object of its name at the last reading of the cluster's Nodes, that reading
-    older than ``CLUSTER_NODES_STALE_AFTER_S``, or a ``nvidia.com/gpu.product`` label naming
-    another model) or when its agent is stale; else its first GPUs (by index), as many as
-    the cluster counts on it (``Node.cluster_gpus``), each counting the instances of the
-    flavor's profile its open desired layout will make (a repartition under way: pending or
+
+def node_mig_readings(
+    *,
+    cluster: Cluster,
+    flavors: Sequence[ResourceFlavor],
+    node_ids: Sequence[int] | None = None,
+) -> dict[str, list[FleetNodeReading]]:
+    """Per node of ``cluster`` (only ``node_ids`` when given) reporting GPUs of a MIG flavor's
+    model among ``flavors``: its part of each such flavor's capacity (what the fleet pushes
+    into quotas, ``quotas.services.fleet_node_capacity_set``), as far as the cluster
+    confirms it: never on a node token's word alone. Nodes with no GPU of any flavor's
+    model have no entry.
+
+    A node counts nothing when the cluster does not confirm it (no Node object of its name
+    at the last reading of the cluster's Nodes, that reading older than
+    ``CLUSTER_NODES_STALE_AFTER_S``, or a ``nvidia.com/gpu.product`` label naming another
+    model): ``confirmed_until`` None. Else its first GPUs (by index), as many as the cluster
+    counts on it (``Node.cluster_gpus``), each counting the instances of the flavor's
+    profile its open desired layout will make (a repartition under way: pending or
     applying), else those its agent reports, these at most the node's advertised
-    ``nvidia.com/mig-<profile>`` (``Node.cluster_mig``). A flavor with no GPU of its model
-    reporting is left out, and one whose GPUs the cluster confirms nowhere comes back with
-    ``confirmed`` false, for the words only: both keep the number an admin entered, so a
-    made-up agent never raises a capacity. Registered as ``quotas.selectors.MIG_CAPACITY``.
-    Three queries."""
+    ``nvidia.com/mig-<profile>`` (``Node.cluster_mig``); ``confirmed_until`` is when the
+    cluster's reading stops confirming it, and ``stale`` says its agent stopped reporting
+    (it then counts nothing). Three queries (none without MIG flavors)."""
     wanted = [f for f in flavors if f.kind == FlavorKind.MIG and f.mig_profile and f.gpu_model]
     if not wanted:
         return {}
+    gpus_query = Gpu.objects.filter(node__cluster=cluster)
+    if node_ids is not None:
+        gpus_query = gpus_query.filter(node_id__in=list(node_ids))
     gpus = list(
-        Gpu.objects.filter(node__cluster=cluster)
-        .select_related("node")
+        gpus_query.select_related("node")
         .prefetch_related(
             Prefetch("instances", queryset=MigInstance.objects.only("gpu", "profile"))
         )
@@ -382,58 +406,66 @@ def mig_capacity(
     if not gpus:
         return {}
     layouts = latest_layouts(Gpu.objects.filter(pk__in=[g.pk for g in gpus]))
-    since = timezone.now() - cluster_nodes_stale_after()
-    found: dict[int, FleetCapacity] = {}
+    window = cluster_nodes_stale_after()
+    since = timezone.now() - window
+    found: dict[str, list[FleetNodeReading]] = {}
     for flavor in wanted:
         by_node: dict[int, list[Gpu]] = {}
         for gpu in gpus:
             if _same_model(flavor.gpu_model, gpu.name):
                 by_node.setdefault(gpu.node_id, []).append(gpu)
-        profile = flavor.mig_profile
-        observed = planned = count = 0
-        unconfirmed = stale = extra_gpus = extra_instances = 0
-        confirmed_anywhere = False
+        plan_link = _plan_link(cluster, flavor) if by_node else ""
         for node_gpus in by_node.values():
             node = node_gpus[0].node
-            confirmed = _confirmed_gpus(node, node_gpus[0].name, since=since)
-            if not confirmed:
-                unconfirmed += 1
-                continue
-            confirmed_anywhere = True
-            if node_is_stale(node):
-                stale += 1
-                continue
-            counted = node_gpus[:confirmed]
-            extra_gpus += len(node_gpus) - len(counted)
-            reported = 0
-            for gpu in counted:
-                layout = layouts.get(gpu.pk)
-                if layout is not None and layout.state in OPEN_LAYOUT_STATES:
-                    if layout.mig_enabled:
-                        planned += sum(
-                            1
-                            for instance in layout.instances or []
-                            if isinstance(instance, dict) and instance.get("profile") == profile
-                        )
-                    continue
-                reported += sum(1 for i in gpu.instances.all() if i.profile == profile)
-            advertised = _advertised(node, profile)
-            observed += min(reported, advertised)
-            extra_instances += max(reported - advertised, 0)
-            count += len(counted)
-        if by_node:
-            found[flavor.pk] = FleetCapacity(
-                observed=observed,
-                planned=planned,
-                gpus=count,
-                plan_link=_plan_link(cluster, flavor),
-                unconfirmed_nodes=unconfirmed,
-                stale_nodes=stale,
-                unconfirmed_gpus=extra_gpus,
-                unconfirmed_instances=extra_instances,
-                confirmed=confirmed_anywhere,
+            reading = _node_reading(
+                flavor, node, node_gpus, layouts, since=since, window=window, plan_link=plan_link
             )
+            found.setdefault(node.name, []).append(reading)
     return found
+
+
+def _node_reading(
+    flavor: ResourceFlavor,
+    node: Node,
+    node_gpus: Sequence[Gpu],
+    layouts: dict[int, MigLayout],
+    *,
+    since: datetime,
+    window: timedelta,
+    plan_link: str,
+) -> FleetNodeReading:
+    """``node``'s part of ``flavor``'s capacity (``node_mig_readings``)."""
+    unconfirmed = FleetNodeReading(
+        flavor.pk, flavor.gpu_model, flavor.mig_profile, plan_link=plan_link
+    )
+    confirmed = _confirmed_gpus(node, node_gpus[0].name, since=since)
+    if not confirmed or node.cluster_seen_at is None:
+        return unconfirmed
+    profile = flavor.mig_profile
+    counted = node_gpus[:confirmed]
+    planned = reported = 0
+    for gpu in counted:
+        layout = layouts.get(gpu.pk)
+        if layout is not None and layout.state in OPEN_LAYOUT_STATES:
+            if layout.mig_enabled:
+                planned += sum(
+                    1
+                    for instance in layout.instances or []
+                    if isinstance(instance, dict) and instance.get("profile") == profile
+                )
+            continue
+        reported += sum(1 for i in gpu.instances.all() if i.profile == profile)
+    advertised = _advertised(node, profile)
+    return replace(
+        unconfirmed,
+        observed=min(reported, advertised),
+        planned=planned,
+        gpus=len(counted),
+        unconfirmed_gpus=len(node_gpus) - len(counted),
+        unconfirmed_instances=max(reported - advertised, 0),
+        confirmed_until=node.cluster_seen_at + window,
+        stale=node_is_stale(node),
+    )
 
 
 def _advertised(node: Node, profile: str) -> int:

@@ -5,6 +5,8 @@ are here; every app's own pages come from its ``urls.py``, all in the ``portal``
 from django.urls import include, path
 
 from portal import views
+from quotas.sync import namespace_adoption_preview
+from tenants import views as tenant_views
 
 app_name = "portal"
 urlpatterns = [
@@ -16,6 +18,14 @@ urlpatterns = [
     # the tenant page links to, in the portal's own layout.
     path("help/", views.help_site, name="help"),
     path("help/<path:url>", views.help_site, name="help-page"),
+    # Adopting a namespace: a tenants page shown with what quotas' push would write there
+    # (composed here, so tenants asks no app above it).
+    path(
+        "console/tenants/<str:slug>/namespaces/<str:name>/adopt/",
+        tenant_views.namespace_adoption,
+        {"preview": namespace_adoption_preview},
+        name="tenant-namespace-adopt",
+    ),
     path("", include("quotas.urls")),
     path("", include("approvals.urls")),
     path("", include("advice.urls")),

@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from alerts.metrics import alert_families
 from portal import views
 from usage import metrics as usage_metrics
 
@@ -9,7 +10,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("identity.urls")),  # login, logout, the OpenID Connect redirect and callback
     path("healthz", views.healthz, name="healthz"),
-    path("metrics", usage_metrics.metrics, name="metrics"),  # Prometheus (token or networks)
+    # Prometheus (token or networks): usage's gauges and, composed here, the alerts' gauges.
+    path("metrics", usage_metrics.metrics_view(extra=[alert_families]), name="metrics"),
     # Browsers ask for /favicon.ico on pages without a <link rel="icon"> (Django admin's).
     path("favicon.ico", views.favicon),
     path("", include("portal.pages")),

@@ -9,8 +9,10 @@ the flavors each allows), ``backends`` (the way to a cluster), ``sync`` (the
 push, drift repair, dry runs, reads of the cluster), ``tasks`` (delivery, sweep, reconcile),
 ``kube/`` (compiler, validation, applier: no Django), ``api/``, ``views`` (sync pages).
 
-Below approvals, gpu_agent, usage and alerts, which it never imports. It offers them hooks:
-``loader.BLOCKED_TENANTS`` (which tenants have new work held) and ``sync.PUSH_STARTED`` /
-``sync.PUSHED`` (where a tenant's push stands) and ``selectors.MIG_CAPACITY`` (what a MIG
-flavor's capacity is: the fleet's instances, observed or planned).
+Below approvals, gpu_agent, usage and alerts, which it never imports. It offers them notify
+hooks only (they are told, never asked): ``sync.PUSH_STARTED`` / ``sync.PUSHED`` (where a
+tenant's push stands). What it needs from above is written into its own data through its
+services: a hold at 100% (``QuotaHold``, ``services.quota_set_hold``, called by alerts) and
+what the fleet's GPUs are partitioned into (``FleetNodeCapacity``,
+``services.fleet_node_capacity_set``, called by gpu_agent). See docs/develop/hooks.md.
 """

@@ -2,33 +2,30 @@
 specs (``quotas.kube.spec``), so that ``quotas.kube`` itself never touches Django. A fixed
 number of queries, whatever the number of tenants.
 
-It offers the hook through which an app above says which tenants have new work held
-(``BLOCKED_TENANTS``: the alerts app's, R11)."""
+Which tenants have new work held (R11) is quotas' own data (``QuotaHold``, written by
+``quotas.services.quota_set_hold``): the loader asks no app above."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from identity.selectors import tenant_groups
 from quotas.kube.enforcement import KueueConfig
 from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaSpec, TenantSpec
-from quotas.models import Cluster, FlavorResource, Quota, QuotaSet, ResourceFlavor
+from quotas.models import Cluster, FlavorResource, Quota, QuotaHold, QuotaSet, ResourceFlavor
 from tenants.choices import MembershipRole
 from tenants.models import Membership, Namespace, Tenant
 
-# Which tenants have new work held on a cluster (quota use at 100% of the limit, R11): each
-# hook takes ``cluster_id=`` and ``tenant_ids=`` and returns the blocked tenants' ids. The
-# alerts app registers its selector in its AppConfig.ready(), so this app imports nothing
-# above it; with no hook nobody is blocked.
-BLOCKED_TENANTS: list[Callable[..., Iterable[int]]] = []
-
 
 def blocked_tenant_ids(cluster: Cluster, tenant_ids: list[int]) -> set[int]:
-    blocked: set[int] = set()
-    for hook in BLOCKED_TENANTS:
-        blocked.update(hook(cluster_id=cluster.pk, tenant_ids=tenant_ids))
-    return blocked
+    """Which of ``tenant_ids`` have new work held on ``cluster`` (quota use at 100% of the
+    limit, R11): those with a ``QuotaHold`` row from any source. One query."""
+    return set(
+        QuotaHold.objects.filter(cluster=cluster, tenant_id__in=tenant_ids)
+        .values_list("tenant_id", flat=True)
+        .distinct()
+    )
 
 
 def cluster_spec(cluster: Cluster) -> ClusterSpec:

@@ -493,3 +493,69 @@ class TenantSync(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant.slug}@{self.cluster.name}: {self.state}"
+
+
+class QuotaHold(models.Model):
+    """New work of a tenant on a cluster held (its ClusterQueue's ``stopPolicy: Hold``, R11):
+    one row per source that holds it (``alert:<id>`` for an alert's 100% hold), so sources
+    are independent and the tenant is held while any row is left. Written only by
+    ``quotas.services.quota_set_hold``; the loader reads it (quotas' own data: it asks no app
+    above)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quota_holds")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="quota_holds")
+    source = models.CharField(
+        max_length=100, help_text="Who holds it, e.g. alert:42 (an alert's 100% hold)."
+    )
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["cluster__name", "tenant__slug", "source"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "cluster", "source"], name="quota_hold_unique"
+            ),
+            models.CheckConstraint(condition=~Q(source=""), name="quota_hold_source_named"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug}@{self.cluster.name} held by {self.source}"
+
+
+class FleetNodeCapacity(models.Model):
+    """What one GPU node holds of a MIG flavor (R24), as the fleet app last pushed it through
+    ``quotas.services.fleet_node_capacity_set`` (on each report that writes, on a layout's
+    change, on a reading of the cluster's Nodes, when a node goes stale or changes cluster).
+    The capacity of a MIG flavor is the sum over its nodes (``quotas.selectors``), so quota
+    checks read quotas' own data and never ask the fleet.
+
+    A row is counted only while the cluster confirms the node (``confirmed_until``: its last
+    reading of the node's Node object plus how long a reading holds) and its agent reports
+    (not ``stale``); ``gpu_model`` and ``mig_profile`` are the flavor's when it was counted,
+    so a flavor an admin changes since is not counted from rows of its old model."""
+
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=models.CASCADE, related_name="fleet_nodes")
+    node = models.CharField(max_length=DNS1123_LABEL_MAX, help_text="The GPU node's name.")
+    gpu_model = models.CharField(max_length=100)
+    mig_profile = models.CharField(max_length=30)
+    observed = models.PositiveIntegerField(default=0)
+    planned = models.PositiveIntegerField(default=0)
+    gpus = models.PositiveIntegerField(default=0)
+    unconfirmed_gpus = models.PositiveIntegerField(default=0)
+    unconfirmed_instances = models.PositiveIntegerField(default=0)
+    confirmed_until = models.DateTimeField(
+        null=True, blank=True, help_text="Empty: the cluster does not confirm the node."
+    )
+    stale = models.BooleanField(default=False, help_text="Its agent stopped reporting.")
+    plan_link = models.TextField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["flavor_id", "node"]
+        constraints = [
+            models.UniqueConstraint(fields=["flavor", "node"], name="fleet_node_capacity_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node}: {self.observed} + {self.planned} of flavor {self.flavor_id}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from quotas import isolation
 from quotas.choices import (
@@ -32,6 +33,7 @@ from quotas.models import (
     Cluster,
     ClusterPool,
     FlavorResource,
+    FleetNodeCapacity,
     GuaranteeTotal,
     Quota,
     QuotaSet,
@@ -354,7 +356,8 @@ def tier_list() -> QuerySet[TierTemplate]:
 @dataclass(frozen=True)
 class FleetCapacity:
     """What a cluster's GPUs are partitioned into for one MIG flavor (R24), as the fleet (an
-    app above this one) counts it: instances the node agents report on GPUs that keep their
+    app above this one) counts it and pushes it here (``FleetNodeCapacity``, summed by
+    ``fleet_capacity_sum``): instances the node agents report on GPUs that keep their
     layout (``observed``), and the instances of desired layouts still to be applied on GPUs
     being repartitioned (``planned``; they replace what those GPUs have now), both only on
     nodes whose agent reports and as far as the cluster's own Node objects confirm them (the
@@ -413,15 +416,6 @@ class FleetCapacity:
         return self.plan_link.replace("{count}", str(count)) if self.plan_link else ""
 
 
-# The hook through which the fleet says what MIG flavors' capacity is: each function takes
-# ``cluster=`` and ``flavors=`` (the cluster's MIG flavors) and returns, by flavor id, the
-# flavors it can count (GPUs of the flavor's model report on the cluster, and it confirms
-# them; one it does not confirm comes back with ``confirmed`` false, for the words only). A
-# MIG flavor no hook counts keeps the capacity an admin entered. ``gpu_agent`` registers in
-# its ``ready``.
-MIG_CAPACITY: list[Callable[..., Mapping[int, FleetCapacity]]] = []
-
-
 @dataclass(frozen=True)
 class Capacity:
     """A flavor's resource's capacity and where it comes from: the fleet (``fleet``) for the
@@ -432,17 +426,60 @@ class Capacity:
     fleet: FleetCapacity | None = None
 
 
+def fleet_capacity_sum(rows: Sequence[Any], *, now: datetime) -> FleetCapacity:
+    """One MIG flavor's capacity from its nodes' parts (``FleetNodeCapacity`` rows, or the
+    fleet's ``FleetNodeReading``: the same fields) at ``now``: a node counts while the
+    cluster confirms it (``confirmed_until`` not past) and its agent reports (not
+    ``stale``); the others are named in ``not_counted``. ``confirmed`` false when the
+    cluster confirms none of them."""
+    observed = planned = gpus = unconfirmed = stale = extra_gpus = extra_instances = 0
+    confirmed_anywhere = False
+    for row in rows:
+        if row.confirmed_until is None or row.confirmed_until < now:
+            unconfirmed += 1
+            continue
+        confirmed_anywhere = True
+        if row.stale:
+            stale += 1
+            continue
+        observed += row.observed
+        planned += row.planned
+        gpus += row.gpus
+        extra_gpus += row.unconfirmed_gpus
+        extra_instances += row.unconfirmed_instances
+    return FleetCapacity(
+        observed=observed,
+        planned=planned,
+        gpus=gpus,
+        plan_link=next((row.plan_link for row in rows if row.plan_link), ""),
+        unconfirmed_nodes=unconfirmed,
+        stale_nodes=stale,
+        unconfirmed_gpus=extra_gpus,
+        unconfirmed_instances=extra_instances,
+        confirmed=confirmed_anywhere,
+    )
+
+
 def _fleet_readings(
     cluster: Cluster, flavors: Sequence[ResourceFlavor]
 ) -> dict[int, FleetCapacity]:
-    """Everything the hooks say, unconfirmed flavors included (for the words)."""
-    mig = [f for f in flavors if f.kind == FlavorKind.MIG and f.mig_profile]
-    found: dict[int, FleetCapacity] = {}
+    """What the fleet pushed (``FleetNodeCapacity``), unconfirmed flavors included (for the
+    words): a MIG flavor with no row of its model and profile is left out. One query, none
+    when no flavor of ``flavors`` is a MIG flavor."""
+    mig = {
+        f.pk: f
+        for f in flavors
+        if f.kind == FlavorKind.MIG and f.mig_profile and f.gpu_model and f.cluster_id == cluster.pk
+    }
     if not mig:
-        return found
-    for hook in MIG_CAPACITY:
-        found.update(hook(cluster=cluster, flavors=mig))
-    return found
+        return {}
+    by_flavor: dict[int, list[FleetNodeCapacity]] = defaultdict(list)
+    for row in FleetNodeCapacity.objects.filter(flavor_id__in=list(mig)).order_by("node"):
+        flavor = mig[row.flavor_id]
+        if (row.gpu_model, row.mig_profile) == (flavor.gpu_model, flavor.mig_profile):
+            by_flavor[row.flavor_id].append(row)
+    now = timezone.now()
+    return {pk: fleet_capacity_sum(rows, now=now) for pk, rows in by_flavor.items()}
 
 
 def _fleet_capacities(
@@ -456,14 +493,15 @@ def fleet_capacities(
     *, cluster: Cluster, flavors: Sequence[ResourceFlavor]
 ) -> dict[int, FleetCapacity]:
     """By flavor id: what the fleet counts for ``cluster``'s MIG flavors among ``flavors``
-    (``MIG_CAPACITY``); a flavor left out keeps the capacity an admin entered. No query
-    when none of ``flavors`` is a MIG flavor."""
+    (as it pushed it: ``FleetNodeCapacity``); a flavor left out keeps the capacity an admin
+    entered. No query when none of ``flavors`` is a MIG flavor."""
     return _fleet_capacities(cluster, flavors)
 
 
 def flavor_capacities(*, cluster: Cluster) -> dict[tuple[int, str], Capacity]:
     """Per (flavor id, resource) of ``cluster``: its capacity. A MIG flavor's MIG resource
-    counts what the fleet has (``MIG_CAPACITY``), not the number typed in Django admin."""
+    counts what the fleet has (``FleetNodeCapacity``, pushed by the fleet), not the number
+    typed in Django admin."""
     rows = list(FlavorResource.objects.filter(flavor__cluster=cluster).select_related("flavor"))
     fleet = _fleet_capacities(cluster, list({fr.flavor_id: fr.flavor for fr in rows}.values()))
     return {(fr.flavor_id, fr.resource): _capacity_of(fr, fleet.get(fr.flavor_id)) for fr in rows}

@@ -739,7 +739,8 @@ def namespace_adoption_preview(*, tenant: Tenant, namespace: Namespace) -> list[
     """What the push would write into ``namespace`` on each cluster where ``tenant`` has a
     quota set, once a platform admin adopts it: the Namespace (the portal's labels and
     annotations) and the objects in it, compiled as the push would (nothing is written), and
-    the namespace's state on the cluster. (``tenants.services.NAMESPACE_ADOPTION_PREVIEW``.)"""
+    the namespace's state on the cluster. (Handed to tenants' adoption page and API by the
+    portal's URLs: ``portal/pages.py``, ``portal/api/urls.py``.)"""
     clusters = []
     quota_sets = QuotaSet.objects.filter(tenant=tenant).select_related("cluster")
     for quota_set in quota_sets.order_by("cluster__name"):

@@ -13,7 +13,8 @@ matches every name it begins.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 # (pattern, whose): a trailing "*" matches a prefix.
 SYSTEM_NAMESPACES: tuple[tuple[str, str], ...] = (
@@ -83,3 +84,14 @@ def reserved_reason(
         if pattern and pattern_matches(pattern, name):
             return f"{name} is reserved: {why}"
     return None
+
+
+# What adopting a namespace would write, per cluster (``tenant=``, ``namespace=`` in, a list of
+# {"cluster", "objects", "state"} out): the portal's URLs hand tenants' adoption page and API
+# quotas' compiler of it (``quotas.sync.namespace_adoption_preview``); tenants asks no app.
+AdoptionPreview = Callable[..., list[dict[str, Any]]]
+
+
+def no_clusters(**_: Any) -> list[dict[str, Any]]:
+    """The preview where no cluster app is composed in: nothing is written anywhere."""
+    return []

@@ -67,9 +67,6 @@ def _tenant_changed(tenant: Tenant, actor: User | None) -> None:
 # namespace its Kueue configuration names and its GPU Operator's namespace, so this app
 # imports none of it. The push refuses the same namespaces again (defence in depth).
 NAMESPACE_RESERVED: list[Callable[[str], str | None]] = []
-# What adopting a namespace would write, per cluster (``tenant``, ``namespace`` in, a list of
-# {"cluster", "objects", "state"} out): registered by the quotas app, which compiles it.
-NAMESPACE_ADOPTION_PREVIEW: list[Callable[..., list[dict[str, Any]]]] = []
 
 
 def audit_record(
@@ -540,21 +537,11 @@ def namespace_adoption_check(*, tenant: Tenant, name: str) -> Namespace:
     return namespace
 
 
-def namespace_adoption_preview(*, tenant: Tenant, namespace: Namespace) -> list[dict[str, Any]]:
-    """What the push would write into ``namespace`` once adopted, per cluster: the objects
-    (the Namespace's labels first) and whether the namespace exists there and is the
-    portal's. Changes nothing."""
-    clusters: list[dict[str, Any]] = []
-    for hook in NAMESPACE_ADOPTION_PREVIEW:
-        clusters.extend(hook(tenant=tenant, namespace=namespace))
-    return clusters
-
-
 @transaction.atomic
 def namespace_adopt(*, tenant: Tenant, name: str, actor: User) -> Namespace:
     """A platform admin adopts ``name``: the namespace existed on a cluster before the portal
     and the admin agrees that the portal labels it and writes its objects there (what it
-    writes: ``namespace_adoption_preview``). Recorded on the namespace and audited; the next
+    writes: ``quotas.sync.namespace_adoption_preview``, which the portal's page and API show). Recorded on the namespace and audited; the next
     push does it. Refused (nothing changes) as ``namespace_adoption_check`` says."""
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
     namespace = namespace_adoption_check(tenant=tenant, name=name)

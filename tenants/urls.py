@@ -1,5 +1,6 @@
-"""The inbox pages (a user's notifications), a tenant's team page and adopting a namespace. Included by ``portal/pages.py`` in the portal's
-URL namespace."""
+"""The inbox pages (a user's notifications) and a tenant's team page. Included by
+``portal/pages.py`` in the portal's URL namespace, which also routes the page adopting a
+namespace (``views.namespace_adoption``, given what quotas would write there)."""
 
 from django.urls import path
 
@@ -14,11 +15,6 @@ urlpatterns = [
         "tenants/<str:slug>/team/<str:username>/role/",
         views.team_member_role,
         name="tenant-team-role",
-    ),
-    path(
-        "console/tenants/<str:slug>/namespaces/<str:name>/adopt/",
-        views.namespace_adoption,
-        name="tenant-namespace-adopt",
     ),
     path(
         "tenants/<str:slug>/team/<str:username>/remove/",

@@ -29,10 +29,10 @@ from tenants import selectors as tenant_selectors
 from tenants.authentication import caller
 from tenants.choices import MembershipRole
 from tenants.models import Notification, Tenant
+from tenants.namespaces import AdoptionPreview
 from tenants.services import (
     namespace_adopt,
     namespace_adoption_check,
-    namespace_adoption_preview,
     notifications_mark_read,
     team_change_check,
     team_ensure_can_manage,
@@ -196,7 +196,9 @@ def team_member_removal(request: HttpRequest, slug: str, username: str) -> HttpR
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def namespace_adoption(request: HttpRequest, slug: str, name: str) -> HttpResponse:
+def namespace_adoption(
+    request: HttpRequest, slug: str, name: str, *, preview: AdoptionPreview
+) -> HttpResponse:
     """Adopting a namespace that existed on a cluster before the portal (platform admins).
     GET (and a POST without ``confirm=yes``): what the push would write there, cluster by
     cluster, and a button to confirm; changes nothing. POST with ``confirm=yes``: adopt it
@@ -216,6 +218,6 @@ def namespace_adoption(request: HttpRequest, slug: str, name: str) -> HttpRespon
     context = {
         "tenant": tenant,
         "namespace": namespace,
-        "clusters": namespace_adoption_preview(tenant=tenant, namespace=namespace),
+        "clusters": preview(tenant=tenant, namespace=namespace),
     }
     return render(request, "tenants/namespace_adopt.html", context)

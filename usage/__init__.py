@@ -13,6 +13,7 @@ above), ``collector`` (the cluster side, through ``quotas.backends.cluster_backe
 month), ``tasks``, ``api/``.
 
 Above gpu_agent, quotas and tenants: it takes the agents' readings through gpu_agent's
-``services.reports.REPORT_INGESTED`` hook (registered in ``apps.py``). Offers
-``metrics.EXTRA_COLLECTORS`` to the apps above (alerts adds its gauges).
+``services.reports.REPORT_INGESTED`` notify hook (registered in ``apps.py``). Its /metrics
+view takes the families of apps above as an argument (``metrics.metrics_view(extra=...)``,
+given alerts' gauges by ``portal/urls.py``): it offers no hook.
 """

@@ -1,6 +1,7 @@
 """``/metrics`` for Prometheus: quota, usage and sync gauges labelled by cluster, tenant and
 flavor, read from the database at scrape time (a custom collector, so nothing is kept in a
-worker's memory). Other apps add families through ``EXTRA_COLLECTORS`` (alerts).
+worker's memory). The portal, which composes the apps, adds the families of apps above this
+one to the view it routes (``metrics_view(extra=...)``: alerts' gauges); usage asks no app.
 
 Prometheus' conventions hold for every family (tests/prometheus/test_conventions.py): names
 ``portal_<area>_<what>_<unit>`` in snake case, base units (seconds, bytes, ratios 0-1, not
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -36,9 +37,6 @@ from tenants.models import Tenant
 from usage import selectors
 from usage.choices import Metric
 from usage.models import PrometheusSource
-
-# Callables returning metric families, added by other apps' AppConfig.ready().
-EXTRA_COLLECTORS: list[Callable[[], Iterable[Any]]] = []
 
 LABELS = ["cluster", "tenant", "flavor"]
 USAGE_GAUGES = {
@@ -78,6 +76,11 @@ def access(request: HttpRequest) -> int | None:
 
 
 class PortalCollector(Collector):
+    """Usage's families, then those of ``extra`` (callables returning metric families)."""
+
+    def __init__(self, extra: Sequence[Callable[[], Iterable[Any]]] = ()) -> None:
+        self.extra = tuple(extra)
+
     def collect(self) -> Iterable[Any]:
         clusters = dict(Cluster.objects.values_list("pk", "name"))
         tenants = dict(Tenant.objects.values_list("pk", "slug"))
@@ -143,7 +146,7 @@ class PortalCollector(Collector):
         yield lag
         yield from _agent_families(clusters)
         yield from _prometheus_source_families(clusters)
-        for extra in EXTRA_COLLECTORS:
+        for extra in self.extra:
             yield from extra()
 
 
@@ -197,8 +200,20 @@ def _prometheus_source_families(clusters: dict[int, str]) -> Iterable[Any]:
     yield unknown
 
 
-@require_GET
-def metrics(request: HttpRequest) -> HttpResponse:
+def metrics_view(
+    *, extra: Sequence[Callable[[], Iterable[Any]]] = ()
+) -> Callable[[HttpRequest], HttpResponse]:
+    """The ``/metrics`` view: usage's families and those of ``extra`` (each a callable
+    returning metric families), which the portal's URLs pass in (alerts' gauges)."""
+
+    @require_GET
+    def metrics(request: HttpRequest) -> HttpResponse:
+        return _metrics(request, extra)
+
+    return metrics
+
+
+def _metrics(request: HttpRequest, extra: Sequence[Callable[[], Iterable[Any]]]) -> HttpResponse:
     refused = access(request)
     if refused == 401:
         response = HttpResponse("A bearer token is required.\n", status=401)
@@ -207,5 +222,5 @@ def metrics(request: HttpRequest) -> HttpResponse:
     if refused == 403:
         return HttpResponse("Not allowed from this address.\n", status=403)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PortalCollector())
+    registry.register(PortalCollector(extra))
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

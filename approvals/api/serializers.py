@@ -17,7 +17,7 @@ from approvals.choices import DecisionKind, RequestStatus
 from approvals.models import QuotaChangeRequest
 from approvals.selectors import approvals_counted
 from approvals.services import DiffLine, RequestCheck
-from core.api.serializers import StrictInputSerializer, utc_iso
+from core.api.serializers import DeprecatedIntegerField, StrictInputSerializer, utc_iso
 from quotas.api.serializers import PushOutput, QuantityInput, UnitsField, push_representation
 from quotas.choices import CPU_RESOURCE, MEMORY_RESOURCE, STORAGE_RESOURCE
 from quotas.models import TenantSync
@@ -252,10 +252,17 @@ class QuotaRequestOutput(serializers.Serializer):
     base_generation = serializers.IntegerField(
         help_text="The quota set generation it was last checked against."
     )
-    # API v1 keeps the name; the model calls it approved_generation (what the approval wrote,
-    # not what the cluster has).
-    applied_generation = serializers.IntegerField(
-        allow_null=True, help_text="The quota set generation its approval wrote."
+    approved_generation = serializers.IntegerField(
+        allow_null=True,
+        help_text="The quota set generation its approval wrote (null until approved). Whether "
+        "the cluster has it: the detail's push.observed_generation >= this.",
+    )
+    # API v1's first name for approved_generation (what the approval wrote, not what the
+    # cluster has, which is push.observed_generation): kept, same value, deprecated.
+    applied_generation = DeprecatedIntegerField(
+        allow_null=True,
+        help_text="Deprecated alias of approved_generation (the same value), kept for API v1 "
+        "clients: it is what the approval wrote, not what the cluster applied.",
     )
     failure_message = serializers.CharField()
     tier = serializers.CharField(allow_null=True, help_text="The tier it moves the tenant to.")
@@ -313,7 +320,8 @@ class QuotaRequestOutput(serializers.Serializer):
             "approvals": approvals,
             "needs_revalidation": request.needs_revalidation,
             "base_generation": request.base_generation,
-            "applied_generation": request.approved_generation,
+            "approved_generation": request.approved_generation,
+            "applied_generation": request.approved_generation,  # deprecated alias
             "failure_message": request.failure_message,
             "tier": request.tier.name if request.tier else None,
             "isolation_level": request.isolation_level or None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
@@ -37,3 +38,11 @@ def utc_iso(value: datetime) -> str:
     """What DRF's DateTimeField writes for an aware datetime (UTC, "Z"), without its per-call
     work; for hand-written ``to_representation`` on hot read paths."""
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+@extend_schema_field({"type": "integer", "deprecated": True})
+class DeprecatedIntegerField(serializers.IntegerField):
+    """An integer output field kept under its old name for API v1 clients: the OpenAPI
+    document marks it ``deprecated`` (its help text names the field that replaces it, which
+    carries the same value). Additive changes keep ``/api/v1/``: the old name stays until a
+    v2 drops it."""

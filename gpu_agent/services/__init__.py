@@ -15,6 +15,9 @@ coming back). The modules import each other one way only, and never ``gpu_agent.
 - ``mig_operator``: MIG through NVIDIA's GPU Operator (ConfigMap, node labels, state read back).
 - ``cluster_nodes``: what each cluster's Node objects say of the portal's nodes (the GPUs and
   MIG instances it confirms, which bound fleet capacity).
+- ``capacity``: each node's part of MIG flavors' capacity pushed into quotas
+  (``quotas.services.fleet_node_capacity_set``) whenever a report, a layout, a reading of the
+  cluster's Nodes, a stale mark or a node's cluster changes it; quotas never asks the fleet.
 
 ``common`` holds the few helpers several of them share.
 """

@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from gpu_agent.cluster_nodes import read_node
 from gpu_agent.models import Node
+from gpu_agent.services.capacity import cluster_capacity_push
 from quotas.backends import cluster_backend
 from quotas.choices import SyncBackend
 from quotas.kube.applier import ApplyError, KubernetesBackend, RetryableError
@@ -121,4 +122,5 @@ def cluster_nodes_record(
             changed.append(node)
     if changed:
         Node.objects.bulk_update(changed, _FIELDS)
+        cluster_capacity_push(cluster=cluster)  # what the cluster confirms of MIG capacity
     return outcome

@@ -23,6 +23,7 @@ from core.tasks import enqueue
 from gpu_agent.conf import layout_deadline
 from gpu_agent.models import OPEN_LAYOUT_STATES, Gpu, LayoutState, MigLayout, Node
 from gpu_agent.selectors import is_operator_driven
+from gpu_agent.services.capacity import node_capacity_push, nodes_capacity_push
 from gpu_agent.services.common import MESSAGE_MAX, check_length, iso
 from gpu_spec.mig.catalogue import load_catalogue
 from gpu_spec.mig.layout import InstanceRequest, validate_layout
@@ -195,6 +196,7 @@ def layout_set(
         cluster_id = gpu.node.cluster_id
         assert cluster_id is not None  # is_operator_driven: the node has a cluster
         transaction.on_commit(partial(_operator_push_later, cluster_id))
+    node_capacity_push(node=gpu.node)  # its planned instances count from now on
     return layout
 
 
@@ -345,6 +347,8 @@ def agent_result(
             before=before,
             after={"state": state, "message": message, "node": node.name},
         )
+    if before["state"] != state:
+        node_capacity_push(node=node)  # applied or failed: what the agent reports counts
     return ResultOutcome(uuid, generation, True, layout.state, "recorded")
 
 
@@ -400,4 +404,5 @@ def layouts_fail_overdue(*, now: datetime | None = None) -> list[MigLayout]:
             after={"state": LayoutState.FAILED, "message": reason},
         )
         failed.append(layout)
+    nodes_capacity_push(nodes={layout.gpu.node_id: layout.gpu.node for layout in failed}.values())
     return failed

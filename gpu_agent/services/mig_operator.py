@@ -34,6 +34,7 @@ from django.utils import timezone
 from gpu_agent import operator
 from gpu_agent.conf import operator_settle_time
 from gpu_agent.models import OPEN_LAYOUT_STATES, LayoutState, MigLayout, MigOperatorNode
+from gpu_agent.services.capacity import nodes_capacity_push
 from quotas.backends import cluster_backend
 from quotas.choices import MigDriver
 from quotas.kube.applier import (
@@ -252,7 +253,7 @@ def _record_push(
 def _fail(layout_ids: Sequence[int], reason: str, now: datetime) -> list[MigLayout]:
     failed = []
     for layout in MigLayout.objects.filter(pk__in=layout_ids, state__in=_OPEN).select_related(
-        "gpu"
+        "gpu__node"
     ):
         updated = MigLayout.objects.filter(pk=layout.pk, state=layout.state).update(
             state=LayoutState.FAILED, message=reason[:2000], updated_at=now
@@ -268,13 +269,14 @@ def _fail(layout_ids: Sequence[int], reason: str, now: datetime) -> list[MigLayo
             after={"state": LayoutState.FAILED, "message": reason, "driver": "gpu-operator"},
         )
         failed.append(layout)
+    nodes_capacity_push(nodes={layout.gpu.node_id: layout.gpu.node for layout in failed}.values())
     return failed
 
 
 def _succeed(layout_ids: Sequence[int], message: str, now: datetime) -> list[MigLayout]:
     done = []
     for layout in MigLayout.objects.filter(pk__in=layout_ids, state__in=_OPEN).select_related(
-        "gpu"
+        "gpu__node"
     ):
         updated = MigLayout.objects.filter(pk=layout.pk, state=layout.state).update(
             state=LayoutState.SUCCESS, message=message, applied_at=now, updated_at=now
@@ -290,6 +292,7 @@ def _succeed(layout_ids: Sequence[int], message: str, now: datetime) -> list[Mig
             after={"state": LayoutState.SUCCESS, "message": message, "driver": "gpu-operator"},
         )
         done.append(layout)
+    nodes_capacity_push(nodes={layout.gpu.node_id: layout.gpu.node for layout in done}.values())
     return done
 
 

@@ -29,6 +29,7 @@ from gpu_agent.models import (
     NodeJoinToken,
     NodeToken,
 )
+from gpu_agent.services.capacity import nodes_capacity_push
 from gpu_agent.services.common import check_length, iso
 from quotas.models import Cluster
 from tenants.models import User
@@ -349,6 +350,8 @@ def node_update(*, node: Node, actor: User, cluster: Cluster | None) -> Node:
             after={"cluster": after},
         )
     node.cluster = cluster
+    if before != after:  # its MIG capacity parts move with it (unconfirmed until read there)
+        nodes_capacity_push(nodes=[node], moved=True)
     return node
 
 
@@ -367,7 +370,7 @@ def nodes_mark_stale(*, now: datetime | None = None) -> list[str]:
         .filter(
             Q(last_report_at__lt=cutoff) | Q(last_report_at__isnull=True, created_at__lt=cutoff)
         )
-        .only("pk", "name", "last_report_at")
+        .only("pk", "name", "last_report_at", "cluster_id")
     )
     if not candidates:
         return []
@@ -380,4 +383,5 @@ def nodes_mark_stale(*, now: datetime | None = None) -> list[str]:
             before={"stale": False},
             after={"stale": True, "last_report_at": iso(node.last_report_at)},
         )
+    nodes_capacity_push(nodes=candidates)  # their MIG instances no longer count
     return [n.name for n in candidates]

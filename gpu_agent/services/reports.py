@@ -47,6 +47,7 @@ from gpu_agent.models import (
     MigLayout,
     Node,
 )
+from gpu_agent.services.capacity import node_capacity_pushed
 from gpu_agent.services.common import iso
 from gpu_agent.services.layouts import WHOLE_GPU, agent_desired_generation, waiting_message
 from gpu_spec.report import validate_report
@@ -367,6 +368,7 @@ def _quiet_report(*, node: Node, report: ValidReport) -> ReportAnswer | None:
     return ReportAnswer(0, int(row[1]), report["seq"], False)
 
 
+@node_capacity_pushed  # the MIG capacity this report changed reaches quotas once it commits
 @transaction.atomic
 def _report_answer(*, node: Node, report: ValidReport) -> ReportAnswer:
     """Store what ``node``'s agent reports: GPUs upserted, MIG instances replaced, the node

@@ -18,15 +18,24 @@ from quotas.api.views import (
     TenantSyncViewSet,
     TierTemplateViewSet,
 )
+from quotas.sync import namespace_adoption_preview
 from tenants.api.audit import AuditEventViewSet, NotificationViewSet
 from tenants.api.views import (
     ApiTokenViewSet,
     MembershipViewSet,
     MeView,
-    NamespaceViewSet,
     TokenObtainView,
 )
+from tenants.api.views import NamespaceViewSet as TenantNamespaceViewSet
 from usage.api.views import PrometheusSourceViewSet, SamplesView, TenantUsageView
+
+
+class NamespaceViewSet(TenantNamespaceViewSet):
+    """A tenant's namespaces, the adoption's preview being what quotas' push would write
+    (composed here: tenants asks no app above it)."""
+
+    adoption_preview = staticmethod(namespace_adoption_preview)
+
 
 router = DefaultRouter(trailing_slash=True)
 router.include_root_view = False

@@ -10,7 +10,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from core.api.serializers import StrictInputSerializer, utc_iso
+from core.api.serializers import DeprecatedIntegerField, StrictInputSerializer, utc_iso
 from quotas import selectors
 from quotas.choices import Enforcement, SyncState
 from quotas.models import Cluster, ResourceFlavor, TenantSync, TierTemplate
@@ -366,8 +366,14 @@ class PushOutput(serializers.Serializer):
     """The cluster side of a tenant's quotas on one cluster."""
 
     state = serializers.ChoiceField(choices=SyncState.choices)
-    applied_generation = serializers.IntegerField(
-        help_text="The quota generation the cluster has (observedGeneration)."
+    observed_generation = serializers.IntegerField(
+        help_text="The quota generation the cluster has observed (applied there): a request "
+        "whose approved_generation is at most this is in force on the cluster."
+    )
+    # API v1's first name for observed_generation: kept, same value, deprecated.
+    applied_generation = DeprecatedIntegerField(
+        help_text="Deprecated alias of observed_generation (the same value), kept for API v1 "
+        "clients: the generation the cluster has, not the one an approval wrote."
     )
     attempts = serializers.IntegerField(help_text="Failed attempts in a row.")
     message = serializers.CharField(help_text="The cluster's message when it failed.")
@@ -380,7 +386,8 @@ def push_representation(push: TenantSync | None) -> dict[str, Any] | None:
         return None
     return {
         "state": push.state,
-        "applied_generation": push.applied_generation,
+        "observed_generation": push.applied_generation,
+        "applied_generation": push.applied_generation,  # deprecated alias
         "attempts": push.attempts,
         "message": push.message,
         "last_attempt_at": _time(push.last_attempt_at),

@@ -8,7 +8,9 @@
 * ``outbox``: a change recorded for the cluster in the caller's transaction and pushed after
   commit, never lost (sweep, an admin's retry, a push again when the tenant changed);
 * ``clusters``: how a cluster enforces limits and the namespaces it keeps for itself;
-* ``holds``: new work held at 100% (R11) and allowed again.
+* ``holds``: new work held at 100% (R11) and allowed again (``QuotaHold`` rows, one per
+  source that holds);
+* ``fleet``: what the fleet pushes of a MIG flavor's capacity, per node.
 
 The names below are the app's service interface: import them from ``quotas.services``."""
 
@@ -17,6 +19,7 @@ from quotas.services.clusters import (
     cluster_namespace_rules,
     namespace_reserved_on_clusters,
 )
+from quotas.services.fleet import FleetNodeReading, fleet_node_capacity_set
 from quotas.services.holds import quota_set_hold
 from quotas.services.outbox import (
     DELIVER_OUTBOX_TASK,
@@ -75,6 +78,7 @@ __all__ = [
     "TIER_OPTIONAL_FIELDS",
     "TIER_TEXT_FIELDS",
     "CapacityLine",
+    "FleetNodeReading",
     "ProposedLine",
     "QuotaCheck",
     "QuotaItem",
@@ -88,6 +92,7 @@ __all__ = [
     "elastic_cap",
     "enqueue_outbox",
     "fair_share_weight_check",
+    "fleet_node_capacity_set",
     "guarantees_fit",
     "inference_split_check",
     "limit_fits_cap",

@@ -7,23 +7,36 @@ from typing import Any
 
 from django.db import transaction
 
-from quotas.models import (
-    QuotaSet,
-)
+from quotas.models import QuotaHold, QuotaSet
 from quotas.services.outbox import quota_set_repush
 from tenants.services import audit_record
 
 
 @transaction.atomic
 def quota_set_hold(
-    *, tenant_id: int, cluster_id: int, held: bool, detail: Mapping[str, Any] | None = None
+    *,
+    tenant_id: int,
+    cluster_id: int,
+    held: bool,
+    source: str,
+    detail: Mapping[str, Any] | None = None,
 ) -> QuotaSet | None:
-    """New work of a tenant on a cluster is held (``held``: its ClusterQueue's ``stopPolicy:
-    Hold``, R11) or allowed again. Whether a tenant is held is what the ``BLOCKED_TENANTS``
-    hooks of ``quotas.loader`` answer when its objects are compiled (the alerts app's open
-    100% alerts); this pushes the change at the next generation through the outbox and audits
-    it (``tenant.new_work_held`` / ``tenant.new_work_allowed``, with ``detail``). None when
-    the tenant has no quotas on the cluster."""
+    """New work of a tenant on a cluster is held by ``source`` (``held``: its ClusterQueue's
+    ``stopPolicy: Hold``, R11) or that source's hold is lifted. The hold is quotas' data (a
+    ``QuotaHold`` row per source, e.g. ``alert:<id>``): the tenant stays held while any
+    source holds it, and the loader reads the rows when its objects are compiled. This writes
+    the row, pushes the change at the next generation through the outbox and audits it
+    (``tenant.new_work_held`` / ``tenant.new_work_allowed``, with ``detail``). None when the
+    tenant has no quotas on the cluster (the hold is kept for when it has)."""
+    if held:
+        QuotaHold.objects.update_or_create(
+            tenant_id=tenant_id,
+            cluster_id=cluster_id,
+            source=source,
+            defaults={"detail": dict(detail or {})},
+        )
+    else:
+        QuotaHold.objects.filter(tenant_id=tenant_id, cluster_id=cluster_id, source=source).delete()
     quota_set = (
         QuotaSet.objects.select_for_update()
         .select_related("tenant", "cluster")

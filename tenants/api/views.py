@@ -39,6 +39,7 @@ from tenants.api.serializers import (
 )
 from tenants.choices import TenantState
 from tenants.models import ApiToken, Membership, Namespace, Tenant, User
+from tenants.namespaces import AdoptionPreview, no_clusters
 
 
 class TenantFilter(filters.FilterSet):
@@ -139,6 +140,12 @@ class TenantViewSet(
 
 
 class NamespaceViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+    """A tenant's namespaces. ``adoption_preview``: what the push would write into a namespace
+    adopted, per cluster; the portal's API routes (``portal/api/urls.py``) set it to quotas'
+    (``quotas.sync.namespace_adoption_preview``), so tenants asks no app above it. Alone,
+    tenants knows of no cluster: an empty list."""
+
+    adoption_preview: AdoptionPreview = staticmethod(no_clusters)
     serializer_class = NamespaceOutput
     queryset = Namespace.objects.none()  # for the schema; get_queryset() scopes it
     permission_classes = [ReadMembersWriteAdmins]
@@ -188,7 +195,7 @@ class NamespaceViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.Generi
         data = NamespaceAdoptInput(data=request.data)
         data.is_valid(raise_exception=True)
         namespace = services.namespace_adoption_check(tenant=self.tenant, name=name)
-        clusters = services.namespace_adoption_preview(tenant=self.tenant, namespace=namespace)
+        clusters = self.adoption_preview(tenant=self.tenant, namespace=namespace)
         adopted = bool(data.validated_data["confirm"])
         if adopted:
             namespace = services.namespace_adopt(

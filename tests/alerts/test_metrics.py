@@ -1,4 +1,4 @@
-"""/metrics carries the alert gauges (registered through usage.metrics.EXTRA_COLLECTORS)."""
+"""/metrics carries the alert gauges (the portal's URLs add them to usage.metrics.metrics_view)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.test import Client
+from django.db.models import F
+from django.test import Client, TestCase
 from django.utils import timezone
 from kubernetes import config
 from kubernetes.dynamic import DynamicClient
@@ -32,6 +33,7 @@ from gpu_agent.services.cluster_nodes import cluster_nodes_read, cluster_nodes_r
 from gpu_agent.services.nodes import nodes_mark_stale
 from portal.celery import app
 from quotas.choices import mig_resource
+from quotas.models import FleetNodeCapacity
 from quotas.selectors import cluster_allocations, flavor_capacities
 from tests.approvals.conftest import file
 from tests.cluster_access import hold_cluster_access
@@ -171,7 +173,10 @@ def register(admin: APIClient, name: str, cluster: str = "demo-h100") -> APIClie
 def post_report(agent: APIClient, node: str, gpus: list[dict[str, Any]]) -> None:
     body = {"node": node, "sent_at": "2026-12-03T08:00:00Z", "agent_version": "1.0",
             "driver_version": "580.65.06", "gpus": gpus}  # fmt: skip
-    answer = agent.post(f"{AGENT}/report/", body, format="json")
+    # The report's MIG capacity reaches quotas once it commits (gpu_agent.services.capacity):
+    # run what waits for the commit, which the test's transaction never makes.
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        answer = agent.post(f"{AGENT}/report/", body, format="json")
     assert answer.status_code == 200, answer.content
 
 
@@ -313,12 +318,12 @@ def test_a_node_that_goes_stale_stops_counting(world, fleet):
 
 def test_an_old_reading_ages_out_like_a_stale_report(world, fleet, settings):
     settings.CLUSTER_NODES_STALE_AFTER_S = 300
-    Node.objects.filter(name="h100-mig-1").update(
-        cluster_seen_at=timezone.now() - timedelta(seconds=301)
-    )
+    age_the_reading("h100-mig-1", timedelta(seconds=301))
     got = mig_capacity(cluster=world.h100, flavors=[world.h100_mig])[world.h100_mig.pk]
     assert (got.confirmed, got.unconfirmed_nodes) == (False, 1)
     assert capacity(world) == 14  # back to the number entered (14 here too)
+    # What quotas reads ages out with it, with no push: the number entered, not the fleet's.
+    assert flavor_capacities(cluster=world.h100)[(world.h100_mig.pk, MIG_1G)].fleet is None
 
 
 def test_a_repartition_counts_only_on_gpus_the_cluster_confirms(world, fleet):
@@ -335,6 +340,14 @@ def test_a_repartition_counts_only_on_gpus_the_cluster_confirms(world, fleet):
     got = mig_capacity(cluster=world.h100, flavors=[world.h100_mig])[world.h100_mig.pk]
     # h100-mig-1's 2 GPUs: 14 planned; h100-evil's 4 unconfirmed GPUs: nothing.
     assert (got.observed, got.planned, got.gpus, got.unconfirmed_nodes) == (0, 14, 2, 1)
+
+
+def age_the_reading(name: str, by: timedelta) -> None:
+    """Time passes (``by``) since the cluster's last reading of node ``name``: the reading and
+    what the fleet pushed into quotas from it (``FleetNodeCapacity.confirmed_until``) both
+    get older."""
+    Node.objects.filter(name=name).update(cluster_seen_at=F("cluster_seen_at") - by)
+    FleetNodeCapacity.objects.filter(node=name).update(confirmed_until=F("confirmed_until") - by)
 
 
 # --- the reading, through the stand-in over HTTP ------------------------------------------------
@@ -388,9 +401,7 @@ def test_the_cluster_is_read_through_the_kubernetes_api(world, fleet, standin_se
     point_at(world.h100, dead)
     assert not cluster_nodes_read(cluster=world.h100).ok
     assert capacity(world) == 10
-    Node.objects.filter(name="h100-mig-1").update(
-        cluster_seen_at=timezone.now() - timedelta(minutes=10)
-    )
+    age_the_reading("h100-mig-1", timedelta(minutes=10))
     assert flavor_capacities(cluster=world.h100)[(world.h100_mig.pk, MIG_1G)].fleet is None
 
     # Back in reach, the Node gone: the node is not confirmed any more.

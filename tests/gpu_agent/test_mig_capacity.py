@@ -1,7 +1,11 @@
 """MIG capacity from the fleet (R24): a MIG flavor's capacity is what the cluster's GPUs are
 partitioned into (instances the agents report, and those of repartitions under way), not the
 number typed in Django admin. The selector, the capacity every rule reads, the request and
-approval refusals (service and API), the planner link they offer, and the cluster page."""
+approval refusals (service and API), the planner link they offer, and the cluster page.
+
+The fleet pushes each node's part into quotas (``gpu_agent.services.capacity``: on reports,
+layouts, readings of the cluster's Nodes); these tests build the fleet's rows directly, so
+they push as those events would (``cluster_capacity_push``) before quotas reads."""
 
 from __future__ import annotations
 
@@ -17,9 +21,10 @@ from approvals.services import quota_request_approve
 from core.errors import Conflict, ValidationFailed
 from gpu_agent.models import Gpu, LayoutState, MigInstance, MigLayout, Node
 from gpu_agent.selectors import mig_capacity
+from gpu_agent.services.capacity import cluster_capacity_push
 from quotas.choices import mig_resource
-from quotas.models import FlavorResource
-from quotas.selectors import MIG_CAPACITY, cluster_allocations, flavor_capacities
+from quotas.models import FlavorResource, FleetNodeCapacity
+from quotas.selectors import cluster_allocations, flavor_capacities
 from tests.approvals.conftest import database_state, file
 from tests.factories import ClusterFactory, UserFactory, mig_flavor
 
@@ -89,6 +94,8 @@ def fleet(world: Any) -> dict[str, Any]:
     # Not demo-h100's, or not its model: never counted.
     a_gpu(a_node(world.a100, "a100-node-1"), profiles=["1g.10gb"] * 7)
     a_gpu(node, "NVIDIA A100-SXM4-80GB", profiles=["1g.10gb"] * 7)
+    cluster_capacity_push(cluster=world.h100)  # what the agents' reports would push
+    cluster_capacity_push(cluster=world.a100)
     return {"node": node, "moving": moving}
 
 
@@ -126,10 +133,14 @@ def test_gpus_of_the_model_without_mig_give_a_capacity_of_zero(world):
     assert (got.total, got.gpus) == (0, 1)
 
 
-def test_the_hook_makes_every_rule_read_the_fleet(world, fleet):
-    assert mig_capacity in MIG_CAPACITY  # registered by gpu_agent's AppConfig.ready
+def test_the_pushed_capacity_makes_every_rule_read_the_fleet(world, fleet):
+    # What quotas stored is what the fleet counts (pushed, not asked for).
+    assert FleetNodeCapacity.objects.filter(flavor=world.h100_mig).count() == 2  # two nodes
     capacities = flavor_capacities(cluster=world.h100)
     mig = capacities[(world.h100_mig.pk, MIG_1G)]
+    assert (
+        mig.fleet == mig_capacity(cluster=world.h100, flavors=[world.h100_mig])[world.h100_mig.pk]
+    )
     assert mig.amount == 8 and mig.fleet is not None
     assert FlavorResource.objects.get(flavor=world.h100_mig).capacity == 14  # typed, unused
     # Whole GPUs keep the number entered.
@@ -200,6 +211,7 @@ def test_an_approval_is_refused_when_the_repartition_it_waited_on_failed(
     # The repartition fails (its GPU keeps its 3 instances: 9 in all), then the GPU goes away.
     MigLayout.objects.filter(gpu=fleet["moving"]).update(state=LayoutState.FAILED)
     Gpu.objects.filter(pk=fleet["moving"].pk).delete()
+    cluster_capacity_push(cluster=world.h100)  # as the result and the next report would
     before = database_state()
     with pytest.raises(Conflict) as caught:
         approve(request, world, second_admin)
@@ -284,6 +296,7 @@ def test_one_gpu_and_one_instance_read_in_the_singular(world):
     tiny = ClusterFactory(name="tiny")
     flavor = mig_flavor(tiny, "3g.40gb", count=4)
     a_gpu(a_node(tiny, "tiny-1"), profiles=["3g.40gb"])
+    cluster_capacity_push(cluster=tiny)
     client = Client()
     client.force_login(world.alice)
     row = capacity_cells(client.get("/clusters/tiny/").content.decode(), flavor.name)

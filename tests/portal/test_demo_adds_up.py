@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.db import transaction
+from django.test import TestCase
 from django.utils import timezone
 
 from dashboards import selectors as dashboards
@@ -236,7 +237,9 @@ def test_the_demo_mig_flavors_have_the_capacity_the_seeded_layouts_hold(demo: da
             pod_lookup=fake.pod_uid_for_pid,
         )
         node = Node.objects.create(name=name, cluster=h100, last_report_at=timezone.now())
-        agent_report_ingest(node=node, report=agent.inventory())
+        # Its MIG capacity reaches quotas once the report commits: run what waits for it.
+        with TestCase.captureOnCommitCallbacks(execute=True):
+            agent_report_ingest(node=node, report=agent.inventory())
     # The cluster's word: the Node objects the demo seeds its stand-in with.
     seeded = [standin_node(name, spec) for name, c, spec in DEMO_NODES if c == h100.name]
     cluster_nodes_record(cluster=h100, objects=[n for n in seeded if n is not None])
