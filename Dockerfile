@@ -1,4 +1,14 @@
 # One image for web, worker and beat.
+
+# The documentation site (MkDocs), which the portal serves under /help/: built in a stage of its
+# own, so its tools never enter the image; only the built site/ is copied.
+FROM python:3.11-slim AS docs
+WORKDIR /src
+COPY requirements-docs.lock ./
+RUN pip install --no-cache-dir -r requirements-docs.lock
+COPY . .
+RUN NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet
+
 FROM python:3.11-slim
 # The production settings (portal/settings/production.py), whatever runs in the image.
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 DATA_DIR=/data STATIC_ROOT=/app/staticfiles \
@@ -15,6 +25,7 @@ COPY . .
 # The MIG rules and report schema the portal shares with the node agent (their dependencies
 # are pinned in requirements.lock); the node agent itself is not installed here.
 RUN pip install --no-cache-dir --no-deps ./gpu_spec
+COPY --from=docs /src/site ./site
 # collectstatic needs settings but no database or secret; the build-time key is thrown away.
 RUN SECRET_KEY=build-only-not-used-at-runtime python manage.py collectstatic --noinput \
     && groupadd --system --gid 10001 portal \
