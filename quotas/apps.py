@@ -1,8 +1,11 @@
-"""The quotas app's wiring: its hooks into tenants (a tenant change pushes its quota sets
-again; the namespaces clusters reserve). What adopting a namespace would write is handed to
-tenants' page and API by the portal's URLs (``quotas.sync.namespace_adoption_preview``)."""
+"""The quotas app's wiring: its hook into tenants (a tenant change pushes its quota sets
+again) and its receivers of Cluster saves and deletes (which namespaces a cluster keeps for
+itself is written into tenants' ``NamespaceReservation``, ``quotas.receivers``). What adopting
+a namespace would write is handed to tenants' page and API by the portal's URLs
+(``quotas.sync.namespace_adoption_preview``)."""
 
 from django.apps import AppConfig
+from django.db.models.signals import post_delete, post_save
 
 
 class QuotasConfig(AppConfig):
@@ -10,11 +13,12 @@ class QuotasConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from quotas.services import namespace_reserved_on_clusters, quota_sets_resync
-        from tenants.services import NAMESPACE_RESERVED, TENANT_CHANGED
+        from quotas.models import Cluster
+        from quotas.receivers import cluster_deleted, cluster_saved
+        from quotas.services import quota_sets_resync
+        from tenants.services import TENANT_CHANGED
 
         if quota_sets_resync not in TENANT_CHANGED:
             TENANT_CHANGED.append(quota_sets_resync)
-        # Which namespaces a cluster keeps for itself.
-        if namespace_reserved_on_clusters not in NAMESPACE_RESERVED:
-            NAMESPACE_RESERVED.append(namespace_reserved_on_clusters)
+        post_save.connect(cluster_saved, sender=Cluster, dispatch_uid="quotas.cluster_saved")
+        post_delete.connect(cluster_deleted, sender=Cluster, dispatch_uid="quotas.cluster_deleted")

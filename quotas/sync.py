@@ -62,7 +62,7 @@ from quotas.kube.subjects import refused_group
 from quotas.kube.validate import validate_objects
 from quotas.loader import cluster_spec, tenant_specs
 from quotas.models import Cluster, QuotaSet, SyncOutbox, TenantSync
-from quotas.services import cluster_namespace_rules
+from quotas.services import cluster_namespace_rules, cluster_namespaces_reserve
 from tenants.models import Namespace, Tenant
 from tenants.services import audit_record, system_namespace_reason
 
@@ -202,6 +202,8 @@ def kueue_config_refresh(cluster: Cluster, backend: Backend) -> None:
         Cluster.objects.filter(pk=cluster.pk).update(
             kueue_config=config, kueue_config_error=error[:500], kueue_config_read_at=now
         )
+        # The namespace Kueue's configuration names is one no tenant may have.
+        cluster_namespaces_reserve(cluster_id=cluster.pk)
 
 
 @dataclass

@@ -287,3 +287,31 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user}: {self.subject}"
+
+
+class NamespaceReservation(models.Model):
+    """A namespace name (or the start of one, ending in ``*``) no tenant may have, beside the
+    built-in system ones (``tenants.namespaces``), and why in words. Written only by
+    ``tenants.services.namespace_reservations_set``, one set of rows per ``source``: the quotas
+    app writes ``cluster:<id>`` with what that cluster keeps for itself (its
+    ``reserved_namespaces``, the namespace its Kueue configuration names, its GPU Operator's
+    namespace) whenever one of them changes, and clears it when the cluster is deleted."""
+
+    source = models.CharField(max_length=100, help_text='Who reserves it, as "cluster:<id>".')
+    pattern = models.CharField(
+        max_length=253, help_text="A namespace name, or the start of one ending in *."
+    )
+    reason = models.CharField(max_length=500, help_text="Why, in words.")
+    # The order the source gave its rules in: the first that matches gives the reason.
+    position = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["source", "position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "pattern"], name="namespace_reservation_source_pattern"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pattern} ({self.source})"

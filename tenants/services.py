@@ -33,6 +33,7 @@ from tenants.models import (
     AuditEvent,
     Membership,
     Namespace,
+    NamespaceReservation,
     Notification,
     Tenant,
     User,
@@ -60,13 +61,6 @@ TENANT_CHANGED: list[Callable[..., object]] = []
 def _tenant_changed(tenant: Tenant, actor: User | None) -> None:
     for hook in TENANT_CHANGED:
         hook(tenant=tenant, actor=actor)
-
-
-# Why a namespace name is reserved on some cluster (``name`` in, a reason in words or None
-# out): the quotas app registers one that reads every cluster's ``reserved_namespaces``, the
-# namespace its Kueue configuration names and its GPU Operator's namespace, so this app
-# imports none of it. The push refuses the same namespaces again (defence in depth).
-NAMESPACE_RESERVED: list[Callable[[str], str | None]] = []
 
 
 def audit_record(
@@ -426,11 +420,35 @@ def system_namespace_reason(name: str, *, extra: Iterable[tuple[str, str]] = ())
 
 def namespace_reserved_reason(name: str) -> str | None:
     """Why ``name`` may not be a tenant's namespace (a system namespace, the portal's own, or
-    one a cluster reserves), in words; None when it may."""
-    reason = system_namespace_reason(name)
-    for hook in NAMESPACE_RESERVED:
-        reason = reason or hook(name)
-    return reason
+    one a cluster reserves: ``NamespaceReservation``, which the quotas app keeps in line with
+    its clusters), in words; None when it may."""
+    rules = NamespaceReservation.objects.order_by("source", "position").values_list(
+        "pattern", "reason"
+    )
+    return system_namespace_reason(name, extra=rules)
+
+
+@transaction.atomic
+def namespace_reservations_set(*, source: str, rules: Iterable[tuple[str, str]]) -> bool:
+    """Make ``rules`` ((pattern, why) pairs, in the order they are read) every namespace
+    ``source`` reserves, replacing what it reserved before; no rules clears it. Repeated
+    patterns are kept once (the first). Rows are written only when something changed; True
+    when something did. Called by the app that owns the source (quotas: ``cluster:<id>``)."""
+    wanted: dict[str, str] = {}
+    for pattern, why in rules:
+        pattern = pattern.strip()
+        if pattern and pattern not in wanted:
+            wanted[pattern] = why[:500]
+    rows = list(NamespaceReservation.objects.select_for_update().filter(source=source))
+    current = [(row.pattern, row.reason) for row in sorted(rows, key=lambda r: r.position)]
+    if current == list(wanted.items()):
+        return False
+    NamespaceReservation.objects.filter(source=source).delete()
+    NamespaceReservation.objects.bulk_create(
+        NamespaceReservation(source=source, pattern=pattern, reason=why, position=position)
+        for position, (pattern, why) in enumerate(wanted.items())
+    )
+    return True
 
 
 def _check_not_reserved(*, tenant: Tenant, name: str, field: str = "name") -> None:

@@ -15,9 +15,10 @@
 The names below are the app's service interface: import them from ``quotas.services``."""
 
 from quotas.services.clusters import (
+    RESERVING_FIELDS,
     cluster_enforcement_set,
     cluster_namespace_rules,
-    namespace_reserved_on_clusters,
+    cluster_namespaces_reserve,
 )
 from quotas.services.fleet import FleetNodeReading, fleet_node_capacity_set
 from quotas.services.holds import quota_set_hold
@@ -73,6 +74,7 @@ __all__ = [
     "OUTBOX_FIRST_SEND_GRACE",
     "OUTBOX_RESEND_AFTER",
     "POD_CAP_FIELDS",
+    "RESERVING_FIELDS",
     "TIER_AMOUNT_FIELDS",
     "TIER_COUNT_FIELDS",
     "TIER_OPTIONAL_FIELDS",
@@ -87,6 +89,7 @@ __all__ = [
     "capacity_lines_check",
     "cluster_enforcement_set",
     "cluster_namespace_rules",
+    "cluster_namespaces_reserve",
     "default_gpu_flavor",
     "department_check",
     "elastic_cap",
@@ -97,7 +100,6 @@ __all__ = [
     "inference_split_check",
     "limit_fits_cap",
     "mig_shortfall",
-    "namespace_reserved_on_clusters",
     "outbox_record",
     "outbox_reopen",
     "outbox_sweep",

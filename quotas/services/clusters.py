@@ -16,8 +16,7 @@ from quotas.models import (
 )
 from quotas.services.outbox import quota_set_repush
 from tenants.models import User
-from tenants.namespaces import reserved_reason
-from tenants.services import audit_record
+from tenants.services import audit_record, namespace_reservations_set
 
 
 @transaction.atomic
@@ -84,13 +83,22 @@ def cluster_namespace_rules(cluster: Cluster) -> list[tuple[str, str]]:
     return rules
 
 
-def namespace_reserved_on_clusters(name: str) -> str | None:
-    """Why no tenant may have ``name`` on some cluster, in words; None when every cluster lets
-    it be a tenant's. (``tenants.services.NAMESPACE_RESERVED``, registered in
-    ``QuotasConfig.ready``.)"""
-    fields = ("name", "kueue_config", "mig_operator_namespace", "reserved_namespaces")
-    for cluster in Cluster.objects.only(*fields).order_by("name"):
-        reason = reserved_reason(name, portal_namespace="", extra=cluster_namespace_rules(cluster))
-        if reason:
-            return reason
-    return None
+# The Cluster fields ``cluster_namespace_rules`` reads: a save that changes none of them
+# leaves the cluster's reservations as they are.
+RESERVING_FIELDS = frozenset(
+    {"name", "kueue_config", "mig_operator_namespace", "reserved_namespaces"}
+)
+
+
+def cluster_namespaces_reserve(*, cluster_id: int) -> None:
+    """Tell tenants which namespaces cluster ``cluster_id`` keeps for itself
+    (``cluster_namespace_rules``, as ``cluster:<id>`` in ``tenants.NamespaceReservation``), so
+    that no tenant is given one; a cluster that is gone reserves none. Called whenever one of
+    ``RESERVING_FIELDS`` may have changed: a cluster saved or deleted (``quotas.receivers``,
+    which covers Django admin) and Kueue's configuration read from the cluster
+    (``quotas.sync.kueue_config_refresh``)."""
+    cluster = Cluster.objects.only(*RESERVING_FIELDS).filter(pk=cluster_id).first()
+    namespace_reservations_set(
+        source=f"cluster:{cluster_id}",
+        rules=cluster_namespace_rules(cluster) if cluster is not None else [],
+    )

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
-from quotas.models import Cluster
 from tenants.models import AuditEvent, Namespace
 from tenants.namespaces import reserved_reason
 from tenants.services import namespace_create
@@ -63,10 +62,13 @@ def test_the_portals_own_namespace_is_the_setting(world, api_as):
 
 
 def test_a_namespace_a_cluster_reserves_is_refused(world, api_as):
-    Cluster.objects.filter(pk=world.h100.pk).update(
-        reserved_namespaces=["monitoring", "istio-*"], mig_operator_namespace="nvidia-gpu"
-    )
-    Cluster.objects.filter(pk=world.a100.pk).update(kueue_config={"namespace": "kueue-main"})
+    # Saved as Django admin and the Kueue configuration's reading save them: each save tells
+    # tenants what the cluster reserves (``tenants.NamespaceReservation``).
+    world.h100.reserved_namespaces = ["monitoring", "istio-*"]
+    world.h100.mig_operator_namespace = "nvidia-gpu"
+    world.h100.save()
+    world.a100.kueue_config = {"namespace": "kueue-main"}
+    world.a100.save(update_fields=["kueue_config"])
     admin = api_as(world.admin)
     refused(admin.post(URL, {"name": "monitoring"}, format="json"), "demo-h100 reserves it")
     refused(admin.post(URL, {"name": "istio-ingress"}, format="json"), "(istio-*)")
