@@ -22,7 +22,13 @@ STATUS_FIELDS: list[str | list[str] | tuple[str, ...] | tuple[()]] = [
 
 class PrometheusSourceForm(forms.ModelForm):
     figures = forms.MultipleChoiceField(
-        choices=PrometheusFigure.choices, widget=forms.CheckboxSelectMultiple, required=False
+        choices=PrometheusFigure.choices,
+        widget=forms.CheckboxSelectMultiple,
+        required=False,
+        help_text="What to read from this Prometheus. Kueue: its queues' GPU use "
+        "(kueue_cluster_queue_resource_usage and _reservation) is exported only where Kueue's "
+        "Configuration sets metrics.enableClusterQueueResources: true; without it only the "
+        "workload counts come, and the source's status warns.",
     )
 
     class Meta:

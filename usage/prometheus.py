@@ -4,7 +4,8 @@ What is read (the exporters' own metric and label names):
 
 - NVIDIA's DCGM exporter: ``DCGM_FI_DEV_GPU_UTIL`` (percent), ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``
   (a ratio; preferred where present, the only one MIG instances report), ``DCGM_FI_DEV_FB_USED``
-  (MiB), labelled ``gpu``, ``UUID``, ``modelName``, ``Hostname``, ``GPU_I_PROFILE`` /
+  (MiB), labelled ``gpu``, ``UUID``, ``modelName``, ``Hostname`` (``hostname`` from the
+  exporter's next release on: both are read), ``GPU_I_PROFILE`` /
   ``GPU_I_ID`` for MIG instances and ``namespace`` / ``pod`` / ``container`` of the pod using
   the device (``exported_namespace`` / ``exported_pod`` where Prometheus renamed them because
   the scrape target had its own: a ServiceMonitor without ``honorLabels``);
@@ -12,10 +13,13 @@ What is read (the exporters' own metric and label names):
   ``nvidia_com_gpu`` or a MIG resource (``nvidia_com_mig_1g_10gb``), counted for running pods
   (``kube_pod_status_phase{phase="Running"}``), by the pod's ``node``; where a cluster has
   several whole-GPU flavors, ``kube_node_labels`` (the ``label_*`` kube-state-metrics exports
-  for the labels its ``--metric-labels-allowlist`` names) tells which flavor's node labels
+  for the labels its ``--metric-labels-allowlist`` names, in snake_case: ``kube_label_name``)
+  tells which flavor's node labels
   each node carries, so a whole GPU's request gets its flavor;
 - Kueue: ``kueue_cluster_queue_resource_usage`` and ``..._resource_reservation`` (per
-  ``cluster_queue``, ``flavor``, ``resource``), ``kueue_pending_workloads`` and
+  ``cluster_queue``, ``flavor``, ``resource``; Kueue exports them only where its configuration
+  sets ``metrics.enableClusterQueueResources: true``, and their absence is a warning on the
+  source), ``kueue_pending_workloads`` and
   ``kueue_admitted_active_workloads`` (per ``cluster_queue``), and the admission wait
   histogram ``kueue_admission_wait_time_seconds`` (per ``cluster_queue``): its ``_count`` and
   ``_sum`` counters, differenced here into admissions and seconds waited per step;
@@ -237,8 +241,9 @@ def _pod(labels: Mapping[str, str]) -> str:
 def _node(labels: Mapping[str, str]) -> str:
     """The node a DCGM series is from: a ``node`` label where the scrape added one (relabelled
     from the pod's node name), else the exporter's ``Hostname`` (the node's name where the
-    exporter is given ``NODE_NAME``, as NVIDIA's Helm chart does)."""
-    return labels.get("node") or labels.get("Hostname") or ""
+    exporter is given ``NODE_NAME``, as NVIDIA's Helm chart does), which its next release
+    spells ``hostname``: both are read."""
+    return labels.get("node") or labels.get("Hostname") or labels.get("hostname") or ""
 
 
 @dataclass
@@ -303,10 +308,20 @@ def mapping_for(cluster: Cluster) -> SeriesOwners:
     )
 
 
+_KSM_INVALID = re.compile(r"[^a-zA-Z0-9_]")
+_KSM_CAMEL = re.compile(r"([a-z0-9])([A-Z])")
+
+
 def kube_label_name(label: str) -> str:
-    """kube-state-metrics' spelling of a Kubernetes label in ``kube_node_labels``:
-    ``nvidia.com/gpu.product`` -> ``label_nvidia_com_gpu_product``."""
-    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
+    """kube-state-metrics' spelling of a Kubernetes label in ``kube_node_labels``
+    (``internal/store/utils.go``: ``prefix + "_" + toSnakeCase(sanitizeLabelName(key))``):
+    every character outside ``[a-zA-Z0-9_]`` becomes ``_``, then ``_`` goes before an
+    upper-case letter that follows a lower-case letter or a digit, and all is lower-cased:
+    ``nvidia.com/gpu.product`` -> ``label_nvidia_com_gpu_product``, ``camelCase`` ->
+    ``label_camel_case``. (Two allowed labels of one node that come out the same get
+    ``_conflict1``, ``_conflict2`` there: not followed here, a flavor names distinct labels.)"""
+    snake = _KSM_CAMEL.sub(r"\1_\2", _KSM_INVALID.sub("_", label))
+    return "label_" + snake.lower()
 
 
 def node_flavors(
@@ -601,6 +616,13 @@ REQUIRED = {
 }
 
 
+KUEUE_RESOURCES_MISSING = (
+    "no series for kueue_cluster_queue_resource_usage: Kueue exports its ClusterQueue resource "
+    "metrics only with metrics.enableClusterQueueResources: true in its Configuration "
+    "(the kueue-manager-config ConfigMap): the ClusterQueues' GPU use is not read from here."
+)
+
+
 @dataclass
 class PrometheusOutcome:
     ok: bool
@@ -715,6 +737,8 @@ def _read(
                 f"no series for {PrometheusFigure(figure).label}: nothing read from "
                 f"{' or '.join(texts[name].split('{')[0].split('(')[-1] for name in required)}."
             )
+    if PrometheusFigure.KUEUE in wanted and not results["kueue_usage"].series:
+        warnings.append(KUEUE_RESOURCES_MISSING)
     rows: list[SampleRow] = []
     series = {name: result.series for name, result in results.items()}
     if PrometheusFigure.GPU_USAGE in delivered:

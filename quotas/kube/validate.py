@@ -55,11 +55,11 @@ webhooks, not CEL (Kueue v1beta2, Volcano v1beta1):
 * ResourceFlavor (Kueue's ``ValidateResourceFlavor``): ``nodeLabels`` keys are qualified names
   and values label values; ``nodeTaints`` keys qualified names, values label values, an
   effect given, unique by key and effect; ``tolerations`` keys, when set, qualified names.
-* Volcano Queue: quantities >= 0 (whole numbers for extended resources); deserved <=
-  capability and guarantee <= capability when capability is set, guarantee <= deserved when
-  guarantee is set, a resource missing from the larger list counting as 0, as Volcano's
-  ``LessPartly(..., Zero)`` does; a queue is not its own parent. ``weight`` 1..65535 is in the
-  schema.
+* Volcano Queue (v1.15.1, the version of ``crds/``): quantities >= 0 (whole numbers for
+  extended resources); deserved <= capability and guarantee <= deserved for each resource
+  the larger list names, a resource it does not name being unrestricted (guarantee is not
+  compared with capability; v1.14 counted a missing resource as 0 and did); a queue is not
+  its own parent. ``weight`` 1..65535 is in the schema.
 * PriorityClass (API server): the name does not start with ``system-`` and ``value`` <= 1e9.
 * A batch (``validate_objects``) holds each object once.
 
@@ -1064,23 +1064,18 @@ def _volcano_queue_issues(obj: Mapping[str, Any], spec: dict[str, Any]) -> Itera
                 yield (*path, _Key(resource)), f"must be greater than or equal to 0, got {value}"
             elif _is_integer_resource(resource) and amount != amount.to_integral_value():
                 yield (*path, _Key(resource)), f"must be an integer, got {value}"
-    for lower, upper, applies in (
-        ("deserved", "capability", bool(lists["capability"][1])),
-        ("guarantee", "capability", bool(lists["capability"][1])),
-        ("guarantee", "deserved", bool(lists["guarantee"][1])),
-    ):
-        if not applies:
-            continue
+    # Volcano v1.15.1 (the CRDs' version): deserved <= capability and guarantee <= deserved,
+    # per resource the upper list names; a resource it does not name is unrestricted, and
+    # guarantee is not compared with capability (v1.14 counted a missing resource as 0 and
+    # checked guarantee <= capability too).
+    for lower, upper in (("deserved", "capability"), ("guarantee", "deserved")):
         for resource, amount in amounts[lower].items():
-            limit = amounts[upper].get(resource, Decimal(0))
-            if amount > limit:
-                shown = lists[upper][1].get(
-                    resource, f"not set (Volcano counts a resource missing from {upper} as 0)"
-                )
+            limit = amounts[upper].get(resource)
+            if limit is not None and amount > limit:
                 yield (
                     (*lists[lower][0], _Key(resource)),
                     f"{lower} should less equal than {upper}: {resource} {lower} is "
-                    f"{lists[lower][1][resource]}, {upper} is {shown}",
+                    f"{lists[lower][1][resource]}, {upper} is {lists[upper][1][resource]}",
                 )
     parent = spec.get("parent")
     if parent and parent == _dict(obj.get("metadata")).get("name"):

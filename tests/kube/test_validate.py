@@ -697,17 +697,39 @@ def test_volcano_guarantee_deserved_capability_order() -> None:
     ]
 
 
-def test_volcano_resource_missing_from_capability_counts_as_zero() -> None:
+def test_volcano_resource_missing_from_capability_is_unrestricted() -> None:
+    """Volcano v1.15.1 (the CRDs' version, quotas/kube/crds/README.md): a resource
+    ``capability`` does not list has no ceiling, and guarantee is compared with deserved only
+    (v1.14 counted a resource missing from capability as 0 and checked guarantee against
+    capability too)."""
     queue = one(VOLCANO_QUEUE)
     del queue["spec"]["capability"]["nvidia.com/gpu"]
-    errors = validate_object(queue)
-    assert errors == [
-        "Queue team-a: spec.deserved[nvidia.com/gpu]: deserved should less equal than "
-        "capability: nvidia.com/gpu deserved is 4, capability is not set (Volcano counts a "
-        "resource missing from capability as 0)",
+    assert validate_object(queue) == []
+    # A resource only in guarantee (in neither capability nor deserved) is allowed.
+    queue = one(VOLCANO_QUEUE)
+    queue["spec"]["guarantee"]["resource"]["example.com/fpga"] = "2"
+    assert validate_object(queue) == []
+    # Unlisted in capability, any deserved and guarantee (guarantee <= deserved) are allowed.
+    queue = one(VOLCANO_QUEUE)
+    del queue["spec"]["capability"]["nvidia.com/gpu"]
+    queue["spec"]["deserved"]["nvidia.com/gpu"] = "64"
+    queue["spec"]["guarantee"]["resource"]["nvidia.com/gpu"] = "64"
+    assert validate_object(queue) == []
+
+
+def test_volcano_guarantee_above_deserved_is_refused() -> None:
+    queue = one(VOLCANO_QUEUE)
+    del queue["spec"]["capability"]["nvidia.com/gpu"]
+    queue["spec"]["guarantee"]["resource"]["nvidia.com/gpu"] = "6"
+    assert validate_object(queue) == [
         "Queue team-a: spec.guarantee.resource[nvidia.com/gpu]: guarantee should less equal "
-        "than capability: nvidia.com/gpu guarantee is 2, capability is not set (Volcano counts "
-        "a resource missing from capability as 0)",
+        "than deserved: nvidia.com/gpu guarantee is 6, deserved is 4",
+    ]
+    # Without capability at all, guarantee is still bounded by deserved.
+    del queue["spec"]["capability"]
+    assert validate_object(queue) == [
+        "Queue team-a: spec.guarantee.resource[nvidia.com/gpu]: guarantee should less equal "
+        "than deserved: nvidia.com/gpu guarantee is 6, deserved is 4",
     ]
 
 

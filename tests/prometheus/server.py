@@ -35,9 +35,11 @@ PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
 DCGM_LABELS = [
-    "cluster", "gpu", "UUID", "device", "modelName", "Hostname", "GPU_I_PROFILE", "GPU_I_ID",
-    "container", "namespace", "pod",
+    "cluster", "gpu", "UUID", "device", "modelName", "Hostname", "hostname", "GPU_I_PROFILE",
+    "GPU_I_ID", "container", "namespace", "pod",
 ]  # fmt: skip
+# The DCGM exporter's releases so far label the node ``Hostname``; its next one ``hostname``.
+DCGM_HOST_LABELS = ("Hostname", "hostname")
 
 
 def free_port() -> int:
@@ -95,10 +97,14 @@ class Exporters:
             ["cluster", "cluster_queue"], registry=self.kube,
             buckets=[1.0 * 2.5**i for i in range(14)],
         )  # fmt: skip
-        # kube-state-metrics exports the node labels its --metric-labels-allowlist names.
+        # kube-state-metrics exports the node labels its --metric-labels-allowlist names, in
+        # its spelling: ``nvidia.com/gpu.product`` -> ``label_nvidia_com_gpu_product``,
+        # ``example.com/gpuPool`` -> ``label_example_com_gpu_pool`` (snake_case). An empty value
+        # is a label the node lacks (Prometheus stores no empty label).
         self.node_labels = Gauge(
             "kube_node_labels", "Kubernetes labels converted to Prometheus labels.",
-            ["cluster", "node", "label_nvidia_com_gpu_product"], registry=self.kube,
+            ["cluster", "node", "label_nvidia_com_gpu_product", "label_example_com_gpu_pool"],
+            registry=self.kube,
         )  # fmt: skip
         self.volume_available = Gauge(
             "kubelet_volume_stats_available_bytes", "Number of available bytes in the volume.",
@@ -123,15 +129,19 @@ class Exporters:
         mig_profile: str = "",
         gi_id: str = "",
         host: str = "gpu-node-1",
+        host_label: str = "Hostname",
         uuid: str = "",
     ) -> None:
-        """One GPU (or MIG instance) busy with a pod, as the DCGM exporter reports it."""
+        """One GPU (or MIG instance) busy with a pod, as the DCGM exporter reports it; its node
+        under ``host_label`` (one of ``DCGM_HOST_LABELS``: the exporter's release)."""
+        assert host_label in DCGM_HOST_LABELS, host_label
         labels = {
             "cluster": cluster, "gpu": str(gpu), "UUID": uuid or f"GPU-{cluster[:8]}-{gpu:04d}",
-            "device": f"nvidia{gpu}", "modelName": model, "Hostname": host,
+            "device": f"nvidia{gpu}", "modelName": model, "Hostname": "", "hostname": "",
             "GPU_I_PROFILE": mig_profile, "GPU_I_ID": gi_id, "container": "main",
             "namespace": namespace, "pod": pod,
         }  # fmt: skip
+        labels[host_label] = host
         if not mig_profile:
             self.gpu_util.labels(**labels).set(util)
         if engine_active is not None:

@@ -105,3 +105,12 @@ def test_django_admin_saves_a_source_through_the_same_checks(world: World, clien
     source = PrometheusSource.objects.get()
     assert source.figures == ["gpu_usage"] and source.label_matchers == 'cluster="a"'
     assert AuditEvent.objects.filter(action="usage.prometheus_source_set").exists()
+
+
+def test_the_admin_form_says_kueues_usage_needs_its_clusterqueue_resource_metrics(
+    world: World, client: Client
+) -> None:
+    client.force_login(world.admin)
+    page = client.get("/admin/usage/prometheussource/add/").content.decode()
+    assert "kueue_cluster_queue_resource_usage" in page
+    assert "metrics.enableClusterQueueResources" in page

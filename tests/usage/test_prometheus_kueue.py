@@ -17,7 +17,7 @@ from tests.conftest import World
 from tests.prometheus.server import Handle, new_cluster_label
 from usage import collector, services
 from usage.choices import Metric, PrometheusFigure, Source
-from usage.models import Sample
+from usage.models import PrometheusSource, Sample
 from usage.prometheus import Series, SeriesOwners, kueue_rows
 from usage.selectors import workload_stats
 
@@ -131,3 +131,45 @@ def test_the_counters_base_point_a_new_series_and_a_restart():
         usage=[], reservation=[], pending=[], admitted=[], mapping=_owners(), cluster_id=1,
         admissions=[_counter(3, start=2)], admission_wait=[], since=_at(0),
     )  # fmt: skip
+
+
+def test_kueue_without_its_clusterqueue_resource_metrics_warns_the_admin(
+    world: World, prometheus_server: Handle
+) -> None:
+    """``kueue_cluster_queue_resource_usage`` exists only where Kueue's configuration has
+    ``metrics.enableClusterQueueResources``: its pending workloads alone come through, and the
+    source's status says what is missing and why, instead of saying nothing."""
+    label = new_cluster_label()
+    exporters = prometheus_server.exporters
+    exporters.pending.labels(label, world.team_a.slug, "active").set(3)
+    exporters.admitted.labels(label, world.team_a.slug).set(1)
+    prometheus_server.wait_for(f'kueue_pending_workloads{{cluster="{label}"}}')
+    world.a100.backend = SyncBackend.NONE
+    world.a100.save(update_fields=["backend"])
+    services.prometheus_source_set(
+        cluster=world.a100,
+        actor=world.admin,
+        settings_={
+            "url": prometheus_server.url, "label_matchers": f'cluster="{label}"', "step_s": 15,
+            "query_timeout_s": 5, "figures": [PrometheusFigure.KUEUE],
+            "node_agent_samples": False,
+        },
+    )  # fmt: skip
+
+    outcome = collector.cluster_collect(
+        cluster=world.a100, now=timezone.now() + timedelta(seconds=15)
+    )
+
+    assert outcome.prometheus is not None and outcome.prometheus.ok, outcome
+    status = PrometheusSource.objects.get(cluster=world.a100)
+    warned = [w for w in status.last_warnings if "kueue_cluster_queue_resource_usage" in w]
+    assert len(warned) == 1, status.last_warnings
+    assert "metrics.enableClusterQueueResources" in warned[0]
+    # Once Kueue exports it, the warning goes.
+    exporters.cq_usage.labels(
+        label, "", world.team_a.slug, world.a100_gpu.name, "nvidia.com/gpu"
+    ).set(2)
+    prometheus_server.wait_for(f'kueue_cluster_queue_resource_usage{{cluster="{label}"}}')
+    collector.cluster_collect(cluster=world.a100, now=timezone.now() + timedelta(seconds=30))
+    status.refresh_from_db()
+    assert not any("enableClusterQueueResources" in w for w in status.last_warnings)
