@@ -3,7 +3,10 @@
 A webhook's URL is http(s), without credentials (``user:pw@``), to a public address: loopback,
 link-local (cloud metadata at 169.254.169.254 included), private, shared, unspecified,
 multicast and reserved addresses are refused, unless ``settings.WEBHOOK_ALLOWED_HOSTS`` names
-the host (a name, an address or a network: ``hooks.internal``, ``10.0.0.0/8``). The check runs
+the host (a name, an address or a network: ``hooks.internal``, ``10.0.0.0/8``). An IPv6
+address that carries an IPv4 one (NAT64 ``64:ff9b::/96``, 6to4 ``2002::/16``, IPv4-mapped and
+-compatible, Teredo) is judged by the IPv4 address too, so ``[64:ff9b::7f00:1]`` is loopback;
+the local-use NAT64 prefix ``64:ff9b:1::/48`` is never public. The check runs
 when an admin saves the URL (the model field's validator) and again when sending: the name is
 resolved then, every address it resolves to is checked, and the connection goes to the address
 checked (a name that resolves elsewhere since, DNS rebinding, gets nothing).
@@ -48,7 +51,15 @@ class _AllowList:
     def admits(self, host: str, address: IpAddress | None = None) -> bool:
         if host.lower().rstrip(".") in self.names:
             return True
-        return address is not None and any(address in network for network in self.networks)
+        if address is None:
+            return False
+        embedded = embedded_ipv4(address)
+        return any(
+            candidate in network
+            for candidate in (address, embedded)
+            if candidate is not None
+            for network in self.networks
+        )
 
 
 def _allow_list() -> _AllowList:
@@ -63,12 +74,43 @@ def _allow_list() -> _AllowList:
     return _AllowList(frozenset(names), tuple(networks))
 
 
+NAT64_WELL_KNOWN = ipaddress.IPv6Network("64:ff9b::/96")  # RFC 6052
+NAT64_LOCAL_USE = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: a network's own
+IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # deprecated, still routed by some stacks
+
+
+def embedded_ipv4(address: IpAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries, which is where a packet to it ends up: NAT64
+    (well-known prefix), 6to4, IPv4-mapped, IPv4-compatible, Teredo (the client's). None for
+    an IPv4 address or an IPv6 one that carries none."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    if address in NAT64_WELL_KNOWN or address in IPV4_COMPATIBLE:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
+def _global(address: IpAddress) -> bool:
+    return address.is_global and not address.is_multicast
+
+
 def is_public(address: IpAddress) -> bool:
     """A global unicast address: not loopback, link-local, private, shared, unspecified,
-    reserved or multicast (an IPv4-mapped IPv6 address is judged as the IPv4 one)."""
+    reserved or multicast. An IPv4-mapped IPv6 address is judged as the IPv4 one; one that
+    carries an IPv4 address otherwise (NAT64, 6to4, IPv4-compatible, Teredo) must be public
+    itself and carry a public one; the local-use NAT64 prefix is never public."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_global and not address.is_multicast
+        return _global(address.ipv4_mapped)
+    if address in NAT64_LOCAL_USE:
+        return False
+    embedded = embedded_ipv4(address)
+    return _global(address) and (embedded is None or _global(embedded))
 
 
 def _parts(url: str) -> tuple[SplitResult, str]:

@@ -10,8 +10,9 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from core.admin_actions import delete_each, delete_selected
 from gpu_agent.models import Gpu, MigInstance, MigLayout, Node, NodeJoinToken, NodeToken
-from gpu_agent.services.nodes import node_token_revoke, node_update
+from gpu_agent.services.nodes import node_remove, node_token_revoke, node_update
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -84,10 +85,23 @@ class NodeAdmin(admin.ModelAdmin):
         "created_at",
     ]
     inlines = [GpuInline, NodeTokenInline]
-    actions = ["revoke_tokens"]
+    actions = [delete_selected, "revoke_tokens"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # nodes appear when their agent registers with a join token
+
+    # Removing a node goes through the service (refused while its agent reports, audited, its
+    # capacity pushed away), one at a time or in bulk.
+    def delete_model(self, request: HttpRequest, obj: Node) -> None:
+        node_remove(node=obj, actor=request.user)  # type: ignore[arg-type]  # admin users are Users
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        delete_each(
+            self,
+            request,
+            queryset,
+            remove=lambda node: node_remove(node=node, actor=request.user),  # type: ignore[arg-type]  # admin users are Users
+        )
 
     def save_model(self, request: HttpRequest, obj: Node, form: Any, change: bool) -> None:
         node_update(node=obj, actor=request.user, cluster=obj.cluster)  # type: ignore[arg-type]  # admin users are Users

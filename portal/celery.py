@@ -17,6 +17,11 @@ app.autodiscover_tasks()
 app.conf.beat_schedule = {
     "worker-heartbeat": {"task": "portal.tasks.worker_heartbeat", "schedule": 30.0},
     "sweep-outbox": {"task": "quotas.tasks.sweep_outbox", "schedule": 60.0},
+    # Notification emails no worker sent (the broker was down) or due again after a failure.
+    "sweep-notification-emails": {
+        "task": "tenants.tasks.sweep_notification_emails",
+        "schedule": 60.0,
+    },
     "expire-quota-requests": {"task": "approvals.tasks.expire_requests", "schedule": 3600.0},
     # Drift repair: re-apply what was changed by hand in the clusters.
     "reconcile-clusters": {"task": "quotas.tasks.reconcile_clusters", "schedule": 300.0},

@@ -7,7 +7,8 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin
 
-from core.errors import ApplicationError
+from core.admin_actions import delete_each, delete_selected
+from core.errors import ApplicationError, PermissionDenied
 from tenants import services
 from tenants.models import ApiToken, AuditEvent, Membership, Namespace, Tenant, User
 
@@ -79,6 +80,17 @@ class TenantAdmin(admin.ModelAdmin):
     search_fields = ["slug", "display_name"]
     inlines = [NamespaceInline, MembershipInline]
     actions = ["archive", "unarchive"]
+
+    # A tenant is archived (its quotas, requests, usage and audit trail stay), never deleted:
+    # no service deletes one, so neither does Django admin, one at a time or in bulk.
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+    def delete_model(self, request: Any, obj: Tenant) -> None:
+        raise PermissionDenied("Tenants are archived, never deleted.")
+
+    def delete_queryset(self, request: Any, queryset: Any) -> None:
+        raise PermissionDenied("Tenants are archived, never deleted.")
 
     def get_readonly_fields(self, request: Any, obj: Any = None) -> list[str]:
         # The slug names namespaces and cluster objects: fixed once created. The isolation
@@ -160,6 +172,20 @@ class NamespaceAdmin(admin.ModelAdmin):
     list_display = ["name", "tenant", "purpose", "created_at"]
     list_filter = ["purpose"]
     search_fields = ["name", "tenant__slug"]
+    actions = [delete_selected]
+
+    def delete_model(self, request: Any, obj: Namespace) -> None:
+        services.namespace_remove(tenant=obj.tenant, name=obj.name, actor=request.user)
+
+    def delete_queryset(self, request: Any, queryset: Any) -> None:
+        delete_each(
+            self,
+            request,
+            queryset.select_related("tenant").order_by("tenant", "name"),
+            remove=lambda namespace: services.namespace_remove(
+                tenant=namespace.tenant, name=namespace.name, actor=request.user
+            ),
+        )
 
     def save_model(self, request: Any, obj: Namespace, form: Any, change: bool) -> None:
         if change:
@@ -175,6 +201,7 @@ class MembershipAdmin(admin.ModelAdmin):
     list_display = ["tenant", "user", "role", "created_at"]
     list_filter = ["role"]
     search_fields = ["tenant__slug", "user__username"]
+    actions = [delete_selected]
 
     def save_model(self, request: Any, obj: Membership, form: Any, change: bool) -> None:
         obj.pk = services.membership_set(
@@ -183,6 +210,16 @@ class MembershipAdmin(admin.ModelAdmin):
 
     def delete_model(self, request: Any, obj: Membership) -> None:
         services.membership_remove(tenant=obj.tenant, user=obj.user, actor=request.user)
+
+    def delete_queryset(self, request: Any, queryset: Any) -> None:
+        delete_each(
+            self,
+            request,
+            queryset.select_related("tenant", "user").order_by("tenant", "user__username"),
+            remove=lambda membership: services.membership_remove(
+                tenant=membership.tenant, user=membership.user, actor=request.user
+            ),
+        )
 
 
 @admin.register(ApiToken)

@@ -45,3 +45,13 @@ class IsolationLevel(models.TextChoices):
     MIG = "mig", "MIG instance"
     WHOLE_GPU = "whole-gpu", "Whole GPU"
     DEDICATED = "dedicated", "Dedicated nodes"
+
+
+class EmailState(models.TextChoices):
+    """Where a notification's email is: waiting to be sent (or sent again, after a failure),
+    sent, given up (the last error kept on the row), or none to send (no address)."""
+
+    PENDING = "pending", "Pending"
+    SENT = "sent", "Sent"
+    FAILED = "failed", "Failed"
+    NO_ADDRESS = "no-address", "No address"

@@ -9,6 +9,7 @@ from django.db.models import F, Q
 
 from tenants.choices import (
     AuditSource,
+    EmailState,
     IsolationLevel,
     MembershipRole,
     NamespacePurpose,
@@ -262,7 +263,10 @@ class AuditEvent(models.Model):
 
 class Notification(models.Model):
     """A message for one user: shown in the portal's inbox and sent by email (in Celery,
-    after commit, with retries; a failing mail server delays it, never the change itself)."""
+    after commit; a failing mail server delays it, never the change itself). The row is the
+    email's outbox: pending until sent, retried with backoff after any failure (due at
+    ``email_next_attempt_at``), and swept every minute, so an email made while the broker
+    was down is sent all the same; after the last attempt it is failed, its error kept."""
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications"
@@ -274,15 +278,37 @@ class Notification(models.Model):
     read_at = models.DateTimeField(null=True, blank=True)
     emailed_at = models.DateTimeField(null=True, blank=True)
     email_attempts = models.PositiveSmallIntegerField(default=0)
+    # Database defaults too: the previous release inserts rows without these while both run.
+    email_state = models.CharField(
+        max_length=20,
+        choices=EmailState.choices,
+        default=EmailState.PENDING,
+        db_default=EmailState.PENDING,
+    )
+    email_next_attempt_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a pending email is due again (after a failure)."
+    )
+    email_error = models.CharField(
+        max_length=500,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The last failure of its email.",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(
+                fields=["created_at"],
+                name="notification_email_pending_idx",
+                condition=Q(email_state="pending"),
+            ),
+            models.Index(
                 fields=["user", "-created_at"],
                 name="notification_unread_idx",
                 condition=Q(read_at__isnull=True),
-            )
+            ),
         ]
 
     def __str__(self) -> str:

@@ -7,20 +7,22 @@ import logging
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from core.tasks import enqueue
 from tenants.choices import (
     AuditSource,
+    EmailState,
     IsolationLevel,
     MembershipRole,
     NamespacePurpose,
@@ -1030,58 +1032,150 @@ def notify(
 
 SEND_NOTIFICATION_EMAIL_TASK = "tenants.tasks.send_notification_email"
 SEND_NOTIFICATION_EMAILS_TASK = "tenants.tasks.send_notification_emails"
+SWEEP_NOTIFICATION_EMAILS_TASK = "tenants.tasks.sweep_notification_emails"
+
+# A failed email is tried again after 1, 2, 4 ... minutes (at most an hour apart), 8 times in
+# all (about two hours); then it is failed, its last error kept. An email not sent two days
+# after its notification (the workers stopped that long) is no longer news: failed, said so.
+NOTIFICATION_EMAIL_MAX_ATTEMPTS = 8
+NOTIFICATION_EMAIL_BACKOFF = timedelta(minutes=1)
+NOTIFICATION_EMAIL_BACKOFF_MAX = timedelta(hours=1)
+NOTIFICATION_EMAIL_GIVE_UP_AFTER = timedelta(days=2)
+# The task queued after commit takes the email first; the sweep, only once this has passed.
+NOTIFICATION_EMAIL_SWEEP_GRACE = timedelta(minutes=1)
+# A claimed email whose worker died while sending is due again after this.
+NOTIFICATION_EMAIL_CLAIM = timedelta(minutes=10)
 
 
 def _enqueue_emails(ids: list[int]) -> None:
     """One task for the emails of one change (a request's five approvers: one message on the
-    queue, not five); ``notification_emails_send`` hands a failing one to a task of its own,
-    which retries."""
+    queue, not five). A broker that is down loses nothing: the rows are pending and the
+    sweep sends them."""
     try:
         enqueue(SEND_NOTIFICATION_EMAILS_TASK, [ids])
     except Exception:
-        logger.warning("notifications %s: emails not enqueued", ids, exc_info=True)
+        logger.warning("notifications %s: emails not enqueued, the sweep sends them", ids)
 
 
 def notification_emails_send(*, notification_ids: Sequence[int]) -> list[int]:
-    """Send each notification's email once, one after another; the ids whose mail server
-    failed (``OSError``) are put on the queue one by one, each on the task that retries with a
-    growing delay, so one bad moment of the server costs no other email. Returns those ids."""
+    """Send each notification's email once, one after another, so one failing address costs
+    no other email. Returns the ids that failed and wait for a retry (the sweep sends them
+    when due)."""
     failed = []
     for notification_id in notification_ids:
-        try:
-            notification_send_email(notification_id=notification_id)
-        except OSError:
-            logger.warning("notification %s: email failed, retried apart", notification_id)
+        if notification_send_email(notification_id=notification_id).retry_in is not None:
             failed.append(notification_id)
-        except Exception:  # as one task per email would: this one fails, the others go on
-            logger.exception("notification %s: email failed", notification_id)
-    for notification_id in failed:
-        try:
-            enqueue(SEND_NOTIFICATION_EMAIL_TASK, [notification_id])
-        except Exception:
-            logger.warning("notification %s: retry not enqueued", notification_id, exc_info=True)
     return failed
 
 
-def notification_send_email(*, notification_id: int) -> bool:
-    """Send one notification's email once (a retry after success sends nothing)."""
-    notification = (
-        Notification.objects.select_related("user")
-        .filter(pk=notification_id, emailed_at__isnull=True)
-        .first()
+@dataclass(frozen=True)
+class EmailOutcome:
+    sent: bool
+    retry_in: float | None = None  # seconds until it is due again; None: done or not due
+    error: str = ""
+
+
+def notification_email_retry_delay(attempts: int) -> timedelta:
+    """The wait after the ``attempts``-th failure: 1, 2, 4 ... minutes, at most an hour."""
+    return min(
+        NOTIFICATION_EMAIL_BACKOFF * 2 ** max(attempts - 1, 0), NOTIFICATION_EMAIL_BACKOFF_MAX
     )
-    if notification is None or not notification.user.email:
-        return False
-    Notification.objects.filter(pk=notification_id).update(email_attempts=F("email_attempts") + 1)
+
+
+def _email_due(now: datetime) -> Q:
+    return Q(email_next_attempt_at__isnull=True) | Q(
+        email_next_attempt_at__lte=now + timedelta(seconds=1)
+    )
+
+
+def notification_send_email(*, notification_id: int, now: datetime | None = None) -> EmailOutcome:
+    """Send one notification's email if it is pending and due (a retry after success sends
+    nothing). Claimed with a conditional update, so two workers never send it at once. Any
+    failure of the mail server, a network error or another, is recorded and tried again
+    after a growing delay, up to ``NOTIFICATION_EMAIL_MAX_ATTEMPTS``; then the email is
+    failed, its last error kept. A user without an address has none to send."""
+    now = now or timezone.now()
+    pending = Notification.objects.filter(
+        pk=notification_id, email_state=EmailState.PENDING, emailed_at__isnull=True
+    )
+    claimed = pending.filter(_email_due(now)).update(
+        email_attempts=F("email_attempts") + 1,
+        email_next_attempt_at=now + NOTIFICATION_EMAIL_CLAIM,
+    )
+    if not claimed:
+        return EmailOutcome(sent=False)
+    notification = Notification.objects.select_related("user").get(pk=notification_id)
+    if not notification.user.email:
+        pending.update(email_state=EmailState.NO_ADDRESS, email_next_attempt_at=None)
+        return EmailOutcome(sent=False)
     link = f"\n\n{settings.PORTAL_URL.rstrip('/')}{notification.url}" if notification.url else ""
-    send_mail(
-        subject=f"[GPU portal] {notification.subject}",
-        message=f"{notification.body}{link}",
-        from_email=None,
-        recipient_list=[notification.user.email],
+    try:
+        send_mail(
+            subject=f"[GPU portal] {notification.subject}",
+            message=f"{notification.body}{link}",
+            from_email=None,
+            recipient_list=[notification.user.email],
+        )
+    except Exception as exc:  # whatever the mail server or its client raised: kept, retried
+        return _email_failed(notification, f"{type(exc).__name__}: {exc}"[:500], now)
+    pending.update(
+        email_state=EmailState.SENT,
+        emailed_at=timezone.now(),
+        email_next_attempt_at=None,
+        email_error="",
     )
-    Notification.objects.filter(pk=notification_id).update(emailed_at=timezone.now())
-    return True
+    return EmailOutcome(sent=True)
+
+
+def _email_failed(notification: Notification, error: str, now: datetime) -> EmailOutcome:
+    row = Notification.objects.filter(pk=notification.pk, email_state=EmailState.PENDING)
+    if notification.email_attempts >= NOTIFICATION_EMAIL_MAX_ATTEMPTS:
+        row.update(email_state=EmailState.FAILED, email_next_attempt_at=None, email_error=error)
+        logger.warning(
+            "notification %s: email failed %s times, given up: %s",
+            notification.pk, notification.email_attempts, error,
+        )  # fmt: skip
+        return EmailOutcome(sent=False, error=error)
+    delay = notification_email_retry_delay(notification.email_attempts)
+    row.update(email_next_attempt_at=now + delay, email_error=error)
+    logger.warning(
+        "notification %s: email failed (attempt %s), again in %s: %s",
+        notification.pk, notification.email_attempts, delay, error,
+    )  # fmt: skip
+    return EmailOutcome(sent=False, retry_in=delay.total_seconds(), error=error)
+
+
+def notification_emails_sweep(*, now: datetime | None = None) -> list[int]:
+    """Every minute (Celery beat): queue the pending emails no worker sent (the broker was
+    down, a worker died) and those due again after a failure, as one task; record as failed
+    those older than ``NOTIFICATION_EMAIL_GIVE_UP_AFTER``. Safe to run twice: the claim sends
+    each email once. Returns the ids queued."""
+    now = now or timezone.now()
+    pending = Notification.objects.filter(email_state=EmailState.PENDING, emailed_at__isnull=True)
+    too_old = now - NOTIFICATION_EMAIL_GIVE_UP_AFTER
+    stale = pending.filter(created_at__lt=too_old)
+    stale.filter(user__email="").update(
+        email_state=EmailState.NO_ADDRESS, email_next_attempt_at=None
+    )
+    given_up = stale.update(
+        email_state=EmailState.FAILED,
+        email_next_attempt_at=None,
+        email_error=f"not sent within {NOTIFICATION_EMAIL_GIVE_UP_AFTER.days} days "
+        "of the notification; given up",
+    )
+    if given_up:
+        logger.warning("%s notification emails not sent in time, given up", given_up)
+    due = pending.filter(
+        Q(email_next_attempt_at__isnull=True, created_at__lt=now - NOTIFICATION_EMAIL_SWEEP_GRACE)
+        | Q(email_next_attempt_at__lte=now)
+    )
+    ids = list(due.order_by("pk").values_list("pk", flat=True)[:1000])
+    if ids:
+        try:
+            enqueue(SEND_NOTIFICATION_EMAILS_TASK, [ids])
+        except Exception:
+            logger.warning("notification emails %s not enqueued, swept again", ids)
+    return ids
 
 
 def notifications_mark_read(*, user: User, ids: Iterable[int] | None = None) -> int:

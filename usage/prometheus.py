@@ -64,7 +64,14 @@ from tenants.models import Namespace, Tenant
 from usage.choices import Metric, PrometheusFigure, Resolution, Source
 from usage.models import Pod, PrometheusGpu, PrometheusSource, VolumeRoom
 from usage.promql import kube_resource_name, parse_label_matchers, queries
-from usage.services import SampleRow, bucket_start, samples_write, workload_activity_record
+from usage.services import (
+    SampleRow,
+    bucket_start,
+    prometheus_secrets_dir_holds,
+    prometheus_secrets_dir_refusal,
+    samples_write,
+    workload_activity_record,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -187,6 +194,8 @@ class PrometheusClient:
 
 
 def _reason(exc: Exception) -> str:
+    if isinstance(exc, requests.exceptions.InvalidHeader):
+        return "a header could not be sent."  # its text quotes the header: a credential
     text = str(exc)
     if "Connection refused" in text or "ConnectionRefused" in text:
         return "connection refused."
@@ -197,19 +206,31 @@ def _reason(exc: Exception) -> str:
     return text[:300]
 
 
+# RFC 6750's b64token: what a bearer token is made of (a Kubernetes token, a JWT, fit it).
+BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+
+
 def _read_secret(path: str, what: str) -> str:
+    """The file's contents, stripped; only from PROMETHEUS_SECRETS_DIR (links followed). No
+    error says what the file holds: what is read goes to the URL, what is said to last_error."""
+    if not prometheus_secrets_dir_holds(path, resolve=True):
+        raise PrometheusError(f"the {what} file: {prometheus_secrets_dir_refusal(path)}")
     try:
         return Path(path).read_text().strip()
-    except OSError as exc:
-        raise PrometheusError(
-            f"the {what} file {path} could not be read: {exc.strerror}."
-        ) from None
+    except (OSError, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "it is not text"
+        raise PrometheusError(f"the {what} file {path} could not be read: {reason}.") from None
 
 
 def client_for(source: PrometheusSource) -> PrometheusClient:
-    token = (
-        _read_secret(source.bearer_token_file, "bearer token") if source.bearer_token_file else None
-    )
+    token = None
+    if source.bearer_token_file:
+        token = _read_secret(source.bearer_token_file, "bearer token")
+        if not BEARER_TOKEN.fullmatch(token):
+            raise PrometheusError(
+                f"the bearer token file {source.bearer_token_file} does not hold a bearer token "
+                "(one line of letters, digits and -._~+/, then any =)."
+            )
     auth = None
     if source.basic_auth_user:
         password = (

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -719,6 +720,43 @@ def prometheus_source_remove(*, cluster: Any, actor: Any) -> bool:
     return True
 
 
+# What is read from these files is sent to the source's URL: only a file in
+# PROMETHEUS_SECRETS_DIR may be named, so no other file the worker can read leaves it.
+PROMETHEUS_CREDENTIAL_FILES = ("bearer_token_file", "basic_auth_password_file")
+
+
+def prometheus_secrets_dir_holds(path: str, *, resolve: bool = False) -> bool:
+    """Whether ``path`` names a file inside ``PROMETHEUS_SECRETS_DIR`` (``..`` taken into
+    account; with ``resolve``, symbolic links followed too, as the worker reads it)."""
+    clean = os.path.realpath if resolve else os.path.normpath
+    base = clean(settings.PROMETHEUS_SECRETS_DIR)
+    target = clean(path)
+    return target != base and os.path.commonpath([target, base]) == base
+
+
+def prometheus_secrets_dir_refusal(path: str) -> str:
+    return (
+        f"{path} is not in PROMETHEUS_SECRETS_DIR ({settings.PROMETHEUS_SECRETS_DIR}): "
+        "credentials files are read from there only (what is read is sent to the URL)."
+    )
+
+
+def _prometheus_paths_absolute(*, settings_: Mapping[str, Any]) -> None:
+    """Files are named by absolute paths on the worker."""
+    for name in ("bearer_token_file", "basic_auth_password_file", "ca_bundle"):
+        path = str(settings_.get(name) or "")
+        if path and not path.startswith("/"):
+            raise ValidationFailed.for_field(name, "an absolute path on the worker is required.")
+
+
+def _prometheus_credentials_in_secrets_dir(*, settings_: Mapping[str, Any]) -> None:
+    """The credentials files, whose contents go to the URL, only in PROMETHEUS_SECRETS_DIR."""
+    for name in PROMETHEUS_CREDENTIAL_FILES:
+        path = str(settings_.get(name) or "")
+        if path and not prometheus_secrets_dir_holds(path):
+            raise ValidationFailed.for_field(name, prometheus_secrets_dir_refusal(path))
+
+
 def prometheus_settings_check(*, settings_: Mapping[str, Any]) -> None:
     """The rules of a Prometheus source's settings (ValidationFailed naming the field)."""
     url = str(settings_.get("url") or "")
@@ -749,10 +787,7 @@ def prometheus_settings_check(*, settings_: Mapping[str, Any]) -> None:
             "step_s",
             f"a whole number of seconds from {PROMETHEUS_STEP_MIN_S} to {PROMETHEUS_STEP_MAX_S}.",
         )
-    for name in ("bearer_token_file", "basic_auth_password_file", "ca_bundle"):
-        path = str(settings_.get(name) or "")
-        if path and not path.startswith("/"):
-            raise ValidationFailed.for_field(name, "an absolute path on the worker is required.")
+    _prometheus_paths_absolute(settings_=settings_)
     if settings_.get("basic_auth_password_file") and not settings_.get("basic_auth_user"):
         raise ValidationFailed.for_field(
             "basic_auth_user", "a password file needs the user it belongs to."
@@ -761,3 +796,4 @@ def prometheus_settings_check(*, settings_: Mapping[str, Any]) -> None:
         raise ValidationFailed.for_field(
             "bearer_token_file", "use a bearer token or basic auth, not both."
         )
+    _prometheus_credentials_in_secrets_dir(settings_=settings_)

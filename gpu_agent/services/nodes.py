@@ -355,6 +355,35 @@ def node_update(*, node: Node, actor: User, cluster: Cluster | None) -> Node:
     return node
 
 
+@transaction.atomic
+def node_remove(*, node: Node, actor: User) -> None:
+    """Take a node out of the fleet (platform admins): its GPUs, MIG layouts and tokens go with
+    it, and its part of MIG flavors' capacity is pushed away. Refused (409) while its agent
+    still reports: revoke its tokens first and remove it once it is stale, or its agent would
+    keep reporting for a node the portal no longer knows. Audited."""
+    locked = Node.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=node.pk)
+    if not locked.stale and locked.last_report_at is not None:
+        raise Conflict(
+            f"Node {locked.name} still reports: revoke its tokens and remove it once it is "
+            "stale (no report for AGENT_STALE_AFTER_S).",
+            fields={"name": [f"{locked.name} still reports"]},
+        )
+    audit_record(
+        actor=actor,
+        action="node.removed",
+        obj=locked,
+        before={
+            "name": locked.name,
+            "cluster": locked.cluster.name if locked.cluster else None,
+            "hostname": locked.hostname,
+            "gpus": locked.gpus.count(),
+            "last_report_at": iso(locked.last_report_at),
+        },
+    )
+    locked.delete()
+    nodes_capacity_push(nodes=[locked], moved=True)  # its parts go: it reports no instances
+
+
 # --- stale nodes -------------------------------------------------------------------------
 
 

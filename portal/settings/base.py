@@ -193,6 +193,15 @@ USAGE_AGENT_SAMPLE_EVERY_S = env_int("USAGE_AGENT_SAMPLE_EVERY_S", 60)
 # /metrics (Prometheus): a bearer token, and/or client networks allowed without one.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 METRICS_ALLOWED_CIDRS = env_list("METRICS_ALLOWED_CIDRS", [])
+# The only directory a Prometheus source's credentials files (bearer token, basic-auth password)
+# may be read from on the worker: what is read there is sent to the source's URL, so it holds
+# those files and nothing else (not the portal's own secrets).
+PROMETHEUS_SECRETS_DIR = env_str("PROMETHEUS_SECRETS_DIR", "/run/secrets/prometheus")
+if not PROMETHEUS_SECRETS_DIR.startswith("/") or PROMETHEUS_SECRETS_DIR.rstrip("/") == "":
+    raise ImproperlyConfigured(
+        f"PROMETHEUS_SECRETS_DIR={PROMETHEUS_SECRETS_DIR!r} is not an absolute directory "
+        "other than /"
+    )
 # Alert webhooks: each POST's timeout, the backoff between attempts (doubling up to the
 # maximum) and how many attempts before a delivery is given up.
 ALERT_WEBHOOK_TIMEOUT_S = env_int("ALERT_WEBHOOK_TIMEOUT_S", 5)

@@ -180,6 +180,19 @@ INTERNAL = [
     "http://224.0.0.1/",
     "http://[fd00:ec2::254]/",
     "http://100.100.100.200/",
+    # IPv4 inside IPv6: NAT64 (RFC 6052, and the local-use 64:ff9b:1::/48), 6to4, IPv4-mapped
+    # and -compatible, Teredo; each reaches the IPv4 address it carries.
+    "http://[64:ff9b::7f00:1]/",
+    "http://[64:ff9b::a9fe:a9fe]/latest/meta-data/",
+    "http://[64:ff9b::10.0.0.5]/",
+    "http://[64:ff9b:1::7f00:1]/",
+    "http://[64:ff9b:1:7f00:1::]/",
+    "http://[2002:7f00:1::]/",
+    "http://[2002:a9fe:a9fe::1]/",
+    "http://[2002:c0a8:101::]/",
+    "http://[::ffff:a9fe:a9fe]/",
+    "http://[::127.0.0.1]/",
+    "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/",
 ]
 
 
@@ -200,6 +213,35 @@ def test_the_admin_form_says_why_a_webhook_url_is_refused(world):
     assert response.status_code == 200  # the form again, with the error
     assert "not a public address" in response.content.decode()
     assert not Webhook.objects.exists()
+
+
+def test_the_admin_form_refuses_loopback_written_as_nat64_or_6to4(world):
+    admin = logged_in(world.admin)
+    for url in ("http://[64:ff9b::7f00:1]:8000/", "http://[2002:7f00:1::]/"):
+        response = admin.post(
+            "/admin/alerts/webhook/add/",
+            {"name": "probe", "url": url, "format": "json", "enabled": "on",
+             "min_severity": "info"},
+        )  # fmt: skip
+        assert response.status_code == 200, url  # the form again, with the error
+        assert "not a public address" in response.content.decode(), url
+    assert not Webhook.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "url", ["http://[64:ff9b::808:808]/", "http://[2002:808:808::]/", "http://[::ffff:8.8.8.8]/"]
+)
+def test_a_public_ipv4_address_inside_ipv6_may_be_saved(world, url):
+    Webhook(name="public", url=url).full_clean()
+
+
+def test_the_allow_list_admits_an_internal_address_written_inside_ipv6(world, settings):
+    settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    Webhook(name="ok", url="http://[64:ff9b::7f00:1]/").full_clean()
+    settings.WEBHOOK_ALLOWED_HOSTS = ["64:ff9b::/96"]
+    Webhook(name="ok", url="http://[64:ff9b::7f00:1]/").full_clean()
+    with pytest.raises(ValidationError):
+        Webhook(name="ok", url="http://[2002:7f00:1::]/").full_clean()
 
 
 def test_the_allow_list_admits_the_internal_hosts_it_names(world, settings):

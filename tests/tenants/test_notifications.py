@@ -153,7 +153,12 @@ def test_one_failing_address_costs_no_other_email_and_is_retried_apart(
     bad_notice, good_notice = (Notification.objects.get(pk=by_user[u.pk]) for u in (bad, good))
     assert good_notice.emailed_at is not None
     assert bad_notice.emailed_at is None and bad_notice.email_attempts == 1
-    assert retried == [(services.SEND_NOTIFICATION_EMAIL_TASK, [by_user[bad.pk]])]
+    # Retried apart: due again after a backoff, when the sweep queues it alone.
+    assert retried == []
+    assert bad_notice.email_state == "pending" and "refused" in bad_notice.email_error
+    due = bad_notice.email_next_attempt_at
+    assert services.notification_emails_sweep(now=due) == [by_user[bad.pk]]
+    assert retried == [(services.SEND_NOTIFICATION_EMAILS_TASK, [[by_user[bad.pk]]])]
 
 
 class BrokenForOneAddress(LocmemBackend):
@@ -165,7 +170,7 @@ class BrokenForOneAddress(LocmemBackend):
         return super().send_messages(messages)
 
 
-def test_an_email_that_crashes_costs_the_others_nothing_and_is_not_retried(
+def test_an_email_that_crashes_costs_the_others_nothing_and_is_retried_later(
     world, settings, monkeypatch
 ):
     from tenants import services
@@ -177,6 +182,131 @@ def test_an_email_that_crashes_costs_the_others_nothing_and_is_not_retried(
     rows = services.notify(users=[bad, good], subject="one of two")
     by_user = {row.user_id: row.pk for row in rows}
     failed = services.notification_emails_send(notification_ids=[by_user[bad.pk], by_user[good.pk]])
-    assert failed == [] and retried == []  # only network errors are worth a retry
+    # Not only network errors: any failure is kept on the row and tried again when due
+    # (by the sweep: nothing is queued now), never dropped.
+    assert failed == [by_user[bad.pk]] and retried == []
     assert [m.to for m in mail.outbox] == [["admin@example.com"]]
     assert Notification.objects.get(pk=by_user[good.pk]).emailed_at is not None
+    crashed = Notification.objects.get(pk=by_user[bad.pk])
+    assert crashed.email_state == "pending" and crashed.email_next_attempt_at is not None
+    assert crashed.email_error == "RuntimeError: a bug, not the network"
+
+
+# --- what is not sent is not lost: the sweep, retries with backoff, the last failure kept ------
+
+
+class BrokerDown(Exception):
+    pass
+
+
+def _broker_down(name, args):  # type: ignore[no-untyped-def]
+    raise BrokerDown("the broker is down")
+
+
+def test_emails_made_while_the_broker_was_down_are_sent_by_the_sweep(
+    world, eager_celery, monkeypatch, django_capture_on_commit_callbacks
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from portal.celery import app
+    from tenants import services
+
+    monkeypatch.setattr(services, "enqueue", _broker_down)
+    with django_capture_on_commit_callbacks(execute=True):
+        rows = services.notify(users=[world.alice, world.bob], subject="while the broker slept")
+    assert mail.outbox == []
+    assert all(row.email_state == "pending" for row in Notification.objects.all())
+    monkeypatch.undo()
+    assert services.notification_emails_sweep() == []  # a moment's grace: the task may run yet
+    swept = services.notification_emails_sweep(now=timezone.now() + timedelta(minutes=2))
+    assert sorted(swept) == sorted(row.pk for row in rows)
+    assert sorted(m.to[0] for m in mail.outbox) == ["alice@example.com", "bob@example.com"]
+    assert set(Notification.objects.values_list("email_state", flat=True)) == {"sent"}
+    assert services.notification_emails_sweep(now=timezone.now() + timedelta(minutes=5)) == []
+    beat = {entry["task"] for entry in app.conf.beat_schedule.values()}
+    assert services.SWEEP_NOTIFICATION_EMAILS_TASK in beat
+
+
+class FailingTwice(LocmemBackend):
+    """A mail server that answers an SMTP error (not a network one) twice, then takes mail."""
+
+    failures = 0
+
+    def send_messages(self, messages):  # type: ignore[no-untyped-def]
+        if FailingTwice.failures < 2:
+            FailingTwice.failures += 1
+            raise RuntimeError("451 4.3.0 try again later")
+        return super().send_messages(messages)
+
+
+def test_a_mail_failing_otherwise_than_the_network_is_retried_with_backoff(world, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tenants import services
+
+    settings.EMAIL_BACKEND = f"{__name__}.FailingTwice"
+    FailingTwice.failures = 0
+    (row,) = services.notify(users=[world.alice], subject="retry me")
+    start = timezone.now()
+    outcome = services.notification_send_email(notification_id=row.pk, now=start)
+    row.refresh_from_db()
+    assert not outcome.sent and outcome.retry_in
+    assert row.email_state == "pending" and row.email_attempts == 1
+    assert "451 4.3.0" in row.email_error
+    first_delay = row.email_next_attempt_at - start
+    # Not due yet: the sweep leaves it; once due it sends it again, later the next time.
+    assert services.notification_emails_sweep(now=start + first_delay / 2) == []
+    due = start + first_delay + timedelta(seconds=1)
+    assert services.notification_emails_sweep(now=due) == [row.pk]
+    services.notification_send_email(notification_id=row.pk, now=due)
+    row.refresh_from_db()
+    assert row.email_attempts == 2 and row.email_next_attempt_at - due > first_delay
+    later = row.email_next_attempt_at + timedelta(seconds=1)
+    assert services.notification_send_email(notification_id=row.pk, now=later).sent
+    row.refresh_from_db()
+    assert (row.email_state, row.email_error) == ("sent", "")
+    assert row.emailed_at is not None and [m.to for m in mail.outbox] == [["alice@example.com"]]
+
+
+def test_after_the_last_attempt_the_failure_is_recorded_not_dropped(world, settings):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tenants import services
+
+    settings.EMAIL_BACKEND = f"{__name__}.BrokenForOneAddress"
+    bad = UserFactory(username="admin2", email="admin2@example.com")
+    (row,) = services.notify(users=[bad], subject="never deliverable")
+    when = timezone.now()
+    for _ in range(services.NOTIFICATION_EMAIL_MAX_ATTEMPTS):
+        services.notification_send_email(notification_id=row.pk, now=when)
+        row.refresh_from_db()
+        when = (row.email_next_attempt_at or when) + timedelta(seconds=1)
+    assert row.email_state == "failed"
+    assert row.email_attempts == services.NOTIFICATION_EMAIL_MAX_ATTEMPTS
+    assert "RuntimeError: a bug, not the network" in row.email_error
+    assert row.email_next_attempt_at is None
+    assert services.notification_emails_sweep(now=when + timedelta(days=1)) == []
+    assert mail.outbox == []
+
+
+def test_the_sweep_gives_up_on_mail_too_old_to_send_and_says_so(world):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tenants import services
+
+    (old,) = services.notify(users=[world.alice], subject="from long ago")
+    Notification.objects.filter(pk=old.pk).update(
+        created_at=timezone.now() - services.NOTIFICATION_EMAIL_GIVE_UP_AFTER - timedelta(hours=1)
+    )
+    assert services.notification_emails_sweep() == []
+    old.refresh_from_db()
+    assert old.email_state == "failed" and "not sent within" in old.email_error
+    assert mail.outbox == []
