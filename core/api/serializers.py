@@ -9,6 +9,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
+from core.dates import OUT_OF_RANGE, in_range
+
 # An error names at most this many unknown fields (the first in sorted order) and counts the
 # rest: a body of 200,000 made-up keys must not buy an answer ten times its size.
 UNKNOWN_FIELDS_LISTED = 20
@@ -46,3 +48,14 @@ class DeprecatedIntegerField(serializers.IntegerField):
     document marks it ``deprecated`` (its help text names the field that replaces it, which
     carries the same value). Additive changes keep ``/api/v1/``: the old name stays until a
     v2 drops it."""
+
+
+class BoundedDateTimeField(serializers.DateTimeField):
+    """A date-time input from 1970 to 2999 (``core.dates``): year 9999 or 1 is a 400 naming
+    the field, never an overflow in the arithmetic after it."""
+
+    def to_internal_value(self, value: Any) -> datetime:
+        parsed = super().to_internal_value(value)
+        if not in_range(parsed):
+            raise serializers.ValidationError(OUT_OF_RANGE, code="out_of_range")
+        return parsed
