@@ -290,6 +290,10 @@ def test_a_file_of_too_many_nodes_is_refused_while_parsing(world, api_as):
         ),
         ({"gpu_model": A100_80, "instances": [{"start": 0}]}, "instances[0].profile"),
         (
+            {"gpu_model": A100_80, "instances": [{"profile": "1g.10gb", "start": "\u0663"}]},
+            "instances[0].start",  # an Arabic-Indic 3: int() reads it as 3
+        ),
+        (
             {"gpu_model": A100_80, "instances": [{"profile": "1g.10gb"}] * 65},
             "instances.non_field_errors",  # how the project names a list's own error
         ),
