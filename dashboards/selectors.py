@@ -31,6 +31,7 @@ from typing import Any
 from django.db.models import Avg, Count, Max, Q, Sum
 from django.utils import timezone
 
+from core.dates import OUT_OF_RANGE, in_range
 from core.errors import NotFound, ValidationFailed
 from dashboards.models import FlavorPrice
 from gpu_agent.models import Gpu, MigInstance
@@ -947,10 +948,14 @@ def parse_month(text: str | None, *, now: datetime | None = None) -> date:
     now = now or timezone.now()
     if not text:
         return date(now.year, now.month, 1)
-    try:
+    try:  # strptime reads other scripts' digits (Arabic-Indic ones): ASCII only
+        if not text.isascii():
+            raise ValueError(text)
         parsed = datetime.strptime(text, "%Y-%m").date()
     except ValueError:
         raise ValidationFailed.for_field("month", "a month as YYYY-MM is required.") from None
+    if not in_range(parsed):  # December 9999 has no end to sum up to
+        raise ValidationFailed.for_field("month", OUT_OF_RANGE)
     return parsed
 
 

@@ -23,6 +23,7 @@ from django.utils.http import urlencode
 from django.views import View
 
 from core.csvexport import csv_writer
+from core.dates import OUT_OF_RANGE, in_range
 from core.errors import ApplicationError, NotFound
 from core.pages import error_text
 from dashboards import charts, selectors
@@ -33,12 +34,22 @@ from tenants.selectors import membership_role, tenant_get_for_user
 DATETIME_INPUTS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
 
 
+class BoundedDateTimeField(forms.DateTimeField):
+    """A date-time from 1970 to 2999 (``core.dates``): year 9999 is refused, not overflowed."""
+
+    def to_python(self, value: Any) -> datetime | None:
+        parsed = super().to_python(value)
+        if parsed is not None and not in_range(parsed):
+            raise forms.ValidationError(OUT_OF_RANGE, code="out_of_range")
+        return parsed
+
+
 class PeriodForm(forms.Form):
     range = forms.ChoiceField(
         required=False, choices=[(k, v) for k, v in selectors.RANGE_LABELS.items()]
     )
-    start = forms.DateTimeField(required=False, input_formats=DATETIME_INPUTS)
-    end = forms.DateTimeField(required=False, input_formats=DATETIME_INPUTS)
+    start = BoundedDateTimeField(required=False, input_formats=DATETIME_INPUTS)
+    end = BoundedDateTimeField(required=False, input_formats=DATETIME_INPUTS)
 
 
 class RangeForm(PeriodForm):

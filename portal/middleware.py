@@ -10,7 +10,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from core.api.limits import anonymous_body_too_large
+from core.api.limits import anonymous_body_too_large, declared_length, too_large_message
 from core.api.throttling import LoginRateThrottle
 from core.http import client_ip as core_client_ip
 from tenants.choices import AuditSource
@@ -36,6 +36,26 @@ class AuditSourceMiddleware:
             return self.get_response(request)
         finally:
             audit_source.reset(token)
+
+
+class ApiBodyLimitMiddleware:
+    """Under ``/api/``, a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is a 413 in the API's error
+    shape, naming the limit, before anything reads it: Django's own refusal
+    (``RequestDataTooBig`` once something reads the body) is the pages' HTML 400."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        limit: int | None = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        if (
+            limit is not None
+            and request.path.startswith("/api/")
+            and declared_length(request.META) > limit
+        ):
+            body = {"detail": too_large_message(limit), "code": "payload_too_large", "fields": {}}
+            return JsonResponse(body, status=413)
+        return self.get_response(request)
 
 
 def content_security_policy(directives: dict[str, list[str]]) -> str:

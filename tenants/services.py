@@ -468,7 +468,10 @@ def namespace_create(*, tenant: Tenant, name: str, purpose: str, actor: User | N
     """Give ``tenant`` a namespace: a DNS-1123 label no tenant has, and no system namespace
     nor one a cluster reserves (400 naming ``name``). The next push writes its objects there;
     a namespace that already exists on a cluster without the portal's labels waits for a
-    platform admin to adopt it (``namespace_adopt``)."""
+    platform admin to adopt it (``namespace_adopt``). An archived tenant gets none (409): the
+    next reconcile would write it, though nothing else of the tenant is pushed."""
+    Tenant.objects.select_for_update().filter(pk=tenant.pk).first()  # against a racing archive
+    tenant_ensure_not_archived(tenant=tenant, doing="gets no new namespaces")
     _check_label("name", name, DNS1123_LABEL_MAX)
     _check_not_reserved(tenant=tenant, name=name)
     if purpose not in NamespacePurpose.values:
@@ -544,8 +547,9 @@ def namespace_remove(*, tenant: Tenant, name: str, actor: User | None) -> None:
 def namespace_adoption_check(*, tenant: Tenant, name: str) -> Namespace:
     """The namespace of ``tenant`` a platform admin may adopt, checked without changing
     anything: 404 when the tenant has no such namespace, 400 when it is reserved, 409 when it
-    is adopted already."""
+    is adopted already or the tenant is archived."""
     namespace = _tenant_namespace(tenant=tenant, name=name)
+    tenant_ensure_not_archived(tenant=tenant, doing="has no namespace adopted")
     _check_not_reserved(tenant=tenant, name=name)
     if namespace.adopted_at is not None:
         by = namespace.adopted_by.username if namespace.adopted_by else "someone"

@@ -3,6 +3,8 @@ bad input never causes a 500."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -168,6 +170,32 @@ def test_a_malformed_json_body_is_a_400_never_a_500(world, api_as, subtests):
                     continue
                 error = assert_error(response, 400, "parse_error")
                 assert error["detail"].startswith("JSON parse error")
+    assert (Tenant.objects.count(), AuditEvent.objects.count()) == before
+
+
+def test_a_body_over_the_upload_limit_is_a_json_413_naming_it(world, api_as, subtests, settings):
+    """Django refuses a body over DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) with its own HTML 400;
+    an API path answers in the API's shape instead, and nothing is written."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    body = b'{"slug": "team-d", "display_name": "' + b"x" * limit + b'"}'
+    client = api_as(world.admin)
+    client.raise_request_exception = True
+    before = (Tenant.objects.count(), AuditEvent.objects.count())
+    for method, url in [*WRITES[:5], ("post", "/api/v1/mig/validate/")]:
+        with subtests.test(f"{method} {url}"):
+            response = client.generic(method.upper(), url, body, content_type="application/json")
+            error = assert_error(response, 413, "payload_too_large")
+            assert re.search(
+                r"larger than \d+ bytes \(\d+ KiB\), this endpoint's limit", error["detail"]
+            )
+            if "mig" not in url:  # that endpoint has a smaller limit of its own
+                assert f"larger than {limit} bytes" in error["detail"]
+    form = client.generic(
+        "POST", "/api/v1/tenants/", b"slug=" + b"x" * limit,
+        content_type="application/x-www-form-urlencoded",
+    )  # fmt: skip
+    assert form.status_code in (413, 415), form.content
+    assert form["Content-Type"].startswith("application/json")
     assert (Tenant.objects.count(), AuditEvent.objects.count()) == before
 
 

@@ -13,6 +13,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver
 from drf_spectacular.generators import SchemaGenerator
 
+from core.api.schema import schema_cache_clear
 from portal.api import urls as api_urls
 
 NOT_IN_THE_DOCUMENT = {"schema/", "docs/"}  # the document and its viewer
@@ -84,6 +85,34 @@ def test_schema_and_docs_answer_for_a_signed_in_user(world):
     assert as_json.status_code == 200
     assert as_json.json()["info"]["title"] == "GPU quota portal API"
     assert client.get("/api/v1/docs/").status_code == 200
+
+
+def test_the_served_document_is_generated_once_and_stays_the_same(world, monkeypatch):
+    """Anyone may read it and generating it costs about half a second of CPU: the first call
+    of each process builds it, the next ones serve it as it was, in YAML and JSON alike."""
+    calls = []
+    generate = SchemaGenerator.get_schema
+
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(SchemaGenerator, "get_schema", counted)
+    schema_cache_clear()
+    client = Client()  # anonymous
+    first = client.get("/api/v1/schema/")
+    assert first.status_code == 200 and len(calls) == 1
+    first_json = client.get("/api/v1/schema/?format=json")
+    for _ in range(3):
+        again = client.get("/api/v1/schema/")
+        assert again.status_code == 200
+        assert again.content == first.content
+        assert again["Content-Type"] == first["Content-Type"]
+        assert again["Content-Disposition"] == first["Content-Disposition"]
+        assert client.get("/api/v1/schema/?format=json").content == first_json.content
+    assert len(calls) == 1
+    fresh = SchemaGenerator().get_schema(request=None, public=True)
+    assert yaml.safe_load(first.content) == fresh == first_json.json()
 
 
 class _Assets(HTMLParser):

@@ -48,3 +48,15 @@ class AnonymousBodyLimit:
         if message is not None:
             raise PayloadTooLarge(message)
         super().initial(request, *args, **kwargs)  # type: ignore[misc]  # a mixin of APIView
+
+
+class BodyLimit:
+    """A DRF view mixin for an endpoint that reads at most ``body_max_bytes``: a larger body is
+    a 413 naming the limit before authentication, throttling or parsing."""
+
+    body_max_bytes: int
+
+    def initial(self, request: Any, *args: Any, **kwargs: Any) -> None:
+        if declared_length(request.META) > self.body_max_bytes:
+            raise PayloadTooLarge(too_large_message(self.body_max_bytes))
+        super().initial(request, *args, **kwargs)  # type: ignore[misc]  # a mixin of APIView

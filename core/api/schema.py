@@ -6,6 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.signals import setting_changed
+from django.utils import translation
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+
 ERROR_COMPONENT = "Error"
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -70,3 +76,55 @@ def add_error_responses(
                     {"content": {"application/json": {"schema": ref}}, "description": WHY[status]},
                 )
     return result
+
+
+# The served document, per process: generating it walks every view and serializer (about half
+# a second of CPU) and anyone may ask for it, so it is built once per version and language and
+# each format rendered once. The code cannot change under a running process; a setting can
+# (in tests), which empties the cache.
+_SCHEMAS: dict[tuple[Any, ...], dict[str, Any]] = {}
+_RENDERED: dict[tuple[Any, ...], tuple[bytes, str]] = {}
+
+
+def schema_cache_clear(**_: Any) -> None:
+    _SCHEMAS.clear()
+    _RENDERED.clear()
+
+
+setting_changed.connect(schema_cache_clear, dispatch_uid="core.api.schema.schema_cache_clear")
+
+
+class CachedSchemaView(SpectacularAPIView):
+    """drf-spectacular's document view, generating and rendering the document once per
+    process (see ``_SCHEMAS``); the answer is the same, byte for byte."""
+
+    _key: tuple[Any, ...] | None = None
+
+    def _get_schema_response(self, request: Request) -> Response:
+        version = self.api_version or request.version or self._get_version_parameter(request)
+        self._key = (version, translation.get_language(), self.serve_public, self.urlconf)
+        schema = _SCHEMAS.get(self._key)
+        if schema is None:
+            generator = self.generator_class(
+                urlconf=self.urlconf, api_version=version, patterns=self.patterns
+            )
+            schema = _SCHEMAS.setdefault(
+                self._key, generator.get_schema(request=request, public=self.serve_public)
+            )
+        filename = self._get_filename(request, version)
+        return Response(
+            data=schema, headers={"Content-Disposition": f'inline; filename="{filename}"'}
+        )
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if self._key is None or response.status_code != 200:
+            return response
+        key = (*self._key, response.accepted_media_type)
+        rendered = _RENDERED.get(key)
+        if rendered is None:
+            response.render()
+            _RENDERED[key] = (response.content, response["Content-Type"])
+        else:
+            response.content, response["Content-Type"] = rendered  # marks it rendered
+        return response

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from core.api.serializers import StrictInputSerializer
+from core.api.serializers import BoundedDateTimeField, StrictInputSerializer
 from dashboards.models import CURRENCY_MAX
 from tenants.validators import DNS1123_LABEL_MAX
 
 
 class ProfileQueryInput(StrictInputSerializer):
-    start = serializers.DateTimeField(required=False, help_text="ISO 8601; default end - 7 days.")
-    end = serializers.DateTimeField(required=False, help_text="ISO 8601; default now.")
+    start = BoundedDateTimeField(required=False, help_text="ISO 8601; default end - 7 days.")
+    end = BoundedDateTimeField(required=False, help_text="ISO 8601; default now.")
 
 
 class HourOfWeekOutput(serializers.Serializer):
@@ -63,7 +63,7 @@ class ProfileOutput(serializers.Serializer):
 
 class ShowbackQueryInput(StrictInputSerializer):
     month = serializers.RegexField(
-        r"^\d{4}-\d{2}$", required=False, help_text="YYYY-MM; default the current month."
+        r"^[0-9]{4}-[0-9]{2}$", required=False, help_text="YYYY-MM; default the current month."
     )
     tenant = serializers.CharField(
         required=False, max_length=DNS1123_LABEL_MAX, help_text="One tenant's slug."

@@ -12,6 +12,14 @@ from gpu_spec.mig.catalogue import GpuModel
 from gpu_spec.mig.config import MAX_CONFIG_BYTES
 
 MAX_INSTANCES = 64  # a GPU holds at most 7; room for a layout that is wrong in many ways
+# A config pasted by any signed-in user is parsed by pure-Python YAML: bounded well below the
+# files the operator reads (gpu_spec's MAX_CONFIG_BYTES, MAX_NODES), so that a handful of
+# parallel posts costs milliseconds, not seconds. NVIDIA's example file is 12 KB, 1,412 nodes.
+PASTED_CONFIG_MAX_BYTES = 64 * 1024
+PASTED_CONFIG_MAX_NODES = 10_000
+# The body: a file at gpu_spec's limit still fits (its JSON escaping included), to be refused
+# with a 400 naming the field; anything larger is a 413 before a byte is parsed.
+VALIDATE_BODY_MAX_BYTES = 2 * MAX_CONFIG_BYTES
 
 
 class MigProfileOutput(serializers.Serializer):
@@ -91,9 +99,11 @@ class MigValidateInput(StrictInputSerializer):
     )
     mig_parted_config = serializers.CharField(
         required=False,
-        max_length=MAX_CONFIG_BYTES,
+        max_length=PASTED_CONFIG_MAX_BYTES,
         trim_whitespace=False,
-        help_text="A mig-parted config file (YAML, version v1); with `config`.",
+        help_text=f"A mig-parted config file (YAML, version v1); with `config`. At most "
+        f"{PASTED_CONFIG_MAX_BYTES} characters and {PASTED_CONFIG_MAX_NODES} YAML nodes, aliases "
+        "counted as the nodes they stand for.",
     )
     config = serializers.CharField(
         required=False, max_length=253, help_text="Which config of the file, e.g. all-balanced."

@@ -14,9 +14,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api.limits import BodyLimit
 from core.api.parsers import JSONParser
 from core.errors import ValidationFailed
-from gpu_agent.api.serializers import GpuModelOutput, MigValidateInput, MigValidateOutput
+from gpu_agent.api.serializers import (
+    PASTED_CONFIG_MAX_BYTES,
+    PASTED_CONFIG_MAX_NODES,
+    VALIDATE_BODY_MAX_BYTES,
+    GpuModelOutput,
+    MigValidateInput,
+    MigValidateOutput,
+)
 from gpu_spec.mig.catalogue import GpuModel, load_catalogue
 from gpu_spec.mig.config import ConfigError, parse_mig_parted_config, validate_config
 from gpu_spec.mig.layout import InstanceRequest, validate_layout
@@ -58,15 +66,19 @@ class MigModelListView(APIView):
         return Response(GpuModelOutput(load_catalogue().models(), many=True).data)
 
 
-class MigValidateView(APIView):
+class MigValidateView(BodyLimit, APIView):
     """Check a MIG layout for one GPU model, storing nothing."""
 
     parser_classes = [JSONParser]  # a list of instances has no form encoding
+    body_max_bytes = VALIDATE_BODY_MAX_BYTES
 
     @extend_schema(
         request=MigValidateInput,
         responses={
             200: MigValidateOutput,
+            413: OpenApiResponse(
+                description=f"The body is over {VALIDATE_BODY_MAX_BYTES} bytes; nothing was read."
+            ),
             400: OpenApiResponse(
                 description="Bad input, or a layout that breaks MIG rules: `fields` names each "
                 '(`instances[1].start`, `mig_parted_config.mig-configs["x"][0].mig-devices`) '
@@ -101,7 +113,9 @@ class MigValidateView(APIView):
 
     def _config(self, model: GpuModel, text: str, name: str) -> Response:
         try:
-            parsed = parse_mig_parted_config(text)
+            parsed = parse_mig_parted_config(
+                text, max_bytes=PASTED_CONFIG_MAX_BYTES, max_nodes=PASTED_CONFIG_MAX_NODES
+            )
         except ConfigError as exc:
             fields: dict[str, list[str]] = {}
             for problem in exc.problems:

@@ -522,6 +522,26 @@ def test_hostile_yaml_is_refused_quickly(text, problem):
     assert any(problem in p for p in found), found
 
 
+def test_the_node_count_stops_the_parser_early():
+    """Counted while composing: the broken YAML after the limit is never parsed, and an alias
+    counts the nodes it stands for (here 3 each: 40 aliases of a 2-item list)."""
+    flood = "version: v1\nmig-configs: {a: [" + "1," * 500 + "]]] not YAML: [\n"
+    with pytest.raises(ConfigError, match="more than 100 nodes"):
+        parse_mig_parted_config(flood, max_nodes=100)
+    aliases = "version: v1\nx: &a [1, 2]\n" + "".join(f"y{i}: *a\n" for i in range(40))
+    with pytest.raises(ConfigError, match="expands to more than 100 nodes"):
+        parse_mig_parted_config(aliases, max_nodes=100)
+    assert problems_of(aliases) == ["x: unexpected field; a mig-parted config has version and "
+                                    "mig-configs"] + [f"y{i}: unexpected field; a mig-parted "
+                                    "config has version and mig-configs" for i in range(40)] + [
+                                    "mig-configs: missing"]  # fmt: skip
+
+
+def test_an_alias_counts_the_depth_of_what_it_names():
+    deep = "version: v1\na: &a [[[[[[[1]]]]]]]\nb: [[[[[[*a]]]]]]\n"  # 8 + 1 + 6 levels
+    assert any("nests deeper than 12 levels" in p for p in problems_of(deep))
+
+
 # --- writing ---------------------------------------------------------------------------------
 
 

@@ -1,12 +1,13 @@
 """Every route under /api/v1/. Tenant-scoped routes nest under tenants/{tenant_slug}/."""
 
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from advice.api.views import QuotaRequestWhatIfView, TenantSuggestionsView
 from alerts.api.views import AdmissionCheckView, AlertViewSet
 from approvals.api.views import QuotaRequestViewSet, TenantViewSet
+from core.api.schema import CachedSchemaView
 from dashboards.api.views import FlavorPriceListView, ShowbackView, TenantProfileView
 from gpu_agent.agent_api import urls as gpu_agent_urls
 from identity.api.views import GroupMappingViewSet
@@ -88,7 +89,7 @@ urlpatterns = [
     path("usage/samples/", SamplesView.as_view(), name="usage-samples"),
     path("mig/", include("gpu_agent.api.urls")),  # MIG catalogue and layout check
     path("", include(gpu_agent_urls)),  # agent/..., nodes/..., gpus/{uuid}/layout/
-    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("schema/", CachedSchemaView.as_view(), name="schema"),
     # Swagger UI from drf-spectacular-sidecar's static files. No ReDoc: its page loads web
     # fonts from Google, and the portal must work offline (no CDN anywhere). The split view
     # serves the start-up script as a file (?script=): the CSP allows no inline script.

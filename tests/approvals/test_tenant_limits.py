@@ -120,7 +120,9 @@ def test_approval_checks_the_maximum_run_time_again(world):
 # --- API --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("hours", [-1, 9000, "ten"])
+@pytest.mark.parametrize(
+    "hours", [-1, 9000, "ten", "\u0663", "\u0664\u0668", "\uff14\uff18", "\u00b3"]
+)  # Arabic-Indic 3 and 48, fullwidth 48, superscript 3: int() reads the first three
 def test_api_refuses_a_bad_maximum_run_time_naming_the_field(world, api_as, hours):
     before = database_state()
     response = api_as(world.alice).post(
@@ -128,6 +130,15 @@ def test_api_refuses_a_bad_maximum_run_time_naming_the_field(world, api_as, hour
     )
     assert response.status_code == 400, response.json()
     assert "max_run_time_hours" in response.json()["fields"]
+    assert database_state() == before
+
+
+@pytest.mark.parametrize("field", ["max_run_time_hours", "gpu_unit_cap"])
+def test_api_numbers_are_ascii_digits_only(world, api_as, field):
+    before = database_state()
+    response = api_as(world.alice).post(URL, body(items=[], **{field: "\u0663"}), format="json")
+    assert response.status_code == 400, response.json()
+    assert response.json()["fields"][field] == ["A number in ASCII digits (0-9) is required."]
     assert database_state() == before
 
 

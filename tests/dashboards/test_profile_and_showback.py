@@ -85,6 +85,35 @@ def test_bad_profile_ranges_are_400_with_the_field(usage_data, api_as, query, fi
     assert why in " ".join(response.json()["fields"][field])
 
 
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"start": "9999-12-31T00:00:00Z"}, "start"),
+        ({"start": "9999-12-30T00:00:00Z", "end": "9999-12-31T23:59:59Z"}, "end"),
+        ({"end": "9999-12-31T23:59:59Z"}, "end"),
+        ({"end": "0001-01-01T00:00:00Z"}, "end"),
+        ({"start": "0001-01-01T00:00:00Z", "end": "2026-01-01T00:00:00Z"}, "start"),
+    ],
+)
+def test_profile_dates_out_of_range_are_400_naming_the_parameter(usage_data, api_as, query, field):
+    """Year 9999 (or 1) must not reach the date arithmetic: a 400 naming the parameter."""
+    response = api_as(usage_data.world.carol).get("/api/v1/tenants/team-a/profile/", query)
+    assert response.status_code == 400, response.content
+    assert "from 1970 to 2999" in " ".join(response.json()["fields"][field])
+    page = page_client(usage_data.world.carol).get(
+        "/tenants/team-a/profile/", {k: v.rstrip("Z") for k, v in query.items()}
+    )
+    assert page.status_code == 400
+    assert "from 1970 to 2999" in page.content.decode()
+
+
+@pytest.mark.parametrize("query", [{"end": "9999-12-31T23:59:59Z"}, {"end": "0001-01-01T00:00Z"}])
+def test_usage_dates_out_of_range_are_400_naming_the_parameter(usage_data, api_as, query):
+    response = api_as(usage_data.world.carol).get("/api/v1/tenants/team-a/usage/", query)
+    assert response.status_code == 400, response.content
+    assert "from 1970 to 2999" in " ".join(response.json()["fields"]["end"])
+
+
 def test_another_tenants_profile_is_404(usage_data, api_as):
     assert api_as(usage_data.world.bob).get("/api/v1/tenants/team-a/profile/").status_code == 404
     assert page_client(usage_data.world.bob).get("/tenants/team-a/profile/").status_code == 404
@@ -171,7 +200,8 @@ def test_showback_shows_leads_their_own_tenants(usage_data, month, persona, tena
 @pytest.mark.parametrize(
     ("month", "why"),
     [("2001-01", "kept for 400 days"), ("2999-01", "not begun"), ("2026-13", "YYYY-MM"),
-     ("December", "does not match")],
+     ("December", "does not match"), ("9999-12", "from 1970 to 2999"),
+     ("0001-01", "from 1970 to 2999"), ("\u0662\u0660\u0662\u0666-\u0660\u0661", "does not match")],
 )  # fmt: skip
 def test_showback_refuses_bad_months_with_400(usage_data, api_as, month, why):
     response = api_as(usage_data.world.admin).get("/api/v1/showback/", {"month": month})
@@ -200,6 +230,8 @@ def test_the_showback_pages_table_chart_and_csv(usage_data, month, prices):
     assert lead.get("/tenants/team-b/showback/").status_code == 404
     bad = lead.get("/tenants/team-a/showback/?month=1999-01")
     assert bad.status_code == 400 and "kept for" in bad.content.decode()
+    far = lead.get("/tenants/team-a/showback/?month=9999-12")
+    assert far.status_code == 400 and "from 1970 to 2999" in far.content.decode()
 
 
 # --- prices ----------------------------------------------------------------------------------

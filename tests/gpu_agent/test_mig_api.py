@@ -238,6 +238,44 @@ def test_an_oversized_file_is_refused_before_parsing(world, api_as):
     assert list(response.json()["fields"]) == ["mig_parted_config"]
 
 
+def test_a_pasted_file_over_64_kib_is_a_400_naming_the_limit(world, api_as):
+    body = {"gpu_model": A100_80, "mig_parted_config": "#" * (64 * 1024 + 1), "config": "a"}
+    response = post(api_as(world.carol), body)
+    assert response.status_code == 400
+    (message,) = response.json()["fields"]["mig_parted_config"]
+    assert "no more than 65536 characters" in message
+
+
+def test_an_oversized_body_is_a_413_naming_the_limit_before_anything_reads_it(world, api_as):
+    body = {"gpu_model": A100_80, "mig_parted_config": "#" * (600 * 1024), "config": "a"}
+    response = post(api_as(world.carol), body)
+    assert response.status_code == 413
+    error = response.json()
+    assert error["code"] == "payload_too_large"
+    assert "larger than 524288 bytes (512 KiB)" in error["detail"]
+
+
+def test_a_yaml_alias_bomb_within_the_size_limit_is_refused_by_its_node_count(world, api_as):
+    """Each alias counts the nodes it stands for: 6,000 aliases of a two-node list."""
+    text = "version: v1\nx: &a [1]\n" + "".join(f"y{i:04d}: *a\n" for i in range(6000))
+    assert len(text) < 64 * 1024
+    body = {"gpu_model": A100_80, "mig_parted_config": text, "config": "a"}
+    response = post(api_as(world.carol), body)
+    assert response.status_code == 400
+    (message,) = response.json()["fields"]["mig_parted_config"]
+    assert "expands to more than 10000 nodes (aliases included)" in message
+
+
+def test_a_file_of_too_many_nodes_is_refused_while_parsing(world, api_as):
+    """The count stops the parser: the broken YAML after the 10,000th node is never read."""
+    text = "version: v1\nmig-configs: {a: [" + "1," * 15_000 + "]]] not YAML: [\n"
+    body = {"gpu_model": A100_80, "mig_parted_config": text, "config": "a"}
+    response = post(api_as(world.carol), body)
+    assert response.status_code == 400
+    (message,) = response.json()["fields"]["mig_parted_config"]
+    assert "more than 10000 nodes" in message
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
@@ -251,6 +289,10 @@ def test_an_oversized_file_is_refused_before_parsing(world, api_as):
             "instances[0].start",
         ),
         ({"gpu_model": A100_80, "instances": [{"start": 0}]}, "instances[0].profile"),
+        (
+            {"gpu_model": A100_80, "instances": [{"profile": "1g.10gb", "start": "\u0663"}]},
+            "instances[0].start",  # an Arabic-Indic 3: int() reads it as 3
+        ),
         (
             {"gpu_model": A100_80, "instances": [{"profile": "1g.10gb"}] * 65},
             "instances.non_field_errors",  # how the project names a list's own error

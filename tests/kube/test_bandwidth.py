@@ -146,6 +146,11 @@ def test_a_pod_without_both_annotations_is_refused_saying_what_to_add():
         ("1G", "2G", f"{EGRESS} 2G is above this namespace's cap of 1G"),
         ("1Gi", "1G", f"{INGRESS} 1Gi is above"),  # 1073741824 > 10^9
         ("fast", "1G", f"{INGRESS} fast is not a quantity"),
+        ("-1G", "1G", f"{INGRESS} -1G is below 1k (1,000 bits per second)"),
+        ("1G", "-500M", f"{EGRESS} -500M is below 1k (1,000 bits per second)"),
+        ("0", "1G", f"{INGRESS} 0 is below 1k"),
+        ("1G", "999", f"{EGRESS} 999 is below 1k"),
+        ("1k", "1k", None),
     ],
 )
 def test_each_annotation_is_held_to_the_namespace_cap(ingress, egress, refused):

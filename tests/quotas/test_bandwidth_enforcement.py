@@ -69,6 +69,10 @@ def test_a_capped_namespace_refuses_pods_without_or_above_the_cap_and_admits_the
     assert above.returncode != 0
     assert f"{EGRESS} 2G is above this namespace's cap of 1G bits per second" in above.stderr
 
+    negative = pod(standin, CAPPED, "negative", {INGRESS: "-1G", EGRESS: "500M"})
+    assert negative.returncode != 0
+    assert f"{INGRESS} -1G is below 1k (1,000 bits per second)" in negative.stderr
+
     within = pod(standin, CAPPED, "loader", {INGRESS: "1G", EGRESS: "500M"})
     assert within.returncode == 0, within.stderr
     assert kubectl_json(standin, "get", "pod", "loader", "-n", CAPPED)["metadata"]["name"]

@@ -16,9 +16,11 @@ from core.errors import Conflict
 from quotas.choices import GPU_RESOURCE
 from quotas.models import QuotaSet, SyncOutbox
 from quotas.services import QuotaItem, SchedulingQuotas, quota_set_write
-from tenants.models import AuditEvent, Membership, Tenant
+from tenants.models import AuditEvent, Membership, Namespace, Tenant
 from tenants.services import (
     membership_set,
+    namespace_adopt,
+    namespace_create,
     team_member_add,
     tenant_archive,
     tenant_create,
@@ -92,6 +94,32 @@ def test_an_archived_tenant_gets_no_new_quotas_and_no_pushes(world):
     tenant_unarchive(tenant=world.team_a, actor=world.admin)
     assert generations(world.team_a) == [g + 1 for g in before]
     assert SyncOutbox.objects.count() == outbox + len(before)
+
+
+def test_an_archived_tenant_gets_no_new_namespace_and_nothing_is_pushed(world, api_as):
+    """A namespace would be written to its clusters at once: refused like its team (409)."""
+    tenant_archive(tenant=world.team_a, actor=world.admin)
+    before = generations(world.team_a)
+    outbox = SyncOutbox.objects.count()
+    events = AuditEvent.objects.count()
+    with pytest.raises(Conflict, match="team-a is archived, so it gets no new namespaces"):
+        namespace_create(tenant=world.team_a, name="team-a-late", purpose="training",
+                         actor=world.admin)  # fmt: skip
+    response = api_as(world.admin).post(
+        "/api/v1/tenants/team-a/namespaces/", {"name": "team-a-late"}, format="json"
+    )
+    assert response.status_code == 409, response.content
+    assert response.json()["fields"] == {"tenant": ["team-a is archived"]}
+    assert not Namespace.objects.filter(name="team-a-late").exists()
+    # Nor is one it has adopted: the portal would label it and write into it.
+    with pytest.raises(Conflict, match="team-a is archived, so it has no namespace adopted"):
+        namespace_adopt(
+            tenant=world.team_a, name=world.team_a.namespaces.first().name, actor=world.admin
+        )
+    assert not Namespace.objects.filter(adopted_at__isnull=False).exists()
+    assert generations(world.team_a) == before
+    assert SyncOutbox.objects.count() == outbox
+    assert AuditEvent.objects.count() == events
 
 
 def test_the_team_of_an_archived_tenant_does_not_change(world):

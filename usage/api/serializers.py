@@ -10,7 +10,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from core.api.serializers import StrictInputSerializer
+from core.api.serializers import BoundedDateTimeField, StrictInputSerializer
 from core.numbers import ascii_whole
 from tenants.validators import DNS1123_LABEL_MAX
 from usage.choices import PrometheusFigure
@@ -53,8 +53,8 @@ class StepField(serializers.Field):
 class UsageQueryInput(StrictInputSerializer):
     cluster = serializers.CharField(required=False, max_length=DNS1123_LABEL_MAX)
     flavor = serializers.CharField(required=False, max_length=DNS1123_LABEL_MAX)
-    start = serializers.DateTimeField(required=False, help_text="ISO 8601; default end - 24 h.")
-    end = serializers.DateTimeField(required=False, help_text="ISO 8601; default now.")
+    start = BoundedDateTimeField(required=False, help_text="ISO 8601; default end - 24 h.")
+    end = BoundedDateTimeField(required=False, help_text="ISO 8601; default now.")
     step = StepField(
         required=False,
         help_text="Seconds or ISO 8601 duration; default: 5 min up to a day, 1 h up to 60 days, "

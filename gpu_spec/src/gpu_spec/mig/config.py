@@ -28,13 +28,21 @@ Pure Python plus PyYAML, like the rest of ``gpu_spec.mig``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.resolver import Resolver
+
+try:
+    from yaml._yaml import CParser as _LibyamlParser  # events only: the composer is ours
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    _LibyamlParser = None  # type: ignore[assignment,misc]  # the pure-Python parser instead
 
 from gpu_spec.mig.catalogue import (
     PROFILE_NAME,
@@ -189,23 +197,15 @@ def _mark(node: yaml.Node) -> str:
     return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
 
 
-def _check_nodes(root: yaml.Node) -> None:
+def _check_nodes(root: yaml.Node, max_nodes: int) -> None:
     """Depth, size once aliases are expanded, plain tags, no duplicate keys."""
     visited = 0
     stack: list[tuple[yaml.Node, int]] = [(root, 1)]
     while stack:
         node, depth = stack.pop()
         visited += 1
-        if visited > MAX_NODES:
-            raise ConfigError(
-                [
-                    ConfigProblem(
-                        "",
-                        f"the document expands to more than {MAX_NODES} nodes (aliases "
-                        "included); a mig-parted config is far smaller",
-                    )
-                ]
-            )
+        if visited > max_nodes:
+            raise ConfigError([ConfigProblem("", _too_many_nodes(max_nodes))])
         if depth > MAX_DEPTH:
             raise ConfigError(
                 [
@@ -249,63 +249,120 @@ def _check_nodes(root: yaml.Node) -> None:
             stack.extend((item, depth + 1) for item in node.value)
 
 
-def _scan_events(text: str) -> None:
-    """Refuse deep nesting before composing: the parser walks events without recursing, the
-    composer recurses once per level."""
-    depth = 0
-    events = 0
-    loader = yaml.SafeLoader(text)
-    try:
-        while loader.check_event():
-            event = loader.get_event()
-            events += 1
-            if events > MAX_NODES:
-                raise ConfigError(
-                    [ConfigProblem("", f"the document has more than {MAX_NODES} nodes")]
-                )
-            if isinstance(event, yaml.CollectionStartEvent):
-                depth += 1
-                if depth > MAX_DEPTH:
-                    raise ConfigError(
-                        [
-                            ConfigProblem(
-                                "",
-                                f"the document nests deeper than {MAX_DEPTH} levels"
-                                f"{_line(event.start_mark)}; a mig-parted config needs 6",
-                            )
-                        ]
-                    )
-            elif isinstance(event, yaml.CollectionEndEvent):
-                depth -= 1
-    finally:
-        loader.dispose()
+def _too_many_nodes(max_nodes: int) -> str:
+    return (
+        f"the document expands to more than {max_nodes} nodes (aliases included); a "
+        "mig-parted config is far smaller"
+    )
 
 
-def _load_yaml(text: str) -> Any:
-    loader = yaml.SafeLoader(text)  # the pure-Python loader: deep input raises, not crashes
+def _too_deep(mark: Any) -> ConfigError:
+    return ConfigError(
+        [
+            ConfigProblem(
+                "",
+                f"the document nests deeper than {MAX_DEPTH} levels{_line(mark)}; a mig-parted "
+                "config needs 6",
+            )
+        ]
+    )
+
+
+class _CountingComposer(Composer):
+    """PyYAML's composer (Python: it recurses once per level, so the depth is checked before
+    it goes deeper) counting while it composes: every node, an alias as many as the node it
+    names, and the depth, aliases expanded. Past ``max_nodes`` or ``MAX_DEPTH`` it stops at
+    once, so no more of the text is parsed than the limit allows (the "billion laughs" and a
+    file of a million tiny nodes cost the same). The events come from libyaml's parser where
+    PyYAML has it (a state machine, no recursion; about six times faster), else PyYAML's."""
+
+    # From the parser this is mixed with.
+    check_event: Callable[..., bool]
+    peek_event: Callable[[], Any]
+
+    def _start_counting(self, max_nodes: int) -> None:
+        self.max_nodes = max_nodes
+        self.nodes = 0  # composed so far, aliases expanded
+        self.depth = 0  # of the node being composed; the root is 1
+        self.deepest = 0  # the deepest level reached under the node being composed
+        self.extent: dict[int, tuple[int, int]] = {}  # id(anchored node) -> (nodes, height)
+
+    def _count(self, nodes: int, mark: Any) -> None:
+        self.nodes += nodes
+        if self.nodes > self.max_nodes:
+            raise ConfigError([ConfigProblem("", _too_many_nodes(self.max_nodes) + _line(mark))])
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            target = self.anchors.get(event.anchor)
+            if target is not None:  # else the composer's own "undefined alias" error
+                if id(target) not in self.extent:  # inside the node it names: endless
+                    raise _too_deep(event.start_mark)
+                nodes, height = self.extent[id(target)]
+                self._count(nodes, event.start_mark)
+                self.deepest = max(self.deepest, self.depth + height)
+                if self.deepest > MAX_DEPTH:
+                    raise _too_deep(event.start_mark)
+            return super().compose_node(parent, index)
+        event = self.peek_event()
+        before, outer_deepest = self.nodes, self.deepest
+        self._count(1, event.start_mark)
+        self.depth += 1
+        if self.depth > MAX_DEPTH:  # before the composer recurses any further
+            raise _too_deep(event.start_mark)
+        self.deepest = self.depth
+        node = super().compose_node(parent, index)
+        if event.anchor is not None:
+            self.extent[id(node)] = (self.nodes - before, self.deepest - self.depth + 1)
+        self.depth -= 1
+        self.deepest = max(outer_deepest, self.deepest)
+        return node
+
+
+if _LibyamlParser is not None:
+
+    class _BoundedLoader(_CountingComposer, _LibyamlParser, SafeConstructor, Resolver):
+        def __init__(self, text: str, *, max_nodes: int) -> None:
+            _LibyamlParser.__init__(self, text)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+            Composer.__init__(self)
+            self._start_counting(max_nodes)
+
+else:  # pragma: no cover - PyYAML built without libyaml
+
+    class _BoundedLoader(_CountingComposer, yaml.SafeLoader):  # type: ignore[no-redef]
+        def __init__(self, text: str, *, max_nodes: int) -> None:
+            yaml.SafeLoader.__init__(self, text)
+            self._start_counting(max_nodes)
+
+
+def _load_yaml(text: str, *, max_nodes: int = MAX_NODES) -> Any:
+    loader = _BoundedLoader(text, max_nodes=max_nodes)
     try:
-        _scan_events(text)
         node = loader.get_single_node()
         if node is None:
             return None
-        _check_nodes(node)
+        _check_nodes(node, max_nodes)
         return loader.construct_document(node)
     except (yaml.YAMLError, ValueError) as exc:  # ValueError: a value the constructor refuses
         if isinstance(exc, ConfigError):
             raise
+        if "exceeded maximum nesting depth" in str(exc):  # libyaml's scanner, reading ahead
+            raise _too_deep(getattr(exc, "problem_mark", None)) from exc
         raise ConfigError([ConfigProblem("", f"not valid YAML: {exc}")]) from exc
     except RecursionError as exc:
-        raise ConfigError(
-            [ConfigProblem("", f"the document nests deeper than {MAX_DEPTH} levels")]
-        ) from exc
+        raise _too_deep(None) from exc
     finally:
         loader.dispose()
 
 
 def parse_mig_parted_config(
-    text: str | bytes, *, max_bytes: int = MAX_CONFIG_BYTES
+    text: str | bytes, *, max_bytes: int = MAX_CONFIG_BYTES, max_nodes: int = MAX_NODES
 ) -> MigPartedConfig:
-    """Parse a mig-parted config file's text; ``ConfigError`` lists every problem."""
+    """Parse a mig-parted config file's text; ``ConfigError`` lists every problem. A caller
+    reading text from strangers passes tighter ``max_bytes`` and ``max_nodes``."""
     if isinstance(text, bytes):
         if len(text) > max_bytes:
             raise ConfigError(
@@ -323,7 +380,7 @@ def parse_mig_parted_config(
                 )
             ]
         )
-    return parse_mig_parted_data(_load_yaml(text))
+    return parse_mig_parted_data(_load_yaml(text, max_nodes=max_nodes))
 
 
 def read_mig_parted_config(path: Path | str) -> MigPartedConfig:
