@@ -542,15 +542,6 @@ def tenant_run_rules(*, tenant: Tenant) -> TenantRunRules:
     )
 
 
-def duration_words(delta: timedelta) -> str:
-    """``3 days``, ``1 day``, ``36 hours``, ``1 hour``: a duration as people say it."""
-    hours = delta.total_seconds() / 3600
-    if hours >= 24 and hours % 24 == 0:
-        days = hours / 24
-        return f"{days:g} day" if days == 1 else f"{days:g} days"
-    return f"{hours:g} hour" if hours == 1 else f"{hours:g} hours"
-
-
 # --- the admission pre-check (R13) -----------------------------------------------------------
 
 
