@@ -10,6 +10,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from core.words import counted
 from gpu_agent.models import Gpu, MigInstance, MigLayout, Node, NodeJoinToken, NodeToken
 from gpu_agent.services.nodes import node_token_revoke, node_update
 
@@ -97,7 +98,7 @@ class NodeAdmin(admin.ModelAdmin):
         total = 0
         for node in queryset:
             total += node_token_revoke(node=node, actor=request.user)  # type: ignore[arg-type]  # admin users are Users
-        self.message_user(request, f"{total} token(s) revoked.", messages.SUCCESS)
+        self.message_user(request, f"{counted(total, 'token')} revoked.", messages.SUCCESS)
 
 
 class MigInstanceInline(ReadOnlyInline):
@@ -174,4 +175,4 @@ class NodeTokenAdmin(ReadOnlyAdmin):
         total = 0
         for node in nodes.values():
             total += node_token_revoke(node=node, actor=request.user)  # type: ignore[arg-type]  # admin users are Users
-        self.message_user(request, f"{total} token(s) revoked.", messages.SUCCESS)
+        self.message_user(request, f"{counted(total, 'token')} revoked.", messages.SUCCESS)

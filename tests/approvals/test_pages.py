@@ -564,6 +564,15 @@ def test_the_queue_shows_pending_requests_oldest_first_with_diff_and_capacity(wo
     assert f'formaction="/requests/{first.pk}/reject/"' in entry
 
 
+def test_the_queue_says_one_gpu_unit_in_the_singular(world):
+    request = file_request(world, tenant=world.team_a, guaranteed=7, limit=10)
+
+    body = text(logged_in(world.admin).get(QUEUE))
+
+    entry = body.split(f'data-request="{request.pk}"')[1].split("</article>")[0]
+    assert re.search(r"\+1 GPU unit\s*</span>", entry), entry
+
+
 def test_the_queue_filters_by_cluster_tenant_and_size(world):
     a = file_request(world, tenant=world.team_a, guaranteed=6, limit=8)  # -2 units
     b = file_request(world, tenant=world.team_b, guaranteed=4, limit=10)  # +4 units
