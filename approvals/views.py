@@ -595,7 +595,7 @@ def _diff_json(line: DiffLine) -> dict[str, Any]:
     }
 
 
-# --- "My requests" and a request's page -----------------------------------------------------
+# --- "Requests" and a request's page --------------------------------------------------------
 
 
 @login_required
