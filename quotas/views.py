@@ -30,6 +30,7 @@ from quotas import selectors as quota_selectors
 from quotas import services as quota_services
 from quotas import sync
 from quotas.choices import Enforcement, SyncBackend, SyncState
+from quotas.field_words import field_in_words
 from quotas.kube import names
 from quotas.models import Cluster, TenantSync
 from quotas.quantity import QuantityError, to_display
@@ -284,7 +285,8 @@ class ClusterSyncCounts:
 
 @dataclass(frozen=True)
 class FieldChange:
-    path: str
+    path: str  # as Kubernetes names it (a hover on the page)
+    label: str  # in words
     before: str
     after: str
 
@@ -293,6 +295,12 @@ class FieldChange:
 class DriftRepair:
     event: AuditEvent
     fields: list[FieldChange]
+
+
+def field_change(path: str, before: Any, after: Any) -> FieldChange:
+    """A field's change, its path and values in words beside the path."""
+    words = field_in_words(path, value_shown(before), value_shown(after))
+    return FieldChange(path, words.label, words.before, words.after)
 
 
 def _drift_repairs(user: User) -> list[DriftRepair]:
@@ -306,7 +314,7 @@ def _drift_repairs(user: User) -> list[DriftRepair]:
             DriftRepair(
                 event,
                 [
-                    FieldChange(path, value_shown(before.get(path)), value_shown(after.get(path)))
+                    field_change(path, before.get(path), after.get(path))
                     for path in sorted(before.keys() | after.keys())
                 ],
             )
