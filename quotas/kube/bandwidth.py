@@ -5,8 +5,9 @@ Kubernetes shapes a pod's traffic from two annotations the CNI ``bandwidth`` plu
 per second, "10M"); nothing in Kubernetes caps what a pod may ask for. So the compiler labels
 each namespace of a capped tenant with its cap (``LABEL_POD_BANDWIDTH_MAX``), and one
 cluster-wide ValidatingAdmissionPolicy refuses, in a namespace with that label, a pod created
-without both annotations or with either above the label's value (the CEL quantity library
-compares them). A pod keeps what it was admitted with: the cap holds new pods.
+without both annotations or with either above the label's value or under 1k (a quantity
+may be negative; the CEL quantity library compares them). A pod keeps what it was admitted
+with: the cap holds new pods.
 
 Pure: no Django, no app; the approvals app checks a requested cap with ``pod_bandwidth_text``.
 """
@@ -39,6 +40,7 @@ POLICY_NAME: Final = "gpu-quota-portal-pod-bandwidth"
 # The least a cap may be (1 kbit/s: below it the bandwidth plugin's token bucket is useless)
 # and the most (400 Gbit/s, the fastest NIC a GPU node has: above it a cap caps nothing).
 POD_BANDWIDTH_MIN: Final = Decimal(1000)
+POD_BANDWIDTH_MIN_TEXT: Final = "1k"
 POD_BANDWIDTH_MAX: Final = Decimal(400 * 10**9)
 
 _UNITS: Final = ((Decimal(10**12), "Tbit/s"), (Decimal(10**9), "Gbit/s"), (Decimal(10**6), "Mbit/s"),
@@ -126,6 +128,19 @@ def admission_policy(*, cluster: str, kubernetes_version: str) -> list[dict[str,
                 "messageExpression": f"'{annotation} ' + {value} + (isQuantity({value}) ? "
                 "' is above this namespace\\'s cap of ' + variables.cap + ' bits per second' "
                 ": ' is not a quantity of bits per second, such as 10M')",
+                "reason": "Forbidden",
+            }
+        )
+        # A quantity may be negative or 0: "-1G" is never above a cap, and the kubelet
+        # refuses a pod's bandwidth under 1k only when it sets the pod's network up.
+        validations.append(
+            {
+                "expression": f"!({_cel(annotation)} in variables.annotations) || "
+                f"!isQuantity({value}) || "
+                f"!quantity({value}).isLessThan(quantity({_cel(POD_BANDWIDTH_MIN_TEXT)}))",
+                "messageExpression": f"'{annotation} ' + {value} + ' is below "
+                f"{POD_BANDWIDTH_MIN_TEXT} (1,000 bits per second), the least a pod\\'s "
+                "bandwidth may be'",
                 "reason": "Forbidden",
             }
         )
