@@ -312,6 +312,20 @@ def department_caps(*, tenant: Tenant, has_teams: bool | None = None) -> list[De
     return lines
 
 
+def largest_limits(*, cluster: Cluster) -> dict[tuple[int, str], tuple[Decimal, str]]:
+    """The largest tenant limit per (flavor id, resource) on ``cluster``, with that tenant's
+    slug (the first by slug among equals). One query."""
+    rows = (
+        Quota.objects.filter(quota_set__cluster=cluster)
+        .order_by("flavor_id", "resource", "-limit", "quota_set__tenant__slug")
+        .values_list("flavor_id", "resource", "limit", "quota_set__tenant__slug")
+    )
+    found: dict[tuple[int, str], tuple[Decimal, str]] = {}
+    for flavor_id, resource, limit, slug in rows:
+        found.setdefault((flavor_id, resource), (limit, slug))
+    return found
+
+
 def guarantees_by_flavor(
     *, cluster: Cluster, exclude_quota_set: QuotaSet | None = None
 ) -> dict[tuple[int, str], Decimal]:
