@@ -753,6 +753,9 @@ class PriorityRules:
     caps: list[PodCap]
     gpu_limit: Decimal
     inference_gpus: int | None
+    # Shares per GPU when every GPU line is of time-sliced flavors alike (then nvidia.com/gpu
+    # counts shares, and the pages say so); None: whole GPUs.
+    shares_per_gpu: int | None = None
 
     @property
     def batch_gpus(self) -> Decimal | None:
@@ -798,7 +801,14 @@ def quota_set_priority_rules(*, quota_set: EffectiveQuotaSet) -> PriorityRules:
     gpu_limit = sum(
         (item.limit for item in quota_set.items if item.resource == GPU_RESOURCE), Decimal(0)
     )
-    return PriorityRules(quota_set.cluster_name, caps, gpu_limit, quota_set.inference_gpus)
+    replicas = {item.shares_per_gpu for item in quota_set.items if item.resource == GPU_RESOURCE}
+    return PriorityRules(
+        quota_set.cluster_name,
+        caps,
+        gpu_limit,
+        quota_set.inference_gpus,
+        replicas.pop() if len(replicas) == 1 else None,
+    )
 
 
 @dataclass(frozen=True)
