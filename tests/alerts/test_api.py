@@ -168,7 +168,7 @@ def test_a_member_reads_her_tenants_alerts_and_only_leads_act_on_them(world, api
     # The page shows her the alert, without the buttons she may not use.
     client.force_login(world.carol)
     page = client.get(f"/alerts/{alert.pk}/").content.decode()
-    assert "quota-warning" in page and "Acknowledge</button>" not in page
+    assert "Quota nearly used" in page and "Acknowledge</button>" not in page
     client.force_login(world.alice)
     assert "Acknowledge</button>" in client.get(f"/alerts/{alert.pk}/").content.decode()
     # Everyone finds the alerts from the navigation.
