@@ -231,9 +231,10 @@ def replay_jobs(
 # value) or within the floor, whichever is wider: waits a minute apart agree whatever their
 # ratio, as do GPU-hours one apart.
 CALIBRATION_FIGURES = (
-    # key, label, unit, recorded field, replayed field, floor
-    ("wait_p50", "Queue wait p50", "min", "recorded_wait_p50_s", "wait_p50_s", 60.0),
-    ("wait_p95", "Queue wait p95", "min", "recorded_wait_p95_s", "wait_p95_s", 60.0),
+    # key, label, unit of the values (s: seconds, shown in minutes), recorded field, replayed
+    # field, floor
+    ("wait_p50", "Queue wait p50", "s", "recorded_wait_p50_s", "wait_p50_s", 60.0),
+    ("wait_p95", "Queue wait p95", "s", "recorded_wait_p95_s", "wait_p95_s", 60.0),
     ("gpu_hours", "GPU-hours used", "GPU-h", "recorded_gpu_hours", "used_gpu_hours", 1.0),
 )
 
@@ -243,7 +244,8 @@ def tolerance_pct() -> int:
 
 
 def _in_words(value: float, unit: str) -> str:
-    if unit == "min":
+    """A figure as people read it: waits (seconds) in minutes, GPU-hours as they are."""
+    if unit == "s":
         return f"{value / 60:.1f} min"
     return f"{value:.1f} {unit}"
 

@@ -15,6 +15,7 @@ from django.views import View
 from advice import selectors, services
 from approvals.models import QuotaChangeRequest
 from core import errors
+from core.words import counted
 from tenants.api.base import caller
 from tenants.models import Tenant
 from tenants.selectors import tenant_get_for_user, user_can_manage_tenant
@@ -114,6 +115,8 @@ class SuggestionsComputeView(LoginRequiredMixin, View):
         rows = services.suggestions_compute(tenant=tenant, actor=user)
         filed = sum(1 for s in rows if s.request_id)
         messages.success(
-            request, f"Suggestions computed for {len(rows)} cluster(s); {filed} draft(s) to review."
+            request,
+            f"Suggestions computed for {counted(len(rows), 'cluster')}; "
+            f"{counted(filed, 'draft')} to review.",
         )
         return redirect("portal:tenant-detail", slug=tenant.slug)

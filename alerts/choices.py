@@ -13,6 +13,16 @@ class RuleKind(models.TextChoices):
     LOW_UTILIZATION = "low_utilization", "Allocation with low GPU utilisation for a long time"
 
 
+# What a rule of each kind is called on pages and in the inbox (a rule's name is a slug for
+# filters and the API).
+RULE_TITLES = {
+    RuleKind.QUOTA_WARNING: "Quota nearly used",
+    RuleKind.QUOTA_BLOCK: "Quota limit reached",
+    RuleKind.IDLE_WORKLOAD: "Idle workload",
+    RuleKind.MAX_RUNTIME: "Workload past its maximum run time",
+    RuleKind.LOW_UTILIZATION: "Low GPU utilisation",
+}
+
 # Kinds about a (cluster, tenant, flavor) series; the others are about one workload.
 QUOTA_KINDS = (RuleKind.QUOTA_WARNING, RuleKind.QUOTA_BLOCK)
 
@@ -36,9 +46,9 @@ class ActionState(models.TextChoices):
     """What the portal did about the alert (blocking at 100%, suspending an idle workload)."""
 
     NONE = "", "No action taken"
-    BLOCKED = "blocked", "New work held (ClusterQueue stopPolicy Hold)"
+    BLOCKED = "blocked", "New work held; running work continues"
     NOTIFIED = "notified", "Lead told; suspension due at the deadline"
-    SUSPENDED = "suspended", "Workload suspended (spec.active false), quota released"
+    SUSPENDED = "suspended", "Workload suspended (taken off its GPUs), quota released"
     UNDONE = "undone", "Suspension undone; not suspended again while this alert is open"
 
 

@@ -8,6 +8,7 @@ from django.db import models
 from django.db.models import Q
 
 from alerts.choices import (
+    RULE_TITLES,
     ActionState,
     AlertState,
     DeliveryState,
@@ -63,6 +64,11 @@ class AlertRule(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def title(self) -> str:
+        """The rule in words for pages and the inbox ("Quota limit reached"), not its slug."""
+        return RULE_TITLES.get(self.kind, self.name)
 
 
 class Alert(models.Model):

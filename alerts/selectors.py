@@ -31,6 +31,7 @@ from quotas.choices import (
     mig_resource,
 )
 from quotas.models import Cluster, Quota, QuotaSet, ResourceFlavor
+from quotas.quantity import to_display
 from quotas.selectors import flavor_capacities
 from tenants.choices import MembershipRole
 from tenants.models import Membership, Namespace, Tenant, User
@@ -542,15 +543,6 @@ def tenant_run_rules(*, tenant: Tenant) -> TenantRunRules:
     )
 
 
-def duration_words(delta: timedelta) -> str:
-    """``3 days``, ``1 day``, ``36 hours``, ``1 hour``: a duration as people say it."""
-    hours = delta.total_seconds() / 3600
-    if hours >= 24 and hours % 24 == 0:
-        days = hours / 24
-        return f"{days:g} day" if days == 1 else f"{days:g} days"
-    return f"{hours:g} hour" if hours == 1 else f"{hours:g} hours"
-
-
 # --- the admission pre-check (R13) -----------------------------------------------------------
 
 
@@ -708,7 +700,8 @@ def _limit_verdict(
         resource,
         amount,
         fits,
-        f"{_n(amount)} {'within' if fits else 'exceeds'} the limit of {_n(limit)} "
+        f"{to_display(amount, resource)} {'within' if fits else 'exceeds'} the limit of "
+        f"{to_display(limit, resource)} "
         "(current use is not collected; Kueue counts it at admission).",
         guaranteed=guaranteed,
         limit=limit,
@@ -821,6 +814,11 @@ def _volume_verdicts(
     return out
 
 
+def _bytes(amount: Decimal) -> str:
+    """Bytes as people read them: "2 TiB", "600 GiB", "1.5 MiB"."""
+    return to_display(amount, STORAGE_RESOURCE)
+
+
 def _storage_verdict(
     quota_set: QuotaSet, requested: Decimal, used: Decimal | None
 ) -> ResourceVerdict:
@@ -831,15 +829,15 @@ def _storage_verdict(
         fits = requested <= limit
         return ResourceVerdict(
             STORAGE_RESOURCE, requested, fits,
-            f"{_n(requested)} bytes {'within' if fits else 'exceed'} the storage quota of "
-            f"{_n(limit)} bytes (current use unknown: the cluster could not be read).",
+            f"{_bytes(requested)} {'within' if fits else 'exceeds'} the storage quota of "
+            f"{_bytes(limit)} (current use unknown: the cluster could not be read).",
             limit=limit,
         )  # fmt: skip
     left = max(limit - used, Decimal(0))
     fits = requested <= left
     return ResourceVerdict(
         STORAGE_RESOURCE, requested, fits,
-        f"{_n(requested)} bytes asked, {_n(left)} of {_n(limit)} left"
+        f"{_bytes(requested)} asked, {_bytes(left)} of {_bytes(limit)} left"
         + ("." if fits else ": the job would fail with 'No space left on device'."),
         used=used, limit=limit, headroom=left,
     )  # fmt: skip

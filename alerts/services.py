@@ -308,7 +308,7 @@ def _fire(
     )
     summary.fired += 1
     _event(alert, EventKind.FIRED, now, detail={"value": finding.value, "message": finding.message})
-    subject = f"[{rule.severity}] {rule.name}: {finding.message}"
+    subject = f"[{rule.severity}] {rule.title}: {finding.message}"
     body = finding.message
     tenant = alert.tenant
     if rule.kind == RuleKind.QUOTA_BLOCK and rule.act and finding.tenant_id and finding.cluster_id:
@@ -321,7 +321,7 @@ def _fire(
         )  # fmt: skip
         summary.blocked += 1
         body += (
-            "\n\nIts ClusterQueue is on hold (stopPolicy: Hold): running work continues, new "
+            "\n\nNew work of the team on this cluster is held: running work continues, new "
             "work waits until use drops below the threshold."
         )
     elif rule.kind in SUSPENDING_RULES and (rule.act or finding.act):
@@ -347,7 +347,7 @@ def _fire(
             f"at {alert.action_due_at:%Y-%m-%d %H:%M} UTC {unless}"
         )
         body += (
-            f"\n\nIt will be suspended (Kueue spec.active: false, its quota released) at "
+            f"\n\nIt will be suspended (taken off its GPUs, its quota released) at "
             f"{alert.action_due_at:%Y-%m-%d %H:%M} UTC if it is {still} then. Suspension "
             "can be undone from the alert's page."
         )
@@ -501,8 +501,8 @@ def workload_suspend(*, alert_id: int, now: datetime | None = None) -> bool:
         why = "idle" if alert.rule.kind == RuleKind.IDLE_WORKLOAD else "past its maximum run time"
         _notify(
             alert, EventKind.SUSPENDED, f"{workload} was suspended ({why}); its quota is released",
-            f"{alert.message}\n\nKueue evicted it (spec.active: false). Undo it from the alert's "
-            "page to queue it again.",
+            f"{alert.message}\n\nIt was taken off its GPUs and stays out of the queue. Undo the "
+            "suspension from the alert's page to queue it again.",
         )  # fmt: skip
     return True
 

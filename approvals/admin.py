@@ -14,6 +14,7 @@ from approvals import services
 from approvals.choices import RequestStatus
 from approvals.models import ApprovalDecision, ApprovalPolicy, QuotaChangeItem, QuotaChangeRequest
 from core.errors import ApplicationError
+from core.words import counted
 from quotas.quantity import format_quantity
 
 
@@ -134,7 +135,9 @@ class QuotaChangeRequestAdmin(admin.ModelAdmin):
                 continue
             done += 1
         if done:
-            self.message_user(request, f"{done} request(s) {word}.", level=messages.SUCCESS)
+            self.message_user(
+                request, f"{counted(done, 'request')} {word}.", level=messages.SUCCESS
+            )
 
 
 @admin.register(ApprovalPolicy)

@@ -353,7 +353,7 @@ def _choices(form: forms.Form, name: str, choices: list[tuple[str, str]]) -> Non
 
 
 class RequestListFilterForm(forms.Form):
-    """Filters of "My requests"."""
+    """Filters of the list of requests."""
 
     status = forms.ChoiceField(required=False)
     tenant = forms.CharField(required=False, max_length=63)

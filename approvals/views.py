@@ -76,7 +76,7 @@ from quotas.quantity import format_quantity
 from quotas.selectors import EffectiveQuota, EffectiveQuotaSet, FlavorAllocation
 from quotas.services import CapacityLine, QuotaItem, capacity_lines_check, elastic_cap, tier_items
 from quotas.sync import DryRun
-from quotas.views import FieldChange, value_shown
+from quotas.views import FieldChange, field_change
 from tenants import selectors as tenant_selectors
 from tenants.api.base import caller
 from tenants.models import AuditEvent, Tenant, User
@@ -595,7 +595,7 @@ def _diff_json(line: DiffLine) -> dict[str, Any]:
     }
 
 
-# --- "My requests" and a request's page -----------------------------------------------------
+# --- "Requests" and a request's page --------------------------------------------------------
 
 
 @login_required
@@ -680,7 +680,7 @@ def _dry_run_objects(dry_run: DryRun) -> list[ObjectChange]:
             o.object,
             o.change,
             [
-                FieldChange(path, value_shown(d.get("before")), value_shown(d.get("after")))
+                field_change(path, d.get("before"), d.get("after"))
                 for path, d in sorted(o.fields.items())
             ],
             o.descriptions,

@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from core.admin_actions import delete_each, delete_selected
+from core.words import counted
 from gpu_agent.models import Gpu, MigInstance, MigLayout, Node, NodeJoinToken, NodeToken
 from gpu_agent.services.nodes import node_remove, node_token_revoke, node_update
 
@@ -111,7 +112,7 @@ class NodeAdmin(admin.ModelAdmin):
         total = 0
         for node in queryset:
             total += node_token_revoke(node=node, actor=request.user)  # type: ignore[arg-type]  # admin users are Users
-        self.message_user(request, f"{total} token(s) revoked.", messages.SUCCESS)
+        self.message_user(request, f"{counted(total, 'token')} revoked.", messages.SUCCESS)
 
 
 class MigInstanceInline(ReadOnlyInline):
@@ -188,4 +189,4 @@ class NodeTokenAdmin(ReadOnlyAdmin):
         total = 0
         for node in nodes.values():
             total += node_token_revoke(node=node, actor=request.user)  # type: ignore[arg-type]  # admin users are Users
-        self.message_user(request, f"{total} token(s) revoked.", messages.SUCCESS)
+        self.message_user(request, f"{counted(total, 'token')} revoked.", messages.SUCCESS)

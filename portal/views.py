@@ -30,6 +30,7 @@ from django.views.decorators.http import require_GET
 
 from advice import views as advice_views
 from alerts import selectors as alert_selectors
+from core.words import duration_words, notice_words
 from portal.help import help_page, inline_script_hashes, site_built, site_file, unbuilt_page
 from portal.middleware import content_security_policy
 from portal.tasks import HEARTBEAT_CACHE_KEY
@@ -141,16 +142,15 @@ def home(request: HttpRequest) -> HttpResponse:
 def _run_rules(tenant: Tenant) -> dict[str, Any]:
     """The idle and maximum-run-time rules for the tenant's page, durations in words."""
     rules = alert_selectors.tenant_run_rules(tenant=tenant)
-    words = alert_selectors.duration_words
     return {
-        "max_run_time": words(rules.max_run_time) if rules.max_run_time else None,
+        "max_run_time": duration_words(rules.max_run_time) if rules.max_run_time else None,
         "own_max_run_time": rules.own_max_run_time,
         "max_run_time_suspends": rules.max_run_time_suspends,
-        "grace_max_run_time": words(rules.grace_max_run_time),
-        "idle_after": words(rules.idle_after) if rules.idle_after else None,
+        "notice_max_run_time": notice_words(rules.grace_max_run_time),
+        "idle_after": duration_words(rules.idle_after) if rules.idle_after else None,
         "idle_at_most_pct": f"{rules.idle_at_most_pct:g}",
         "idle_suspends": rules.idle_suspends,
-        "grace": words(rules.grace),
+        "notice": notice_words(rules.grace),
     }
 
 

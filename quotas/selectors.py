@@ -312,6 +312,20 @@ def department_caps(*, tenant: Tenant, has_teams: bool | None = None) -> list[De
     return lines
 
 
+def largest_limits(*, cluster: Cluster) -> dict[tuple[int, str], tuple[Decimal, str]]:
+    """The largest tenant limit per (flavor id, resource) on ``cluster``, with that tenant's
+    slug (the first by slug among equals). One query."""
+    rows = (
+        Quota.objects.filter(quota_set__cluster=cluster)
+        .order_by("flavor_id", "resource", "-limit", "quota_set__tenant__slug")
+        .values_list("flavor_id", "resource", "limit", "quota_set__tenant__slug")
+    )
+    found: dict[tuple[int, str], tuple[Decimal, str]] = {}
+    for flavor_id, resource, limit, slug in rows:
+        found.setdefault((flavor_id, resource), (limit, slug))
+    return found
+
+
 def guarantees_by_flavor(
     *, cluster: Cluster, exclude_quota_set: QuotaSet | None = None
 ) -> dict[tuple[int, str], Decimal]:
@@ -739,6 +753,9 @@ class PriorityRules:
     caps: list[PodCap]
     gpu_limit: Decimal
     inference_gpus: int | None
+    # Shares per GPU when every GPU line is of time-sliced flavors alike (then nvidia.com/gpu
+    # counts shares, and the pages say so); None: whole GPUs.
+    shares_per_gpu: int | None = None
 
     @property
     def batch_gpus(self) -> Decimal | None:
@@ -784,7 +801,14 @@ def quota_set_priority_rules(*, quota_set: EffectiveQuotaSet) -> PriorityRules:
     gpu_limit = sum(
         (item.limit for item in quota_set.items if item.resource == GPU_RESOURCE), Decimal(0)
     )
-    return PriorityRules(quota_set.cluster_name, caps, gpu_limit, quota_set.inference_gpus)
+    replicas = {item.shares_per_gpu for item in quota_set.items if item.resource == GPU_RESOURCE}
+    return PriorityRules(
+        quota_set.cluster_name,
+        caps,
+        gpu_limit,
+        quota_set.inference_gpus,
+        replicas.pop() if len(replicas) == 1 else None,
+    )
 
 
 @dataclass(frozen=True)

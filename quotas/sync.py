@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ from django.utils import timezone
 from core.memory import collector_paused
 from identity.models import GroupMapping
 from quotas.backends import cluster_backend
-from quotas.choices import SyncBackend, SyncState
+from quotas.choices import GPU_RESOURCE, SyncBackend, SyncState
 from quotas.kube import compiler, enforcement
 from quotas.kube.applier import (
     NAMESPACE,
@@ -47,13 +47,14 @@ from quotas.kube.applier import (
 from quotas.kube.applier import (
     sort_for_apply as apply_sort,
 )
-from quotas.kube.describe import describe_changes
+from quotas.kube.describe import GpuShares, describe_changes
 from quotas.kube.diff import differences
 from quotas.kube.resources import CLUSTER_QUEUE, CONFIG_MAP, KINDS, RESOURCE_QUOTA, kind_of
 from quotas.kube.spec import (
     LABEL_MANAGED_BY,
     LABEL_TENANT,
     MANAGED_BY,
+    ClusterSpec,
     NamespaceSpec,
     QuotaSpec,
     TenantSpec,
@@ -566,9 +567,14 @@ class ObjectDiff:
         return list(dict.fromkeys(f["description"] for _, f in sorted(self.fields.items())))
 
 
-def object_diff(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[ObjectDiff]:
+def object_diff(
+    before: list[dict[str, Any]],
+    after: list[dict[str, Any]],
+    shares: GpuShares | None = None,
+) -> list[ObjectDiff]:
     """Object by object, what ``after`` changes against ``before`` (the generation annotation
-    aside): the offline dry run of a change (R21)."""
+    aside): the offline dry run of a change (R21). ``shares``: where GPUs are time-sliced
+    shares, so that their amounts read as shares."""
     old = {compiler.object_key(o): o for o in before}
     new = {compiler.object_key(o): o for o in after}
     diffs = []
@@ -590,12 +596,23 @@ def object_diff(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> li
                     if path not in fields
                 }
             )
-            words = describe_changes(old[key], new[key], fields)
+            words = describe_changes(old[key], new[key], fields, shares or GpuShares())
             for path, field_change in fields.items():
                 field_change["description"] = words[path]
             if fields:
                 diffs.append(ObjectDiff(shown, "changed", fields))
     return diffs
+
+
+def gpu_shares(spec: ClusterSpec, quotas: Iterable[QuotaSpec]) -> GpuShares:
+    """Where ``nvidia.com/gpu`` counts time-sliced shares on ``spec``'s cluster for a tenant
+    with ``quotas``: per flavor, and for the namespaces' objects when every GPU quota is on
+    time-sliced flavors of one number of shares per GPU."""
+    by_flavor = {f.name: f.time_slicing_replicas for f in spec.flavors if f.time_slicing_replicas}
+    gpu_flavors = {q.flavor for q in quotas if q.resource == GPU_RESOURCE}
+    replicas = {by_flavor.get(name) for name in gpu_flavors}
+    everywhere = replicas.pop() if len(replicas) == 1 else None
+    return GpuShares(by_flavor, everywhere)
 
 
 def compiler_order(key: tuple[str, str, str, str]) -> int:
@@ -637,7 +654,7 @@ def change_dry_run(
     )
     before = compiler.compile_tenant(spec, base) if current else []
     after = compiler.compile_tenant(spec, proposed)
-    result = DryRun(object_diff(before, after))
+    result = DryRun(object_diff(before, after, gpu_shares(spec, [*base.quotas, *proposed.quotas])))
     if not server or cluster.backend != SyncBackend.KUBERNETES:
         result.server_message = f"no Kubernetes API to ask (backend {cluster.backend})"
         return result

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -29,11 +30,13 @@ from core.pages import error_text
 from quotas import selectors as quota_selectors
 from quotas import services as quota_services
 from quotas import sync
-from quotas.choices import Enforcement, SyncBackend, SyncState
+from quotas.choices import Enforcement, SyncBackend, SyncState, is_gpu_resource
+from quotas.field_words import field_in_words
 from quotas.kube import names
 from quotas.models import Cluster, TenantSync
 from quotas.quantity import QuantityError, to_display
 from quotas.selectors import TenantSyncRow
+from quotas.services.rules import elastic_cap
 from tenants import selectors as tenant_selectors
 from tenants.api.base import caller
 from tenants.models import AuditEvent, Tenant, User
@@ -284,7 +287,8 @@ class ClusterSyncCounts:
 
 @dataclass(frozen=True)
 class FieldChange:
-    path: str
+    path: str  # as Kubernetes names it (a hover on the page)
+    label: str  # in words
     before: str
     after: str
 
@@ -293,6 +297,12 @@ class FieldChange:
 class DriftRepair:
     event: AuditEvent
     fields: list[FieldChange]
+
+
+def field_change(path: str, before: Any, after: Any) -> FieldChange:
+    """A field's change, its path and values in words beside the path."""
+    words = field_in_words(path, value_shown(before), value_shown(after))
+    return FieldChange(path, words.label, words.before, words.after)
 
 
 def _drift_repairs(user: User) -> list[DriftRepair]:
@@ -306,7 +316,7 @@ def _drift_repairs(user: User) -> list[DriftRepair]:
             DriftRepair(
                 event,
                 [
-                    FieldChange(path, value_shown(before.get(path)), value_shown(after.get(path)))
+                    field_change(path, before.get(path), after.get(path))
                     for path in sorted(before.keys() | after.keys())
                 ],
             )
@@ -345,6 +355,53 @@ def console_sync_panel(*, user: User) -> dict[str, Any]:
 # --- a cluster ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ElasticCapRow:
+    allocation: quota_selectors.FlavorAllocation
+    cap: Decimal  # the most one tenant's limit may be
+    usual_cap: Decimal  # the same at the usual fraction
+    largest: Decimal | None  # the largest limit in force, and whose
+    largest_tenant: str
+
+
+def _pct(fraction: Decimal) -> str:
+    return f"{(fraction * 100).normalize():f}"
+
+
+def _elastic_cap(
+    cluster: Cluster, allocations: list[quota_selectors.FlavorAllocation]
+) -> dict[str, Any]:
+    """The elastic cap in words for the cluster page: the fraction, the usual one, per GPU
+    flavor the most a tenant's limit may be, and the largest limit in force (which is why a
+    cluster's cap is set above the usual: demo-a100's 0.625 keeps team-a's 10 of 16)."""
+    usual = Cluster._meta.get_field("elastic_cap_fraction").default
+    largest = quota_selectors.largest_limits(cluster=cluster)
+    rows = []
+    for a in allocations:
+        if not is_gpu_resource(a.resource):
+            continue
+        limit, slug = largest.get((a.flavor.pk, a.resource), (None, ""))
+        rows.append(
+            ElasticCapRow(
+                a,
+                elastic_cap(capacity=a.capacity, fraction=cluster.elastic_cap_fraction,
+                            resource=a.resource),
+                elastic_cap(capacity=a.capacity, fraction=usual, resource=a.resource),
+                limit,
+                slug,
+            )
+        )  # fmt: skip
+    over_usual = [r for r in rows if r.largest is not None and r.largest > r.usual_cap]
+    return {
+        "pct": _pct(cluster.elastic_cap_fraction),
+        "usual_pct": _pct(usual),
+        "differs": cluster.elastic_cap_fraction != usual,
+        "higher": cluster.elastic_cap_fraction > usual,
+        "rows": rows,
+        "over_usual": over_usual,
+    }
+
+
 @login_required
 def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
     """A cluster for everyone signed in: how it keeps tenants within their limits (and
@@ -369,6 +426,7 @@ def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
     elif request.method != "GET":
         return HttpResponseNotAllowed(["GET", "POST"])
     enforcement = quota_selectors.cluster_enforcement(cluster=cluster)
+    allocations = quota_selectors.cluster_allocations(cluster=cluster)
     return render(
         request,
         "quotas/cluster_detail.html",
@@ -376,7 +434,8 @@ def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
             "cluster": cluster,
             "enforcement": enforcement,
             "kueue": enforcement["kueue_config"] or {},
-            "allocations": quota_selectors.cluster_allocations(cluster=cluster),
+            "allocations": allocations,
+            "elastic": _elastic_cap(cluster, allocations),
             "modes": Enforcement.choices,
             "can_change": user.is_platform_admin,
             "error": error,

@@ -63,7 +63,9 @@ class ReplayStatsOutput(serializers.Serializer):
 class CalibrationFigureOutput(serializers.Serializer):
     figure = serializers.ChoiceField(choices=["wait_p50", "wait_p95", "gpu_hours"])
     name = serializers.CharField(help_text="The figure in words.")
-    unit = serializers.CharField(help_text="min: the values are seconds; GPU-h: GPU-hours.")
+    unit = serializers.ChoiceField(
+        choices=["s", "GPU-h"], help_text="The values' unit: s, seconds; GPU-h, GPU-hours."
+    )
     recorded = serializers.FloatField(allow_null=True, help_text="What was recorded.")
     replayed = serializers.FloatField(
         allow_null=True, help_text="The replay of the quotas in force (before)."

@@ -24,6 +24,6 @@ def calibration_value(value: float | None, unit: str) -> str:
     """A calibration figure as a person reads it: waits in minutes, GPU-hours; "—" for none."""
     if value is None:
         return "—"
-    if unit == "min":
+    if unit == "s":  # waits are in seconds; people read them in minutes
         return f"{value / 60:.1f} min"
     return f"{value:.1f} {unit}"

@@ -31,6 +31,7 @@ from core.errors import (
     PermissionDenied,
     ValidationFailed,
 )
+from core.words import counted
 from quotas.kube.bandwidth import pod_bandwidth_text
 from quotas.models import (
     Cluster,
@@ -378,7 +379,7 @@ def _submit(request: QuotaChangeRequest, *, actor: User, check: RequestCheck) ->
     notify(
         users=approvers,
         subject=f"Request #{request.pk} for {request.tenant.slug} on {request.cluster.name} awaits approval",
-        body=f"{actor.get_username()} asks: {request.reason}\nIt needs {request.required_approvals} approval(s).",
+        body=f"{actor.get_username()} asks: {request.reason}\nIt needs {counted(request.required_approvals, 'approval')}.",
         url=f"/requests/{request.pk}/",
     )
     return request

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from django.db.models import QuerySet
 
 from core.errors import ApplicationError, Conflict
+from core.words import counted
 from gpu_agent.models import OPEN_LAYOUT_STATES, Gpu, MigLayout
 from gpu_agent.selectors import (
     QuotaDemand,
@@ -263,7 +264,7 @@ def mig_plan_layouts_set(
         actor=actor,
         action="mig_plan.applied",
         obj=MigPlan(len(changes)),
-        object_id=f"{len(done)} of {len(changes)} GPU(s)",
+        object_id=f"{len(done)} of {counted(len(changes), 'GPU')}",
         after={
             "applied": [layout.gpu.uuid for layout in done],
             "refused": {r.gpu.uuid: r.message for r in refused},

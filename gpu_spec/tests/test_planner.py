@@ -489,3 +489,17 @@ def test_the_exhaustive_solver_matches_brute_force(seed: int) -> None:
     ]
     result = plan_exhaustive(gpus, demand)
     assert result.score.key()[:4] == _brute_force_prefix(gpus, demand)
+
+
+def test_gpus_left_alone_for_one_reason_are_one_line_of_the_explanation() -> None:
+    gpus = [gpu(f"GPU-nomig-{n}", H100, node=f"node-{n // 8}", mig=False) for n in range(24)]
+    result = plan([*gpus, gpu("GPU-unknown", "NVIDIA Z100")], [Demand("3g.40gb", 1)])
+    disabled = [line for line in result.explanation if "MIG is disabled" in line]
+    assert disabled == [
+        f"24 GPUs ({H100} on node-0, node-1, node-2): MIG is disabled; left as they are "
+        "(enabling it needs the GPU idle and a reset)"
+    ]
+    # A reason of one GPU still names it.
+    assert any(
+        line.startswith("GPU-unknown (NVIDIA Z100 on node-1): ") for line in result.explanation
+    )

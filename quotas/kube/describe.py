@@ -13,18 +13,38 @@ line, by the object's kind:
 - Anything else: "<Kind> <name>: <field> changed".
 
 Amounts read as on the portal's pages (``quotas.quantity.to_display``: "64 GiB", "2 cores").
+On a time-sliced flavor ``nvidia.com/gpu`` counts shares, not GPUs: given ``GpuShares``, such
+amounts read "4 shares (40% of a GPU)" (``quotas.timeslicing.shares_text``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from quotas.quantity import QuantityError, parse_quantity, to_display
+from quotas.timeslicing import shares_text
 
-__all__ = ["describe_changes"]
+__all__ = ["GpuShares", "describe_changes"]
+
+_GPU = "nvidia.com/gpu"
+_GPU_KEYS = (_GPU, f"requests.{_GPU}", f"limits.{_GPU}")
+
+
+@dataclass(frozen=True)
+class GpuShares:
+    """Where ``nvidia.com/gpu`` counts time-sliced shares: per flavor name, its shares per
+    GPU; ``everywhere``: the shares per GPU when every GPU the tenant's namespaces may use is
+    time-sliced alike (a ResourceQuota or LimitRange counts all flavors at once), else None."""
+
+    by_flavor: dict[str, int] = field(default_factory=dict)
+    everywhere: int | None = None
+
+
+_NO_SHARES = GpuShares()
 
 Line = tuple[str, str]  # (flavor, resource) of a ClusterQueue
 Amounts = dict[str, Decimal | None]  # nominalQuota, borrowingLimit, lendingLimit
@@ -66,16 +86,20 @@ def _amount(value: Any) -> Decimal | None:
         return None
 
 
-def _shown(value: Any, resource: str, absent: str = "not set") -> str:
+def _shown(value: Any, resource: str, absent: str = "not set", replicas: int | None = None) -> str:
     if value is None:
         return absent
     amount = _amount(value)
     if amount is None:
         return str(value)
+    if replicas and resource in _GPU_KEYS:
+        return shares_text(amount, replicas)
     return to_display(amount, resource)
 
 
-def _resource_words(resource: str) -> str:
+def _resource_words(resource: str, replicas: int | None = None) -> str:
+    if replicas and resource in _GPU_KEYS:
+        return "GPU shares"
     return _RESOURCE_WORDS.get(resource, resource)
 
 
@@ -127,11 +151,16 @@ def _limit(amounts: Amounts) -> Decimal | None:
     return None if borrowing is None else nominal + borrowing
 
 
-def _cq_line_words(line: Line, old: Amounts | None, new: Amounts | None) -> str:
+def _cq_line_words(
+    line: Line, old: Amounts | None, new: Amounts | None, shares: GpuShares = _NO_SHARES
+) -> str:
     flavor, resource = line
+    replicas = shares.by_flavor.get(flavor) if resource == _GPU else None
 
     def amount(value: Decimal | None, absent: str = "0") -> str:
-        return absent if value is None else to_display(value, resource)
+        if value is None:
+            return absent
+        return shares_text(value, replicas) if replicas else to_display(value, resource)
 
     head = f"{resource} on {flavor}:"
     if old is None and new is not None:
@@ -154,16 +183,18 @@ def _cq_line_words(line: Line, old: Amounts | None, new: Amounts | None) -> str:
     return f"{head} {', '.join(parts)}" if parts else f"{head} changed"
 
 
-def _cluster_queue(old: Mapping[str, Any], new: Mapping[str, Any], path: str) -> str:
+def _cluster_queue(
+    old: Mapping[str, Any], new: Mapping[str, Any], path: str, shares: GpuShares
+) -> str:
     before, after = _cq_lines(old), _cq_lines(new)
     match = _CQ_FIELD.match(path)
     if match:
         line = _cq_line_at(new, match) or _cq_line_at(old, match)
         if line is not None:
-            return _cq_line_words(line, before.get(line), after.get(line))
+            return _cq_line_words(line, before.get(line), after.get(line), shares)
     if path.startswith(".spec.resourceGroups"):  # a list of flavors or resources as a whole
         changed = [
-            _cq_line_words(line, before.get(line), after.get(line))
+            _cq_line_words(line, before.get(line), after.get(line), shares)
             for line in sorted(before.keys() | after.keys())
             if before.get(line) != after.get(line)
         ]
@@ -175,20 +206,26 @@ def _cluster_queue(old: Mapping[str, Any], new: Mapping[str, Any], path: str) ->
 # --- ResourceQuota and LimitRange -----------------------------------------------------------
 
 
-def _resource_quota(old: Mapping[str, Any], new: Mapping[str, Any], path: str) -> str:
+def _resource_quota(
+    old: Mapping[str, Any], new: Mapping[str, Any], path: str, shares: GpuShares
+) -> str:
     if not path.startswith(".spec.hard."):
         return _other(new, path)
     key = path.removeprefix(".spec.hard.")
     before = ((old.get("spec") or {}).get("hard") or {}).get(key)
     after = ((new.get("spec") or {}).get("hard") or {}).get(key)
     namespace = (new.get("metadata") or {}).get("namespace", "")
+    replicas = shares.everywhere
     return (
-        f"{namespace}: {_resource_words(key)} "
-        f"{_shown(before, key)} → {_shown(after, key, absent='removed')}"
+        f"{namespace}: {_resource_words(key, replicas)} "
+        f"{_shown(before, key, replicas=replicas)} → "
+        f"{_shown(after, key, absent='removed', replicas=replicas)}"
     )
 
 
-def _limit_range(old: Mapping[str, Any], new: Mapping[str, Any], path: str) -> str:
+def _limit_range(
+    old: Mapping[str, Any], new: Mapping[str, Any], path: str, shares: GpuShares
+) -> str:
     match = _LIMIT_RANGE_FIELD.match(path)
     if not match:
         return _other(new, path)
@@ -202,9 +239,11 @@ def _limit_range(old: Mapping[str, Any], new: Mapping[str, Any], path: str) -> s
     after = (entry(new).get(bound) or {}).get(resource)
     kind = str(entry(new).get("type") or entry(old).get("type") or "").lower() or "object"
     namespace = (new.get("metadata") or {}).get("namespace", "")
+    replicas = shares.everywhere
     return (
-        f"{namespace}: {_BOUND_WORDS[bound]} {_resource_words(resource)} per {kind} "
-        f"{_shown(before, resource)} → {_shown(after, resource, absent='removed')}"
+        f"{namespace}: {_BOUND_WORDS[bound]} {_resource_words(resource, replicas)} per {kind} "
+        f"{_shown(before, resource, replicas=replicas)} → "
+        f"{_shown(after, resource, absent='removed', replicas=replicas)}"
     )
 
 
@@ -216,10 +255,16 @@ _BY_KIND = {
 
 
 def describe_changes(
-    old: Mapping[str, Any], new: Mapping[str, Any], paths: Iterable[str]
+    old: Mapping[str, Any],
+    new: Mapping[str, Any],
+    paths: Iterable[str],
+    shares: GpuShares = _NO_SHARES,
 ) -> dict[str, str]:
     """Each changed field ``path`` of an object (``old`` -> ``new``, one kind and name) in
-    words; fields of one ClusterQueue line share the line's words."""
+    words; fields of one ClusterQueue line share the line's words. ``shares``: where GPUs
+    are time-sliced shares."""
     kind = str(new.get("kind") or old.get("kind") or "")
     words = _BY_KIND.get(kind)
-    return {path: words(old, new, path) if words else _other(new or old, path) for path in paths}
+    return {
+        path: words(old, new, path, shares) if words else _other(new or old, path) for path in paths
+    }

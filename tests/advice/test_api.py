@@ -147,6 +147,7 @@ def test_pages_show_suggestions_and_the_what_if(world: World, two_jobs: None) ->
     response = client.post("/tenants/team-a/suggestions/compute/")
     assert response.status_code == 302
     page = client.get("/tenants/team-a/").content.decode()
+    assert "Suggestions computed for 2 clusters; 1 draft to review." in page  # not "(s)"
     assert "Suggested changes" in page and 'data-cluster="demo-a100"' in page
     draft = QuotaChangeRequest.objects.filter(tenant=world.team_a, status="draft").first()
     assert draft is not None and f"/requests/{draft.pk}/?what_if=1" in page

@@ -84,6 +84,10 @@ def test_a_record_the_quotas_allow_is_reproduced(world: World, api_as) -> None:
     assert figures["wait_p95"]["replayed"] == pytest.approx(104.5 * 60)
     assert figures["gpu_hours"]["recorded"] == pytest.approx(20)
     assert figures["gpu_hours"]["replayed"] == pytest.approx(20)
+    # The unit names what the values are: seconds, not the minutes the page shows them in.
+    assert {key: figure["unit"] for key, figure in figures.items()} == {
+        "wait_p50": "s", "wait_p95": "s", "gpu_hours": "GPU-h",
+    }  # fmt: skip
     assert all(figure["within_tolerance"] for figure in figures.values())
     assert row["calibrated"] and row["calibration_note"] == ""
 

@@ -112,7 +112,7 @@ def test_admission_check_answers_per_resource(world, api_as):
     why = {r["resource"]: r for r in over["resources"]}
     assert why["gpu:a100-80gb"]["fits"] is False
     assert "6 in use + 5 asked = 11 > the limit 10 (4 left)" in why["gpu:a100-80gb"]["reason"]
-    assert why["cpu"]["fits"] is False and "exceeds the limit of 80" in why["cpu"]["reason"]
+    assert why["cpu"]["fits"] is False and "exceeds the limit of 80 cores" in why["cpu"]["reason"]
 
 
 def test_admission_check_storage_left(world, api_as):
@@ -124,8 +124,15 @@ def test_admission_check_storage_left(world, api_as):
     assert body["fits"] is False
     [storage] = body["resources"]
     assert storage["resource"] == "storage" and storage["limit"] == 500 * 2**30
+    # The reason is for people: binary units, not byte counts.
+    assert storage["reason"].startswith("600 GiB exceeds the storage quota of 500 GiB"), storage
+    assert "bytes" not in storage["reason"]
     ok = client.post(CHECK, {"cluster": "demo-a100", "storage": "100Gi"}, format="json").json()
     assert ok["fits"] is True
+    big = client.post(CHECK, {"cluster": "demo-a100", "storage": "2Ti"}, format="json").json()
+    assert "2 TiB" in big["resources"][0]["reason"]
+    memory = client.post(CHECK, {"cluster": "demo-a100", "memory": "64Gi"}, format="json").json()
+    assert memory["resources"][0]["reason"].startswith("64 GiB within the limit of 640 GiB")
 
 
 def test_admission_check_bad_input_names_the_field(world, api_as):
@@ -161,7 +168,7 @@ def test_a_member_reads_her_tenants_alerts_and_only_leads_act_on_them(world, api
     # The page shows her the alert, without the buttons she may not use.
     client.force_login(world.carol)
     page = client.get(f"/alerts/{alert.pk}/").content.decode()
-    assert "quota-warning" in page and "Acknowledge</button>" not in page
+    assert "Quota nearly used" in page and "Acknowledge</button>" not in page
     client.force_login(world.alice)
     assert "Acknowledge</button>" in client.get(f"/alerts/{alert.pk}/").content.decode()
     # Everyone finds the alerts from the navigation.

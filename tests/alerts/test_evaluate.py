@@ -73,6 +73,11 @@ def test_100_percent_holds_new_work_through_the_outbox_and_lifts_it_below(world)
     assert [t.blocked for t in tenant_specs(world.a100)] == [True, False, False]
     assert _stop_policy(world, "team-a") == "Hold"
     assert _stop_policy(world, "team-b") == "None"
+    # The lead's inbox says it in words: the rule's title, no slug, no Kueue field.
+    notice = Notification.objects.get(user=world.alice, url=f"/alerts/{alert.pk}/")
+    assert notice.subject.startswith("[critical] Quota limit reached: ")
+    assert "New work of the team on this cluster is held" in notice.body
+    assert [c for c in ("quota-block", "stopPolicy") if c in notice.subject + notice.body] == []
     assert AuditEvent.objects.filter(action="tenant.new_work_held", tenant=world.team_a).exists()
     assert len(_alerts("quota-warning")) == 1  # 100% is also >= 80%
 
@@ -163,6 +168,8 @@ def test_an_idle_workload_gets_a_notice_with_a_deadline_first(world):
     assert alert.action_due_at == NOW + timedelta(days=1)
     notice = Notification.objects.get(user=world.alice)
     assert "will be suspended at 2026-12-03 12:00 UTC" in notice.subject
+    assert "taken off its GPUs, its quota released" in notice.body
+    assert "spec.active" not in notice.body
     assert AuditEvent.objects.filter(action="workload.suspension_scheduled").count() == 1
 
 

@@ -54,7 +54,7 @@ def test_the_approve_action_calls_the_service_with_the_admin(world, client):
     request = file(world)
     client.force_login(world.admin)
     response = _act(client, "approve", request)
-    assert "1 request(s) approved." in _messages(response)
+    assert "1 request approved." in _messages(response)
     request.refresh_from_db()
     assert request.status == RequestStatus.APPROVED
     assert gpu_quota(world, world.team_a) == (8, 10)
@@ -82,7 +82,7 @@ def test_the_actions_report_what_the_services_refuse(world, client):
         in messages
     )
     assert any(m.startswith(f"Request #{cancelled.pk}:") and "cancelled" in m for m in messages)
-    assert "1 request(s) rejected." in messages
+    assert "1 request rejected." in messages
     statuses = dict(QuotaChangeRequest.objects.values_list("pk", "status"))
     assert (statuses[own.pk], statuses[cancelled.pk], statuses[fine.pk]) == (
         "pending",

@@ -414,7 +414,7 @@ def test_the_live_check_needs_the_csrf_token(world):
     assert client.post(VALIDATE, a100_form()).status_code == 403
 
 
-# --- "My requests" and a request's page -----------------------------------------------------
+# --- "Requests" and a request's page --------------------------------------------------------
 
 
 def test_my_requests_lists_what_the_caller_may_see(world):
@@ -433,6 +433,17 @@ def test_my_requests_lists_what_the_caller_may_see(world):
     assert f'data-request="{mine.pk}"' not in pending_only
     assert f'data-request="{theirs.pk}"' in admin
     assert f'data-request="{mine.pk}"' not in admin
+
+
+def test_the_list_heading_says_whose_requests_it_lists(world):
+    def heading(user, query=""):
+        page = text(logged_in(user).get(f"/requests/{query}"))
+        return re.sub(r"<[^>]+>|\s+", " ", re.search(r"<h1>(.*?)</h1>", page, re.S).group(1))
+
+    assert heading(world.alice).split() == ["Requests", "of", "your", "tenants"]
+    assert heading(world.alice, "?mine=on").split() == ["Your", "requests"]
+    assert heading(world.admin).split() == ["Requests", "of", "all", "tenants"]
+    assert "My requests" not in text(logged_in(world.alice).get("/requests/"))
 
 
 def test_my_requests_runs_a_constant_number_of_queries(world):
@@ -562,6 +573,15 @@ def test_the_queue_shows_pending_requests_oldest_first_with_diff_and_capacity(wo
     assert "+2 GPU units" in entry  # two more guaranteed (the limit stays 10)
     assert f'action="/requests/{first.pk}/approve/"' in entry
     assert f'formaction="/requests/{first.pk}/reject/"' in entry
+
+
+def test_the_queue_says_one_gpu_unit_in_the_singular(world):
+    request = file_request(world, tenant=world.team_a, guaranteed=7, limit=10)
+
+    body = text(logged_in(world.admin).get(QUEUE))
+
+    entry = body.split(f'data-request="{request.pk}"')[1].split("</article>")[0]
+    assert re.search(r"\+1 GPU unit\s*</span>", entry), entry
 
 
 def test_the_queue_filters_by_cluster_tenant_and_size(world):

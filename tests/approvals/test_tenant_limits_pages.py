@@ -76,6 +76,23 @@ def test_without_own_limits_the_tenant_page_names_the_platform_rules(world):
     )  # a member reads; only leads and admins are offered the form
 
 
+def test_a_grace_of_minutes_reads_in_minutes_not_in_a_fraction_of_an_hour(world):
+    from datetime import timedelta
+
+    from alerts.choices import RuleKind
+    from alerts.models import AlertRule
+
+    AlertRule.objects.filter(kind=RuleKind.IDLE_WORKLOAD).update(grace=timedelta(minutes=10))
+    AlertRule.objects.filter(kind=RuleKind.MAX_RUNTIME).update(
+        act=True, grace=timedelta(hours=1), duration=timedelta(hours=36)
+    )
+    page = words(main(logged_in(world.carol).get("/tenants/team-a/")))
+    assert "is suspended after 10 minutes' notice to the leads" in page
+    assert "Maximum run time: 36 hours , the platform's." in page
+    assert "is suspended after 1 hour's notice to the leads (a lead can undo it)" in page
+    assert "0.166667" not in page and "hours's" not in page
+
+
 def test_django_admin_shows_the_limits_but_does_not_edit_them(world, client):
     from tenants.models import Tenant
 

@@ -135,7 +135,7 @@ def test_alice_files_a_request_the_admin_approves_it_and_alice_sees_the_new_quot
     assert "Fits: approved." in page.locator("ul.decisions").inner_text()
     page.screenshot(path=REQUEST_SCREENSHOT, full_page=True)
     with page.expect_navigation():
-        page.locator("nav a", has_text="My requests").click()
+        page.locator("nav a", has_text="Requests").click()
     assert page.locator(f"tr[data-request='{change.pk}']").count() == 1
     page.screenshot(path=LIST_SCREENSHOT, full_page=True)
 

@@ -356,7 +356,8 @@ def test_an_invalid_layout_shows_every_rule_next_to_its_row_and_stores_nothing(w
     assert "overlaps 3g.40gb" in slot(response, "instances-3-start")
     assert "needs 12 compute slices" in slot(response, "__all__")
     proposal = words(re.search(r'id="proposal-panel".*?</section>', text(response), re.S).group(0))
-    assert "Not a valid layout" in proposal and "max-count" in proposal and "overlap" in proposal
+    assert "Not a valid layout" in proposal and "too many of one profile" in proposal
+    assert "instances overlap" in proposal and "max-count" not in proposal  # words, not slugs
     assert not MigLayout.objects.exists()
     # What was typed stays in the form.
     assert re.search(r'name="instances-3-start" value="3"', text(response))
@@ -454,6 +455,9 @@ def test_the_validate_endpoint_names_every_broken_rule_by_input(world, fleet):
     assert "instances-2-start" in body["errors"]
     assert any("compute slices" in m for m in body["errors"]["__all__"])
     assert "Not a valid layout" in words(body["panel"])
+    # The panel says the rules in words; their slugs stay in the JSON's "rules".
+    assert "start not allowed" in words(body["panel"]) and "no room left" in words(body["panel"])
+    assert "no-room" not in words(body["panel"]) and "invalid-start" not in words(body["panel"])
     # The busy instances a valid layout would destroy, before anyone presses "Set layout".
     busy = client.post(VALIDATE, layout_form(("7g.80gb", 0))).json()
     assert busy["valid"] is True

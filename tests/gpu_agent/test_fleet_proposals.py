@@ -138,3 +138,23 @@ def test_the_latest_list_has_the_newest_proposal_of_each_cluster_and_of_none(wor
 
     assert sorted(p.pk for p in latest) == sorted(p.pk for p in newest)
     assert proposals.plan_proposal_latest_list(user=world.alice) == []
+
+
+def test_gpus_with_mig_disabled_are_one_line_of_a_proposal_not_one_each(world):
+    _h100_with_demand(world)
+    for n in range(3):
+        node = add_node(
+            world.admin, f"h100-whole-{n}",
+            [gpu(f"h100-whole-{n}", i, name=H100, mig=False) for i in range(8)],
+        )  # fmt: skip
+        Node.objects.filter(pk=node.pk).update(cluster=world.h100)
+    tasks.refresh_plan_proposals()
+    proposal = PlanProposal.objects.get()
+
+    page = words(main(logged_in(world.admin).get(PLAN)))
+    assert page.count("MIG is disabled") == 1, page
+    assert (
+        f"24 GPUs ({H100} on h100-whole-0, h100-whole-1, h100-whole-2): MIG is disabled; "
+        "left as they are" in page
+    )
+    assert len([line for line in proposal.explanation if "MIG is disabled" in line]) == 1

@@ -150,3 +150,28 @@ def test_any_other_kind_names_the_field_that_changed() -> None:
     new["metadata"]["labels"]["a"] = "2"
 
     assert described(old, new) == {".metadata.labels.a": "Namespace x: labels.a changed"}
+
+
+def test_time_sliced_gpus_read_as_shares() -> None:
+    from quotas.kube.describe import GpuShares
+
+    shares = GpuShares({"a100-80gb": 10}, everywhere=10)
+
+    def with_shares(old: dict, new: dict) -> dict[str, str]:
+        paths = set(differences(new, old)) | set(differences(old, new))
+        return describe_changes(old, new, sorted(paths), shares)
+
+    cq = with_shares(cluster_queue(gpu_nominal=4, gpu_borrowing=0), cluster_queue(3, 0))
+    assert cq[".spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"] == (
+        "nvidia.com/gpu on a100-80gb: guaranteed 4 shares (40% of a GPU) → 3 shares (30% of a "
+        "GPU), limit 4 shares (40% of a GPU) → 3 shares (30% of a GPU)"
+    )
+    quota = with_shares(resource_quota(gpus="4"), resource_quota(gpus="3"))
+    assert quota[".spec.hard.requests.nvidia.com/gpu"] == (
+        "team-a-training: GPU shares 4 shares (40% of a GPU) → 3 shares (30% of a GPU)"
+    )
+    pod = with_shares(limit_range("4"), limit_range("3"))
+    assert pod[".spec.limits[1].max.nvidia.com/gpu"] == (
+        "team-a-training: at most GPU shares per pod 4 shares (40% of a GPU) → 3 shares (30% of "
+        "a GPU)"
+    )

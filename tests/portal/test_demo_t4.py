@@ -56,3 +56,40 @@ def test_the_demo_splits_one_t4_30_30_40_over_three_time_sliced_labs(world, t4, 
     words = re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", page.content.decode())))
     assert "4 shares (40% of a GPU)" in words
     assert "shares a GPU's time, not its memory" in words
+
+
+def _words(html: str) -> str:
+    return re.sub(r"\s+", " ", unescape(re.sub(r"<[^>]+>", " ", html)))
+
+
+def test_time_sliced_shares_are_called_shares_not_gpus(world, t4, client):
+    from approvals.services import quota_request_create
+    from quotas.services import QuotaItem
+    from tests.pages import use_now
+
+    Command._t4_labs(world.h100, t4, {"admin": world.admin, "bob": world.bob})
+    speech = Tenant.objects.get(slug="lab-speech")
+    use_now(speech, t4, 0)
+    client.force_login(world.bob)
+
+    home = _words(client.get("/").content.decode())
+    card = home.split("lab-speech", 1)[1].split("lab-vision", 1)[0]
+    assert "0 of 4 shares (40% of a GPU)" in card, card
+    assert "0 of 4 GPUs" not in card
+
+    page = _words(client.get("/tenants/lab-speech/").content.decode())
+    assert "GPUs per pod at most 4 shares (40% of a GPU)" in page
+    assert "at most 4 GPUs" not in page
+
+    # The dry run of a change from 4 shares to 3 says shares, not "GPUs 4 -> 3".
+    change = quota_request_create(
+        tenant=speech, cluster=world.h100, requester=world.bob, reason="less",
+        items=[QuotaItem(t4, GPU_RESOURCE, Decimal(3), Decimal(3))], submit=True,
+    )  # fmt: skip
+    dry_run = _words(client.get(f"/requests/{change.pk}/").content.decode())
+    assert "GPU shares 4 shares (40% of a GPU) → 3 shares (30% of a GPU)" in dry_run, dry_run
+    assert (
+        "nvidia.com/gpu on t4-shared: guaranteed 4 shares (40% of a GPU) → 3 shares "
+        "(30% of a GPU)" in dry_run
+    )
+    assert "GPUs 4 → 3" not in dry_run

@@ -229,6 +229,24 @@ def test_the_cluster_page_says_how_limits_hold(world, client):
     assert "data-enforcement-form" not in page.content.decode()  # members read only
 
 
+def test_the_cluster_page_explains_the_elastic_cap_and_why_this_one_differs(world, client):
+    client.force_login(world.alice)
+    a100 = text_of(client.get("/clusters/demo-a100/").content.decode())
+    assert "Elastic cap" in a100
+    assert "a tenant's limit on a GPU flavor may be at most 62.5% of the flavor's capacity" in a100
+    # Why demo-a100 is not at the usual 50%: team-a's limit of 10 of 16 needs 62.5%.
+    assert (
+        "The portal's usual cap is 50%; a platform admin set demo-a100's higher, so that the "
+        "limits in force fit: team-a's limit of 10 on a100-80gb is more than the 8 that 50% of "
+        "16 allows." in a100
+    )
+    assert "a100-80gb 16 10 10 (team-a)" in a100  # capacity, largest allowed, largest now
+
+    h100 = text_of(client.get("/clusters/demo-h100/").content.decode())
+    assert "may be at most 50% of the flavor's capacity" in h100
+    assert "usual cap" not in h100  # nothing to explain where the cap is the usual one
+
+
 def test_an_admin_changes_the_mode_on_the_cluster_page_and_a_member_cannot(world, client):
     client.force_login(world.alice)
     assert client.post("/clusters/demo-a100/", {"enforcement": "split"}).status_code == 403

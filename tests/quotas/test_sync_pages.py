@@ -461,7 +461,9 @@ def test_the_console_lists_counts_failures_and_drift_repairs(world, standin):
 
     repairs = element(panel, "table", 'class="drift-repairs"')
     assert "demo-a100: ClusterQueue team-a" in words(repairs)
-    assert ".spec.stopPolicy : HoldAndDrain → None" in words(repairs)
+    # In words: the field and its values, not ".spec.stopPolicy: HoldAndDrain → None".
+    assert "New work: held, running work evicted → accepted" in words(repairs)
+    assert "stopPolicy" not in words(repairs) and "HoldAndDrain" not in words(repairs)
     assert 'href="/tenants/team-a/#clusters"' in repairs
 
 

@@ -48,6 +48,7 @@ def test_approvers_are_told_of_a_new_request_in_the_inbox_and_by_email(
     inbox = Notification.objects.filter(url=f"/requests/{request.pk}/")
     assert {n.user for n in inbox} == {world.admin, second_admin}  # not alice, not bob
     assert all("awaits approval" in n.subject and n.read_at is None for n in inbox)
+    assert all(n.body.endswith("It needs 1 approval.") for n in inbox)  # not "approval(s)"
     assert sorted(m.to[0] for m in mail.outbox) == ["admin2@example.com", "admin@example.com"]
     assert f"/requests/{request.pk}/" in mail.outbox[0].body
     assert all(n.emailed_at is not None for n in inbox.all())

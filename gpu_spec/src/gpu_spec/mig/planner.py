@@ -1282,11 +1282,7 @@ def _explain(
         if gpu_plan.kept_busy:
             line += f"; keeps the busy {_describe(gpu_plan.kept_busy)}"
         lines.append(line)
-    for gpu_plan in gpu_plans:
-        if gpu_plan.note:
-            lines.append(
-                f"{gpu_plan.uuid} ({gpu_plan.model_name} on {gpu_plan.node}): {gpu_plan.note}"
-            )
+    lines.extend(_notes(gpu_plans))
     for item in unmet:
         scope = f" on {item.model}" if item.model else ""
         who = f" (for {', '.join(item.tenants)})" if item.tenants else ""
@@ -1294,6 +1290,33 @@ def _explain(
             f"{item.wanted} x {item.profile}{scope} wanted{who}, {item.placed} placed: {item.reason}"
         )
     return lines
+
+
+def _notes(gpu_plans: list[GpuPlan]) -> list[str]:
+    """Why GPUs were left alone, one line per reason: a GPU alone by its UUID, several (24
+    GPUs with MIG disabled) by their count, models and nodes, not a line each."""
+    by_note: dict[str, list[GpuPlan]] = {}
+    for gpu_plan in gpu_plans:
+        if gpu_plan.note:
+            by_note.setdefault(gpu_plan.note, []).append(gpu_plan)
+    lines = []
+    for note, plans in by_note.items():
+        if len(plans) == 1:
+            (one,) = plans
+            lines.append(f"{one.uuid} ({one.model_name} on {one.node}): {note}")
+            continue
+        models = _some(sorted({p.model_name for p in plans}))
+        nodes = _some(sorted({p.node for p in plans}))
+        they = note.replace("left as it is", "left as they are")
+        lines.append(f"{len(plans)} GPUs ({models} on {nodes}): {they}")
+    return lines
+
+
+def _some(names: list[str], most: int = 4) -> str:
+    """ "a, b, c" or "a, b, c, d and 5 more"."""
+    if len(names) <= most:
+        return ", ".join(names)
+    return f"{', '.join(names[:most])} and {len(names) - most} more"
 
 
 def _plural(count: int, one: str, many: str) -> str:
