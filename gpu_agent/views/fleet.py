@@ -168,6 +168,20 @@ def fleet(request: HttpRequest) -> HttpResponse:
 # --- a GPU's layout: the form and its check -------------------------------------------------
 
 
+# The MIG layout rules (gpu_spec.mig.layout.RULES) as the layout panel names them; the API
+# keeps the slugs.
+MIG_RULE_WORDS = {
+    "unknown-profile": "profile not offered",
+    "invalid-start": "start not allowed",
+    "overlap": "instances overlap",
+    "max-count": "too many of one profile",
+    "media-extensions": "more than one media-extensions instance",
+    "compute-slices": "too many compute slices",
+    "memory-slices": "too many memory slices",
+    "no-room": "no room left",
+}
+
+
 class LayoutRowForm(forms.Form):
     """One GPU instance of the layout: a profile of the GPU's model and, optionally, where it
     starts (empty: the first free placement that leaves the most room)."""
@@ -336,6 +350,17 @@ class LayoutDraft:
     @property
     def rules_broken(self) -> list[str]:
         return self.result.rules_broken if self.result else []
+
+    @property
+    def rules_broken_in_words(self) -> list[str]:
+        """The broken rules as the page says them ("no room left"), not their slugs."""
+        return [MIG_RULE_WORDS.get(rule, rule) for rule in self.rules_broken]
+
+    @property
+    def issues_in_words(self) -> list[tuple[str, str, str]]:
+        """(slug, rule in words, message) of each broken rule."""
+        issues = self.result.issues if self.result else []
+        return [(i.rule, MIG_RULE_WORDS.get(i.rule, i.rule), i.message) for i in issues]
 
     def busy_destroyed(self) -> list[str]:
         """The busy instances (and whole-GPU processes) the layout would destroy: what makes
