@@ -15,7 +15,7 @@ class RuleKind(models.TextChoices):
 
 # What a rule of each kind is called on pages and in the inbox (a rule's name is a slug for
 # filters and the API).
-RULE_TITLES = {
+RULE_TITLES: dict[str, str] = {
     RuleKind.QUOTA_WARNING: "Quota nearly used",
     RuleKind.QUOTA_BLOCK: "Quota limit reached",
     RuleKind.IDLE_WORKLOAD: "Idle workload",
