@@ -165,3 +165,18 @@ def test_get_resourcequota_prints_used_over_hard_as_upstream(kubectl: Kubectl) -
     assert header.split() == ["NAME", "AGE", "REQUEST", "LIMIT"]
     assert "pods: 1/4, requests.nvidia.com/gpu: 1/5" in row
     assert row.rstrip().endswith("limits.cpu: 500m/2")
+
+
+def test_explain_reads_kubernetes_own_schemas_for_the_core_kinds(kubectl: Kubectl) -> None:
+    """``kubectl explain`` of a built-in kind answers from the OpenAPI v3 document with
+    Kubernetes' own schemas and descriptions, as a real server's does."""
+    hard = kubectl("explain", "resourcequota.spec.hard").stdout
+    assert "FIELD: hard <map[string]Quantity>" in hard
+    assert "hard is the set of desired hard limits for each named resource" in hard
+    limits = kubectl("explain", "limitrange.spec.limits").stdout
+    assert "FIELD: limits <[]LimitRangeItem>" in limits
+    assert "defaultRequest\t<map[string]Quantity>" in limits
+    phase = kubectl("explain", "namespace.status.phase").stdout
+    assert "FIELD: phase <string>" in phase and "lifecycle phase of the namespace" in phase
+    # The custom resources keep their CRD schema.
+    assert "GROUP:      kueue.x-k8s.io" in kubectl("explain", "clusterqueue.spec").stdout
