@@ -180,3 +180,36 @@ def test_explain_reads_kubernetes_own_schemas_for_the_core_kinds(kubectl: Kubect
     assert "FIELD: phase <string>" in phase and "lifecycle phase of the namespace" in phase
     # The custom resources keep their CRD schema.
     assert "GROUP:      kueue.x-k8s.io" in kubectl("explain", "clusterqueue.spec").stdout
+
+
+def test_wait_for_jsonpath_uses_a_watch_with_initial_events(kubectl: Kubectl) -> None:
+    """``kubectl wait --for=jsonpath=...`` watches with ``sendInitialEvents=true``: the current
+    objects, then the BOOKMARK annotated ``k8s.io/initial-events-end``, as Kubernetes sends."""
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "waits"}}
+    kubectl("apply", "-f", "-", stdin=json.dumps(namespace))
+    waited = kubectl(
+        "wait", "--for=jsonpath={.status.phase}=Active", "namespace/waits", "--timeout=10s"
+    )
+    assert "namespace/waits condition met" in waited.stdout
+
+    query = (
+        "/api/v1/namespaces?watch=true&sendInitialEvents=true&allowWatchBookmarks=true"
+        "&resourceVersionMatch=NotOlderThan&timeoutSeconds=1&fieldSelector=metadata.name%3Dwaits"
+    )
+    events = [json.loads(line) for line in kubectl("get", "--raw", query).stdout.splitlines()]
+    assert [e["type"] for e in events] == ["ADDED", "BOOKMARK"]
+    bookmark = events[1]["object"]
+    assert bookmark["kind"] == "Namespace"
+    assert bookmark["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+    assert int(bookmark["metadata"]["resourceVersion"]) >= int(
+        events[0]["object"]["metadata"]["resourceVersion"]
+    )
+
+    refused = kubectl(
+        "get", "--raw", "/api/v1/namespaces?watch=true&sendInitialEvents=true", check=False
+    )
+    assert refused.returncode != 0
+    assert (
+        "resourceVersionMatch: Forbidden: sendInitialEvents requires setting "
+        "resourceVersionMatch to NotOlderThan" in refused.stderr
+    )
