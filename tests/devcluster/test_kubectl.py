@@ -213,3 +213,71 @@ def test_wait_for_jsonpath_uses_a_watch_with_initial_events(kubectl: Kubectl) ->
         "resourceVersionMatch: Forbidden: sendInitialEvents requires setting "
         "resourceVersionMatch to NotOlderThan" in refused.stderr
     )
+
+
+def test_quota_charges_resized_pods_and_whole_millicores(kubectl: Kubectl) -> None:
+    """Quota usage counts a resized container at max(spec, status resources), as Kubernetes'
+    evaluator (UseStatusResources) does, and CPU in whole milli-cores rounded up."""
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "rs"}},
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "cpu", "namespace": "rs"},
+            "spec": {"hard": {"requests.cpu": "4", "limits.cpu": "8", "requests.memory": "4Gi"}},
+        },
+    ]
+    for obj in objects:
+        kubectl("apply", "-f", "-", stdin=json.dumps(obj))
+
+    def pod(name: str, resources: dict[str, Any]) -> str:
+        container = {"name": "main", "image": "trainer", "resources": resources}
+        metadata = {"name": name, "namespace": "rs"}
+        return json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": metadata,
+                "spec": {"containers": [container]},
+            }
+        )
+
+    kubectl(
+        "create",
+        "-f",
+        "-",
+        stdin=pod(
+            "resized",
+            {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1"}},
+        ),
+    )
+    resized_status = {
+        "containerStatuses": [
+            {
+                "name": "main",
+                "image": "trainer",
+                "imageID": "",
+                "ready": True,
+                "restartCount": 0,
+                "resources": {
+                    "requests": {"cpu": "1500m", "memory": "512Mi"},
+                    "limits": {"cpu": "2"},
+                },
+            }
+        ]
+    }
+    kubectl(
+        "patch", "pod", "resized", "-n", "rs", "--subresource=status", "--type=merge",
+        "-p", json.dumps({"status": resized_status}),
+    )  # fmt: skip
+    kubectl(
+        "create",
+        "-f",
+        "-",
+        stdin=pod("tiny", {"requests": {"cpu": "1n", "memory": "1Mi"}, "limits": {"cpu": "1n"}}),
+    )
+    used = get_json(kubectl, "resourcequota", "cpu", "-n", "rs")["status"]["used"]
+    # 1500m (status) + 1m (1n rounded up); memory: max(1Gi spec, 512Mi status) + 1Mi.
+    assert used["requests.cpu"] == "1501m"
+    assert used["limits.cpu"] == "2001m"
+    assert used["requests.memory"] == "1025Mi"
