@@ -281,3 +281,38 @@ def test_quota_charges_resized_pods_and_whole_millicores(kubectl: Kubectl) -> No
     assert used["requests.cpu"] == "1501m"
     assert used["limits.cpu"] == "2001m"
     assert used["requests.memory"] == "1025Mi"
+
+
+def test_a_pod_with_an_ephemeral_container_carrying_resources_is_refused(kubectl: Kubectl) -> None:
+    """Kubernetes refuses resources (and ports, probes, lifecycle) on an ephemeral container."""
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin=json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "eph"}}),
+    )
+    pod: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "debugged", "namespace": "eph"},
+        "spec": {
+            "containers": [{"name": "main", "image": "trainer"}],
+            "ephemeralContainers": [
+                {
+                    "name": "debugger",
+                    "image": "busybox",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+        },
+    }
+    refused = kubectl("create", "-f", "-", stdin=json.dumps(pod), check=False)
+    assert refused.returncode != 0
+    assert (
+        'Pod "debugged" is invalid: spec.ephemeralContainers[0].resources: Forbidden: cannot be '
+        "set for an Ephemeral Container" in refused.stderr
+    )
+    assert "No resources found" in kubectl("get", "pods", "-n", "eph").stderr
+
+    del pod["spec"]["ephemeralContainers"][0]["resources"]
+    assert "pod/debugged created" in kubectl("create", "-f", "-", stdin=json.dumps(pod)).stdout
