@@ -165,6 +165,11 @@ def test_get_resourcequota_prints_used_over_hard_as_upstream(kubectl: Kubectl) -
     assert header.split() == ["NAME", "AGE", "REQUEST", "LIMIT"]
     assert "pods: 1/4, requests.nvidia.com/gpu: 1/5" in row
     assert row.rstrip().endswith("limits.cpu: 500m/2")
+    # -o wide and -A print the same server-side columns (kubectl adds NAMESPACE).
+    header, row = kubectl("get", "resourcequota", "-A", "-o", "wide").stdout.strip().splitlines()
+    assert header.split() == ["NAMESPACE", "NAME", "AGE", "REQUEST", "LIMIT"]
+    assert "pods: 1/4, requests.nvidia.com/gpu: 1/5" in row
+    assert row.rstrip().endswith("limits.cpu: 500m/2")
 
 
 def test_explain_reads_kubernetes_own_schemas_for_the_core_kinds(kubectl: Kubectl) -> None:
