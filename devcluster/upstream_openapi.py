@@ -98,9 +98,11 @@ def _convert(node: Any, refs: set[str]) -> Any:
     return out
 
 
+@functools.cache
 def schemas_for(git_version: str, group: str, version: str, kind: str) -> dict[str, Any]:
     """``{name: schema}`` of the kind's upstream schema (first) and every schema it refers to,
-    in OpenAPI v3 form; empty when upstream has no such kind."""
+    in OpenAPI v3 form; empty when upstream has no such kind. Cached: callers do not change
+    it."""
     defs = _definitions(_minor(git_version))
     wanted = {"group": group, "version": version, "kind": kind}
     root = next(
