@@ -6,6 +6,7 @@ import hashlib
 import json
 from typing import Any
 
+from devcluster import upstream_openapi
 from devcluster.resources import Registry, ResourceType
 
 AGGREGATED_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
@@ -240,7 +241,11 @@ def openapi_v3_group_version(
         if t.namespaced:
             prefix += "/namespaces/{namespace}"
         item_path = f"{prefix}/{t.plural}/{{name}}"
-        ref = {"$ref": f"#/components/schemas/{_schema_name(t, version)}"}
+        upstream = (
+            {} if t.is_custom else upstream_openapi.schemas_for(git_version, group, version, t.kind)
+        )
+        schema_name = upstream_openapi.root_name(upstream) if upstream else _schema_name(t, version)
+        ref = {"$ref": f"#/components/schemas/{schema_name}"}
         content = {"application/json": {"schema": ref}}
         operation = {
             "x-kubernetes-group-version-kind": gvk,
@@ -262,6 +267,10 @@ def openapi_v3_group_version(
             "responses": {"200": {"description": "OK", "content": content}},
         }
         paths[item_path] = {"get": read} if t.read_only else {"get": read, "patch": operation}
+        if upstream:
+            # The built-in kinds: Kubernetes' own schemas (kubectl explain reads them).
+            schemas.update(upstream)
+            continue
         schema = dict(t.schemas.get(version) or {"type": "object"})
         schema["x-kubernetes-group-version-kind"] = [gvk]
         schemas[_schema_name(t, version)] = schema

@@ -690,7 +690,9 @@ class Objects:
                     "of lower case alphanumeric characters, '-' or '.'",
                 }
             )
-        elif resource_type.validated:
+        elif resource_type.group == "" and resource_type.kind == "Pod":
+            causes = _ephemeral_container_errors(obj)
+        if not causes and name_ok and resource_type.validated:
             candidate = _without_server_metadata(obj)
             if old is not None and self._validator_takes_old:
                 stored = _without_server_metadata(old)
@@ -849,6 +851,41 @@ def read_only_error(resource_type: ResourceType) -> ApiError:
         f"{qualified(resource_type.plural, resource_type.group)} are read-only in devcluster "
         "(served from --crds)",
     )
+
+
+# Fields of an ephemeral container that upstream's allow list (allowedEphemeralContainerFields)
+# leaves out: "cannot be set for an Ephemeral Container" when set to anything but empty.
+_EPHEMERAL_FORBIDDEN = (
+    "ports",
+    "resources",
+    "resizePolicy",
+    "livenessProbe",
+    "readinessProbe",
+    "startupProbe",
+    "lifecycle",
+    "restartPolicy",
+)
+
+
+def _ephemeral_container_errors(pod: dict[str, Any]) -> list[dict[str, str]]:
+    """``validateEphemeralContainers``' field allow list: 422 ``spec.ephemeralContainers[0].
+    resources: Forbidden: cannot be set for an Ephemeral Container``."""
+    spec = pod.get("spec")
+    containers = spec.get("ephemeralContainers") if isinstance(spec, dict) else None
+    causes: list[dict[str, str]] = []
+    for index, container in enumerate(containers if isinstance(containers, list) else ()):
+        if not isinstance(container, dict):
+            continue
+        for field_name in _EPHEMERAL_FORBIDDEN:
+            if container.get(field_name) not in (None, {}, [], ""):
+                causes.append(
+                    {
+                        "reason": "FieldValueForbidden",
+                        "field": f"spec.ephemeralContainers[{index}].{field_name}",
+                        "message": "Forbidden: cannot be set for an Ephemeral Container",
+                    }
+                )
+    return causes
 
 
 def _required(field: str, message: str) -> dict[str, str]:

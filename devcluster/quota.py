@@ -197,18 +197,81 @@ def _terminated(pod: dict[str, Any], now: datetime) -> bool:
     return False
 
 
-def _container_lists(container: dict[str, Any]) -> tuple[ResourceList, ResourceList]:
+def _resize_infeasible(pod: dict[str, Any]) -> bool:
+    """``IsPodResizeInfeasible``: the PodResizePending condition with reason Infeasible (or
+    the older ``status.resize: Infeasible``)."""
+    status = pod.get("status") or {}
+    if status.get("resize") == "Infeasible":
+        return True
+    return any(
+        isinstance(c, dict)
+        and c.get("type") == "PodResizePending"
+        and c.get("status") == "True"
+        and c.get("reason") == "Infeasible"
+        for c in status.get("conditions") or ()
+    )
+
+
+def _statuses(pod: dict[str, Any], label: str) -> dict[str, dict[str, Any]]:
+    key = "containerStatuses" if label == "container" else "initContainerStatuses"
+    return {
+        str(s.get("name")): s
+        for s in (pod.get("status") or {}).get(key) or ()
+        if isinstance(s, dict) and isinstance(s.get("resources"), dict)
+    }
+
+
+_MILLI = Decimal("0.001")
+
+
+def _milli_cpu(values: ResourceList) -> ResourceList:
+    """CPU is charged in whole milli-cores, rounded up (``1n`` counts ``1m``)."""
+    cpu = values.get("cpu")
+    if cpu is None or cpu.value == cpu.value.quantize(_MILLI, rounding=ROUND_CEILING):
+        return values
+    return {
+        **values,
+        "cpu": Quantity(cpu.value.quantize(_MILLI, rounding=ROUND_CEILING), cpu.format),
+    }
+
+
+def _container_lists(
+    container: dict[str, Any], status: dict[str, Any] | None = None, infeasible: bool = False
+) -> tuple[ResourceList, ResourceList]:
+    """A container's requests and limits; with a status carrying ``resources`` (an in-place
+    resize), ``determineContainerReqs``/``Limits``: max(spec, status), or the status alone
+    when the resize is infeasible."""
     resources = container.get("resources") or {}
-    return resource_list(resources.get("requests")), resource_list(resources.get("limits"))
+    requests = _milli_cpu(resource_list(resources.get("requests")))
+    limits = _milli_cpu(resource_list(resources.get("limits")))
+    if status is None:
+        return requests, limits
+    actual = status.get("resources") or {}
+    actual_requests = _milli_cpu(resource_list(actual.get("requests")))
+    actual_limits = _milli_cpu(resource_list(actual.get("limits")))
+    if infeasible:
+        return actual_requests, actual_limits
+    return maximum(requests, actual_requests), maximum(limits, actual_limits)
 
 
 def pod_requests_limits(pod: dict[str, Any]) -> tuple[ResourceList, ResourceList]:
-    """``resourcehelper.PodRequests`` / ``PodLimits``."""
+    """``resourcehelper.PodRequests`` / ``PodLimits`` with ``UseStatusResources`` (the quota
+    evaluator's, InPlacePodVerticalScaling being on): a resized container counts
+    max(spec, status.containerStatuses[].resources)."""
     spec = pod.get("spec") or {}
+    infeasible = _resize_infeasible(pod)
+    statuses = {label: _statuses(pod, label) for label in ("container", "init container")}
+
+    def lists(label: str, container: dict[str, Any]) -> tuple[ResourceList, ResourceList]:
+        status = statuses[label].get(str(container.get("name")))
+        if label == "init container" and container.get("restartPolicy") != "Always":
+            status = None  # only sidecars are resized in place
+        return _container_lists(container, status, infeasible)
+
     totals: list[ResourceList] = [{}, {}]
     for label, container in all_containers(pod):
         if label == "container":
-            for index, values in enumerate(_container_lists(container)):
+            for index, values in enumerate(lists(label, container)):
                 totals[index] = add(totals[index], values)
     results: list[ResourceList] = []
     for index in (0, 1):
@@ -218,7 +281,7 @@ def pod_requests_limits(pod: dict[str, Any]) -> tuple[ResourceList, ResourceList
         for label, container in all_containers(pod):
             if label != "init container":
                 continue
-            values = _container_lists(container)[index]
+            values = lists(label, container)[index]
             if container.get("restartPolicy") == "Always":
                 total = add(total, values)
                 sidecars = add(sidecars, values)

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from devcluster import auth, discovery, protobuf, rbac, tables
 from devcluster.admission import Attributes
-from devcluster.errors import ApiError, bad_request, forbidden
+from devcluster.errors import ApiError, bad_request, forbidden, invalid
 from devcluster.events import Events
 from devcluster.faults import FaultRule, Faults, Stats, fault_error
 from devcluster.gc import GarbageCollector
@@ -563,7 +563,13 @@ class DevCluster:
 
     async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
         """A minimal watch: the current objects as ADDED (unless a resourceVersion is given),
-        then changes as they happen, until ``timeoutSeconds`` (default 30 min) or disconnect."""
+        then changes as they happen, until ``timeoutSeconds`` (default 30 min) or disconnect.
+
+        With ``sendInitialEvents=true`` (a streaming list, as kubectl wait and client-go's
+        informers ask: ``resourceVersionMatch=NotOlderThan`` and ``allowWatchBookmarks=true``
+        required) the current objects come first in any case, then a BOOKMARK annotated
+        ``k8s.io/initial-events-end: "true"`` at the current resourceVersion."""
+        send_initial = _watch_list_options(request.query)
         requirements = parse_label_selector(request.query.get("labelSelector"))
         fields = parse_field_selector(request.query.get("fieldSelector"), target.resource_type.kind)
         timeout = _positive_int(request.query.get("timeoutSeconds"), "timeoutSeconds") or 1800
@@ -586,10 +592,14 @@ class DevCluster:
         await response.prepare(request)
         self.store.listeners.append(listener)
         try:
-            if request.query.get("resourceVersion", "0") in ("", "0"):
+            if send_initial is None:
+                send_initial = request.query.get("resourceVersion", "0") in ("", "0")
+            if send_initial:
                 for obj in self.store.list(target.resource_type.key, target.namespace):
                     if matches(obj):
                         queue.put_nowait(("ADDED", obj))
+            if _truthy(request.query.get("sendInitialEvents")):
+                queue.put_nowait(("BOOKMARK", {"metadata": {}}))
             deadline = asyncio.get_running_loop().time() + timeout
             while True:
                 left = deadline - asyncio.get_running_loop().time()
@@ -599,8 +609,14 @@ class DevCluster:
                     event, obj = await asyncio.wait_for(queue.get(), timeout=left)
                 except TimeoutError:
                     break
-                shown = self.objects.present(target, obj)
-                if table:
+                if event == "BOOKMARK":
+                    shown = self._initial_events_end(target)
+                else:
+                    shown = self.objects.present(target, obj)
+                if table and event == "BOOKMARK":
+                    shown = tables.table(target.resource_type, target.version, [], {})
+                    shown["metadata"] = self._initial_events_end(target)["metadata"]
+                elif table:
                     list_meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
                     shown = tables.table(target.resource_type, target.version, [shown], list_meta)
                 line = json.dumps({"type": event, "object": shown}) + "\n"
@@ -610,6 +626,19 @@ class DevCluster:
         finally:
             self.store.listeners.remove(listener)
         return response
+
+    def _initial_events_end(self, target: Target) -> dict[str, Any]:
+        """The BOOKMARK that ends a watch's initial events: the kind, the current
+        resourceVersion and the ``k8s.io/initial-events-end`` annotation, nothing else."""
+        return {
+            "kind": target.resource_type.kind,
+            "apiVersion": target.resource_type.api_version(target.version),
+            "metadata": {
+                "resourceVersion": str(self.store.resource_version),
+                "creationTimestamp": None,
+                "annotations": {"k8s.io/initial-events-end": "true"},
+            },
+        }
 
     # Admin API (not Kubernetes) --------------------------------------------------------------
 
@@ -795,6 +824,53 @@ def _list_body(
 
 def _truthy(value: str | None) -> bool:
     return (value or "").lower() in ("true", "1")
+
+
+def _watch_list_options(query: Any) -> bool | None:
+    """``sendInitialEvents`` of a watch (None when absent), after the checks of upstream's
+    ``validateWatchOptions``: 422 ``ListOptions.meta.k8s.io "" is invalid`` otherwise."""
+    send = query.get("sendInitialEvents")
+    match = query.get("resourceVersionMatch", "")
+    causes: list[dict[str, str]] = []
+    if send is not None and match != "NotOlderThan":
+        causes.append(
+            {
+                "reason": "FieldValueForbidden",
+                "field": "resourceVersionMatch",
+                "message": "Forbidden: sendInitialEvents requires setting resourceVersionMatch "
+                "to NotOlderThan",
+            }
+        )
+    if match:
+        if send is None:
+            causes.append(
+                {
+                    "reason": "FieldValueForbidden",
+                    "field": "resourceVersionMatch",
+                    "message": "Forbidden: resourceVersionMatch is forbidden for watch unless "
+                    "sendInitialEvents is provided",
+                }
+            )
+        if match != "NotOlderThan":
+            causes.append(
+                {
+                    "reason": "FieldValueNotSupported",
+                    "field": "resourceVersionMatch",
+                    "message": f'Unsupported value: "{match}": supported values: "NotOlderThan"',
+                }
+            )
+        if not _truthy(query.get("allowWatchBookmarks")):
+            causes.append(
+                {
+                    "reason": "FieldValueForbidden",
+                    "field": "allowWatchBookmarks",
+                    "message": "Forbidden: allowWatchBookmarks required when sendInitialEvents "
+                    "is provided",
+                }
+            )
+    if causes:
+        raise invalid("ListOptions", "meta.k8s.io", "", causes)
+    return None if send is None else _truthy(send)
 
 
 def _dry_run(query: Any) -> bool:
