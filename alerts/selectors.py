@@ -96,6 +96,15 @@ def alert_may_act(*, user: User, alert: Alert) -> bool:
     return alert.pk in alerts_may_act(user=user, alerts=[alert])
 
 
+def alert_ids_closed(user: User, pks: set[int]) -> set[int]:
+    """Of ``pks`` (alerts the portal told ``user`` about), those that exist and ``user`` may
+    no longer open (the inbox's check of its links; one query)."""
+    hidden = Alert.objects.filter(pk__in=pks).exclude(
+        pk__in=alerts_for_user(user=user).order_by().values("pk")
+    )
+    return set(hidden.values_list("pk", flat=True))
+
+
 def alert_get_for_user(*, user: User, pk: int) -> Alert:
     alert = alerts_for_user(user=user).filter(pk=pk).first()
     if alert is None:
