@@ -39,11 +39,20 @@ def alert_list(request: HttpRequest) -> HttpResponse:
             rows = rows.filter(**{lookup: value})
             chosen[name] = value
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    alerts = list(page.object_list)
+    # The button only where the POST would take it (the services' own rule); a member is told
+    # who acts on the alerts she reads instead.
+    may_act = selectors.alerts_may_act(user=caller(request), alerts=alerts)
+    read_only = sorted(
+        {a.tenant.slug for a in alerts if a.pk not in may_act and a.state == AlertState.FIRING
+         and a.tenant is not None}
+    )  # fmt: skip
     return render(
         request,
         "alerts/list.html",
-        {"page": page, "alerts": page.object_list, "chosen": chosen, "states": AlertState.choices},
-    )
+        {"page": page, "alerts": alerts, "chosen": chosen, "states": AlertState.choices,
+         "may_act": may_act, "read_only_tenants": read_only},
+    )  # fmt: skip
 
 
 @login_required

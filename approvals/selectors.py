@@ -75,6 +75,13 @@ def quota_request_get_for_user(*, user: User, pk: int) -> QuotaChangeRequest:
     return request
 
 
+def quota_request_ids_closed(user: User, pks: set[int]) -> set[int]:
+    """Of ``pks`` (requests the portal told ``user`` about), those that exist and ``user`` may
+    no longer open (the inbox's check of its links; one query)."""
+    seen = QuotaChangeRequest.objects.filter(pk__in=pks).exclude(pk__in=_visible(user).values("pk"))
+    return set(seen.values_list("pk", flat=True))
+
+
 def quota_request_visible(*, user: User, pk: int) -> QuotaChangeRequest:
     """The request's row alone (no parts), or 404 as ``quota_request_get_for_user`` answers."""
     request = _visible(user).filter(pk=pk).first()

@@ -53,6 +53,7 @@ from approvals.services import (
     RequestCheck,
     approval_policy,
     diff_line,
+    flavor_isolation_broken,
     quota_request_approve,
     quota_request_approved_diff,
     quota_request_cancel,
@@ -410,7 +411,18 @@ def _draft(
     in_force: dict[tuple[str, str], EffectiveQuota] = {
         (i.flavor_name, i.resource): i for i in (quota_set.items if quota_set else [])
     }
-    allocations = sorted(quota_selectors.cluster_allocations(cluster=cluster), key=_row_order)
+    # Only the flavors the tenant's level allows (the rule that refuses a line), and those it
+    # holds already, to be lowered; the level in force, so the rows are the same on a POST.
+    held = {flavor_name for flavor_name, _ in in_force}
+    allocations = sorted(
+        (
+            a
+            for a in quota_selectors.cluster_allocations(cluster=cluster)
+            if a.flavor.name in held
+            or not flavor_isolation_broken(tenant.isolation_level, a.flavor)
+        ),
+        key=_row_order,
+    )
     presets = _tier_presets(tier, cluster, quota_set) | _request_presets(source)
     row_forms = []
     for index, allocation in enumerate(allocations):

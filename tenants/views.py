@@ -28,6 +28,7 @@ from core.pages import error_text
 from tenants import selectors as tenant_selectors
 from tenants.authentication import caller
 from tenants.choices import MembershipRole
+from tenants.links import closed_links
 from tenants.models import Notification, Tenant
 from tenants.namespaces import AdoptionPreview
 from tenants.services import (
@@ -47,7 +48,8 @@ PAGE_SIZE = 50
 @dataclass(frozen=True)
 class InboxEntry:
     notification: Notification
-    link: str  # the portal page it is about; empty when none, or not a path of this site
+    link: str  # the portal page it is about; empty when none, not of this site, or closed
+    closed: str = ""  # why the page it was about no longer opens for its reader
 
 
 def _portal_link(url: str) -> str:
@@ -72,7 +74,14 @@ def _back_to_inbox(request: HttpRequest) -> HttpResponseRedirect:
 def inbox(request: HttpRequest) -> HttpResponse:
     notifications = tenant_selectors.notifications_for_user(user=caller(request))
     page = Paginator(notifications, PAGE_SIZE).get_page(request.GET.get("page"))
-    entries = [InboxEntry(n, _portal_link(n.url)) for n in page.object_list]
+    links = {n.pk: _portal_link(n.url) for n in page.object_list}
+    closed = closed_links(user=caller(request), paths=[link for link in links.values() if link])
+    entries = [
+        InboxEntry(n, "", closed[links[n.pk]])
+        if links[n.pk] in closed
+        else InboxEntry(n, links[n.pk])
+        for n in page.object_list
+    ]
     return render(request, "tenants/inbox.html", {"page": page, "entries": entries})
 
 

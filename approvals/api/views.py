@@ -163,14 +163,15 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         services.quota_request_ensure_can_file(actor=user, tenant=tenant)
         return v, tenant, _lookup(cluster_list(), "cluster", name=v["cluster"])
 
-    def _changes(self, v: dict[str, Any], cluster: Cluster) -> dict[str, Any]:
+    def _changes(self, v: dict[str, Any], cluster: Cluster, tenant: Tenant) -> dict[str, Any]:
         """Items, scheduling quotas and tier of the body; a tier with no items is prefilled
-        from its template."""
+        from its template (less the lines the tenant holds already)."""
         return services.request_changes(
             cluster=cluster,
             raw_items=v.get("items", []),
             scheduling=_scheduling(v),
             tier=self._tier(v),
+            tenant=tenant,
         )
 
     def _tier(self, v: dict[str, Any]) -> TierTemplate | None:
@@ -196,7 +197,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             isolation_level=v.get("isolation_level") or "",
             production_priority=v.get("production_priority"),
             tenant_changes=_tenant_changes(v),
-            **self._changes(v, cluster),
+            **self._changes(v, cluster, tenant),
         )
         return Response(self._fresh(filed.request, filed.check), status=status.HTTP_201_CREATED)
 

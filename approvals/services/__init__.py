@@ -67,6 +67,7 @@ from approvals.services.rules import (
     MAX_RUN_TIME_HOURS_MAX,
     SCHEDULING_FIELDS,
     TENANT_FIELDS,
+    flavor_isolation_broken,
     pod_bandwidth_problem,
 )
 from approvals.services.transitions import (
@@ -87,6 +88,7 @@ __all__ = [
     "approval_policy",
     "approval_policy_update",
     "diff_line",
+    "flavor_isolation_broken",
     "pod_bandwidth_problem",
     "quota_request_approve",
     "quota_request_approved_diff",

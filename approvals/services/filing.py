@@ -19,7 +19,12 @@ from approvals.services.checks import (
     quota_request_tenant_changes,
     scheduling_fields,
 )
-from approvals.services.rules import SCHEDULING_FIELDS, TENANT_FIELDS
+from approvals.services.rules import (
+    SCHEDULING_FIELDS,
+    TENANT_FIELDS,
+    line_of,
+    quotas_in_force,
+)
 from approvals.services.transitions import (
     ensure_may_become,
     locked,
@@ -60,14 +65,20 @@ def request_changes(
     raw_items: Sequence[Mapping[str, Any]],
     scheduling: Mapping[str, Any],
     tier: TierTemplate | None,
+    tenant: Tenant | None = None,
 ) -> dict[str, Any]:
     """The ``items``, ``scheduling`` and ``tier`` of a request from its raw body. A tier change
     with no items is prefilled from the template (GPU, CPU and memory on the cluster's first
-    whole-GPU flavor; scheduling and storage quotas the body leaves empty)."""
+    whole-GPU flavor; scheduling and storage quotas the body leaves empty). Of the lines the
+    tier fills in, those ``tenant`` holds already are left out: nobody wrote them, so they are
+    not refused as changing nothing, and the tier change's real errors show."""
     items = request_items_parse(cluster=cluster, raw_items=raw_items)
     scheduling = dict(scheduling)
     if tier is not None and not raw_items:
         items = tier_items(tier=tier, gpu_flavor=default_gpu_flavor(cluster=cluster))
+        if tenant is not None:
+            current = quotas_in_force(tenant, cluster)[1]
+            items = [item for item in items if current.get(line_of(item)) != item]
         for name, value in scheduling_fields(tier_scheduling(tier)).items():
             if scheduling.get(name) is None:
                 scheduling[name] = value
@@ -134,7 +145,11 @@ def quota_request_validate(
     errors: dict[str, list[str]] = {} if reason.strip() else {"reason": [REASON_REQUIRED]}
     try:
         changes = request_changes(
-            cluster=cluster, raw_items=raw_items, scheduling=scheduling or {}, tier=tier
+            cluster=cluster,
+            raw_items=raw_items,
+            scheduling=scheduling or {},
+            tier=tier,
+            tenant=tenant,
         )
     except ValidationFailed as exc:
         return RequestCheck(errors={**errors, **exc.fields})

@@ -326,7 +326,9 @@ def scheduling_changes_something(change: Change, name: str) -> Iterable[str]:
 # --- isolation (R23) and the production grant (R15) -----------------------------------------
 
 
-def _isolation_broken(level: str, flavor: ResourceFlavor) -> str | None:
+def flavor_isolation_broken(level: str, flavor: ResourceFlavor) -> str | None:
+    """None when a tenant at ``level`` may hold quota on ``flavor``, else the rule in words:
+    what ``line_allowed_at_isolation_level`` refuses, and what the request form offers."""
     return isolation_rule_broken(
         level=level,
         flavor_name=flavor.name,
@@ -368,7 +370,7 @@ def line_allowed_at_isolation_level(change: Change, index: int) -> Iterable[str]
         return  # no level to judge by: isolation_level says why
     item = change.items[index]
     level = change.isolation_level or change.tenant.isolation_level
-    broken = _isolation_broken(level, item.flavor) if item.limit > 0 else None
+    broken = flavor_isolation_broken(level, item.flavor) if item.limit > 0 else None
     if broken:
         yield broken
 
@@ -388,7 +390,7 @@ def quotas_held_allowed_at_new_level(change: Change) -> Iterable[str]:
             (q.quota_set.cluster.name, QuotaItem(q.flavor, q.resource, q.guaranteed, q.limit))
         )
     for cluster_name, line in sorted(held, key=lambda h: (h[0], h[1].flavor.name, h[1].resource)):
-        broken = _isolation_broken(level, line.flavor) if line.limit > 0 else None
+        broken = flavor_isolation_broken(level, line.flavor) if line.limit > 0 else None
         if broken:
             yield (
                 f"{broken}; {tenant.slug} holds a limit of "

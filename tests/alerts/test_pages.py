@@ -47,3 +47,27 @@ def test_a_lead_reads_the_rule_and_the_action_in_words(world):
     ):
         assert [code for code in CODES if code in page] == []
     assert re.search(r"<h1>\s*Quota limit reached", main(alice.get(f"/alerts/{held.pk}/")))
+
+
+def test_only_who_may_acknowledge_is_offered_the_button(world):
+    """carol (member of team-a) reads team-a's alerts but may not acknowledge them: the list
+    offers her no button (the POST refuses her) and says who acts; alice (lead) gets one."""
+    firing = _alert(world, RuleKind.QUOTA_BLOCK, ActionState.BLOCKED, flavor=world.a100_gpu)
+    action = f"/alerts/{firing.pk}/acknowledge/"
+
+    carol = logged_in(world.carol)
+    listing = main(carol.get("/alerts/"))
+    assert "team-a at its limit" in listing
+    assert action not in listing and "Acknowledge</button>" not in listing
+    assert "Only a lead of team-a or a platform admin acknowledges" in _words(listing)
+    assert action not in main(carol.get(f"/alerts/{firing.pk}/"))
+    carol.post(action)
+    firing.refresh_from_db()
+    assert firing.state == AlertState.FIRING  # the POST refuses her: the page did not lie
+
+    alice = logged_in(world.alice)
+    listing = main(alice.get("/alerts/"))
+    assert action in listing and "Only a lead" not in listing
+    alice.post(action)
+    firing.refresh_from_db()
+    assert firing.state == AlertState.ACKNOWLEDGED

@@ -819,3 +819,31 @@ def test_replacing_a_draft_submitted_meanwhile_is_409_and_files_nothing(world, a
     assert response.status_code == 409, response.content
     assert response.json()["fields"]["replaces"] == [f"request #{draft['id']} is pending"]
     assert database_state() == before
+
+
+def test_a_tier_change_shows_its_real_errors_not_the_lines_the_tier_left_as_they_are(world, api_as):
+    """bob (lead of team-b) asks for tier medium on demo-a100: medium's CPU and memory are
+    team-b's already (32 / 48 CPUs, 256 / 384 GiB), its 16 / 24 GPUs pass the A100s' capacity
+    and elastic cap. The lines the tier filled in that change nothing are left out, not
+    refused as "changes nothing": the answer names the real errors."""
+    answer = api_as(world.bob).post(
+        f"{URL}validate/",
+        {"tenant": "team-b", "cluster": "demo-a100", "reason": "medium", "tier": "medium"},
+        format="json",
+    )
+    assert answer.status_code == 200, answer.json()
+    data = answer.json()
+    assert data["valid"] is False
+    messages = [m for field in data["errors"].values() for m in field]
+    assert not [m for m in messages if "changes nothing" in m], messages
+    assert any("elastic cap" in m for m in messages), messages
+    assert [d["resource"] for d in data["diff"]] in ([], [GPU_RESOURCE])
+
+    filed = api_as(world.bob).post(
+        URL,
+        {"tenant": "team-b", "cluster": "demo-a100", "reason": "medium", "tier": "medium"},
+        format="json",
+    )
+    assert filed.status_code == 400
+    assert "changes nothing" not in str(filed.json())
+    assert "elastic cap" in str(filed.json())

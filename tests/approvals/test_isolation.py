@@ -356,3 +356,22 @@ def test_a_lead_files_a_level_change_on_the_form(world, client):
     assert not request.items.exists()
     detail = text_of(client.get(posted["Location"]).content.decode())
     assert "Isolation level to Namespace and cgroup sharing" in detail
+
+
+def test_the_request_form_offers_only_the_flavors_the_level_allows(world, client):
+    """A lab on time-sliced shares (team-a) opens the form for demo-h100: it offers the shared
+    flavor, never the MIG flavor it may not hold; the whole H100s it holds already stay, to be
+    lowered. At whole GPU (team-a as the seed has it) the MIG flavor is offered again."""
+    shared_flavor(world.h100, name="h100-shared")
+    at_level(world.team_a, IsolationLevel.TIME_SLICED)
+    client.force_login(world.alice)
+    form = "/tenants/team-a/requests/new/?cluster=demo-h100"
+
+    offered = set(re.findall(r'data-flavor="([^"]+)"', client.get(form).content.decode()))
+    assert "h100-shared" in offered
+    assert world.h100_mig.name not in offered
+    assert "h100-80gb" in offered  # held: a row to lower it to 0
+
+    at_level(world.team_a, IsolationLevel.WHOLE_GPU)
+    offered = set(re.findall(r'data-flavor="([^"]+)"', client.get(form).content.decode()))
+    assert world.h100_mig.name in offered and "h100-shared" not in offered

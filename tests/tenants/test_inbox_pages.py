@@ -228,3 +228,49 @@ def test_the_count_is_read_lazily_and_once(world, django_assert_num_queries):
     with django_assert_num_queries(1):
         assert context["inbox_unread_count"] == 3
         assert str(context["inbox_unread_count"]) == "3"
+
+
+def test_a_stale_link_after_leaving_a_team_is_not_offered(world):
+    """carol was added to team-a, then removed: her inbox still shows "You were added to team-a"
+    in full, but no longer links to team-a's page (a bare 404 there), and says why; a link to
+    a tenant she still sees stays a link."""
+    from tenants.services import team_member_add, team_member_remove
+    from tests.factories import UserFactory
+
+    dave = UserFactory(username="dave")
+    team_member_add(tenant=world.team_a, username="dave", role="member", actor=world.alice)
+    team_member_remove(tenant=world.team_a, username="dave", actor=world.alice)
+    (still,) = notify(users=[world.carol], subject="team-a news", url="/tenants/team-a/")
+
+    page = text(logged_in(dave).get(INBOX))
+    assert "You were added to team-a as a member" in page
+    assert 'href="/tenants/team-a/"' not in page
+    assert "You no longer have access to team-a." in page
+    assert logged_in(dave).get("/tenants/team-a/").status_code == 404  # nothing leaks there
+
+    carol_page = text(logged_in(world.carol).get(INBOX))
+    assert 'href="/tenants/team-a/"' in carol_page and "no longer have access" not in carol_page
+    assert still.pk in listed(logged_in(world.carol).get(INBOX))
+
+
+def test_stale_links_to_a_request_or_an_alert_are_not_offered(world):
+    """A request's and an alert's notification about team-a, read by someone who left team-a:
+    the text stays, the link to a 404 goes; alice (still a lead) keeps both links."""
+    from tests.approvals.conftest import file
+    from tests.factories import UserFactory
+    from tests.pages import fire
+
+    request = file(world)
+    alert = fire(world.team_a, world.a100_gpu)
+    gone = UserFactory(username="erin")
+    paths = [f"/alerts/{alert.pk}/", f"/requests/{request.pk}/"]
+    for path in paths:
+        notify(users=[gone, world.alice], subject=f"About {path}", url=path)
+
+    page = text(logged_in(gone).get(INBOX))
+    for path in paths:
+        assert f"About {path}" in page and f'href="{path}"' not in page
+        assert logged_in(gone).get(path).status_code == 404
+    assert "You no longer have access to this page." in page
+    alice_page = text(logged_in(world.alice).get(INBOX))
+    assert all(f'href="{path}"' in alice_page for path in paths)
