@@ -11,10 +11,3 @@ class AlertsConfig(AppConfig):
     # No hook into the apps below: a hold at 100% (R11) is written into quotas through
     # quotas.services.quota_set_hold, the alert gauges are added to /metrics by the portal's
     # URLs (portal/urls.py), and webhook deliveries are enqueued by task name (core.tasks).
-
-    def ready(self) -> None:
-        # The inbox offers a link to an alert only while its reader may open it.
-        from alerts.selectors import alert_ids_closed
-        from tenants.links import PAGE_CHECKS
-
-        PAGE_CHECKS["portal:alert-detail"] = alert_ids_closed

@@ -17,8 +17,3 @@ class ApprovalsConfig(AppConfig):
             PUSH_STARTED.append(quota_requests_push_started)
         if quota_requests_pushed not in PUSHED:
             PUSHED.append(quota_requests_pushed)
-        # The inbox offers a link to a request only while its reader may open it.
-        from approvals.selectors import quota_request_ids_closed
-        from tenants.links import PAGE_CHECKS
-
-        PAGE_CHECKS["portal:request-detail"] = quota_request_ids_closed

@@ -4,11 +4,20 @@ are here; every app's own pages come from its ``urls.py``, all in the ``portal``
 
 from django.urls import include, path
 
+from alerts.selectors import alert_ids_closed
+from approvals.selectors import quota_request_ids_closed
 from portal import views
 from quotas.sync import namespace_adoption_preview
 from tenants import views as tenant_views
 
 app_name = "portal"
+
+# The inbox's links to pages of the apps above tenants, and who may still open them.
+INBOX_PAGE_CHECKS = {
+    "portal:request-detail": quota_request_ids_closed,
+    "portal:alert-detail": alert_ids_closed,
+}
+
 urlpatterns = [
     path("", views.home, name="home"),
     path("tenants/<str:slug>/", views.tenant_detail, name="tenant-detail"),
@@ -25,6 +34,14 @@ urlpatterns = [
         tenant_views.namespace_adoption,
         {"preview": namespace_adoption_preview},
         name="tenant-namespace-adopt",
+    ),
+    # The inbox (a tenants page) with the checks of the pages its links lead to in the apps
+    # above tenants (composed here, so tenants asks no app above it).
+    path(
+        "inbox/",
+        tenant_views.inbox,
+        {"page_checks": INBOX_PAGE_CHECKS},
+        name="inbox",
     ),
     path("", include("quotas.urls")),
     path("", include("approvals.urls")),

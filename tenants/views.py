@@ -28,7 +28,7 @@ from core.pages import error_text
 from tenants import selectors as tenant_selectors
 from tenants.authentication import caller
 from tenants.choices import MembershipRole
-from tenants.links import closed_links
+from tenants.links import PageChecks, closed_links
 from tenants.models import Notification, Tenant
 from tenants.namespaces import AdoptionPreview
 from tenants.services import (
@@ -71,11 +71,14 @@ def _back_to_inbox(request: HttpRequest) -> HttpResponseRedirect:
 
 @login_required
 @require_GET
-def inbox(request: HttpRequest) -> HttpResponse:
+def inbox(request: HttpRequest, page_checks: PageChecks | None = None) -> HttpResponse:
+    """A user's notifications; a link whose page its reader may no longer open is left out and
+    says why (``page_checks``: the checks of other apps' pages, handed in by the portal's URLs)."""
     notifications = tenant_selectors.notifications_for_user(user=caller(request))
     page = Paginator(notifications, PAGE_SIZE).get_page(request.GET.get("page"))
     links = {n.pk: _portal_link(n.url) for n in page.object_list}
-    closed = closed_links(user=caller(request), paths=[link for link in links.values() if link])
+    paths = [link for link in links.values() if link]
+    closed = closed_links(user=caller(request), paths=paths, page_checks=page_checks)
     entries = [
         InboxEntry(n, "", closed[links[n.pk]])
         if links[n.pk] in closed
