@@ -11,12 +11,18 @@ The rules, per GPU or MIG quota line of the tenant's quota set on the cluster:
   leave free (unless the cluster allows overcommitting guarantees) and the elastic cap.
 - Limit: within the cluster's elastic cap (``quotas.services.elastic_cap``). It covers the
   highest daily peak and never drops below the limit in force; a team that reached its limit
-  last month gets the elastic cap (the most it may have).
+  last month gets the elastic cap (the most it may have). A limit already at the cap stays
+  there, and the note says so (only a larger cap on the cluster would let it grow).
+- Department (R14): a team's limit is held to what its department's cap leaves after its
+  sibling teams' limits (and its guarantee to that limit), so the draft is one the approvals
+  rules accept; the note says when the department's cap is what holds it.
 - Memory-first (R8: low GPU utilisation but high memory, size quota by memory): below 40%
   mean utilisation, the guarantee moves to the smallest flavor on the cluster (a MIG slice or
   a smaller GPU) whose memory holds the peak memory used on one GPU with 10% headroom and
   whose compute (its GPU weight against this flavor's) covers the mean utilisation with 10%
-  headroom; the whole-GPU line keeps its limit, so bigger jobs can still borrow.
+  headroom; the whole-GPU line keeps its limit, so bigger jobs can still borrow. Where no
+  such flavor fits, low utilisation still wins over the peak: the guarantee is not raised
+  (GPUs held but mostly idle are no case for promising more of them).
 
 Each suggestion with a change is filed through ``approvals.services.quota_request_create``
 (validated like any request) as a draft in the name of a lead of the tenant, who reviews and
@@ -44,7 +50,7 @@ from approvals.services import quota_request_cancel, quota_request_create
 from core.errors import ApplicationError
 from quotas.choices import FlavorKind, is_gpu_resource, mig_resource
 from quotas.models import Cluster, Quota, QuotaSet, ResourceFlavor
-from quotas.quantity import format_quantity
+from quotas.quantity import format_quantity, to_display
 from quotas.selectors import flavor_capacities, guarantees_by_flavor
 from quotas.services import QuotaItem, elastic_cap
 from tenants.choices import MembershipRole
@@ -58,9 +64,9 @@ LOW_UTILIZATION_PCT = 40.0
 HEADROOM = 1.1
 RULE = (
     "guarantee >= 80% of the highest daily peak, rounded up to whole GPUs; limit covers "
-    "the peak (the elastic cap after a month at the limit) and stays within the elastic cap; "
-    "below 40% mean utilisation the guarantee moves to the smallest flavor whose memory and "
-    "compute fit"
+    "the peak (the elastic cap after a month at the limit) and stays within the elastic cap "
+    "and the department's cap; below 40% mean utilisation the guarantee moves to the smallest "
+    "flavor whose memory and compute fit, or else is not raised"
 )
 
 
@@ -71,6 +77,7 @@ class _Line:
     capacity: Decimal
     free: Decimal  # capacity less the other tenants' guarantees (inf-like with overcommit)
     cap: Decimal
+    room: tuple[Decimal, str] | None = None  # the department's cap less the siblings' limits
 
 
 def _resource_of(flavor: ResourceFlavor) -> str:
@@ -120,6 +127,9 @@ def _memory_first(
     if not context["cluster"].allow_guarantee_overcommit and guaranteed > free:
         return None
     target_limit = min(cap, max(limit, held[1], guaranteed))
+    room = context["rooms"].get((target.pk, resource))
+    if room is not None:
+        target_limit = min(target_limit, room[0])
     if guaranteed > target_limit:
         return None
     why = {
@@ -175,6 +185,7 @@ def _plan_line(line: _Line, context: dict[str, Any]) -> tuple[list[QuotaItem], d
             line, floor=Decimal(0), guaranteed=quota.guaranteed, limit=quota.limit,
             notes=[NO_READINGS],
         )  # fmt: skip
+    res = quota.resource
     peak = usage.peak
     floor = ceil_units(peak * GUARANTEE_SHARE_OF_PEAK)
     notes = []
@@ -182,34 +193,68 @@ def _plan_line(line: _Line, context: dict[str, Any]) -> tuple[list[QuotaItem], d
     if guaranteed > line.free:
         guaranteed = max(line.free, Decimal(0))
         notes.append(
-            f"80% of the peak is {floor}, but the other tenants' guarantees leave {line.free} "
-            f"of {line.capacity}"
+            f"80% of the peak is {to_display(floor, res)}, but the other tenants' guarantees "
+            f"leave {to_display(line.free, res)} of {to_display(line.capacity, res)}"
         )
     if guaranteed > line.cap:
         guaranteed = line.cap
-        notes.append(f"the guarantee is held to the elastic cap of {line.cap}")
+        notes.append(f"the guarantee is held to the elastic cap of {to_display(line.cap, res)}")
+    low_use = usage.utilization_pct is not None and usage.utilization_pct < LOW_UTILIZATION_PCT
+    held = guaranteed  # what the guarantee would be but for low utilisation
+    if low_use and guaranteed > quota.guaranteed:
+        guaranteed = quota.guaranteed
     reached_limit = quota.limit > 0 and Decimal(str(peak)) >= quota.limit
     wanted = max(quota.limit, guaranteed, ceil_units(peak))
-    if reached_limit:
+    if reached_limit and quota.limit >= line.cap:
+        notes.append(
+            f"the peak reached the limit of {to_display(quota.limit, res)}, which is already "
+            "the elastic cap: the limit cannot go higher (only a larger elastic cap on the "
+            "cluster would let it)"
+        )
+    elif reached_limit:
         wanted = max(wanted, line.cap)
-        notes.append(f"the peak reached the limit of {quota.limit}: limit up to the elastic cap")
+        notes.append(
+            f"the peak reached the limit of {to_display(quota.limit, res)}: limit up to the "
+            f"elastic cap of {to_display(line.cap, res)}"
+        )
     limit = min(wanted, line.cap)
     if quota.limit > line.cap:
-        notes.append(f"the limit in force is above the elastic cap of {line.cap}")
+        notes.append(f"the limit in force is above the elastic cap of {to_display(line.cap, res)}")
+    if line.room is not None and limit > line.room[0]:
+        room, parent = line.room
+        limit = max(room, Decimal(0))
+        notes.append(
+            f"the department {parent} leaves room for a limit of {to_display(limit, res)} "
+            "beside its other teams' limits: the limit is held there"
+        )
+        if guaranteed > limit:
+            guaranteed = limit
+            held = min(held, limit)
+            notes.append(f"the guarantee is held to that limit of {to_display(limit, res)}")
     lending = quota.lending_limit
     if lending is not None and lending > guaranteed:
         lending = guaranteed
     items = []
     numbers = _numbers(line, floor=floor, guaranteed=guaranteed, limit=limit, notes=notes)
-    moved = _memory_first(line, guaranteed, limit, context)
-    if moved is not None and moved[0].pk not in context["touched"]:
+    moved = _memory_first(line, held, limit, context)
+    if moved is not None and moved[0].pk in context["touched"]:
+        moved = None
+    if low_use and moved is None and held > guaranteed:
+        notes.append(
+            f"mean utilisation {numbers['utilization_pct']}% is below "
+            f"{LOW_UTILIZATION_PCT:.0f}% and no smaller flavor fits"
+            + ("" if usage.memory_peak_mib is not None else " (no memory readings)")
+            + f": the guarantee stays at {to_display(guaranteed, res)} rather than rising to "
+            f"{to_display(held, res)}"
+        )
+    if moved is not None:
         target, target_g, target_l, why = moved
         context["touched"].add(target.pk)
         numbers["memory_first"] = why
         numbers["guaranteed_after"] = 0.0
         notes.append(
             f"mean utilisation {numbers['utilization_pct']}% and peak memory "
-            f"{usage.memory_peak_mib:.0f} MiB fit {target.name}: the guarantee moves there"
+            f"{usage.memory_peak_mib:,.0f} MiB fit {target.name}: the guarantee moves there"
         )
         items.append(
             QuotaItem(
@@ -221,6 +266,30 @@ def _plan_line(line: _Line, context: dict[str, Any]) -> tuple[list[QuotaItem], d
     if (guaranteed, limit, lending) != (quota.guaranteed, quota.limit, quota.lending_limit):
         items.append(QuotaItem(quota.flavor, quota.resource, guaranteed, limit, lending))
     return items, numbers
+
+
+def _department_rooms(
+    tenant: Tenant, cluster: Cluster
+) -> dict[tuple[int, str], tuple[Decimal, str]]:
+    """Per (flavor id, resource): the most limit ``tenant``'s department lets it have on
+    ``cluster`` (its cap less the sibling teams' limits: R14, as ``department_check`` holds
+    requests to) and the department's slug; empty for a tenant with no department."""
+    parent = tenant.parent
+    if parent is None:
+        return {}
+    siblings: dict[tuple[int, str], Decimal] = {}
+    for q in Quota.objects.filter(
+        quota_set__tenant__parent=parent, quota_set__cluster=cluster
+    ).exclude(quota_set__tenant=tenant):
+        key = (q.flavor_id, q.resource)
+        siblings[key] = siblings.get(key, Decimal(0)) + q.limit
+    return {
+        (q.flavor_id, q.resource): (
+            q.limit - siblings.get((q.flavor_id, q.resource), Decimal(0)),
+            parent.slug,
+        )
+        for q in Quota.objects.filter(quota_set__tenant=parent, quota_set__cluster=cluster)
+    }
 
 
 def _lead(tenant: Tenant, actor: User | None) -> User | None:
@@ -293,6 +362,7 @@ def suggestion_compute(
         key: capacity.amount for key, capacity in flavor_capacities(cluster=cluster).items()
     }
     taken = guarantees_by_flavor(cluster=cluster, exclude_quota_set=quota_set)
+    rooms = _department_rooms(tenant, cluster)
     context: dict[str, Any] = {
         "cluster": cluster,
         "flavors": list(ResourceFlavor.objects.filter(cluster=cluster)),
@@ -300,6 +370,7 @@ def suggestion_compute(
         "taken": taken,
         "held": {(q.flavor_id, q.resource): (q.guaranteed, q.limit) for q in quotas},
         "touched": {q.flavor_id for q in quotas},
+        "rooms": rooms,
     }
     items: list[QuotaItem] = []
     numbers = []
@@ -318,6 +389,7 @@ def suggestion_compute(
             elastic_cap(
                 capacity=capacity, fraction=cluster.elastic_cap_fraction, resource=quota.resource
             ),
+            rooms.get((quota.flavor_id, quota.resource)),
         )
         line_items, line_numbers = _plan_line(line, context)
         items.extend(line_items)

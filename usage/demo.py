@@ -92,17 +92,19 @@ def demo_month_fill(*, admit: Admission, now: datetime | None = None, seed: int 
             util = min(100.0, max(0.0, 30 + 50 * used / limit + rng.gauss(0, 8))) if used else 0.0
             if idle and now - t < IDLE_TAIL:
                 util = 0.0
-            rows.extend(
-                (t, metric, value, *base)
-                for metric, value in (
-                    (Metric.QUOTA_GUARANTEED, guaranteed),
-                    (Metric.QUOTA_LIMIT, limit),
-                    (Metric.QUOTA_USED, used),
-                    (Metric.QUOTA_BORROWED, max(used - guaranteed, 0.0)),
-                    (Metric.GPUS_ALLOCATED, float(round(used))),
-                    (Metric.GPU_UTILIZATION, round(util, 1)),
-                )
-            )
+            metrics = [
+                (Metric.QUOTA_GUARANTEED, guaranteed),
+                (Metric.QUOTA_LIMIT, limit),
+                (Metric.QUOTA_USED, used),
+                (Metric.QUOTA_BORROWED, max(used - guaranteed, 0.0)),
+                (Metric.GPUS_ALLOCATED, float(round(used))),
+            ]
+            # Utilisation is read off the GPUs a tenant's pods hold (DCGM): with none held
+            # there is nothing to read, and writing 0 would drag the month's mean down to
+            # a figure no GPU showed (the advice's low-utilisation rule reads that mean).
+            if used or (idle and now - t < IDLE_TAIL):
+                metrics.append((Metric.GPU_UTILIZATION, round(util, 1)))
+            rows.extend((t, metric, value, *base) for metric, value in metrics)
     written = services.samples_write(rows=rows, source=Source.DEMO)
     Workload.objects.bulk_create([w for _, w in workloads], batch_size=1000)
     services.rollups_run_all(now=now)

@@ -170,3 +170,73 @@ def test_the_monthly_run_leaves_archived_tenants_out(world: World) -> None:
     computed = set(Suggestion.objects.values_list("tenant__slug", flat=True))
     assert "team-a" in computed
     assert "team-b" not in computed  # it would get no new quotas: no draft to file
+
+
+def test_a_limit_already_at_the_elastic_cap_is_not_said_to_rise(world: World) -> None:
+    # team-a 6/10 on demo-a100 peaked at its limit of 10, which is the elastic cap (62.5% of
+    # 16): the limit stays 10 and the note says it cannot go higher, in whole numbers.
+    daily_rollups(
+        tenant=world.team_a, cluster=world.a100, flavor=world.a100_gpu,
+        peaks=[4, 10, 8], utilization=75,
+    )  # fmt: skip
+    [suggestion] = [
+        s for s in suggestions_compute(tenant=world.team_a, actor=world.alice)
+        if s.cluster == world.a100
+    ]  # fmt: skip
+    [line] = [n for n in suggestion.numbers if n["resource"] == GPU_RESOURCE]
+    assert (line["limit_before"], line["limit_after"], line["elastic_cap"]) == (10, 10, 10)
+    notes = " ".join(line["notes"])
+    assert "the peak reached the limit of 10, which is already the elastic cap" in notes
+    assert "limit up to the elastic cap" not in notes
+    assert "10.000" not in notes
+
+
+def test_low_utilisation_does_not_raise_the_guarantee(world: World) -> None:
+    # team-a 6/10 on demo-a100 peaked at 9 (80% -> 8) but its GPUs ran at 18.9% on average,
+    # and with no memory readings no smaller flavor can be shown to fit: R8 wins over R19,
+    # the guarantee stays 6 and the notes say why; nothing else changes, nothing is filed.
+    daily_rollups(
+        tenant=world.team_a, cluster=world.a100, flavor=world.a100_gpu,
+        peaks=TEAM_A_PEAKS, utilization=18.9,
+    )  # fmt: skip
+    [suggestion] = [
+        s for s in suggestions_compute(tenant=world.team_a, actor=world.alice)
+        if s.cluster == world.a100
+    ]  # fmt: skip
+    [line] = [n for n in suggestion.numbers if n["resource"] == GPU_RESOURCE]
+    assert line["guarantee_floor"] == 8
+    assert (line["guaranteed_before"], line["guaranteed_after"]) == (6, 6)
+    assert line["memory_first"] is None
+    notes = " ".join(line["notes"])
+    assert "mean utilisation 18.9% is below 40%" in notes
+    assert "the guarantee stays at 6 rather than rising to 8" in notes
+    assert suggestion.request is None and suggestion.note.startswith("No change")
+
+
+def test_the_limit_stays_within_the_department_cap(world: World) -> None:
+    # team-a and team-b (4/6 each on demo-h100) are teams of the department research, which
+    # caps their H100 limits at 13. team-a peaked at its limit of 6: the elastic cap (8 of
+    # 16) would allow 8, but team-b's 6 leaves research room for 7 only; the draft asks 7
+    # and is filed (it was refused as "Not filed" before).
+    from tests.conftest import seed_quota
+    from tests.factories import TenantFactory
+
+    research = TenantFactory(slug="research")
+    for team in (world.team_a, world.team_b):
+        team.parent = research
+        team.save(update_fields=["parent"])
+    seed_quota(research, world.h100, world.h100_gpu, 0, 13, actor=world.admin)
+    daily_rollups(
+        tenant=world.team_a, cluster=world.h100, flavor=world.h100_gpu,
+        peaks=[3, 6, 5], utilization=70,
+    )  # fmt: skip
+    [suggestion] = [
+        s for s in suggestions_compute(tenant=world.team_a, actor=world.alice)
+        if s.cluster == world.h100
+    ]  # fmt: skip
+    line = next(n for n in suggestion.numbers if n["flavor"] == world.h100_gpu.name)
+    assert (line["limit_before"], line["limit_after"], line["elastic_cap"]) == (6, 7, 8)
+    assert any("the department research leaves room for a limit of 7" in n for n in line["notes"])
+    assert suggestion.request is not None, suggestion.note
+    items = {(i.flavor, i.resource): i.limit for i in suggestion.request.items.all()}
+    assert items[(world.h100_gpu, GPU_RESOURCE)] == Decimal(7)

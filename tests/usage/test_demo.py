@@ -67,6 +67,10 @@ def test_the_demo_month_suggests_a_bigger_guarantee_for_team_a_with_a_what_if(
     assert line["peak"] >= 8 and line["guaranteed_before"] == 6
     assert line["guaranteed_after"] >= 0.8 * line["peak"] > line["guaranteed_before"]
     assert line["limit_after"] <= line["elastic_cap"]
+    # Utilisation is read only while GPUs are held: above the low-utilisation mark, so the
+    # peak's rule (not memory-first's) sets the guarantee, as the notes say.
+    assert line["utilization_pct"] >= 40
+    assert not any("below 40%" in note or ".000" in note for note in line["notes"])
     draft = a100.request
     assert draft is not None and draft.status == "draft" and draft.requester == world.alice
     what_if = quota_request_what_if(request=draft, days=14, now=NOW)
