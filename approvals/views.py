@@ -667,12 +667,17 @@ class LiveStatus:
     final: bool
 
 
+# A pending request moves when an admin decides it elsewhere: its page follows it too, so that
+# the badge does not say "Pending approval" after it was approved and applied.
+FOLLOWED_STATUSES = (RequestStatus.PENDING, *PUSH_UNDER_WAY_STATUSES)
+
+
 def _live_status(change: QuotaChangeRequest, push: PushState | None) -> LiveStatus:
     shown = f"{change.status}|{push.text if push else ''}"
     return LiveStatus(
         url=reverse("portal:request-status", args=[change.pk]),
         version=hashlib.sha256(shown.encode()).hexdigest()[:16],
-        final=change.status not in PUSH_UNDER_WAY_STATUSES,
+        final=change.status not in FOLLOWED_STATUSES,
     )
 
 
@@ -754,7 +759,8 @@ def request_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def request_status(request: HttpRequest, pk: int) -> JsonResponse:
     """Where a request stands, for its page's script while the push runs: the status in words,
-    the push's progress, ``final`` (nothing moves it any more without someone acting), a
+    the push's progress, ``final`` (nothing moves it any more: no push under way and no
+    decision to wait for; a draft waits only on its own author), a
     ``version`` fingerprint of what the page shows, and the page's status badge and "In the
     cluster" section rendered again (``fragments``) to swap in. The same access as the page:
     404 for a request the caller does not see."""
@@ -775,6 +781,11 @@ def request_status(request: HttpRequest, pk: int) -> JsonResponse:
     fragments = {
         "badge": render_to_string("approvals/_status_badge.html", context, request=request)
     }
+    if change.status not in OPEN_STATUSES:
+        # Opened while pending: its buttons (decide, cancel) no longer apply once decided.
+        fragments["actions"] = render_to_string(
+            "approvals/_decided_actions.html", context, request=request
+        )
     if push is not None:
         fragments["push"] = render_to_string("approvals/_push.html", context, request=request)
         fragments["timeline"] = render_to_string(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from html import unescape
 from typing import Any
@@ -32,7 +33,7 @@ def text(response: Any) -> str:
 
 def main(response: Any) -> str:
     """The page's <main>, unescaped, its tags' attributes kept (tests look for data-*)."""
-    return text(response).split("<main>")[1].split("</main>")[0]
+    return re.split(r"<main\b[^>]*>", text(response), maxsplit=1)[1].split("</main>")[0]
 
 
 def use_now(tenant: Tenant, flavor: ResourceFlavor, used: float) -> None:

@@ -15,6 +15,7 @@ import pytest
 from django.test import Client
 
 from approvals.choices import RequestStatus
+from approvals.services import quota_request_reject
 from quotas import sync
 from quotas.kube.applier import RetryableError
 from tests.approvals.conftest import file
@@ -87,16 +88,35 @@ def test_the_status_follows_the_push_step_by_step(world: World, standin) -> None
     assert ask(carol, request.pk)["version"] == applied["version"]
 
 
-def test_an_open_request_is_final_and_has_no_push_section(world: World) -> None:
+def test_a_draft_is_final_and_has_no_push_section(world: World) -> None:
     draft = file(world, submit=False)
+    alice = logged_in(world.alice)
+    answer = ask(alice, draft.pk)
+    assert answer["status"] == "draft" and answer["final"] is True
+    assert answer["push"] is None and set(answer["fragments"]) == {"badge"}
+    page = alice.get(f"/requests/{draft.pk}/").content.decode()
+    assert "live-status.js" not in page  # nothing to follow: no script at all
+
+
+def test_a_pending_request_is_followed_until_it_is_decided(world: World) -> None:
+    """Issue 35 item 1: an admin deciding it elsewhere moves it, so its page follows it."""
     pending = file(world)
     alice = logged_in(world.alice)
-    for change, status in ((draft, "draft"), (pending, "pending")):
-        answer = ask(alice, change.pk)
-        assert answer["status"] == status and answer["final"] is True
-        assert answer["push"] is None and set(answer["fragments"]) == {"badge"}
-        page = alice.get(f"/requests/{change.pk}/").content.decode()
-        assert "live-status.js" not in page  # nothing to follow: no script at all
+    answer = ask(alice, pending.pk)
+    assert answer["status"] == "pending" and answer["final"] is False
+    assert answer["push"] is None and set(answer["fragments"]) == {"badge"}
+    page = alice.get(f"/requests/{pending.pk}/").content.decode()
+    assert "live-status.js" in page
+    assert f'data-live-url="/requests/{pending.pk}/status/"' in page
+    assert 'data-live-fragment="push"' in page and 'data-live-fragment="actions"' in page
+    assert 'data-live-version="{}"'.format(answer["version"]) in page
+
+    quota_request_reject(request=pending, approver=world.admin, comment="No room.")
+    rejected = ask(alice, pending.pk)
+    assert rejected["status"] == "rejected" and rejected["final"] is True
+    assert rejected["version"] != answer["version"]
+    assert set(rejected["fragments"]) == {"badge", "actions"}
+    assert "Rejected meanwhile" in words(rejected["fragments"]["actions"])
 
 
 def test_a_failed_push_is_final_and_only_admins_get_the_retry_button(world: World) -> None:

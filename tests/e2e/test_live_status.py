@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 
 from approvals.choices import RequestStatus
+from approvals.services import quota_request_approve
 from gpu_agent.models import Gpu
 from gpu_agent.services import layouts
 from quotas.models import SyncOutbox
@@ -73,6 +74,43 @@ def test_the_request_page_turns_applied_without_a_reload(live_world, standin, br
     count = len(asked)
     page.wait_for_timeout(2500)
     assert len([u for u in admin.requests if u.endswith("/status/")]) == count
+
+
+def test_a_pending_request_page_follows_an_approval_made_elsewhere(
+    live_world, standin, browse
+) -> None:
+    """Issue 35 item 1: alice keeps her pending request open; an admin approves it elsewhere
+    and the push runs; her badge, "In the cluster" section and buttons move without a reload."""
+    change = file(live_world)  # alice's request, pending
+    alice = browse()
+    alice.log_in("alice")
+    response = alice.goto(f"/requests/{change.pk}/")
+    assert response.headers["content-security-policy"] == STRICT_POLICY
+    page = alice.page
+    badge = page.locator("h1 [data-live-fragment=badge]")
+    assert badge.inner_text().strip() == "Pending approval"
+    assert page.locator("section[data-push]").count() == 0
+    page.evaluate("() => { window.__sameDocument = true; }")
+
+    quota_request_approve(request=change, approver=live_world.admin, comment="Fits.")
+    change.refresh_from_db()
+    row = SyncOutbox.objects.get(
+        tenant=live_world.team_a, cluster=live_world.a100, generation=change.approved_generation
+    )
+    outbox_deliver(outbox_id=row.pk)
+    change.refresh_from_db()
+    assert change.status == RequestStatus.APPLIED
+
+    page.locator("section[data-push=applied]").wait_for(timeout=FOLLOW_MS)
+    assert page.evaluate("() => window.__sameDocument === true"), "the page was reloaded"
+    assert badge.inner_text().strip() == "Applied"
+    applied = f"Applied at generation {change.approved_generation}"
+    assert applied in page.locator("section[data-push]").inner_text()
+    assert page.locator("[data-live-announce]").inner_text().strip() == applied
+    assert "Applied meanwhile" in page.locator("[data-decided-meanwhile]").inner_text()
+    assert page.locator("[data-live-fragment=actions] button").count() == 0  # no Cancel left
+    last = page.locator("ol.timeline li").last
+    assert last.get_attribute("data-action") == "quota_request.applied"
 
 
 def test_the_gpu_page_turns_applied_without_a_reload(live_world, browse) -> None:
