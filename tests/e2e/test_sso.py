@@ -111,3 +111,8 @@ def test_a_lead_by_group_signs_in_files_a_request_and_loses_the_role_with_the_gr
     assert not Membership.objects.filter(user__username="dana").exists()
     again.goto(FORM, status=404)  # team-a is not hers any more
     assert file_with_token(again.base_url, token) in (403, 404)
+    # Her first page, still open on the pending request, follows its status: the next ask is
+    # refused (the request is not hers to see any more) and the page stops, saying so.
+    dana.expected_error_urls.add(f"{dana.base_url}/requests/{change.pk}/status/")
+    stopped = page.locator("[data-live-announce]", has_text="can no longer follow the changes")
+    stopped.wait_for(state="attached", timeout=20000)
