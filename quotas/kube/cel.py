@@ -9,23 +9,37 @@ Pure Python, no Django and no app imports: validate.py, the applier and the API 
   this module adds what Kubernetes' CEL environment has and cel-python lacks:
   heterogeneous equality and cross-type numeric comparison (``1 == 1.0``, ``'a' == 1`` is
   false), the Kubernetes string library (``lowerAscii``, ``upperAscii``, ``trim``,
-  ``replace``, ``split``, ``join``, ``indexOf``, ``lastIndexOf``, ``substring``, ``charAt``)
+  ``replace``, ``split``, ``join``, ``indexOf``, ``lastIndexOf`` (an offset at or past the
+  end finds nothing, a negative one is an error, as cel-go's), ``substring``, ``charAt``,
+  ``strings.quote``, ``format`` with %s, %d, %f, %.Nf, %b, %o, %x, %X and %%)
   and list library (``isSorted``, ``sum``, ``max``, ``indexOf``, ``lastIndexOf``; cel-python
   has ``min``),
   the quantity library (``quantity``, ``isQuantity``, ``sign``, ``isInteger``, ``asInteger``,
   ``asApproximateFloat``, ``compareTo``, ``isGreaterThan``, ``isLessThan``, ``add``, ``sub``;
   parsed by ``quotas.quantity``, standard library only, which refuses the amounts finer than
   1n or above 2^63-1 that Kubernetes would round or cap),
+  and, in ``quotas.kube.cel_library``: the semver library (``semver``, ``isSemver``, with the
+  optional normalize flag, ``major``, ``minor``, ``patch``, ``compareTo``, ``isGreaterThan``,
+  ``isLessThan``), the sets library (``sets.contains``, ``sets.equivalent``,
+  ``sets.intersects``), the regex library (``find``, ``findAll``, Go's rule for empty
+  matches) and CEL's own conversions where cel-python's differ (``string(10.0)`` is "10",
+  ``string(true)`` "true", times and durations as Go writes them; ``duration('0')``);
   and ``hasValue`` / ``value`` / ``orValue`` on an optional ``oldSelf``. A function neither
-  has is a compile error, as it is for the API server's type checker. Not provided: the
-  ``url``, ``ip``/``cidr``, ``format`` and ``authorizer`` libraries, and
-  optional syntax (``a.?b``), which cel-python cannot parse.
+  has is a compile error, as it is for the API server's type checker, and so is a literal
+  argument of the wrong type to ``quantity``, ``isQuantity``, ``semver`` or ``isSemver``
+  (other type errors show when the rule runs). Not provided: the ``url``, ``ip``/``cidr``,
+  ``authorizer``, ``math``, ``base64`` and ``lists.range`` libraries, ``format``'s %e clause
+  and %s of a list or map (an error saying so), ``reverse``, and optional syntax
+  (``a.?b``), which cel-python cannot parse. cel-python's ``matches``, ``find`` and
+  ``findAll`` use Python's regular expressions, not RE2.
 * ``crd_rules`` and ``check_crd_rules`` run a CRD's ``x-kubernetes-validations`` on an object
   the way the API server does (k8s.io/apiextensions-apiserver ``schema/cel``): schema defaults
   are applied first; each rule runs with ``self`` bound to every value its schema node
   describes (each list item, each map value), never on an absent or null value; values are
-  typed by the schema (``number`` is a double; a ``set`` or ``map`` list compares equal in any
-  order); a transition rule (one that uses ``oldSelf``) runs only on an update where the old
+  typed by the schema (``number`` is a double; ``format: date``, ``date-time``, ``duration``
+  and ``byte`` strings are timestamps, durations and bytes; a ``set`` or ``map`` list compares
+  equal in any order, and ``+`` on it merges: a set adds the items it lacks, a map list
+  replaces the items with the same keys); a transition rule (one that uses ``oldSelf``) runs only on an update where the old
   value can be correlated (object fields, map values unless the map is atomic, and
   ``x-kubernetes-list-type: map`` items by their keys; items of other lists never), unless
   it says ``optionalOldSelf``; on an update a failure of a rule that does not use ``oldSelf``
@@ -584,14 +598,19 @@ def _to_cel(value: Any, schema: Mapping[str, Any] | None = None) -> Any:
             }
         )
     if isinstance(value, list | tuple):
-        items = schema.get("items") if isinstance(schema.get("items"), Mapping) else None
-        converted = [_to_cel(item, items) for item in value]
-        if schema.get("x-kubernetes-list-type") == "map":
-            return _MapList(converted, schema.get("x-kubernetes-list-map-keys") or ())
-        if schema.get("x-kubernetes-list-type") == "set":
-            return _UnorderedList(converted)
-        return celtypes.ListType(converted)
+        return _list_to_cel(value, schema)
     raise CelError(f"cannot pass a {type(value).__name__} to CEL: use JSON-like values")
+
+
+def _list_to_cel(value: Sequence[Any], schema: Mapping[str, Any]) -> celtypes.ListType:
+    """A list as CEL has it: a ``set`` or ``map`` list type compares (and adds) by its kind."""
+    items = schema.get("items") if isinstance(schema.get("items"), Mapping) else None
+    converted = [_to_cel(item, items) for item in value]
+    if schema.get("x-kubernetes-list-type") == "map":
+        return _MapList(converted, schema.get("x-kubernetes-list-map-keys") or ())
+    if schema.get("x-kubernetes-list-type") == "set":
+        return _UnorderedList(converted)
+    return celtypes.ListType(converted)
 
 
 def _typed_string(value: str, string_format: Any) -> Any:

@@ -36,7 +36,7 @@ def _text(value: Any, function: str) -> str:
 def _digits(value: float) -> tuple[str, int]:
     """The shortest decimal digits of a finite, non-zero double and the position of the
     decimal point (``0.012`` is ("12", -1))."""
-    sign, digits, exponent = Decimal(repr(abs(value))).normalize().as_tuple()
+    _sign, digits, exponent = Decimal(repr(abs(value))).normalize().as_tuple()
     text = "".join(str(digit) for digit in digits)
     return text, len(text) + int(exponent)
 
