@@ -30,8 +30,8 @@ Pure Python, no Django and no app imports: validate.py, the applier and the API 
   (other type errors show when the rule runs). Not provided: the ``url``, ``ip``/``cidr``,
   ``authorizer``, ``math``, ``base64`` and ``lists.range`` libraries, ``format``'s %e clause
   and %s of a list or map (an error saying so), ``reverse``, and optional syntax
-  (``a.?b``), which cel-python cannot parse. cel-python's ``matches``, ``find`` and
-  ``findAll`` use Python's regular expressions, not RE2.
+  (``a.?b``), which cel-python cannot parse. ``matches``, ``find`` and ``findAll`` use RE2,
+  as Go does; a constant pattern RE2 refuses is a compile error.
 * ``crd_rules`` and ``check_crd_rules`` run a CRD's ``x-kubernetes-validations`` on an object
   the way the API server does (k8s.io/apiextensions-apiserver ``schema/cel``): schema defaults
   are applied first; each rule runs with ``self`` bound to every value its schema node
@@ -67,9 +67,9 @@ from typing import Any, Final
 import celpy
 import lark
 from celpy import celtypes
-from celpy.evaluation import CELEvalError, base_functions
+from celpy.evaluation import CELEvalError, base_functions, celstr
 
-from quotas.kube.cel_library import Semver, library, semver_compare
+from quotas.kube.cel_library import Semver, library, regex_error, semver_compare
 from quotas.quantity import QuantityError, format_as, parse_quantity, quantity_format
 from quotas.quantity import canonical as quantity_canonical
 
@@ -681,6 +681,7 @@ _NAMESPACES: Final = frozenset(name.split(".")[0] for name in _NAMESPACED)
 # Global functions whose first argument must be a string: a literal of another type is a
 # compile error, as the API server's type checker reports it.
 _STRING_ARGUMENT: Final = frozenset({"quantity", "isQuantity", "semver", "isSemver"})
+_REGEX_METHODS: Final = frozenset({"matches", "find", "findAll"})
 _PASS_THROUGH: Final = frozenset(
     {"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication"}
     | {"unary", "member", "primary"}
@@ -744,8 +745,23 @@ def _literal_type(tree: Any) -> str | None:
     return None
 
 
-def _type_errors(ast: lark.Tree) -> list[str]:
+def _regex_errors(ast: lark.Tree) -> list[str]:
+    """A constant pattern RE2 refuses is a compile error, as the API server compiles it then."""
     errors = []
+    for node in ast.iter_subtrees():
+        if node.data != "member_dot_arg" or str(node.children[1]) not in _REGEX_METHODS:
+            continue
+        arguments = node.children[2].children if len(node.children) > 2 else []
+        if not arguments or _literal_type(arguments[0]) != "string":
+            continue
+        token = next(arguments[0].find_data("literal")).children[0]
+        if isinstance(token, lark.Token) and (error := regex_error(str(celstr(token)))):
+            errors.append(error)
+    return errors
+
+
+def _type_errors(ast: lark.Tree) -> list[str]:
+    errors = _regex_errors(ast)
     for node in ast.iter_subtrees():
         if node.data != "ident_arg" or str(node.children[0]) not in _STRING_ARGUMENT:
             continue

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, Final
 
+import re2
 from celpy import celtypes
 
-__all__ = ["Semver", "go_float", "library"]
+__all__ = ["Semver", "go_float", "library", "regex_error"]
 
 Equal = Callable[[Any, Any], bool]
 
@@ -102,7 +103,7 @@ def cel_string(value: Any) -> celtypes.StringType:
         return celtypes.StringType(_go_duration(value))
     if isinstance(value, bytes):
         return celtypes.StringType(bytes(value).decode("utf-8"))
-    if isinstance(value, list | dict) or value is None:
+    if isinstance(value, list | dict | type) or value is None:
         raise TypeError(f"no such overload: string() of {type(value).__name__}")
     return celtypes.StringType(value)
 
@@ -281,11 +282,22 @@ def _sets(equal: Equal) -> dict[str, Callable[..., Any]]:
 # --------------------------------------------------------------------------- regex
 
 
-def _regex(pattern: Any, function: str) -> re.Pattern[str]:
+def regex_error(pattern: str) -> str | None:
+    """Why RE2 (Go's regexp syntax, as cel-python's ``matches``) refuses a pattern, or None."""
     try:
-        return re.compile(_text(pattern, function))
-    except re.error as error:
-        raise ValueError(f"Illegal regex: {error}") from error
+        re2.compile(pattern)
+    except re2.error as error:
+        reason = error.args[0] if error.args else error
+        text = reason.decode() if isinstance(reason, bytes) else str(reason)
+        return f"error parsing regexp: {text}"
+    return None
+
+
+def _regex(pattern: Any, function: str) -> Any:
+    text = _text(pattern, function)
+    if (error := regex_error(text)) is not None:
+        raise ValueError(f"Illegal regex: {error}")
+    return re2.compile(text)
 
 
 def _find(text: Any, pattern: Any) -> celtypes.StringType:

@@ -289,7 +289,7 @@ def test_upstream_case_that_already_held(expression: str, expected: Any) -> None
         ("'tacocat'.substring(1, 50)", "index out of range: 50"),
         ("'tacocat'.substring(49, 50)", "index out of range: 49"),
         ("'tacocat'.substring(4, 3)", "invalid substring range. start: 4, end: 3"),
-        ("'abc'.find(')')", "Illegal regex"),
+        ("string(type(1))", "no such overload"),
         ("'%s %s'.format(['a'])", "out of range"),
         ("'%d'.format([1.5])", "%d applies to integers"),
         ("'%z'.format([1])", "unrecognized formatting clause"),
@@ -311,6 +311,10 @@ def test_upstream_evaluation_error(expression: str, error: str) -> None:
         ("isSemver([1, 2, 3])", "found no matching overload for 'isSemver' applied to"),
         ("semver(true)", "found no matching overload for 'semver' applied to"),
         ("sets.union([1], [2])", "undeclared reference to 'sets.union'"),
+        # A constant pattern is compiled with the rule: an invalid one is a compile error.
+        ("self.val1.matches(')')", "error parsing regexp: unexpected \\)"),
+        ("'abc'.find(')')", "error parsing regexp"),
+        ("'abc'.findAll('(', 1)", "error parsing regexp: missing \\)"),
     ],
 )
 def test_upstream_compile_error(expression: str, error: str) -> None:
