@@ -9,23 +9,37 @@ Pure Python, no Django and no app imports: validate.py, the applier and the API 
   this module adds what Kubernetes' CEL environment has and cel-python lacks:
   heterogeneous equality and cross-type numeric comparison (``1 == 1.0``, ``'a' == 1`` is
   false), the Kubernetes string library (``lowerAscii``, ``upperAscii``, ``trim``,
-  ``replace``, ``split``, ``join``, ``indexOf``, ``lastIndexOf``, ``substring``, ``charAt``)
+  ``replace``, ``split``, ``join``, ``indexOf``, ``lastIndexOf`` (an offset at or past the
+  end finds nothing, a negative one is an error, as cel-go's), ``substring``, ``charAt``,
+  ``strings.quote``, ``format`` with %s, %d, %f, %.Nf, %b, %o, %x, %X and %%)
   and list library (``isSorted``, ``sum``, ``max``, ``indexOf``, ``lastIndexOf``; cel-python
   has ``min``),
   the quantity library (``quantity``, ``isQuantity``, ``sign``, ``isInteger``, ``asInteger``,
   ``asApproximateFloat``, ``compareTo``, ``isGreaterThan``, ``isLessThan``, ``add``, ``sub``;
   parsed by ``quotas.quantity``, standard library only, which refuses the amounts finer than
   1n or above 2^63-1 that Kubernetes would round or cap),
+  and, in ``quotas.kube.cel_library``: the semver library (``semver``, ``isSemver``, with the
+  optional normalize flag, ``major``, ``minor``, ``patch``, ``compareTo``, ``isGreaterThan``,
+  ``isLessThan``), the sets library (``sets.contains``, ``sets.equivalent``,
+  ``sets.intersects``), the regex library (``find``, ``findAll``, Go's rule for empty
+  matches) and CEL's own conversions where cel-python's differ (``string(10.0)`` is "10",
+  ``string(true)`` "true", times and durations as Go writes them; ``duration('0')``);
   and ``hasValue`` / ``value`` / ``orValue`` on an optional ``oldSelf``. A function neither
-  has is a compile error, as it is for the API server's type checker. Not provided: the
-  ``url``, ``ip``/``cidr``, ``format`` and ``authorizer`` libraries, and
-  optional syntax (``a.?b``), which cel-python cannot parse.
+  has is a compile error, as it is for the API server's type checker, and so is a literal
+  argument of the wrong type to ``quantity``, ``isQuantity``, ``semver`` or ``isSemver``
+  (other type errors show when the rule runs). Not provided: the ``url``, ``ip``/``cidr``,
+  ``authorizer``, ``math``, ``base64`` and ``lists.range`` libraries, ``format``'s %e clause
+  and %s of a list or map (an error saying so), ``reverse``, and optional syntax
+  (``a.?b``), which cel-python cannot parse. ``matches``, ``find`` and ``findAll`` use RE2,
+  as Go does; a constant pattern RE2 refuses is a compile error.
 * ``crd_rules`` and ``check_crd_rules`` run a CRD's ``x-kubernetes-validations`` on an object
   the way the API server does (k8s.io/apiextensions-apiserver ``schema/cel``): schema defaults
   are applied first; each rule runs with ``self`` bound to every value its schema node
   describes (each list item, each map value), never on an absent or null value; values are
-  typed by the schema (``number`` is a double; a ``set`` or ``map`` list compares equal in any
-  order); a transition rule (one that uses ``oldSelf``) runs only on an update where the old
+  typed by the schema (``number`` is a double; ``format: date``, ``date-time``, ``duration``
+  and ``byte`` strings are timestamps, durations and bytes; a ``set`` or ``map`` list compares
+  equal in any order, and ``+`` on it merges: a set adds the items it lacks, a map list
+  replaces the items with the same keys); a transition rule (one that uses ``oldSelf``) runs only on an update where the old
   value can be correlated (object fields, map values unless the map is atomic, and
   ``x-kubernetes-list-type: map`` items by their keys; items of other lists never), unless
   it says ``optionalOldSelf``; on an update a failure of a rule that does not use ``oldSelf``
@@ -39,6 +53,7 @@ Pure Python, no Django and no app imports: validate.py, the applier and the API 
 from __future__ import annotations
 
 import base64
+import datetime
 import functools
 import itertools
 import json
@@ -52,8 +67,9 @@ from typing import Any, Final
 import celpy
 import lark
 from celpy import celtypes
-from celpy.evaluation import CELEvalError, base_functions
+from celpy.evaluation import CELEvalError, base_functions, celstr
 
+from quotas.kube.cel_library import Semver, library, regex_error, semver_compare
 from quotas.quantity import QuantityError, format_as, parse_quantity, quantity_format
 from quotas.quantity import canonical as quantity_canonical
 
@@ -105,6 +121,46 @@ class _UnorderedList(celtypes.ListType):
     """A ``x-kubernetes-list-type: set`` or ``map`` list: equal to a list with the same items
     in any order, as in the API server's CEL."""
 
+    def merged(self, other: list[Any]) -> _UnorderedList:
+        """``self + other`` for a set: the items of ``other`` not already in it appended."""
+        out = list(self)
+        for item in other:
+            if not any(_equal(item, present) for present in out):
+                out.append(item)
+        return _UnorderedList(out)
+
+
+class _MapList(_UnorderedList):
+    """A ``x-kubernetes-list-type: map`` list: ``+`` replaces the items whose keys the right
+    side has (in place) and appends the others, as the API server's ``UnstructuredList``."""
+
+    def __init__(self, items: Any = (), keys: Sequence[str] = ()) -> None:
+        super().__init__(items)
+        self.keys = tuple(keys)
+
+    def _key(self, item: Any) -> tuple[Any, ...] | None:
+        if not isinstance(item, Mapping):
+            return None
+        return tuple(_canonical(_from_cel(item.get(key))) for key in self.keys)
+
+    def merged(self, other: list[Any]) -> _MapList:
+        out = list(self)
+        where = {self._key(item): index for index, item in enumerate(out)}
+        for item in other:
+            index = where.get(self._key(item))
+            if index is None:
+                where[self._key(item)] = len(out)
+                out.append(item)
+            else:
+                out[index] = item
+        return _MapList(out, self.keys)
+
+
+def _cel_add(left: Any, right: Any) -> Any:
+    if isinstance(left, _UnorderedList) and isinstance(right, list):
+        return left.merged(right)
+    return _typed(base_functions["_+_"](left, right))
+
 
 class _Optional:
     """An optional value (``oldSelf`` of an ``optionalOldSelf`` rule)."""
@@ -116,11 +172,12 @@ class _Optional:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, celtypes.IntType | celtypes.UintType | celtypes.DoubleType)
+    """A CEL int, uint or double (cel-python's arithmetic may answer a plain int or float)."""
+    return isinstance(value, int | float) and not isinstance(value, bool | celtypes.BoolType)
 
 
 def _plain_number(value: Any) -> int | float:
-    return float(value) if isinstance(value, celtypes.DoubleType) else int(value)
+    return float(value) if isinstance(value, float) else int(value)
 
 
 def _typed(value: Any) -> Any:
@@ -213,43 +270,59 @@ def _int(value: Any, function: str) -> int:
     return int(value)
 
 
+def _list_index(target: list[Any], needle: Any, offset: Any, reverse: bool) -> celtypes.IntType:
+    """The Kubernetes list library's ``indexOf`` / ``lastIndexOf``: no offset overload."""
+    if offset is not None:
+        raise TypeError("no such overload: a list's indexOf() and lastIndexOf() take no offset")
+    order = range(len(target) - 1, -1, -1) if reverse else range(len(target))
+    return celtypes.IntType(next((i for i in order if _equal(target[i], needle)), -1))
+
+
 def _index_of(target: Any, needle: Any, offset: Any = None) -> celtypes.IntType:
+    """cel-go's strings extension: an empty needle answers the offset itself; a negative
+    offset is an error, one at or past the end finds nothing (-1)."""
     if isinstance(target, list):
-        start = 0 if offset is None else _int(offset, "indexOf")
-        found = next((i for i in range(start, len(target)) if _equal(target[i], needle)), -1)
-        return celtypes.IntType(found)
+        return _list_index(target, needle, offset, reverse=False)
     text, sub = _string(target, "indexOf"), _string(needle, "indexOf")
     start = 0 if offset is None else _int(offset, "indexOf")
-    if not 0 <= start <= len(text):
-        raise ValueError(f"indexOf offset {start} is out of range")
-    return celtypes.IntType(text.find(sub, start))
+    if sub == "":
+        return celtypes.IntType(start)
+    if start < 0:
+        raise ValueError(f"index out of range: {start}")
+    return celtypes.IntType(text.find(sub, start) if start < len(text) else -1)
 
 
 def _last_index_of(target: Any, needle: Any, offset: Any = None) -> celtypes.IntType:
+    """As ``_index_of``, searching backwards from the offset (the last index by default)."""
     if isinstance(target, list):
-        end = len(target) - 1 if offset is None else _int(offset, "lastIndexOf")
-        found = next((i for i in range(end, -1, -1) if _equal(target[i], needle)), -1)
-        return celtypes.IntType(found)
+        return _list_index(target, needle, offset, reverse=True)
     text, sub = _string(target, "lastIndexOf"), _string(needle, "lastIndexOf")
-    end = len(text) if offset is None else _int(offset, "lastIndexOf")
-    if not 0 <= end <= len(text):
-        raise ValueError(f"lastIndexOf offset {end} is out of range")
-    return celtypes.IntType(text.rfind(sub, 0, end + len(sub)))
+    if offset is None:
+        return celtypes.IntType(text.rfind(sub))
+    end = _int(offset, "lastIndexOf")
+    if sub == "":
+        return celtypes.IntType(end)
+    if end < 0:
+        raise ValueError(f"index out of range: {end}")
+    return celtypes.IntType(text.rfind(sub, 0, end + len(sub)) if end < len(text) else -1)
 
 
 def _substring(target: Any, start: Any, end: Any = None) -> celtypes.StringType:
     text = _string(target, "substring")
     first = _int(start, "substring")
     last = len(text) if end is None else _int(end, "substring")
-    if not 0 <= first <= last <= len(text):
-        raise ValueError(f"substring({first}, {last}) is out of range for length {len(text)}")
+    if end is not None and first > last:
+        raise ValueError(f"invalid substring range. start: {first}, end: {last}")
+    for index in (first, last):
+        if not 0 <= index <= len(text):
+            raise ValueError(f"index out of range: {index}")
     return celtypes.StringType(text[first:last])
 
 
 def _char_at(target: Any, index: Any) -> celtypes.StringType:
     text, position = _string(target, "charAt"), _int(index, "charAt")
     if not 0 <= position <= len(text):
-        raise ValueError(f"charAt({position}) is out of range for length {len(text)}")
+        raise ValueError(f"index out of range: {position}")
     return celtypes.StringType(text[position : position + 1])
 
 
@@ -307,7 +380,7 @@ def _sum(target: Any) -> Any:
     total = items[0]
     for item in items[1:]:
         total = total + item
-    return total
+    return celtypes.DoubleType(total) if isinstance(total, float) else _typed(total)
 
 
 def _extreme(function: str, pick_left: Callable[[Any, Any], bool]) -> Callable[..., Any]:
@@ -402,6 +475,9 @@ def _a_quantity(value: Any, function: str) -> _Quantity:
 
 
 def _quantity_compare(target: Any, other: Any) -> int:
+    """``compareTo`` of two quantities, or of two semvers (the semver library's method)."""
+    if isinstance(target, Semver):
+        return semver_compare(target, other)
     left = _a_quantity(target, "compareTo").amount
     right = _a_quantity(other, "compareTo").amount
     return (left > right) - (left < right)
@@ -462,6 +538,7 @@ _FUNCTIONS: Final[dict[str, Callable[..., Any]]] = {
     "_>_": _ordering("_>_", lambda a, b: a > b),
     "_>=_": _ordering("_>=_", lambda a, b: a >= b),
     "_in_": _cel_in,
+    "_+_": _cel_add,
     "size": _size,
     "lowerAscii": lambda s: celtypes.StringType(
         "".join(c.lower() if c.isascii() else c for c in _string(s, "lowerAscii"))
@@ -484,6 +561,7 @@ _FUNCTIONS: Final[dict[str, Callable[..., Any]]] = {
     "value": _value,
     "orValue": _or_value,
     **_QUANTITY_FUNCTIONS,
+    **library(_equal),
 }
 _KNOWN_FUNCTIONS: Final = frozenset({*base_functions, *_FUNCTIONS, *_MACROS})
 
@@ -520,18 +598,28 @@ def _to_cel(value: Any, schema: Mapping[str, Any] | None = None) -> Any:
             }
         )
     if isinstance(value, list | tuple):
-        items = schema.get("items") if isinstance(schema.get("items"), Mapping) else None
-        converted = [_to_cel(item, items) for item in value]
-        if schema.get("x-kubernetes-list-type") in ("set", "map"):
-            return _UnorderedList(converted)
-        return celtypes.ListType(converted)
+        return _list_to_cel(value, schema)
     raise CelError(f"cannot pass a {type(value).__name__} to CEL: use JSON-like values")
+
+
+def _list_to_cel(value: Sequence[Any], schema: Mapping[str, Any]) -> celtypes.ListType:
+    """A list as CEL has it: a ``set`` or ``map`` list type compares (and adds) by its kind."""
+    items = schema.get("items") if isinstance(schema.get("items"), Mapping) else None
+    converted = [_to_cel(item, items) for item in value]
+    if schema.get("x-kubernetes-list-type") == "map":
+        return _MapList(converted, schema.get("x-kubernetes-list-map-keys") or ())
+    if schema.get("x-kubernetes-list-type") == "set":
+        return _UnorderedList(converted)
+    return celtypes.ListType(converted)
 
 
 def _typed_string(value: str, string_format: Any) -> Any:
     try:
         if string_format == "date-time":
             return celtypes.TimestampType(value)
+        if string_format == "date":
+            day = datetime.date.fromisoformat(value)
+            return celtypes.TimestampType(day.year, day.month, day.day, tzinfo=datetime.UTC)
         if string_format == "duration":
             return celtypes.DurationType(value)
         if string_format == "byte":
@@ -588,6 +676,104 @@ def _uses_variable(ast: lark.Tree, name: str) -> bool:
     )
 
 
+_NAMESPACED: Final = frozenset(name for name in _FUNCTIONS if "." in name)
+_NAMESPACES: Final = frozenset(name.split(".")[0] for name in _NAMESPACED)
+# Global functions whose first argument must be a string: a literal of another type is a
+# compile error, as the API server's type checker reports it.
+_STRING_ARGUMENT: Final = frozenset({"quantity", "isQuantity", "semver", "isSemver"})
+_REGEX_METHODS: Final = frozenset({"matches", "find", "findAll"})
+_PASS_THROUGH: Final = frozenset(
+    {"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication"}
+    | {"unary", "member", "primary"}
+)
+_LITERAL_TYPES: Final = {
+    "INT_LIT": "int",
+    "UINT_LIT": "uint",
+    "FLOAT_LIT": "double",
+    "STRING_LIT": "string",
+    "MLSTRING_LIT": "string",
+    "BYTES_LIT": "bytes",
+    "BOOL_LIT": "bool",
+    "NULL_LIT": "null_type",
+}
+
+
+def _namespace_call(node: lark.Tree) -> str | None:
+    """``sets.contains`` in ``sets.contains(a, b)``: a call of a namespaced function, which
+    cel-python parses as a method of a variable named ``sets``."""
+    target = node.children[0]
+    while isinstance(target, lark.Tree) and target.data in ("member", "primary"):
+        if len(target.children) != 1:
+            return None
+        target = target.children[0]
+    if not (isinstance(target, lark.Tree) and target.data == "ident"):
+        return None
+    namespace = str(target.children[0])
+    return f"{namespace}.{node.children[1]}" if namespace in _NAMESPACES else None
+
+
+def _long_string(token: lark.Token) -> lark.Token:
+    """cel-python drops the line breaks of a triple-quoted string; as escapes they stay."""
+    text = str(token)
+    if token.type != "MLSTRING_LIT" or text[:1] in "rR":
+        return token
+    escaped = text.replace("\r", "\\r").replace("\n", "\\n")
+    return lark.Token.new_borrow_pos(token.type, escaped, token)
+
+
+def _rewritten(ast: lark.Tree) -> lark.Tree:
+    """Namespaced calls turned into calls of their qualified names; long strings mended."""
+    for node in list(ast.iter_subtrees()):
+        if node.data == "member_dot_arg" and (name := _namespace_call(node)) is not None:
+            call = lark.Tree("ident_arg", [lark.Token("IDENT", name), *node.children[2:]])
+            node.data, node.children = "primary", [call]
+        elif node.data == "literal" and isinstance(node.children[0], lark.Token):
+            node.children[0] = _long_string(node.children[0])
+    return ast
+
+
+def _literal_type(tree: Any) -> str | None:
+    """The CEL type of an argument that is a literal (``[1, 2]`` is a list), else None."""
+    while isinstance(tree, lark.Tree) and tree.data in _PASS_THROUGH and len(tree.children) == 1:
+        tree = tree.children[0]
+    if not isinstance(tree, lark.Tree):
+        return None
+    if tree.data in ("list_lit", "map_lit"):
+        return tree.data.removesuffix("_lit")
+    if tree.data == "literal" and isinstance(tree.children[0], lark.Token):
+        return _LITERAL_TYPES.get(tree.children[0].type)
+    return None
+
+
+def _regex_errors(ast: lark.Tree) -> list[str]:
+    """A constant pattern RE2 refuses is a compile error, as the API server compiles it then."""
+    errors = []
+    for node in ast.iter_subtrees():
+        if node.data != "member_dot_arg" or str(node.children[1]) not in _REGEX_METHODS:
+            continue
+        arguments = node.children[2].children if len(node.children) > 2 else []
+        if not arguments or _literal_type(arguments[0]) != "string":
+            continue
+        token = next(arguments[0].find_data("literal")).children[0]
+        if isinstance(token, lark.Token) and (error := regex_error(str(celstr(token)))):
+            errors.append(error)
+    return errors
+
+
+def _type_errors(ast: lark.Tree) -> list[str]:
+    errors = _regex_errors(ast)
+    for node in ast.iter_subtrees():
+        if node.data != "ident_arg" or str(node.children[0]) not in _STRING_ARGUMENT:
+            continue
+        arguments = node.children[1].children if len(node.children) > 1 else []
+        kind = _literal_type(arguments[0]) if arguments else None
+        if kind not in (None, "string"):
+            errors.append(
+                f"found no matching overload for '{node.children[0]}' applied to '({kind})'"
+            )
+    return errors
+
+
 @functools.lru_cache(maxsize=4096)
 def _compiled(expression: str) -> tuple[Any, bool]:
     """(program, uses oldSelf) for an expression; CelError when it does not compile."""
@@ -596,6 +782,10 @@ def _compiled(expression: str) -> tuple[Any, bool]:
     except Exception as error:  # cel-python raises CELParseError and lark errors
         detail = "syntax error: " + " ".join(str(error).split())
         raise CelError(f"compile error in {expression!r}: {detail}", detail=detail) from error
+    ast = _rewritten(ast)
+    if type_errors := _type_errors(ast):
+        detail = "; ".join(type_errors)
+        raise CelError(f"compile error in {expression!r}: {detail}", detail=detail)
     unknown = sorted({name for name in _called_names(ast) if name not in _KNOWN_FUNCTIONS})
     if unknown:
         detail = (
