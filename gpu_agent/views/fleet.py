@@ -59,7 +59,7 @@ from gpu_agent.views.common import (
     profile_label,
 )
 from gpu_agent.views.drawing import SliceDrawing, drawing_layout, drawing_observed
-from gpu_agent.views.probe import isolation_context
+from gpu_agent.views.probe import DEVICE_PLUGIN_TEXT, isolation_context
 from gpu_spec.mig.catalogue import GpuModel, Profile
 from gpu_spec.mig.layout import (
     InstanceRequest,
@@ -427,12 +427,27 @@ class HistoryRow:
 @dataclass(frozen=True)
 class LiveLayout:
     """What the GPU page's script follows (``live-status.js``): the status endpoint, a
-    fingerprint of what the layouts block shows, and whether the agent still has work to do."""
+    fingerprint of what its live blocks show (``LIVE_FRAGMENTS``), whether the agent still has
+    work to do, where the desired layout stands in words and as a message level (the flash's
+    colour), and ``flash_token``: the tag a layout's flash carries while it is still true."""
 
     url: str
     version: str
     final: bool
     text: str
+    level: str
+    flash_token: str
+
+
+# The GPU page's blocks that a layout landing changes, each a template of its own that the
+# status endpoint renders again: the page's script swaps them in place together.
+LIVE_FRAGMENTS: dict[str, str] = {
+    "layouts": "gpu_agent/_layouts.html",
+    "facts": "gpu_agent/_gpu_facts.html",
+    "history": "gpu_agent/_layout_history.html",
+    "device-plugin": "gpu_agent/_device_plugin.html",
+    "layout-flash": "gpu_agent/_layout_flash.html",
+}
 
 
 # A desired layout's state as the end of a sentence about it.
@@ -457,13 +472,32 @@ def _layout_words(desired: MigLayout | None) -> str:
     return f"{text}: {desired.message}" if desired.message else f"{text}."
 
 
+# A desired layout's state as the level of the flash that says it.
+_STATE_LEVELS: dict[str, str] = {
+    LayoutState.SUCCESS: "success",
+    LayoutState.FAILED: "error",
+    LayoutState.REBOOT_REQUIRED: "warning",
+}
+
+
+def layout_flash_token(layout: MigLayout | None) -> str:
+    """The tag of a layout's flash (``_layout_flash.html``): generation and state, so that a
+    page shows the flash only while the GPU's desired layout is still where it left it."""
+    if layout is None:
+        return "layout-state-none"
+    return f"layout-state-{layout.generation}-{layout.state}"
+
+
 def _live_layout(gpu: Gpu, desired: MigLayout | None, observed: list[MigInstance]) -> LiveLayout:
     shown = "|".join(
         [
             str(gpu.applied_generation),
+            f"{gpu.mig_mode_current}:{gpu.mig_mode_pending}",
             str(desired.generation if desired else ""),
             desired.state if desired else "",
             desired.message if desired else "",
+            str(desired.applied_at if desired else ""),
+            desired.device_plugin if desired else "",
             str(desired.waiting_for if desired else ""),
             ";".join(f"{i.profile}@{i.start}:{i.busy}:{i.tenant_id}" for i in observed),
             str(fleet_selectors.node_is_stale(gpu.node)),
@@ -474,6 +508,8 @@ def _live_layout(gpu: Gpu, desired: MigLayout | None, observed: list[MigInstance
         version=hashlib.sha256(shown.encode()).hexdigest()[:16],
         final=desired is None or desired.state not in OPEN_LAYOUT_STATES,
         text=_layout_words(desired),
+        level=_STATE_LEVELS.get(desired.state, "info") if desired else "info",
+        flash_token=layout_flash_token(desired),
     )
 
 
@@ -498,6 +534,24 @@ def _layouts_context(
     }
 
 
+def _live_context(
+    gpu: Gpu, model: GpuModel | None, history: list[MigLayout], observed: list[MigInstance]
+) -> dict[str, Any]:
+    """For the page's blocks that a layout landing changes (``LIVE_FRAGMENTS``): the page
+    renders them from this and the status endpoint renders them again from the same."""
+    desired = history[0] if history else None
+    return {
+        **_layouts_context(gpu, model, desired, observed),
+        "node": gpu.node,
+        "model": model,
+        "last_report": ago(gpu.node.last_report_at, timezone.now()),
+        "row": GpuRow(gpu, model, desired, observed),
+        "history": [HistoryRow(h, describe(h.instances)) for h in history],
+        "device_plugin": DEVICE_PLUGIN_TEXT.get(desired.device_plugin, "") if desired else "",
+        "device_plugin_layout": desired,
+    }
+
+
 def _gpu_context(
     gpu: Gpu, draft: LayoutDraft | None, observed: list[MigInstance]
 ) -> dict[str, Any]:
@@ -507,17 +561,12 @@ def _gpu_context(
     if model is not None and draft is None:
         draft = layout_draft(gpu=gpu, model=model, observed=observed, layout=desired)
     return {
-        **_layouts_context(gpu, model, desired, observed),
-        "node": gpu.node,
-        "model": model,
-        "last_report": ago(gpu.node.last_report_at, timezone.now()),
-        "row": GpuRow(gpu, model, desired, observed),
-        "history": [HistoryRow(h, describe(h.instances)) for h in history],
+        **isolation_context(gpu, desired),
+        **_live_context(gpu, model, history, observed),
         "draft": draft,
         "deadline_minutes": round(layout_deadline().total_seconds() / 60),
         "validate_url": reverse("portal:fleet-gpu-layout-validate", args=[gpu.uuid]),
         "layout_url": reverse("portal:fleet-gpu-layout", args=[gpu.uuid]),
-        **isolation_context(gpu, desired),
     }
 
 
@@ -541,16 +590,17 @@ def gpu_layout_status(request: HttpRequest, uuid: str) -> HttpResponse:
     """Where a GPU's MIG layout stands, for its page's script while the agent works: the
     desired layout (generation, state, message, instances) against what the agent last
     reported, ``final`` (the agent has nothing left to do), a ``version`` fingerprint and the
-    page's layouts block rendered again (``fragments``) to swap in. The page's access:
-    platform admins only (403 for others), 404 for an unknown GPU."""
+    page's blocks that depend on the layout rendered again (``fragments``: the layouts, the
+    facts, the history, the device plugin line and the layout's flash) to swap in together.
+    The page's access: platform admins only (403 for others), 404 for an unknown GPU."""
     user = admin_user(request)  # first, as on every fleet page: 403 whatever the method
     if request.method not in ("GET", "HEAD"):
         return HttpResponseNotAllowed(["GET", "HEAD"])
     gpu = gpu_for(user, uuid)
     observed = _observed(gpu)
-    history = fleet_selectors.layout_history(gpu, limit=1)
+    history = fleet_selectors.layout_history(gpu, limit=HISTORY_LENGTH)
     desired = history[0] if history else None
-    context = _layouts_context(gpu, model_of(gpu), desired, observed)
+    context = _live_context(gpu, model_of(gpu), history, observed)
     live: LiveLayout = context["live"]
     body = {
         "gpu": gpu.uuid,
@@ -574,7 +624,8 @@ def gpu_layout_status(request: HttpRequest, uuid: str) -> HttpResponse:
         "final": live.final,
         "version": live.version,
         "fragments": {
-            "layouts": render_to_string("gpu_agent/_layouts.html", context, request=request)
+            name: render_to_string(template, context, request=request)
+            for name, template in LIVE_FRAGMENTS.items()
         },
     }
     response = JsonResponse(body)
@@ -635,10 +686,18 @@ def gpu_layout(request: HttpRequest, uuid: str) -> HttpResponse:
             draft.show_errors(exc.fields or {"instances": [exc.message]})
             status = exc.status_code
         else:
-            messages.success(request, _layout_message(gpu, layout))
+            messages.success(
+                request, _layout_message(gpu, layout), extra_tags=_layout_flash_tags(layout)
+            )
             return redirect("portal:fleet-gpu", uuid=gpu.uuid)
     context = {**_gpu_context(gpu, draft, observed), **_mig_operator_context(user, gpu)}
     return render(request, "gpu_agent/gpu.html", context, status=status)
+
+
+def _layout_flash_tags(layout: MigLayout) -> str:
+    """The GPU page shows this flash as it is while ``layout`` stays where it is now, then
+    where it stands (``_layout_flash.html``)."""
+    return f"layout-flash {layout_flash_token(layout)}"
 
 
 def _layout_message(gpu: Gpu, layout: MigLayout) -> str:

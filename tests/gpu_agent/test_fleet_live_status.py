@@ -100,6 +100,17 @@ def test_the_status_follows_the_layout_from_pending_to_applied(world: World, nod
     ]
     fragment = applied["fragments"]["layouts"]
     assert 'data-layout-state="success"' in fragment and 'data-live-final="true"' in fragment
+    # Every block of the page that the layout changes comes with it (issue 35 item 3).
+    fragments = applied["fragments"]
+    assert set(fragments) == {"layouts", "facts", "history", "device-plugin", "layout-flash"}
+    assert "0 of 8" in words(fragments["facts"]) and "1 (as the agent reports)" in words(
+        fragments["facts"]
+    )
+    assert 'data-generation="1"' in fragments["history"]
+    assert 'data-layout-state="success"' in fragments["history"]
+    assert "is pending" not in words(fragments["layout-flash"])
+    assert 'class="success"' in fragments["layout-flash"]
+    assert 'data-live-fragment="device-plugin"' in fragments["device-plugin"]
     assert "reload the page" not in words(fragment)
     assert applied["version"] != pending["version"]
     assert ask(client)["version"] == applied["version"]  # nothing changed, nothing to swap
