@@ -1,18 +1,21 @@
 """Plotly figures built from the selectors' results with Plotly's Python API.
 
-Every trace and layout is a ``plotly.graph_objects`` object, which checks each property against
-the schema of the plotly.js release it ships with (4.1.1, the bundle the pages load): a
-misspelt attribute or a value plotly.js does not take raises ``ValueError`` here, in the tests,
-instead of being dropped in silence by the browser. The functions return each figure as its
-plain dict ({"data": [...], "layout": {...}}, ``Figure.to_plotly_json``), which
-``figures_json`` serialises with plotly's orjson engine for the page (``json_script``'s
-replacement: the same ``<script type="application/json">``, HTML-safe);
-``static/portal/charts.js`` draws them: no inline script, nothing computed in the browser but
-the drawing. Only the trace types of the cartesian bundle (scatter, bar, heatmap): a test
-checks them against the bundle.
+Every trace and layout is a ``plotly.graph_objects`` object (``go.Scatter``, ``go.Bar``,
+``go.Heatmap``, ``go.Layout``), which checks each property against the schema of the plotly.js
+release it ships with (4.1.1, the bundle the pages load): a misspelt attribute or a value
+plotly.js does not take raises ``ValueError``, in the tests and on every request, instead of
+being dropped in silence by the browser. Only the trace types of the cartesian bundle: a test
+checks them against it.
 
-Per request: validation walks every point of every series (plotly's cost, about 1.5 us a
-value); the dashboard benchmark measures it (bench/dashboard_bench.py).
+Per request, not once: the titles, names and colours change with the data. What is not
+checked value by value is the long data columns (``_trace``): plotly's check walks them in
+Python, 30 ms of CPU more on a 30-day tenant page (about 40 ms before); checking the rest costs
+about 3 ms (``bench/dashboard_bench.py``, and issue 35 item 21's note).
+
+The functions return each figure as plotly.js reads it ({"data": [...], "layout": {...}}: the
+objects' ``to_plotly_json``); ``figures_json`` serialises them with plotly's orjson engine into
+the page's ``<script type="application/json">``, and ``static/portal/charts.js`` draws them: no
+inline script, nothing computed in the browser but the drawing.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ from dashboards.selectors import (
 )
 
 Figure = dict[str, Any]  # a figure as plotly.js reads it: {"data": [...], "layout": {...}}
-Trace = go.Scatter | go.Bar | go.Heatmap  # the cartesian bundle's trace types the charts use
+Trace = dict[str, Any]  # a go.Scatter, go.Bar or go.Heatmap (the cartesian bundle has them)
+COLUMNS = ("x", "y", "z", "text")  # a trace's data: up to thousands of values each
 COLORS = {
     "used": "#2f6fbf",
     "borrowed": "#e8891d",
@@ -48,21 +52,33 @@ COLORS = {
 }
 PALETTE = ["#2f6fbf", "#e8891d", "#2a9d55", "#c0392b", "#8e44ad", "#16a085", "#d35400",
            "#7f8c8d", "#f1c40f", "#2c3e50", "#e84393", "#00b894", "#b2bec3"]  # fmt: skip
-# The chart toolbar (plotly's mode bar, about 26 px high at the top right) gets the top strip
+# The chart toolbar (plotly's mode bar, 26 px high at the top right) gets the top strip
 # of every chart to itself: the title sits below it (issue 35 item 10: it covered the titles
 # at phone width and on a desktop), and the plot below the title.
-TOOLBAR_PX = 30
-MARGIN_TOP_PX = TOOLBAR_PX + 30
+TOOLBAR_PX = 36
+MARGIN_TOP_PX = TOOLBAR_PX + 28
 
 
 def _t(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _trace(kind: type[go.Scatter | go.Bar | go.Heatmap], **properties: Any) -> Trace:
+    """A trace of ``kind`` as plotly.js reads it, every property checked by plotly: its name
+    and value, and of the data columns (x, y, z, text) their names, that they are lists, and
+    their first value. The rest of a column goes as it is: numbers, strings and None, which
+    plotly's check (about 1.5 us a value, in Python) would pass unchanged."""
+    columns = {k: properties[k] for k in COLUMNS if k in properties}
+    checked: Trace = kind(
+        **{**properties, **{k: v[:1] for k, v in columns.items()}}
+    ).to_plotly_json()
+    return {**checked, **columns}
+
+
 def _figure(data: list[Trace], layout: go.Layout) -> Figure:
-    """The validated figure as plotly.js reads it."""
-    figure: Figure = go.Figure(data=data, layout=layout).to_plotly_json()
-    return figure
+    """The figure as plotly.js reads it: its checked traces and layout (no plotly template:
+    plotly.js's own look, as before)."""
+    return {"data": data, "layout": layout.to_plotly_json()}
 
 
 def figures_json(figures: dict[str, Figure], element_id: str) -> SafeString:
@@ -97,19 +113,19 @@ def _quota_traces(times: list[str], rows: list[dict[str, Any]], unit: str) -> li
         None if u is None else max(u - (b or 0), 0) for u, b in zip(used, borrowed, strict=True)
     ]
     traces: list[Trace] = [
-        go.Scatter(mode="lines", name=f"used within guarantee ({unit})", x=times, y=within,
+        _trace(go.Scatter, mode="lines", name=f"used within guarantee ({unit})", x=times, y=within,
                    stackgroup="use", line={"width": 0.5, "color": COLORS["used"]}),
-        go.Scatter(mode="lines", name=f"borrowed ({unit})", x=times,
+        _trace(go.Scatter, mode="lines", name=f"borrowed ({unit})", x=times,
                    y=[b or 0 for b in borrowed], stackgroup="use",
                    line={"width": 0.5, "color": COLORS["borrowed"]}),
-        go.Scatter(mode="lines", name="guaranteed", x=times, y=col("guaranteed"),
+        _trace(go.Scatter, mode="lines", name="guaranteed", x=times, y=col("guaranteed"),
                    line={"dash": "dash", "color": COLORS["guaranteed"], "width": 2}),
-        go.Scatter(mode="lines", name="limit", x=times, y=col("limit"),
+        _trace(go.Scatter, mode="lines", name="limit", x=times, y=col("limit"),
                    line={"dash": "dot", "color": COLORS["limit"], "width": 2}),
     ]  # fmt: skip
     if any(r.get("used_max") is not None for r in rows):
         traces.append(
-            go.Scatter(mode="lines", name="peak", x=times, y=col("used_max"),
+            _trace(go.Scatter, mode="lines", name="peak", x=times, y=col("used_max"),
                        line={"color": COLORS["peak"], "width": 1, "dash": "dot"})
         )  # fmt: skip
     return traces
@@ -132,7 +148,8 @@ def tenant_figures(dashboard: TenantDashboard) -> dict[str, Figure]:
         )
         figures["utilization"] = _figure(
             [
-                go.Scatter(
+                _trace(
+                    go.Scatter,
                     mode="lines",
                     name=f"{s.cluster} · {s.flavor}",
                     x=[_t(p.time) for p in s.points],
@@ -150,9 +167,10 @@ def _top(values: dict[str, float], count: int = TOP_TENANTS) -> list[str]:
     return [t for t, _ in sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))[:count]]
 
 
-def _capacity_marks(name: str, x: list[str], y: list[Any]) -> go.Scatter:
+def _capacity_marks(name: str, x: list[str], y: list[Any]) -> Trace:
     """Capacity drawn as a wide dash over each stacked bar."""
-    return go.Scatter(
+    return _trace(
+ go.Scatter,
         mode="markers", name=name, x=x, y=y,
         marker={"symbol": "line-ew-open", "size": 40, "color": COLORS["capacity"],
                 "line": {"width": 3}},
@@ -168,14 +186,14 @@ def _cluster_share_figure(view: ClusterView) -> Figure:
             totals[tenant] += used
     top = _top(totals)
     data: list[Trace] = [
-        go.Bar(name=tenant, x=names,
+        _trace(go.Bar, name=tenant, x=names,
                y=[view.shares.get(f.flavor.pk, {}).get(tenant, 0) for f in flavors],
                marker={"color": PALETTE[i % len(PALETTE)]})
         for i, tenant in enumerate(top)
     ]  # fmt: skip
     if len(totals) > len(top):
         data.append(
-            go.Bar(name=f"{len(totals) - len(top)} others", x=names,
+            _trace(go.Bar, name=f"{len(totals) - len(top)} others", x=names,
                    y=[sum(v for t, v in view.shares.get(f.flavor.pk, {}).items() if t not in top)
                       for f in flavors], marker={"color": "#b2bec3"})
         )  # fmt: skip
@@ -198,7 +216,8 @@ def _cluster_capacity_figure(view: ClusterView) -> Figure:
     colors = [COLORS["capacity"], COLORS["guaranteed"], COLORS["limit"], COLORS["used"]]
     return _figure(
         [
-            go.Bar(
+            _trace(
+                go.Bar,
                 name=label,
                 x=names,
                 y=[getattr(f, attr) for f in view.flavors],
@@ -231,7 +250,8 @@ def _heatmap_figure(view: ClusterView) -> Figure:
         text[row[g.node]][g.index] = f"{g.model}{mig}"
     return _figure(
         [
-            go.Heatmap(
+            _trace(
+                go.Heatmap,
                 x=[f"GPU {i}" for i in range(width)],
                 y=nodes,
                 z=z,
@@ -264,14 +284,14 @@ def admin_figures(dashboard: AdminDashboard) -> dict[str, Figure]:
     totals = {t: sum(v.values()) for t, v in dashboard.tenant_units.items()}
     top = _top(totals)
     data: list[Trace] = [
-        go.Bar(name=tenant, x=clusters,
+        _trace(go.Bar, name=tenant, x=clusters,
                y=[dashboard.tenant_units[tenant].get(c, 0) for c in clusters],
                marker={"color": PALETTE[i % len(PALETTE)]})
         for i, tenant in enumerate(top)
     ]  # fmt: skip
     if len(totals) > len(top):
         data.append(
-            go.Bar(name=f"{len(totals) - len(top)} others", x=clusters,
+            _trace(go.Bar, name=f"{len(totals) - len(top)} others", x=clusters,
                    y=[sum(v.get(c, 0) for t, v in dashboard.tenant_units.items() if t not in top)
                       for c in clusters], marker={"color": "#b2bec3"})
         )  # fmt: skip
@@ -297,7 +317,8 @@ def profile_figures(profile: WorkloadProfile) -> dict[str, Figure]:
     return {
         "hour-of-week": _figure(
             [
-                go.Heatmap(
+                _trace(
+                    go.Heatmap,
                     x=hours,
                     y=list(WEEKDAYS),
                     z=profile.by_hour_of_week,
@@ -316,7 +337,8 @@ def profile_figures(profile: WorkloadProfile) -> dict[str, Figure]:
         ),
         "gpus-per-job": _figure(
             [
-                go.Bar(
+                _trace(
+                    go.Bar,
                     x=[f"{g:g}" for g, _ in profile.gpus_per_job],
                     y=[n for _, n in profile.gpus_per_job],
                     marker={"color": COLORS["used"]},
@@ -332,7 +354,8 @@ def profile_figures(profile: WorkloadProfile) -> dict[str, Figure]:
         ),
         "durations": _figure(
             [
-                go.Bar(
+                _trace(
+                    go.Bar,
                     x=[label for label, _ in profile.duration_buckets],
                     y=[n for _, n in profile.duration_buckets],
                     name="jobs",
@@ -356,7 +379,8 @@ def showback_figures(report: Showback) -> dict[str, Figure]:
     return {
         "gpu-hours": _figure(
             [
-                go.Bar(
+                _trace(
+                    go.Bar,
                     name=f"{c} · {f}",
                     x=tenants,
                     y=[round(hours.get((t, c, f), 0), 2) for t in tenants],
