@@ -8,6 +8,7 @@ import json
 import re
 from datetime import UTC, date, datetime
 
+import plotly.graph_objects as go
 import pytest
 
 from dashboards import charts
@@ -54,3 +55,19 @@ def test_a_name_cannot_end_the_script_element_of_the_figures() -> None:
     assert match
     assert "<" not in match[1] and ">" not in match[1]
     assert json.loads(match[1])["gpu-hours"]["data"][0]["x"] == [NAUGHTY]
+
+
+@pytest.mark.parametrize(
+    "misspelt", [{"stackgroups": "use"}, {"lines": {"width": 2}}, {"ys": [1.0, 2.0]}]
+)
+def test_a_misspelt_trace_property_or_column_fails(misspelt: dict[str, object]) -> None:
+    (name,) = misspelt
+    with pytest.raises(ValueError, match=name):
+        charts._trace(go.Scatter, mode="lines", x=["a", "b"], y=[1.0, 2.0], **misspelt)
+
+
+def test_a_trace_keeps_every_value_of_its_columns() -> None:
+    z = [[1.0, None], [50.5, 100.0]]
+    trace = charts._trace(go.Heatmap, x=["GPU 0", "GPU 1"], y=["n1", "n2"], z=z, zmin=0)
+    assert trace == {"type": "heatmap", "x": ["GPU 0", "GPU 1"], "y": ["n1", "n2"], "z": z,
+                     "zmin": 0}  # fmt: skip
