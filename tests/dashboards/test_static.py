@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
+import plotly.offline
 import pytest
 from django.conf import settings
 from django.contrib.staticfiles.storage import staticfiles_storage
@@ -76,6 +77,12 @@ def test_the_vendored_bundle_is_the_pinned_cartesian_one_with_its_license() -> N
     assert "Licensed under the MIT license" in head
     assert (PLOTLY_FILE.parent / "plotly-cartesian.LICENSE.txt").is_file()
     assert PLOTLY_FILE.stat().st_size < 2_000_000  # the full bundle is 4.8 MB
+
+
+def test_the_python_checks_use_the_schema_of_the_vendored_bundle() -> None:
+    # plotly (Python) checks the charts' properties against the plotly.js it was built with:
+    # the one the pages load, or a property one has and the other lacks passes unnoticed.
+    assert plotly.offline.get_plotlyjs_version() == PLOTLY_JS_VERSION
 
 
 def _wsgi_get(path: str, accept_encoding: str) -> tuple[str, dict[str, str], bytes]:
