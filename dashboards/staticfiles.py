@@ -7,7 +7,9 @@ header kept in the file and its LICENSE beside it) vendored as
 bundle, and the smallest of plotly's prebuilt bundles with every trace type the charts use
 (``dashboards.charts`` draws scatter, bar and heatmap; the "basic" bundle has no heatmap).
 ``bundle_trace_types`` reads the trace modules a bundle registers; a test checks the charts'
-against it. To update: ``npm pack plotly.js-cartesian-dist-min@X.Y.Z`` and copy the file.
+against it. To update: ``npm pack plotly.js-cartesian-dist-min@X.Y.Z`` and copy the file, with
+the Python ``plotly`` release built on the same plotly.js (its checks use that schema; a test
+compares the two versions).
 
 Storage: ``collectstatic`` writes hashed names with gzip and brotli copies
 (``CompressedManifestStaticFilesStorage``), which WhiteNoise serves with ``Cache-Control:

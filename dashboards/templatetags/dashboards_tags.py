@@ -3,8 +3,17 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django import template
+from django.utils.safestring import SafeString
+
+from dashboards import charts
 
 register = template.Library()
+
+
+@register.filter
+def figures_json(figures: dict[str, charts.Figure], element_id: str) -> SafeString:
+    """The page's figures for ``static/portal/charts.js`` (``charts.figures_json``)."""
+    return charts.figures_json(figures, element_id)
 
 
 @register.filter

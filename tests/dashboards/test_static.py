@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import plotly.graph_objects as go
+import plotly.offline
 import pytest
 from django.conf import settings
 from django.contrib.staticfiles.storage import staticfiles_storage
@@ -20,6 +22,7 @@ from django.core.management import call_command
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from django.test import Client, override_settings
+from plotly.basedatatypes import BaseTraceType
 
 from dashboards import charts
 from dashboards.staticfiles import PLOTLY_FILE, PLOTLY_JS_VERSION, bundle_trace_types
@@ -33,19 +36,16 @@ CHART_PAGES = (
 
 
 def _trace_types_in_source() -> set[str]:
-    """Every literal ``"type"`` of a trace (a dict with data: x, y or z) in the chart code."""
+    """Every trace type the chart code builds: the ``go.<Trace>`` classes it names."""
     tree = ast.parse(Path(charts.__file__).read_text())
     found = set()
     for node in ast.walk(tree):
-        if not isinstance(node, ast.Dict):
-            continue
-        keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
-        if not keys & {"x", "y", "z"}:
-            continue  # an axis or a layout: its "type" is not a trace's
-        for key, value in zip(node.keys, node.values, strict=True):
-            if isinstance(key, ast.Constant) and key.value == "type":
-                assert isinstance(value, ast.Constant), "a trace type the test cannot read"
-                found.add(value.value)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id != "go":
+                continue
+            named = getattr(go, node.attr)
+            if isinstance(named, type) and issubclass(named, BaseTraceType):
+                found.add(named().type)
     return found
 
 
@@ -77,6 +77,12 @@ def test_the_vendored_bundle_is_the_pinned_cartesian_one_with_its_license() -> N
     assert "Licensed under the MIT license" in head
     assert (PLOTLY_FILE.parent / "plotly-cartesian.LICENSE.txt").is_file()
     assert PLOTLY_FILE.stat().st_size < 2_000_000  # the full bundle is 4.8 MB
+
+
+def test_the_python_checks_use_the_schema_of_the_vendored_bundle() -> None:
+    # plotly (Python) checks the charts' properties against the plotly.js it was built with:
+    # the one the pages load, or a property one has and the other lacks passes unnoticed.
+    assert plotly.offline.get_plotlyjs_version() == PLOTLY_JS_VERSION
 
 
 def _wsgi_get(path: str, accept_encoding: str) -> tuple[str, dict[str, str], bytes]:

@@ -88,3 +88,38 @@ def test_the_profile_report_and_showback_draw(live_usage: UsageData, browse: Any
     alice.goto("/tenants/team-a/showback/")
     assert charts_drawn(alice) == ["gpu-hours"]
     alice.page.screenshot(path=SHOWBACK_SCREENSHOT, full_page=True)
+
+
+# Issue 35 item 10: the chart toolbar (Plotly's mode bar, top right of every chart) sat on the
+# charts' titles on /usage/, at phone width and on a desktop.
+TOOLBAR_AND_TITLE = """() => [...document.querySelectorAll('[data-chart]')].map(chart => {
+    const box = e => { const r = e.getBoundingClientRect();
+                       return [r.left, r.top, r.right, r.bottom]; };
+    const bar = chart.querySelector('.modebar'), title = chart.querySelector('.gtitle');
+    return [chart.dataset.chart, bar && box(bar), title && box(title)];
+})"""
+
+
+@pytest.mark.parametrize(
+    "viewport",
+    [{"width": 390, "height": 844}, {"width": 1280, "height": 900}],
+    ids=["phone", "desktop"],
+)
+def test_the_chart_toolbar_leaves_the_chart_titles_clear(
+    live_usage: UsageData, browse: Any, viewport: dict[str, int]
+) -> None:
+    admin = browse()
+    admin.page.set_viewport_size(viewport)
+    admin.log_in("admin")
+    admin.goto("/usage/?range=7d")
+    charts_drawn(admin)
+    page = admin.page
+    page.hover("#chart-across")  # the toolbar shows on hover (a tap on a phone)
+    boxes = page.evaluate(TOOLBAR_AND_TITLE)
+    assert len(boxes) >= 6
+    for key, bar, title in boxes:
+        assert bar and title, key  # every chart has its toolbar and its title
+        left, top, right, bottom = bar
+        overlap_x = min(right, title[2]) - max(left, title[0])
+        overlap_y = min(bottom, title[3]) - max(top, title[1])
+        assert overlap_x <= 0 or overlap_y <= 0, (key, bar, title)
