@@ -303,7 +303,7 @@ def admin_figures(dashboard: AdminDashboard) -> dict[str, Figure]:
     figures["across"] = _figure(
         data,
         _layout(
-            "All clusters: mean use per tenant, normalised GPU units",
+            "Mean use per tenant, all clusters",
             y="GPU units",
             barmode="stack",
             hovermode="closest",
