@@ -503,3 +503,36 @@ def test_the_console_panel_runs_a_constant_number_of_queries(world):
     assert many == few
     page = main(logged_in(world.admin).get(CONSOLE))
     assert len(re.findall(r"<tr data-event=", page)) == 20  # the 20 most recent
+
+
+def test_the_in_cluster_page_says_where_each_gpu_count_comes_from_when_they_differ(
+    world, standin
+):
+    """Kueue holds 8 GPUs for admitted workloads while the namespaces' pods request none
+    (the stand-in runs no pods; a real cluster while the pods start): the page said "GPUs in
+    use 0" per namespace above the queue's "In use 8" with no word on either. Both are read
+    in one visit; the page now says what each counts and, as they differ, both side by side."""
+    delivered(world)
+    usage = [{"name": "a100-80gb", "resources": [
+        {"name": "nvidia.com/gpu", "total": "8", "borrowed": "0"}]}]  # fmt: skip
+    kubectl(standin, "patch", "clusterqueue", "team-a", "--subresource=status", "--type", "merge",
+            "-p", json.dumps({"status": {"admittedWorkloads": 3, "flavorsUsage": usage}}))  # fmt: skip
+
+    page = main(logged_in(world.alice).get(IN_CLUSTER))
+
+    queue = element(page, "section", 'data-cluster-queue="team-a"')
+    assert words(element(queue, "tr", 'data-flavor="a100-80gb"')) == "a100-80gb nvidia.com/gpu 8 0"
+    assert "counted from admission, before their pods start" in words(queue)
+    notice = words(element(queue, "p", "data-gpu-use-differs"))
+    assert re.fullmatch(
+        r"Read together at \d\d:\d\d:\d\d UTC ?: Kueue holds 8 GPUs for admitted workloads, while "
+        r"the pods in team-a's namespaces request 0 GPUs\. The difference is admitted work whose "
+        r"pods have not started yet\.",
+        notice,
+    ), notice
+
+
+def test_the_in_cluster_page_says_nothing_more_when_the_counts_agree(world, standin):
+    delivered(world)
+    page = main(logged_in(world.alice).get(IN_CLUSTER))  # no use either side
+    assert "data-gpu-use-differs" not in page
