@@ -839,6 +839,44 @@ def _gpus(amounts: Mapping[str, Any] | None) -> Decimal:
         return Decimal(0)
 
 
+@dataclass(frozen=True)
+class GpuUseCompared:
+    """Whole GPUs in use as the two counts read together from the cluster say: ``queue``,
+    what Kueue holds for the workloads it admitted (the ClusterQueue's usage, every flavor),
+    counted from admission; ``pods``, what the pods in the tenant's namespaces request (each
+    namespace's ResourceQuota), counted once they exist. They differ while admitted work's
+    pods start (or finish), and by pods Kueue does not manage."""
+
+    queue: Decimal
+    pods: Decimal
+
+    @property
+    def differ(self) -> bool:
+        return self.queue != self.pods
+
+
+def gpu_use_compared(
+    *, resource_quotas: Iterable[Mapping[str, Any]], cluster_queue: Mapping[str, Any] | None
+) -> GpuUseCompared | None:
+    """The ClusterQueue's whole GPUs in use beside the namespaces' pods' (``quotas.sync.
+    in_cluster``'s read), or None without a queue."""
+    if cluster_queue is None:
+        return None
+    queue = Decimal(0)
+    for flavor in cluster_queue.get("flavors_usage") or []:
+        for resource in flavor.get("resources") or []:
+            if resource.get("name") == GPU_RESOURCE:
+                try:
+                    queue += parse_resource_amount(GPU_RESOURCE, str(resource.get("total") or 0))
+                except QuantityError:
+                    continue
+    pods = sum(
+        (_gpus(rq.get("used")) for rq in resource_quotas if rq["name"] == names.RESOURCE_QUOTA),
+        Decimal(0),
+    )
+    return GpuUseCompared(queue, pods)
+
+
 def priority_class_use(*, resource_quotas: Iterable[Mapping[str, Any]]) -> list[PriorityClassUse]:
     """The batch / inference split's use from the ResourceQuotas read live
     (``quotas.sync.in_cluster``): per namespace and class, the whole GPUs its scoped quota

@@ -155,6 +155,7 @@ def _apply_gated(
     result = apply_objects(backend, rest, scope, kinds=kinds, dry_run=dry_run, guard=guard)
     result.created[:0] = first.created
     result.changed[:0] = first.changed
+    result.restamped[:0] = first.restamped
     result.pruned[:0] = first.pruned
     result.unchanged += first.unchanged
     result.skipped[:0] = first.skipped

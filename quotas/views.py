@@ -250,6 +250,9 @@ def tenant_cluster(request: HttpRequest, slug: str, cluster: str) -> HttpRespons
         "namespace_quotas": _namespace_quotas(live.resource_quotas),
         "priority_use": quota_selectors.priority_class_use(resource_quotas=live.resource_quotas),
         "flavor_usage": _flavor_usage(live.cluster_queue),
+        "gpu_use": quota_selectors.gpu_use_compared(
+            resource_quotas=live.resource_quotas, cluster_queue=live.cluster_queue
+        ),
         "read_at": timezone.now(),
         "enforcement": quota_selectors.cluster_enforcement(cluster=entry.cluster),
     }

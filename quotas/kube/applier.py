@@ -43,7 +43,7 @@ import orjson
 import yaml
 
 from quotas.kube import compiler, portal_access
-from quotas.kube.diff import differences, needs_write
+from quotas.kube.diff import GENERATION_ONLY, differences, needs_write
 from quotas.kube.resources import KINDS, Kind, key_of, kind_of
 from quotas.kube.spec import (
     FIELD_MANAGER,
@@ -154,12 +154,21 @@ class ApplyResult:
     # (never deleted: users' work lives there).
     released: list[Change] = field(default_factory=list)
     unchanged: int = 0
+    # Objects as desired but for an older generation annotation, written again only to say
+    # the generation the cluster now has (``diff.GENERATION_ONLY``): not a change, not drift.
+    restamped: list[Change] = field(default_factory=list)
     failed: list[tuple[Key, str]] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # kinds the cluster does not serve
 
     @property
     def writes(self) -> int:
-        return len(self.created) + len(self.changed) + len(self.pruned) + len(self.released)
+        return (
+            len(self.created)
+            + len(self.changed)
+            + len(self.restamped)
+            + len(self.pruned)
+            + len(self.released)
+        )
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -168,6 +177,7 @@ class ApplyResult:
             "pruned": [c.describe() for c in self.pruned],
             "released": [c.describe() for c in self.released],
             "unchanged": self.unchanged,
+            "restamped": len(self.restamped),
             "failed": [
                 {"object": Change(key).describe(), "message": message}
                 for key, message in self.failed
@@ -478,6 +488,8 @@ def _write_desired(
                         blocked[item.key[2]] = "the cluster refused the portal's RoleBinding there"
                 elif item.current is None:
                     result.created.append(Change(item.key))
+                elif item.reasons == [GENERATION_ONLY]:
+                    result.restamped.append(Change(item.key, item.reasons))
                 else:
                     result.changed.append(
                         Change(item.key, item.reasons, drift(item.obj, item.current))

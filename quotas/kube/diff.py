@@ -113,7 +113,7 @@ def _walk(
             if path == ("metadata",) and key in SERVER_METADATA:
                 continue
             if path == ("metadata", "annotations") and key == ANNOTATION_GENERATION:
-                continue  # the generation an object last changed at, not a reason to write
+                continue  # bookkeeping, not content: needs_write restamps it on its own
             if key not in live:
                 found["." + ".".join((*path, key))] = (value, None)
             else:
@@ -218,8 +218,25 @@ def _stale_walk(
             stale.add(path)
 
 
+# The reason given when an object's content is as desired but its generation annotation is
+# older: written again so that every object of a tenant says the generation the cluster has
+# (what the portal's pages say), not the one it last changed at.
+GENERATION_ONLY: Final = "generation annotation"
+
+
+def _generation(obj: dict[str, Any]) -> str | None:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(ANNOTATION_GENERATION)
+    return None if value is None else str(value)
+
+
 def needs_write(desired: dict[str, Any], live: dict[str, Any] | None, manager: str) -> list[str]:
-    """Why ``desired`` must be applied over ``live`` ([] when it need not be)."""
+    """Why ``desired`` must be applied over ``live`` ([] when it need not be): its fields, or
+    only its generation annotation (``GENERATION_ONLY``: a push at a new generation restamps
+    the objects it leaves as they were; a pass at the same generation writes nothing)."""
     if live is None:
         return ["missing"]
-    return list(differences(desired, live)) + stale_owned_fields(desired, live, manager)
+    reasons = list(differences(desired, live)) + stale_owned_fields(desired, live, manager)
+    if not reasons and _generation(desired) not in (None, _generation(live)):
+        return [GENERATION_ONLY]
+    return reasons

@@ -24,7 +24,14 @@ from quotas.kube.applier import (
     apply_objects,
 )
 from quotas.kube.resources import KINDS
-from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaSpec, TenantSpec
+from quotas.kube.spec import (
+    ANNOTATION_GENERATION,
+    ClusterSpec,
+    FlavorSpec,
+    NamespaceSpec,
+    QuotaSpec,
+    TenantSpec,
+)
 from tests.cluster_access import hold_cluster_access
 
 GPU = "nvidia.com/gpu"
@@ -106,7 +113,7 @@ def test_first_pass_writes_each_object_once_and_a_second_pass_writes_nothing(sta
     assert stats["verbs"]["list"] == len(KINDS)
 
 
-def test_a_changed_tenant_writes_only_its_changed_objects(standin, backend):
+def test_a_changed_tenant_changes_only_its_changed_objects_and_restamps_the_rest(standin, backend):
     spec = cluster()
     before = compiler.compile_cluster(spec, [tenant("team-a")])
     apply_objects(backend, before, Scope(spec.name))
@@ -127,7 +134,17 @@ def test_a_changed_tenant_writes_only_its_changed_objects(standin, backend):
     )
     assert {"ClusterQueue", "ResourceQuota"} <= {k[0] for k in expected}
     assert sorted(c.key[1:] for c in result.changed) == expected
-    assert writes(standin.stats()) == len(expected)
+    # The tenant's other objects are as they were but for the generation: written again with
+    # the new one only (so kubectl shows the generation the portal's pages say), not changes.
+    restamped = sorted(
+        compiler.object_key(o)[1:]
+        for o in desired
+        if ANNOTATION_GENERATION in o["metadata"].get("annotations", {})
+        and old.get(compiler.object_key(o)) == content(o)
+    )
+    assert restamped and sorted(c.key[1:] for c in result.restamped) == restamped
+    assert all(c.detail == {} for c in result.restamped)
+    assert writes(standin.stats()) == len(expected) + len(restamped)
     cq = next(c for c in result.changed if c.key[1] == "ClusterQueue")
     assert any("nominalQuota" in path for path in cq.detail)
 

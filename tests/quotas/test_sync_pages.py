@@ -503,3 +503,77 @@ def test_the_console_panel_runs_a_constant_number_of_queries(world):
     assert many == few
     page = main(logged_in(world.admin).get(CONSOLE))
     assert len(re.findall(r"<tr data-event=", page)) == 20  # the 20 most recent
+
+
+def test_the_in_cluster_page_says_where_each_gpu_count_comes_from_when_they_differ(world, standin):
+    """Kueue holds 8 GPUs for admitted workloads while the namespaces' pods request none
+    (the stand-in runs no pods; a real cluster while the pods start): the page said "GPUs in
+    use 0" per namespace above the queue's "In use 8" with no word on either. Both are read
+    in one visit; the page now says what each counts and, as they differ, both side by side."""
+    delivered(world)
+    usage = [{"name": "a100-80gb", "resources": [
+        {"name": "nvidia.com/gpu", "total": "8", "borrowed": "0"}]}]  # fmt: skip
+    kubectl(standin, "patch", "clusterqueue", "team-a", "--subresource=status", "--type", "merge",
+            "-p", json.dumps({"status": {"admittedWorkloads": 3, "flavorsUsage": usage}}))  # fmt: skip
+
+    page = main(logged_in(world.alice).get(IN_CLUSTER))
+
+    queue = element(page, "section", 'data-cluster-queue="team-a"')
+    assert words(element(queue, "tr", 'data-flavor="a100-80gb"')) == "a100-80gb nvidia.com/gpu 8 0"
+    assert "counted from admission, before their pods start" in words(queue)
+    notice = words(element(queue, "p", "data-gpu-use-differs"))
+    assert re.fullmatch(
+        r"Read together at \d\d:\d\d:\d\d UTC ?: Kueue holds 8 GPUs for admitted workloads, while "
+        r"the pods in team-a's namespaces request 0 GPUs\. The difference is admitted work whose "
+        r"pods have not started yet\.",
+        notice,
+    ), notice
+
+
+def test_the_in_cluster_page_says_nothing_more_when_the_counts_agree(world, standin):
+    delivered(world)
+    page = main(logged_in(world.alice).get(IN_CLUSTER))  # no use either side
+    assert "data-gpu-use-differs" not in page
+
+
+def test_every_object_kubectl_shows_says_the_generation_the_page_says(world, standin):
+    """Two approvals in a row: the second changes the A100 quota only, so the LimitRange,
+    NetworkPolicy, LocalQueue and the rest stay as they were. They kept the first push's
+    generation annotation (the applier skipped them), so kubectl said an older generation
+    than the page's "cluster has". A push at a new generation now restamps them: each says
+    the generation the page says, and a second pass at that generation writes nothing."""
+    delivered(world)
+    request, row = approved(world, guaranteed=7, limit=10)
+    outcome = sync.outbox_deliver(outbox_id=row.pk)
+    assert outcome is not None and outcome.ok
+    generation = request.approved_generation
+    assert outcome.result is not None and outcome.result.restamped  # the untouched ones
+    assert not outcome.drifted  # restamping is no drift
+
+    page = words(
+        element(main(logged_in(world.alice).get(TENANT)), "tr", 'data-cluster="demo-a100"')
+    )
+    assert f"generation {generation}, cluster has {generation}" in page
+    listed = json.loads(
+        kubectl(
+            standin, "get", "resourcequotas,limitranges,networkpolicies,localqueues,"
+            "serviceaccounts,clusterqueues", "-A", "-l", "portal.gpu-quota.io/tenant=team-a",
+            "-o", "json",
+        ).stdout
+    )["items"]  # fmt: skip
+    stamps = {
+        f"{o['kind']} {o['metadata'].get('namespace', '')}/{o['metadata']['name']}": o["metadata"][
+            "annotations"
+        ].get("portal.gpu-quota.io/generation")
+        for o in listed
+        if "portal.gpu-quota.io/generation" in (o["metadata"].get("annotations") or {})
+    }
+    assert any(k.startswith("LimitRange") for k in stamps), stamps
+    assert set(stamps.values()) == {str(generation)}, stamps
+
+    # A reconcile at that generation writes nothing of team-a's (the other tenants' objects,
+    # never pushed here, are created by it).
+    again = sync.cluster_reconcile_by_id(cluster_id=world.a100.pk)
+    assert again is not None and again.result is not None and not again.drifted
+    written = again.result.changed + again.result.restamped + again.result.created
+    assert not [c.describe() for c in written if "team-a" in c.describe()]
