@@ -24,7 +24,8 @@ tenant's first GPU flavor: the demo month records no GPU activity for that tenan
 last days, so the portal's idle rule finds it, tells the lead, and after the grace sets
 ``spec.active: false`` on it (``kubectl get workloads -A``), with an undo on the alert's page.
 
-The model is pure (``queue_load``, ``queue_status``, ``idle_workload``); ``simulate_once``
+The load model is the demo's one (``gpu_spec.demo_load``: the simulated GPUs follow it too). The
+model is pure (``queue_load``, ``queue_status``, ``idle_workload``); ``simulate_once``
 does the HTTP.
 """
 
@@ -46,6 +47,7 @@ from typing import Any
 
 import yaml
 
+from gpu_spec import demo_load
 from quotas.quantity import parse_quantity
 
 logger = logging.getLogger("devcluster.kueue_sim")
@@ -56,13 +58,6 @@ QUEUES_PATH = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"
 WORKLOADS_PATH = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads"
 IDLE_NAME = "notebook-idle"
 IDLE_ADMITTED_BEFORE = timedelta(days=4)
-
-
-def _daily(now: datetime) -> float:
-    """0.1..1.0: low at night, high in the working afternoon, lower at weekends."""
-    hour = now.hour + now.minute / 60
-    level = 0.55 + 0.45 * math.sin((hour - 8) / 24 * 2 * math.pi)
-    return level * (1.0 if now.weekday() < 5 else 0.6)
 
 
 def queue_load(
@@ -78,9 +73,7 @@ def queue_load(
         else:
             if math.isfinite(value):
                 return min(max(value, 0.0), MAX_LOAD)
-    if name in set(hot):
-        return 0.88 + 0.05 * _daily(now)
-    return 0.4 * _daily(now)
+    return demo_load.queue_load(name in set(hot), now)
 
 
 def _format(amount: Decimal) -> str:

@@ -3,11 +3,13 @@ admitted under the tenants' GPU quotas (the caller's admission model), and sampl
 minutes for each tenant's GPU quotas derived from them: the GPUs in use at each step are those
 of the workloads running then, so no step exceeds a tenant's limit or the cluster's quota, and
 the workload profile's peak concurrency, the usage pages and the fleet's use read one history.
-Utilisation follows the load. From a fixed seed, written through ``samples_write`` and rolled
-up. team-a's A100 work grows in the last week and its use climbs past 80% of its limit (the
-warning alert has something to find); team-b's GPUs on the first cluster show no activity for
-the last four days (the idle rule has something to find). Departments (tenants with no
-namespace of their own: a pool and a cap for their teams) run nothing themselves.
+Utilisation follows the load (``gpu_spec.demo_load``, whose plan gives the demo's simulated GPUs
+the level each tenant's last week had: ``tenant_recent_utilisation``). From a fixed seed,
+written through ``samples_write`` and rolled up. team-a's A100 work grows in the last week and
+its use climbs past 80% of its limit (the warning alert has something to find); team-b's GPUs
+on the first cluster show no activity for the last four days (the idle rule has something to
+find). Departments (tenants with no namespace of their own: a pool and a cap for their teams)
+run nothing themselves.
 Idempotent: a store that already has workloads is left alone.
 """
 
@@ -19,13 +21,15 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 
+from django.db.models import Max, Sum
 from django.utils import timezone
 
+from gpu_spec import demo_load
 from quotas.choices import is_gpu_resource
 from quotas.models import Cluster, Quota
 from usage import services
-from usage.choices import Metric, Source, WorkloadState
-from usage.models import Workload
+from usage.choices import Metric, Resolution, Source, WorkloadState
+from usage.models import Rollup, Workload
 
 STEP = timedelta(minutes=10)
 DAYS = 30
@@ -89,7 +93,8 @@ def demo_month_fill(*, admit: Admission, now: datetime | None = None, seed: int 
         used_at = _steps_running(running[(cluster.pk, tenant.pk, flavor.pk)], start, steps)
         for i, used in enumerate(used_at):
             t = start + i * STEP
-            util = min(100.0, max(0.0, 30 + 50 * used / limit + rng.gauss(0, 8))) if used else 0.0
+            level = demo_load.utilisation_level(used / limit)
+            util = min(100.0, max(0.0, level + rng.gauss(0, 8))) if used else 0.0
             if idle and now - t < IDLE_TAIL:
                 util = 0.0
             metrics = [
@@ -110,6 +115,32 @@ def demo_month_fill(*, admit: Admission, now: datetime | None = None, seed: int 
     services.rollups_run_all(now=now)
     services.retention_enforce(now=now)
     return written
+
+
+def tenant_recent_utilisation(
+    *, cluster_id: int, tenant_id: int, flavor_id: int, days: int = BUSY_DAYS
+) -> float | None:
+    """The mean GPU utilisation (%) of the tenant's GPUs of ``flavor`` on the cluster over the
+    last ``days`` of its simulated month (hourly rollups, samples weighted), as its usage page
+    reads it; None where it ran nothing there. For the demo's load plan, which gives the
+    simulated GPUs the same level (``gpu_spec.demo_load``)."""
+    series = Rollup.objects.filter(
+        resolution=Resolution.HOUR,
+        metric=Metric.GPU_UTILIZATION,
+        source=Source.DEMO,
+        cluster_id=cluster_id,
+        tenant_id=tenant_id,
+        flavor_id=flavor_id,
+    )
+    last = series.aggregate(last=Max("bucket"))["last"]
+    if last is None:
+        return None
+    totals = series.filter(bucket__gt=last - timedelta(days=days)).aggregate(
+        total=Sum("sum"), samples=Sum("samples")
+    )
+    if not totals["samples"]:
+        return None
+    return float(totals["total"]) / int(totals["samples"])
 
 
 # A demo job as its admission sees it: id, tenant slug, flavor name, GPUs, and its creation

@@ -276,3 +276,72 @@ def test_team_b_is_capped_at_1g_per_pod_by_an_approved_request(demo: datetime) -
     assert (
         "Pod bandwidth: <strong>no cap</strong>" in alice.get("/tenants/team-a/").content.decode()
     )
+
+
+def test_the_simulated_gpus_tell_the_story_of_the_tenants_usage(
+    demo: datetime, tmp_path: Any
+) -> None:
+    """The demo's node agents (fake backend) carry the demo's load plan: on demo-a100 the
+    GPUs team-a holds (the busy tenant of the simulated month and of the simulated Kueue) show
+    on the heatmap at the level of team-a's usage page, team-b's (its idle notebook) at 0 %,
+    and the cluster's heatmap is no longer all idle."""
+    from gpu_agent.models import Node
+    from gpu_agent.services.reports import agent_report_ingest
+    from gpu_node_agent.runner import Agent, AgentState
+    from gpu_node_agent.testing.fake import build_fake_node
+    from gpu_spec import demo_load
+    from portal.management.commands.demo import DEMO_NODES, demo_load_plan
+
+    plan = demo_load_plan()
+    a100 = next(c for c in plan.clusters if c.name == "demo-a100")
+    assert a100.nodes == (("a100-node-1", 8), ("a100-node-2", 8))
+    assert all(t.utilisation_pct for t in a100.tenants if not t.idle)
+    assert [(t.name, t.limit, t.hot, t.idle) for t in a100.tenants] == [
+        ("team-a", 10, True, False),
+        ("team-b", 6, False, True),
+        ("team-c", 4, False, False),
+    ]
+    h100 = next(c for c in plan.clusters if c.name == "demo-h100")
+    assert h100.nodes == (("h100-node-1", 8), ("h100-node-2", 8))
+    assert h100.tenants and all(not t.idle for t in h100.tenants)
+    path = tmp_path / demo_load.DEMO_LOAD_PLAN_FILE
+    demo_load.write_load_plan(path, plan)
+
+    now = timezone.now()
+    cluster = Cluster.objects.get(name="demo-a100")
+    for name, cluster_name, spec in DEMO_NODES:
+        if cluster_name != cluster.name:
+            continue
+        fake = build_fake_node(
+            spec, state_path=None, seed=name, load_plan=path, clock=now.timestamp
+        )
+        agent = Agent(
+            backend=fake.backend,
+            client=None,  # type: ignore[arg-type] - inventory() talks to no portal
+            state=AgentState(None),
+            node=name,
+            pod_lookup=fake.pod_uid_for_pid,
+        )
+        node = Node.objects.create(name=name, cluster=cluster, last_report_at=now)
+        with TestCase.captureOnCommitCallbacks(execute=True):
+            agent_report_ingest(node=node, report=agent.inventory())
+
+    view = dashboards.admin_dashboard(
+        period=dashboards.period_resolve(name="24h", now=now), now=now, cluster=cluster.name
+    ).clusters[0]
+    heat = {(g.node, g.index): g.utilization for g in view.gpus}
+    assert len(heat) == 16
+    held = demo_load.held_gpus(a100, now)
+    team_a = [heat[slot] or 0.0 for slot, t in held.items() if t.name == "team-a"]
+    team_b = [heat[slot] for slot, t in held.items() if t.name == "team-b"]
+    assert len(team_a) >= 8 and min(team_a) > 0
+    assert team_b and set(team_b) == {0}
+    # team-a's page for demo-a100 over its busy last week: the level its GPUs run at now.
+    page = dashboards.tenant_dashboard(
+        tenant=Tenant.objects.get(slug="team-a"),
+        period=dashboards.period_resolve(name="7d", now=demo),
+        cluster=cluster.name,
+    ).indicators.mean_gpu_utilization
+    assert page is not None
+    # Each GPU within the plan's noise of that level (and rounded to a whole percent).
+    assert sum(team_a) / len(team_a) == pytest.approx(page, abs=demo_load.NOISE_PCT + 0.5)

@@ -819,6 +819,11 @@ def build_parser() -> argparse.ArgumentParser:
         help='with --backend fake: "NAME[:COUNT[:nomig]],...", e.g. "NVIDIA A100-SXM4-80GB:2,NVIDIA H100 80GB HBM3:2" (GPU_AGENT_FAKE_GPUS)',
     )
     parser.add_argument(
+        "--fake-load",
+        default=env("GPU_AGENT_FAKE_LOAD"),
+        help="with --backend fake: a demo load plan (JSON, gpu_spec.demo_load) that gives the simulated GPUs their utilisation and memory in use (GPU_AGENT_FAKE_LOAD)",
+    )
+    parser.add_argument(
         "--state-dir",
         default=env("GPU_AGENT_STATE_DIR", DEFAULT_STATE_DIR),
         help=f"token, applied generations, fake GPUs (default {DEFAULT_STATE_DIR}) (GPU_AGENT_STATE_DIR)",
@@ -1003,7 +1008,10 @@ def main(argv: Sequence[str] | None = None, *, sleep: Callable[[float], None] = 
             from gpu_node_agent.testing.fake import build_fake_node
 
             fake = build_fake_node(
-                args.fake_gpus, state_path=Path(args.state_dir) / FAKE_STATE_FILE, seed=node
+                args.fake_gpus,
+                state_path=Path(args.state_dir) / FAKE_STATE_FILE,
+                seed=node,
+                load_plan=Path(args.fake_load) if args.fake_load else None,
             )
             backend, pod_lookup = fake.backend, fake.pod_uid_for_pid
             prober = SimulatedProber(seed=node)

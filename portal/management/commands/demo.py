@@ -29,6 +29,7 @@ from approvals.services import (
 )
 from gpu_agent.models import Node
 from gpu_agent.services.nodes import join_token_create
+from gpu_spec import demo_load
 from gpu_spec.mig.catalogue import load_catalogue
 from gpu_spec.simulated import DEMO_METRICS_PLAN_FILE as PLAN_FILE
 from gpu_spec.simulated import parse_fake_gpus
@@ -44,14 +45,14 @@ from quotas.choices import (
     SyncBackend,
     mig_resource,
 )
-from quotas.models import Cluster, FlavorResource, ResourceFlavor, TierTemplate
+from quotas.models import Cluster, FlavorResource, Quota, ResourceFlavor, TierTemplate
 from quotas.services import QuotaItem
 from tenants.choices import IsolationLevel, MembershipRole
 from tenants.models import Namespace, Tenant, User
 from tenants.services import membership_set, namespace_shares_set, tenant_create
 from usage.choices import PrometheusFigure
 from usage.demo import DAYS as DEMO_DAYS
-from usage.demo import demo_month_fill
+from usage.demo import demo_month_fill, tenant_recent_utilisation
 from usage.models import PrometheusSource
 from usage.services import PROMETHEUS_SETTINGS, prometheus_source_set
 
@@ -303,6 +304,58 @@ def _agent_join_tokens(agent_dir: Path, admin: User) -> int:
         join.chmod(0o600)
         made += 1
     return made
+
+
+def demo_load_plan() -> demo_load.LoadPlan:
+    """Which tenants hold the demo clusters' whole GPUs (``gpu_spec.demo_load``), for the
+    simulated agents: per cluster, the nodes whose GPUs are its whole-GPU flavor's model, and
+    the tenants with a GPU limit on that flavor and namespaces to run in (a department runs
+    nothing itself), in the month's order, each with the utilisation its GPUs had in the last
+    week of the simulated month (``usage.demo``: what its usage page shows). team-a is the
+    simulated Kueue's hot queue, and team-b's GPUs on the first cluster stay idle, as in the
+    simulated month."""
+    clusters = []
+    names = list(dict.fromkeys(c for _n, c, _s in DEMO_NODES))
+    first = min(names, default="")
+    for cluster_name in names:
+        flavor = (
+            ResourceFlavor.objects.filter(
+                cluster__name=cluster_name, kind=FlavorKind.GPU, time_slicing_replicas__isnull=True
+            )
+            .order_by("name")
+            .first()
+        )
+        if flavor is None:
+            continue
+        nodes = []
+        for name, node_cluster, spec in DEMO_NODES:
+            gpus = parse_fake_gpus(spec) if node_cluster == cluster_name else []
+            if gpus and all(g.name == flavor.gpu_model and not g.mig for g in gpus):
+                nodes.append((name, len(gpus)))
+        quotas = Quota.objects.filter(
+            quota_set__cluster=flavor.cluster, flavor=flavor, resource=GPU_RESOURCE, limit__gt=0
+        ).select_related("quota_set__tenant")
+        tenants = sorted(
+            (
+                demo_load.PlanTenant(
+                    name=q.quota_set.tenant.slug,
+                    namespace=f"{q.quota_set.tenant.slug}-training",
+                    limit=int(q.limit),
+                    hot=q.quota_set.tenant.slug in demo_load.HOT_TENANTS,
+                    idle=q.quota_set.tenant.slug == "team-b" and cluster_name == first,
+                    utilisation_pct=tenant_recent_utilisation(
+                        cluster_id=flavor.cluster_id,
+                        tenant_id=q.quota_set.tenant_id,
+                        flavor_id=flavor.pk,
+                    ),
+                )
+                for q in quotas
+                if q.quota_set.tenant.namespaces.exists()
+            ),
+            key=lambda t: t.name,
+        )
+        clusters.append(demo_load.PlanCluster(cluster_name, tuple(nodes), tuple(tenants)))
+    return demo_load.LoadPlan(tuple(clusters))
 
 
 # The demo cluster whose usage comes from a Prometheus (when `make run` started one): its node
@@ -655,6 +708,11 @@ class Command(BaseCommand):
             AlertRule.objects.filter(kind=RuleKind.IDLE_WORKLOAD).update(grace=DEMO_IDLE_GRACE)
         # After the simulated month, so the teams' simulated figures stay as they were.
         self._t4_labs(h100, t4_shared, users)
+        if agent_dir := os.environ.get("DEMO_AGENT_DIR", ""):
+            # The simulated GPUs carry the tenants' load as their usage history tells it.
+            demo_load.write_load_plan(
+                Path(agent_dir) / demo_load.DEMO_LOAD_PLAN_FILE, demo_load_plan()
+            )
 
         self.stdout.write(
             self.style.SUCCESS("Demo ready. Log in at /login/ with any of these (password 'demo'):")

@@ -4,7 +4,10 @@ Development infrastructure, like ``devcluster/``. ``manage.py demo`` writes, for
 node not yet registered, ``DIR/<node>.json`` (``{"node": ..., "gpus": "<--fake-gpus spec>"}``)
 and a one-time join token in ``DIR/<node>.join``; this starts ``gpu-node-agent`` for each,
 keeping each node's token and simulated GPUs under ``STATE/<node>``, so a restart keeps the
-layouts. The agents back off until the portal answers.
+layouts. The agents back off until the portal answers. ``manage.py demo`` also writes the demo's
+load plan, ``DIR/load.json`` (``gpu_spec.demo_load``): which tenant holds each whole GPU and how
+busy it is, as the demo's usage history and simulated Kueue tell it; each agent's fake GPUs
+carry that load (``--fake-load``).
 
 With ``--metrics-port`` it also serves, on that port, what NVIDIA's DCGM exporter and
 kube-state-metrics would say about the same simulated devices (``gpu_node_agent.testing.demo_metrics``),
@@ -25,6 +28,7 @@ import threading
 from pathlib import Path
 
 from gpu_node_agent.testing.demo_metrics import DEFAULT_PERIOD_S, PLAN_FILE, serve
+from gpu_spec.demo_load import DEMO_LOAD_PLAN_FILE
 
 
 def agent_command(portal: str, spec: Path, state_dir: Path, interval: float) -> list[str]:
@@ -37,6 +41,7 @@ def agent_command(portal: str, spec: Path, state_dir: Path, interval: float) -> 
         "--join-token-file", str(spec.with_suffix(".join")),
         "--backend", "fake",
         "--fake-gpus", str(node["gpus"]),
+        "--fake-load", str(spec.with_name(DEMO_LOAD_PLAN_FILE)),
         "--state-dir", str(state_dir / name),
         "--interval", str(interval),
         "--max-backoff", str(max(interval * 3, 10)),
@@ -86,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"demo DCGM exporter: http://{args.metrics_address}:{port}/metrics", flush=True)
 
     found = sorted(args.dir.glob("*.json")) if args.dir.is_dir() else []
-    specs = [spec for spec in found if spec.name != PLAN_FILE]  # the exporter's, not a node
+    # The exporter's plan and the load plan are no nodes.
+    specs = [spec for spec in found if spec.name not in (PLAN_FILE, DEMO_LOAD_PLAN_FILE)]
     agents = [
         subprocess.Popen(agent_command(args.portal, spec, args.state_dir, args.interval))  # noqa: S603 - our own module
         for spec in specs

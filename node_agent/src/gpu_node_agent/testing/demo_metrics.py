@@ -8,7 +8,8 @@ portal's layouts created), so the series follow the same devices the agents repo
 GPUs run no processes, so the load is simulated here: most devices are busy with a pod in one of
 the demo tenants' namespaces, each with a utilisation that changes every ``period_s`` seconds and
 framebuffer memory in step with it; the rest are idle (no pod labels, as the exporter reports an
-unused GPU).
+unused GPU). Where the demo's load plan (``DIR/load.json``, ``gpu_spec.demo_load``) covers a whole
+GPU, its tenant and load are the plan's, the same the node agents' fake GPUs report.
 
 Which nodes and namespaces: ``DIR/prometheus.json``, written by ``manage.py demo``::
 
@@ -33,6 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gpu_spec import demo_load
+from gpu_spec.demo_load import DEMO_LOAD_PLAN_FILE
 from gpu_spec.mig.catalogue import Catalogue, load_catalogue
 from gpu_spec.simulated import DEMO_METRICS_PLAN_FILE
 
@@ -104,7 +108,7 @@ def read_plan(spec_dir: Path) -> Plan:
             logger.warning("ignoring unreadable %s: %s", path, error)
     nodes = []
     for spec in sorted(spec_dir.glob("*.json")) if spec_dir.is_dir() else []:
-        if spec.name == PLAN_FILE:
+        if spec.name in (PLAN_FILE, DEMO_LOAD_PLAN_FILE):
             continue
         try:
             nodes.append(str(json.loads(spec.read_text(encoding="utf-8"))["node"]))
@@ -158,6 +162,21 @@ def simulated_reading(
     return Reading(device, namespace, pod, util, memory)
 
 
+def planned_reading(device: Device, plan: demo_load.LoadPlan, now: float) -> Reading | None:
+    """A whole GPU's load by the demo's load plan (the same the node agents' fake GPUs carry,
+    ``gpu_spec.demo_load``); None for a MIG instance or a GPU the plan leaves out."""
+    if device.gi_id is not None:
+        return None
+    load = demo_load.gpu_load(plan, device.node, device.gpu, datetime.fromtimestamp(now, tz=UTC))
+    if load is None:
+        return None
+    if not load.namespace:
+        return Reading(device, "", "", 0.0, 0.0)
+    pod = f"{load.namespace}-{device.node}-gpu{device.gpu}"
+    memory = float(int(device.memory_total_mib * load.memory_fraction))
+    return Reading(device, load.namespace, pod, float(load.utilization_pct), memory)
+
+
 def kube_resource(device: Device) -> str:
     """kube-state-metrics' name of the resource the device's pod requests."""
     if not device.mig_profile:
@@ -185,6 +204,7 @@ class SimulatedExporter(Collector):
 
     def readings(self) -> list[Reading]:
         plan = read_plan(self.spec_dir)
+        load_plan = demo_load.read_load_plan(self.spec_dir / DEMO_LOAD_PLAN_FILE)
         now = self.clock()
         out = []
         for node in plan.nodes:
@@ -194,7 +214,12 @@ class SimulatedExporter(Collector):
             except (OSError, ValueError):
                 continue  # its agent has not started yet
             for device in node_devices(node, state, self.catalogue):
-                out.append(simulated_reading(device, plan.namespaces, now, self.period_s))
+                planned = planned_reading(device, load_plan, now) if load_plan else None
+                out.append(
+                    planned
+                    if planned is not None
+                    else simulated_reading(device, plan.namespaces, now, self.period_s)
+                )
         return out
 
     def collect(self) -> Iterator[GaugeMetricFamily]:

@@ -45,7 +45,7 @@ import json
 import os
 import string
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -437,6 +437,10 @@ class SimulatedNvml:
         # NVML's name for a catalogue profile, to simulate drift ("7g.80gb" -> "7g.79gb").
         self.profile_names = dict(profile_names or {})
         self.state_path = Path(state_path) if state_path is not None else None
+        # A simulated load, asked at each reading of a whole GPU (its index and framebuffer
+        # MiB -> utilisation % and MiB in use, or None for its own figures): the demo's plan
+        # (``gpu_node_agent.testing.fake``). Not saved: it is a function of the time.
+        self.load_source: Callable[[int, int], tuple[int, int] | None] | None = None
         self._gpus: list[_SimGpu] = []
         self._processes: dict[int, _SimProcess] = {}
         self._next_pid = 40000
@@ -878,6 +882,8 @@ class SimulatedNvml:
             else:
                 total = gpu.memory_total_mib
                 used = sum(p.used_memory_mib for p in self._processes_on(gpu))
+                if not gpu.mig_current and (load := self._load(gpu)) is not None:
+                    used = max(used, load[1])
             used = min(used, total)
             return c_nvmlMemory_t(total * MIB, (total - used) * MIB, used * MIB)
 
@@ -886,7 +892,13 @@ class SimulatedNvml:
             gpu, contents = self._device(handle)
             if contents.sim_is_mig or gpu.mig_current:
                 raise _fail(NVML_ERROR_NOT_SUPPORTED)  # nvml.h: not supported in MIG mode
-            return c_nvmlUtilization_t(gpu.utilization_pct, 0)
+            load = self._load(gpu)
+            return c_nvmlUtilization_t(gpu.utilization_pct if load is None else load[0], 0)
+
+    def _load(self, gpu: _SimGpu) -> tuple[int, int] | None:
+        if self.load_source is None:
+            return None
+        return self.load_source(gpu.index, gpu.memory_total_mib)
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[Any]:
         with self._lock:
