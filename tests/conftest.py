@@ -32,6 +32,31 @@ from tests.factories import GI, ClusterFactory, UserFactory, gpu_flavor, mig_fla
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES", "") == "1"
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A pytest-xdist worker hands its fault table's rows to the controlling process."""
+    from tests.faults.invariants import RESULTS
+
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["fault_results"] = list(RESULTS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """pytest-xdist's controlling process gathers the workers' fault rows."""
+    from tests.faults.invariants import RESULTS
+
+    RESULTS.extend(getattr(node, "workeroutput", {}).get("fault_results", []))
+
+
+def pytest_terminal_summary(terminalreporter: object, config: pytest.Config) -> None:
+    """The fault table, printed and written once: by the controlling process under xdist."""
+    from tests.faults.invariants import write_summary
+
+    if not hasattr(config, "workeroutput"):
+        write_summary(terminalreporter)
+
+
 def require_service(name: str, available: bool, why: str) -> None:
     """Skip when a service is absent, except in CI (REQUIRE_SERVICES=1), where it fails."""
     if available:
