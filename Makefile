@@ -99,7 +99,7 @@ manage: venv
 
 # The suite in parallel (pytest-xdist): TEST_WORKERS processes, each with its own test database,
 # Redis database (REDIS_URL's number + the worker's: keep them within 0-15) and data directory
-# (portal/settings/test.py); --dist loadgroup keeps the tests of one xdist_group mark on one
+# (tests/conftest.py); --dist loadgroup keeps the tests of one xdist_group mark on one
 # worker. TEST_WORKERS=0: all in this process. PYTEST_ARGS is added to the command line, e.g. one
 # file: make test PYTEST_ARGS=tests/quotas/test_push.py TEST_WORKERS=0 (docs/develop/testing.md).
 TEST_WORKERS ?= 3
