@@ -97,8 +97,15 @@ manage: venv
 	@DJANGO_SETTINGS_MODULE=portal.settings.demo DEMO_KUBECONFIG_DIR=$(CURDIR)/.run DEMO_AGENT_DIR=$(CURDIR)/.run/agents \
 	  $(PY) manage.py $(ARGS)
 
+# The suite in parallel (pytest-xdist): TEST_WORKERS processes, each with its own test database,
+# Redis database (REDIS_URL's number + the worker's: keep them within 0-15) and data directory
+# (tests/conftest.py); --dist loadgroup keeps the tests of one xdist_group mark on one
+# worker. TEST_WORKERS=0: all in this process. PYTEST_ARGS is added to the command line, e.g. one
+# file: make test PYTEST_ARGS=tests/quotas/test_push.py TEST_WORKERS=0 (docs/develop/testing.md).
+TEST_WORKERS ?= 3
+
 test: venv lint node_modules
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup) $(PYTEST_ARGS)
 
 # The API fuzzer exploring: new random examples each run, 200 per operation (make test runs
 # the same fuzzer derandomized, so CI passes or fails on the code, not on chance). Turn what it

@@ -13,6 +13,9 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from django.apps import apps as django_apps
@@ -30,6 +33,61 @@ from tenants.services import membership_set
 from tests.factories import GI, ClusterFactory, UserFactory, gpu_flavor, mig_flavor
 
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES", "") == "1"
+
+
+REDIS_DATABASES = 16  # Redis's default number of databases: 0 to 15
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config: pytest.Config, specs: list[Any]) -> None:
+    """pytest-xdist (make test: -n), before it starts its workers: worker gwN gets, in its
+    environment, Redis database REDIS_URL's + N and its own data directory (DATA_DIR/xdist-gwN),
+    read by the settings as it starts and inherited by the processes its tests start (Celery
+    workers, manage.py), so one worker's Celery tasks, cache keys, broker and cache files never
+    reach another's. pytest-django gives each its own test database (test_<name>_gwN)."""
+    from django.conf import settings
+
+    from core.env import env_str
+
+    redis_url = env_str("REDIS_URL", "")
+    for spec in specs:
+        index = int(spec.id.removeprefix("gw"))
+        if redis_url:
+            parts = urlsplit(redis_url)
+            number = int(parts.path.strip("/") or 0) + index
+            if number >= REDIS_DATABASES:
+                raise pytest.UsageError(
+                    f"REDIS_URL={redis_url}: test worker {spec.id} would need Redis database "
+                    f"{number}; use a lower database number or fewer workers (TEST_WORKERS, -n)"
+                )
+            spec.env["REDIS_URL"] = urlunsplit(parts._replace(path=f"/{number}"))
+            spec.env["REDIS_URL_FILE"] = ""  # REDIS_URL, not the file, names the worker's
+        spec.env["DATA_DIR"] = str(Path(settings.DATA_DIR) / f"xdist-{spec.id}")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A pytest-xdist worker hands its fault table's rows to the controlling process."""
+    from tests.faults.invariants import RESULTS
+
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["fault_results"] = list(RESULTS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """pytest-xdist's controlling process gathers the workers' fault rows."""
+    from tests.faults.invariants import RESULTS
+
+    RESULTS.extend(getattr(node, "workeroutput", {}).get("fault_results", []))
+
+
+def pytest_terminal_summary(terminalreporter: object, config: pytest.Config) -> None:
+    """The fault table, printed and written once: by the controlling process under xdist."""
+    from tests.faults.invariants import write_summary
+
+    if not hasattr(config, "workeroutput"):
+        write_summary(terminalreporter)
 
 
 def require_service(name: str, available: bool, why: str) -> None:

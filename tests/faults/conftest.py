@@ -1,7 +1,8 @@
 """Fixtures of the fault-injection suite: the stand-in API server in a subprocess with a watch
 on it, demo-a100 pushing to it, real Celery workers on the test's own queue (the integration
 fixtures), and the session's table of faults (printed at the end and written to
-``.data/faults/summary.json``).
+``.data/faults/summary.json``, by ``tests/conftest.py``: under pytest-xdist the workers' rows
+are gathered in the controlling process, which alone prints and writes them).
 
 The long variants (``@pytest.mark.long``) are deselected unless the ``-m`` expression asks for
 ``long`` (not ``not long``) or ``FAULTS_LONG=1`` is set.
@@ -9,7 +10,6 @@ The long variants (``@pytest.mark.long``) are deselected unless the ``-m`` expre
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -24,7 +24,7 @@ import pytest
 from devcluster.runner import ProcessHandle, start_in_subprocess
 from tests.cluster_access import hold_cluster_access
 from tests.conftest import World
-from tests.faults.invariants import RESULTS, Watch
+from tests.faults.invariants import Watch
 from tests.integration.conftest import (  # noqa: F401 - fixtures used by the fault tests
     isolation,
     redis_url,
@@ -32,9 +32,6 @@ from tests.integration.conftest import (  # noqa: F401 - fixtures used by the fa
 )
 from tests.integration.conftest import start_worker as _integration_start_worker  # noqa: F401
 from tests.standin import point_at
-
-BASE_DIR = Path(__file__).resolve().parents[2]
-SUMMARY = BASE_DIR / ".data" / "faults" / "summary.json"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -46,37 +43,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if long:
         config.hook.pytest_deselected(items=long)
         items[:] = [item for item in items if not item.get_closest_marker("long")]
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not RESULTS:
-        return
-    header = ("fault", "faults injected", "approvals made", "approvals lost", "converge (s)")
-    rows = [
-        (
-            r["fault"],
-            str(r["faults_injected"]),
-            str(r["approvals_made"]),
-            str(r["approvals_lost"]),
-            f"{r['converge_s']:.1f}",
-        )
-        for r in RESULTS
-    ]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
-    line = " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
-    terminalreporter.section("fault injection")
-    terminalreporter.write_line(line)
-    terminalreporter.write_line("-+-".join("-" * w for w in widths))
-    for row in rows:
-        terminalreporter.write_line(
-            " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
-        )
-    total_lost = sum(r["approvals_lost"] for r in RESULTS)
-    total_made = sum(r["approvals_made"] for r in RESULTS)
-    terminalreporter.write_line(f"approvals lost over all faults: {total_lost} of {total_made}")
-    SUMMARY.parent.mkdir(parents=True, exist_ok=True)
-    SUMMARY.write_text(json.dumps({"faults": RESULTS}, indent=1) + "\n", encoding="utf-8")
-    terminalreporter.write_line(f"written to {SUMMARY}")
 
 
 @pytest.fixture

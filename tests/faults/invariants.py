@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -44,6 +45,7 @@ from tenants.models import AuditEvent, Tenant, User
 
 CONVERGE_DEADLINE_S = 60.0
 POLL_S = 0.1
+SUMMARY = Path(__file__).resolve().parents[2] / ".data" / "faults" / "summary.json"
 RESULTS: list[dict[str, Any]] = []  # one row per fault test, printed at the end of the session
 
 CLUSTER_QUEUES = f"/apis/{KUEUE}/clusterqueues"
@@ -363,3 +365,36 @@ def record(fault: str, *, injected: int, outcome: Outcome) -> None:
             "problems": outcome.problems,
         }
     )
+
+
+def write_summary(terminalreporter: Any) -> None:
+    """The session's table of faults, printed and written to ``SUMMARY`` (nothing when no fault
+    test ran)."""
+    if not RESULTS:
+        return
+    header = ("fault", "faults injected", "approvals made", "approvals lost", "converge (s)")
+    rows = [
+        (
+            r["fault"],
+            str(r["faults_injected"]),
+            str(r["approvals_made"]),
+            str(r["approvals_lost"]),
+            f"{r['converge_s']:.1f}",
+        )
+        for r in RESULTS
+    ]
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
+    line = " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    terminalreporter.section("fault injection")
+    terminalreporter.write_line(line)
+    terminalreporter.write_line("-+-".join("-" * w for w in widths))
+    for row in rows:
+        terminalreporter.write_line(
+            " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+        )
+    total_lost = sum(r["approvals_lost"] for r in RESULTS)
+    total_made = sum(r["approvals_made"] for r in RESULTS)
+    terminalreporter.write_line(f"approvals lost over all faults: {total_lost} of {total_made}")
+    SUMMARY.parent.mkdir(parents=True, exist_ok=True)
+    SUMMARY.write_text(json.dumps({"faults": RESULTS}, indent=1) + "\n", encoding="utf-8")
+    terminalreporter.write_line(f"written to {SUMMARY}")

@@ -35,9 +35,13 @@ def test_a_short_crowd_gets_no_errors_and_loses_no_approval() -> None:
     require_service("Redis", bool(redis_url), "REDIS_URL is not set")
     params = connection.get_connection_params()
     server = f"postgres://{params.get('user', 'postgres')}@{params.get('host', '127.0.0.1')}:{params.get('port', 5432)}/postgres"
-    # A Redis database of its own (the load test empties it), next to the suite's.
+    # A Redis database of its own (the load test empties it): the highest one that no worker of
+    # this run (pytest-xdist: REDIS_URL's database + the worker's number) uses.
     base, _, db = redis_url.rpartition("/")
-    own = f"{base}/{14 if db == '15' else 15}"
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    first = int(db or 0) - index
+    used = range(first, first + int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    own = f"{base}/{max(n for n in range(16) if n not in used)}"
     done = subprocess.run(
         [sys.executable, "bench/load_bench.py", "--users", "12", "--agents", "100",
          "--seconds", "15", "--no-latency", "--db-name", f"load_ci_{os.getpid()}", "--database-url", server,
