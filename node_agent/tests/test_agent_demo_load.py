@@ -1,6 +1,9 @@
 """The demo's simulated GPUs carry the demo's load plan (``gpu_spec.demo_load``): a whole GPU a
 busy tenant holds reports the utilisation and memory the plan gives it, at the level of that
-tenant's usage (30 % plus 50 % of the share of its limit in use), idle GPUs report none."""
+tenant's usage (30 % plus 50 % of the share of its limit in use), idle GPUs report none.
+
+The demo runner and its DCGM exporter need the agent's demo extra (prometheus-client), which a
+node does not install: their side is tested in tests/prometheus/test_demo_load.py."""
 
 from __future__ import annotations
 
@@ -10,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_node_agent.runner import Agent, AgentState, build_parser
-from gpu_node_agent.testing import demo as demo_runner
+from gpu_node_agent.runner import Agent, AgentState
 from gpu_node_agent.testing.fake import build_fake_node
 from gpu_spec import demo_load
 
@@ -106,16 +108,6 @@ def test_a_changed_plan_is_read_again(plan_file: Path) -> None:
     assert fake.backend.list_gpus()[0].utilization_pct == 0
 
 
-def test_the_demo_starts_each_agent_with_the_load_plan(tmp_path: Path) -> None:
-    spec = tmp_path / "a100-node-1.json"
-    spec.write_text(json.dumps({"node": "a100-node-1", "gpus": A100_NODE}))
-    command = demo_runner.agent_command("http://portal", spec, tmp_path / "state", 5.0)
-    plan = command[command.index("--fake-load") + 1]
-    assert plan == str(tmp_path / demo_load.DEMO_LOAD_PLAN_FILE)
-    args = build_parser().parse_args(command[3:])
-    assert args.fake_load == plan
-
-
 def test_a_tenants_recorded_level_sets_its_gpus_utilisation(tmp_path: Path) -> None:
     """The demo command writes each tenant's utilisation of its history's last week into the
     plan (what its usage page shows): its GPUs run at that level, within the plan's noise."""
@@ -127,43 +119,3 @@ def test_a_tenants_recorded_level_sets_its_gpus_utilisation(tmp_path: Path) -> N
     utils = [int(g["utilization_pct"]) for g in _inventory("a100-node-1", path, BUSY)]  # type: ignore[call-overload]
     assert all(abs(u - 58.4) <= demo_load.NOISE_PCT + 0.5 for u in utils)
     assert len(set(utils)) > 1  # not one flat figure
-
-
-def test_the_demo_exporter_serves_the_plans_load(tmp_path: Path) -> None:
-    """demo-h100's simulated DCGM exporter and its node agents tell the same story: a whole GPU
-    the plan gives a tenant is served busy in that tenant's namespace, at the agent's figure."""
-    from gpu_node_agent.testing.demo_metrics import PLAN_FILE, SimulatedExporter
-    from gpu_node_agent.testing.fake import STATE_FILE
-
-    spec_dir, state_dir = tmp_path / "agents", tmp_path / "state"
-    spec_dir.mkdir()
-    h100 = "NVIDIA H100 80GB HBM3:8:nomig"
-    (spec_dir / "h100-node-1.json").write_text(json.dumps({"node": "h100-node-1", "gpus": h100}))
-    (spec_dir / PLAN_FILE).write_text(
-        json.dumps({"nodes": ["h100-node-1"], "namespaces": ["team-a-training"]})
-    )
-    tenant = demo_load.PlanTenant("team-a", "team-a-training", 6, hot=True, utilisation_pct=70)
-    plan = demo_load.LoadPlan(
-        (demo_load.PlanCluster("demo-h100", (("h100-node-1", 8),), (tenant,)),)
-    )
-    demo_load.write_load_plan(spec_dir / demo_load.DEMO_LOAD_PLAN_FILE, plan)
-    fake = build_fake_node(
-        h100,
-        state_path=state_dir / "h100-node-1" / STATE_FILE,
-        seed="h100-node-1",
-        load_plan=spec_dir / demo_load.DEMO_LOAD_PLAN_FILE,
-        clock=BUSY.timestamp,
-    )
-    readings = SimulatedExporter(
-        spec_dir=spec_dir, state_dir=state_dir, clock=BUSY.timestamp
-    ).readings()
-    held = demo_load.held_gpus(plan.clusters[0], BUSY)
-    assert len(readings) == 8 and len(held) == 5  # 88-93 % of 6
-    agent = fake.backend.list_gpus()
-    for r in readings:
-        if ("h100-node-1", r.device.gpu) in held:
-            assert r.namespace == "team-a-training" and r.pod
-            assert r.util_pct == agent[r.device.gpu].utilization_pct > 0
-            assert r.memory_used_mib == agent[r.device.gpu].memory_used_mib > 0
-        else:
-            assert (r.namespace, r.util_pct, r.memory_used_mib) == ("", 0.0, 0.0)
