@@ -15,10 +15,11 @@ import pytest
 import redis
 from django.db import connections
 
+from portal import health
 from portal.celery import app as celery_app
 from tests.conftest import require_service
 
-PASSWORD = "probe-s3cret-pw"  # noqa: S105 - a password that must never reach the answer
+PASSWORD = "probe-s3cret-pw"  # must never reach the answer
 
 
 def free_port() -> int:
@@ -154,3 +155,17 @@ def test_readyz_names_redis_when_it_stops(client, private_redis, portal_on):
     secret = client.get("/readyz")
     assert secret.status_code == 503
     assert PASSWORD not in secret.content.decode()
+
+
+def test_a_check_without_an_answer_fails_in_time(monkeypatch):
+    """A server that never answers (a dropped packet) costs the probe the total limit, no more."""
+
+    def hangs() -> health.Check:
+        time.sleep(2)
+        return health.Check("slow", True, "too late")
+
+    monkeypatch.setattr(health, "READINESS_CHECKS", {"slow": hangs})
+    began = time.monotonic()
+    checks = health.readiness(timeout=0.2)
+    assert time.monotonic() - began < 1
+    assert checks == [health.Check("slow", False, "no answer within 0.2 s")]
