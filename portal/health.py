@@ -23,6 +23,7 @@ import redis
 from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache
 from django.db import connections
+from django.db.migrations.executor import MigrationExecutor
 
 from portal.celery import app
 
@@ -49,10 +50,15 @@ def _masked(text: str) -> str:
     return _CREDENTIALS.sub("***@", line)[:200]
 
 
-def _failure(name: str, error: BaseException) -> Check:
+def error_words(error: BaseException) -> str:
+    """An error in a line: its kind and its first line, no password."""
     detail = _masked(str(error))
     kind = type(error).__name__
-    return Check(name, False, f"{kind}: {detail}" if detail else kind)
+    return f"{kind}: {detail}" if detail else kind
+
+
+def _failure(name: str, error: BaseException) -> Check:
+    return Check(name, False, error_words(error))
 
 
 def check_database() -> Check:
@@ -134,3 +140,15 @@ def readiness(timeout: float = READINESS_TIMEOUT_S) -> list[Check]:
         return results
     finally:
         pool.shutdown(wait=False, cancel_futures=True)  # a hung check ends on its own
+
+
+def pending_migrations(alias: str = "default") -> list[str]:
+    """The migrations of this release the database has not applied (``migrate --check``'s
+    question), as ``app.name``; raises the database's error when it cannot be asked."""
+    connection = connections[alias]
+    try:
+        executor = MigrationExecutor(connection)
+        plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    finally:
+        connection.close()
+    return [f"{migration.app_label}.{migration.name}" for migration, _backwards in plan]

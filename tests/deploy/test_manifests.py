@@ -180,6 +180,18 @@ def test_the_probes_reach_livez_and_readyz_through_the_host_check(client, settin
     assert client.get("/healthz", HTTP_HOST="localhost:8000").json() == {"status": "ok"}
 
 
+def test_the_init_containers_wait_only_for_migrations():
+    """No shell loop that retries anything: the command waits for pending migrations and
+    ends with the reason on anything else (tests/portal/test_health.py)."""
+    waiting = set()
+    for obj in _portal_workloads(overlay("in-cluster")):
+        for container in pod_spec(obj).get("initContainers", []):
+            if container["name"] == "wait-for-migrations":
+                assert container["command"] == ["python", "manage.py", "wait_for_migrations"]
+                waiting.add(obj["metadata"]["name"])
+    assert {"portal-web", "portal-agent-api", "portal-worker", "portal-beat"} <= waiting
+
+
 def test_secrets_come_from_files_of_the_example_secret():
     secret = next(o for o in examples() if o["metadata"]["name"] == "portal-secrets")
     keys = set(secret["stringData"])

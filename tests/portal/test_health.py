@@ -4,15 +4,18 @@ broker). Redis is a ``redis-server`` of this test alone, stopped while the porta
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from django.core.management import CommandError, call_command
 from django.db import connections
 
 from portal import health
@@ -169,3 +172,56 @@ def test_a_check_without_an_answer_fails_in_time(monkeypatch):
     checks = health.readiness(timeout=0.2)
     assert time.monotonic() - began < 1
     assert checks == [health.Check("slow", False, "no answer within 0.2 s")]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def manage(*args: str, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """``manage.py`` in a process of its own, with these settings (no Redis)."""
+    environment = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "portal.settings.test",
+        "PYTHONUNBUFFERED": "1",
+        **env,
+    }
+    environment.pop("REDIS_URL", None)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.mark.django_db
+def test_wait_for_migrations_returns_at_once_on_a_migrated_database(capsys):
+    call_command("wait_for_migrations", interval=0.1, connect_timeout=1)
+    assert "Every migration is applied." in capsys.readouterr().out
+
+
+def test_wait_for_migrations_fails_with_the_reason_on_an_unreachable_database(unreachable_database):  # fmt: skip
+    began = time.monotonic()
+    with pytest.raises(CommandError, match="The database cannot be reached: OperationalError"):
+        call_command("wait_for_migrations", interval=0.1, connect_timeout=0.5)
+    assert time.monotonic() - began < 5
+
+
+def test_wait_for_migrations_exits_with_the_reason_on_a_bad_database_url(tmp_path: Path):
+    env = {"DATABASE_URL": "postgres://portal:pw@db:not-a-port/portal", "DATA_DIR": str(tmp_path)}
+    done = manage("wait_for_migrations", env=env, timeout=60)
+    assert done.returncode != 0
+    assert "not a valid url" in done.stderr
+
+
+def test_wait_for_migrations_waits_while_migrations_are_pending(tmp_path: Path):
+    """An empty database (SQLite under a fresh DATA_DIR): it waits, saying for what."""
+    env = {"DATABASE_URL": "", "DATA_DIR": str(tmp_path)}
+    with pytest.raises(subprocess.TimeoutExpired) as waited:
+        manage("wait_for_migrations", "--interval", "0.2", env=env, timeout=8)
+    out = waited.value.stdout
+    out = out.decode() if isinstance(out, bytes) else (out or "")
+    assert "migrations to be applied (first: " in out
