@@ -9,7 +9,11 @@ urlpatterns = [
     path("api/v1/", include("portal.api.urls")),
     path("admin/", admin.site.urls),
     path("", include("identity.urls")),  # login, logout, the OpenID Connect redirect and callback
+    # Probes: /livez the process alone, /readyz the database, cache and broker; /healthz (the
+    # database alone) is kept for what already asks it.
     path("healthz", views.healthz, name="healthz"),
+    path("livez", views.livez, name="livez"),
+    path("readyz", views.readyz, name="readyz"),
     # Prometheus (token or networks): usage's gauges and, composed here, the alerts' gauges.
     path("metrics", usage_metrics.metrics_view(extra=[alert_families]), name="metrics"),
     # Browsers ask for /favicon.ico on pages without a <link rel="icon"> (Django admin's).

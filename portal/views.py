@@ -31,6 +31,7 @@ from django.views.decorators.http import require_GET
 from advice import views as advice_views
 from alerts import selectors as alert_selectors
 from core.words import duration_words, notice_words
+from portal import health
 from portal.help import help_page, inline_script_hashes, site_built, site_file, unbuilt_page
 from portal.middleware import content_security_policy
 from portal.tasks import HEARTBEAT_CACHE_KEY
@@ -65,6 +66,26 @@ def healthz(request: HttpRequest) -> JsonResponse:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
     return JsonResponse({"status": "ok"})
+
+
+@require_GET
+def livez(request: HttpRequest) -> JsonResponse:
+    """Liveness: the process answers. Touches neither the database, the cache nor the broker."""
+    return JsonResponse({"status": "ok"})
+
+
+@require_GET
+def readyz(request: HttpRequest) -> JsonResponse:
+    """Readiness: 200 when the database, the cache and the broker all answer, else 503."""
+    checks = health.readiness()
+    failed = [c.name for c in checks if not c.ok]
+    body: dict[str, Any] = {
+        "status": "failing" if failed else "ok",
+        "checks": {c.name: {"ok": c.ok, "reason": c.reason} for c in checks},
+    }
+    if failed:
+        body["failed"] = failed
+    return JsonResponse(body, status=503 if failed else 200)
 
 
 def _plain(value: Decimal) -> str:

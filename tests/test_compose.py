@@ -30,6 +30,8 @@ def test_compose_declares_the_stack_with_health_checks():
     assert {"postgres", "redis", "web", "worker", "beat"} <= set(services)
     for name in ("postgres", "redis", "web", "worker"):
         assert "healthcheck" in services[name], f"{name} has no health check"
+    # The web app is healthy when it can serve: the database, the cache and the broker answer.
+    assert "http://127.0.0.1:8000/readyz" in " ".join(services["web"]["healthcheck"]["test"])
     assert "gunicorn" in (ROOT / "Dockerfile").read_text()
     assert services["worker"]["command"][:3] == ["celery", "-A", "portal"]
     assert services["beat"]["command"][3] == "beat"

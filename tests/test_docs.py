@@ -76,7 +76,7 @@ def url_paths(span: str) -> list[str]:
     path = match[1]
     if path.startswith(NOT_OURS) or path.startswith(FOREIGN_URLS) or path in ("/", "/api/v1/"):
         return []
-    if not (path.endswith("/") or path in ("/metrics", "/healthz")):
+    if not (path.endswith("/") or path in ("/metrics", "/healthz", "/livez", "/readyz")):
         return []  # a file on disk (`/usr/bin/chromium`), not a page
     return [PLACEHOLDER.sub("1", path)]
 

@@ -419,7 +419,7 @@ SERVER_EMAIL = DEFAULT_FROM_EMAIL
 # set (and never pass on from the client) X-Forwarded-Proto. With no proxy (0, the default) the
 # header is a client's claim and is ignored: gunicorn serves TLS itself.
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if TRUSTED_PROXY_COUNT > 0 else None
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^livez$", r"^readyz$"]  # the probes speak plain HTTP
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = True  # page scripts read the token from the form, never the cookie
 SESSION_COOKIE_SAMESITE = "Lax"

@@ -145,9 +145,14 @@ def test_beat_is_exactly_one_and_never_two_during_an_upgrade():
         assert beat["spec"]["strategy"] == {"type": "Recreate"}
 
 
+# Alive is the process alone (a database or Redis outage must not restart every pod); started
+# and ready is everything a request needs (portal/health.py).
+PROBE_VIEWS = {"startupProbe": "readyz", "readinessProbe": "readyz", "livenessProbe": "livez"}
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("deployment", ["portal-web", "portal-agent-api"])
-def test_the_probes_reach_healthz_through_the_host_check(client, settings, deployment: str):
+def test_the_probes_reach_livez_and_readyz_through_the_host_check(client, settings, deployment: str):  # fmt: skip
     """The kubelet's probe, as the manifests write it, answers 200 from the portal configured
     as the ConfigMap says (DEBUG off: Django refuses a Host not in ALLOWED_HOSTS)."""
     objects = overlay("in-cluster")
@@ -157,18 +162,34 @@ def test_the_probes_reach_healthz_through_the_host_check(client, settings, deplo
     settings.DEBUG = False
     settings.ALLOWED_HOSTS = config["ALLOWED_HOSTS"].split(",")
     settings.SECURE_SSL_REDIRECT = True  # on in production: the probes speak plain HTTP
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe, view in PROBE_VIEWS.items():
         http = container[probe]["httpGet"]
         assert port_names[http["port"]] == 8000
-        assert resolve(http["path"]).func is views.healthz
+        assert http["path"] == f"/{view}", probe
+        assert resolve(http["path"]).func is getattr(views, view)
         headers = {h["name"]: h["value"] for h in http.get("httpHeaders", [])}
         answer = client.get(http["path"], HTTP_HOST=f"{headers['Host']}:8000")
-        assert answer.status_code == 200, probe
-        assert answer.json() == {"status": "ok"}
+        assert answer.status_code == 200, (probe, answer.content)
+        assert answer.json()["status"] == "ok"
     # Without the header the pod's own address is the Host: refused.
-    assert client.get("/healthz", HTTP_HOST="10.1.2.3:8000").status_code == 400
-    # Plain HTTP elsewhere is redirected: the probes pass because /healthz is exempt.
+    for path in ("/livez", "/readyz", "/healthz"):
+        assert client.get(path, HTTP_HOST="10.1.2.3:8000").status_code == 400
+    # Plain HTTP elsewhere is redirected: the probes pass because their paths are exempt.
     assert client.get("/accounts/login/", HTTP_HOST="localhost:8000").status_code == 301
+    # /healthz (the database alone) still answers for what already asks it.
+    assert client.get("/healthz", HTTP_HOST="localhost:8000").json() == {"status": "ok"}
+
+
+def test_the_init_containers_wait_only_for_migrations():
+    """No shell loop that retries anything: the command waits for pending migrations and
+    ends with the reason on anything else (tests/portal/test_health.py)."""
+    waiting = set()
+    for obj in _portal_workloads(overlay("in-cluster")):
+        for container in pod_spec(obj).get("initContainers", []):
+            if container["name"] == "wait-for-migrations":
+                assert container["command"] == ["python", "manage.py", "wait_for_migrations"]
+                waiting.add(obj["metadata"]["name"])
+    assert {"portal-web", "portal-agent-api", "portal-worker", "portal-beat"} <= waiting
 
 
 def test_secrets_come_from_files_of_the_example_secret():

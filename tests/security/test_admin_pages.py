@@ -55,6 +55,8 @@ PUBLIC_PAGES = {
     "login",
     "logout",
     "healthz",
+    "livez",  # the probes (portal/health.py)
+    "readyz",
     "favicon.ico",
     # Single sign-on: the redirect to the identity provider and its answer (404 while OIDC is
     # not configured; tests/identity/test_oidc.py).
