@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -31,6 +31,9 @@ from tenants.choices import MembershipRole
 from tenants.models import Tenant, User
 from tenants.services import membership_set
 from tests.factories import GI, ClusterFactory, UserFactory, gpu_flavor, mig_flavor
+
+if TYPE_CHECKING:
+    from tests.redis_server import PrivateRedis
 
 REQUIRE_SERVICES = os.environ.get("REQUIRE_SERVICES", "") == "1"
 
@@ -257,3 +260,15 @@ def standin(standin_server: Handle, world: World) -> Handle:
     hold_cluster_access(standin_server)
     point_at(world.a100, standin_server.kubeconfig_path)
     return standin_server
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A ``redis-server`` of this test alone, on a free port (tests.redis_server), running until
+    the test stops it or ends."""
+    from tests.redis_server import PrivateRedis  # it asks require_service, defined here
+
+    server = PrivateRedis(tmp_path)
+    server.start()
+    yield server
+    server.stop()

@@ -5,75 +5,23 @@ one; the worker and this process's Celery app both use it as their broker."""
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
-import redis
 from django.utils import timezone
 
 from approvals.choices import RequestStatus
 from portal.celery import app as celery_app
 from quotas.models import SyncOutbox
 from quotas.services import OUTBOX_FIRST_SEND_GRACE, outbox_sweep
-from tests.conftest import require_service
 from tests.faults.invariants import approve_cpu_changes, check_invariants, wait_applied
+from tests.redis_server import PrivateRedis
 
 pytestmark = [pytest.mark.integration]
 
 APPROVAL_MAX_S = 5.0  # an approval with the broker down must not hang on it
-
-
-class PrivateRedis:
-    """A ``redis-server`` of this test alone (no persistence), stopped and started on its
-    port."""
-
-    def __init__(self, directory: Path) -> None:
-        binary = shutil.which("redis-server")
-        require_service("redis-server", binary is not None, "the redis-server command is missing")
-        assert binary is not None
-        self.binary, self.directory = binary, directory
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.directory)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    server = PrivateRedis(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

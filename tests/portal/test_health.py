@@ -5,8 +5,6 @@ broker). Redis is a ``redis-server`` of this test alone, stopped while the porta
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -14,58 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 from django.core.management import CommandError, call_command
 from django.db import connections
 
 from portal import health
 from portal.celery import app as celery_app
-from tests.conftest import require_service
+from tests.redis_server import free_port
 
 PASSWORD = "probe-s3cret-pw"  # must never reach the answer
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class PrivateRedis:
-    def __init__(self, directory: Path) -> None:
-        binary = shutil.which("redis-server")
-        require_service("redis-server", binary is not None, "the redis-server command is missing")
-        assert binary is not None
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--daemonize", "no", "--dir", str(directory)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    server = PrivateRedis(tmp_path)
-    yield server
-    server.stop()
 
 
 @pytest.fixture
