@@ -11,6 +11,7 @@ carry no secrets (a URL's password is masked).
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from collections.abc import Callable
@@ -33,6 +34,8 @@ CALL_TIMEOUT_S = 1.5
 LOCAL_BROKERS = {"filesystem", "memory"}
 REDIS_SCHEMES = {"redis", "rediss", "unix"}
 _CREDENTIALS = re.compile(r"(?<=://)[^/@\s]*@")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,10 @@ def error_words(error: BaseException) -> str:
 
 
 def _failure(name: str, error: BaseException) -> Check:
-    return Check(name, False, error_words(error))
+    """The answer is anonymous (the kubelet asks without credentials), so it names only the kind
+    of error; the error's own words (host names, addresses) go to the log."""
+    logger.warning("readiness: %s failed: %s", name, error_words(error))
+    return Check(name, False, f"{type(error).__name__} (the portal's log has the details)")
 
 
 def check_database() -> Check:

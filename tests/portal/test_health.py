@@ -104,6 +104,8 @@ def test_readyz_names_redis_when_it_stops(client, private_redis, portal_on):
     for name in ("cache", "broker"):
         assert body["checks"][name]["ok"] is False
         assert "Connection" in body["checks"][name]["reason"], body["checks"][name]
+    # Anyone may ask: where the servers are stays in the log.
+    assert str(private_redis.port) not in down.content.decode()
     # /livez does not care.
     assert client.get("/livez").status_code == 200
 
