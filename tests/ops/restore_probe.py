@@ -108,8 +108,17 @@ def sample_ahead(days: int) -> None:
     when = datetime.now(UTC).replace(microsecond=0) + timedelta(days=days)
     cluster = Cluster.objects.order_by("name").first()
     assert cluster is not None
-    written = samples_write(
-        rows=[(when, int(Metric.GPU_UTILIZATION), 42.0, cluster.pk, None, None, None, "GPU-restore", None, None)],  # noqa: E501
-        source=Source.NODE_AGENT,
+    row = (
+        when,
+        int(Metric.GPU_UTILIZATION),
+        42.0,
+        cluster.pk,
+        None,
+        None,
+        None,
+        "GPU-1",
+        None,
+        None,
     )
+    written = samples_write(rows=[row], source=Source.NODE_AGENT)
     print(json.dumps({"written": written, "partition": partition_name(when.date())}))

@@ -77,7 +77,11 @@ def shell(script: str, *, env: dict[str, str], cwd: Path) -> str:
 def probe(url: str, call: str) -> Any:
     """One function of tests/ops/restore_probe.py, run by a portal process on ``url``."""
     out = run_python(
-        url, "manage.py", "shell", "-c", f"from tests.ops import restore_probe; restore_probe.{call}"
+        url,
+        "manage.py",
+        "shell",
+        "-c",
+        f"from tests.ops import restore_probe; restore_probe.{call}",
     )
     return json.loads(out.strip().splitlines()[-1])
 
@@ -119,7 +123,8 @@ def test_a_dump_restored_as_documented_serves_the_api(
     refused_before = probe(source, "capacity_refusal()")
 
     # Backup, as the docs' line says, into a folder of its own.
-    shell(section_script("Backup").split("\n", 1)[0], env={**env, "DATABASE_URL": source}, cwd=tmp_path)  # fmt: skip # noqa: E501
+    [dump_line] = commands(section_script("Backup"), "pg_dump")
+    shell(dump_line, env={**env, "DATABASE_URL": source}, cwd=tmp_path)
     [dump] = list(tmp_path.glob("portal-*.dump"))
 
     # Restore, the docs' commands with the test's names: a database created empty, the dump
@@ -146,6 +151,7 @@ def test_a_dump_restored_as_documented_serves_the_api(
     # The API answers the same tenants, quotas, requests and usage from the restored database.
     after = probe(target, f"reads({end!r})")
     assert after == before
+
     def answer(part: str) -> list[Any]:
         [found] = [value for path, value in after.items() if part in path]
         return found
@@ -189,7 +195,8 @@ def test_a_dump_restored_as_documented_serves_the_api(
                 [flavor, resource],
             ).fetchone()  # type: ignore[misc]
             assert kept == total + 1, search_path
-            assert conn.execute("SELECT count(*) FROM decoy.quotas_guaranteetotal").fetchone() == (0,)
+            decoy = conn.execute("SELECT count(*) FROM decoy.quotas_guaranteetotal").fetchone()
+            assert decoy == (0,), search_path
         conn.rollback()
 
     # The day partitions of the raw samples came with the dump; a sample on a later day gets
