@@ -122,3 +122,17 @@ def sample_ahead(days: int) -> None:
     )
     written = samples_write(rows=[row], source=Source.NODE_AGENT)
     print(json.dumps({"written": written, "partition": partition_name(when.date())}))
+
+
+def one_quota() -> None:
+    """A cluster with 16 A100s and one tenant guaranteed 4 of them (the portal's write)."""
+    from tests.factories import ClusterFactory, TenantFactory, gpu_flavor
+
+    cluster = ClusterFactory(name="schema-check")
+    flavor = gpu_flavor(cluster)
+    quota_set_write(
+        tenant=TenantFactory(slug="schema-check"), cluster=cluster, actor=None,
+        items=[QuotaItem(flavor, "nvidia.com/gpu", Decimal(4), Decimal(8))],
+        scheduling=SchedulingQuotas(),
+    )  # fmt: skip
+    print(json.dumps({"flavor": flavor.pk}))

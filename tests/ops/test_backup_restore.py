@@ -207,3 +207,43 @@ def test_a_dump_restored_as_documented_serves_the_api(
     written = probe(target, f"sample_ahead({ahead})")
     assert written["written"] == 1 and written["partition"] not in restored_partitions
     assert written["partition"] in partitions(target)
+
+
+@pytest.mark.integration
+def test_an_installation_in_another_schema_keeps_its_totals_from_any_search_path(
+    scratch_db: Callable[..., str],
+) -> None:
+    """The portal migrated into a schema of its own (``options=-c search_path=portal`` in
+    DATABASE_URL): the trigger's function is pinned to that schema, and a quota written from a
+    session with an empty search_path, or with ``public`` (holding a table of the same name)
+    first, adds to the portal's total."""
+    url = scratch_db("schema")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA portal")
+    in_schema = f"{url}?options=-c%20search_path%3Dportal"
+    run_python(in_schema, "manage.py", "migrate", "--noinput")
+    flavor = probe(in_schema, "one_quota()")["flavor"]
+    with psycopg.connect(url) as conn:
+        (config,) = conn.execute(
+            "SELECT proconfig FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE proname = 'quotas_guarantee_total_keep' AND nspname = 'portal'"
+        ).fetchone()  # type: ignore[misc]
+        assert config == ["search_path=portal, pg_temp"]
+        conn.execute(
+            "CREATE TABLE public.quotas_guaranteetotal "
+            "(LIKE portal.quotas_guaranteetotal INCLUDING ALL)"
+        )
+        for search_path in ("''", "public, portal"):
+            conn.execute(f"SET search_path = {search_path}")
+            conn.execute(
+                "UPDATE portal.quotas_quota SET guaranteed = guaranteed + 1 "
+                "WHERE flavor_id = %s AND resource = 'nvidia.com/gpu'",
+                [flavor],
+            )
+        totals = conn.execute(
+            "SELECT (SELECT guaranteed FROM portal.quotas_guaranteetotal WHERE flavor_id = %s "
+            "AND resource = 'nvidia.com/gpu'), (SELECT count(*) FROM public.quotas_guaranteetotal)",
+            [flavor],
+        ).fetchone()
+        assert totals == (6, 0)  # 4 + 1 + 1, and nothing in the table of the same name
+        conn.rollback()
