@@ -15,6 +15,7 @@ from pathlib import Path
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from tests.deploy.manifests import DEPLOY, KUBERNETES_VERSIONS, Obj, examples, find, render
 from tests.ops.test_backup_restore import commands, section_script, server_tools
@@ -52,6 +53,10 @@ def test_the_backup_renders_and_validates_and_is_in_no_overlay():
         assert obj["metadata"]["namespace"] == "gpu-quota-portal"
         for version in KUBERNETES_VERSIONS:
             kubernetes_validate.validate(obj, version, strict=True)
+    # pg_dump of the server's major version: the PostgreSQL that docker-compose.yml runs.
+    compose = yaml.safe_load((DEPLOY.parents[1] / "docker-compose.yml").read_text())
+    [container] = pod(cronjob())["containers"]
+    assert container["image"] == compose["services"]["postgres"]["image"]
     for overlay in (DEPLOY / "overlays").rglob("kustomization.yaml"):
         assert "backup" not in overlay.read_text(), overlay
 
