@@ -43,6 +43,20 @@ def test_compose_declares_the_stack_with_health_checks():
     assert "DJANGO_SETTINGS_MODULE=portal.settings.production" in (ROOT / "Dockerfile").read_text()
 
 
+def test_every_portal_process_starts_after_the_migration_completes():
+    """The web app, the worker and beat wait for ``migrate`` to exit 0 (a task run on a schema
+    not yet migrated fails); the migration itself waits only for a healthy database."""
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    assert services["migrate"]["command"][-2:] == ["migrate", "--noinput"]
+    assert services["migrate"]["restart"] == "no"
+    assert "migrate" not in services["migrate"]["depends_on"]
+    for name in ("web", "worker", "beat"):
+        depends_on = services[name]["depends_on"]
+        assert depends_on["migrate"] == {"condition": "service_completed_successfully"}, name
+        assert depends_on["postgres"] == {"condition": "service_healthy"}, name
+        assert depends_on["redis"] == {"condition": "service_healthy"}, name
+
+
 def test_docker_compose_config_accepts_the_file():
     command = _compose_command()
     if command is None:

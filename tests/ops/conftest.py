@@ -20,7 +20,7 @@ BASE_DIR = Path(settings.BASE_DIR)
 
 
 @pytest.fixture
-def scratch_db() -> Iterator[Callable[[str], str]]:
+def scratch_db() -> Iterator[Callable[..., str]]:
     """Makes empty databases on the test's PostgreSQL server; drops them afterwards.
     Returns a function from a label to the new database's URL."""
     require_service(
@@ -29,11 +29,17 @@ def scratch_db() -> Iterator[Callable[[str], str]]:
     params = connection.get_connection_params()
     admin = {k: params[k] for k in ("host", "port", "user", "password") if params.get(k)}
     made: list[str] = []
+    prefix = str(connection.settings_dict["NAME"]).removeprefix("test_")
 
-    def make(label: str) -> str:
-        name = f"ops_{label}_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(dbname="postgres", autocommit=True, **admin) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+    def make(label: str, *, create: bool = True) -> str:
+        """``create=False``: only the name (the test creates it, as an operator would); it is
+        dropped afterwards all the same."""
+        # Named after the suite's own database (test_h6 -> h6_ops_...), so that suites sharing a
+        # server each make and drop databases of their own name only.
+        name = f"{prefix}_ops_{label}_{uuid.uuid4().hex[:8]}"
+        if create:
+            with psycopg.connect(dbname="postgres", autocommit=True, **admin) as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
         made.append(name)
         user = admin.get("user", "postgres")
         password = f":{admin['password']}" if admin.get("password") else ""
