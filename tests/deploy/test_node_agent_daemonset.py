@@ -151,7 +151,9 @@ def test_the_agent_runs_on_gpu_nodes_with_its_state_on_the_host(name: str):
     assert not spec.get("hostNetwork") and not spec.get("hostIPC")
     [container] = spec["containers"]
     volumes = {v["name"]: v for v in spec["volumes"]}
-    host_paths = {v["hostPath"]["path"]: v["hostPath"]["type"] for v in volumes.values() if "hostPath" in v}
+    host_paths = {
+        v["hostPath"]["path"]: v["hostPath"]["type"] for v in volumes.values() if "hostPath" in v
+    }
     # Its state only: the devices come with the privileged container, /proc with hostPID.
     assert host_paths == {"/var/lib/gpu-agent": "DirectoryOrCreate"}
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
@@ -223,9 +225,7 @@ def _yaml_documents(path: Path) -> Iterator[Obj]:
 def test_there_is_one_agent_daemonset_and_one_agent_image_in_the_repository():
     skip = {".git", ".venv", ".venv-docs", "node_modules", "site", ".data"}
     files = [
-        p
-        for p in ROOT.rglob("*")
-        if p.is_file() and not skip & set(p.relative_to(ROOT).parts)
+        p for p in ROOT.rglob("*") if p.is_file() and not skip & set(p.relative_to(ROOT).parts)
     ]
     daemonsets = sorted(
         str(p.relative_to(ROOT))
@@ -264,15 +264,11 @@ def requirement_names(requirements: list[str]) -> set[str]:
     return {canonical(re.split(r"[\s\[<>=!~;]", r.strip(), maxsplit=1)[0]) for r in requirements}
 
 
-def project(package: str) -> dict[str, object]:
-    return dict(tomllib.loads(PYPROJECTS[package].read_text())["project"])
-
-
 def declared(package: str, extra: str | None = None) -> set[str]:
-    meta = project(package)
-    if extra is None:
-        return requirement_names(list(meta["dependencies"]))  # type: ignore[call-overload]
-    return requirement_names(meta["optional-dependencies"][extra])  # type: ignore[index]
+    """The distributions ``package``'s pyproject.toml declares (an extra's, with ``extra``)."""
+    meta = tomllib.loads(PYPROJECTS[package].read_text())["project"]
+    requirements = meta["dependencies"] if extra is None else meta["optional-dependencies"][extra]
+    return requirement_names(list(requirements))
 
 
 def imports(file: Path) -> set[str]:
