@@ -20,6 +20,7 @@ import copy
 import importlib.metadata
 import re
 import shlex
+import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
@@ -223,14 +224,19 @@ def _yaml_documents(path: Path) -> Iterator[Obj]:
 
 
 def test_there_is_one_agent_daemonset_and_one_agent_image_in_the_repository():
-    skip = {".git", ".venv", ".venv-docs", "node_modules", "site", ".data"}
-    files = [
-        p for p in ROOT.rglob("*") if p.is_file() and not skip & set(p.relative_to(ROOT).parts)
-    ]
+    # What git tracks or would add (not what it ignores: virtualenvs, caches, built sites).
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    files = [ROOT / name for name in listed.split("\0") if name and (ROOT / name).is_file()]
     daemonsets = sorted(
         str(p.relative_to(ROOT))
         for p in files
-        if p.suffix in {".yaml", ".yml"}
+        if p.suffix in {".yaml", ".yml"} and "DaemonSet" in p.read_text(errors="replace")
         for doc in _yaml_documents(p)
         if doc.get("kind") == "DaemonSet"
     )
