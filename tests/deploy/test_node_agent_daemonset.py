@@ -116,7 +116,8 @@ def test_the_nvidia_runtime_starts_the_agent_with_the_mig_devices_it_asks_for(na
 
 def test_the_runtime_check_refuses_what_the_previous_manifest_did():
     """The hook as modelled above refuses the DaemonSet this repository shipped before (not
-    privileged, every capability dropped), and a container that asks for no MIG device."""
+    privileged, every capability dropped) for either MIG variable, and lets CAP_SYS_ADMIN
+    alone, or a container that asks for no MIG device, through."""
     [container] = agent_pod("in-cluster")["containers"]
     unprivileged = copy.deepcopy(container)
     unprivileged["securityContext"] = {
