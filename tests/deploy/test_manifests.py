@@ -304,39 +304,6 @@ def test_outside_mounts_the_kubeconfigs_and_binds_nothing_in_its_own_cluster():
     assert not [o for o in managed if o["kind"] in {"Deployment", "Job"}]
 
 
-@pytest.mark.parametrize("name", ["in-cluster", "outside/managed-cluster"])
-def test_the_node_agent_runs_on_gpu_nodes_with_only_what_nvml_needs(name: str):
-    agent = find(overlay(name), "DaemonSet", "gpu-agent")
-    spec = pod_spec(agent)
-    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
-        "tolerations"
-    ]
-    assert spec["hostPID"] is True  # /proc/PID/cgroup of GPU processes names their pods
-    assert spec["runtimeClassName"] == "nvidia"
-    [container] = spec["containers"]
-    context = container["securityContext"]
-    assert context["privileged"] is False
-    assert context["allowPrivilegeEscalation"] is False
-    assert context["capabilities"] == {"drop": ["ALL"]}
-    assert context["readOnlyRootFilesystem"] is True
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["NVIDIA_MIG_CONFIG_DEVICES"] == "all"
-    volumes = {v["name"]: v for v in spec["volumes"]}
-    host_paths = {v["hostPath"]["path"] for v in volumes.values() if "hostPath" in v}
-    assert host_paths == {"/var/lib/gpu-agent"}  # its state only: no /dev, no /proc
-    assert volumes["join-tokens"]["secret"]["secretName"] == "gpu-agent-join-tokens"
-    args = container["args"]
-    assert "--state-dir=/var/lib/gpu-agent" in args
-    assert "--join-token-file=/etc/gpu-agent/join-tokens/$(NODE_NAME)" in args
-    # --restart-device-plugin: list and delete pods in the GPU Operator's namespace only.
-    role = find(overlay(name), "Role", "gpu-agent-device-plugin-restart")
-    assert role["metadata"]["namespace"] == "gpu-operator"
-    assert role["rules"] == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]}
-    ]
-
-
 def _pods_selected(policy: Obj, objects: tuple[Obj, ...]) -> set[str]:
     wanted = policy["spec"]["podSelector"]["matchLabels"]
     return {
