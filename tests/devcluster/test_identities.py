@@ -507,7 +507,9 @@ def node(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
 
 
-def pod(name: str, node_name: str, account: str = "gpu-agent", ns: str = AGENT_NS) -> dict[str, Any]:
+def pod(
+    name: str, node_name: str, account: str = "gpu-agent", ns: str = AGENT_NS
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -620,6 +622,4 @@ def test_a_token_is_bound_only_to_an_existing_pod_of_that_service_account(
     replaced = create_token(
         "gpu-agent", "--bound-object-name", "agent-a", "--bound-object-uid", "not-its-uid"
     )
-    assert "the UID in the bound object reference (not-its-uid) does not match" in (
-        replaced.stderr
-    )
+    assert "the UID in the bound object reference (not-its-uid) does not match" in (replaced.stderr)
