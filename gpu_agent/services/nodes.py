@@ -333,10 +333,17 @@ def _cluster_vouches(cluster: Cluster, token: str) -> tuple[AgentIdentity, str, 
             )
             obj = backend.read(NODE, namespace=None, name=node)
     except ApiException as exc:
+        why = (
+            "the portal's account there needs create on tokenreviews "
+            "(deploy/kubernetes/cluster-access/node-join.yaml)"
+            if exc.status == 403
+            else "check the portal's credentials for it"
+            if exc.status == 401
+            else "try again later"
+        )
         raise ClusterUnavailable(
             f"Cluster {cluster.name} refused the portal's token review (HTTP {exc.status} "
-            f"{exc.reason}): the portal's account there needs create on tokenreviews "
-            "(deploy/kubernetes/cluster-access/node-join.yaml)."
+            f"{exc.reason}): {why}."
         ) from exc
     except (HTTPError, OSError) as exc:
         raise ClusterUnavailable(f"Cluster {cluster.name} could not be reached: {exc}") from exc
