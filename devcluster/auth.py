@@ -33,6 +33,12 @@ MASTERS = "system:masters"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 SERVICE_ACCOUNTS_GROUP = "system:serviceaccounts"
 CREDENTIAL_ID = "authentication.kubernetes.io/credential-id"
+# What a token bound to a Pod adds to its user's extra (k8s.io/apiserver serviceaccount/util.go;
+# the node's since Kubernetes 1.30, ServiceAccountTokenPodNodeInfo).
+POD_NAME = "authentication.kubernetes.io/pod-name"
+POD_UID = "authentication.kubernetes.io/pod-uid"
+NODE_NAME = "authentication.kubernetes.io/node-name"
+NODE_UID = "authentication.kubernetes.io/node-uid"
 DEFAULT_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
 
 
@@ -95,6 +101,10 @@ class IssuedToken:
     # (namespace, name, uid) of the ServiceAccount a TokenRequest was made for.
     service_account: tuple[str, str, str] | None = None
     audiences: tuple[str, ...] = ()
+    # (kind, name, uid) of the object a TokenRequest bound the token to (a Pod, a Secret) and
+    # (name, uid) of the Node its Pod ran on: the token dies with either.
+    bound: tuple[str, str, str] | None = None
+    node: tuple[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -102,6 +112,8 @@ class IssuedToken:
             "expiresAt": self.expires_at,
             "serviceAccount": list(self.service_account) if self.service_account else None,
             "audiences": list(self.audiences),
+            "bound": list(self.bound) if self.bound else None,
+            "node": list(self.node) if self.node else None,
         }
 
     @classmethod
@@ -114,12 +126,21 @@ class IssuedToken:
             extra=tuple((k, tuple(v)) for k, v in (info.get("extra") or {}).items()),
         )
         account = data.get("serviceAccount")
+        bound = data.get("bound")
+        node = data.get("node")
         return cls(
             user,
             data.get("expiresAt"),
             (str(account[0]), str(account[1]), str(account[2])) if account else None,
             tuple(data.get("audiences") or ()),
+            (str(bound[0]), str(bound[1]), str(bound[2])) if bound else None,
+            (str(node[0]), str(node[1])) if node else None,
         )
+
+
+# ``uid_of(type_key, namespace, name)``: the uid of the stored object, None when there is none.
+UidOf = Callable[[str, str, str], str | None]
+BOUND_KINDS = {"Pod": "pods", "Secret": "secrets"}
 
 
 @dataclass
@@ -176,14 +197,24 @@ class Tokens:
         account_uid: str,
         expiration_seconds: int,
         audiences: list[str] | None = None,
+        *,
+        bound: tuple[str, str, str] | None = None,
+        node: tuple[str, str] | None = None,
     ) -> tuple[str, float]:
-        """A token for the ServiceAccount, valid ``expiration_seconds`` from now."""
+        """A token for the ServiceAccount, valid ``expiration_seconds`` from now; bound to an
+        object (``bound``: kind, name, uid) and, for a Pod, the Node it runs on (``node``: name,
+        uid), named in its user's extra as the API server names them."""
         expires_at = self.now() + expiration_seconds
+        extra: dict[str, tuple[str, ...]] = {CREDENTIAL_ID: (f"JTI={uuid.uuid4()}",)}
+        if bound is not None and bound[0] == "Pod":
+            extra[POD_NAME], extra[POD_UID] = (bound[1],), (bound[2],)
+        if node is not None:
+            extra[NODE_NAME], extra[NODE_UID] = (node[0],), (node[1],)
         user = UserInfo(
             service_account_username(namespace, name),
             (*service_account_groups(namespace), AUTHENTICATED),
             account_uid,
-            ((CREDENTIAL_ID, (f"JTI={uuid.uuid4()}",)),),
+            tuple(sorted(extra.items())),
         )
         token = "dc-sa-" + secrets.token_urlsafe(32)
         self.issued[token] = IssuedToken(
@@ -191,6 +222,8 @@ class Tokens:
             expires_at,
             (namespace, name, account_uid),
             tuple(audiences or (DEFAULT_AUDIENCE,)),
+            bound,
+            node,
         )
         self._save()
         return token, expires_at
@@ -199,20 +232,42 @@ class Tokens:
         entry = self.issued.get(token)
         return list(entry.audiences) if entry is not None else []
 
-    def lookup(self, token: str, account_uid: Callable[[str, str], str | None]) -> UserInfo | None:
-        """The user of an issued token still valid: not expired and, for a ServiceAccount
-        token, its ServiceAccount exists with the uid it was issued for (``account_uid(namespace,
-        name)`` is the uid of the stored ServiceAccount, None when there is none)."""
+    def lookup(self, token: str, uid_of: UidOf) -> UserInfo | None:
+        """The user of an issued token still valid, else None (``invalid``)."""
+        return None if self.invalid(token, uid_of) else self.issued[token].user
+
+    def invalid(self, token: str, uid_of: UidOf) -> str:
+        """Why an issued token is no longer valid ("" when it is): unknown, expired, or, for
+        a ServiceAccount token, its ServiceAccount, bound object or Node gone or replaced (not
+        the uid it was issued for), as the API server's service account authenticator says."""
         entry = self.issued.get(token)
         if entry is None:
-            return None
+            return "invalid bearer token"
         if entry.expires_at is not None and self.now() >= entry.expires_at:
-            return None
+            return "service account token has expired"
         if entry.service_account is not None:
             namespace, name, uid = entry.service_account
-            if account_uid(namespace, name) != uid:
-                return None
-        return entry.user
+            have = uid_of("serviceaccounts", namespace, name)
+            if have is None:
+                return f"service account {namespace}/{name} has been deleted"
+            if have != uid:
+                return f"service account UID ({have}) does not match claim ({uid})"
+        if entry.bound is not None and entry.service_account is not None:
+            kind, bound_name, bound_uid = entry.bound
+            have = uid_of(BOUND_KINDS.get(kind, kind.lower() + "s"), entry.service_account[0],
+                          bound_name)  # fmt: skip
+            if have is None:
+                return "service account token has been invalidated"
+            if have != bound_uid:
+                return f"{kind.lower()} UID ({have}) does not match claim ({bound_uid})"
+        if entry.node is not None:
+            node_name, node_uid = entry.node
+            have = uid_of("nodes", "", node_name)
+            if have is None:
+                return "service account token has been invalidated"
+            if have != node_uid:
+                return f"node UID ({have}) does not match claim ({node_uid})"
+        return ""
 
 
 @dataclass(frozen=True)

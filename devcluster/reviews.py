@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from devcluster.auth import DEFAULT_AUDIENCE, Tokens, UserInfo
+from devcluster.auth import BOUND_KINDS, DEFAULT_AUDIENCE, Tokens, UserInfo
 from devcluster.errors import ApiError, bad_request, invalid, not_found
 from devcluster.rbac import FULL_AUTHORITY, Authorizer, RequestAttributes
 from devcluster.store import Store
@@ -157,23 +157,66 @@ class Reviews:
     def token_review(self, token: str, audiences: list[str]) -> dict[str, Any]:
         user = self.authenticate_token(token)
         if user is None:
-            return {"user": {}, "error": "invalid bearer token"}
+            why = self.tokens.invalid(token, self.uid_of)
+            return {"user": {}, "error": why or "invalid bearer token"}
         token_audiences = self.tokens.audiences(token) or [DEFAULT_AUDIENCE]
-        if audiences:
-            shared = [a for a in audiences if a in token_audiences]
-            if not shared:
-                return {"user": {}, "error": "token audiences is invalid for the target audiences"}
-            token_audiences = shared
-        return {"authenticated": True, "user": user.as_json(), "audiences": token_audiences}
+        # No audiences asked: the API server's own (a token for another audience is refused).
+        shared = [a for a in audiences or [DEFAULT_AUDIENCE] if a in token_audiences]
+        if not shared:
+            return {"user": {}, "error": "token audiences is invalid for the target audiences"}
+        return {"authenticated": True, "user": user.as_json(), "audiences": shared}
 
     def authenticate_token(self, token: str) -> UserInfo | None:
         if token and token == self.admin_token:
             return self.admin_user
-        return self.tokens.lookup(token, self.account_uid)
+        return self.tokens.lookup(token, self.uid_of)
 
-    def account_uid(self, namespace: str, name: str) -> str | None:
-        account = self.store.get("serviceaccounts", namespace, name)
-        return None if account is None else str(account["metadata"].get("uid", ""))
+    def uid_of(self, type_key: str, namespace: str, name: str) -> str | None:
+        """The uid of a stored object (a ServiceAccount, a token's bound Pod, its Node), None
+        when there is none."""
+        found = self.store.get(type_key, namespace, name)
+        return None if found is None else str(found["metadata"].get("uid", ""))
+
+    def _bound(
+        self, namespace: str, account: str, ref: Any
+    ) -> tuple[tuple[str, str, str] | None, tuple[str, str] | None]:
+        """``spec.boundObjectRef`` checked as the API server does: a Pod or Secret of the
+        ServiceAccount's namespace that exists (with the uid given, if any); a Pod must run as
+        that ServiceAccount. A Pod on a Node that exists names that Node too (Kubernetes 1.30+,
+        ServiceAccountTokenPodNodeInfo)."""
+        if not ref:
+            return None, None
+        if not isinstance(ref, dict):
+            raise bad_request("spec.boundObjectRef must be an object")
+        kind, name = str(ref.get("kind") or ""), str(ref.get("name") or "")
+        api_version, uid = str(ref.get("apiVersion") or ""), str(ref.get("uid") or "")
+        if kind not in BOUND_KINDS or api_version != "v1":
+            raise bad_request(f"cannot bind token for object of kind {kind!r} ({api_version!r})")
+        found = self.store.get(BOUND_KINDS[kind], namespace, name)
+        if found is None:
+            raise not_found(BOUND_KINDS[kind], "", name)
+        have = str(found["metadata"].get("uid", ""))
+        if uid and uid != have:
+            raise ApiError(
+                409,
+                f'Operation cannot be fulfilled on {kind} "{name}": the UID in the bound object '
+                f"reference ({uid}) does not match the UID in record. The object might have "
+                "been deleted and then recreated",
+                reason="Conflict",
+            )
+        node = None
+        if kind == "Pod":
+            spec = found.get("spec") or {}
+            if str(spec.get("serviceAccountName") or "default") != account:
+                raise bad_request(
+                    f'cannot bind token for serviceaccount "{account}" to pod running with '
+                    "different serviceaccount name."
+                )
+            node_name = str(spec.get("nodeName") or "")
+            node_uid = self.uid_of("nodes", "", node_name) if node_name else None
+            if node_uid is not None:
+                node = (node_name, node_uid)
+        return (kind, name, have), node
 
     def token_request(self, namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """``kubectl create token NAME``: a token for the ServiceAccount."""
@@ -201,9 +244,18 @@ class Reviews:
         account = self.store.get("serviceaccounts", namespace, name)
         if account is None:
             raise not_found("serviceaccounts", "", name)
+        bound, node = self._bound(namespace, name, spec.get("boundObjectRef"))
+        if bound is not None:
+            spec["boundObjectRef"] = {**spec["boundObjectRef"], "uid": bound[2]}
         audiences = list(spec.get("audiences") or []) or [DEFAULT_AUDIENCE]
         token, expires_at = self.tokens.issue_service_account(
-            namespace, name, str(account["metadata"]["uid"]), seconds, audiences
+            namespace,
+            name,
+            str(account["metadata"]["uid"]),
+            seconds,
+            audiences,
+            bound=bound,
+            node=node,
         )
         spec["audiences"] = audiences
         spec["expirationSeconds"] = seconds

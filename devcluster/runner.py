@@ -234,17 +234,25 @@ class _AdminClient:
         self._admin("POST", "/_devcluster/reset")
 
     def service_account_token(
-        self, namespace: str, name: str, *, expiration_seconds: int = 3600
+        self,
+        namespace: str,
+        name: str,
+        *,
+        expiration_seconds: int = 3600,
+        audiences: list[str] | None = None,
+        pod: str | None = None,
     ) -> str:
         """A token of the ServiceAccount (a TokenRequest made as the cluster admin), as
-        ``kubectl create token NAME -n NAMESPACE`` gives."""
+        ``kubectl create token NAME -n NAMESPACE [--audience A] [--bound-object-kind Pod
+        --bound-object-name POD]`` gives; bound to ``pod``, as the kubelet's projected tokens."""
         config = yaml.safe_load(Path(self.kubeconfig_path).read_text(encoding="utf-8"))
         admin_token = config["users"][0]["user"]["token"]
-        body = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": expiration_seconds},
-        }
+        spec: dict[str, Any] = {"expirationSeconds": expiration_seconds}
+        if audiences:
+            spec["audiences"] = list(audiences)
+        if pod:
+            spec["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1", "name": pod}
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
         answer = self._admin("POST", path, body, token=admin_token)
         return str(answer["status"]["token"])

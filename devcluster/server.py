@@ -224,7 +224,7 @@ class DevCluster:
             presented = token_in_path or ""
         if secrets.compare_digest(presented.encode(), self.token.encode()):
             return auth.ADMIN
-        user = self.tokens.lookup(presented, self.reviews.account_uid)
+        user = self.tokens.lookup(presented, self.reviews.uid_of)
         if user is None:
             raise ApiError(401, "Unauthorized")
         return user
@@ -680,7 +680,7 @@ class DevCluster:
                 )
             except ValueError as error:
                 raise bad_request(str(error)) from None
-            user = self.tokens.lookup(token, self.reviews.account_uid)
+            user = self.tokens.lookup(token, self.reviews.uid_of)
             assert user is not None
             return _json_response({"token": token, "user": user.as_json()}, status=201)
         elif path == "/_devcluster/objects" and method == "GET":

@@ -49,3 +49,15 @@ def cluster_nodes_stale_after() -> timedelta:
     long: read every minute, it ages out after five missed reads, the cluster out of reach
     (``CLUSTER_NODES_STALE_AFTER_S``, 300 s unless set)."""
     return timedelta(seconds=getattr(settings, "CLUSTER_NODES_STALE_AFTER_S", 300))
+
+
+def agent_token_audience() -> str:
+    """The audience of the ServiceAccount tokens in-cluster agents join with: their projected
+    token is for the portal only (``AGENT_SERVICE_ACCOUNT_AUDIENCE``, ``gpu-quota-portal``)."""
+    return str(getattr(settings, "AGENT_SERVICE_ACCOUNT_AUDIENCE", "gpu-quota-portal"))
+
+
+def agent_service_account() -> str:
+    """``NAMESPACE/NAME`` of the ServiceAccount whose pods join as node agents
+    (``AGENT_SERVICE_ACCOUNT``, ``gpu-agent/gpu-agent``, as deploy/kubernetes/node-agent)."""
+    return str(getattr(settings, "AGENT_SERVICE_ACCOUNT", "gpu-agent/gpu-agent"))

@@ -55,8 +55,36 @@ MAX_GI_ID = 1023
 # --- agent: register ------------------------------------------------------------------------
 
 
+SERVICE_ACCOUNT_TOKEN_MAX = 8192  # a projected token is a JWT of 1 to 2 KiB
+
+
 class RegisterInput(StrictInputSerializer):
-    join_token = serializers.CharField(max_length=200, trim_whitespace=True)
+    """A join token (an agent anywhere), or in a cluster the agent pod's ServiceAccount token:
+    exactly one of the two."""
+
+    join_token = serializers.CharField(max_length=200, trim_whitespace=True, required=False)
+    service_account_token = serializers.CharField(
+        max_length=SERVICE_ACCOUNT_TOKEN_MAX,
+        trim_whitespace=True,
+        required=False,
+        help_text="In a cluster, instead of a join token: the agent pod's projected "
+        "ServiceAccount token (audience AGENT_SERVICE_ACCOUNT_AUDIENCE), which the cluster's "
+        "TokenReview checks; the node is the one the pod runs on.",
+    )
+    cluster = serializers.CharField(
+        max_length=DNS1123_LABEL_MAX,
+        allow_blank=True,
+        default="",
+        help_text="With service_account_token: the cluster the agent runs in (optional when "
+        "the portal reaches one cluster through the Kubernetes API).",
+    )
+    node = serializers.CharField(
+        max_length=253,
+        allow_blank=True,
+        default="",
+        help_text="With service_account_token: the node the agent believes it runs on "
+        "(its pod's spec.nodeName); refused when the token's pod runs on another.",
+    )
     hostname = serializers.CharField(max_length=HOSTNAME_MAX, allow_blank=True, default="")
     agent_version = serializers.CharField(max_length=VERSION_MAX, allow_blank=True, default="")
     agent_key = serializers.CharField(
@@ -66,6 +94,21 @@ class RegisterInput(StrictInputSerializer):
         help_text="A random secret the agent keeps: the same request again (same join token, "
         "same key) shortly after the token was used gets the same node back with a new token.",
     )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        given = [f for f in ("join_token", "service_account_token") if attrs.get(f)]
+        if len(given) != 1:
+            field = given[-1] if given else "join_token"
+            raise serializers.ValidationError(
+                {field: ["Send a join_token or a service_account_token: exactly one."]}
+            )
+        if attrs.get("join_token"):
+            for field in ("cluster", "node"):
+                if attrs.get(field):
+                    raise serializers.ValidationError(
+                        {field: ["Only with service_account_token (a join token names its node)."]}
+                    )
+        return attrs
 
 
 class RegisterOutput(serializers.Serializer):

@@ -97,8 +97,9 @@ class AgentView(APIView):
 
 
 class AgentRegisterView(AnonymousBodyLimit, AgentView):
-    """Exchange a one-time join token for the node's token (shown once, stored hashed). Open to
-    anyone holding a join token, so its body is at most ``ANONYMOUS_BODY_MAX_BYTES``."""
+    """Exchange a one-time join token, or in a cluster the agent pod's ServiceAccount token (its
+    cluster's TokenReview vouches for it), for the node's token (shown once, stored hashed).
+    Open to anyone holding either, so its body is at most ``ANONYMOUS_BODY_MAX_BYTES``."""
 
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
@@ -108,20 +109,41 @@ class AgentRegisterView(AnonymousBodyLimit, AgentView):
         responses={
             201: RegisterOutput,
             400: AGENT_ERRORS[400],
-            401: OpenApiResponse(description="Unknown, used or expired join token."),
+            401: OpenApiResponse(
+                description="Unknown, used or expired join token; a ServiceAccount token the "
+                "cluster does not accept, or not for the portal's audience."
+            ),
+            403: OpenApiResponse(
+                description="A ServiceAccount token of another account, of a pod on another "
+                "node than the one named, or of a node that is not a GPU node of the cluster "
+                "(or that the portal has in another cluster)."
+            ),
             413: OpenApiResponse(description="The body is larger than 16 KiB; nothing was read."),
+            503: OpenApiResponse(
+                description="The cluster could not be asked about the ServiceAccount token."
+            ),
         },
         auth=[],
     )
     def post(self, request: Request) -> Response:
         data = RegisterInput(data=request.data)
         data.is_valid(raise_exception=True)
-        node, secret = nodes.agent_register(
-            join_secret=data.validated_data["join_token"],
-            hostname=data.validated_data["hostname"],
-            agent_version=data.validated_data["agent_version"],
-            agent_key=data.validated_data["agent_key"],
-        )
+        v = data.validated_data
+        if v.get("service_account_token"):
+            node, secret = nodes.agent_register_in_cluster(
+                service_account_token=v["service_account_token"],
+                cluster_name=v["cluster"],
+                node_claim=v["node"],
+                hostname=v["hostname"],
+                agent_version=v["agent_version"],
+            )
+        else:
+            node, secret = nodes.agent_register(
+                join_secret=v["join_token"],
+                hostname=v["hostname"],
+                agent_version=v["agent_version"],
+                agent_key=v["agent_key"],
+            )
         return Response(
             RegisterOutput({"node": node.name, "node_token": secret}).data,
             status=status.HTTP_201_CREATED,

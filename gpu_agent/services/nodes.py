@@ -1,10 +1,12 @@
-"""Nodes and their credentials: one-time join tokens, an agent's registration (a join token
-for a node token), node tokens checked and revoked, the cluster a node belongs to, and nodes
-marked stale when their agent stops reporting. Only SHA-256 digests of secrets are stored."""
+"""Nodes and their credentials: one-time join tokens, an agent's registration (a join token,
+or in a cluster its pod's ServiceAccount token, for a node token), node tokens checked and
+revoked, the cluster a node belongs to, and nodes marked stale when their agent stops
+reporting. Only SHA-256 digests of secrets are stored."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,8 +17,22 @@ from django.db.models import Field, Model, Q
 from django.db.models.expressions import Col
 from django.utils import timezone
 
-from core.errors import ApplicationError, Conflict, ValidationFailed
-from gpu_agent.conf import join_token_ttl_default, register_retry_window, stale_after
+from core.errors import ApplicationError, Conflict, PermissionDenied, ValidationFailed
+from gpu_agent.agent_identity import (
+    AgentIdentity,
+    IdentityRefused,
+    agent_identity,
+    pod_node,
+    service_account_named,
+)
+from gpu_agent.cluster_nodes import LABEL_COUNT, read_node
+from gpu_agent.conf import (
+    agent_service_account,
+    agent_token_audience,
+    join_token_ttl_default,
+    register_retry_window,
+    stale_after,
+)
 from gpu_agent.models import (
     AGENT_KEY_MAX,
     AGENT_KEY_MIN,
@@ -31,6 +47,10 @@ from gpu_agent.models import (
 )
 from gpu_agent.services.capacity import nodes_capacity_push
 from gpu_agent.services.common import check_length, iso
+from quotas.backends import cluster_backend
+from quotas.choices import SyncBackend
+from quotas.kube.applier import TIMEOUT, ApplyError, KubernetesBackend
+from quotas.kube.resources import NODE, POD
 from quotas.models import Cluster
 from tenants.models import User
 from tenants.services import audit_record
@@ -42,11 +62,22 @@ JOIN_TOKEN_TTL_MIN = timedelta(minutes=1)
 JOIN_TOKEN_TTL_MAX = timedelta(days=7)
 
 
+logger = logging.getLogger(__name__)
+
+
 class AuthenticationFailed(ApplicationError):
     """A credential the agent presented is unknown, used, expired or revoked (401)."""
 
     status_code = 401
     code = "authentication_failed"
+
+
+class ClusterUnavailable(ApplicationError):
+    """The cluster that has to vouch for an agent's ServiceAccount token could not be asked, or
+    refused the portal (503: the agent tries again later)."""
+
+    status_code = 503
+    code = "cluster_unavailable"
 
 
 def _digest(secret: str) -> str:
@@ -226,6 +257,211 @@ def _registration_repeat(*, join: NodeJoinToken, node: Node, now: datetime) -> t
         action="node.registration_repeated",
         obj=node,
         after={"join_token": join.prefix, "node_token": token.prefix, "revoked_tokens": revoked},
+    )
+    return node, secret
+
+
+# --- in-cluster agents: their pod's ServiceAccount token -------------------------------------
+
+# Set by the GPU Operator (Node Feature Discovery's rule) on nodes with an NVIDIA GPU, before
+# the device plugin advertises any: a new node of an autoscaled pool has it when its agent starts.
+LABEL_GPU_PRESENT = "nvidia.com/gpu.present"
+
+
+def _join_cluster(name: str) -> Cluster:
+    """The cluster an agent says it runs in; without a name, the only cluster the portal reaches
+    through the Kubernetes API."""
+    if name:
+        cluster = Cluster.objects.filter(name=name).first()
+        if cluster is None:
+            raise ValidationFailed.for_field("cluster", f"No cluster {name!r}.")
+        if cluster.backend != SyncBackend.KUBERNETES:
+            raise ValidationFailed.for_field(
+                "cluster",
+                f"Cluster {name} is not reached through the Kubernetes API, so the portal cannot "
+                "check its ServiceAccount tokens: its agents join with join tokens.",
+            )
+        return cluster
+    found = list(Cluster.objects.filter(backend=SyncBackend.KUBERNETES).order_by("name")[:2])
+    if len(found) == 1:
+        return found[0]
+    raise ValidationFailed.for_field(
+        "cluster",
+        "Name the cluster the agent runs in (the agent's --cluster): the portal reaches "
+        + ("no cluster" if not found else "several clusters")
+        + " through the Kubernetes API.",
+    )
+
+
+def _is_gpu_node(obj: dict[str, Any]) -> bool:
+    """Whether a Node object is a GPU node: GPUs advertised or counted (``read_node``), or
+    labelled as having one (the GPU Operator's ``nvidia.com/gpu.present``)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    present = str(labels.get(LABEL_GPU_PRESENT, "")).lower() == "true"
+    return present or LABEL_COUNT in labels or read_node(obj).gpus > 0
+
+
+def _cluster_vouches(cluster: Cluster, token: str) -> tuple[AgentIdentity, str, dict[str, Any]]:
+    """Ask ``cluster`` who ``token`` is (TokenReview with the portal's audience), the node its pod
+    runs on (the token's word, else the Pod's ``spec.nodeName``) and that Node. Raises
+    ``IdentityRefused`` when the token does not make its bearer the agent of a GPU node there,
+    ``ClusterUnavailable`` when the cluster could not be asked."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    audience = agent_token_audience()
+    account = service_account_named(agent_service_account())
+    try:
+        with cluster_backend(cluster) as backend:
+            if not isinstance(backend, KubernetesBackend):
+                raise ApplyError("not reached through the Kubernetes API")
+            review = client.AuthenticationV1Api(backend.api).create_token_review(
+                body=client.V1TokenReview(
+                    api_version="authentication.k8s.io/v1",
+                    kind="TokenReview",
+                    spec=client.V1TokenReviewSpec(token=token, audiences=[audience]),
+                ),
+                _request_timeout=TIMEOUT,
+            )
+            status = backend.api.sanitize_for_serialization(review.status) or {}
+            identity = agent_identity(
+                status, audience=audience, service_account=account, cluster=cluster.name
+            )
+            node = identity.node or pod_node(
+                backend.read(POD, namespace=identity.namespace, name=identity.pod), identity
+            )
+            obj = backend.read(NODE, namespace=None, name=node)
+    except ApiException as exc:
+        why = (
+            "the portal's account there needs create on tokenreviews "
+            "(deploy/kubernetes/cluster-access/node-join.yaml)"
+            if exc.status == 403
+            else "check the portal's credentials for it"
+            if exc.status == 401
+            else "try again later"
+        )
+        raise ClusterUnavailable(
+            f"Cluster {cluster.name} refused the portal's token review (HTTP {exc.status} "
+            f"{exc.reason}): {why}."
+        ) from exc
+    except (HTTPError, OSError) as exc:
+        raise ClusterUnavailable(f"Cluster {cluster.name} could not be reached: {exc}") from exc
+    except ApplyError as exc:
+        raise ClusterUnavailable(f"Cluster {cluster.name}: {exc.message}") from exc
+    if obj is None:
+        raise IdentityRefused(f"Cluster {cluster.name} has no Node {node}.", 403)
+    if not _is_gpu_node(obj):
+        raise IdentityRefused(
+            f"Node {node} of cluster {cluster.name} is not a GPU node: it advertises no NVIDIA "
+            f"GPU and has no {LABEL_GPU_PRESENT}=true label.",
+            403,
+        )
+    return identity, node, obj
+
+
+def agent_register_in_cluster(
+    *,
+    service_account_token: str,
+    cluster_name: str = "",
+    node_claim: str = "",
+    hostname: str = "",
+    agent_version: str = "",
+) -> tuple[Node, str]:
+    """Register the agent of an in-cluster GPU node with its pod's ServiceAccount token, no join
+    token and no admin step: the cluster's TokenReview vouches for the token (the portal's
+    audience, the agents' ServiceAccount, bound to a pod) and names the node the pod runs on;
+    the node registers under that name in that cluster (a new node, or again: its earlier node
+    tokens are revoked) and gets a node token (returned once). ``node_claim``: the node the
+    agent believes it is on; another than the token's is refused. Refused: 401 (not a valid
+    token for the portal), 403 (another account's, a pod on another node, not a GPU node of the
+    cluster, a node the portal has in another cluster); nothing is registered then."""
+    check_length("hostname", hostname, HOSTNAME_MAX)
+    check_length("agent_version", agent_version, VERSION_MAX)
+    check_length("node", node_claim, DNS1123_LABEL_MAX * 4 + 3)  # a Kubernetes node name
+    cluster = _join_cluster(cluster_name)
+    try:
+        identity, node_name, _ = _cluster_vouches(cluster, service_account_token)
+        if node_claim and node_claim != node_name:
+            raise IdentityRefused(
+                f"The token's pod {identity.namespace}/{identity.pod} runs on node {node_name}, "
+                f"not {node_claim}.",
+                403,
+            )
+        try:
+            dns1123_label(node_name)
+        except ValidationError as exc:
+            raise IdentityRefused(
+                f"Node {node_name} cannot join: the portal names nodes by DNS-1123 labels and "
+                f"{node_name!r} {exc.messages[0]}.",
+                403,
+            ) from exc
+        return _node_join(
+            cluster=cluster,
+            identity=identity,
+            node_name=node_name,
+            hostname=hostname,
+            agent_version=agent_version,
+        )
+    except IdentityRefused as exc:
+        logger.warning("in-cluster join refused (cluster %s): %s", cluster.name, exc.message)
+        if exc.status == 401:
+            raise AuthenticationFailed(exc.message) from exc
+        raise PermissionDenied(exc.message) from exc
+
+
+@transaction.atomic
+def _node_join(
+    *, cluster: Cluster, identity: AgentIdentity, node_name: str, hostname: str, agent_version: str
+) -> tuple[Node, str]:
+    now = timezone.now()
+    node = (
+        Node.objects.select_for_update(of=("self",))
+        .select_related("cluster")
+        .filter(name=node_name)
+        .first()
+    )
+    revoked: list[str] = []
+    if node is None:
+        try:
+            with transaction.atomic():
+                node = Node.objects.create(
+                    name=node_name, cluster=cluster, hostname=hostname, agent_version=agent_version
+                )
+        except IntegrityError as exc:  # a concurrent registration of the same name
+            raise Conflict(f"Node {node_name} is registering right now; retry.") from exc
+        action = "node.registered"
+    else:
+        if node.cluster_id != cluster.pk:
+            where = f"cluster {node.cluster.name}" if node.cluster else "no cluster"
+            raise IdentityRefused(
+                f"Node {node_name} is registered in {where}, not {cluster.name}: a platform "
+                "admin moves it (or removes it) first.",
+                403,
+            )
+        live = NodeToken.objects.filter(node=node, revoked_at__isnull=True)
+        revoked = list(live.values_list("prefix", flat=True))
+        live.update(revoked_at=now)
+        node.hostname, node.agent_version = hostname, agent_version
+        node.save(update_fields=["hostname", "agent_version"])
+        action = "node.reregistered"
+    secret = secrets.token_urlsafe(TOKEN_BYTES)
+    token = NodeToken.objects.create(
+        node=node, prefix=secret[:TOKEN_PREFIX_LEN], digest=_digest(secret)
+    )
+    audit_record(
+        actor=None,
+        action=action,
+        obj=node,
+        after={
+            "hostname": hostname,
+            "agent_version": agent_version,
+            "cluster": cluster.name,
+            "service_account": identity.account,
+            "pod": f"{identity.namespace}/{identity.pod}",
+            "node_token": token.prefix,
+            "revoked_tokens": revoked,
+        },
     )
     return node, secret
 

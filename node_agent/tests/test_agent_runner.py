@@ -339,6 +339,48 @@ def test_a_revoked_token_is_replaced_by_a_new_join_token(
     assert _main([*argv, "--join-token-file", str(tmp_path / "absent"), "--once"]) == 0
 
 
+def test_in_a_cluster_the_pods_service_account_token_registers_instead_of_a_join_token(
+    portal: FakePortal, tmp_path: Path
+) -> None:
+    """The token file is read at each use (the kubelet rotates it): after the portal refuses
+    the node token, the token now in the file registers the node again."""
+    token_file = tmp_path / "sa" / "token"
+    token_file.parent.mkdir()
+    token_file.write_text("sa-token-1\n")
+    portal.service_account_tokens["sa-token-1"] = NODE
+    argv = [
+        "--portal", portal.url, "--backend", "fake", "--fake-gpus", A100,
+        "--state-dir", str(tmp_path / "state"), "--report-protocol", "1",
+        "--service-account-token-file", str(token_file), "--cluster", "demo-h100",
+        "--kubernetes-node", NODE, "--join-token", "join-1", "--once",
+    ]  # fmt: skip
+    assert _main(argv) == 0
+    [body] = portal.register_bodies
+    assert body["service_account_token"] == "sa-token-1"
+    assert (body["cluster"], body["node"]) == ("demo-h100", NODE)
+    assert "join_token" not in body and "join-1" in portal.join_tokens  # not spent
+    # Revoked; meanwhile the kubelet rotated the token.
+    portal.tokens.clear()
+    token_file.write_text("sa-token-2\n")
+    portal.service_account_tokens = {"sa-token-2": NODE}
+    assert _main(argv) == 0
+    assert portal.register_bodies[-1]["service_account_token"] == "sa-token-2"
+    assert portal.paths()[-3:] == ["POST report/", "POST register/", "POST report/"]
+
+
+def test_a_refused_service_account_token_exits_2_and_without_the_file_a_join_token_is_used(
+    portal: FakePortal, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("not-vouched-for")
+    common = ["--portal", portal.url, "--backend", "fake", "--fake-gpus", A100, "--once"]
+    refused = [*common, "--state-dir", str(tmp_path / "a"), "--service-account-token-file"]
+    assert _main([*refused, str(token_file)]) == 2
+    outside = [*common, "--state-dir", str(tmp_path / "b"), "--join-token", "join-1"]
+    assert _main([*outside, "--service-account-token-file", str(tmp_path / "absent")]) == 0
+    assert "join_token" in portal.register_bodies[-1]
+
+
 def test_the_command_line_dry_run(
     portal: FakePortal, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

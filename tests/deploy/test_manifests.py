@@ -241,7 +241,8 @@ PORTAL_ROLES = {
     ("Role", "gpu-quota-portal-gpu-operator"),
     ("Role", "gpu-quota-portal-impersonate-binder"),
 }
-WEB_ROLES = {("ClusterRole", "gpu-quota-portal-web")}
+# The web pods' account also reviews in-cluster agents' tokens (cluster-access/node-join.yaml).
+WEB_ROLES = {("ClusterRole", "gpu-quota-portal-web"), ("ClusterRole", "gpu-quota-portal-node-join")}
 
 
 def test_in_cluster_the_worker_carries_the_portal_token_and_web_a_read_only_one():

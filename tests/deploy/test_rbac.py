@@ -450,12 +450,27 @@ def test_the_web_reader_writes_nothing_it_cannot_dry_run() -> None:
             "namespace": portal_access.PORTAL_NAMESPACE,
         }
     ]
-    # Bound to nothing else in the manifests (the push binds it per namespace).
+    # Bound to nothing else in the manifests (the push binds it per namespace) but the node
+    # join's reads and TokenReviews (node-join.yaml: nothing written, nothing namespaced written;
+    # tests/gpu_agent/test_in_cluster_join.py checks it is what a join asks the cluster).
+    [join] = [
+        o
+        for o in objects
+        if o["kind"] == "ClusterRoleBinding"
+        and o["roleRef"]["name"] == "gpu-quota-portal-node-join"
+    ]
+    assert join["subjects"] == binding["subjects"]
+    assert granted(find(objects, "ClusterRole", "gpu-quota-portal-node-join")) == {
+        ("authentication.k8s.io", "tokenreviews", "create", "*"),
+        ("", "pods", "get", "*"),
+        ("", "nodes", "get", "*"),
+    }
     assert not [
         o
         for o in objects
         if o["kind"] in {"RoleBinding", "ClusterRoleBinding"}
         and o is not binding
+        and o is not join
         and any(s.get("name") == portal_access.WEB_SERVICE_ACCOUNT for s in o["subjects"])
     ]
 

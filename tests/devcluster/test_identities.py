@@ -5,6 +5,7 @@ static admin token, the anonymous user of plain http, TokenReview, impersonation
 from __future__ import annotations
 
 import json
+import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -494,3 +495,131 @@ def test_unauthenticated_users_see_the_version_but_not_discovery(kubectl: Kubect
     assert json.loads(version.stdout)["gitVersion"].startswith("v1.")
     refused = kubectl("get", "--raw", "/apis", "--as", "system:anonymous", check=False)
     assert 'forbidden: User "system:anonymous" cannot get path "/apis"' in refused.stderr
+
+
+# Tokens bound to a Pod (what the kubelet projects into a node agent's pod) -------------------------
+
+AGENT_NS = "gpu-agent"
+PORTAL_AUDIENCE = "gpu-quota-portal"
+
+
+def node(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+
+
+def pod(
+    name: str, node_name: str, account: str = "gpu-agent", ns: str = AGENT_NS
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "serviceAccountName": account,
+            "nodeName": node_name,
+            "containers": [{"name": "agent", "image": "gpu-node-agent"}],
+        },
+    }
+
+
+@pytest.fixture
+def agent_pod(admin_client: ApiClient) -> ApiClient:
+    """A GPU node gpu-a with the agent's pod agent-a on it, running as gpu-agent/gpu-agent."""
+    create(
+        admin_client,
+        namespace(AGENT_NS),
+        service_account("gpu-agent", AGENT_NS),
+        service_account("other", AGENT_NS),
+        node("gpu-a"),
+        pod("agent-a", "gpu-a"),
+    )
+    return admin_client
+
+
+def reviewed(api: ApiClient, token: str, audiences: list[str]) -> dict[str, Any]:
+    body = {"spec": {"token": token, "audiences": audiences}}
+    answer: dict[str, Any] = client.AuthenticationV1Api(api).create_token_review(body=body).status
+    return api.sanitize_for_serialization(answer)  # type: ignore[no-any-return]
+
+
+def test_kubectl_creates_a_pod_bound_token_that_names_its_pod_and_node(
+    agent_pod: ApiClient, kubectl: Kubectl
+) -> None:
+    token = kubectl(
+        "create", "token", "gpu-agent", "-n", AGENT_NS, "--audience", PORTAL_AUDIENCE,
+        "--bound-object-kind", "Pod", "--bound-object-name", "agent-a",
+    ).stdout.strip()  # fmt: skip
+    core = client.CoreV1Api(agent_pod)
+    pod_uid = core.read_namespaced_pod("agent-a", AGENT_NS).metadata.uid
+    node_uid = core.read_node("gpu-a").metadata.uid
+    account_uid = core.read_namespaced_service_account("gpu-agent", AGENT_NS).metadata.uid
+    status = reviewed(agent_pod, token, [PORTAL_AUDIENCE])
+    assert status["authenticated"] is True
+    assert status["audiences"] == [PORTAL_AUDIENCE]
+    user = status["user"]
+    assert user["username"] == "system:serviceaccount:gpu-agent:gpu-agent"
+    assert user["uid"] == account_uid
+    assert user["groups"] == [
+        "system:serviceaccounts",
+        "system:serviceaccounts:gpu-agent",
+        "system:authenticated",
+    ]
+    extra = user["extra"]
+    assert extra["authentication.kubernetes.io/pod-name"] == ["agent-a"]
+    assert extra["authentication.kubernetes.io/pod-uid"] == [pod_uid]
+    assert extra["authentication.kubernetes.io/node-name"] == ["gpu-a"]
+    assert extra["authentication.kubernetes.io/node-uid"] == [node_uid]
+    assert extra["authentication.kubernetes.io/credential-id"][0].startswith("JTI=")
+    # Another audience, or none (the API server's own): not for them.
+    assert reviewed(agent_pod, token, ["https://elsewhere"]).get("authenticated") is not True
+    assert reviewed(agent_pod, token, []).get("authenticated") is not True
+
+
+def test_a_bound_token_dies_with_its_pod(agent_pod: ApiClient, devcluster: Handle) -> None:
+    token = devcluster.service_account_token(
+        AGENT_NS, "gpu-agent", audiences=[PORTAL_AUDIENCE], pod="agent-a"
+    )
+    assert reviewed(agent_pod, token, [PORTAL_AUDIENCE])["authenticated"] is True
+    client.CoreV1Api(agent_pod).delete_namespaced_pod("agent-a", AGENT_NS, _preload_content=False)
+    status = reviewed(agent_pod, token, [PORTAL_AUDIENCE])
+    assert status.get("authenticated") is not True
+    assert status["error"] == "service account token has been invalidated"
+    # A new pod of the same name is another pod: the old token stays dead.
+    create(agent_pod, pod("agent-a", "gpu-a"))
+    assert reviewed(agent_pod, token, [PORTAL_AUDIENCE]).get("authenticated") is not True
+
+
+def test_an_expired_bound_token_is_not_authenticated(
+    agent_pod: ApiClient, devcluster: Handle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = devcluster.service_account_token(
+        AGENT_NS, "gpu-agent", audiences=[PORTAL_AUDIENCE], pod="agent-a", expiration_seconds=600
+    )
+    tokens = devcluster.cluster.tokens
+    clock = tokens.now
+    monkeypatch.setattr(tokens, "now", lambda: clock() + 601)
+    status = reviewed(agent_pod, token, [PORTAL_AUDIENCE])
+    assert status.get("authenticated") is not True
+    assert status["error"] == "service account token has expired"
+
+
+def test_a_token_is_bound_only_to_an_existing_pod_of_that_service_account(
+    agent_pod: ApiClient, kubectl: Kubectl
+) -> None:
+    def create_token(account: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return kubectl(
+            "create", "token", account, "-n", AGENT_NS, "--bound-object-kind", "Pod", *args,
+            check=False,
+        )  # fmt: skip
+
+    missing = create_token("gpu-agent", "--bound-object-name", "nobody")
+    assert 'pods "nobody" not found' in missing.stderr
+    other = create_token("other", "--bound-object-name", "agent-a")
+    assert (
+        'cannot bind token for serviceaccount "other" to pod running with different '
+        "serviceaccount name." in other.stderr
+    )
+    replaced = create_token(
+        "gpu-agent", "--bound-object-name", "agent-a", "--bound-object-uid", "not-its-uid"
+    )
+    assert "the UID in the bound object reference (not-its-uid) does not match" in (replaced.stderr)

@@ -211,6 +211,27 @@ class PortalClient:
             raise PortalRejected(f"register: unexpected answer {answer!r}")
         return str(answer["node"]), str(answer["node_token"])
 
+    def register_in_cluster(
+        self, service_account_token: str, *, cluster: str = "", node: str = "", hostname: str = ""
+    ) -> tuple[str, str]:
+        """Register with the agent pod's ServiceAccount token instead of a join token: the
+        portal asks the cluster (TokenReview) which pod the token is bound to and registers the
+        node that pod runs on. ``node``: the node the agent believes it is on (refused when the
+        token's pod runs elsewhere); ``cluster``: the portal's name of the cluster."""
+        body = {
+            "service_account_token": service_account_token,
+            "hostname": hostname,
+            "agent_version": AGENT_VERSION,
+        }
+        if cluster:
+            body["cluster"] = cluster
+        if node:
+            body["node"] = node
+        answer = self._request("POST", "register/", body, authenticate=False)
+        if not isinstance(answer, dict) or not answer.get("node_token") or not answer.get("node"):
+            raise PortalRejected(f"register: unexpected answer {answer!r}")
+        return str(answer["node"]), str(answer["node_token"])
+
     def report(self, body: dict[str, Any]) -> ReportAnswer:
         problems = validate_report(body)
         if problems:
@@ -353,6 +374,8 @@ class AgentState:
         return token or None
 
     def write_token(self, token: str, *, join_token: str | None = None) -> None:
+        """Keep the node token (and which join token bought it, so that it is not spent
+        twice)."""
         if join_token is not None:
             self.data["join_token_sha256"] = hashlib.sha256(join_token.encode()).hexdigest()
             self.save()
@@ -389,6 +412,34 @@ def _percent(value: int | None) -> int | None:
     return None if value is None else max(0, min(100, value))
 
 
+@dataclasses.dataclass(frozen=True)
+class InClusterJoin:
+    """Joining as a Kubernetes identity: the ServiceAccount token the kubelet projects into the
+    agent's pod (audience: the portal's), read from ``token_file`` at each use since the kubelet
+    rotates it; ``cluster``, the portal's name of the cluster (optional where the portal reaches
+    one); ``node``, the node the pod runs on (the downward API's spec.nodeName), sent as a claim
+    the portal checks against the token's."""
+
+    token_file: Path
+    cluster: str = ""
+    node: str = ""
+
+    def token(self) -> str | None:
+        """The token now in the file; None while there is none (not in a cluster)."""
+        try:
+            return self.token_file.read_text(encoding="utf-8").strip() or None
+        except OSError:
+            return None
+
+    def register(self, client: PortalClient) -> tuple[str, str]:
+        token = self.token()
+        if token is None:
+            raise PortalAuthError(f"no ServiceAccount token in {self.token_file}")
+        return client.register_in_cluster(
+            token, cluster=self.cluster, node=self.node, hostname=socket.gethostname()
+        )
+
+
 class Agent:
     """One node's agent. ``sleep``, ``random`` and ``now`` are injectable for tests."""
 
@@ -405,6 +456,7 @@ class Agent:
         catalogue: Catalogue | None = None,
         pod_lookup: PodLookup = pod_uid_for_pid,
         join_token: str | None = None,
+        in_cluster: InClusterJoin | None = None,
         sleep: Callable[[float], None] = time.sleep,
         random: Callable[[], float] = random.random,
         now: Callable[[], str] = _utc_now,
@@ -425,6 +477,7 @@ class Agent:
         self.catalogue = catalogue if catalogue is not None else load_catalogue()
         self.pod_lookup = pod_lookup
         self.join_token = join_token
+        self.in_cluster = in_cluster
         self._sleep = sleep
         self._random = random
         self._now = now
@@ -709,7 +762,16 @@ class Agent:
         return ceiling * (0.5 + 0.5 * self._random())
 
     def reregister(self) -> bool:
-        """After a 401: a join token not used yet replaces a revoked node token."""
+        """After a 401: the pod's ServiceAccount token (read afresh: the kubelet rotates it), or
+        a join token not used yet, replaces a revoked node token."""
+        if self.in_cluster is not None and self.in_cluster.token() is not None:
+            node, token = self.in_cluster.register(self.client)
+            self.state.write_token(token)
+            self.state.node = node
+            self.state.save()
+            self.client.token, self.node = token, node
+            logger.warning("registered again as node %s with the pod's ServiceAccount token", node)
+            return True
         if not self.join_token or self.state.join_token_used(self.join_token):
             return False
         node, token = self.client.register(self.join_token, self.node, self.state.agent_key())
@@ -801,6 +863,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=env("GPU_AGENT_JOIN_TOKEN_FILE"),
         help="file holding the join token; a missing file is fine once the node is registered "
         "(GPU_AGENT_JOIN_TOKEN_FILE)",
+    )
+    parser.add_argument(
+        "--service-account-token-file",
+        default=env("GPU_AGENT_SERVICE_ACCOUNT_TOKEN_FILE"),
+        help="in a cluster: the pod's projected ServiceAccount token (audience: the portal's, "
+        "e.g. /var/run/secrets/gpu-portal/token); with no node token yet the agent registers "
+        "with it instead of a join token, and again whenever the portal refuses its node token "
+        "(GPU_AGENT_SERVICE_ACCOUNT_TOKEN_FILE)",
+    )
+    parser.add_argument(
+        "--cluster",
+        default=env("GPU_AGENT_CLUSTER", ""),
+        help="with --service-account-token-file: the portal's name of this cluster (needed "
+        "when the portal reaches several) (GPU_AGENT_CLUSTER)",
     )
     parser.add_argument(
         "--node",
@@ -906,16 +982,23 @@ def build_parser() -> argparse.ArgumentParser:
 def _register(
     client: PortalClient,
     state: AgentState,
-    join_token: str,
+    join_token: str | None,
     hostname: str,
     *,
     sleep: Callable[[float], None],
     max_backoff: float,
+    in_cluster: InClusterJoin | None = None,
 ) -> tuple[str, str]:
+    """Register with the pod's ServiceAccount token (``in_cluster``), else ``join_token``,
+    retrying while the portal (or the cluster it asks) is unavailable."""
     failures = 0
     while True:
         try:
-            node, token = client.register(join_token, hostname, state.agent_key())
+            if in_cluster is not None:
+                node, token = in_cluster.register(client)
+            else:
+                assert join_token is not None
+                node, token = client.register(join_token, hostname, state.agent_key())
         except PortalUnavailable as error:
             failures += 1
             jitter = random.random()  # noqa: S311 - jitter, not a secret
@@ -925,10 +1008,11 @@ def _register(
             )
             sleep(wait)
             continue
-        state.write_token(token, join_token=join_token)
+        state.write_token(token, join_token=None if in_cluster is not None else join_token)
         state.node = node
         state.save()
-        logger.info("registered as node %s; token saved in %s", node, state.directory)
+        how = "the pod's ServiceAccount token" if in_cluster is not None else "a join token"
+        logger.info("registered as node %s with %s; token saved in %s", node, how, state.directory)
         return node, token
 
 
@@ -970,18 +1054,37 @@ def main(argv: Sequence[str] | None = None, *, sleep: Callable[[float], None] = 
             parser.error(f"--fake-gpus: {error}")
     if not token and args.dry_run:
         parser.error("--dry-run needs a node token (a dry run does not register the node)")
+    in_cluster = None
+    if args.service_account_token_file:
+        in_cluster = InClusterJoin(
+            Path(args.service_account_token_file),
+            cluster=args.cluster,
+            node=args.kubernetes_node or args.node or "",
+        )
     if not token:
-        if not join_token:
+        use_in_cluster = in_cluster if in_cluster is not None and in_cluster.token() else None
+        if not join_token and use_in_cluster is None:
             parser.error(
                 "no node token: pass --token / --token-file, or --join-token / "
                 "--join-token-file to register"
+                + (
+                    f" (no ServiceAccount token in {args.service_account_token_file})"
+                    if in_cluster is not None
+                    else ""
+                )
             )
         try:
             node, token = _register(
-                client, state, join_token, node, sleep=sleep, max_backoff=args.max_backoff
-            )
-        except PortalAuthError:
-            logger.error("the join token was refused (used or expired): ask an admin for a new one")
+                client, state, join_token, node, sleep=sleep, max_backoff=args.max_backoff,
+                in_cluster=use_in_cluster,
+            )  # fmt: skip
+        except PortalAuthError as error:
+            if use_in_cluster is not None:
+                logger.error("the portal refused the pod's ServiceAccount token: %s", error)
+            else:
+                logger.error(
+                    "the join token was refused (used or expired): ask an admin for a new one"
+                )
             return 2
         except PortalRejected as error:
             logger.error("registering failed: %s", error)
@@ -1033,6 +1136,7 @@ def main(argv: Sequence[str] | None = None, *, sleep: Callable[[float], None] = 
         dry_run=args.dry_run,
         pod_lookup=pod_lookup,
         join_token=join_token,
+        in_cluster=in_cluster,
         sleep=sleep,
         prober=prober,
         device_plugin=restarter,

@@ -76,6 +76,8 @@ class FakePortal:
     def __init__(self) -> None:
         self.tokens = {TOKEN: NODE}
         self.join_tokens = {"join-1": NODE}
+        # ServiceAccount tokens the cluster would vouch for (token -> node): reusable.
+        self.service_account_tokens: dict[str, str] = {}
         self.layouts: dict[str, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
         self.reports: list[dict[str, Any]] = []
@@ -147,6 +149,15 @@ class FakePortal:
             self.register_bodies.append(body)
             if not self.knows_agent_key and "agent_key" in body:
                 return answer(400, {"detail": "agent_key: Unknown field."})
+            if "service_account_token" in body:
+                node = self.service_account_tokens.get(body["service_account_token"])
+                if node is None:
+                    return answer(401, {"detail": "The cluster did not accept the token."})
+                if body.get("node") and body["node"] != node:
+                    return answer(403, {"detail": f"The token's pod runs on node {node}."})
+                token = f"node-token-{len(self.tokens) + 1}"
+                self.tokens[token] = node
+                return answer(201, {"node": node, "node_token": token})
             node = self.join_tokens.pop(body.get("join_token"), None)
             if node is None:
                 return answer(401, {"detail": "Unknown, used or expired join token."})
