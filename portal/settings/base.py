@@ -169,6 +169,10 @@ AGENT_JOIN_TOKEN_TTL_S = env_int("AGENT_JOIN_TOKEN_TTL_S", 3600)
 # How long after a join token was used the same agent (the same agent key) may register with it
 # again and get the same node back: its first answer may have been lost to a client timeout.
 AGENT_REGISTER_RETRY_S = env_int("AGENT_REGISTER_RETRY_S", 600)
+# An agent in a cluster joins with its projected ServiceAccount token (no join token): the
+# audience the token must carry and the one account ("namespace/name") allowed to join.
+AGENT_SERVICE_ACCOUNT_AUDIENCE = env_str("AGENT_SERVICE_ACCOUNT_AUDIENCE", "gpu-quota-portal")
+AGENT_SERVICE_ACCOUNT = env_str("AGENT_SERVICE_ACCOUNT", "gpu-agent/gpu-agent")
 # The queue cluster pushes go to (empty: the default queue). Tests with a real worker set it.
 SYNC_QUEUE = env_str("SYNC_QUEUE", "")
 # How many writes a push or reconcile sends to a cluster's API server at once (its HTTP

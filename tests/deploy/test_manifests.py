@@ -254,15 +254,17 @@ def test_in_cluster_the_worker_carries_the_portal_token_and_web_a_read_only_one(
         for o in _portal_workloads(objects)
         if _automount(o)
     }
-    assert mounted == {"worker": "gpu-quota-portal", "web": "gpu-quota-portal-web"}
+    assert mounted == {
+        "worker": "gpu-quota-portal",
+        "web": "gpu-quota-portal-web",
+        # an in-cluster agent's join: a TokenReview and a read of its pod, as the web account
+        "agent-api": "gpu-quota-portal-web",
+    }
     namespace = find(objects, "Deployment", "portal-web")["metadata"]["namespace"]
     for account in mounted.values():
         find(objects, "ServiceAccount", account)
     assert _bound_roles(objects, "gpu-quota-portal", namespace) == PORTAL_ROLES
     assert _bound_roles(objects, "gpu-quota-portal-web", namespace) == WEB_ROLES
-    # The agents' endpoints share the web pods' account, without its token.
-    agent_api = pod_spec(find(objects, "Deployment", "portal-agent-api"))
-    assert agent_api["serviceAccountName"] == "gpu-quota-portal-web"
 
 
 def _kubeconfigs_secret(spec: Obj) -> str:
@@ -287,9 +289,11 @@ def test_outside_mounts_the_kubeconfigs_and_binds_nothing_in_its_own_cluster():
     assert set(kubeconfigs["portal-kubeconfigs"]["stringData"]) == set(
         kubeconfigs["portal-kubeconfigs-web"]["stringData"]
     )
-    # The agents' endpoints never call a cluster: no kubeconfig there.
-    agent_api = pod_spec(find(objects, "Deployment", "portal-agent-api"))
-    assert "kubeconfigs" not in {v["name"] for v in agent_api["volumes"]}
+    # The agents' endpoints ask a cluster only to verify an in-cluster agent's token: the web
+    # pods' read-only kubeconfigs.
+    assert _kubeconfigs_secret(pod_spec(find(objects, "Deployment", "portal-agent-api"))) == (
+        "portal-kubeconfigs-web"
+    )
     # The managed cluster gets the identities the kubeconfigs' tokens belong to, each bound
     # to its own roles.
     managed = overlay("outside/managed-cluster")
@@ -560,15 +564,16 @@ def test_the_agent_keeps_the_portal_url_and_its_requests_reach_the_agent_api(
 
 @pytest.mark.parametrize("name", ["in-cluster", "outside"])
 def test_the_agent_api_runs_the_web_app_as_the_web_pods_do(name: str):
-    """The same image, settings, secrets, init container, probes and lock-down as the web pods;
-    only the pool's size and the cluster access differ."""
+    """The same image, settings, secrets, init container, probes, lock-down and cluster access
+    (an in-cluster agent's join asks the cluster's TokenReview as the web account) as the web
+    pods; only the pool's size differs."""
     objects = overlay(name)
     web = pod_spec(find(objects, "Deployment", "portal-web"))
     api = pod_spec(find(objects, "Deployment", "portal-agent-api"))
     assert api["initContainers"] == web["initContainers"]
     assert api["securityContext"] == web["securityContext"]
     assert api["serviceAccountName"] == web["serviceAccountName"]
-    assert api["automountServiceAccountToken"] is False
+    assert api["automountServiceAccountToken"] == web["automountServiceAccountToken"]
     [web_container] = web["containers"]
     [api_container] = api["containers"]
     for key in ("image", "env", "envFrom", "ports", "securityContext"):
@@ -586,10 +591,8 @@ def test_the_agent_api_runs_the_web_app_as_the_web_pods_do(name: str):
     )
     assert server(api_container) == server(web_container)
     assert "--worker-class=gthread" in api_container["command"]
-    # The same mounts of the same volumes, less the kubeconfigs (the outside overlay's).
-    assert api_container["volumeMounts"] == [
-        m for m in web_container["volumeMounts"] if m["name"] != "kubeconfigs"
-    ]
+    # The same mounts of the same volumes, the read-only kubeconfigs included (outside).
+    assert api_container["volumeMounts"] == web_container["volumeMounts"]
     web_volumes = {v["name"]: v for v in web["volumes"]}
     assert api["volumes"] == [web_volumes[v["name"]] for v in api["volumes"]]
 

@@ -209,8 +209,6 @@ def test_the_agent_shows_the_portal_its_projected_token_and_join_tokens_stay_opt
 def test_every_flag_the_daemonset_passes_is_one_the_agent_knows():
     [container] = agent_pod("in-cluster")["containers"]
     known = set(runner.build_parser()._option_string_actions)
-    # Added to the agent by the ServiceAccount-token join (issue 32, item 2).
-    known.add(PORTAL_TOKEN_FLAG)
     flags = {arg.split("=", 1)[0] for arg in container["args"]}
     assert flags - known == set()
 

@@ -10,7 +10,7 @@ one, which lists the new devices.
 It talks to the Kubernetes API with the pod's in-cluster credentials (the service account
 token and CA under ``/var/run/secrets/kubernetes.io/serviceaccount``, the API server from
 ``KUBERNETES_SERVICE_HOST`` / ``_PORT``); the service account needs ``list`` and ``delete`` on
-pods in the device plugin's namespace (``docs/agent/daemonset.yaml``). Two calls:
+pods in the device plugin's namespace (``deploy/kubernetes/node-agent/``). Two calls:
 ``GET /api/v1/namespaces/NS/pods?labelSelector=SEL&fieldSelector=spec.nodeName=NODE`` and a
 ``DELETE`` of each pod found. Standard library only; nothing here imports Django.
 """
