@@ -29,7 +29,7 @@ django.setup()
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.test import Client  # noqa: E402
 
-PASSWORD = "demo"  # manage.py demo's users
+PASSWORD = "demo"  # noqa: S105  # manage.py demo's users
 A100 = "NVIDIA A100-SXM4-80GB"
 calls = 0
 
@@ -54,7 +54,9 @@ def call(
             )
     except Exception as error:
         traceback.print_exc()
-        raise SmokeFailure(f"{method.upper()} {path}: 500 ({type(error).__name__}: {error})")
+        raise SmokeFailure(
+            f"{method.upper()} {path}: 500 ({type(error).__name__}: {error})"
+        ) from error
     status = response.status_code
     if status >= 500 or (expect and status not in expect) or (not expect and status >= 300):
         raise SmokeFailure(f"{method.upper()} {path}: {status} {response.content[:2000]!r}")
@@ -275,7 +277,6 @@ def smoke(round_: str) -> None:
     call(agent, "get", "/api/v1/agent/probes/")
     call(admin, "get", "/api/v1/nodes/")
     call(admin, "get", f"/api/v1/nodes/{node}/")
-
 
 
 def main() -> int:

@@ -129,9 +129,8 @@ def check_operations(
             name = op.name if isinstance(op, migrations.DeleteModel) else op.old_name
             if model_released(name):
                 problem(op, "the previous release reads this table: remove it a release later")
-        elif isinstance(op, migrations.AlterModelTable):
-            if model_released(op.name):
-                problem(op, "the previous release reads the table under its old name")
+        elif isinstance(op, migrations.AlterModelTable) and model_released(op.name):
+            problem(op, "the previous release reads the table under its old name")
     return problems
 
 
@@ -143,6 +142,7 @@ def project_apps() -> set[str]:
         config.label
         for config in apps.get_app_configs()
         if Path(config.path).resolve().is_relative_to(base)
+        and "site-packages" not in Path(config.path).parts  # a virtualenv inside the checkout
     }
 
 
