@@ -109,6 +109,7 @@ class Node(models.Model):
     cluster_gpu_product = models.CharField(
         max_length=253,
         blank=True,
+        default="",
         db_default="",
         help_text="The node's nvidia.com/gpu.product label.",
     )

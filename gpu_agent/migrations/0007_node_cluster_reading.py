@@ -18,6 +18,7 @@ class Migration(migrations.Migration):
             field=models.CharField(
                 blank=True,
                 db_default="",
+                default="",
                 help_text="The node's nvidia.com/gpu.product label.",
                 max_length=253,
             ),
