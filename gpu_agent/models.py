@@ -103,11 +103,19 @@ class Node(models.Model):
         help_text="GPUs the cluster confirms on the node (GPU Feature Discovery's "
         "nvidia.com/gpu.count, else what the device plugin advertises).",
     )
+    # db_default on the NOT NULL columns added after 0.1.0: that release's pods, still serving
+    # while the migration runs (and after a rollback), create nodes without them
+    # (docs/develop/migrations.md).
     cluster_gpu_product = models.CharField(
-        max_length=253, blank=True, help_text="The node's nvidia.com/gpu.product label."
+        max_length=253,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The node's nvidia.com/gpu.product label.",
     )
     cluster_mig = models.JSONField(
         default=dict,
+        db_default={},
         blank=True,
         help_text='MIG instances the device plugin advertises, by profile: {"1g.10gb": 7}.',
     )
