@@ -60,6 +60,14 @@ def cluster_spec(cluster: Cluster) -> ClusterSpec:
         ),
         has_volcano=cluster.has_volcano,
         volcano_hierarchy=cluster.volcano_hierarchy,
+        ingress_namespaces=_strings(cluster.tenant_ingress_namespaces),
+        monitoring_namespaces=_strings(cluster.tenant_monitoring_namespaces),
+    )
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    return (
+        tuple(entry for entry in value if isinstance(entry, str)) if isinstance(value, list) else ()
     )
 
 

@@ -105,6 +105,24 @@ class Cluster(models.Model):
         help_text="Namespaces no tenant may have on this cluster, beside the built-in system "
         "ones (a trailing * matches a prefix).",
     )
+    # Namespaces whose pods may reach every tenant's pods on this cluster (any port), compiled
+    # into each tenant namespace's NetworkPolicy: the ingress controller's (inference behind
+    # an Ingress) and monitoring's (a Prometheus scraping tenants' metrics). DNS-1123 labels,
+    # never a tenant's namespace (they are reserved); empty: tenants take traffic only from
+    # their own namespaces.
+    tenant_ingress_namespaces = models.JSONField(
+        default=list,
+        db_default=[],
+        blank=True,
+        help_text="Namespaces of the ingress controller whose traffic may reach tenants' pods "
+        "(e.g. ingress-nginx).",
+    )
+    tenant_monitoring_namespaces = models.JSONField(
+        default=list,
+        db_default=[],
+        blank=True,
+        help_text="Namespaces of the monitoring that may scrape tenants' pods (e.g. monitoring).",
+    )
     kueue_config = models.JSONField(null=True, blank=True)
     kueue_config_error = models.CharField(max_length=500, blank=True)
     kueue_config_read_at = models.DateTimeField(null=True, blank=True)

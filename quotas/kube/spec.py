@@ -131,6 +131,12 @@ class ClusterSpec:
     # matches a prefix).
     trusted_controllers: tuple[str, ...] = ()
     has_volcano: bool = False
+    # Namespaces whose pods may reach every tenant's pods on any port: the ingress
+    # controller's (tenants' inference services behind an Ingress) and monitoring's (a
+    # Prometheus scraping tenants' metrics). Empty: none, tenants take traffic only from
+    # their own namespaces.
+    ingress_namespaces: tuple[str, ...] = ()
+    monitoring_namespaces: tuple[str, ...] = ()
     # Volcano hierarchical queues need the capacity plugin with enableHierarchy.
     volcano_hierarchy: bool = False
     # The cohort every tenant without a parent joins, so borrowing works.
