@@ -365,6 +365,10 @@ class QuotaSet(models.Model):
     # R17: whole GPUs (nvidia.com/gpu) set apart for inference, the production priority class;
     # batch (every other class, or none) gets the rest of the limit. Empty: no split.
     inference_gpus = models.PositiveIntegerField(null=True, blank=True)
+    # Egress exceptions approved for the tenant on this cluster (``quotas.kube.egress``: each
+    # {"namespace" or "cidr", "port", "protocol"[, "tenant"]}), extra rules of its
+    # NetworkPolicy; written only by an approved request.
+    egress_rules = models.JSONField(default=list, db_default=[], blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -38,7 +38,7 @@ from quotas.services.outbox import (
     quota_set_repush,
     quota_sets_resync,
 )
-from quotas.services.quota_sets import quota_set_write
+from quotas.services.quota_sets import egress_rules_canonical, quota_set_write
 from quotas.services.rules import (
     FAIR_SHARE_WEIGHT_MAX,
     POD_CAP_FIELDS,
@@ -101,6 +101,7 @@ __all__ = [
     "cluster_update",
     "default_gpu_flavor",
     "department_check",
+    "egress_rules_canonical",
     "elastic_cap",
     "enqueue_outbox",
     "fair_share_weight_check",

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from quotas.kube.compiler import compile_tenant
-from quotas.kube.spec import NamespaceSpec
+from quotas.kube.spec import EgressSpec, NamespaceSpec
 from quotas.kube.validate import validate_object
 from tests.kube.test_compiler import find, medium_tenant, seed_cluster
 
@@ -58,3 +58,60 @@ def test_a_namespace_that_is_no_dns_label_is_refused_by_the_compiler(field: str,
     cluster = replace(seed_cluster(), **{field: (bad,)})
     with pytest.raises(ValueError, match="DNS-1123"):
         compile_tenant(cluster, medium_tenant())
+
+
+# --- egress exceptions ------------------------------------------------------------------------
+
+
+def test_approved_egress_exceptions_become_one_egress_rule_each_in_every_namespace():
+    tenant = medium_tenant(
+        namespaces=(NamespaceSpec("tenant-a"), NamespaceSpec("tenant-a-serve", "inference")),
+        egress=(
+            EgressSpec(port=443, cidr="10.40.0.0/16"),
+            EgressSpec(port=8080, namespace="model-cache"),
+            EgressSpec(port=443, cidr="10.40.0.0/16"),  # twice: one rule
+            EgressSpec(port=5000, protocol="UDP", namespace="team-b-serve", tenant="team-b"),
+        ),
+    )
+    base = _policy(seed_cluster(), medium_tenant(), "tenant-a")["spec"]["egress"]
+    for namespace in ("tenant-a", "tenant-a-serve"):
+        policy = _policy(seed_cluster(), tenant, namespace)
+        assert validate_object(policy) == []
+        egress = policy["spec"]["egress"]
+        assert egress[: len(base)] == base  # the default rules first, unchanged
+        extra = egress[len(base) :]
+        assert len(extra) == 3
+        assert {
+            "to": [{"ipBlock": {"cidr": "10.40.0.0/16"}}],
+            "ports": [{"protocol": "TCP", "port": 443}],
+        } in extra
+        assert {
+            "to": [{"namespaceSelector": {"matchLabels": {NAME: "model-cache"}}}],
+            "ports": [{"protocol": "TCP", "port": 8080}],
+        } in extra
+        assert {
+            "to": [{"namespaceSelector": {"matchLabels": {NAME: "team-b-serve"}}}],
+            "ports": [{"protocol": "UDP", "port": 5000}],
+        } in extra
+        # Ingress is not widened by an egress exception.
+        assert (
+            policy["spec"]["ingress"]
+            == _policy(seed_cluster(), medium_tenant(), "tenant-a")["spec"]["ingress"]
+        )
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        (EgressSpec(port=443, cidr="0.0.0.0/0"), "wider than a /8"),
+        (EgressSpec(port=443, cidr="::/0"), "wider than a /32"),
+        (EgressSpec(port=80, cidr="169.254.169.254/32"), "metadata"),
+        (EgressSpec(port=0, cidr="10.0.0.0/8"), "1 to 65535"),
+        (EgressSpec(port=80, protocol="ICMP", cidr="10.0.0.0/8"), "TCP, UDP or SCTP"),
+        (EgressSpec(port=80, namespace="Bad_NS"), "DNS-1123"),
+        (EgressSpec(port=80), "one destination"),
+    ],
+)
+def test_the_compiler_refuses_an_exception_no_request_could_approve(spec, words):  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match=words):
+        compile_tenant(seed_cluster(), medium_tenant(egress=(spec,)))

@@ -4,7 +4,7 @@ What it reads: DATABASE_URL and REDIS_URL (the cache and the broker), the manage
 API servers (each kubeconfig's current context, or the in-cluster API server), the clusters'
 enabled Prometheus usage sources, LDAP_SERVER_URI, the OIDC provider's endpoints, the SMTP
 relay (EMAIL_HOST, EMAIL_PORT), alert webhooks and WEBHOOK_ALLOWED_HOSTS. Run it where those
-settings are (``kubectl exec deploy/portal-worker -- python manage.py portal_networkpolicy``).
+settings are (``kubectl exec deployment.apps/portal-worker -- python manage.py portal_networkpolicy``).
 """
 
 from __future__ import annotations
