@@ -107,6 +107,14 @@ class QuotaChangeRequest(models.Model):
         blank=True,
         help_text="Grant or withdraw the production priority class; empty leaves it as it is.",
     )
+    # The tenant's egress exceptions on this cluster once applied (``quotas.kube.egress``: each
+    # {"namespace" or "cidr", "port", "protocol"[, "tenant"]}), replacing those in force;
+    # [] removes them all; null: unchanged.
+    egress_rules = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The tenant's egress exceptions on the cluster once applied; null: unchanged.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)

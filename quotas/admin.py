@@ -27,9 +27,12 @@ from quotas.models import (
 from quotas.quantity import format_quantity
 from quotas.selectors import cluster_enforcement
 from quotas.services import (
+    TENANT_TRAFFIC_FIELDS,
     TIER_AMOUNT_FIELDS,
     TIER_COUNT_FIELDS,
     TIER_OPTIONAL_FIELDS,
+    cluster_tenants_repush,
+    tenant_traffic_namespaces_read,
     tier_template_prepare,
     tier_template_save,
 )
@@ -52,6 +55,19 @@ class ClusterAdminForm(forms.ModelForm):
         help_text=Cluster._meta.get_field("reserved_namespaces").help_text + " One per line.",
     )
 
+    tenant_ingress_namespaces = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text=Cluster._meta.get_field("tenant_ingress_namespaces").help_text
+        + " One per line; every tenant is pushed again.",
+    )
+    tenant_monitoring_namespaces = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text=Cluster._meta.get_field("tenant_monitoring_namespaces").help_text
+        + " One per line; every tenant is pushed again.",
+    )
+
     class Meta:
         model = Cluster
         fields = "__all__"  # noqa: DJ007 - every field, as the admin's default form has
@@ -69,6 +85,10 @@ class ClusterAdminForm(forms.ModelForm):
             self.initial["trusted_controllers"] = "\n".join(
                 str(entry) for entry in self.instance.trusted_controllers
             )
+        for field in TENANT_TRAFFIC_FIELDS:
+            value = getattr(self.instance, field)
+            if self.instance.pk and isinstance(value, list):
+                self.initial[field] = "\n".join(str(entry) for entry in value)
         if self.instance.pk and isinstance(self.instance.reserved_namespaces, list):
             self.initial["reserved_namespaces"] = "\n".join(
                 str(entry) for entry in self.instance.reserved_namespaces
@@ -81,6 +101,19 @@ class ClusterAdminForm(forms.ModelForm):
             return list(read_trusted_controllers(entries))
         except ValueError as error:
             raise forms.ValidationError(str(error)) from None
+
+    def _traffic_namespaces(self, field: str) -> list[str]:
+        lines = [line.strip() for line in (self.cleaned_data.get(field) or "").splitlines()]
+        try:
+            return tenant_traffic_namespaces_read([line for line in lines if line], field=field)
+        except ApplicationError as error:
+            raise forms.ValidationError(error.message) from None
+
+    def clean_tenant_ingress_namespaces(self) -> list[str]:
+        return self._traffic_namespaces("tenant_ingress_namespaces")
+
+    def clean_tenant_monitoring_namespaces(self) -> list[str]:
+        return self._traffic_namespaces("tenant_monitoring_namespaces")
 
     def clean_reserved_namespaces(self) -> list[str]:
         try:
@@ -136,6 +169,8 @@ class ClusterAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Cluster, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
+        if change and set(TENANT_TRAFFIC_FIELDS) & set(form.changed_data):
+            cluster_tenants_repush(cluster=obj)  # the tenants' NetworkPolicies change
         warning = split_warning(obj)
         if warning:
             messages.warning(request, warning)

@@ -12,7 +12,14 @@ from collections.abc import Iterable
 
 from identity.selectors import tenant_groups
 from quotas.kube.enforcement import KueueConfig
-from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaSpec, TenantSpec
+from quotas.kube.spec import (
+    ClusterSpec,
+    EgressSpec,
+    FlavorSpec,
+    NamespaceSpec,
+    QuotaSpec,
+    TenantSpec,
+)
 from quotas.models import Cluster, FlavorResource, Quota, QuotaHold, QuotaSet, ResourceFlavor
 from tenants.choices import MembershipRole
 from tenants.models import Membership, Namespace, Tenant
@@ -60,6 +67,31 @@ def cluster_spec(cluster: Cluster) -> ClusterSpec:
         ),
         has_volcano=cluster.has_volcano,
         volcano_hierarchy=cluster.volcano_hierarchy,
+        ingress_namespaces=_strings(cluster.tenant_ingress_namespaces),
+        monitoring_namespaces=_strings(cluster.tenant_monitoring_namespaces),
+    )
+
+
+def egress_specs(value: object) -> tuple[EgressSpec, ...]:
+    """The stored exceptions as specs; the compiler checks each again."""
+    specs: list[EgressSpec] = []
+    for rule in value if isinstance(value, list) else []:
+        if isinstance(rule, dict) and isinstance(rule.get("port"), int):
+            specs.append(
+                EgressSpec(
+                    port=rule["port"],
+                    protocol=str(rule.get("protocol") or "TCP"),
+                    namespace=str(rule.get("namespace") or ""),
+                    cidr=str(rule.get("cidr") or ""),
+                    tenant=str(rule.get("tenant") or ""),
+                )
+            )
+    return tuple(specs)
+
+
+def _strings(value: object) -> tuple[str, ...]:
+    return (
+        tuple(entry for entry in value if isinstance(entry, str)) if isinstance(value, list) else ()
     )
 
 
@@ -122,6 +154,7 @@ def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -
                 inference_gpus=qs.inference_gpus,
                 production_priority_allowed=tenant.production_priority_allowed,
                 pod_bandwidth_max=tenant.pod_bandwidth_max,
+                egress=egress_specs(qs.egress_rules),
             )
         )
     return sorted(specs, key=lambda s: s.slug)

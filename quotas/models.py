@@ -105,6 +105,24 @@ class Cluster(models.Model):
         help_text="Namespaces no tenant may have on this cluster, beside the built-in system "
         "ones (a trailing * matches a prefix).",
     )
+    # Namespaces whose pods may reach every tenant's pods on this cluster (any port), compiled
+    # into each tenant namespace's NetworkPolicy: the ingress controller's (inference behind
+    # an Ingress) and monitoring's (a Prometheus scraping tenants' metrics). DNS-1123 labels,
+    # never a tenant's namespace (they are reserved); empty: tenants take traffic only from
+    # their own namespaces.
+    tenant_ingress_namespaces = models.JSONField(
+        default=list,
+        db_default=[],
+        blank=True,
+        help_text="Namespaces of the ingress controller whose traffic may reach tenants' pods "
+        "(e.g. ingress-nginx).",
+    )
+    tenant_monitoring_namespaces = models.JSONField(
+        default=list,
+        db_default=[],
+        blank=True,
+        help_text="Namespaces of the monitoring that may scrape tenants' pods (e.g. monitoring).",
+    )
     kueue_config = models.JSONField(null=True, blank=True)
     kueue_config_error = models.CharField(max_length=500, blank=True)
     kueue_config_read_at = models.DateTimeField(null=True, blank=True)
@@ -347,6 +365,10 @@ class QuotaSet(models.Model):
     # R17: whole GPUs (nvidia.com/gpu) set apart for inference, the production priority class;
     # batch (every other class, or none) gets the rest of the limit. Empty: no split.
     inference_gpus = models.PositiveIntegerField(null=True, blank=True)
+    # Egress exceptions approved for the tenant on this cluster (``quotas.kube.egress``: each
+    # {"namespace" or "cidr", "port", "protocol"[, "tenant"]}), extra rules of its
+    # NetworkPolicy; written only by an approved request.
+    egress_rules = models.JSONField(default=list, db_default=[], blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

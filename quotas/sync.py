@@ -61,7 +61,7 @@ from quotas.kube.spec import (
 )
 from quotas.kube.subjects import refused_group
 from quotas.kube.validate import validate_objects
-from quotas.loader import cluster_spec, tenant_specs
+from quotas.loader import cluster_spec, egress_specs, tenant_specs
 from quotas.models import Cluster, QuotaSet, SyncOutbox, TenantSync
 from quotas.services import cluster_namespace_rules, cluster_namespaces_reserve
 from tenants.models import Namespace, Tenant
@@ -647,11 +647,14 @@ def change_dry_run(
         base = dataclasses.replace(base, namespaces=_namespaces(tenant))
     merged = {(q.flavor, q.resource): q for q in base.quotas}
     merged.update({(q.flavor, q.resource): q for q in items})
+    changes = {k: v for k, v in scheduling.items() if v is not None}
+    if "egress_rules" in changes:  # the request's JSON, the spec's egress exceptions
+        changes["egress"] = egress_specs(changes.pop("egress_rules"))
     proposed = dataclasses.replace(
         base,
         generation=base.generation + 1,
         quotas=tuple(sorted(merged.values(), key=lambda q: (q.flavor, q.resource))),
-        **{k: v for k, v in scheduling.items() if v is not None},
+        **changes,
     )
     before = compiler.compile_tenant(spec, base) if current else []
     after = compiler.compile_tenant(spec, proposed)

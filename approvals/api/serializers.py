@@ -44,6 +44,25 @@ class QuotaRequestItemInput(StrictInputSerializer):
     lending_limit = QuantityInput(required=False, allow_null=True)
 
 
+class EgressRuleInput(StrictInputSerializer):
+    """One egress exception: checked in full by the request's rules (``quotas.kube.egress``)."""
+
+    namespace = serializers.CharField(
+        required=False, allow_blank=True, max_length=63, help_text="Pods of this namespace, or"
+    )
+    cidr = serializers.CharField(
+        required=False, allow_blank=True, max_length=50, help_text="this network (10.1.0.0/16)."
+    )
+    port = serializers.IntegerField(min_value=1, max_value=65535)
+    protocol = serializers.ChoiceField(choices=["TCP", "UDP", "SCTP"], default="TCP")
+    tenant = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=63,
+        help_text="The tenant that owns ``namespace``, where it is another tenant's.",
+    )
+
+
 class QuotaRequestInput(StrictInputSerializer):
     """A change request. Listed items replace the same (flavor, resource) lines of the quota
     set in force; scheduling and storage fields left out or null stay as they are."""
@@ -155,6 +174,14 @@ class QuotaRequestInput(StrictInputSerializer):
         "a Kubernetes quantity from 1k to 400G (e.g. 1G), on every cluster; pods must then carry "
         "the kubernetes.io/ingress-bandwidth and egress-bandwidth annotations at most that. "
         '"" removes the cap; left out or null: unchanged.',
+    )
+    egress_rules = EgressRuleInput(
+        many=True,
+        required=False,
+        allow_null=True,
+        help_text="Egress exceptions on this cluster once approved, replacing those in force "
+        "([] removes them all; left out or null: unchanged): each a namespace or a cidr, a "
+        "port and a protocol. A namespace of another tenant must name that tenant.",
     )
     replaces = serializers.IntegerField(
         min_value=1,
@@ -297,6 +324,12 @@ class QuotaRequestOutput(serializers.Serializer):
         allow_null=True,
         help_text="Grants (true) or withdraws (false) the production priority; null: unchanged.",
     )
+    egress_rules = serializers.ListField(
+        child=serializers.DictField(),
+        allow_null=True,
+        help_text="The egress exceptions it sets on the cluster (namespace or cidr, port, "
+        "protocol, and the tenant owning a namespace of another tenant); null: unchanged.",
+    )
     items = QuotaRequestItemOutput(many=True)
     decisions = DecisionOutput(many=True)
     created_at = serializers.DateTimeField()
@@ -339,6 +372,7 @@ class QuotaRequestOutput(serializers.Serializer):
             "max_memory_per_pod": _quantity(request.max_memory_per_pod, MEMORY_RESOURCE),
             "inference_gpus": request.inference_gpus,
             "production_priority": request.production_priority,
+            "egress_rules": request.egress_rules,
             "items": [
                 {
                     "flavor": item.flavor.name,

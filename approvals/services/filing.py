@@ -47,6 +47,7 @@ from quotas.quantity import format_quantity
 from quotas.services import (
     QuotaItem,
     default_gpu_flavor,
+    egress_rules_canonical,
     quota_item_parse,
     tier_items,
     tier_scheduling,
@@ -281,7 +282,8 @@ def _create(
         tier=tier,
         isolation_level=isolation_level,
         production_priority=production_priority,
-        **{k: v for k, v in scheduling.items() if k in SCHEDULING_FIELDS},
+        **{k: v for k, v in scheduling.items() if k in SCHEDULING_FIELDS}
+        | _canonical_egress(scheduling),
         **_canonical_changes(tenant_changes or {}),
     )
     store_items(request, items)
@@ -302,6 +304,14 @@ def _create(
             decided_at=timezone.now(),
         )
     return request
+
+
+def _canonical_egress(scheduling: Mapping[str, Any]) -> dict[str, Any]:
+    """The egress exceptions as stored: canonical ("tcp" -> "TCP", 10.1.2.3/16 ->
+    10.1.0.0/16), each once (the check passed: they read)."""
+    if scheduling.get("egress_rules") is None:
+        return {}
+    return {"egress_rules": egress_rules_canonical(scheduling["egress_rules"])}
 
 
 def _canonical_changes(changes: Mapping[str, Any]) -> dict[str, Any]:

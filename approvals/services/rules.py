@@ -18,6 +18,7 @@ from typing import Any
 
 from quotas.isolation import flavor_isolation, isolation_rule_broken
 from quotas.kube.bandwidth import bandwidth_words, pod_bandwidth_text
+from quotas.kube.egress import MAX_RULES, EgressError, read_egress_rule
 from quotas.kube.enforcement import POLICY_MIN_VERSION, kubernetes_minor
 from quotas.models import Cluster, Quota, QuotaSet, ResourceFlavor
 from quotas.quantity import to_display
@@ -34,12 +35,12 @@ from quotas.services import (
     quota_items_check,
 )
 from tenants.choices import IsolationLevel
-from tenants.models import Tenant
+from tenants.models import Namespace, Tenant
 
 SCHEDULING_FIELDS = (
     "max_running_jobs", "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs",
     "fair_share_weight", "max_gpus_per_pod", "max_cpu_per_pod", "max_memory_per_pod",
-    "inference_gpus",
+    "inference_gpus", "egress_rules",
 )  # fmt: skip
 # Tenant-wide limits a request may change (on every cluster): null leaves one as it is, 0
 # removes it ("" for the per-pod bandwidth cap, R27, a quantity text).
@@ -252,7 +253,22 @@ class Notice:
         found.warnings.extend(self.judge(change))
 
 
-AnyRule = Rule | LineRule | SchedulingRule | QuotaSetRule | Notice
+@dataclass(frozen=True)
+class CheckRule:
+    """A rule that finds errors (on the fields it names) and warnings both."""
+
+    judge: Callable[[Change], QuotaCheck]
+    final: bool = False
+
+    def apply(self, change: Change, found: QuotaCheck) -> None:
+        checked = self.judge(change)
+        for key, messages in checked.errors.items():
+            for message in messages:
+                found.error(key, message)
+        found.warnings.extend(checked.warnings)
+
+
+AnyRule = Rule | LineRule | SchedulingRule | QuotaSetRule | Notice | CheckRule
 
 
 def judge(change: Change, rules: Sequence[AnyRule]) -> QuotaCheck:
@@ -648,6 +664,62 @@ def inference_split_in_force(change: Change) -> Iterable[str]:
     return change.inference_split.warnings
 
 
+# --- egress exceptions ----------------------------------------------------------------------
+
+
+def egress_rules_check(change: Change) -> QuotaCheck:
+    """The egress exceptions a request asks for (``quotas.kube.egress``), each error on
+    ``egress_rules[i].<attribute>``. A namespace of the tenant's own is refused (its pods reach
+    it already); one of another tenant only when the rule names that tenant, and then the
+    deciding admin is warned (that tenant's policy still refuses the traffic unless it lets it
+    in); a tenant named for a namespace no tenant has is refused."""
+    found = QuotaCheck()
+    rules = change.scheduling.get("egress_rules")
+    if rules is None:
+        return found
+    if not isinstance(rules, list):
+        found.error("egress_rules", "a list of egress rules")
+        return found
+    if len(rules) > MAX_RULES:
+        found.error("egress_rules", f"at most {MAX_RULES} egress rules")
+        return found
+    for index, rule in enumerate(rules):
+        key = f"egress_rules[{index}]"
+        try:
+            spec = read_egress_rule(rule)
+        except EgressError as error:
+            found.error(f"{key}.{error.attribute}" if error.attribute else key, error.message)
+            continue
+        if not spec.namespace:
+            continue
+        owner = Namespace.objects.filter(name=spec.namespace).select_related("tenant").first()
+        if owner is None:
+            if spec.tenant:
+                found.error(
+                    f"{key}.tenant", f"no tenant has the namespace {spec.namespace}: leave it out"
+                )
+        elif owner.tenant_id == change.tenant.pk:
+            found.error(
+                f"{key}.namespace",
+                f"{spec.namespace} is {change.tenant.slug}'s own namespace: its pods reach it "
+                "already",
+            )
+        elif spec.tenant != owner.tenant.slug:
+            found.error(
+                f"{key}.namespace",
+                f"{spec.namespace} is another tenant's namespace: name that tenant in the rule "
+                '("tenant") to ask for egress there',
+            )
+        else:
+            found.warnings.append(
+                f"{change.tenant.slug} asks for egress into {owner.tenant.slug}'s namespace "
+                f"{spec.namespace} ({spec.protocol} {spec.port}): approve it only if "
+                f"{owner.tenant.slug} agrees; its own policy still refuses the traffic unless it "
+                "lets it in."
+            )
+    return found
+
+
 # --- the lists ------------------------------------------------------------------------------
 
 RULES: tuple[AnyRule, ...] = (
@@ -662,6 +734,7 @@ RULES: tuple[AnyRule, ...] = (
     Rule("isolation_level", quotas_held_allowed_at_new_level),
     Rule("production_priority", production_priority_changes),
     Rule("pod_bandwidth_max", pod_bandwidth_allowed),
+    CheckRule(egress_rules_check),
     Rule("max_run_time_hours", run_time_in_range),
     Rule("max_run_time_hours", run_time_changes),
     Rule("gpu_unit_cap", gpu_unit_cap_valid),

@@ -78,6 +78,8 @@ class ClusterOutput(serializers.ModelSerializer):
             "elastic_cap_fraction",
             "allow_guarantee_overcommit",
             "enforcement",
+            "tenant_ingress_namespaces",
+            "tenant_monitoring_namespaces",
         ]
 
     @extend_schema_field(EnforcementOutput)
@@ -86,7 +88,30 @@ class ClusterOutput(serializers.ModelSerializer):
 
 
 class ClusterEnforcementInput(StrictInputSerializer):
-    enforcement = serializers.ChoiceField(choices=Enforcement.choices)
+    """What a platform admin changes of a cluster; each field optional."""
+
+    enforcement = serializers.ChoiceField(choices=Enforcement.choices, required=False)
+    # Checked by the service (quotas.services.tenant_traffic_namespaces_read), which names the
+    # field in a 400.
+    tenant_ingress_namespaces = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        help_text="Namespaces of the ingress controller whose pods may reach every tenant's "
+        "pods (any port); no tenant may have one. Every tenant is pushed again.",
+    )
+    tenant_monitoring_namespaces = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        help_text="Namespaces of the monitoring that may scrape every tenant's pods.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs:
+            raise serializers.ValidationError(
+                "Name what to change: enforcement, tenant_ingress_namespaces or "
+                "tenant_monitoring_namespaces."
+            )
+        return attrs
 
 
 class FlavorResourceOutput(serializers.Serializer):

@@ -36,7 +36,9 @@ from tenants.api.base import IsPlatformAdmin, ReadMembersWriteAdmins, TenantScop
 
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
     """Clusters; platform admins choose how each enforces tenants' limits (PATCH
-    ``enforcement``), which pushes every tenant on it again."""
+    ``enforcement``) and which namespaces' pods may reach tenants' pods
+    (``tenant_ingress_namespaces``, ``tenant_monitoring_namespaces``), which pushes every
+    tenant on it again."""
 
     serializer_class = ClusterOutput
     permission_classes = [ReadMembersWriteAdmins]
@@ -57,8 +59,8 @@ class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
         cluster = get_object_or_404(self.get_queryset(), name=name)
         data = ClusterEnforcementInput(data=request.data)
         data.is_valid(raise_exception=True)
-        cluster = services.cluster_enforcement_set(
-            cluster=cluster, mode=data.validated_data["enforcement"], actor=caller(request)
+        cluster = services.cluster_update(
+            cluster=cluster, actor=caller(request), **data.validated_data
         )
         context = {"allocations": selectors.cluster_allocations(cluster=cluster)}
         return Response(ClusterDetailOutput(cluster, context=context).data)

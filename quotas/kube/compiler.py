@@ -23,7 +23,9 @@ Design choices, each one also explained where it is made:
   NVIDIA container toolkit in the tenants' pods, ConfigMaps and Secrets.
 * Accelerators are denied unless granted: the quota holds ``requests.<gpu resource>: 0`` for
   every GPU/MIG resource of the cluster the tenant has no quota for.
-* The NetworkPolicy denies all traffic except within the tenant's own namespaces and DNS.
+* The NetworkPolicy denies all traffic except within the tenant's own namespaces and DNS,
+  and lets in what the cluster names: its ingress controller's and monitoring's namespaces.
+  Egress beyond that is the tenant's approved exceptions only (``quotas.kube.egress``).
   A tenant with a per-pod bandwidth cap (R27) has it as a label on its namespaces, and one
   cluster-wide ValidatingAdmissionPolicy refuses pods there without the bandwidth annotations
   or above the cap (``quotas.kube.bandwidth``).
@@ -38,6 +40,7 @@ Design choices, each one also explained where it is made:
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,7 +50,7 @@ from typing import Any, Final
 
 import yaml
 
-from quotas.kube import bandwidth, enforcement, names, portal_access
+from quotas.kube import bandwidth, egress, enforcement, names, portal_access
 from quotas.kube.spec import (
     ANNOTATION_GENERATION,
     LABEL_CLUSTER,
@@ -809,12 +812,47 @@ def _limit_range(context: _TenantContext, namespace: str) -> KubeObject | None:
     }
 
 
+def _cluster_sources(cluster: ClusterSpec) -> list[dict[str, Any]]:
+    """The namespaces the cluster lets into every tenant's namespaces (its ingress
+    controller's, then monitoring's), each once, by the name label Kubernetes sets itself (a
+    tenant cannot forge it, unlike a label it may write on its own namespace)."""
+    names_in: dict[str, None] = {}
+    for what, values in (
+        ("ingress controller namespace", cluster.ingress_namespaces),
+        ("monitoring namespace", cluster.monitoring_namespaces),
+    ):
+        for value in values:
+            names.dns1123_label(value, what=f"cluster {cluster.name!r} {what}")
+            names_in.setdefault(value)
+    return [
+        {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: value}}} for value in names_in
+    ]
+
+
+def _egress_exceptions(context: _TenantContext) -> list[dict[str, Any]]:
+    """The tenant's approved egress exceptions, one rule each, in a stable order; each checked
+    again (``quotas.kube.egress``: never "the internet", never the metadata address)."""
+    rules: list[dict[str, Any]] = []
+    for spec in context.tenant.egress:
+        try:
+            rule = egress.egress_rule(spec)
+        except egress.EgressError as error:
+            raise ValueError(
+                f"tenant {context.tenant.slug!r} egress exception {spec.words()}: {error.message}"
+            ) from None
+        if rule not in rules:
+            rules.append(rule)
+    return sorted(rules, key=lambda rule: json.dumps(rule, sort_keys=True))
+
+
 def _network_policy(context: _TenantContext, namespace: str) -> KubeObject:
     """The seed article's ``deny-cross-tenant`` policy, kept as it is (first rule: ingress from
     pods of the same namespace), extended with what a tenant needs and nothing more: traffic
-    to and from the tenant's other namespaces, and DNS. Everything else, the internet included,
-    is denied: a workload that needs the outside world gets an explicit, reviewed policy (or an
-    egress proxy), not a default. Image pulls are the kubelet's and are not affected.
+    to and from the tenant's other namespaces, DNS, and in from the namespaces the cluster
+    names (its ingress controller's and monitoring's: a third rule, any port, only where
+    there are some). Everything else, the internet included, is denied: a workload that
+    needs more asks for an egress exception in a quota request, which a platform admin
+    approves (``quotas.kube.egress``; one egress rule each), not a default. Image pulls are the kubelet's and are not affected.
     Enforced only where the CNI implements NetworkPolicy."""
 
     def own_tenant() -> dict[str, Any]:  # a fresh dict each time: no shared (aliased) parts
@@ -829,6 +867,10 @@ def _network_policy(context: _TenantContext, namespace: str) -> KubeObject:
         ],
         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
     }
+    ingress: list[dict[str, Any]] = [{"from": [{"podSelector": {}}]}, {"from": [own_tenant()]}]
+    sources = _cluster_sources(context.cluster)
+    if sources:
+        ingress.append({"from": sources})
     return {
         "apiVersion": API_NETWORKING,
         "kind": "NetworkPolicy",
@@ -836,8 +878,13 @@ def _network_policy(context: _TenantContext, namespace: str) -> KubeObject:
         "spec": {
             "podSelector": {},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"from": [{"podSelector": {}}]}, {"from": [own_tenant()]}],
-            "egress": [{"to": [{"podSelector": {}}]}, {"to": [own_tenant()]}, dns],
+            "ingress": ingress,
+            "egress": [
+                {"to": [{"podSelector": {}}]},
+                {"to": [own_tenant()]},
+                dns,
+                *_egress_exceptions(context),
+            ],
         },
     }
 

@@ -61,6 +61,33 @@ class NamespaceSpec:
 
 
 @dataclass(frozen=True)
+class EgressSpec:
+    """A destination a tenant's pods may reach beyond its own namespaces and DNS, approved in
+    a quota request (``quotas.kube.egress`` reads and checks one)."""
+
+    port: int
+    protocol: str = "TCP"
+    namespace: str = ""  # pods of this namespace, or
+    cidr: str = ""  # this network
+    tenant: str = ""  # the tenant that owns ``namespace``, where it is another tenant's
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"port": self.port, "protocol": self.protocol}
+        if self.namespace:
+            out["namespace"] = self.namespace
+        if self.cidr:
+            out["cidr"] = self.cidr
+        if self.tenant:
+            out["tenant"] = self.tenant
+        return out
+
+    def words(self) -> str:
+        where = f"namespace {self.namespace}" if self.namespace else self.cidr
+        owner = f" (tenant {self.tenant})" if self.tenant else ""
+        return f"{where}{owner}, {self.protocol} {self.port}"
+
+
+@dataclass(frozen=True)
 class TenantSpec:
     """One tenant's quotas on one cluster, at one quota generation."""
 
@@ -111,6 +138,8 @@ class TenantSpec:
     # Kueue fairSharing.weight of the tenant's ClusterQueue (of its Cohort for a department);
     # None: Kueue's default of 1.
     fair_share_weight: int | None = None
+    # Egress exceptions approved for the tenant on this cluster (extra NetworkPolicy rules).
+    egress: tuple[EgressSpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -131,6 +160,12 @@ class ClusterSpec:
     # matches a prefix).
     trusted_controllers: tuple[str, ...] = ()
     has_volcano: bool = False
+    # Namespaces whose pods may reach every tenant's pods on any port: the ingress
+    # controller's (tenants' inference services behind an Ingress) and monitoring's (a
+    # Prometheus scraping tenants' metrics). Empty: none, tenants take traffic only from
+    # their own namespaces.
+    ingress_namespaces: tuple[str, ...] = ()
+    monitoring_namespaces: tuple[str, ...] = ()
     # Volcano hierarchical queues need the capacity plugin with enableHierarchy.
     volcano_hierarchy: bool = False
     # The cohort every tenant without a parent joins, so borrowing works.

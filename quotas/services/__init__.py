@@ -16,9 +16,14 @@ The names below are the app's service interface: import them from ``quotas.servi
 
 from quotas.services.clusters import (
     RESERVING_FIELDS,
+    TENANT_TRAFFIC_FIELDS,
     cluster_enforcement_set,
     cluster_namespace_rules,
     cluster_namespaces_reserve,
+    cluster_tenant_traffic_set,
+    cluster_tenants_repush,
+    cluster_update,
+    tenant_traffic_namespaces_read,
 )
 from quotas.services.fleet import FleetNodeReading, fleet_node_capacity_set
 from quotas.services.holds import quota_set_hold
@@ -33,7 +38,7 @@ from quotas.services.outbox import (
     quota_set_repush,
     quota_sets_resync,
 )
-from quotas.services.quota_sets import quota_set_write
+from quotas.services.quota_sets import egress_rules_canonical, quota_set_write
 from quotas.services.rules import (
     FAIR_SHARE_WEIGHT_MAX,
     POD_CAP_FIELDS,
@@ -75,6 +80,7 @@ __all__ = [
     "OUTBOX_RESEND_AFTER",
     "POD_CAP_FIELDS",
     "RESERVING_FIELDS",
+    "TENANT_TRAFFIC_FIELDS",
     "TIER_AMOUNT_FIELDS",
     "TIER_COUNT_FIELDS",
     "TIER_OPTIONAL_FIELDS",
@@ -90,8 +96,12 @@ __all__ = [
     "cluster_enforcement_set",
     "cluster_namespace_rules",
     "cluster_namespaces_reserve",
+    "cluster_tenant_traffic_set",
+    "cluster_tenants_repush",
+    "cluster_update",
     "default_gpu_flavor",
     "department_check",
+    "egress_rules_canonical",
     "elastic_cap",
     "enqueue_outbox",
     "fair_share_weight_check",
@@ -111,6 +121,7 @@ __all__ = [
     "quota_set_repush",
     "quota_set_write",
     "quota_sets_resync",
+    "tenant_traffic_namespaces_read",
     "tier_items",
     "tier_scheduling",
     "tier_template_prepare",

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from django.db import transaction
 
 from core.errors import ValidationFailed
@@ -15,8 +18,16 @@ from quotas.models import (
     QuotaSet,
 )
 from quotas.services.outbox import quota_set_repush
-from tenants.models import User
+from tenants.models import Namespace, User
 from tenants.services import audit_record, namespace_reservations_set
+from tenants.validators import DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX
+
+# The Cluster fields naming the namespaces let into every tenant's namespaces (the tenant
+# NetworkPolicy's ingress), with what each is in words.
+TENANT_TRAFFIC_FIELDS = {
+    "tenant_ingress_namespaces": "the ingress controller runs there",
+    "tenant_monitoring_namespaces": "monitoring runs there",
+}
 
 
 @transaction.atomic
@@ -57,8 +68,7 @@ def cluster_enforcement_set(*, cluster: Cluster, mode: str, actor: User | None) 
         before=before,
         after={"enforcement": mode},
     )
-    for quota_set in QuotaSet.objects.select_for_update().filter(cluster=cluster):
-        quota_set_repush(quota_set)
+    cluster_tenants_repush(cluster=cluster)
     return cluster
 
 
@@ -74,6 +84,11 @@ def cluster_namespace_rules(cluster: Cluster) -> list[tuple[str, str]]:
         rules.append(
             (cluster.mig_operator_namespace, f"the GPU Operator runs there on {cluster.name}")
         )
+    for field, why in TENANT_TRAFFIC_FIELDS.items():
+        value = getattr(cluster, field, None)
+        for name in value if isinstance(value, list) else []:
+            if isinstance(name, str) and name.strip():
+                rules.append((name.strip(), f"{why} on {cluster.name}: it reaches every tenant"))
     reserved = cluster.reserved_namespaces if isinstance(cluster.reserved_namespaces, list) else []
     for pattern in reserved:
         if isinstance(pattern, str) and pattern.strip():
@@ -86,7 +101,13 @@ def cluster_namespace_rules(cluster: Cluster) -> list[tuple[str, str]]:
 # The Cluster fields ``cluster_namespace_rules`` reads: a save that changes none of them
 # leaves the cluster's reservations as they are.
 RESERVING_FIELDS = frozenset(
-    {"name", "kueue_config", "mig_operator_namespace", "reserved_namespaces"}
+    {
+        "name",
+        "kueue_config",
+        "mig_operator_namespace",
+        "reserved_namespaces",
+        *TENANT_TRAFFIC_FIELDS,
+    }
 )
 
 
@@ -102,3 +123,85 @@ def cluster_namespaces_reserve(*, cluster_id: int) -> None:
         source=f"cluster:{cluster_id}",
         rules=cluster_namespace_rules(cluster) if cluster is not None else [],
     )
+
+
+def tenant_traffic_namespaces_read(value: Any, *, field: str) -> list[str]:
+    """The namespace names ``value`` lists (each once, in order), for one of
+    ``TENANT_TRAFFIC_FIELDS``; refused, naming ``field``, where one is not a namespace name or
+    is a tenant's: a tenant's namespace let into every tenant would reach all the others."""
+    if not isinstance(value, list) or not all(isinstance(entry, str) for entry in value):
+        raise ValidationFailed.for_field(field, "A list of namespace names.")
+    found: list[str] = []
+    for entry in value:
+        name = entry.strip()
+        if len(name) > DNS1123_LABEL_MAX or not re.fullmatch(DNS1123_LABEL_REGEX, name):
+            raise ValidationFailed.for_field(
+                field,
+                f"{name!r} is not a namespace name: lower-case letters, digits and '-', starting "
+                f"and ending with a letter or digit, at most {DNS1123_LABEL_MAX} characters.",
+            )
+        if name not in found:
+            found.append(name)
+    owned = Namespace.objects.filter(name__in=found).select_related("tenant").order_by("name")
+    for namespace in owned:
+        raise ValidationFailed.for_field(
+            field,
+            f"{namespace.name} is tenant {namespace.tenant.slug}'s namespace: let into every "
+            "tenant's namespaces, it would let that tenant reach all the others.",
+        )
+    return found
+
+
+@transaction.atomic
+def cluster_tenant_traffic_set(
+    *, cluster: Cluster, actor: User | None, **values: list[str]
+) -> Cluster:
+    """Set the namespaces ``cluster`` lets into every tenant's namespaces (keyword arguments
+    among ``TENANT_TRAFFIC_FIELDS``), checked by ``tenant_traffic_namespaces_read``, audited,
+    and push every tenant on it again at the next generation. Bad input changes nothing."""
+    unknown = sorted(set(values) - set(TENANT_TRAFFIC_FIELDS))
+    if unknown:
+        raise ValidationFailed.for_field(unknown[0], "Not a setting of the cluster's traffic.")
+    wanted = {
+        field: tenant_traffic_namespaces_read(value, field=field) for field, value in values.items()
+    }
+    cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+    before = {field: getattr(cluster, field) for field in wanted}
+    changed = [field for field in wanted if before[field] != wanted[field]]
+    if not changed:
+        return cluster
+    for field in changed:
+        setattr(cluster, field, wanted[field])
+    cluster.save(update_fields=changed)
+    audit_record(
+        actor=actor,
+        action="cluster.tenant_traffic_set",
+        obj=cluster,
+        before={field: before[field] for field in changed},
+        after={field: wanted[field] for field in changed},
+    )
+    cluster_tenants_repush(cluster=cluster)
+    return cluster
+
+
+def cluster_tenants_repush(*, cluster: Cluster) -> None:
+    """Push every tenant on ``cluster`` again (something of the cluster the compiler reads
+    changed), in the caller's transaction."""
+    for quota_set in QuotaSet.objects.select_for_update().filter(cluster=cluster):
+        quota_set_repush(quota_set)
+
+
+@transaction.atomic
+def cluster_update(
+    *, cluster: Cluster, actor: User | None, enforcement: str | None = None, **traffic: list[str]
+) -> Cluster:
+    """What a platform admin changes of a cluster through the API, all or nothing: the
+    enforcement mode (``cluster_enforcement_set``) and the namespaces let into tenants'
+    namespaces (``cluster_tenant_traffic_set``)."""
+    for field, value in traffic.items():
+        tenant_traffic_namespaces_read(value, field=field)  # refused before anything changes
+    if enforcement is not None:
+        cluster = cluster_enforcement_set(cluster=cluster, mode=enforcement, actor=actor)
+    if traffic:
+        cluster = cluster_tenant_traffic_set(cluster=cluster, actor=actor, **traffic)
+    return cluster

@@ -12,6 +12,7 @@ from quotas.choices import (
     CPU_RESOURCE,
     MEMORY_RESOURCE,
 )
+from quotas.kube.egress import read_egress_rule
 from quotas.models import (
     Cluster,
     Quota,
@@ -41,6 +42,7 @@ def _snapshot(quota_set: QuotaSet) -> dict[str, Any]:
         if quota_set.max_memory_per_pod is None
         else format_quantity(quota_set.max_memory_per_pod, MEMORY_RESOURCE),
         "inference_gpus": quota_set.inference_gpus,
+        "egress_rules": quota_set.egress_rules,
         "items": [
             {
                 "flavor": q.flavor.name,
@@ -108,6 +110,8 @@ def quota_set_write(
     quota_set.max_cpu_per_pod = scheduling.max_cpu_per_pod
     quota_set.max_memory_per_pod = scheduling.max_memory_per_pod
     quota_set.inference_gpus = scheduling.inference_gpus
+    if scheduling.egress_rules is not None:  # None: the exceptions in force stay
+        quota_set.egress_rules = egress_rules_canonical(scheduling.egress_rules)
     if tier is not None:
         quota_set.tier = tier
     if not created:
@@ -126,3 +130,15 @@ def quota_set_write(
         after=after,
     )
     return quota_set
+
+
+def egress_rules_canonical(rules: Any) -> list[dict[str, Any]]:
+    """Egress exceptions as stored: each read and checked (``quotas.kube.egress``), each once,
+    in the order given. ValueError on one that is wrong (the request's check refused it
+    already)."""
+    found: list[dict[str, Any]] = []
+    for rule in rules or []:
+        value = read_egress_rule(rule).as_json()
+        if value not in found:
+            found.append(value)
+    return found

@@ -65,6 +65,8 @@ class SchedulingQuotas:
     max_cpu_per_pod: Decimal | None = None
     max_memory_per_pod: Decimal | None = None
     inference_gpus: int | None = None
+    # Egress exceptions (``quotas.kube.egress``, as JSON); None leaves those in force.
+    egress_rules: list[dict[str, Any]] | None = None
 
 
 # The error key of line ``index``'s ``attribute`` ("items[3].limit"); a caller that checks a
