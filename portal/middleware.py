@@ -12,6 +12,9 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django_prometheus.middleware import (
+    PrometheusAfterMiddleware as LibraryPrometheusAfterMiddleware,
+)
 
 from core.api.limits import anonymous_body_too_large, declared_length, too_large_message
 from core.api.throttling import LoginRateThrottle
@@ -57,6 +60,17 @@ class RequestLogMiddleware:
             },
         )
         return response
+
+
+class PrometheusAfterMiddleware(LibraryPrometheusAfterMiddleware):
+    """django-prometheus' per-view counts, with the method label always one of HTTP's (the
+    library labels its latency histogram with the method as the client sent it: any word would
+    make new series)."""
+
+    def label_metric(self, metric: Any, request: Any, response: Any = None, **labels: Any) -> Any:
+        if "method" in labels:
+            labels["method"] = self._method(request)
+        return super().label_metric(metric, request, response, **labels)
 
 
 class AuditSourceMiddleware:

@@ -75,7 +75,7 @@ MIDDLEWARE = [
     "portal.middleware.AuditSourceMiddleware",
     "core.pages.PageErrorMiddleware",  # a domain error a page let through -> its page
     # Outside the pages' error middleware and axes' lockout, so it counts the status sent.
-    "django_prometheus.middleware.PrometheusAfterMiddleware",
+    "portal.middleware.PrometheusAfterMiddleware",
     "axes.middleware.AxesMiddleware",  # last: turns a lockout into the lockout page
 ]
 
