@@ -66,15 +66,18 @@ app.conf.beat_schedule = {
 
 
 @signals.setup_logging.connect
-def _log_as_django_does(**_: Any) -> None:
+def _log_as_django_does(loglevel: Any = None, **_: Any) -> None:
     """The worker and beat log through the settings' ``LOGGING`` (portal.logs: JSON or text,
-    with the request id of the request that sent the task), not Celery's own format; their
-    ``--loglevel`` gives way to ``LOG_LEVEL``."""
+    with the id of the request that sent the task), not in Celery's own format, from the level
+    their ``--loglevel`` names (as before: Celery's default is WARNING)."""
+    import logging
     from logging.config import dictConfig
 
     from django.conf import settings
 
     dictConfig(settings.LOGGING)
+    if loglevel:
+        logging.getLogger().setLevel(loglevel)
 
 
 @signals.task_prerun.connect
