@@ -127,6 +127,11 @@ def test_the_servicemonitor_scrapes_metrics_with_the_token() -> None:
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["path"] == "/metrics"
     assert endpoint["authorization"]["credentials"] == {"name": "portal-metrics", "key": "token"}
+    # Both kinds of pods that serve requests: the web's and the node agents' API.
+    selector = monitor["spec"]["selector"]
+    assert selector["matchExpressions"] == [
+        {"key": "app.kubernetes.io/component", "operator": "In", "values": ["web", "agent-api"]}
+    ]
     # The rules select job="gpu-quota-portal", as the plain scrape config names the job.
     assert {"targetLabel": "job", "replacement": "gpu-quota-portal"} in endpoint["relabelings"]
     scrape = yaml.safe_load(SCRAPE.read_text())
