@@ -20,6 +20,7 @@ from typing import Any
 
 from celery import current_task
 from django_guid.context import guid
+from pythonjsonlogger.core import RESERVED_ATTRS
 from pythonjsonlogger.json import JsonFormatter as LibraryJsonFormatter
 
 LOG_FORMATS = ("json", "text")
@@ -67,6 +68,9 @@ def logging_config(log_format: str, level: str) -> dict[str, Any]:
             "()": "portal.logs.JsonFormatter",
             "fmt": list(JSON_FIELDS),
             "rename_fields": JSON_RENAMED,
+            # Django's request records carry the request object, whose text has the query
+            # string (a token, a password reset key): the message says what is needed.
+            "reserved_attrs": [*RESERVED_ATTRS, "request"],
         },
         "text": {"format": TEXT_FORMAT},
     }

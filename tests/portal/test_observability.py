@@ -100,6 +100,20 @@ def test_a_request_logs_one_json_line_with_the_id_its_response_carries(
 
 
 @pytest.mark.django_db
+def test_djangos_own_request_lines_leave_the_query_string_out_too(
+    client: Client, json_logs: io.StringIO
+) -> None:
+    response = client.get("/no-such-page/", {"reset_key": "s3cret-key"})
+    assert response.status_code == 404
+    lines = json_lines(json_logs.getvalue())
+    (django_line,) = [line for line in lines if line["logger"] == "django.request"]
+    assert django_line["message"] == "Not Found: /no-such-page/"
+    assert django_line["status_code"] == 404
+    assert django_line["request_id"] == response["X-Request-ID"]
+    assert "s3cret-key" not in json_logs.getvalue()
+
+
+@pytest.mark.django_db
 def test_the_callers_request_id_is_kept_and_a_forged_one_replaced(
     client: Client, json_logs: io.StringIO
 ) -> None:
