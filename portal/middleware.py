@@ -12,6 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django_guid.context import guid
 from django_prometheus.middleware import (
     PrometheusAfterMiddleware as LibraryPrometheusAfterMiddleware,
 )
@@ -38,6 +39,12 @@ class RequestLogMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         started = time.perf_counter()
         response = self.get_response(request)
+        request_id = getattr(request, "correlation_id", None)
+        if request_id is not None and guid.get() != request_id:
+            # An eager task (CELERY_TASK_ALWAYS_EAGER, debugging) ran inside the request and
+            # django-guid cleared the id when it ended: the response and the lines still to
+            # come carry the request's again.
+            guid.set(request_id)
         status = response.status_code
         if status < 400 and request.path.startswith(QUIET_PATHS):
             return response

@@ -23,7 +23,9 @@ import pytest
 import redis
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest, JsonResponse
 from django.test import Client
+from django.urls import path
 from prometheus_client.parser import text_string_to_metric_families
 
 from portal.logs import logging_config
@@ -261,3 +263,31 @@ def test_a_broker_that_does_not_answer_is_a_zero_not_an_error(
     figures = scrape(client, settings)
     assert figures[("portal_celery_broker_up", ())] == 0
     assert not any(name.startswith("portal_celery_queue") for name, _ in figures)
+
+
+def send_heartbeat(request: HttpRequest) -> JsonResponse:
+    worker_heartbeat.delay()
+    return JsonResponse({"sent": True})
+
+
+urlpatterns = [path("send-heartbeat", send_heartbeat)]
+
+
+@pytest.mark.django_db
+def test_a_task_run_eagerly_inside_the_request_leaves_its_line_the_id(
+    client: Client, settings: Any, json_logs: io.StringIO
+) -> None:
+    """CELERY_TASK_ALWAYS_EAGER (debugging): django-guid clears the id when the task ends,
+    inside the request; the response and the request's line still carry it."""
+    from portal.celery import app
+
+    settings.ROOT_URLCONF = __name__
+    app.conf.task_always_eager = True
+    try:
+        response = client.get("/send-heartbeat")
+    finally:
+        app.conf.task_always_eager = False
+    assert response.status_code == 200
+    assert uuid.UUID(response["X-Request-ID"])
+    (line,) = request_lines(json_logs)
+    assert line["request_id"] == response["X-Request-ID"]
