@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.redis_server import free_port
 
-pytestmark = [pytest.mark.usefixtures("on_postgres")]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("on_postgres")]
 
 ROOT = Path(django_settings.BASE_DIR)
 REQUESTS = 40
