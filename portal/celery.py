@@ -8,6 +8,8 @@ from typing import Any
 from celery import Celery, signals
 from celery.schedules import crontab
 
+import portal.observability  # noqa: F401 - each task's outcome and run time, for /metrics
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings.production")
 
 app = Celery("portal")
@@ -61,6 +63,21 @@ app.conf.beat_schedule = {
         "schedule": crontab(minute=0, hour=3, day_of_month=1),
     },
 }
+
+
+@signals.setup_logging.connect
+def _log_as_django_does(loglevel: Any = None, **_: Any) -> None:
+    """The worker and beat log through the settings' ``LOGGING`` (portal.logs: JSON or text,
+    with the id of the request that sent the task), not in Celery's own format, from the level
+    their ``--loglevel`` names (as before: Celery's default is WARNING)."""
+    import logging
+    from logging.config import dictConfig
+
+    from django.conf import settings
+
+    dictConfig(settings.LOGGING)
+    if loglevel:
+        logging.getLogger().setLevel(loglevel)
 
 
 @signals.task_prerun.connect

@@ -1,7 +1,10 @@
-"""Request-scoped context for services, and the security headers every response carries."""
+"""Request-scoped context for services, the security headers every response carries, and the
+one log line each request leaves."""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -9,12 +12,72 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django_guid.context import guid
+from django_prometheus.middleware import (
+    PrometheusAfterMiddleware as LibraryPrometheusAfterMiddleware,
+)
 
 from core.api.limits import anonymous_body_too_large, declared_length, too_large_message
 from core.api.throttling import LoginRateThrottle
 from core.http import client_ip as core_client_ip
 from tenants.choices import AuditSource
 from tenants.services import audit_source
+
+request_log = logging.getLogger("portal.request")
+# Asked every few seconds by the kubelet, Prometheus and browsers: logged only when they fail.
+QUIET_PATHS = ("/livez", "/readyz", "/healthz", "/metrics", "/static/", "/favicon.ico")
+
+
+class RequestLogMiddleware:
+    """One log line per request, after its response: method, path (without the query string,
+    which may carry a token), status, view and seconds taken, with the request id the log
+    filter adds (``portal.logs``). A successful probe, scrape or static file is not logged."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        started = time.perf_counter()
+        response = self.get_response(request)
+        request_id = getattr(request, "correlation_id", None)
+        if request_id is not None and guid.get() != request_id:
+            # An eager task (CELERY_TASK_ALWAYS_EAGER, debugging) ran inside the request and
+            # django-guid cleared the id when it ended: the response and the lines still to
+            # come carry the request's again.
+            guid.set(request_id)
+        status = response.status_code
+        if status < 400 and request.path.startswith(QUIET_PATHS):
+            return response
+        seconds = time.perf_counter() - started
+        match = request.resolver_match
+        # A decoded path may hold a line break: escaped, it cannot forge a second line.
+        path = request.path.encode("unicode_escape").decode("ascii")
+        request_log.info(
+            "%s %s %s %.3fs",
+            request.method,
+            path,
+            status,
+            seconds,
+            extra={
+                "method": request.method,
+                "path": path,
+                "status": status,
+                "view": match.view_name if match is not None else None,
+                "duration_seconds": round(seconds, 6),
+            },
+        )
+        return response
+
+
+class PrometheusAfterMiddleware(LibraryPrometheusAfterMiddleware):
+    """django-prometheus' per-view counts, with the method label always one of HTTP's (the
+    library labels its latency histogram with the method as the client sent it: any word would
+    make new series)."""
+
+    def label_metric(self, metric: Any, request: Any, response: Any = None, **labels: Any) -> Any:
+        if "method" in labels:
+            labels["method"] = self._method(request)
+        return super().label_metric(metric, request, response, **labels)
 
 
 class AuditSourceMiddleware:

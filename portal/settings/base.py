@@ -14,8 +14,10 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django_guid.integrations import CeleryIntegration
 
 from core.env import env_bool, env_int, env_list, env_str
+from portal.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(env_str("DATA_DIR", str(BASE_DIR / ".data")))
@@ -41,6 +43,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "axes",  # login lockouts (django-axes)
+    "django_guid",  # the request id (X-Request-ID) in logs and Celery tasks (portal.logs)
     "tenants",
     "identity",
     "quotas",
@@ -54,6 +57,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # HTTP metrics for /metrics (django-prometheus): this one first, its pair last but axes.
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django_guid.middleware.guid_middleware",  # the request id, before anything logs
+    "portal.middleware.RequestLogMiddleware",  # one log line per request, with its id
     "django.middleware.security.SecurityMiddleware",
     "portal.middleware.ContentSecurityPolicyMiddleware",
     "portal.middleware.ApiBodyLimitMiddleware",  # JSON 413 under /api/ before anything reads
@@ -67,6 +74,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "portal.middleware.AuditSourceMiddleware",
     "core.pages.PageErrorMiddleware",  # a domain error a page let through -> its page
+    # Outside the pages' error middleware and axes' lockout, so it counts the status sent.
+    "portal.middleware.PrometheusAfterMiddleware",
     "axes.middleware.AxesMiddleware",  # last: turns a lockout into the lockout page
 ]
 
@@ -512,10 +521,17 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+# --- Logs and the request id (portal.logs) ---------------------------------------------------
+# One line per record to standard error: LOG_FORMAT "json" (production's default) or "text"
+# (the demo's and the tests'), each with the request id; production.py builds its own LOGGING.
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
+LOG_FORMAT = env_str("LOG_FORMAT", "text")
+LOGGING = logging_config(LOG_FORMAT, LOG_LEVEL)
+# django-guid: the caller's X-Request-ID when it is a UUID (an ingress controller's), else a new
+# one; every response carries it, and the Celery tasks a request sends log it too.
+DJANGO_GUID = {
+    "GUID_HEADER_NAME": "X-Request-ID",
+    "VALIDATE_GUID": True,
+    # portal.celery makes the worker and beat log through LOGGING.
+    "INTEGRATIONS": [CeleryIntegration()],
 }

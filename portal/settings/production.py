@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from django.core.exceptions import ImproperlyConfigured
 
-from core.env import env_bool, env_int
+from core.env import env_bool, env_int, env_str
+from portal.logs import logging_config
 from portal.settings.base import *  # noqa: F403
-from portal.settings.base import DEFAULT_SECRET_KEY, SECRET_KEY
+from portal.settings.base import DEFAULT_SECRET_KEY, LOG_LEVEL, SECRET_KEY
 
 if SECRET_KEY == DEFAULT_SECRET_KEY:
     raise ImproperlyConfigured(
@@ -29,3 +30,8 @@ SECURE_HSTS_PRELOAD = True
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
 SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", True)
 CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", True)
+
+# Logs as JSON lines (portal.logs), one object a line with the request id, for the cluster's log
+# collector; LOG_FORMAT=text gives readable lines instead.
+LOG_FORMAT = env_str("LOG_FORMAT", "json")
+LOGGING = logging_config(LOG_FORMAT, LOG_LEVEL)
