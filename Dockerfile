@@ -34,4 +34,4 @@ RUN SECRET_KEY=build-only-not-used-at-runtime python manage.py collectstatic --n
 # Numeric, so that Kubernetes can check runAsNonRoot (deploy/kubernetes runs it as 10001).
 USER 10001:10001
 EXPOSE 8000
-CMD ["gunicorn", "portal.wsgi", "--bind", "0.0.0.0:8000", "--workers", "4", "--worker-class", "gthread", "--threads", "4", "--keep-alive", "75", "--access-logfile", "-"]
+CMD ["gunicorn", "portal.wsgi", "--bind", "0.0.0.0:8000", "--workers", "4", "--worker-class", "gthread", "--threads", "4", "--keep-alive", "75"]
