@@ -4,7 +4,9 @@ not only labels: the columns widen from 63 to 253 characters and the checks acce
 
 An expand step (docs/develop/migrations.md): widening a varchar is a catalogue change in
 PostgreSQL (no table rewrite), every name the previous release stored still passes, and that
-release still reads and writes the tables (it only refuses dotted names in its own checks)."""
+release still reads and writes the tables (it only refuses dotted names in its own checks).
+Reversing it fails while a node or a join token has a name the old check refuses (a dot, more
+than 63 characters): remove those first."""
 
 import tenants.validators
 from django.db import migrations, models
