@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from tenants.validators import DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX, dns1123_label
+from tenants.validators import DNS1123_SUBDOMAIN_REGEX, NODE_NAME_MAX, kubernetes_node_name
 
 GPU_UUID_MAX = 100
 GPU_NAME_MAX = 100
@@ -58,9 +58,13 @@ REPORT_DIGEST_MAX = 64  # a SHA-256 in hex
 
 
 class Node(models.Model):
-    """A GPU node running the agent. Created when the agent registers with a join token."""
+    """A GPU node running the agent. Created when the agent registers (a join token, or in a
+    cluster its pod's ServiceAccount token). Named as its Kubernetes Node is: a DNS-1123
+    subdomain (``ip-10-0-1-23.ec2.internal`` on EKS), not only a label."""
 
-    name = models.CharField(max_length=DNS1123_LABEL_MAX, unique=True, validators=[dns1123_label])
+    name = models.CharField(
+        max_length=NODE_NAME_MAX, unique=True, validators=[kubernetes_node_name]
+    )
     cluster = models.ForeignKey(
         "quotas.Cluster",
         null=True,
@@ -128,7 +132,7 @@ class Node(models.Model):
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(name__regex=DNS1123_LABEL_REGEX), name="node_name_dns1123"
+                condition=Q(name__regex=DNS1123_SUBDOMAIN_REGEX), name="node_name_dns1123_subdomain"
             ),
         ]
 
@@ -421,7 +425,7 @@ class PlanProposal(models.Model):
 class NodeJoinToken(models.Model):
     """A one-time secret an agent exchanges for its node token. Only the digest is stored."""
 
-    node_name = models.CharField(max_length=DNS1123_LABEL_MAX, validators=[dns1123_label])
+    node_name = models.CharField(max_length=NODE_NAME_MAX, validators=[kubernetes_node_name])
     cluster = models.ForeignKey(
         "quotas.Cluster", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -454,8 +458,8 @@ class NodeJoinToken(models.Model):
         ordering = ["-created_at"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(node_name__regex=DNS1123_LABEL_REGEX),
-                name="node_join_token_name_dns1123",
+                condition=Q(node_name__regex=DNS1123_SUBDOMAIN_REGEX),
+                name="node_join_token_name_dns1123_subdomain",
             ),
         ]
 
@@ -488,7 +492,7 @@ class MigOperatorNode(models.Model):
     cluster = models.ForeignKey(
         "quotas.Cluster", on_delete=models.CASCADE, related_name="mig_nodes"
     )
-    node_name = models.CharField(max_length=253)
+    node_name = models.CharField(max_length=NODE_NAME_MAX)
     desired_config = models.CharField(max_length=253, blank=True)
     label_config = models.CharField(
         max_length=253, blank=True, help_text="nvidia.com/mig.config as read."

@@ -32,7 +32,7 @@ from gpu_agent.services.common import MESSAGE_MAX
 from gpu_agent.services.layouts import RESULT_STATES
 from gpu_agent.services.probes import MAX_PROBE_SECONDS
 from gpu_spec.report import report_schema
-from tenants.validators import DNS1123_LABEL_MAX, dns1123_label
+from tenants.validators import DNS1123_LABEL_MAX, NODE_NAME_RULE, kubernetes_node_name
 
 INT32_MAX = 2**31 - 1
 
@@ -79,7 +79,7 @@ class RegisterInput(StrictInputSerializer):
         "the portal reaches one cluster through the Kubernetes API).",
     )
     node = serializers.CharField(
-        max_length=253,
+        validators=[kubernetes_node_name],  # its length first
         allow_blank=True,
         default="",
         help_text="With service_account_token: the node the agent believes it runs on "
@@ -234,7 +234,10 @@ class ResultOutput(serializers.Serializer):
 
 
 class JoinTokenInput(StrictInputSerializer):
-    node = serializers.CharField(max_length=DNS1123_LABEL_MAX, validators=[dns1123_label])
+    node = serializers.CharField(
+        validators=[kubernetes_node_name],  # its length first
+        help_text=f"The node's name, {NODE_NAME_RULE}.",
+    )
     cluster = serializers.CharField(
         required=False, help_text="Name of the cluster the node belongs to."
     )

@@ -252,7 +252,7 @@ class NodeViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     queryset = Node.objects.none()  # for the schema; get_queryset() reads through the selector
     permission_classes = [IsPlatformAdmin]
     lookup_field = "name"
-    lookup_value_regex = "[a-z0-9-]+"  # DNS-1123 labels
+    lookup_value_regex = "[a-z0-9.-]+"  # Kubernetes node names: DNS-1123 subdomains, dots too
     filterset_class = NodeFilter
 
     def get_queryset(self) -> Any:

@@ -46,7 +46,7 @@ from gpu_agent.models import (
     NodeToken,
 )
 from gpu_agent.services.capacity import nodes_capacity_push
-from gpu_agent.services.common import check_length, iso
+from gpu_agent.services.common import check_length, iso, node_audit_id
 from quotas.backends import cluster_backend
 from quotas.choices import SyncBackend
 from quotas.kube.applier import TIMEOUT, ApplyError, KubernetesBackend
@@ -54,7 +54,7 @@ from quotas.kube.resources import NODE, POD
 from quotas.models import Cluster
 from tenants.models import User
 from tenants.services import audit_record
-from tenants.validators import DNS1123_LABEL_MAX, dns1123_label
+from tenants.validators import kubernetes_node_name
 
 TOKEN_BYTES = 30  # 240 random bits: a fast hash is enough, there is no dictionary to attack
 TOKEN_PREFIX_LEN = 8
@@ -85,18 +85,15 @@ def _digest(secret: str) -> str:
 
 
 def _check_node_name(field_name: str, value: str) -> None:
+    """400 naming ``field_name`` unless ``value`` is a Kubernetes node name (a DNS-1123
+    subdomain: EKS's ``ip-10-0-1-23.ec2.internal``, an on-premises FQDN)."""
     if not value:
         raise ValidationFailed.for_field(field_name, "This field is required.")
-    if len(value) > DNS1123_LABEL_MAX:
-        raise ValidationFailed.for_field(
-            field_name,
-            f"{value[:80]!r} is {len(value)} characters long; at most {DNS1123_LABEL_MAX} are "
-            "allowed.",
-        )
     try:
-        dns1123_label(value)
+        kubernetes_node_name(value)
     except ValidationError as exc:
-        raise ValidationFailed.for_field(field_name, f"{value!r} {exc.messages[0]}.") from exc
+        shown = value if len(value) <= 80 else f"{value[:77]}..."
+        raise ValidationFailed.for_field(field_name, f"{shown!r} {exc.messages[0]}.") from exc
 
 
 @transaction.atomic
@@ -218,6 +215,7 @@ def agent_register(
         actor=join.created_by,
         action=action,
         obj=node,
+        object_id=node_audit_id(node.name),
         after={
             "hostname": hostname,
             "agent_version": agent_version,
@@ -256,6 +254,7 @@ def _registration_repeat(*, join: NodeJoinToken, node: Node, now: datetime) -> t
         actor=join.created_by,
         action="node.registration_repeated",
         obj=node,
+        object_id=node_audit_id(node.name),
         after={"join_token": join.prefix, "node_token": token.prefix, "revoked_tokens": revoked},
     )
     return node, secret
@@ -378,7 +377,8 @@ def agent_register_in_cluster(
     cluster, a node the portal has in another cluster); nothing is registered then."""
     check_length("hostname", hostname, HOSTNAME_MAX)
     check_length("agent_version", agent_version, VERSION_MAX)
-    check_length("node", node_claim, DNS1123_LABEL_MAX * 4 + 3)  # a Kubernetes node name
+    if node_claim:
+        _check_node_name("node", node_claim)
     cluster = _join_cluster(cluster_name)
     try:
         identity, node_name, _ = _cluster_vouches(cluster, service_account_token)
@@ -388,13 +388,11 @@ def agent_register_in_cluster(
                 f"not {node_claim}.",
                 403,
             )
-        try:
-            dns1123_label(node_name)
+        try:  # what the API server checks itself: a cluster that says otherwise is broken
+            kubernetes_node_name(node_name)
         except ValidationError as exc:
             raise IdentityRefused(
-                f"Node {node_name} cannot join: the portal names nodes by DNS-1123 labels and "
-                f"{node_name!r} {exc.messages[0]}.",
-                403,
+                f"Node {node_name[:80]!r} cannot join: its name {exc.messages[0]}.", 403
             ) from exc
         return _node_join(
             cluster=cluster,
@@ -453,6 +451,7 @@ def _node_join(
         actor=None,
         action=action,
         obj=node,
+        object_id=node_audit_id(node.name),
         after={
             "hostname": hostname,
             "agent_version": agent_version,
@@ -557,7 +556,11 @@ def node_token_revoke(*, node: Node, actor: User) -> int:
     )
     if count:
         audit_record(
-            actor=actor, action="node_token.revoked", obj=node, after={"prefixes": prefixes}
+            actor=actor,
+            action="node_token.revoked",
+            obj=node,
+            object_id=node_audit_id(node.name),
+            after={"prefixes": prefixes},
         )
     return count
 
@@ -582,6 +585,7 @@ def node_update(*, node: Node, actor: User, cluster: Cluster | None) -> Node:
             actor=actor,
             action="node.updated",
             obj=locked,
+            object_id=node_audit_id(locked.name),
             before={"cluster": before},
             after={"cluster": after},
         )
@@ -608,6 +612,7 @@ def node_remove(*, node: Node, actor: User) -> None:
         actor=actor,
         action="node.removed",
         obj=locked,
+        object_id=node_audit_id(locked.name),
         before={
             "name": locked.name,
             "cluster": locked.cluster.name if locked.cluster else None,
@@ -645,6 +650,7 @@ def nodes_mark_stale(*, now: datetime | None = None) -> list[str]:
             actor=None,
             action="node.stale",
             obj=node,
+            object_id=node_audit_id(node.name),
             before={"stale": False},
             after={"stale": True, "last_report_at": iso(node.last_report_at)},
         )

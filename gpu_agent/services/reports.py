@@ -48,7 +48,7 @@ from gpu_agent.models import (
     Node,
 )
 from gpu_agent.services.capacity import node_capacity_pushed
-from gpu_agent.services.common import iso
+from gpu_agent.services.common import iso, node_audit_id
 from gpu_agent.services.layouts import WHOLE_GPU, agent_desired_generation, waiting_message
 from gpu_spec.report import validate_report
 from tenants.services import audit_record
@@ -404,6 +404,7 @@ def _report_answer(*, node: Node, report: ValidReport) -> ReportAnswer:
             actor=None,
             action="node.reporting",
             obj=node,
+            object_id=node_audit_id(node.name),
             before={"stale": True},
             after={"stale": False, "last_report_at": iso(now)},
         )

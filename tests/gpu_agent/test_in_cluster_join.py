@@ -174,6 +174,40 @@ def test_an_in_cluster_agent_joins_with_its_service_account_token_and_reports(
     assert live.pk != first.pk
 
 
+@pytest.mark.integration
+def test_an_eks_node_named_with_dots_joins_and_reports(
+    transactional_db: Any, live_server: Any, world: World, cluster: Handle, tmp_path: Path
+) -> None:
+    """EKS names nodes ip-10-0-1-23.ec2.internal (a DNS-1123 subdomain, as every Node name may
+    be): the node registers under that name, reports, and its API URL has the dots."""
+    eks = "ip-10-0-1-23.ec2.internal"
+    create(cluster, k8s_node(eks), pod("agent-eks", eks))
+    token_file = tmp_path / "token"
+    token_file.write_text(projected(cluster, "agent-eks"))
+
+    code = agent(live_server.url, token_file, tmp_path / "state", "--kubernetes-node", eks)
+
+    assert code == 0
+    node = Node.objects.get(name=eks)
+    assert node.cluster == world.a100 and node.last_report_at is not None
+    assert Gpu.objects.filter(node=node).count() == 2
+    assert AuditEvent.objects.get(action="node.registered").object_id == eks
+    admin = APIClient()
+    admin.force_authenticate(world.admin)
+    assert admin.get(f"/api/v1/nodes/{eks}/").json()["name"] == eks
+
+
+@pytest.mark.django_db
+def test_a_malformed_node_claim_is_400_naming_the_field(cluster: Handle) -> None:
+    answer = register(
+        {"service_account_token": projected(cluster, "agent-a"), "cluster": "demo-a100",
+         "node": "GPU_A.lab"}
+    )  # fmt: skip
+    assert answer.status_code == 400, answer.content
+    assert "a Kubernetes node name" in answer.json()["fields"]["node"][0]
+    assert not Node.objects.exists()
+
+
 # Refused, and nothing registered ---------------------------------------------------------------
 
 

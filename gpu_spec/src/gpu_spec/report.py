@@ -108,3 +108,17 @@ def validate_report(data: Any) -> list[Problem]:
     if validator.is_valid(data):
         return []
     return [_problem(error) for error in validator.iter_errors(data)]
+
+
+@functools.cache
+def _node_name_validator() -> Any:
+    return jsonschema_rs.validator_for(report_schema()["$defs"]["nodeName"])
+
+
+def node_name_problem(name: Any) -> str | None:
+    """Why ``name`` is not a Kubernetes node name (a DNS-1123 subdomain, the rule of a report's
+    ``node``), or None when it is one."""
+    validator = _node_name_validator()
+    if validator.is_valid(name):
+        return None
+    return next(_problem(error).message for error in validator.iter_errors(name))

@@ -81,7 +81,7 @@ from gpu_node_agent.probe import (
     SimulatedProber,
 )
 from gpu_spec.mig.catalogue import Catalogue, load_catalogue
-from gpu_spec.report import validate_report
+from gpu_spec.report import node_name_problem, validate_report
 
 logger = logging.getLogger("gpu_node_agent")
 
@@ -1041,7 +1041,11 @@ def main(argv: Sequence[str] | None = None, *, sleep: Callable[[float], None] = 
     if not join_token and args.join_token_file:
         with contextlib.suppress(OSError):  # a Secret key a registered node may lack
             join_token = Path(args.join_token_file).read_text(encoding="utf-8").strip() or None
-    node = args.node or state.node or socket.gethostname()
+    for flag, value in (("--node", args.node), ("--kubernetes-node", args.kubernetes_node)):
+        if value and (problem := node_name_problem(value)):
+            parser.error(f"{flag}: {problem}")
+    # Without a name: the host's, lower-cased as the kubelet names its Node.
+    node = args.node or state.node or socket.gethostname().lower()
     if args.backend == "fake":
         # Checked before registering: a join token is spent only on a start that can go on.
         from gpu_spec.simulated import FakeSpecError, parse_fake_gpus
