@@ -11,10 +11,11 @@ from django.db.models import CharField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Concat
 
 from core.errors import NotFound
-from tenants.choices import MembershipRole
+from tenants.choices import JoinRequestState, MembershipRole
 from tenants.models import (
     ApiToken,
     AuditEvent,
+    JoinRequest,
     Membership,
     Namespace,
     Notification,
@@ -78,6 +79,52 @@ def tenant_get_for_user(*, user: User, slug: str) -> Tenant:
     if tenant is None:
         raise NotFound("No such tenant, or it is not yours to see.")
     return tenant
+
+
+def tenant_get_to_join(*, slug: str) -> Tenant:
+    """The tenant a signed-in person asks to join, by the slug someone gave them: any tenant not
+    archived (its slug and name are what the ask shows), else NotFound (404) as for a tenant
+    one may not see. Nothing else of it is shown to someone outside it."""
+    tenant = None
+    if re.fullmatch(DNS1123_LABEL_REGEX, slug):
+        tenant = Tenant.objects.not_archived().filter(slug=slug).first()
+    if tenant is None:
+        raise NotFound("No such tenant, or it is not yours to see.")
+    return tenant
+
+
+def join_request_tenant_for_user(*, user: User, slug: str) -> Tenant:
+    """The tenant of the join-request routes: one ``user`` sees (their own, even archived, where
+    its leads decide what waits), else one they may ask to join; 404 otherwise."""
+    try:
+        return tenant_get_for_user(user=user, slug=slug)
+    except NotFound:
+        return tenant_get_to_join(slug=slug)
+
+
+def join_requests_for_user(*, user: User, tenant: Tenant) -> QuerySet[JoinRequest]:
+    """The asks to join ``tenant`` that ``user`` sees: all of them for its leads and platform
+    admins, their own for anyone else; newest first."""
+    asks = JoinRequest.objects.filter(tenant=tenant).select_related("user", "decided_by")
+    if not user_can_manage_tenant(user=user, tenant=tenant):
+        asks = asks.filter(user=user)
+    return asks.order_by("-created_at", "-id")
+
+
+def join_request_get_for_user(*, user: User, tenant: Tenant, pk: int) -> JoinRequest:
+    ask = join_requests_for_user(user=user, tenant=tenant).filter(pk=pk).first()
+    if ask is None:
+        raise NotFound(f"No such ask to join {tenant.slug}.")
+    return ask
+
+
+def join_requests_open(*, tenant: Tenant) -> QuerySet[JoinRequest]:
+    """The asks waiting for a decision, oldest first (the team page's list for its leads)."""
+    return (
+        JoinRequest.objects.filter(tenant=tenant, state=JoinRequestState.OPEN)
+        .select_related("user")
+        .order_by("created_at", "id")
+    )
 
 
 def membership_role(*, user: User, tenant: Tenant) -> str | None:
