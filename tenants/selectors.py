@@ -94,12 +94,16 @@ def tenant_get_to_join(*, slug: str) -> Tenant:
 
 
 def join_request_tenant_for_user(*, user: User, slug: str) -> Tenant:
-    """The tenant of the join-request routes: one ``user`` sees (their own, even archived, where
-    its leads decide what waits), else one they may ask to join; 404 otherwise."""
+    """The tenant of the join-request routes: one ``user`` sees (even archived, where its leads
+    decide what waits), one they asked to join (even archived: they still withdraw), else one
+    they may ask to join; 404 otherwise."""
     try:
         return tenant_get_for_user(user=user, slug=slug)
     except NotFound:
-        return tenant_get_to_join(slug=slug)
+        if not re.fullmatch(DNS1123_LABEL_REGEX, slug):  # no query for "\x00"
+            raise
+        asked = Tenant.objects.filter(slug=slug, join_requests__user=user).first()
+        return asked or tenant_get_to_join(slug=slug)
 
 
 def join_requests_for_user(*, user: User, tenant: Tenant) -> QuerySet[JoinRequest]:
