@@ -81,6 +81,12 @@ def tenant_get_for_user(*, user: User, slug: str) -> Tenant:
     return tenant
 
 
+TENANT_NOT_FOUND = "No such tenant, or it is not yours to see."
+# Every 404 of an ask to join says this, whichever lookup failed (the team, the ask, the right
+# to decide it), so that no answer tells another team's ask from one that does not exist.
+JOIN_REQUEST_NOT_FOUND = "No such ask to join, or it is not yours to see."
+
+
 def tenant_get_to_join(*, slug: str) -> Tenant:
     """The tenant a signed-in person asks to join, by the slug someone gave them: any tenant not
     archived (its slug and name are what the ask shows), else NotFound (404) as for a tenant
@@ -93,17 +99,35 @@ def tenant_get_to_join(*, slug: str) -> Tenant:
     return tenant
 
 
-def join_request_tenant_for_user(*, user: User, slug: str) -> Tenant:
+def join_request_tenant_for_user(
+    *, user: User, slug: str, not_found: str = TENANT_NOT_FOUND
+) -> Tenant:
     """The tenant of the join-request routes: one ``user`` sees (even archived, where its leads
     decide what waits), one they asked to join (even archived: they still withdraw), else one
-    they may ask to join; 404 otherwise."""
+    they may ask to join; NotFound (404) saying ``not_found`` otherwise."""
     try:
         return tenant_get_for_user(user=user, slug=slug)
     except NotFound:
-        if not re.fullmatch(DNS1123_LABEL_REGEX, slug):  # no query for "\x00"
-            raise
+        pass
+    if re.fullmatch(DNS1123_LABEL_REGEX, slug):  # no query for what cannot be a slug
         asked = Tenant.objects.filter(slug=slug, join_requests__user=user).first()
-        return asked or tenant_get_to_join(slug=slug)
+        if asked is not None:
+            return asked
+        tenant = Tenant.objects.not_archived().filter(slug=slug).first()
+        if tenant is not None:
+            return tenant
+    raise NotFound(not_found)
+
+
+def join_request_ensure_reachable(*, user: User, tenant: Tenant, pk: int) -> None:
+    """NotFound (404, the one answer of every missing ask) unless ``user`` may be told anything
+    about ask ``pk`` of ``tenant``: a platform admin, someone in the team (a member or viewer is
+    then refused with 403 saying their role), or the person who asked. Asked before a body is
+    read, so that another team's ask answers as one that does not exist."""
+    if user.is_platform_admin or Membership.objects.filter(tenant=tenant, user=user).exists():
+        return
+    if not JoinRequest.objects.filter(tenant=tenant, pk=pk, user=user).exists():
+        raise NotFound(JOIN_REQUEST_NOT_FOUND)
 
 
 def join_requests_for_user(*, user: User, tenant: Tenant) -> QuerySet[JoinRequest]:
@@ -118,7 +142,7 @@ def join_requests_for_user(*, user: User, tenant: Tenant) -> QuerySet[JoinReques
 def join_request_get_for_user(*, user: User, tenant: Tenant, pk: int) -> JoinRequest:
     ask = join_requests_for_user(user=user, tenant=tenant).filter(pk=pk).first()
     if ask is None:
-        raise NotFound(f"No such ask to join {tenant.slug}.")
+        raise NotFound(JOIN_REQUEST_NOT_FOUND)
     return ask
 
 

@@ -45,6 +45,7 @@ from tenants.models import (
     User,
 )
 from tenants.namespaces import PORTAL_NAMESPACE_DEFAULT, reserved_reason
+from tenants.selectors import JOIN_REQUEST_NOT_FOUND
 from tenants.validators import DNS1123_LABEL_MAX, TENANT_SLUG_MAX, dns1123_label
 
 # Where the current change comes from (portal, API, admin); set per request by
@@ -1091,9 +1092,12 @@ def join_request_decide(
             f"Nobody decides their own ask to join; a lead of {tenant.slug} does.",
             fields={"id": ["your own ask"]},
         )
-    team_ensure_can_manage(actor=actor, tenant=tenant)
+    try:
+        team_ensure_can_manage(actor=actor, tenant=tenant)
+    except NotFound as exc:  # the same answer as for an ask that does not exist
+        raise NotFound(JOIN_REQUEST_NOT_FOUND) from exc
     if ask is None:
-        raise NotFound(f"No such ask to join {tenant.slug}.")
+        raise NotFound(JOIN_REQUEST_NOT_FOUND)
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)  # serialises team changes
     if ask.state != JoinRequestState.OPEN:
         raise _join_request_closed(ask)
@@ -1155,7 +1159,7 @@ def join_request_withdraw(*, tenant: Tenant, pk: int, actor: User) -> JoinReques
     else's ask answers 404. Audited."""
     ask = _join_request_locked(tenant=tenant, pk=pk)
     if ask is None or ask.user_id != actor.pk:
-        raise NotFound(f"No such ask of yours to join {tenant.slug}.")
+        raise NotFound(JOIN_REQUEST_NOT_FOUND)
     if ask.state != JoinRequestState.OPEN:
         raise _join_request_closed(ask)
     ask.state, ask.decided_at, ask.decided_by = JoinRequestState.WITHDRAWN, timezone.now(), actor

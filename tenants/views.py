@@ -198,11 +198,13 @@ def team(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def team_bulk_add(request: HttpRequest, slug: str) -> HttpResponse:
     """POST: add several people at once (a pasted list of usernames or emails, one per line
     or comma-separated); the team page shows what became of each line. A list too long, or
-    empty, shows the reason beside the field (400) and adds nobody."""
+    empty, shows the reason beside the field (400) and adds nobody. GET: the team page."""
+    if request.method == "GET":
+        return team(request, slug)
     user = caller(request)
     tenant = tenant_selectors.tenant_get_for_user(user=user, slug=slug)
     team_ensure_can_manage(actor=user, tenant=tenant)
@@ -228,10 +230,12 @@ def team_bulk_add(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def team_join_decision(request: HttpRequest, slug: str, pk: int, decision: str) -> HttpResponse:
     """POST: a lead (or an admin) approves or refuses an ask to join, with an optional reason;
-    back to the team page, which says what happened."""
+    back to the team page, which says what happened. GET: the team page, where it starts."""
+    if request.method == "GET":
+        return team(request, slug)
     user = caller(request)
     tenant = tenant_selectors.tenant_get_for_user(user=user, slug=slug)
     approve = decision == "approve"
@@ -297,11 +301,17 @@ def team_join(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def team_join_withdraw(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    """POST: the asker takes their ask back while it waits."""
+    """POST: the asker takes their ask back while it waits (anyone else's: 404). GET: the join
+    page, where it starts; outside the team, another's ask answers 404 as a missing one."""
     user = caller(request)
-    tenant = tenant_selectors.join_request_tenant_for_user(user=user, slug=slug)
+    tenant = tenant_selectors.join_request_tenant_for_user(
+        user=user, slug=slug, not_found=tenant_selectors.JOIN_REQUEST_NOT_FOUND
+    )
+    tenant_selectors.join_request_ensure_reachable(user=user, tenant=tenant, pk=pk)
+    if request.method == "GET":
+        return _join_page(request, tenant)
     join_request_withdraw(tenant=tenant, pk=pk, actor=user)
     messages.success(request, f"Your ask to join {tenant.slug} was withdrawn.")
     return redirect("portal:tenant-join", slug=tenant.slug)

@@ -311,8 +311,16 @@ class JoinRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     def check_permissions(self, request: Request) -> None:
         super().check_permissions(request)  # 401 for anonymous callers, before any lookup
         self.tenant = selectors.join_request_tenant_for_user(
-            user=caller(request), slug=self.kwargs["tenant_slug"]
+            user=caller(request),
+            slug=self.kwargs["tenant_slug"],
+            not_found=selectors.JOIN_REQUEST_NOT_FOUND
+            if "pk" in self.kwargs
+            else selectors.TENANT_NOT_FOUND,
         )
+        if "pk" in self.kwargs:
+            selectors.join_request_ensure_reachable(
+                user=caller(request), tenant=self.tenant, pk=int(self.kwargs["pk"])
+            )
 
     def get_queryset(self) -> Any:
         return selectors.join_requests_for_user(user=caller(self.request), tenant=self.tenant)
