@@ -283,9 +283,11 @@ def team_join(request: HttpRequest, slug: str) -> HttpResponse:
     unknown is a 404), with the asker's own asks to it. POST: send the ask (an optional message);
     its leads are told. One already waiting, or being in the team already: 409, said so."""
     user = caller(request)
+    if request.method == "GET":  # also where one's asks to an archived team still show
+        return _join_page(
+            request, tenant_selectors.join_request_tenant_for_user(user=user, slug=slug)
+        )
     tenant = tenant_selectors.tenant_get_to_join(slug=slug)
-    if request.method == "GET":
-        return _join_page(request, tenant)
     form = JoinForm(request.POST)
     if not form.is_valid():
         return _join_page(request, tenant, form, status=400)

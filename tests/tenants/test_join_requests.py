@@ -419,3 +419,15 @@ def test_what_cannot_be_a_slug_answers_404(world, api_as, dave, slug):
     assert api_as(dave).post(f"/api/v1/tenants/{slug}/join-requests/", {}).status_code == 404
     assert api_as(dave).get(f"/api/v1/tenants/{slug}/join-requests/").status_code == 404
     assert logged_in(dave).get(f"/tenants/{slug}/join/").status_code == 404
+
+
+def test_the_askers_inbox_links_to_the_join_page_even_though_they_are_not_in_the_team(
+    world, api_as, dave
+):
+    pk = ask(api_as, dave)["id"]
+    api_as(world.alice).post(f"{ASKS}{pk}/refuse/", {"reason": "not yet"}, format="json")
+    inbox = main(logged_in(dave).get("/inbox/"))
+    assert 'href="/tenants/team-a/join/"' in inbox
+    assert "You no longer have access" not in inbox
+    lead_inbox = main(logged_in(world.alice).get("/inbox/"))
+    assert 'href="/tenants/team-a/team/"' in lead_inbox
