@@ -431,3 +431,25 @@ def test_the_askers_inbox_links_to_the_join_page_even_though_they_are_not_in_the
     assert "You no longer have access" not in inbox
     lead_inbox = main(logged_in(world.alice).get("/inbox/"))
     assert 'href="/tenants/team-a/team/"' in lead_inbox
+
+
+def test_the_database_itself_holds_one_open_ask_per_person_and_team(world, dave):
+    """Two requests racing past the service's check still leave one open ask (a partial
+    unique index, on SQLite and PostgreSQL alike); answered asks may pile up."""
+    from django.db import IntegrityError, transaction
+
+    JoinRequest.objects.create(tenant=world.team_a, user=dave, state="refused")
+    JoinRequest.objects.create(tenant=world.team_a, user=dave, state="withdrawn")
+    JoinRequest.objects.create(tenant=world.team_a, user=dave)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        JoinRequest.objects.create(tenant=world.team_a, user=dave)
+    JoinRequest.objects.create(tenant=world.team_b, user=dave)  # another team: fine
+    assert JoinRequest.objects.filter(user=dave, state="open").count() == 2
+
+
+def test_a_lead_is_offered_member_and_viewer_for_several_at_once(world):
+    page = main(logged_in(world.alice).get("/tenants/team-a/team/"))
+    form = re.search(r'<form[^>]*data-form="team-bulk".*?</form>', page, re.S)[0]
+    assert re.findall(r'<option value="(\w+)"', form) == ["member", "viewer"]
+    assert "Nobody is waiting to join." in page
+    assert 'href="/tenants/team-a/join/"' in page  # the link a lead shares
