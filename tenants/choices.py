@@ -55,3 +55,13 @@ class EmailState(models.TextChoices):
     SENT = "sent", "Sent"
     FAILED = "failed", "Failed"
     NO_ADDRESS = "no-address", "No address"
+
+
+class JoinRequestState(models.TextChoices):
+    """Where a person's ask to join a tenant is: waiting for a lead, approved (a member now),
+    refused, or withdrawn by the person who asked."""
+
+    OPEN = "open", "Waiting for a lead"
+    APPROVED = "approved", "Approved"
+    REFUSED = "refused", "Refused"
+    WITHDRAWN = "withdrawn", "Withdrawn"

@@ -22,6 +22,11 @@ from tenants.models import Tenant, User
 PageChecks = Mapping[str, Callable[[User, set[int]], set[int]]]
 
 
+# The pages where one asks to join a team: they open for anyone who asked there (the refusal
+# notification links to them), member or not.
+JOIN_PAGES = {"tenant-join", "tenant-join-withdraw"}
+
+
 @dataclass(frozen=True)
 class LinkTarget:
     path: str
@@ -37,6 +42,8 @@ def link_target(path: str) -> LinkTarget | None:
     except Resolver404:
         return None
     slug = match.kwargs.get("slug")
+    if match.url_name in JOIN_PAGES:
+        return LinkTarget(path)  # open to whoever asked to join there (unchecked)
     if isinstance(slug, str):
         return LinkTarget(path, tenant_slug=slug)
     pk = match.kwargs.get("pk")

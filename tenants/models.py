@@ -11,6 +11,7 @@ from tenants.choices import (
     AuditSource,
     EmailState,
     IsolationLevel,
+    JoinRequestState,
     MembershipRole,
     NamespacePurpose,
     Priority,
@@ -207,6 +208,64 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} {self.role} of {self.tenant}"
+
+
+JOIN_REQUEST_MESSAGE_MAX = 1000
+JOIN_REQUEST_REASON_MAX = 1000
+
+
+class JoinRequest(models.Model):
+    """A signed-in person's ask to join a tenant. Its leads (or, without one, the platform
+    admins) are told and approve it (a membership with the member role) or refuse it; the
+    person may withdraw it while it waits. One open ask per person and tenant. Written only by
+    ``tenants.services`` (audited)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="join_requests")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="join_requests"
+    )
+    message = models.TextField(blank=True, default="", db_default="")
+    state = models.CharField(
+        max_length=20,
+        choices=JoinRequestState.choices,
+        default=JoinRequestState.OPEN,
+        db_default=JoinRequestState.OPEN,
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    reason = models.TextField(
+        blank=True, default="", db_default="", help_text="Why it was refused or approved."
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "user"],
+                condition=Q(state="open"),
+                name="join_request_one_open_per_person",
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=JoinRequestState.values), name="join_request_state_valid"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["tenant", "created_at"],
+                name="join_request_open_idx",
+                condition=Q(state="open"),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} asks to join {self.tenant} ({self.state})"
 
 
 class ApiToken(models.Model):

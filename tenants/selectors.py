@@ -11,10 +11,11 @@ from django.db.models import CharField, OuterRef, QuerySet, Subquery, Value
 from django.db.models.functions import Concat
 
 from core.errors import NotFound
-from tenants.choices import MembershipRole
+from tenants.choices import JoinRequestState, MembershipRole
 from tenants.models import (
     ApiToken,
     AuditEvent,
+    JoinRequest,
     Membership,
     Namespace,
     Notification,
@@ -78,6 +79,80 @@ def tenant_get_for_user(*, user: User, slug: str) -> Tenant:
     if tenant is None:
         raise NotFound("No such tenant, or it is not yours to see.")
     return tenant
+
+
+TENANT_NOT_FOUND = "No such tenant, or it is not yours to see."
+# Every 404 of an ask to join says this, whichever lookup failed (the team, the ask, the right
+# to decide it), so that no answer tells another team's ask from one that does not exist.
+JOIN_REQUEST_NOT_FOUND = "No such ask to join, or it is not yours to see."
+
+
+def tenant_get_to_join(*, slug: str) -> Tenant:
+    """The tenant a signed-in person asks to join, by the slug someone gave them: any tenant not
+    archived (its slug and name are what the ask shows), else NotFound (404) as for a tenant
+    one may not see. Nothing else of it is shown to someone outside it."""
+    tenant = None
+    if re.fullmatch(DNS1123_LABEL_REGEX, slug):
+        tenant = Tenant.objects.not_archived().filter(slug=slug).first()
+    if tenant is None:
+        raise NotFound("No such tenant, or it is not yours to see.")
+    return tenant
+
+
+def join_request_tenant_for_user(
+    *, user: User, slug: str, not_found: str = TENANT_NOT_FOUND
+) -> Tenant:
+    """The tenant of the join-request routes: one ``user`` sees (even archived, where its leads
+    decide what waits), one they asked to join (even archived: they still withdraw), else one
+    they may ask to join; NotFound (404) saying ``not_found`` otherwise."""
+    try:
+        return tenant_get_for_user(user=user, slug=slug)
+    except NotFound:
+        pass
+    if re.fullmatch(DNS1123_LABEL_REGEX, slug):  # no query for what cannot be a slug
+        asked = Tenant.objects.filter(slug=slug, join_requests__user=user).first()
+        if asked is not None:
+            return asked
+        tenant = Tenant.objects.not_archived().filter(slug=slug).first()
+        if tenant is not None:
+            return tenant
+    raise NotFound(not_found)
+
+
+def join_request_ensure_reachable(*, user: User, tenant: Tenant, pk: int) -> None:
+    """NotFound (404, the one answer of every missing ask) unless ``user`` may be told anything
+    about ask ``pk`` of ``tenant``: a platform admin, someone in the team (a member or viewer is
+    then refused with 403 saying their role), or the person who asked. Asked before a body is
+    read, so that another team's ask answers as one that does not exist."""
+    if user.is_platform_admin or Membership.objects.filter(tenant=tenant, user=user).exists():
+        return
+    if not JoinRequest.objects.filter(tenant=tenant, pk=pk, user=user).exists():
+        raise NotFound(JOIN_REQUEST_NOT_FOUND)
+
+
+def join_requests_for_user(*, user: User, tenant: Tenant) -> QuerySet[JoinRequest]:
+    """The asks to join ``tenant`` that ``user`` sees: all of them for its leads and platform
+    admins, their own for anyone else; newest first."""
+    asks = JoinRequest.objects.filter(tenant=tenant).select_related("user", "decided_by")
+    if not user_can_manage_tenant(user=user, tenant=tenant):
+        asks = asks.filter(user=user)
+    return asks.order_by("-created_at", "-id")
+
+
+def join_request_get_for_user(*, user: User, tenant: Tenant, pk: int) -> JoinRequest:
+    ask = join_requests_for_user(user=user, tenant=tenant).filter(pk=pk).first()
+    if ask is None:
+        raise NotFound(JOIN_REQUEST_NOT_FOUND)
+    return ask
+
+
+def join_requests_open(*, tenant: Tenant) -> QuerySet[JoinRequest]:
+    """The asks waiting for a decision, oldest first (the team page's list for its leads)."""
+    return (
+        JoinRequest.objects.filter(tenant=tenant, state=JoinRequestState.OPEN)
+        .select_related("user")
+        .order_by("created_at", "id")
+    )
 
 
 def membership_role(*, user: User, tenant: Tenant) -> str | None:

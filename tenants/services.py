@@ -24,15 +24,19 @@ from tenants.choices import (
     AuditSource,
     EmailState,
     IsolationLevel,
+    JoinRequestState,
     MembershipRole,
     NamespacePurpose,
     Priority,
     TenantState,
 )
 from tenants.models import (
+    JOIN_REQUEST_MESSAGE_MAX,
+    JOIN_REQUEST_REASON_MAX,
     MEMBERSHIP_SOURCE_MANUAL,
     ApiToken,
     AuditEvent,
+    JoinRequest,
     Membership,
     Namespace,
     NamespaceReservation,
@@ -41,6 +45,7 @@ from tenants.models import (
     User,
 )
 from tenants.namespaces import PORTAL_NAMESPACE_DEFAULT, reserved_reason
+from tenants.selectors import JOIN_REQUEST_NOT_FOUND
 from tenants.validators import DNS1123_LABEL_MAX, TENANT_SLUG_MAX, dns1123_label
 
 # Where the current change comes from (portal, API, admin); set per request by
@@ -835,23 +840,54 @@ def team_member_add(*, tenant: Tenant, username: str, role: str, actor: User) ->
             "change their role instead.",
             fields={"username": [f"already a {existing.role} of {tenant.slug}"]},
         )
+    membership = _team_membership_create(tenant=tenant, user=user, role=role, actor=actor)
+    _tenant_changed(tenant, actor)  # RBAC bindings follow the members
+    return membership
+
+
+def _team_membership_create(
+    *, tenant: Tenant, user: User, role: str, actor: User, join_request: JoinRequest | None = None
+) -> Membership:
+    """The membership a lead or an admin gives (one by one, several at once, or approving an
+    ask to join): audited as ``membership.added``, the person told, and any open ask of theirs
+    to join the tenant closed as approved (they are in). The caller refreshes what follows the
+    members (``_tenant_changed``) once."""
     membership = Membership.objects.create(tenant=tenant, user=user, role=role)
+    after: dict[str, Any] = {"user": user.username, "role": role}
+    if join_request is not None:
+        after["join_request"] = join_request.pk
     audit_record(
         actor=actor,
         action="membership.added",
         obj=membership,
         object_id=f"{user.username}@{tenant.slug}",
         tenant=tenant,
-        after={"user": user.username, "role": role},
+        after=after,
     )
-    _team_notify(
-        user=user,
-        actor=actor,
-        subject=f"You were added to {tenant.slug} as a {role}",
-        body=f"{actor.username} added you to {tenant.display_name} ({tenant.slug}) as a {role}.",
-        url=f"/tenants/{tenant.slug}/",
-    )
-    _tenant_changed(tenant, actor)  # RBAC bindings follow the members
+    if join_request is None:
+        _team_notify(
+            user=user,
+            actor=actor,
+            subject=f"You were added to {tenant.slug} as a {role}",
+            body=f"{actor.username} added you to {tenant.display_name} ({tenant.slug}) "
+            f"as a {role}.",
+            url=f"/tenants/{tenant.slug}/",
+        )
+    now = timezone.now()
+    for ask in JoinRequest.objects.filter(tenant=tenant, user=user, state=JoinRequestState.OPEN):
+        if join_request is not None and ask.pk == join_request.pk:
+            continue
+        ask.state, ask.decided_at, ask.decided_by = JoinRequestState.APPROVED, now, actor
+        ask.reason = f"added by {actor.username}"
+        ask.save(update_fields=["state", "decided_at", "decided_by", "reason"])
+        audit_record(
+            actor=actor,
+            action="join_request.approved",
+            obj=ask,
+            tenant=tenant,
+            before={"user": user.username, "state": JoinRequestState.OPEN},
+            after={"user": user.username, "state": ask.state, "reason": ask.reason},
+        )
     return membership
 
 
@@ -949,6 +985,344 @@ def team_member_remove(*, tenant: Tenant, username: str, actor: User) -> None:
     )
     membership.delete()
     _tenant_changed(tenant, actor)
+
+
+# --- asking to join a team, and adding several people at once ------------------------------
+
+
+def _join_text(field: str, value: str, limit: int) -> str:
+    value = value.strip()
+    if len(value) > limit:
+        raise ValidationFailed.for_field(
+            field, f"At most {limit} characters; this one has {len(value)}."
+        )
+    return value
+
+
+def _join_deciders(tenant: Tenant) -> list[User]:
+    """Who decides ``tenant``'s asks to join: its leads, or, for a team without one, the
+    platform admins."""
+    leads = list(
+        User.objects.filter(
+            memberships__tenant=tenant, memberships__role=MembershipRole.LEAD, is_active=True
+        )
+    )
+    return leads or list(User.objects.filter(is_platform_admin=True, is_active=True))
+
+
+@transaction.atomic
+def join_request_create(*, tenant: Tenant, user: User, message: str = "") -> JoinRequest:
+    """``user`` asks to join ``tenant`` (one not archived; the caller looked it up by slug):
+    409 when they already belong or already have an ask waiting; a message over
+    ``JOIN_REQUEST_MESSAGE_MAX`` characters is a 400 naming ``message``. Its leads (or, for a
+    team without one, the platform admins) are told. Audited."""
+    message = _join_text("message", message, JOIN_REQUEST_MESSAGE_MAX)
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)  # serialises team changes
+    if tenant.archived_at is not None:
+        raise NotFound("No such tenant, or it is not yours to see.")
+    role = Membership.objects.filter(tenant=tenant, user=user).values_list("role", flat=True)
+    current = role.first()
+    if current is not None:
+        raise Conflict(
+            f"You are already a {current} of {tenant.slug}.",
+            fields={"tenant": [f"already a {current} of {tenant.slug}"]},
+        )
+    if JoinRequest.objects.filter(tenant=tenant, user=user, state=JoinRequestState.OPEN).exists():
+        raise Conflict(
+            f"You already asked to join {tenant.slug}; its leads have not answered yet. "
+            "Withdraw that ask to send another.",
+            fields={"tenant": ["an ask to join is already waiting"]},
+        )
+    try:
+        with transaction.atomic():
+            ask = JoinRequest.objects.create(tenant=tenant, user=user, message=message)
+    except IntegrityError as exc:  # the same ask sent twice at once
+        raise Conflict(
+            f"You already asked to join {tenant.slug}.",
+            fields={"tenant": ["an ask to join is already waiting"]},
+        ) from exc
+    audit_record(
+        actor=user,
+        action="join_request.created",
+        obj=ask,
+        tenant=tenant,
+        after={"user": user.username, "state": ask.state, "message": message},
+    )
+    said = f"\n\nTheir message: {message}" if message else ""
+    notify(
+        users=[u for u in _join_deciders(tenant) if u.pk != user.pk],
+        subject=f"{user.username} asks to join {tenant.slug}",
+        body=f"{user.get_full_name() or user.username} ({user.username}) asks to join "
+        f"{tenant.display_name} ({tenant.slug}). Approve or refuse it on the team page.{said}",
+        url=f"/tenants/{tenant.slug}/team/",
+    )
+    return ask
+
+
+def _join_request_locked(*, tenant: Tenant, pk: int) -> JoinRequest | None:
+    return (
+        JoinRequest.objects.select_for_update()
+        .select_related("user")
+        .filter(tenant=tenant, pk=pk)
+        .first()
+    )
+
+
+def _join_request_closed(ask: JoinRequest) -> Conflict:
+    return Conflict(
+        f"This ask to join is no longer waiting: it was {ask.state}.",
+        fields={"state": [ask.state]},
+        state=ask.state,
+    )
+
+
+@transaction.atomic
+def join_request_decide(
+    *, tenant: Tenant, pk: int, actor: User, approve: bool, reason: str = ""
+) -> JoinRequest:
+    """A lead of ``tenant`` (or a platform admin) approves an ask to join, which makes the
+    person a member (never a lead: that stays an admin's change), or refuses it, with an
+    optional reason; the person is told. Nobody decides their own ask (403); a member or
+    viewer gets 403 saying their role, anyone else 404 (as for a team they cannot see); an
+    ask no longer waiting, someone already in the team, or an archived tenant: 409. Audited."""
+    reason = _join_text("reason", reason, JOIN_REQUEST_REASON_MAX)
+    ask = _join_request_locked(tenant=tenant, pk=pk)
+    if ask is not None and ask.user_id == actor.pk and not actor.is_platform_admin:
+        raise PermissionDenied(
+            f"Nobody decides their own ask to join; a lead of {tenant.slug} does.",
+            fields={"id": ["your own ask"]},
+        )
+    try:
+        team_ensure_can_manage(actor=actor, tenant=tenant)
+    except NotFound as exc:  # the same answer as for an ask that does not exist
+        raise NotFound(JOIN_REQUEST_NOT_FOUND) from exc
+    if ask is None:
+        raise NotFound(JOIN_REQUEST_NOT_FOUND)
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)  # serialises team changes
+    if ask.state != JoinRequestState.OPEN:
+        raise _join_request_closed(ask)
+    person = ask.user
+    before = {"user": person.username, "state": ask.state}
+    if approve:
+        existing = Membership.objects.filter(tenant=tenant, user=person).first()
+        if existing is not None:
+            raise Conflict(
+                f"{person.username} is already a {existing.role} of {tenant.slug}; "
+                "refuse or leave this ask.",
+                fields={"id": [f"already a {existing.role}"]},
+            )
+        if not person.is_active:
+            raise Conflict(
+                f"{person.username}'s account is deactivated; refuse this ask.",
+                fields={"id": ["account deactivated"]},
+            )
+    ask.state = JoinRequestState.APPROVED if approve else JoinRequestState.REFUSED
+    ask.decided_at, ask.decided_by, ask.reason = timezone.now(), actor, reason
+    ask.save(update_fields=["state", "decided_at", "decided_by", "reason"])
+    audit_record(
+        actor=actor,
+        action=f"join_request.{ask.state}",
+        obj=ask,
+        tenant=tenant,
+        before=before,
+        after={"user": person.username, "state": ask.state, "reason": reason},
+    )
+    because = f" Their reason: {reason}" if reason else ""
+    if approve:
+        _team_membership_create(
+            tenant=tenant, user=person, role=MembershipRole.MEMBER, actor=actor, join_request=ask
+        )
+        _team_notify(
+            user=person,
+            actor=actor,
+            subject=f"You are now a member of {tenant.slug}",
+            body=f"{actor.username} approved your ask to join {tenant.display_name} "
+            f"({tenant.slug}); you are a member.{because}",
+            url=f"/tenants/{tenant.slug}/",
+        )
+        _tenant_changed(tenant, actor)  # RBAC bindings follow the members
+    else:
+        _team_notify(
+            user=person,
+            actor=actor,
+            subject=f"Your ask to join {tenant.slug} was refused",
+            body=f"{actor.username} refused your ask to join {tenant.display_name} "
+            f"({tenant.slug}).{because}",
+            url=f"/tenants/{tenant.slug}/join/",
+        )
+    return ask
+
+
+@transaction.atomic
+def join_request_withdraw(*, tenant: Tenant, pk: int, actor: User) -> JoinRequest:
+    """The person who asked takes their ask back while it waits (409 once decided); anyone
+    else's ask answers 404. Audited."""
+    ask = _join_request_locked(tenant=tenant, pk=pk)
+    if ask is None or ask.user_id != actor.pk:
+        raise NotFound(JOIN_REQUEST_NOT_FOUND)
+    if ask.state != JoinRequestState.OPEN:
+        raise _join_request_closed(ask)
+    ask.state, ask.decided_at, ask.decided_by = JoinRequestState.WITHDRAWN, timezone.now(), actor
+    ask.save(update_fields=["state", "decided_at", "decided_by"])
+    audit_record(
+        actor=actor,
+        action="join_request.withdrawn",
+        obj=ask,
+        tenant=tenant,
+        before={"user": actor.username, "state": JoinRequestState.OPEN},
+        after={"user": actor.username, "state": ask.state},
+    )
+    return ask
+
+
+# Adding several people at once: what became of each line.
+TEAM_BULK_MAX = 200
+TEAM_BULK_ENTRY_MAX = 254  # an email address's longest
+ADDED = "added"
+ALREADY_MEMBER = "already-member"
+NO_SUCH_PERSON = "no-such-person"
+AMBIGUOUS_EMAIL = "ambiguous-email"
+DEACTIVATED = "deactivated"
+NOT_A_USERNAME = "not-a-username"
+LISTED_TWICE = "listed-twice"
+
+# The summary's words for each outcome: (one, many), in the order the summary says them.
+BULK_OUTCOME_WORDS = {
+    ADDED: ("person added", "people added"),
+    ALREADY_MEMBER: ("already a member", "already members"),
+    NO_SUCH_PERSON: ("not known to the portal", "not known to the portal"),
+    AMBIGUOUS_EMAIL: ("email shared by several people", "emails shared by several people"),
+    DEACTIVATED: ("deactivated account", "deactivated accounts"),
+    NOT_A_USERNAME: ("not a username or email", "not usernames or emails"),
+    LISTED_TWICE: ("listed twice", "listed twice"),
+}
+
+
+@dataclass(frozen=True)
+class BulkAddResult:
+    entry: str  # the line as given
+    outcome: str  # one of BULK_OUTCOME_WORDS
+    message: str  # in words, for that line
+    username: str = ""  # the account it named, where one was found
+
+
+def team_bulk_entries(text: str) -> list[str]:
+    """A pasted list as entries: one per line or separated by commas (or semicolons), blanks
+    dropped, each trimmed."""
+    return [p.strip() for p in text.replace(";", ",").replace("\n", ",").split(",") if p.strip()]
+
+
+def team_bulk_summary(results: Sequence[BulkAddResult]) -> str:
+    """ "2 people added, 1 already a member": each outcome counted, in words."""
+    counts: dict[str, int] = {}
+    for result in results:
+        counts[result.outcome] = counts.get(result.outcome, 0) + 1
+    parts = []
+    for outcome, (one, many) in BULK_OUTCOME_WORDS.items():
+        if counts.get(outcome):
+            parts.append(f"{counts[outcome]} {one if counts[outcome] == 1 else many}")
+    return ", ".join(parts) or "Nobody listed"
+
+
+def _bulk_person(entry: str, actor: User) -> tuple[User | None, BulkAddResult | None]:
+    """The account an entry names, or what stops it: a username first, else (with an @) the
+    one active account with that email."""
+    if len(entry) > TEAM_BULK_ENTRY_MAX:
+        return None, BulkAddResult(
+            entry[:TEAM_BULK_ENTRY_MAX], NOT_A_USERNAME, "too long for a username or an email"
+        )
+    if "@" in entry and not User.objects.filter(username=entry).exists():
+        found = list(User.objects.filter(email__iexact=entry).order_by("username")[:3])
+        active = [u for u in found if u.is_active]
+        if len(active) > 1:
+            return None, BulkAddResult(
+                entry,
+                AMBIGUOUS_EMAIL,
+                f"several people have this email ({', '.join(u.username for u in active)}); "
+                "give the username",
+            )
+        if active:
+            return active[0], None
+        if found:
+            return None, BulkAddResult(
+                entry,
+                DEACTIVATED,
+                f"{found[0].username}'s account is deactivated",
+                found[0].username,
+            )
+        return None, BulkAddResult(
+            entry, NO_SUCH_PERSON, "nobody with this email is known to the portal"
+        )
+    try:
+        return team_user_for_add(username=entry, actor=actor), None
+    except ValidationFailed as exc:
+        if User.objects.filter(username=entry, is_active=False).exists():
+            return None, BulkAddResult(entry, DEACTIVATED, exc.message, entry)
+        if "not a username" in exc.message or "at most" in exc.message:
+            return None, BulkAddResult(entry, NOT_A_USERNAME, exc.message)
+        return None, BulkAddResult(entry, NO_SUCH_PERSON, exc.message)
+
+
+@transaction.atomic
+def team_members_add_many(
+    *, tenant: Tenant, entries: Sequence[str], actor: User, role: str = MembershipRole.MEMBER
+) -> list[BulkAddResult]:
+    """A lead (or an admin) adds several people at once, by username or email, each with
+    ``role`` (a lead gives member or viewer). Each entry is answered on its own: added, already
+    a member, not known, an email several people share, a deactivated account, not a username,
+    listed twice; the valid ones are added (each whole, audited and told, as one by one) and
+    the rest change nothing. More than ``TEAM_BULK_MAX`` entries, or none, is a 400 naming
+    ``people``, and nothing changes."""
+    team_ensure_can_manage(actor=actor, tenant=tenant)
+    _check_role(role)
+    _ensure_lead_may(actor=actor, tenant=tenant, username="", role=role)
+    if not entries:
+        raise ValidationFailed.for_field("people", "List at least one username or email.")
+    if len(entries) > TEAM_BULK_MAX:
+        raise ValidationFailed.for_field(
+            "people",
+            f"At most {TEAM_BULK_MAX} people at once; this list has {len(entries)}.",
+        )
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)  # serialises team changes
+    results: list[BulkAddResult] = []
+    seen: set[str] = set()
+    added = 0
+    for raw in entries:
+        entry = raw.strip()
+        if entry.lower() in seen:
+            results.append(BulkAddResult(entry, LISTED_TWICE, "listed above already"))
+            continue
+        seen.add(entry.lower())
+        person, refused = _bulk_person(entry, actor)
+        if refused is not None or person is None:
+            results.append(refused or BulkAddResult(entry, NO_SUCH_PERSON, "not known"))
+            continue
+        if person.username.lower() in seen and person.username.lower() != entry.lower():
+            results.append(
+                BulkAddResult(entry, LISTED_TWICE, "listed above already", person.username)
+            )
+            continue
+        seen.add(person.username.lower())
+        existing = Membership.objects.filter(tenant=tenant, user=person).first()
+        if existing is not None:
+            results.append(
+                BulkAddResult(
+                    entry,
+                    ALREADY_MEMBER,
+                    f"{person.username} is already a {existing.role}",
+                    person.username,
+                )
+            )
+            continue
+        with transaction.atomic():  # each person whole, or not at all
+            _team_membership_create(tenant=tenant, user=person, role=role, actor=actor)
+        added += 1
+        results.append(
+            BulkAddResult(entry, ADDED, f"{person.username} added as a {role}", person.username)
+        )
+    if added:
+        _tenant_changed(tenant, actor)  # RBAC bindings follow the members, once
+    return results
 
 
 # --- API tokens ---------------------------------------------------------------------------

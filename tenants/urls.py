@@ -10,6 +10,26 @@ urlpatterns = [
     path("inbox/read/", views.inbox_mark_all_read, name="inbox-read-all"),
     path("inbox/<int:pk>/read/", views.inbox_mark_read, name="inbox-read"),
     path("tenants/<str:slug>/team/", views.team, name="tenant-team"),
+    # Several people at once, and asks to join (issue 33).
+    path("tenants/<str:slug>/team/bulk/", views.team_bulk_add, name="tenant-team-bulk"),
+    path(
+        "tenants/<str:slug>/team/asks/<int:pk>/approve/",
+        views.team_join_decision,
+        {"decision": "approve"},
+        name="tenant-team-ask-approve",
+    ),
+    path(
+        "tenants/<str:slug>/team/asks/<int:pk>/refuse/",
+        views.team_join_decision,
+        {"decision": "refuse"},
+        name="tenant-team-ask-refuse",
+    ),
+    path("tenants/<str:slug>/join/", views.team_join, name="tenant-join"),
+    path(
+        "tenants/<str:slug>/join/<int:pk>/withdraw/",
+        views.team_join_withdraw,
+        name="tenant-join-withdraw",
+    ),
     path(
         "tenants/<str:slug>/team/<str:username>/role/",
         views.team_member_role,

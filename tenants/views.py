@@ -27,19 +27,27 @@ from core.numbers import ascii_whole
 from core.pages import error_text
 from tenants import selectors as tenant_selectors
 from tenants.authentication import caller
-from tenants.choices import MembershipRole
+from tenants.choices import JoinRequestState, MembershipRole
 from tenants.links import PageChecks, closed_links
-from tenants.models import Notification, Tenant
+from tenants.models import JOIN_REQUEST_MESSAGE_MAX, Notification, Tenant
 from tenants.namespaces import AdoptionPreview
 from tenants.services import (
+    TEAM_BULK_MAX,
+    BulkAddResult,
+    join_request_create,
+    join_request_decide,
+    join_request_withdraw,
     namespace_adopt,
     namespace_adoption_check,
     notifications_mark_read,
+    team_bulk_entries,
+    team_bulk_summary,
     team_change_check,
     team_ensure_can_manage,
     team_member_add,
     team_member_remove,
     team_member_role_change,
+    team_members_add_many,
 )
 
 PAGE_SIZE = 50
@@ -121,12 +129,35 @@ class TeamAddForm(forms.Form):
         role.initial = MembershipRole.MEMBER
 
 
+class TeamBulkForm(forms.Form):
+    people = forms.CharField(widget=forms.Textarea, strip=True, max_length=200 * 256)
+    role = forms.ChoiceField(choices=MembershipRole.choices)
+
+    def __init__(self, *args: Any, roles: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        role = self.fields["role"]
+        assert isinstance(role, forms.ChoiceField)  # declared above; narrows the type
+        role.choices = [(v, label) for v, label in MembershipRole.choices if v in roles]
+        role.initial = MembershipRole.MEMBER
+
+
 def _team_page(
-    request: HttpRequest, tenant: Tenant, form: TeamAddForm | None = None, status: int = 200
+    request: HttpRequest,
+    tenant: Tenant,
+    form: TeamAddForm | None = None,
+    status: int = 200,
+    *,
+    bulk_form: TeamBulkForm | None = None,
+    bulk_results: list[BulkAddResult] | None = None,
 ) -> HttpResponse:
     user = caller(request)
     roles = tenant_selectors.team_roles_to_give(user=user, tenant=tenant)
     context = {
+        "asks": tenant_selectors.join_requests_open(tenant=tenant) if roles else [],
+        "bulk_form": bulk_form or TeamBulkForm(roles=roles),
+        "bulk_results": bulk_results,
+        "bulk_summary": team_bulk_summary(bulk_results) if bulk_results is not None else "",
+        "bulk_max": TEAM_BULK_MAX,
         "tenant": tenant,
         "members": tenant_selectors.membership_list_for_tenant(tenant=tenant),
         "roles": [(v, label) for v, label in MembershipRole.choices if v in roles],
@@ -164,6 +195,128 @@ def team(request: HttpRequest, slug: str) -> HttpResponse:
         return _team_page(request, tenant, form, status=exc.status_code)
     messages.success(request, f"{username} is now a {role} of {tenant.slug}.")
     return redirect("portal:tenant-team", slug=tenant.slug)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def team_bulk_add(request: HttpRequest, slug: str) -> HttpResponse:
+    """POST: add several people at once (a pasted list of usernames or emails, one per line
+    or comma-separated); the team page shows what became of each line. A list too long, or
+    empty, shows the reason beside the field (400) and adds nobody. GET: the team page."""
+    if request.method == "GET":
+        return team(request, slug)
+    user = caller(request)
+    tenant = tenant_selectors.tenant_get_for_user(user=user, slug=slug)
+    team_ensure_can_manage(actor=user, tenant=tenant)
+    roles = tenant_selectors.team_roles_to_give(user=user, tenant=tenant)
+    form = TeamBulkForm(request.POST, roles=roles)
+    if not form.is_valid():
+        return _team_page(request, tenant, status=400, bulk_form=form)
+    try:
+        results = team_members_add_many(
+            tenant=tenant,
+            entries=team_bulk_entries(form.cleaned_data["people"]),
+            role=form.cleaned_data["role"],
+            actor=user,
+        )
+    except (errors.PermissionDenied, errors.NotFound):
+        raise  # the page for it
+    except errors.ApplicationError as exc:
+        field = next((f for f in exc.fields if f in form.fields), "people")
+        form.add_error(field, error_text(exc))
+        return _team_page(request, tenant, status=exc.status_code, bulk_form=form)
+    fresh = TeamBulkForm(roles=roles)
+    return _team_page(request, tenant, bulk_form=fresh, bulk_results=results)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def team_join_decision(request: HttpRequest, slug: str, pk: int, decision: str) -> HttpResponse:
+    """POST: a lead (or an admin) approves or refuses an ask to join, with an optional reason;
+    back to the team page, which says what happened. GET: the team page, where it starts."""
+    if request.method == "GET":
+        return team(request, slug)
+    user = caller(request)
+    tenant = tenant_selectors.tenant_get_for_user(user=user, slug=slug)
+    approve = decision == "approve"
+    ask = join_request_decide(
+        tenant=tenant,
+        pk=pk,
+        actor=user,
+        approve=approve,
+        reason=request.POST.get("reason", ""),
+    )
+    who = ask.user.username
+    if approve:
+        messages.success(request, f"{who} is now a member of {tenant.slug}.")
+    else:
+        messages.success(request, f"{who}'s ask to join {tenant.slug} was refused.")
+    return redirect("portal:tenant-team", slug=tenant.slug)
+
+
+class JoinForm(forms.Form):
+    message = forms.CharField(
+        widget=forms.Textarea, required=False, strip=True, max_length=JOIN_REQUEST_MESSAGE_MAX
+    )
+
+
+def _join_page(
+    request: HttpRequest, tenant: Tenant, form: JoinForm | None = None, status: int = 200
+) -> HttpResponse:
+    user = caller(request)
+    asks = list(tenant_selectors.join_requests_for_user(user=user, tenant=tenant).filter(user=user))
+    context = {
+        "tenant": tenant,
+        "role": tenant_selectors.membership_role(user=user, tenant=tenant),
+        "asks": asks,
+        "waiting": next((a for a in asks if a.state == JoinRequestState.OPEN), None),
+        "form": form or JoinForm(),
+        "message_max": JOIN_REQUEST_MESSAGE_MAX,
+    }
+    return render(request, "tenants/join.html", context, status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def team_join(request: HttpRequest, slug: str) -> HttpResponse:
+    """GET: ask to join the tenant a slug names (any signed-in person; a tenant archived or
+    unknown is a 404), with the asker's own asks to it. POST: send the ask (an optional message);
+    its leads are told. One already waiting, or being in the team already: 409, said so."""
+    user = caller(request)
+    if request.method == "GET":  # also where one's asks to an archived team still show
+        return _join_page(
+            request, tenant_selectors.join_request_tenant_for_user(user=user, slug=slug)
+        )
+    tenant = tenant_selectors.tenant_get_to_join(slug=slug)
+    form = JoinForm(request.POST)
+    if not form.is_valid():
+        return _join_page(request, tenant, form, status=400)
+    try:
+        join_request_create(tenant=tenant, user=user, message=form.cleaned_data["message"])
+    except errors.NotFound:
+        raise
+    except errors.ApplicationError as exc:
+        form.add_error("message" if "message" in exc.fields else None, error_text(exc))
+        return _join_page(request, tenant, form, status=exc.status_code)
+    messages.success(request, f"Your ask to join {tenant.slug} was sent to its leads.")
+    return redirect("portal:tenant-join", slug=tenant.slug)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def team_join_withdraw(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """POST: the asker takes their ask back while it waits (anyone else's: 404). GET: the join
+    page, where it starts; outside the team, another's ask answers 404 as a missing one."""
+    user = caller(request)
+    tenant = tenant_selectors.join_request_tenant_for_user(
+        user=user, slug=slug, not_found=tenant_selectors.JOIN_REQUEST_NOT_FOUND
+    )
+    tenant_selectors.join_request_ensure_reachable(user=user, tenant=tenant, pk=pk)
+    if request.method == "GET":
+        return _join_page(request, tenant)
+    join_request_withdraw(tenant=tenant, pk=pk, actor=user)
+    messages.success(request, f"Your ask to join {tenant.slug} was withdrawn.")
+    return redirect("portal:tenant-join", slug=tenant.slug)
 
 
 def _confirmed_change(

@@ -23,6 +23,7 @@ from quotas.sync import namespace_adoption_preview
 from tenants.api.audit import AuditEventViewSet, NotificationViewSet
 from tenants.api.views import (
     ApiTokenViewSet,
+    JoinRequestViewSet,
     MembershipViewSet,
     MeView,
     TokenObtainView,
@@ -58,6 +59,7 @@ tenant_router = DefaultRouter(trailing_slash=True)
 tenant_router.include_root_view = False
 tenant_router.register("namespaces", NamespaceViewSet, basename="tenant-namespace")
 tenant_router.register("members", MembershipViewSet, basename="tenant-member")
+tenant_router.register("join-requests", JoinRequestViewSet, basename="tenant-join-request")
 tenant_router.register("quotas", TenantQuotaViewSet, basename="tenant-quota")
 tenant_router.register("sync", TenantSyncViewSet, basename="tenant-sync")
 

@@ -7,7 +7,16 @@ from rest_framework import serializers
 
 from core.api.serializers import StrictInputSerializer, utc_iso
 from tenants.choices import MembershipRole, NamespacePurpose, Priority, TenantState
-from tenants.models import ApiToken, Membership, Namespace, Tenant
+from tenants.models import (
+    JOIN_REQUEST_MESSAGE_MAX,
+    JOIN_REQUEST_REASON_MAX,
+    ApiToken,
+    JoinRequest,
+    Membership,
+    Namespace,
+    Tenant,
+)
+from tenants.services import BULK_OUTCOME_WORDS, TEAM_BULK_MAX
 from tenants.validators import DNS1123_LABEL_MAX, TENANT_SLUG_MAX, dns1123_label
 
 
@@ -207,6 +216,64 @@ class MembershipSetInput(StrictInputSerializer):
 
 class MembershipRoleInput(StrictInputSerializer):
     role = serializers.ChoiceField(choices=MembershipRole.choices)
+
+
+class MembershipBulkInput(StrictInputSerializer):
+    people = serializers.ListField(
+        child=serializers.CharField(max_length=254, allow_blank=True),
+        max_length=TEAM_BULK_MAX,
+        help_text=f"Usernames or emails, at most {TEAM_BULK_MAX}; each is answered on its own.",
+    )
+    role = serializers.ChoiceField(
+        choices=MembershipRole.choices,
+        default=MembershipRole.MEMBER,
+        help_text="The role each person gets (a lead gives member or viewer).",
+    )
+
+
+class MembershipBulkResultOutput(serializers.Serializer):
+    entry = serializers.CharField(help_text="The username or email as given.")
+    outcome = serializers.ChoiceField(choices=list(BULK_OUTCOME_WORDS))
+    message = serializers.CharField(help_text="What became of it, in words.")
+    username = serializers.CharField(help_text="The account it named; empty when none.")
+
+
+class MembershipBulkOutput(serializers.Serializer):
+    summary = serializers.CharField(help_text='In words: "2 people added, 1 already a member".')
+    added = serializers.IntegerField()
+    results = MembershipBulkResultOutput(many=True)
+
+
+class JoinRequestOutput(serializers.ModelSerializer):
+    tenant = serializers.CharField(source="tenant.slug", read_only=True)
+    username = serializers.CharField(source="user.username", read_only=True)
+    full_name = serializers.CharField(source="user.get_full_name", read_only=True)
+    decided_by = serializers.CharField(
+        source="decided_by.username",
+        read_only=True,
+        allow_null=True,
+        default=None,
+        help_text="Who approved, refused or withdrew it; null while it waits.",
+    )
+
+    class Meta:
+        model = JoinRequest
+        fields = [
+            "id", "tenant", "username", "full_name", "message", "state", "created_at",
+            "decided_at", "decided_by", "reason",
+        ]  # fmt: skip
+
+
+class JoinRequestCreateInput(StrictInputSerializer):
+    message = serializers.CharField(
+        max_length=JOIN_REQUEST_MESSAGE_MAX, required=False, default="", allow_blank=True
+    )
+
+
+class JoinRequestDecisionInput(StrictInputSerializer):
+    reason = serializers.CharField(
+        max_length=JOIN_REQUEST_REASON_MAX, required=False, default="", allow_blank=True
+    )
 
 
 class TokenObtainInput(StrictInputSerializer):

@@ -23,6 +23,11 @@ from tenants import selectors, services
 from tenants.api.base import ReadMembersWriteAdmins, TenantScopedMixin, caller
 from tenants.api.serializers import (
     ApiTokenOutput,
+    JoinRequestCreateInput,
+    JoinRequestDecisionInput,
+    JoinRequestOutput,
+    MembershipBulkInput,
+    MembershipBulkOutput,
     MembershipOutput,
     MembershipRoleInput,
     MembershipSetInput,
@@ -38,7 +43,7 @@ from tenants.api.serializers import (
     TokenObtainOutput,
 )
 from tenants.choices import TenantState
-from tenants.models import ApiToken, Membership, Namespace, Tenant, User
+from tenants.models import ApiToken, JoinRequest, Membership, Namespace, Tenant, User
 from tenants.namespaces import AdoptionPreview, no_clusters
 
 
@@ -250,6 +255,28 @@ class MembershipViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.Gener
         )
         return Response(self._output(membership.user.username), status=status.HTTP_201_CREATED)
 
+    @extend_schema(request=MembershipBulkInput, responses=MembershipBulkOutput)
+    @action(detail=False, methods=["post"], url_path="bulk")
+    def bulk(self, request: Request, tenant_slug: str) -> Response:
+        """Add several people at once (leads: members and viewers; admins: any role), by
+        username or email. Each entry is answered on its own (added, already a member, not
+        known, an email several people share, ...); the valid ones are added, the rest change
+        nothing. More than 200 entries, or none: 400 naming ``people``."""
+        data = MembershipBulkInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        results = services.team_members_add_many(
+            tenant=self.tenant,
+            entries=data.validated_data["people"],
+            role=data.validated_data["role"],
+            actor=caller(request),
+        )
+        body = {
+            "summary": services.team_bulk_summary(results),
+            "added": sum(1 for r in results if r.outcome == services.ADDED),
+            "results": results,
+        }
+        return Response(MembershipBulkOutput(body).data)
+
     @extend_schema(request=MembershipRoleInput, responses=MembershipOutput)
     def partial_update(self, request: Request, tenant_slug: str, username: str) -> Response:
         data = MembershipRoleInput(data=request.data)
@@ -266,6 +293,88 @@ class MembershipViewSet(TenantScopedMixin, mixins.ListModelMixin, viewsets.Gener
     def destroy(self, request: Request, tenant_slug: str, username: str) -> Response:
         services.team_member_remove(tenant=self.tenant, username=username, actor=caller(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class JoinRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Asks to join a tenant. Any signed-in person asks to join a tenant that is not archived,
+    by its slug (POST, an optional ``message``); they see and withdraw their own asks. The
+    tenant's leads and platform admins see them all and approve (a membership with the member
+    role) or refuse them, with an optional ``reason``. Someone else's ask answers 404; a member
+    or viewer deciding gets 403 saying their role; an ask no longer waiting, 409."""
+
+    serializer_class = JoinRequestOutput
+    queryset = JoinRequest.objects.none()  # for the schema; get_queryset() scopes it
+    permission_classes = [IsAuthenticated]
+    lookup_value_regex = "[0-9]+"
+    tenant: Tenant
+
+    def check_permissions(self, request: Request) -> None:
+        super().check_permissions(request)  # 401 for anonymous callers, before any lookup
+        self.tenant = selectors.join_request_tenant_for_user(
+            user=caller(request),
+            slug=self.kwargs["tenant_slug"],
+            not_found=selectors.JOIN_REQUEST_NOT_FOUND
+            if "pk" in self.kwargs
+            else selectors.TENANT_NOT_FOUND,
+        )
+        if "pk" in self.kwargs:
+            selectors.join_request_ensure_reachable(
+                user=caller(request), tenant=self.tenant, pk=int(self.kwargs["pk"])
+            )
+
+    def get_queryset(self) -> Any:
+        return selectors.join_requests_for_user(user=caller(self.request), tenant=self.tenant)
+
+    def _output(self, pk: int, status_code: int = status.HTTP_200_OK) -> Response:
+        ask = selectors.join_request_get_for_user(
+            user=caller(self.request), tenant=self.tenant, pk=pk
+        )
+        return Response(JoinRequestOutput(ask).data, status=status_code)
+
+    @extend_schema(responses=JoinRequestOutput)
+    def retrieve(self, request: Request, tenant_slug: str, pk: str) -> Response:
+        return self._output(int(pk))
+
+    @extend_schema(request=JoinRequestCreateInput, responses={201: JoinRequestOutput})
+    def create(self, request: Request, tenant_slug: str) -> Response:
+        data = JoinRequestCreateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        tenant = selectors.tenant_get_to_join(slug=tenant_slug)
+        ask = services.join_request_create(
+            tenant=tenant, user=caller(request), message=data.validated_data["message"]
+        )
+        return self._output(ask.pk, status.HTTP_201_CREATED)
+
+    def _decide(self, request: Request, pk: str, *, approve: bool) -> Response:
+        data = JoinRequestDecisionInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        ask = services.join_request_decide(
+            tenant=self.tenant,
+            pk=int(pk),
+            actor=caller(request),
+            approve=approve,
+            reason=data.validated_data["reason"],
+        )
+        return self._output(ask.pk)
+
+    @extend_schema(request=JoinRequestDecisionInput, responses=JoinRequestOutput)
+    @action(detail=True, methods=["post"])
+    def approve(self, request: Request, tenant_slug: str, pk: str) -> Response:
+        """Approve it (the tenant's leads, platform admins): the person becomes a member."""
+        return self._decide(request, pk, approve=True)
+
+    @extend_schema(request=JoinRequestDecisionInput, responses=JoinRequestOutput)
+    @action(detail=True, methods=["post"])
+    def refuse(self, request: Request, tenant_slug: str, pk: str) -> Response:
+        """Refuse it (the tenant's leads, platform admins), with an optional reason."""
+        return self._decide(request, pk, approve=False)
+
+    @extend_schema(request=None, responses=JoinRequestOutput)
+    @action(detail=True, methods=["post"])
+    def withdraw(self, request: Request, tenant_slug: str, pk: str) -> Response:
+        """Take one's own ask back while it waits."""
+        ask = services.join_request_withdraw(tenant=self.tenant, pk=int(pk), actor=caller(request))
+        return self._output(ask.pk)
 
 
 class TokenObtainView(AnonymousBodyLimit, APIView):

@@ -87,6 +87,8 @@ SAMPLES: list[tuple[str, str, Sample]] = [
     ("pk|id", r"quota-requests/|^requests/", Sample(Kind.OWNED, _request_pk, MISSING_PK)),
     ("pk", r"^api/v1/\^auth/tokens/",
      Sample(Kind.OWNED, lambda w, s, n: str(s.token.pk), MISSING_PK)),  # type: ignore[union-attr]
+    ("pk", r"join-requests/|/join/|/team/asks/",
+     Sample(Kind.OWNED, lambda w, s, n: str(s.join_request.pk), MISSING_PK)),  # type: ignore[union-attr]
     ("pk", r"^inbox/",
      Sample(Kind.OWNED, lambda w, s, n: str(s.notification.pk), MISSING_PK)),  # type: ignore[union-attr]
     ("pk", r"^(api/v1/\^)?alerts/",

@@ -175,6 +175,11 @@ BODIES: dict[str, dict[str, Any]] = {
 # Pages whose POST the view refuses to non-admins itself (the cluster page reads for everyone).
 ROLE_FIRST = {"portal:request-approve", "portal:request-reject", "portal:cluster-detail"}
 
+# Asking to join a team (issue 33): any signed-in person given a team's slug asks to join it,
+# so team-b's slug answers there (the join form, alice's own asks to it: none; an ask sent)
+# where a slug that names no team answers 404. The slug alice typed is all of team-b shown.
+JOINABLE = {"api:tenant-join-request-list", "portal:tenant-join"}
+
 EXPECTED = {
     Kind.OWNED: {404},
     Kind.ADMIN: {403},
@@ -213,6 +218,13 @@ def test_alice_gets_nothing_of_team_b_by_id_or_slug(iso, route):
         missing = _send(client, method, route.url(iso, None) + view, body)
         where = (method, route.url(iso, iso.theirs) + view)
         text = _text(theirs)
+        if _qualified(route) in JOINABLE:
+            slug = iso.theirs.tenant.slug
+            assert [s for s in _leaks(text) if s != slug] == [], (where, text[:2000])
+            assert theirs.status_code < 400, (where, theirs.status_code, text[:2000])
+            assert missing.status_code == 404, where
+            answered += 1
+            continue
         assert _leaks(text) == [], (where, text[:2000])
         if theirs.status_code == missing.status_code == 405:
             continue  # a method the route does not offer
@@ -227,6 +239,8 @@ def test_alice_gets_nothing_of_team_b_by_id_or_slug(iso, route):
         if expected:
             assert _normalised(_text(missing)) == _normalised(text), where
     assert answered, route.route
+    if _qualified(route) in JOINABLE:
+        return  # alice's own ask to join team-b: hers to send
     assert _database_state() == before, "a write to team-b's objects changed the database"
 
 

@@ -22,8 +22,8 @@ from quotas.choices import GPU_RESOURCE
 from quotas.models import Cluster, ResourceFlavor, TierTemplate
 from quotas.services import QuotaItem
 from tenants.choices import MembershipRole
-from tenants.models import ApiToken, Namespace, Notification, Tenant, User
-from tenants.services import api_token_create, membership_set, notify
+from tenants.models import ApiToken, JoinRequest, Namespace, Notification, Tenant, User
+from tenants.services import api_token_create, join_request_create, membership_set, notify
 from tests.conftest import ensure_tier_templates, seed_quota
 from tests.factories import ClusterFactory, UserFactory, gpu_flavor, mig_flavor
 from usage.choices import WorkloadState
@@ -58,6 +58,7 @@ class Side:
     notification: Notification | None = None
     token: ApiToken | None = None
     alert: Alert | None = None
+    join_request: JoinRequest | None = None  # someone outside asking to join
 
 
 @dataclass
@@ -123,6 +124,10 @@ def build() -> IsoWorld:
     for side, word in ((ours, "Alpha"), (theirs, "Zephyr")):
         (side.notification,) = notify(users=[side.lead], subject=f"{word} notice", body=word)
         side.token, _ = api_token_create(user=side.lead, name=f"{word.lower()}-token")
+    for side, asker in ((ours, "olga"), (theirs, "dana")):
+        side.join_request = join_request_create(
+            tenant=side.tenant, user=UserFactory(username=asker), message=f"{asker} asks"
+        )
     now = timezone.now()
     rule = AlertRule.objects.create(
         name="idle-3-days", kind=RuleKind.IDLE_WORKLOAD, severity=Severity.WARNING,

@@ -47,6 +47,11 @@ MEMBER_PAGES = {
     "tenant-team",  # members read; leads and admins change (tests/tenants/test_team_pages.py)
     "tenant-team-role",
     "tenant-team-remove",
+    "tenant-team-bulk",  # leads and admins add several at once (tests/tenants/test_join_requests.py)
+    "tenant-team-ask-approve",
+    "tenant-team-ask-refuse",
+    "tenant-join",  # anyone signed in asks to join a team by its slug (the same file)
+    "tenant-join-withdraw",
     "help-preemption",  # the same help text for everyone signed in
     "help",  # the documentation site, the same for everyone signed in (tests/portal/test_help.py)
     "help-page",
