@@ -286,6 +286,7 @@ def _workload_details(
         "active": spec.get("active") is not False,
         "pending_message": str(reserved.get("message") or "")[:1000] if waiting else "",
         "pending_reason": str(reserved.get("reason") or "")[:63] if waiting else "",
+        "pods_ready": (conditions.get("PodsReady") or {}).get("status") == "True",
     }
 
 
@@ -752,7 +753,7 @@ def workloads_store(
                 submitter_source=w["submitter_source"],
                 resources=w["resources"],
                 active=w["active"],
-                running=w["uid"] in running,
+                running=w["uid"] in running or w["pods_ready"],
                 pending_message=w["pending_message"],
                 pending_reason=w["pending_reason"],
                 updated_at=now,

@@ -1026,10 +1026,24 @@ def _pending_words(
                 "borrowing is not possible because the other teams sharing this flavor use "
                 "what they could lend"
             )
-        need = WorkloadNeed(
-            cluster, flavor_name, resource, quota.guaranteed, quota.limit,
-            quota.guaranteed + more, quota.limit + more,
-        )  # fmt: skip
+        # Past the limit: both raised by what is missing (the borrowing room kept); within
+        # it: the guarantee raised to hold it all, so nothing need be borrowed.
+        total = Decimal(str(in_use)) + more
+        if total > quota.limit:
+            delta = total - quota.limit
+            guaranteed, limit = quota.guaranteed + delta, quota.limit + delta
+        else:
+            guaranteed, limit = max(quota.guaranteed, total), quota.limit
+        need = None
+        if (guaranteed, limit) != (quota.guaranteed, quota.limit):
+            need = WorkloadNeed(
+                cluster, flavor_name, resource, quota.guaranteed, quota.limit, guaranteed, limit
+            )
+        else:
+            why = (
+                f"it is within {tenant.slug}'s guarantee: Kueue takes back what was lent "
+                "(preempting) or waits for it to be returned"
+            )
         return f"{waiting}; {uses}; {why}", need
     if match := PENDING_CANNOT_FIT.search(message):
         flavor_name, resource = match["flavor"], match["resource"]
