@@ -742,7 +742,7 @@ PENDING_QUOTA = re.compile(
 )
 PENDING_CANNOT_FIT = re.compile(
     r"insufficient quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+), .*?"
-    r"\(?(?P<asked>[0-9.]+[a-zA-Z]*)\)? > maximum capacity \((?P<capacity>[0-9.]+[a-zA-Z]*)\)"
+    r"maximum capacity \((?:(?P<asked>[0-9.]+[a-zA-Z]*) > )?(?P<capacity>[0-9.]+[a-zA-Z]*)\)"
 )
 PENDING_HELD = re.compile(r"ClusterQueue \S+ is (inactive|stopped|held)|stopPolicy", re.IGNORECASE)
 STALE_AFTER = timedelta(minutes=5)
@@ -1048,7 +1048,7 @@ def _pending_words(
     if match := PENDING_CANNOT_FIT.search(message):
         flavor_name, resource = match["flavor"], match["resource"]
         flavor = flavors.get((w.cluster_id, flavor_name))
-        asked = Decimal(str(_quantity(match["asked"])))
+        asked = Decimal(str(_quantity(match["asked"]) if match["asked"] else _asked(w, resource)))
         capacity = _quantity(match["capacity"])
         quota = quotas.get((cluster, flavor_name, resource))
         words = (
@@ -1068,9 +1068,9 @@ def _pending_words(
         )
         if gpu is None:
             return words, None
-        asked = Decimal(str(_asked(w, GPU_RESOURCE)))
-        in_use = Decimal(str(used.get((w.cluster_id, gpu.flavor_name, GPU_RESOURCE), 0.0)))
-        guaranteed = max(gpu.guaranteed, in_use + asked)
+        wanted = Decimal(str(_asked(w, GPU_RESOURCE)))
+        holding = Decimal(str(used.get((w.cluster_id, gpu.flavor_name, GPU_RESOURCE), 0.0)))
+        guaranteed = max(gpu.guaranteed, holding + wanted)
         return words, WorkloadNeed(
             cluster, gpu.flavor_name, GPU_RESOURCE, gpu.guaranteed, gpu.limit,
             guaranteed, max(gpu.limit, guaranteed),

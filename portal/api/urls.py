@@ -79,7 +79,7 @@ urlpatterns = [
     ),
     *(
         path(
-            f"tenants/<str:tenant_slug>/workloads/<int:pk>/{action}/",
+            f"tenants/<str:tenant_slug>/workloads/<int:id>/{action}/",
             TenantWorkloadActionView.as_view(action_name=action),
             name=f"tenant-workload-{action}",
         )

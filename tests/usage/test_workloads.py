@@ -333,3 +333,27 @@ def test_without_the_annotation_the_pods_service_account_stands_for_the_submitte
         {"flavor": "", "resource": "cpu", "amount": 4.0},
         {"flavor": "", "resource": "nvidia.com/gpu", "amount": 2.0},
     ]
+
+
+def test_a_workload_that_cannot_fit_or_is_held_says_so_and_what_to_ask(world, team):  # type: ignore[no-untyped-def]
+    from usage.selectors import workload_rows
+
+    pending = team["pending"]
+    pending.pending_message = (
+        "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in "
+        "flavor a100-80gb, request > maximum capacity (12 > 10)"
+    )
+    (row,) = workload_rows(tenant=world.team_a, workloads=[pending])
+    assert row.reason.startswith("cannot fit: it asks for 12 ")
+    assert "team-a's quota on demo-a100 allows at most 10" in row.reason
+    assert row.need is not None and (row.need.guaranteed, row.need.limit) == (6, 12)
+
+    pending.pending_message = "ClusterQueue team-a is inactive"
+    (row,) = workload_rows(tenant=world.team_a, workloads=[pending])
+    assert row.reason.startswith("held: demo-a100 takes no new work of team-a")
+    assert row.need is not None and row.need.flavor == "a100-80gb"
+    assert (row.need.guaranteed, row.need.limit) == (12, 12)  # 8 in use + its 4
+
+    pending.pending_message = "something Kueue says"
+    (row,) = workload_rows(tenant=world.team_a, workloads=[pending])
+    assert (row.reason, row.need) == ("Kueue says: something Kueue says", None)

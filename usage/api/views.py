@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import viewsets
 from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
@@ -28,6 +28,7 @@ from usage.api.serializers import (
     UsageQueryInput,
     WorkloadOutput,
 )
+from usage.models import Workload
 
 UNITS = ("used", "used_max", "guaranteed", "limit", "borrowed")
 FIELDS = (*selectors.TENANT_SERIES, "used_max")
@@ -195,8 +196,14 @@ class TenantWorkloadsView(TenantScopedMixin, GenericAPIView):
 
     serializer_class = WorkloadOutput
     pagination_class = PagePagination
+    queryset = Workload.objects.none()  # the schema's model; rows come from the selector
 
     @extend_schema(
+        parameters=[
+            OpenApiParameter("state", str, enum=list(selectors.WORKLOAD_STATES)),
+            OpenApiParameter("person", str, description="A submitter's username."),
+            OpenApiParameter("cluster", str, description="A cluster's name."),
+        ],
         responses={
             200: WorkloadOutput(many=True),
             400: OpenApiResponse(description="Unknown filter value; the choices are listed."),
@@ -235,10 +242,10 @@ class TenantWorkloadActionView(TenantScopedMixin, APIView):
             409: OpenApiResponse(description="It finished meanwhile, or the cluster refused."),
         },
     )
-    def post(self, request: Request, tenant_slug: str, pk: int) -> Response:
+    def post(self, request: Request, tenant_slug: str, id: int) -> Response:
         workload = services.workload_set_suspended(
             tenant=self.tenant,
-            workload_id=pk,
+            workload_id=id,
             suspended=self.action_name == "suspend",
             actor=caller(request),
         )
