@@ -22,6 +22,7 @@ from core.words import counted
 from tenants.api.base import caller
 from tenants.models import Tenant
 from tenants.selectors import tenant_get_for_user, user_can_manage_tenant
+from usage.views import workloads as workloads_page
 
 BAR_WIDTH = 160  # px of the what-if chart's longest bar
 
@@ -129,11 +130,13 @@ def workload_ask(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     """POST: "Ask for what this needs" on a waiting workload: a draft request with its numbers
     and evidence, opened in the request form for the lead to review and file. A refusal of
     the numbers opens the form as it is, saying why."""
-    if request.method != "POST":
-        return HttpResponseNotAllowed(["POST"])
     user = caller(request)
     if not user.is_authenticated:
         return redirect_to_login(request.get_full_path())
+    if request.method == "GET":  # a reloaded page: the list (404 for outsiders)
+        return workloads_page(request, slug)
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["GET", "POST"])
     tenant = tenant_get_for_user(user=user, slug=slug)
     try:
         draft = services.workload_request_draft(tenant=tenant, workload_id=pk, actor=user)

@@ -54,6 +54,8 @@ class Route:
             "cluster": "demo-a100",
             "format": "json",
             "name": f"{tenant}-training",  # a namespace of the tenant
+            "pk": "1",  # a workload (the routes answer 404 before looking it up)
+            "id": "1",
         }
         url = re.sub(r"\(\?P<(\w+)>(?:\[[^\]]*\]|[^)])*\)", lambda m: samples[m[1]], self.route)
         url = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: samples[m[1]], url)
@@ -119,6 +121,7 @@ def test_every_tenant_route_in_the_openapi_document_is_tested():
         .replace("{username}", "alice")
         .replace("{cluster}", "demo-a100")
         .replace("{name}", "team-a-training")
+        .replace("{id}", "1")
         for path in schema["paths"]
         if "{tenant_slug}" in path or "{slug}" in path
     }

@@ -8,9 +8,8 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
 
 from tenants.authentication import caller
 from tenants.selectors import tenant_get_for_user
@@ -20,11 +19,13 @@ PAGE_SIZE = 50
 
 
 @login_required
-@require_GET
 def workloads(request: HttpRequest, slug: str) -> HttpResponse:
-    """Every Kueue Workload of the tenant on each cluster (filters: state, person, cluster)."""
+    """Every Kueue Workload of the tenant on each cluster (filters: state, person, cluster).
+    The tenant first, so another tenant's route answers 404 to every method."""
     user = caller(request)
     tenant = tenant_get_for_user(user=user, slug=slug)
+    if request.method not in ("GET", "HEAD"):
+        return HttpResponseNotAllowed(["GET"])
     filters = selectors.workload_filters_parse(tenant=tenant, params=request.GET.dict())
     rows = selectors.workload_list_for_tenant(tenant=tenant, filters=filters)
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
@@ -43,9 +44,11 @@ def workloads(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @login_required
-@require_POST
 def workload_suspension(request: HttpRequest, slug: str, pk: int, action: str) -> HttpResponse:
-    """Suspend or resume one workload (leads); refusals show the error page with its status."""
+    """POST: suspend or resume one workload (leads); refusals show the error page with its
+    status. GET (a reloaded page): the list; outsiders get 404 as on every tenant route."""
+    if request.method != "POST":
+        return workloads(request, slug)  # the list, or its 405 (404 for outsiders first)
     user = caller(request)
     tenant = tenant_get_for_user(user=user, slug=slug)
     workload = services.workload_set_suspended(
