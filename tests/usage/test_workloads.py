@@ -357,3 +357,16 @@ def test_a_workload_that_cannot_fit_or_is_held_says_so_and_what_to_ask(world, te
     pending.pending_message = "something Kueue says"
     (row,) = workload_rows(tenant=world.team_a, workloads=[pending])
     assert (row.reason, row.need) == ("Kueue says: something Kueue says", None)
+
+
+def test_the_stand_in_stamps_the_creator_whatever_the_job_says() -> None:
+    from devcluster.admission import ANNOTATION_SUBMITTER, stamp_submitter
+
+    job: dict[str, Any] = {
+        "spec": {"template": {"metadata": {"annotations": {ANNOTATION_SUBMITTER: "bob", "x": "1"}}}}
+    }
+    stamp_submitter(job, "alice")
+    assert job["spec"]["template"]["metadata"]["annotations"] == {
+        ANNOTATION_SUBMITTER: "alice",
+        "x": "1",
+    }
