@@ -46,8 +46,13 @@ from advice.models import Suggestion
 from advice.selectors import LineUsage, ceil_units, flavor_memory_mib, month_before
 from advice.selectors import tenant_month_usage as _month_usage
 from approvals.choices import RequestStatus
-from approvals.services import quota_request_cancel, quota_request_create
-from core.errors import ApplicationError
+from approvals.models import QuotaChangeRequest
+from approvals.services import (
+    quota_request_cancel,
+    quota_request_create,
+    quota_request_ensure_can_file,
+)
+from core.errors import ApplicationError, Conflict
 from quotas.choices import FlavorKind, is_gpu_resource, mig_resource
 from quotas.models import Cluster, Quota, QuotaSet, ResourceFlavor
 from quotas.quantity import format_quantity, to_display
@@ -56,6 +61,7 @@ from quotas.services import QuotaItem, elastic_cap
 from tenants.choices import MembershipRole
 from tenants.models import Membership, Tenant, User
 from tenants.services import audit_record
+from usage.selectors import workload_get_for_tenant, workload_rows
 
 logger = logging.getLogger(__name__)
 
@@ -483,3 +489,57 @@ def suggestions_compute_all(*, now: datetime | None = None) -> int:
         except Exception:  # one tenant's failure must not stop the others
             logger.exception("suggestions for %s failed", tenant.slug)
     return count
+
+
+# "Ask for what this needs": a waiting workload's draft request ----------------------------------
+
+
+def workload_request_draft(*, tenant: Tenant, workload_id: int, actor: User) -> QuotaChangeRequest:
+    """A draft change request for what a workload of ``tenant`` waits for (lack of quota, a
+    held queue, a workload that cannot fit): the quota line it needs, with the evidence (the
+    workload, who submitted it, how long it waited, Kueue's words) as its reason. The lead
+    reviews it in the request form and files it. 403 for members; 409 when the workload does
+    not wait for quota (any more); 400 when the numbers break a rule (the check says which)."""
+    quota_request_ensure_can_file(actor=actor, tenant=tenant)
+    workload = workload_get_for_tenant(tenant=tenant, pk=workload_id)
+    row = workload_rows(tenant=tenant, workloads=[workload])[0]
+    need = row.need
+    if need is None:
+        raise Conflict(
+            f"{workload.namespace}/{workload.name} is {row.state} and does not wait for quota.",
+            fields={"state": [row.state]},
+            state=row.state,
+        )
+    flavor = ResourceFlavor.objects.get(cluster=workload.cluster, name=need.flavor)
+    held = Quota.objects.filter(
+        quota_set__tenant=tenant, quota_set__cluster=workload.cluster, flavor=flavor,
+        resource=need.resource,
+    ).first()  # fmt: skip
+    item = QuotaItem(
+        flavor=flavor,
+        resource=need.resource,
+        guaranteed=need.guaranteed,
+        limit=need.limit,
+        lending_limit=held.lending_limit if held is not None else None,
+    )
+    submitted = f", submitted by {workload.submitter}" if workload.submitter else ""
+    kind = f" ({workload.job_kind})" if workload.job_kind else ""
+    reason = (
+        f"So that {workload.namespace}/{workload.name}{kind}{submitted} on {need.cluster} can "
+        f"run: it is {row.state}, {row.duration} (since {workload.created_at:%Y-%m-%d %H:%M} "
+        f"UTC); {row.reason}.\n"
+        f"{need.flavor} {need.resource}: guarantee {need.guaranteed_before:g} -> "
+        f"{need.guaranteed:g}, limit {need.limit_before:g} -> {need.limit:g}."
+    )
+    if workload.pending_message:
+        reason += f"\nKueue: {workload.pending_message}"
+    request = quota_request_create(
+        tenant=tenant, cluster=workload.cluster, requester=actor, reason=reason, items=[item]
+    )
+    audit_record(
+        actor=actor, action="workload.request_drafted", obj=workload, tenant=tenant,
+        object_id=f"{need.cluster}/{workload.namespace}/{workload.name}",
+        after={"request": request.pk, "flavor": need.flavor, "resource": need.resource,
+               "guaranteed": str(need.guaranteed), "limit": str(need.limit)},
+    )  # fmt: skip
+    return request

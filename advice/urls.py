@@ -11,4 +11,9 @@ urlpatterns = [
         views.SuggestionsComputeView.as_view(),
         name="tenant-suggestions-compute",
     ),
+    path(
+        "tenants/<str:slug>/workloads/<int:pk>/ask/",
+        views.workload_ask,
+        name="tenant-workload-ask",
+    ),
 ]

@@ -4,12 +4,15 @@ pages call (one call each), and the tenant page's "compute suggestions now" butt
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
+from django.urls import reverse
 from django.views import View
 
 from advice import selectors, services
@@ -19,6 +22,7 @@ from core.words import counted
 from tenants.api.base import caller
 from tenants.models import Tenant
 from tenants.selectors import tenant_get_for_user, user_can_manage_tenant
+from usage.views import workloads as workloads_page
 
 BAR_WIDTH = 160  # px of the what-if chart's longest bar
 
@@ -120,3 +124,28 @@ class SuggestionsComputeView(LoginRequiredMixin, View):
             f"{counted(filed, 'draft')} to review.",
         )
         return redirect("portal:tenant-detail", slug=tenant.slug)
+
+
+def workload_ask(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """POST: "Ask for what this needs" on a waiting workload: a draft request with its numbers
+    and evidence, opened in the request form for the lead to review and file. A refusal of
+    the numbers opens the form as it is, saying why."""
+    user = caller(request)
+    if not user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    if request.method == "GET":  # a reloaded page: the list (404 for outsiders)
+        return workloads_page(request, slug)
+    if request.method != "POST":
+        return HttpResponseNotAllowed(["GET", "POST"])
+    tenant = tenant_get_for_user(user=user, slug=slug)
+    try:
+        draft = services.workload_request_draft(tenant=tenant, workload_id=pk, actor=user)
+    except errors.ValidationFailed as exc:
+        messages.error(request, f"The numbers this workload needs break a rule: {exc.message}")
+        return redirect(reverse("portal:tenant-workloads", args=[tenant.slug]))
+    messages.success(
+        request,
+        f"Draft request #{draft.pk} holds what this workload needs; review it and submit it.",
+    )
+    url = reverse("portal:request-new", args=[tenant.slug])
+    return redirect(f"{url}?{urlencode({'cluster': draft.cluster.name, 'from': draft.pk})}")

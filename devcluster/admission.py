@@ -32,6 +32,20 @@ LIMIT_RANGES = "limitranges"
 RBAC = "rbac.authorization.k8s.io"
 PRIORITY_CLASSES = "priorityclasses.scheduling.k8s.io"
 PODS = "pods"
+JOBS = "jobs.batch"
+# Who submitted a job: Kubernetes records no creator, so the portal's MutatingAdmissionPolicy
+# (docs/use/workloads.md) stamps the requesting user on a Job's pod template, which Kueue copies
+# into the Workload. The stand-in runs validating policies only; this plays that one.
+ANNOTATION_SUBMITTER = "portal.gpu-quota.io/submitter"
+
+
+def stamp_submitter(job: dict[str, Any], username: str) -> None:
+    """Set the submitter annotation of a Job's pod template to ``username`` (whatever the
+    creator wrote there: nobody names someone else)."""
+    template = job.setdefault("spec", {}).setdefault("template", {})
+    metadata = template.setdefault("metadata", {})
+    annotations = metadata.get("annotations") or {}
+    metadata["annotations"] = {**annotations, ANNOTATION_SUBMITTER: username}
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,8 @@ class Admission:
         obj, resource_type = attributes.obj, attributes.resource_type
         if obj is not None and resource_type.group == RBAC and self.rbac_check is not None:
             self.rbac_check(self.user, attributes)  # RBAC's storage checks, before admission
+        if obj is not None and resource_type.key == JOBS and attributes.operation == "CREATE":
+            stamp_submitter(obj, self.user.name)
         if obj is None or resource_type.key != PODS or attributes.subresource:
             return
         limitranger.default_pod(obj)

@@ -210,6 +210,10 @@ def install_cluster_access(
         endpoint.call("PATCH", path, obj, "application/apply-patch+yaml")
 
 
+# The teams whose people's jobs the demo submits on every cluster (kueue_sim.TEAM_JOBS).
+DEMO_TEAMS = ("team-a",)
+
+
 def _simulate(
     endpoints: dict[str, Endpoint], hot: list[str], idle: str | None, started: datetime
 ) -> None:
@@ -218,7 +222,9 @@ def _simulate(
     now = datetime.now(UTC)
     for index, (name, endpoint) in enumerate(endpoints.items()):
         try:
-            simulate_once(endpoint, now, hot, idle if index == 0 else None, started)
+            simulate_once(
+                endpoint, now, hot, idle if index == 0 else None, started, teams=DEMO_TEAMS
+            )
         except (OSError, ValueError, KeyError) as exc:
             logger.warning("%s: ClusterQueue status not written: %s", name, exc)
 

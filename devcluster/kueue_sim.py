@@ -205,13 +205,17 @@ class Endpoint:
             raise
         return True
 
-    def call(self, method: str, path: str, body: Any = None, content_type: str = "") -> Any:
+    def call(
+        self, method: str, path: str, body: Any = None, content_type: str = "", as_user: str = ""
+    ) -> Any:
         request = urllib.request.Request(  # noqa: S310 - the demo's own stand-in
             self.server + path,
             method=method,
             data=None if body is None else json.dumps(body).encode(),
         )
         request.add_header("Accept", "application/json")
+        if as_user:  # kubectl --as: the stand-in checks the impersonation and RBAC
+            request.add_header("Impersonate-User", as_user)
         if content_type:
             request.add_header("Content-Type", content_type)
         if self.token:
@@ -226,15 +230,20 @@ def simulate_once(
     hot: Iterable[str] = (),
     idle: str | None = None,
     started: datetime | None = None,
+    teams: Iterable[str] = (),
 ) -> int:
     """Write every ClusterQueue's status once (and make ``idle``'s notebook if it is missing
-    and the tenant's namespace exists); returns how many statuses were written."""
+    and the tenant's namespace exists; and the jobs of ``teams``, submitted by their people,
+    with their Workloads); returns how many statuses were written."""
     written = 0
+    teams = set(teams)
     for queue in endpoint.call("GET", QUEUES_PATH).get("items") or []:
         metadata = queue.get("metadata") or {}
         name = metadata.get("name", "")
         if name == idle:
             _ensure_idle(endpoint, queue, (started or now) - IDLE_ADMITTED_BEFORE)
+        if name in teams:
+            _ensure_team_jobs(endpoint, queue, started or now)
         load = queue_load(name, metadata.get("annotations") or {}, now, hot)
         status = queue_status(queue, load)
         endpoint.call(
@@ -262,3 +271,135 @@ def _ensure_idle(endpoint: Endpoint, queue: Mapping[str, Any], admitted: datetim
         "PATCH", f"{path}/{IDLE_NAME}/status", {"status": status}, "application/merge-patch+json"
     )
     logger.warning("%s/%s: an idle notebook for the demo's idle rule", namespace, IDLE_NAME)
+
+
+# A team's jobs, as its people submit them and Kueue admits them ------------------------------
+
+JOBS_PATH = "/apis/batch/v1/namespaces/{namespace}/jobs"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+
+
+@dataclass(frozen=True)
+class DemoJob:
+    name: str
+    submitter: str
+    gpus: int
+    state: str  # running, admitted or pending
+    age: timedelta  # how long before the loop started it was submitted
+
+
+# alice (lead) and carol (member) of team-a; the pending job asks for more than is left.
+TEAM_JOBS = (
+    DemoJob("llm-finetune", "alice", 4, "running", timedelta(hours=3, minutes=10)),
+    DemoJob("resnet-sweep", "carol", 2, "running", timedelta(minutes=45)),
+    DemoJob("eval-batch", "carol", 1, "admitted", timedelta(minutes=3)),
+    DemoJob("pretrain-8x", "carol", 8, "pending", timedelta(minutes=25)),
+)
+
+
+def team_job(namespace: str, job: DemoJob) -> dict[str, Any]:
+    """A suspended Job for Kueue (``kueue.x-k8s.io/queue-name``), asking ``job.gpus`` GPUs."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job.name, "namespace": namespace, "labels": {QUEUE_LABEL: "default"}},
+        "spec": {
+            "suspend": True,
+            "parallelism": 1,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "trainer",
+                            "resources": {"requests": {"nvidia.com/gpu": str(job.gpus)}},
+                        }
+                    ],
+                }
+            },
+        },
+    }
+
+
+def job_workload(
+    job_object: Mapping[str, Any], job: DemoJob, tenant: str, flavor: str, submitted: datetime
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Workload Kueue's job controller makes for a Job (owned by it, its pod template
+    copied, the submitter annotation with it) and the status Kueue would give it."""
+    meta = job_object["metadata"]
+    name = f"job-{meta['name']}-{str(meta.get('uid') or '')[:5]}"
+    template = job_object["spec"]["template"]
+    body = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": {JOB_UID_LABEL: meta.get("uid", "")},
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": meta["name"],
+                 "uid": meta.get("uid", ""), "controller": True, "blockOwnerDeletion": True}
+            ],
+        },
+        "spec": {
+            "queueName": "default",
+            "podSets": [{"name": "main", "count": 1, "template": template}],
+        },
+    }  # fmt: skip
+    at = submitted.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if job.state == "pending":
+        status: dict[str, Any] = {
+            "conditions": [
+                {"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                 "lastTransitionTime": at,
+                 "message": f"couldn't assign flavors to pod set main: insufficient unused "
+                 f"quota for nvidia.com/gpu in flavor {flavor}, {job.gpus // 2} more needed"}
+            ]
+        }  # fmt: skip
+        return body, status
+    kinds = ("QuotaReserved", "Admitted", *(("PodsReady",) if job.state == "running" else ()))
+    status = {
+        "conditions": [
+            {"type": kind, "status": "True", "reason": kind, "message": "demo",
+             "lastTransitionTime": at}
+            for kind in kinds
+        ],
+        "admission": {
+            "clusterQueue": tenant,
+            "podSetAssignments": [
+                {"name": "main", "flavors": {"nvidia.com/gpu": flavor}, "count": 1,
+                 "resourceUsage": {"nvidia.com/gpu": str(job.gpus)}}
+            ],
+        },
+    }  # fmt: skip
+    return body, status
+
+
+def _ensure_team_jobs(endpoint: Endpoint, queue: Mapping[str, Any], started: datetime) -> None:
+    """The team's demo jobs, each created as its submitter (the stand-in stamps who), and
+    their Workloads as Kueue would make and admit them; what exists is left alone."""
+    tenant = queue["metadata"]["name"]
+    flavor = _gpu_flavor(queue)
+    namespace = f"{tenant}-training"
+    if flavor is None or not endpoint.exists(f"/api/v1/namespaces/{namespace}"):
+        return
+    jobs = JOBS_PATH.format(namespace=namespace)
+    workloads = WORKLOADS_PATH.format(namespace=namespace)
+    for job in TEAM_JOBS:
+        if not endpoint.exists(f"{jobs}/{job.name}"):
+            endpoint.call("POST", jobs, team_job(namespace, job), "application/json", job.submitter)
+        job_object = endpoint.call("GET", f"{jobs}/{job.name}")
+        body, status = job_workload(job_object, job, tenant, flavor, started - job.age)
+        name = body["metadata"]["name"]
+        if endpoint.exists(f"{workloads}/{name}"):
+            continue
+        endpoint.call("POST", workloads, body, "application/json")
+        endpoint.call(
+            "PATCH",
+            f"{workloads}/{name}/status",
+            {"status": status},
+            "application/merge-patch+json",
+        )
+        logger.warning("%s/%s: %s's demo job (%s)", namespace, name, job.submitter, job.state)

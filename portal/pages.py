@@ -49,5 +49,6 @@ urlpatterns = [
     path("", include("dashboards.urls")),
     path("", include("alerts.urls")),
     path("", include("tenants.urls")),
+    path("", include("usage.urls")),
     path("", include("gpu_agent.urls")),
 ]

@@ -62,7 +62,10 @@ class Route:
             "cluster": "demo-a100",
             "format": "json",
             "name": f"{tenant}-training",  # a namespace of the tenant
-            "pk": ask,  # an ask to join the tenant
+            # an ask to join the tenant, or a workload (those routes answer 404 for another
+            # tenant before looking it up)
+            "pk": ask,
+            "id": ask,
         }
         url = re.sub(r"\(\?P<(\w+)>(?:\[[^\]]*\]|[^)])*\)", lambda m: samples[m[1]], self.route)
         url = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: samples[m[1]], url)

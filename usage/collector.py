@@ -19,6 +19,7 @@ The parsing functions are pure (dicts in, rows out); ``cluster_collect`` does th
 from __future__ import annotations
 
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from quotas.models import Cluster, Quota, ResourceFlavor
 from quotas.quantity import QuantityError, parse_quantity
 from tenants.models import Namespace, Tenant
 from usage.choices import Metric, PrometheusFigure, Source, WorkloadState
-from usage.models import Pod, Workload
+from usage.models import Pod, Workload, WorkloadReading
 from usage.prometheus import PrometheusOutcome, prometheus_collect
 from usage.services import SampleRow, samples_write
 
@@ -227,7 +228,94 @@ def workload_fields(obj: Mapping[str, Any]) -> dict[str, Any]:
         "evicted_reason": evicted.get("reason") or "",
         "evictions": evictions,
         "preemptions": preemptions,
+        **_workload_details(meta, spec, conditions),
+        "resources": _workload_resources(spec, admission),
     }
+
+
+# Kubernetes does not record who created an object. The portal's admission policy (a
+# MutatingAdmissionPolicy, docs/use/workloads.md) stamps the requesting user on the pod template
+# of every job a tenant submits; Kueue copies the template into the Workload's pod sets.
+ANNOTATION_SUBMITTER = "portal.gpu-quota.io/submitter"
+PENDING_QUOTA = re.compile(
+    r"insufficient unused quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+), "
+    r"(?P<more>[0-9.]+\w*) more needed"
+)
+PENDING_CANNOT_FIT = re.compile(
+    r"insufficient quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+), "
+    r"(?:request|previously considered podsets requests) \(?(?P<asked>[0-9.]+\w*)\)? > "
+    r"maximum capacity \((?P<capacity>[0-9.]+\w*)\)"
+)
+
+
+def _workload_details(
+    meta: Mapping[str, Any], spec: Mapping[str, Any], conditions: Mapping[Any, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Its job (the owner reference), who submitted it, whether it is active, and Kueue's
+    words on why it waits (the QuotaReserved condition while false)."""
+    owners = meta.get("ownerReferences") or []
+    owner = next((o for o in owners if o.get("controller")), owners[0] if owners else {})
+    submitter, source = "", ""
+    templates = [(p.get("template") or {}) for p in spec.get("podSets") or []]
+    for template in templates:
+        annotations = (template.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(ANNOTATION_SUBMITTER):
+            submitter, source = str(annotations[ANNOTATION_SUBMITTER]), "annotation"
+            break
+    else:
+        annotations = meta.get("annotations") or {}
+        if annotations.get(ANNOTATION_SUBMITTER):
+            submitter, source = str(annotations[ANNOTATION_SUBMITTER]), "annotation"
+        else:
+            account = next(
+                (
+                    (t.get("spec") or {}).get("serviceAccountName")
+                    for t in templates
+                    if (t.get("spec") or {}).get("serviceAccountName")
+                ),
+                None,
+            )
+            submitter, source = (account, "service-account") if account else ("", "")
+    reserved = conditions.get("QuotaReserved") or {}
+    waiting = reserved.get("status") == "False"
+    return {
+        "job_kind": str(owner.get("kind") or ""),
+        "job_name": str(owner.get("name") or ""),
+        "submitter": submitter[:253],
+        "submitter_source": source,
+        "active": spec.get("active") is not False,
+        "pending_message": str(reserved.get("message") or "")[:1000] if waiting else "",
+        "pending_reason": str(reserved.get("reason") or "")[:63] if waiting else "",
+        "pods_ready": (conditions.get("PodsReady") or {}).get("status") == "True",
+    }
+
+
+def _workload_resources(
+    spec: Mapping[str, Any], admission: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """What it holds per flavor (Kueue's podSetAssignments), else what its pod sets ask for
+    (flavor ""): [{flavor, resource, amount}], amounts in base units, summed."""
+    totals: dict[tuple[str, str], float] = defaultdict(float)
+    assignments = admission.get("podSetAssignments") or []
+    if assignments:
+        for assignment in assignments:
+            flavors = assignment.get("flavors") or {}
+            for resource, amount in (assignment.get("resourceUsage") or {}).items():
+                totals[(str(flavors.get(resource) or ""), str(resource))] += _amount(amount)
+    else:
+        for pod_set in spec.get("podSets") or []:
+            count = int(pod_set.get("count") or 1)
+            template = (pod_set.get("template") or {}).get("spec") or {}
+            for container in template.get("containers") or []:
+                resources = container.get("resources") or {}
+                asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+                for name, value in asked.items():
+                    totals[("", str(name))] += count * _amount(value)
+    return [
+        {"flavor": flavor, "resource": resource, "amount": amount}
+        for (flavor, resource), amount in sorted(totals.items())
+        if amount
+    ]
 
 
 def _true_since(conditions: Mapping[Any, Mapping[str, Any]], kind: str) -> datetime | None:
@@ -412,6 +500,8 @@ def cluster_collect(*, cluster: Cluster, now: datetime | None = None) -> Collect
             quotas = _list(backend, RESOURCE_QUOTA, owned) or []
     except ApplyError as exc:
         logger.warning("usage collection of %s failed: %s", cluster.name, exc.message)
+        if cluster.has_kueue:
+            workload_reading_record(cluster=cluster, now=now, error=exc.message)
         return CollectOutcome(cluster.name, False, message=exc.message, prometheus=from_prometheus)
     outcome = collected_store(
         cluster=cluster,
@@ -547,19 +637,45 @@ def collected_store(
         )
     written = samples_write(rows=rows, source=Source.CLUSTER_API)
     seen = (
-        workloads_store(cluster=cluster, workloads=workloads, ns_tenant=ns_tenant, now=now)
+        workloads_store(
+            cluster=cluster,
+            workloads=workloads,
+            ns_tenant=ns_tenant,
+            now=now,
+            running=frozenset(
+                workload_of[p.uid] for p in parsed if p.phase == "Running" and p.uid in workload_of
+            ),
+        )
         if workloads is not None
         else 0
     )
+    if workloads is not None:
+        workload_reading_record(cluster=cluster, now=now)
     return CollectOutcome(
         cluster.name, True, samples=written, pods=len(pod_objects), workloads=seen
     )
 
 
+def workload_reading_record(*, cluster: Cluster, now: datetime, error: str = "") -> None:
+    """Note how this reading of the cluster's Workloads went: a success clears the failure; a
+    failure keeps when the failing began (the page's "since")."""
+    reading, _ = WorkloadReading.objects.get_or_create(
+        cluster=cluster, defaults={"last_attempt_at": now}
+    )
+    reading.last_attempt_at = now
+    if error:
+        reading.failing_since = reading.failing_since or now
+        reading.last_error = error[:1000]
+    else:
+        reading.last_success_at, reading.failing_since, reading.last_error = now, None, ""
+    reading.save()
+
+
 WORKLOAD_UPDATE_FIELDS = [
     "tenant", "namespace", "name", "queue_name", "cluster_queue", "priority", "gpus", "flavors",
     "state", "created_at", "admitted_at", "finished_at", "evicted_at", "evictions",
-    "preemptions", "queue_wait_s", "updated_at",
+    "preemptions", "queue_wait_s", "job_kind", "job_name", "submitter", "submitter_source",
+    "resources", "active", "running", "pending_message", "pending_reason", "updated_at",
 ]  # fmt: skip
 
 
@@ -569,10 +685,12 @@ def workloads_store(
     workloads: Sequence[Mapping[str, Any]],
     ns_tenant: Mapping[str, int],
     now: datetime,
+    running: frozenset[str] = frozenset(),
 ) -> int:
     """Upsert one row per Workload. The first admission is kept (queue wait); an eviction the
     stats do not count yet (a newer ``Evicted`` condition) is counted; a workload gone from
-    the cluster before finishing is closed as finished now."""
+    the cluster before finishing is closed as finished now. ``running``: the uids of
+    Workloads one of whose pods runs."""
     parsed = [workload_fields(w) for w in workloads]
     parsed = [w for w in parsed if w["uid"] and w["created_at"]]
     known = {
@@ -629,6 +747,15 @@ def workloads_store(
                 queue_wait_s=max((admitted_at - w["created_at"]).total_seconds(), 0.0)
                 if admitted_at
                 else None,
+                job_kind=w["job_kind"],
+                job_name=w["job_name"],
+                submitter=w["submitter"],
+                submitter_source=w["submitter_source"],
+                resources=w["resources"],
+                active=w["active"],
+                running=w["uid"] in running or w["pods_ready"],
+                pending_message=w["pending_message"],
+                pending_reason=w["pending_reason"],
                 updated_at=now,
             )
         )

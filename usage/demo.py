@@ -27,6 +27,7 @@ from django.utils import timezone
 from gpu_spec import demo_load
 from quotas.choices import is_gpu_resource
 from quotas.models import Cluster, Quota
+from tenants.models import Membership
 from usage import services
 from usage.choices import Metric, Resolution, Source, WorkloadState
 from usage.models import Rollup, Workload
@@ -152,6 +153,18 @@ DemoJob = tuple[str, str, str, float, float, float]
 Admission = Callable[[Cluster, list[DemoJob], float], Mapping[str, float | None]]
 
 
+def _people(tenant_ids: set[int]) -> dict[int, list[str]]:
+    """Each tenant's leads and members (who submit jobs), by username."""
+    out: dict[int, list[str]] = defaultdict(list)
+    for tenant_id, username in (
+        Membership.objects.filter(tenant_id__in=tenant_ids, role__in=["lead", "member"])
+        .order_by("user__username")
+        .values_list("tenant_id", "user__username")
+    ):
+        out[tenant_id].append(username)
+    return dict(out)
+
+
 def _workloads(
     rng: random.Random, quotas: list[Quota], start: datetime, now: datetime, admit: Admission
 ) -> list[tuple[int, Workload]]:
@@ -161,9 +174,12 @@ def _workloads(
     (the what-if) reproduces them. A few evictions and preemptions are marked at random."""
     planned: dict[Cluster, list[tuple[DemoJob, Workload]]] = defaultdict(list)
     flavor_of: dict[str, int] = {}
+    people = _people({q.quota_set.tenant_id for q in quotas})
     for q in quotas:
         tenant, cluster = q.quota_set.tenant, q.quota_set.cluster
         namespace = f"{tenant.slug}-training"
+        # Who submitted each job: the team's people in turn (the rng's draws stay as they were).
+        submitters = people.get(tenant.pk) or [f"{tenant.slug}-workloads"]
         # Jobs that fit; the big ones (8 GPUs) come with team-a's busy week.
         sizes = [g for g in (1, 1, 2, 2, 4) if g <= q.limit] or [1]
         busy_sizes = [g for g in (1, 2, 4, 8) if g <= q.limit] or [1]
@@ -201,6 +217,15 @@ def _workloads(
                             evictions=evictions,
                             preemptions=preemptions,
                             updated_at=now,
+                            job_kind="Job",
+                            job_name=f"{q.flavor.name}-{day:02d}-{j:02d}",
+                            submitter=submitters[(day + j) % len(submitters)],
+                            submitter_source="annotation"
+                            if tenant.pk in people
+                            else "service-account",
+                            resources=[
+                                {"flavor": q.flavor.name, "resource": q.resource, "amount": gpus}
+                            ],
                         ),
                     )
                 )

@@ -178,6 +178,38 @@ class Workload(models.Model):
     queue_wait_s = models.FloatField(
         null=True, blank=True, help_text="Admitted minus created (first admission)."
     )
+    # What the workloads page shows (read from the Workload on every collection).
+    job_kind = models.CharField(
+        max_length=63, blank=True, db_default="", help_text="Its owner's kind: Job, JobSet, ..."
+    )
+    job_name = models.CharField(max_length=253, blank=True, db_default="")
+    submitter = models.CharField(
+        max_length=253,
+        blank=True,
+        db_default="",
+        help_text="Who submitted it: the gpu-quota-portal.io/submitter annotation the portal's "
+        "admission policy stamps on the pod template, else the pods' service account.",
+    )
+    submitter_source = models.CharField(
+        max_length=20, blank=True, db_default="", help_text="annotation or service-account."
+    )
+    resources = models.JSONField(
+        default=list,
+        blank=True,
+        db_default=[],
+        help_text="[{flavor, resource, amount}]: admitted per flavor, else asked (flavor '').",
+    )
+    active = models.BooleanField(default=True, db_default=True, help_text="Kueue spec.active.")
+    running = models.BooleanField(
+        default=False, db_default=False, help_text="One of its pods was running when read."
+    )
+    pending_message = models.CharField(
+        max_length=1000,
+        blank=True,
+        db_default="",
+        help_text="Kueue's own words on why it is not admitted (QuotaReserved False).",
+    )
+    pending_reason = models.CharField(max_length=63, blank=True, db_default="")
     updated_at = models.DateTimeField()
 
     class Meta:
@@ -195,6 +227,25 @@ class Workload(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+class WorkloadReading(models.Model):
+    """How the last readings of one cluster's Kueue Workloads went: the workloads page shows
+    the last known list, marked stale with the cluster and since when, while it fails."""
+
+    cluster = models.OneToOneField("quotas.Cluster", on_delete=models.CASCADE, related_name="+")
+    last_attempt_at = models.DateTimeField()
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    failing_since = models.DateTimeField(
+        null=True, blank=True, help_text="First failed reading since the last success."
+    )
+    last_error = models.CharField(max_length=1000, blank=True)
+
+    class Meta:
+        db_table = "usage_workload_reading"
+
+    def __str__(self) -> str:
+        return f"workloads of cluster {self.cluster_id}: last read {self.last_success_at}"
 
 
 class WorkloadActivity(models.Model):

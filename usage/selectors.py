@@ -37,21 +37,34 @@ are GPUs (or MIG instances) of the flavor; ``units`` is amount x the flavor's ``
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
-from core.errors import ValidationFailed
-from quotas.models import ResourceFlavor
+from core.errors import NotFound, ValidationFailed
+from quotas.choices import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from quotas.models import Cluster, ResourceFlavor
+from quotas.quantity import QuantityError, parse_quantity
+from quotas.selectors import EffectiveQuota, tenant_effective_quotas
 from tenants.models import Tenant
 from usage.buckets import EPOCH, RESOLUTION_NAMES, retention
-from usage.choices import RAW, Metric, Resolution, Source
-from usage.models import PrometheusSource, Rollup, RollupState, Sample, VolumeRoom, Workload
+from usage.choices import RAW, Metric, Resolution, Source, WorkloadState
+from usage.models import (
+    PrometheusSource,
+    Rollup,
+    RollupState,
+    Sample,
+    VolumeRoom,
+    Workload,
+    WorkloadReading,
+)
 
 MAX_POINTS = 5000
 MIN_STEP = timedelta(seconds=60)
@@ -709,3 +722,361 @@ def volume_room(*, tenant_id: int, cluster_id: int) -> list[VolumeRoom]:
             "available_bytes", "namespace", "claim"
         )
     )
+
+
+# Workloads (the tenant's workloads page and API) ----------------------------------------------
+
+WORKLOAD_STATES = ("pending", "admitted", "running", "suspended", "finished", "evicted")
+_STATE_FILTERS = {
+    "pending": Q(state=WorkloadState.PENDING),
+    "admitted": Q(state=WorkloadState.ADMITTED, running=False),
+    "running": Q(state=WorkloadState.ADMITTED, running=True),
+    "suspended": Q(state=WorkloadState.INACTIVE),
+    "finished": Q(state=WorkloadState.FINISHED),
+    "evicted": Q(state=WorkloadState.EVICTED),
+}
+# Kueue's words on a pending workload (the QuotaReserved condition's message).
+PENDING_QUOTA = re.compile(
+    r"insufficient unused quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+), "
+    r"(?P<more>[0-9.]+[a-zA-Z]*) more needed"
+)
+PENDING_CANNOT_FIT = re.compile(
+    r"insufficient quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+), .*?"
+    r"maximum capacity \((?:(?P<asked>[0-9.]+[a-zA-Z]*) > )?(?P<capacity>[0-9.]+[a-zA-Z]*)\)"
+)
+PENDING_HELD = re.compile(r"ClusterQueue \S+ is (inactive|stopped|held)|stopPolicy", re.IGNORECASE)
+STALE_AFTER = timedelta(minutes=5)
+
+
+def workload_state(workload: Workload) -> str:
+    """The state a lead reads: pending, admitted, running, suspended, finished, evicted."""
+    if workload.state == WorkloadState.FINISHED:
+        return "finished"
+    if workload.state == WorkloadState.INACTIVE or not workload.active:
+        return "suspended"
+    if workload.state == WorkloadState.ADMITTED:
+        return "running" if workload.running else "admitted"
+    return str(workload.state)
+
+
+def _duration(seconds: float) -> str:
+    minutes = int(seconds // 60)
+    days, rest = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes} min"
+    return f"{minutes} min"
+
+
+def _amount_words(amount: float | Decimal, resource: str, flavor: ResourceFlavor | None) -> str:
+    """'4 H100 GPUs', '2 MIG 1g.10gb instances', '64 GiB of memory', '8 CPU cores'."""
+    value = float(amount)
+    number = f"{value:g}"
+    if resource == GPU_RESOURCE:
+        model = (flavor.gpu_model if flavor is not None else "") or (
+            flavor.name if flavor is not None else ""
+        )
+        return f"{number} {model} GPU{'' if value == 1 else 's'}".replace("  ", " ")
+    if resource.startswith(MIG_RESOURCE_PREFIX):
+        profile = resource.removeprefix(MIG_RESOURCE_PREFIX)
+        return f"{number} MIG {profile} instance{'' if value == 1 else 's'}"
+    if resource == "memory":
+        return f"{value / 2**30:g} GiB of memory"
+    if resource == "cpu":
+        return f"{number} CPU core{'' if value == 1 else 's'}"
+    return f"{number} {resource}"
+
+
+def _quantity(text: str) -> float:
+    try:
+        return float(parse_quantity(text))
+    except (QuantityError, TypeError, ValueError):
+        return 0.0
+
+
+@dataclass(frozen=True)
+class WorkloadNeed:
+    """What a waiting workload needs, as a quota line: the change a request would ask for."""
+
+    cluster: str
+    flavor: str
+    resource: str
+    guaranteed_before: Decimal
+    limit_before: Decimal
+    guaranteed: Decimal
+    limit: Decimal
+
+
+@dataclass
+class WorkloadRow:
+    workload: Workload
+    cluster: str
+    state: str
+    stale: bool
+    duration: str  # "ran 3 h 20 min", "waiting 12 min"
+    reason: str  # in words, for pending work
+    need: WorkloadNeed | None  # for "Ask for what this needs"
+    gpus_by_flavor: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def may_suspend(self) -> bool:
+        return self.state in ("pending", "admitted", "running", "evicted")
+
+    @property
+    def may_resume(self) -> bool:
+        return self.state == "suspended"
+
+
+@dataclass(frozen=True)
+class ClusterReading:
+    name: str
+    stale: bool
+    failing_since: datetime | None
+    last_success_at: datetime | None
+    error: str
+
+
+@dataclass(frozen=True)
+class WorkloadFilters:
+    state: str = ""
+    person: str = ""
+    cluster: str = ""
+
+
+def workload_filter_choices(*, tenant: Tenant) -> dict[str, list[str]]:
+    """The values each filter takes: states, the people seen submitting, the clusters."""
+    people = (
+        Workload.objects.filter(tenant=tenant)
+        .exclude(submitter="")
+        .order_by("submitter")
+        .values_list("submitter", flat=True)
+        .distinct()
+    )
+    clusters = Cluster.objects.order_by("name").values_list("name", flat=True)
+    return {"state": list(WORKLOAD_STATES), "person": list(people), "cluster": list(clusters)}
+
+
+def workload_filters_parse(*, tenant: Tenant, params: Mapping[str, str]) -> WorkloadFilters:
+    """The filters of a query string; a value that is none of the choices is a 400 naming the
+    field and listing them."""
+    choices = workload_filter_choices(tenant=tenant)
+    values = {}
+    for name in ("state", "person", "cluster"):
+        value = str(params.get(name) or "")
+        if value and value not in choices[name]:
+            listed = ", ".join(choices[name]) or "none yet"
+            raise ValidationFailed.for_field(
+                name, f"Unknown {name} {value!r}; choose one of: {listed}.", choices=choices[name]
+            )
+        values[name] = value
+    return WorkloadFilters(**values)
+
+
+def workload_list_for_tenant(
+    *, tenant: Tenant, filters: WorkloadFilters = WorkloadFilters()
+) -> QuerySet[Workload]:
+    """The tenant's workloads on every cluster, newest first, filtered."""
+    rows = Workload.objects.filter(tenant=tenant).select_related("cluster")
+    if filters.state:
+        rows = rows.filter(_STATE_FILTERS[filters.state])
+    if filters.person:
+        rows = rows.filter(submitter=filters.person)
+    if filters.cluster:
+        rows = rows.filter(cluster__name=filters.cluster)
+    return rows.order_by("-created_at", "-pk")
+
+
+def workload_get_for_tenant(*, tenant: Tenant, pk: int) -> Workload:
+    found = Workload.objects.filter(tenant=tenant, pk=pk).select_related("cluster").first()
+    if found is None:
+        raise NotFound("No such workload of this tenant.")
+    return found
+
+
+def cluster_readings(*, now: datetime | None = None) -> list[ClusterReading]:
+    """How the last reading of each cluster's workloads went: stale where it fails, or where
+    nothing read it for a while (the collector runs every minute)."""
+    now = now or timezone.now()
+    out = []
+    for reading in WorkloadReading.objects.select_related("cluster").order_by("cluster__name"):
+        late = reading.last_success_at is None or reading.last_success_at < now - STALE_AFTER
+        out.append(
+            ClusterReading(
+                name=reading.cluster.name,
+                stale=reading.failing_since is not None or late,
+                failing_since=reading.failing_since or (reading.last_success_at if late else None),
+                last_success_at=reading.last_success_at,
+                error=reading.last_error,
+            )
+        )
+    return out
+
+
+def workload_rows(
+    *, tenant: Tenant, workloads: Iterable[Workload], now: datetime | None = None
+) -> list[WorkloadRow]:
+    """The page's rows: state, how long it ran or waited, why it waits (in words, with the
+    tenant's quota figures) and what a request would need to ask for."""
+    now = now or timezone.now()
+    workloads = list(workloads)
+    stale = {r.name for r in cluster_readings(now=now) if r.stale}
+    quotas = {
+        (qs.cluster_name, item.flavor_name, item.resource): item
+        for qs in tenant_effective_quotas(tenant=tenant)
+        for item in qs.items
+    }
+    cluster_ids = {w.cluster_id for w in workloads}
+    flavors = {
+        (f.cluster_id, f.name): f for f in ResourceFlavor.objects.filter(cluster_id__in=cluster_ids)
+    }
+    used: dict[tuple[int, str, str], float] = defaultdict(float)
+    for held in Workload.objects.filter(
+        tenant=tenant, cluster_id__in=cluster_ids, state=WorkloadState.ADMITTED
+    ).values_list("cluster_id", "resources"):
+        for line in held[1] or []:
+            used[(held[0], line.get("flavor", ""), line.get("resource", ""))] += float(
+                line.get("amount") or 0
+            )
+    rows = []
+    for w in workloads:
+        state = workload_state(w)
+        if state == "finished":
+            end = w.finished_at or w.updated_at
+            duration = f"ran {_duration((end - (w.admitted_at or w.created_at)).total_seconds())}"
+        elif state in ("admitted", "running"):
+            duration = f"running for {_duration((now - (w.admitted_at or now)).total_seconds())}"
+        else:
+            duration = f"waiting for {_duration((now - w.created_at).total_seconds())}"
+        reason, need = "", None
+        if state in ("pending", "evicted"):
+            reason, need = _pending_words(tenant, w, quotas, flavors, used)
+        gpus_by_flavor = [
+            {
+                "flavor": line.get("flavor", ""),
+                "resource": line.get("resource", ""),
+                "amount": line.get("amount"),
+                "words": _amount_words(
+                    line.get("amount") or 0,
+                    line.get("resource", ""),
+                    flavors.get((w.cluster_id, line.get("flavor", ""))),
+                ),
+            }
+            for line in w.resources or []
+        ]
+        rows.append(
+            WorkloadRow(
+                workload=w,
+                cluster=w.cluster.name,
+                state=state,
+                stale=w.cluster.name in stale,
+                duration=duration,
+                reason=reason,
+                need=need,
+                gpus_by_flavor=gpus_by_flavor,
+            )
+        )
+    return rows
+
+
+def _asked(w: Workload, resource: str) -> float:
+    return sum(
+        float(x.get("amount") or 0) for x in w.resources or [] if x.get("resource") == resource
+    )
+
+
+def _pending_words(
+    tenant: Tenant,
+    w: Workload,
+    quotas: Mapping[tuple[str, str, str], EffectiveQuota],
+    flavors: Mapping[tuple[int, str], ResourceFlavor],
+    used: Mapping[tuple[int, str, str], float],
+) -> tuple[str, WorkloadNeed | None]:
+    """Kueue's message turned into a lead's words, and what a request would ask for."""
+    message = w.pending_message
+    cluster = w.cluster.name
+    if match := PENDING_QUOTA.search(message):
+        flavor_name, resource = match["flavor"], match["resource"]
+        more = Decimal(str(_quantity(match["more"])))
+        flavor = flavors.get((w.cluster_id, flavor_name))
+        quota = quotas.get((cluster, flavor_name, resource))
+        in_use = used.get((w.cluster_id, flavor_name, resource), 0.0)
+        waiting = f"waiting for {_amount_words(more, resource, flavor)} more"
+        if quota is None:
+            return (
+                f"{waiting}; {tenant.slug} has no quota for {resource} on flavor {flavor_name} "
+                f"of {cluster}",
+                WorkloadNeed(cluster, flavor_name, resource, Decimal(0), Decimal(0), more, more),
+            )
+        uses = f"{tenant.slug} uses {in_use:g} of {quota.limit:g}"
+        if quota.limit <= quota.guaranteed:
+            why = (
+                f"borrowing is not possible because its limit equals its guarantee "
+                f"({quota.guaranteed:g})"
+            )
+        elif Decimal(str(in_use)) + more > quota.limit:
+            why = (
+                f"borrowing is not possible because that would take it past its limit of "
+                f"{quota.limit:g} ({quota.guaranteed:g} guaranteed, up to "
+                f"{quota.borrowing_limit:g} borrowed)"
+            )
+        else:
+            why = (
+                "borrowing is not possible because the other teams sharing this flavor use "
+                "what they could lend"
+            )
+        # Past the limit: both raised by what is missing (the borrowing room kept); within
+        # it: the guarantee raised to hold it all, so nothing need be borrowed.
+        total = Decimal(str(in_use)) + more
+        if total > quota.limit:
+            delta = total - quota.limit
+            guaranteed, limit = quota.guaranteed + delta, quota.limit + delta
+        else:
+            guaranteed, limit = max(quota.guaranteed, total), quota.limit
+        need = None
+        if (guaranteed, limit) != (quota.guaranteed, quota.limit):
+            need = WorkloadNeed(
+                cluster, flavor_name, resource, quota.guaranteed, quota.limit, guaranteed, limit
+            )
+        else:
+            why = (
+                f"it is within {tenant.slug}'s guarantee: Kueue takes back what was lent "
+                "(preempting) or waits for it to be returned"
+            )
+        return f"{waiting}; {uses}; {why}", need
+    if match := PENDING_CANNOT_FIT.search(message):
+        flavor_name, resource = match["flavor"], match["resource"]
+        flavor = flavors.get((w.cluster_id, flavor_name))
+        asked = Decimal(str(_quantity(match["asked"]) if match["asked"] else _asked(w, resource)))
+        capacity = _quantity(match["capacity"])
+        quota = quotas.get((cluster, flavor_name, resource))
+        words = (
+            f"cannot fit: it asks for {_amount_words(asked, resource, flavor)} and "
+            f"{tenant.slug}'s quota on {cluster} allows at most {capacity:g}"
+        )
+        g, lim = (quota.guaranteed, quota.limit) if quota else (Decimal(0), Decimal(0))
+        return words, WorkloadNeed(cluster, flavor_name, resource, g, lim, g, max(lim, asked))
+    if PENDING_HELD.search(message):
+        gpu = next(
+            (q for key, q in quotas.items() if key[0] == cluster and key[2] == GPU_RESOURCE),
+            None,
+        )
+        words = (
+            f"held: {cluster} takes no new work of {tenant.slug} for now (an admin or an alert "
+            "stopped its queue)"
+        )
+        if gpu is None:
+            return words, None
+        wanted = Decimal(str(_asked(w, GPU_RESOURCE)))
+        holding = Decimal(str(used.get((w.cluster_id, gpu.flavor_name, GPU_RESOURCE), 0.0)))
+        guaranteed = max(gpu.guaranteed, holding + wanted)
+        return words, WorkloadNeed(
+            cluster, gpu.flavor_name, GPU_RESOURCE, gpu.guaranteed, gpu.limit,
+            guaranteed, max(gpu.limit, guaranteed),
+        )  # fmt: skip
+    if message:
+        return f"Kueue says: {message}", None
+    if not w.active:
+        return "suspended", None
+    return "waiting for Kueue to consider it", None

@@ -28,12 +28,24 @@ from django.core.cache import BaseCache, caches
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from core.errors import ValidationFailed
+from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from gpu_agent.services.reports import DeviceReading, ReportReadings, instances_attribute
+from quotas.backends import workload_set_active
+from quotas.kube.applier import ApplyError
 from quotas.models import ResourceFlavor
+from tenants.models import Tenant, User
+from tenants.selectors import user_can_manage_tenant
 from tenants.services import audit_record
 from usage.buckets import EPOCH, RESOLUTION_NAMES, bucket_start, retention
-from usage.choices import RAW, ROLLUP_SOURCE, Metric, PrometheusFigure, Resolution, Source
+from usage.choices import (
+    RAW,
+    ROLLUP_SOURCE,
+    Metric,
+    PrometheusFigure,
+    Resolution,
+    Source,
+    WorkloadState,
+)
 from usage.models import (
     GPU_UUID_MAX,
     MIG_PROFILE_MAX,
@@ -46,6 +58,7 @@ from usage.models import (
     Rollup,
     RollupState,
     Sample,
+    Workload,
     WorkloadActivity,
 )
 from usage.promql import parse_label_matchers
@@ -797,3 +810,75 @@ def prometheus_settings_check(*, settings_: Mapping[str, Any]) -> None:
             "bearer_token_file", "use a bearer token or basic auth, not both."
         )
     _prometheus_credentials_in_secrets_dir(settings_=settings_)
+
+
+# A tenant's workloads: suspend and resume (Kueue's spec.active) --------------------------------
+
+
+def workload_may_act(*, actor: User, tenant: Tenant) -> bool:
+    return user_can_manage_tenant(user=actor, tenant=tenant)
+
+
+def workload_ensure_can_act(*, actor: User, tenant: Tenant) -> None:
+    """Leads of the tenant and platform admins act on its workloads; members read them."""
+    if not user_can_manage_tenant(user=actor, tenant=tenant):
+        raise PermissionDenied(
+            f"Only a lead of {tenant.slug} or a platform admin suspends or resumes its "
+            "workloads; you can read them."
+        )
+
+
+def workload_set_suspended(
+    *, tenant: Tenant, workload_id: int, suspended: bool, actor: User
+) -> Workload:
+    """Suspend (``spec.active: false``: Kueue evicts it and frees its quota) or resume a
+    workload of ``tenant`` through the suspension service the idle rule uses, audited. 409
+    with its state when it finished (or is already so) meanwhile, or the cluster refuses."""
+    workload_ensure_can_act(actor=actor, tenant=tenant)
+    workload = (
+        Workload.objects.select_related("cluster").filter(tenant=tenant, pk=workload_id).first()
+    )
+    if workload is None:
+        raise NotFound("No such workload of this tenant.")
+    doing = "suspended" if suspended else "resumed"
+    if workload.state == WorkloadState.FINISHED:
+        raise Conflict(
+            f"{workload.namespace}/{workload.name} has finished; it cannot be {doing}.",
+            fields={"state": ["finished"]},
+            state="finished",
+        )
+    is_suspended = workload.state == WorkloadState.INACTIVE or not workload.active
+    if is_suspended == suspended:
+        state = "suspended" if is_suspended else str(workload.state)
+        raise Conflict(
+            f"{workload.namespace}/{workload.name} is {state} already.",
+            fields={"state": [state]},
+            state=state,
+        )
+    try:
+        workload_set_active(
+            cluster=workload.cluster,
+            namespace=workload.namespace,
+            name=workload.name,
+            active=not suspended,
+        )
+    except ApplyError as exc:
+        raise Conflict(f"The cluster could not change the workload: {exc.message}") from exc
+    with transaction.atomic():
+        before = {"active": workload.active, "state": workload.state}
+        workload.active = not suspended
+        if suspended:
+            workload.state = WorkloadState.INACTIVE
+        elif workload.state == WorkloadState.INACTIVE:
+            workload.state = WorkloadState.PENDING
+        workload.save(update_fields=["active", "state"])
+        audit_record(
+            actor=actor,
+            action=f"workload.{doing}",
+            obj=workload,
+            tenant=tenant,
+            object_id=f"{workload.cluster.name}/{workload.namespace}/{workload.name}",
+            before=before,
+            after={"active": workload.active, "state": workload.state},
+        )
+    return workload

@@ -29,7 +29,13 @@ from tenants.api.views import (
     TokenObtainView,
 )
 from tenants.api.views import NamespaceViewSet as TenantNamespaceViewSet
-from usage.api.views import PrometheusSourceViewSet, SamplesView, TenantUsageView
+from usage.api.views import (
+    PrometheusSourceViewSet,
+    SamplesView,
+    TenantUsageView,
+    TenantWorkloadActionView,
+    TenantWorkloadsView,
+)
 
 
 class NamespaceViewSet(TenantNamespaceViewSet):
@@ -68,6 +74,19 @@ urlpatterns = [
     path("auth/token/", TokenObtainView.as_view(), name="token-obtain"),
     path("me/", MeView.as_view(), name="me"),
     path("tenants/<str:tenant_slug>/usage/", TenantUsageView.as_view(), name="tenant-usage"),
+    path(
+        "tenants/<str:tenant_slug>/workloads/",
+        TenantWorkloadsView.as_view(),
+        name="tenant-workloads",
+    ),
+    *(
+        path(
+            f"tenants/<str:tenant_slug>/workloads/<int:id>/{action}/",
+            TenantWorkloadActionView.as_view(action_name=action),
+            name=f"tenant-workload-{action}",
+        )
+        for action in ("suspend", "resume")
+    ),
     path(
         "tenants/<str:tenant_slug>/suggestions/",
         TenantSuggestionsView.as_view(),

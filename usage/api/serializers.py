@@ -152,3 +152,60 @@ class PrometheusSourceOutput(serializers.ModelSerializer):
             "last_unknown_namespaces", "read_until",
         ]  # fmt: skip
         read_only_fields = fields
+
+
+class WorkloadResourceOutput(serializers.Serializer):
+    flavor = serializers.CharField(help_text="The flavor Kueue admitted it on ('' while pending).")
+    resource = serializers.CharField()
+    amount = serializers.FloatField(help_text="In base units (GPUs, cores, bytes).")
+    words = serializers.CharField()
+
+
+class WorkloadNeedOutput(serializers.Serializer):
+    cluster = serializers.CharField()
+    flavor = serializers.CharField()
+    resource = serializers.CharField()
+    guaranteed_before = serializers.DecimalField(max_digits=20, decimal_places=3)
+    limit_before = serializers.DecimalField(max_digits=20, decimal_places=3)
+    guaranteed = serializers.DecimalField(max_digits=20, decimal_places=3)
+    limit = serializers.DecimalField(max_digits=20, decimal_places=3)
+
+
+class WorkloadOutput(serializers.Serializer):
+    """One Kueue Workload of the tenant, as last read from its cluster."""
+
+    id = serializers.IntegerField(source="workload.pk")
+    cluster = serializers.CharField()
+    namespace = serializers.CharField(source="workload.namespace")
+    name = serializers.CharField(source="workload.name")
+    kind = serializers.CharField(source="workload.job_kind", help_text="Its job's kind.")
+    job = serializers.CharField(source="workload.job_name")
+    submitter = serializers.CharField(source="workload.submitter")
+    submitter_source = serializers.CharField(
+        source="workload.submitter_source",
+        help_text="annotation (stamped by the portal's admission policy) or service-account.",
+    )
+    queue = serializers.CharField(source="workload.queue_name")
+    priority = serializers.IntegerField(source="workload.priority", allow_null=True)
+    gpus = serializers.FloatField(source="workload.gpus")
+    resources = WorkloadResourceOutput(many=True, source="gpus_by_flavor")
+    state = serializers.ChoiceField(choices=["pending", "admitted", "running", "suspended",
+                                             "finished", "evicted"])  # fmt: skip
+    duration = serializers.CharField(help_text="How long it has run or waited, in words.")
+    created_at = serializers.DateTimeField(source="workload.created_at")
+    admitted_at = serializers.DateTimeField(source="workload.admitted_at", allow_null=True)
+    finished_at = serializers.DateTimeField(source="workload.finished_at", allow_null=True)
+    evictions = serializers.IntegerField(source="workload.evictions")
+    reason = serializers.CharField(help_text="Why it waits, in words ('' unless it waits).")
+    kueue_message = serializers.CharField(source="workload.pending_message")
+    need = WorkloadNeedOutput(allow_null=True, help_text="What a quota request would ask for.")
+    stale = serializers.BooleanField(help_text="Its cluster could not be read lately.")
+    read_at = serializers.DateTimeField(source="workload.updated_at")
+
+
+class ClusterReadingOutput(serializers.Serializer):
+    name = serializers.CharField()
+    stale = serializers.BooleanField()
+    failing_since = serializers.DateTimeField(allow_null=True)
+    last_success_at = serializers.DateTimeField(allow_null=True)
+    error = serializers.CharField()

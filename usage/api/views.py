@@ -6,25 +6,29 @@ from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import viewsets
 from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api.pagination import PagePagination
 from core.errors import NotFound, ValidationFailed
 from quotas.models import Cluster, ResourceFlavor
 from tenants.api.base import IsPlatformAdmin, TenantScopedMixin, caller
 from usage import selectors, services
 from usage.api.serializers import (
+    ClusterReadingOutput,
     PrometheusSourceInput,
     PrometheusSourceOutput,
     SamplesInput,
     SamplesOutput,
     UsageOutput,
     UsageQueryInput,
+    WorkloadOutput,
 )
+from usage.models import Workload
 
 UNITS = ("used", "used_max", "guaranteed", "limit", "borrowed")
 FIELDS = (*selectors.TENANT_SERIES, "used_max")
@@ -182,3 +186,68 @@ class PrometheusSourceViewSet(viewsets.GenericViewSet):
         ):
             raise NotFound(f"Cluster {cluster} has no Prometheus source.")
         return Response(status=204)
+
+
+class TenantWorkloadsView(TenantScopedMixin, GenericAPIView):
+    """The tenant's Kueue Workloads on every cluster, as last read (newest first): job,
+    submitter, resources by flavor, state, how long it ran or waited, and why it waits.
+    Filters ``state``, ``person``, ``cluster`` (another value: 400 with the choices); pages.
+    ``clusters`` says which cluster's list is stale (not read lately) and since when."""
+
+    serializer_class = WorkloadOutput
+    pagination_class = PagePagination
+    queryset = Workload.objects.none()  # the schema's model; rows come from the selector
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("state", str, enum=list(selectors.WORKLOAD_STATES)),
+            OpenApiParameter("person", str, description="A submitter's username."),
+            OpenApiParameter("cluster", str, description="A cluster's name."),
+        ],
+        responses={
+            200: WorkloadOutput(many=True),
+            400: OpenApiResponse(description="Unknown filter value; the choices are listed."),
+            404: OpenApiResponse(description="No such tenant (or not yours)."),
+        },
+    )
+    def get(self, request: Request, tenant_slug: str) -> Response:
+        filters = selectors.workload_filters_parse(
+            tenant=self.tenant, params=request.query_params.dict()
+        )
+        rows = selectors.workload_list_for_tenant(tenant=self.tenant, filters=filters)
+        page = self.paginate_queryset(rows)
+        assert page is not None
+        out = self.get_paginated_response(
+            WorkloadOutput(
+                selectors.workload_rows(tenant=self.tenant, workloads=page), many=True
+            ).data
+        )
+        out.data["clusters"] = ClusterReadingOutput(selectors.cluster_readings(), many=True).data
+        out.data["may_act"] = services.workload_may_act(actor=caller(request), tenant=self.tenant)
+        return out
+
+
+class TenantWorkloadActionView(TenantScopedMixin, APIView):
+    """Suspend (``spec.active: false``) or resume one of the tenant's workloads: its leads and
+    platform admins (403 for members); 409 with its state when it finished meanwhile."""
+
+    action_name = "suspend"
+
+    @extend_schema(
+        request=None,
+        responses={
+            200: WorkloadOutput,
+            403: OpenApiResponse(description="Not a lead of this tenant."),
+            404: OpenApiResponse(description="No such tenant or workload."),
+            409: OpenApiResponse(description="It finished meanwhile, or the cluster refused."),
+        },
+    )
+    def post(self, request: Request, tenant_slug: str, id: int) -> Response:
+        workload = services.workload_set_suspended(
+            tenant=self.tenant,
+            workload_id=id,
+            suspended=self.action_name == "suspend",
+            actor=caller(request),
+        )
+        row = selectors.workload_rows(tenant=self.tenant, workloads=[workload])[0]
+        return Response(WorkloadOutput(row).data)
