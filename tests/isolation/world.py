@@ -59,6 +59,7 @@ class Side:
     token: ApiToken | None = None
     alert: Alert | None = None
     join_request: JoinRequest | None = None  # someone outside asking to join
+    workload: Workload | None = None
 
 
 @dataclass
@@ -138,7 +139,7 @@ def build() -> IsoWorld:
             tenant=side.tenant, cluster=a100, period_start=now - timedelta(days=30),
             period_end=now, note=f"{word} suggestion", created_by=admin,
         )  # fmt: skip
-        Workload.objects.create(
+        side.workload = Workload.objects.create(
             cluster=a100, tenant=side.tenant, namespace=f"{word}-vault", name=f"{word}-job",
             uid=f"uid-{word}", queue_name="default", cluster_queue=side.tenant.slug, gpus=2,
             flavors=["a100-80gb"], state=WorkloadState.FINISHED,
