@@ -42,12 +42,14 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from advice import watch
 from advice.models import Suggestion
 from advice.selectors import LineUsage, ceil_units, flavor_memory_mib, month_before
 from advice.selectors import tenant_month_usage as _month_usage
 from approvals.choices import RequestStatus
+from approvals.models import QuotaChangeRequest
 from approvals.services import quota_request_cancel, quota_request_create
-from core.errors import ApplicationError
+from core.errors import ApplicationError, Conflict
 from quotas.choices import FlavorKind, is_gpu_resource, mig_resource
 from quotas.models import Cluster, Quota, QuotaSet, ResourceFlavor
 from quotas.quantity import format_quantity, to_display
@@ -483,3 +485,36 @@ def suggestions_compute_all(*, now: datetime | None = None) -> int:
         except Exception:  # one tenant's failure must not stop the others
             logger.exception("suggestions for %s failed", tenant.slug)
     return count
+
+
+def change_revert_draft(*, request: QuotaChangeRequest, actor: User) -> QuotaChangeRequest:
+    """A draft asking to go back to the quota lines ``request`` replaced (as they were when
+    it was approved), in ``actor``'s name, for them to review and submit: filed through
+    ``quota_request_create`` (its rules and its permission: a lead of the tenant or a platform
+    admin; 403 for members). 409 unless ``request`` has applied and its previous lines were
+    kept. The caller has already scoped ``request`` to ``actor``."""
+    if request.status != RequestStatus.APPLIED:
+        raise Conflict(
+            f"Request #{request.pk} is {request.status}: only an applied change is undone.",
+            fields={"status": [f"{request.status}, not applied"]},
+        )
+    items = watch.change_revert_items(request=request)
+    if not items or len(items) != len(request.items.all()):
+        raise Conflict(
+            f"Request #{request.pk} was approved before the portal kept the quota lines it "
+            "replaced: file the numbers you want in the request form.",
+            fields={"items": ["the previous quota lines were not kept"]},
+        )
+    lines = ", ".join(
+        f"{i.flavor.name} {i.resource} guaranteed {format_quantity(i.guaranteed, i.resource)} "
+        f"limit {format_quantity(i.limit, i.resource)}"
+        for i in items
+    )
+    return quota_request_create(
+        tenant=request.tenant,
+        cluster=request.cluster,
+        requester=actor,
+        reason=f"Back to the quotas in force before request #{request.pk}: {lines}.",
+        items=items,
+        submit=False,
+    )

@@ -26,6 +26,7 @@ from approvals.api.serializers import (
 )
 from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeRequest
+from approvals.panels import request_fields_compute
 from approvals.services import tenant_onboard
 from core.errors import NotFound, ValidationFailed
 from quotas.models import Cluster, ResourceFlavor, TierTemplate
@@ -103,15 +104,17 @@ class QuotaRequestFilter(filters.FilterSet):
 
 
 def _detail(
-    quota_request: QuotaChangeRequest, check: services.RequestCheck | None = None
+    quota_request: QuotaChangeRequest, user: User, check: services.RequestCheck | None = None
 ) -> dict[str, Any]:
     """The detail representation: the request, its diff (against the quotas in force now
-    while it is open; once approved, against those in force then) and its timeline (a
-    constant number of queries). ``check``: the one its filing just made."""
+    while it is open; once approved, against those in force then), its timeline and the
+    fields apps above fill through ``approvals.panels`` (a constant number of queries).
+    ``check``: the one its filing just made."""
     context = {
         "check": check or services.quota_request_check_shown(request=quota_request),
         "timeline": selectors.quota_request_timeline(request=quota_request),
         "push": selectors.quota_request_push(request=quota_request),
+        "fields": request_fields_compute(user=user, change=quota_request),
     }
     return QuotaRequestDetailOutput(quota_request, context=context).data
 
@@ -150,7 +153,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
     @extend_schema(responses={200: QuotaRequestDetailOutput, 404: ERRORS[404]})
     def retrieve(self, request: Request, pk: str) -> Response:
-        return Response(_detail(self.get_object()))
+        return Response(_detail(self.get_object(), caller(request)))
 
     def _filing(self, request: Request) -> tuple[dict[str, Any], Tenant, Cluster]:
         """The validated body, its tenant (404 when not visible; 403 when the caller may not
@@ -252,9 +255,9 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         self, quota_request: QuotaChangeRequest, check: services.RequestCheck | None = None
     ) -> dict[str, Any]:
         """The detail of ``quota_request`` as the caller sees it after a change."""
+        user = caller(self.request)
         return _detail(
-            selectors.quota_request_get_for_user(user=caller(self.request), pk=quota_request.pk),
-            check,
+            selectors.quota_request_get_for_user(user=user, pk=quota_request.pk), user, check
         )
 
     def _acted_on(self) -> QuotaChangeRequest:
