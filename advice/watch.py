@@ -44,7 +44,7 @@ APPLIED_ACTION = f"quota_request.{RequestStatus.APPLIED}"
 @dataclass(frozen=True)
 class Indicator:
     """One indicator over both weeks: ``before`` and ``after`` are None where nothing was
-    recorded; ``words`` says the difference ("mean GPU utilisation 41% -> 63%")."""
+    recorded; ``words`` says the difference ("mean GPU utilisation 41% → 63%")."""
 
     key: str
     name: str
@@ -105,7 +105,7 @@ class ChangeWatch:
 
     @property
     def summary(self) -> str:
-        """The differences in one line, for people: "mean GPU utilisation 41% -> 63%; ..."."""
+        """The differences in one line, for people: "mean GPU utilisation 41% → 63%; ..."."""
         if not self.any_data:
             return (
                 "Nothing was recorded for the tenant on this cluster in the week before or "
@@ -247,7 +247,7 @@ def _indicator(
     if before is None and after is None:
         words = f"{name}: nothing recorded in either week"
     else:
-        words = f"{name} {said(before)} -> {said(after)}"
+        words = f"{name} {said(before)} → {said(after)}"
     return Indicator(key, name, unit, before, after, said(before), said(after), words, detail)
 
 

@@ -504,7 +504,7 @@ class WatchIndicatorOutput(serializers.Serializer):
     after = serializers.FloatField(
         allow_null=True, help_text="Since it applied (a week at most); null: nothing recorded."
     )
-    words = serializers.CharField(help_text='e.g. "mean GPU utilisation 41% -> 63%".')
+    words = serializers.CharField(help_text='e.g. "mean GPU utilisation 41% → 63%".')
 
 
 class WatchLineOutput(serializers.Serializer):

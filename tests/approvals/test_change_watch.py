@@ -32,7 +32,7 @@ DAY = timedelta(days=1)
 
 
 def applied_change(world: Any, at: datetime) -> QuotaChangeRequest:
-    """team-a's A100 guarantee 6 -> 8 (limit 10), approved and applied at ``at``."""
+    """team-a's A100 guarantee 6 → 8 (limit 10), approved and applied at ``at``."""
     request = file(world)
     quota_request_approve(request=request, approver=world.admin)
     request.refresh_from_db()
@@ -47,7 +47,9 @@ def applied_change(world: Any, at: datetime) -> QuotaChangeRequest:
     return request
 
 
-def rollup(world: Any, bucket: datetime, metric: int, samples: int, total: float, **key: Any) -> None:
+def rollup(
+    world: Any, bucket: datetime, metric: int, samples: int, total: float, **key: Any
+) -> None:
     Rollup.objects.create(
         resolution=Resolution.HOUR,
         bucket=bucket,
@@ -132,13 +134,13 @@ def test_the_indicators_come_from_the_usage_before_and_after(world):
         "borrowing": (0.0, 25.0),
     }
     assert [i.words for i in seen.indicators] == [
-        "mean GPU utilisation 41% -> 63%",
-        "mean queue wait 15 minutes -> 45 seconds",
-        "evictions 3 -> 0",
-        "preemptions 2 -> 0",
-        "borrowing 0% -> 25%",
+        "mean GPU utilisation 41% → 63%",
+        "mean queue wait 15 minutes → 45 seconds",
+        "evictions 3 → 0",
+        "preemptions 2 → 0",
+        "borrowing 0% → 25%",
     ]
-    assert seen.summary.startswith("mean GPU utilisation 41% -> 63%; mean queue wait")
+    assert seen.summary.startswith("mean GPU utilisation 41% → 63%; mean queue wait")
 
 
 def test_a_change_applied_three_days_ago_shows_the_days_so_far(world):
@@ -158,7 +160,7 @@ def test_a_change_applied_three_days_ago_shows_the_days_so_far(world):
     assert indicators(seen)["queue_wait"] == (None, None)
     assert "mean queue wait: nothing recorded in either week" in seen.summary
     body = main(logged_in(world.alice).get(f"/requests/{request.pk}/"))
-    assert "3 of 7 days so far" in body and "mean GPU utilisation 50% -> 70%" in body
+    assert "3 of 7 days so far" in body and "mean GPU utilisation 50% → 70%" in body
 
 
 def test_no_usage_recorded_is_said_in_words(world):
@@ -249,7 +251,9 @@ def test_the_revert_draft_holds_the_previous_quota_and_filing_it_works(world):
     [("alice", 200, True, 302), ("admin", 200, True, 302), ("carol", 200, False, 403),
      ("bob", 404, False, 404)],
 )  # fmt: skip
-def test_only_the_tenants_leads_and_admins_are_offered_the_way_back(world, who, page, sees_button, post):
+def test_only_the_tenants_leads_and_admins_are_offered_the_way_back(
+    world, who, page, sees_button, post
+):
     request = applied_change(world, timezone.now() - DAY)
     client = logged_in(getattr(world, who))
 
