@@ -111,7 +111,8 @@ class ChangeWatch:
                 "Nothing was recorded for the tenant on this cluster in the week before or "
                 "since the change applied."
             )
-        return "; ".join(i.words for i in self.indicators) + "."
+        said = "; ".join(i.words for i in self.indicators) + "."
+        return said[:1].upper() + said[1:]
 
 
 def change_applied_at(*, request: QuotaChangeRequest) -> datetime | None:
@@ -174,8 +175,9 @@ RESOLUTION_WORDS = {Resolution.HOUR: "hourly usage totals", Resolution.DAY: "dai
 def _rollup_figures(
     request: QuotaChangeRequest, start: datetime, applied: datetime, end: datetime, resolution: int
 ) -> dict[str, Any]:
-    """Per week: GPU utilisation (sum and samples), GPUs used and borrowed (summed), from the
-    tenant's rollups on the request's cluster. One query."""
+    """Per week: GPU utilisation (sum and samples), GPUs used and borrowed (summed), and
+    Kueue's admissions and their waits summed (its histogram, where Prometheus is read), from
+    the tenant's rollups on the request's cluster. One query."""
     weeks = {"before": Q(bucket__lt=applied), "after": Q(bucket__gte=applied)}
     columns: dict[str, Any] = {}
     for week, when in weeks.items():
@@ -184,11 +186,21 @@ def _rollup_figures(
         columns[f"util_n_{week}"] = Sum("samples", filter=util)
         columns[f"used_{week}"] = Sum("sum", filter=when & Q(metric=Metric.QUOTA_USED))
         columns[f"borrowed_{week}"] = Sum("sum", filter=when & Q(metric=Metric.QUOTA_BORROWED))
+        columns[f"admissions_{week}"] = Sum("sum", filter=when & Q(metric=Metric.ADMISSIONS))
+        columns[f"admission_wait_{week}"] = Sum(
+            "sum", filter=when & Q(metric=Metric.ADMISSION_WAIT)
+        )
     return Rollup.objects.filter(
         resolution=resolution,
         tenant_id=request.tenant_id,
         cluster_id=request.cluster_id,
-        metric__in=[Metric.GPU_UTILIZATION, Metric.QUOTA_USED, Metric.QUOTA_BORROWED],
+        metric__in=[
+            Metric.GPU_UTILIZATION,
+            Metric.QUOTA_USED,
+            Metric.QUOTA_BORROWED,
+            Metric.ADMISSIONS,
+            Metric.ADMISSION_WAIT,
+        ],
         bucket__gte=start,
         bucket__lt=end,
     ).aggregate(**columns)
@@ -283,8 +295,16 @@ def change_watch(*, request: QuotaChangeRequest, now: datetime | None = None) ->
             return None
         return float(workloads[f"{key}_{week}"] or 0)
 
+    def wait(week: str) -> float | None:
+        """The Workloads' mean wait; where none was recorded, Kueue's histogram's."""
+        if workloads[f"wait_{week}"] is not None:
+            return float(workloads[f"wait_{week}"])
+        admitted = rollups[f"admissions_{week}"]
+        waited = rollups[f"admission_wait_{week}"]
+        return waited / admitted if admitted and waited is not None else None
+
     u_before, u_after = util("before"), util("after")
-    w_before, w_after = workloads["wait_before"], workloads["wait_after"]
+    w_before, w_after = wait("before"), wait("after")
     e_before, e_after = count("evictions", "before"), count("evictions", "after")
     p_before, p_after = count("preemptions", "before"), count("preemptions", "after")
     b_before, b_after = borrowing("before"), borrowing("after")

@@ -50,13 +50,16 @@ def applied_change(world: Any, at: datetime) -> QuotaChangeRequest:
 def rollup(
     world: Any, bucket: datetime, metric: int, samples: int, total: float, **key: Any
 ) -> None:
+    """An hourly rollup row of team-a on demo-a100's A100 flavor unless ``key`` says otherwise
+    (``flavor=None``: none, as Kueue's admission figures are per tenant)."""
+    flavor = key.get("flavor", world.a100_gpu)
     Rollup.objects.create(
         resolution=Resolution.HOUR,
         bucket=bucket,
         metric=metric,
         cluster_id=key.get("cluster", world.a100).pk,
         tenant_id=key.get("tenant", world.team_a).pk,
-        flavor_id=key.get("flavor", world.a100_gpu).pk,
+        flavor_id=flavor.pk if flavor is not None else 0,
         samples=samples,
         sum=total,
         min=0,
@@ -140,7 +143,7 @@ def test_the_indicators_come_from_the_usage_before_and_after(world):
         "preemptions 2 → 0",
         "borrowing 0% → 25%",
     ]
-    assert seen.summary.startswith("mean GPU utilisation 41% → 63%; mean queue wait")
+    assert seen.summary.startswith("Mean GPU utilisation 41% → 63%; mean queue wait")
 
 
 def test_a_change_applied_three_days_ago_shows_the_days_so_far(world):
@@ -160,7 +163,22 @@ def test_a_change_applied_three_days_ago_shows_the_days_so_far(world):
     assert indicators(seen)["queue_wait"] == (None, None)
     assert "mean queue wait: nothing recorded in either week" in seen.summary
     body = main(logged_in(world.alice).get(f"/requests/{request.pk}/"))
-    assert "3 of 7 days so far" in body and "mean GPU utilisation 50% → 70%" in body
+    assert "3 of 7 days so far" in body and "Mean GPU utilisation 50% → 70%" in body
+
+
+def test_without_workload_rows_the_wait_comes_from_kueues_histogram(world):
+    applied = timezone.now() - 8 * DAY
+    request = applied_change(world, applied)
+    flavorless = {"flavor": None}
+    rollup(world, applied - HOUR, Metric.ADMISSIONS, 12, 4.0, **flavorless)
+    rollup(world, applied - HOUR, Metric.ADMISSION_WAIT, 12, 1200.0, **flavorless)
+    rollup(world, applied + HOUR, Metric.ADMISSIONS, 12, 10.0, **flavorless)
+    rollup(world, applied + HOUR, Metric.ADMISSION_WAIT, 12, 600.0, **flavorless)
+
+    seen = change_watch(request=request)
+
+    assert seen is not None and indicators(seen)["queue_wait"] == (300.0, 60.0)
+    assert "mean queue wait 5 minutes → 60 seconds" in seen.summary
 
 
 def test_no_usage_recorded_is_said_in_words(world):
