@@ -28,6 +28,9 @@ Each suggestion with a change is filed through ``approvals.services.quota_reques
 (validated like any request) as a draft in the name of a lead of the tenant, who reviews and
 submits it. Recomputing replaces the tenant's previous unsubmitted suggestion drafts
 (cancelled, their suggestions removed); submitted ones stay.
+
+``change_revert_draft`` files the other kind of draft: back to the quota lines an applied
+change replaced (``advice.watch``), in the name of the lead or admin who asked.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """What the portal's pages show of quota advice: context helpers the tenant and request
-pages call (one call each), and the tenant page's "compute suggestions now" button."""
+pages call (one call each), the tenant page's "compute suggestions now" button, and an applied
+request's "Since it applied" section with its "ask to go back to these numbers" button."""
 
 from __future__ import annotations
 
