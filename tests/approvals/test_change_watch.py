@@ -337,3 +337,18 @@ def test_the_query_count_does_not_grow_with_days_or_workloads(world):
     assert _queries(lambda: api.get(f"{URL}{request.pk}/")) == small_api
     seen = change_watch(request=request)  # 57 of the 200 were admitted after, with the 45 s one
     assert seen is not None and indicators(seen)["queue_wait"][1] == (57 * 3600.0 + 45) / 58
+
+
+def test_a_change_whose_previous_lines_were_not_kept_offers_no_way_back(world):
+    request = applied_change(world, timezone.now() - DAY)
+    request.items.update(guaranteed_before=None, limit_before=None)  # approved before they were
+    alice = logged_in(world.alice)
+
+    body = main(alice.get(f"/requests/{request.pk}/"))
+    assert "Since it applied" in body and "data-revert" not in body
+    assert (
+        logged_api(world.alice).get(f"{URL}{request.pk}/").json()["watch"]["previous_items"] == []
+    )
+    response = alice.post(f"/requests/{request.pk}/revert/", follow=True)
+    assert "before the portal kept the quota lines it replaced" in main(response)
+    assert not QuotaChangeRequest.objects.filter(status=RequestStatus.DRAFT).exists()
