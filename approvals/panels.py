@@ -3,11 +3,6 @@ imports none of them. The advice app adds its what-if replay (``advice/apps.py``
 
 A panel is a function ``(request, change) -> (template, context)``: the request page renders
 the template with that context (plus ``change``) in the order the panels were registered.
-
-The API's request detail has the same hook for its fields: a field is a function
-``(user, change) -> value`` (JSON-ready), registered under a name the detail's serializer
-declares (``QuotaRequestDetailOutput``, which documents its shape); unregistered, it is null.
-The advice app fills ``watch`` (an applied change's indicators before and after).
 """
 
 from __future__ import annotations
@@ -20,13 +15,10 @@ from django.template.loader import render_to_string
 from django.utils.safestring import SafeString, mark_safe
 
 from approvals.models import QuotaChangeRequest
-from tenants.models import User
 
 RequestPanel = Callable[[HttpRequest, QuotaChangeRequest], tuple[str, Mapping[str, Any]]]
-RequestField = Callable[[User, QuotaChangeRequest], Any]
 
 REQUEST_PANELS: list[RequestPanel] = []
-REQUEST_FIELDS: dict[str, RequestField] = {}
 
 
 def request_panel_register(panel: RequestPanel) -> None:
@@ -43,13 +35,3 @@ def request_panels_render(*, request: HttpRequest, change: QuotaChangeRequest) -
         html = render_to_string(template, {"change": change, **context}, request=request)
         out.append(mark_safe(html))  # noqa: S308 - rendered by the template engine, escaped there
     return out
-
-
-def request_field_register(name: str, field: RequestField) -> None:
-    """Fill the API request detail's ``name`` with ``field`` (the last registered wins)."""
-    REQUEST_FIELDS[name] = field
-
-
-def request_fields_compute(*, user: User, change: QuotaChangeRequest) -> dict[str, Any]:
-    """Every registered field of the request detail for ``change`` (scoped to ``user``)."""
-    return {name: field(user, change) for name, field in REQUEST_FIELDS.items()}

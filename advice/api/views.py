@@ -91,9 +91,10 @@ class QuotaRequestWhatIfView(GenericAPIView):
         return Response(WhatIfOutput(result).data)
 
 
-def request_watch_field(user: User, change: QuotaChangeRequest) -> dict[str, Any] | None:
-    """The API request detail's ``watch`` (a field of ``approvals.panels``): null until the
-    change applied. ``change`` is already scoped to ``user``."""
+def request_watch_field(*, user: User, change: QuotaChangeRequest) -> dict[str, Any] | None:
+    """The API request detail's ``watch`` (composed into approvals' request routes by
+    ``portal/api/urls.py``): null until the change applied. ``change`` is already scoped to
+    ``user``."""
     seen = watch.change_watch(request=change)
     if seen is None:
         return None

@@ -567,11 +567,10 @@ class QuotaRequestDetailOutput(QuotaRequestOutput):
         check: RequestCheck = self.context["check"]
         timeline: Iterable[AuditEvent] = self.context["timeline"]
         push: TenantSync | None = self.context.get("push")
-        fields: dict[str, Any] = self.context.get("fields", {})
         return {
             **super().to_representation(request),
             "push": push_representation(push),
-            "watch": fields.get("watch"),
+            "watch": self.context.get("watch"),
             "diff": diff_representation(check.diff),
             "errors": check.errors,
             "warnings": check.warnings,
