@@ -8,7 +8,9 @@ class AdviceConfig(AppConfig):
 
     def ready(self) -> None:
         # The request page (approvals, below this app) shows the what-if through its hook.
-        from advice.views import request_what_if_panel
+        from advice.views import request_watch_panel, request_what_if_panel
         from approvals.panels import request_panel_register
 
         request_panel_register(request_what_if_panel)
+        # Once a change applied: the rollout indicators before and after, and the way back.
+        request_panel_register(request_watch_panel)

@@ -28,6 +28,9 @@ Each suggestion with a change is filed through ``approvals.services.quota_reques
 (validated like any request) as a draft in the name of a lead of the tenant, who reviews and
 submits it. Recomputing replaces the tenant's previous unsubmitted suggestion drafts
 (cancelled, their suggestions removed); submitted ones stay.
+
+``change_revert_draft`` files the other kind of draft: back to the quota lines an applied
+change replaced (``advice.watch``), in the name of the lead or admin who asked.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from advice import watch
 from advice.models import Suggestion
 from advice.selectors import LineUsage, ceil_units, flavor_memory_mib, month_before
 from advice.selectors import tenant_month_usage as _month_usage
@@ -543,3 +547,36 @@ def workload_request_draft(*, tenant: Tenant, workload_id: int, actor: User) -> 
                "guaranteed": str(need.guaranteed), "limit": str(need.limit)},
     )  # fmt: skip
     return request
+
+
+def change_revert_draft(*, request: QuotaChangeRequest, actor: User) -> QuotaChangeRequest:
+    """A draft asking to go back to the quota lines ``request`` replaced (as they were when
+    it was approved), in ``actor``'s name, for them to review and submit: filed through
+    ``quota_request_create`` (its rules and its permission: a lead of the tenant or a platform
+    admin; 403 for members). 409 unless ``request`` has applied and its previous lines were
+    kept. The caller has already scoped ``request`` to ``actor``."""
+    if request.status != RequestStatus.APPLIED:
+        raise Conflict(
+            f"Request #{request.pk} is {request.status}: only an applied change is undone.",
+            fields={"status": [f"{request.status}, not applied"]},
+        )
+    items = watch.change_revert_items(request=request)
+    if not items or len(items) != len(request.items.all()):
+        raise Conflict(
+            f"Request #{request.pk} was approved before the portal kept the quota lines it "
+            "replaced: file the numbers you want in the request form.",
+            fields={"items": ["the previous quota lines were not kept"]},
+        )
+    lines = ", ".join(
+        f"{i.flavor.name} {i.resource} guaranteed {format_quantity(i.guaranteed, i.resource)} "
+        f"limit {format_quantity(i.limit, i.resource)}"
+        for i in items
+    )
+    return quota_request_create(
+        tenant=request.tenant,
+        cluster=request.cluster,
+        requester=actor,
+        reason=f"Back to the quotas in force before request #{request.pk}: {lines}.",
+        items=items,
+        submit=False,
+    )

@@ -1,4 +1,5 @@
-"""The tenant page's "compute suggestions now". Included by ``portal/pages.py`` in the
+"""The tenant page's "compute suggestions now" and an applied request's "go back to the
+previous numbers". Included by ``portal/pages.py`` in the
 portal's URL namespace."""
 
 from django.urls import path
@@ -16,4 +17,5 @@ urlpatterns = [
         views.workload_ask,
         name="tenant-workload-ask",
     ),
+    path("requests/<int:pk>/revert/", views.request_revert, name="request-revert"),
 ]

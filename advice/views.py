@@ -1,5 +1,6 @@
 """What the portal's pages show of quota advice: context helpers the tenant and request
-pages call (one call each), and the tenant page's "compute suggestions now" button."""
+pages call (one call each), the tenant page's "compute suggestions now" button, and an applied
+request's "Since it applied" section with its "ask to go back to these numbers" button."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
+from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
@@ -14,10 +16,13 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views import View
+from django.views.decorators.http import require_POST
 
-from advice import selectors, services
+from advice import selectors, services, watch
 from approvals.models import QuotaChangeRequest
+from approvals.selectors import quota_request_get_for_user
 from core import errors
+from core.pages import error_text
 from core.words import counted
 from tenants.api.base import caller
 from tenants.models import Tenant
@@ -100,6 +105,38 @@ def request_what_if_context(*, request: HttpRequest, change: QuotaChangeRequest)
         what_if_chart_height=max(len(result.tenants) * 34, 34),
     )
     return context
+
+
+def request_watch_panel(
+    request: HttpRequest, change: QuotaChangeRequest
+) -> tuple[str, dict[str, Any]]:
+    """The request page's "Since it applied" section (a panel of ``approvals.panels``):
+    absent until the change has applied. The caller has already scoped ``change``."""
+    seen = watch.change_watch(request=change)
+    offered = seen is not None and watch.change_revert_offered(
+        user=caller(request), change=change, seen=seen
+    )
+    return "advice/_change_watch.html", {"watch": seen, "watch_can_revert": offered}
+
+
+@login_required
+@require_POST
+def request_revert(request: HttpRequest, pk: int) -> HttpResponse:
+    """POST: file a draft back to the quota lines the applied change ``pk`` replaced, and
+    open it for the lead to review and submit. Another tenant's request answers 404."""
+    user = caller(request)
+    change = quota_request_get_for_user(user=user, pk=pk)
+    try:
+        draft = services.change_revert_draft(request=change, actor=user)
+    except (errors.Conflict, errors.ValidationFailed) as exc:
+        messages.error(request, f"No draft was filed: {error_text(exc)}")
+        return redirect("portal:request-detail", pk=pk)
+    messages.success(
+        request,
+        f"Draft #{draft.pk} asks to go back to the quotas before request #{change.pk}. "
+        "Review it, then submit it for approval.",
+    )
+    return redirect("portal:request-detail", pk=draft.pk)
 
 
 class SuggestionsComputeView(LoginRequiredMixin, View):

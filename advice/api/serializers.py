@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
+
+from advice.watch import WATCH_DAYS, ChangeWatch
+from core.api.serializers import utc_iso
 
 
 class SuggestionLineOutput(serializers.Serializer):
@@ -130,3 +135,38 @@ class WhatIfOutput(serializers.Serializer):
     )
     changes = WhatIfChangeOutput(many=True)
     tenants = TenantWhatIfOutput(many=True)
+
+
+def change_watch_representation(seen: ChangeWatch, *, revert_offered: bool) -> dict[str, Any]:
+    """The request detail's ``watch`` (declared by ``approvals.api.serializers.ChangeWatchOutput``)."""
+    return {
+        "applied_at": utc_iso(seen.applied_at),
+        "before_start": utc_iso(seen.before_start),
+        "after_end": utc_iso(seen.after_end),
+        "days_after": seen.days_after,
+        "days_total": WATCH_DAYS,
+        "complete": seen.complete,
+        "any_data": seen.any_data,
+        "summary": seen.summary,
+        "indicators": [
+            {
+                "key": i.key,
+                "name": i.name,
+                "unit": i.unit,
+                "before": i.before,
+                "after": i.after,
+                "words": i.words,
+            }
+            for i in seen.indicators
+        ],
+        "previous_items": [
+            {
+                "flavor": line.flavor,
+                "resource": line.resource,
+                "guaranteed": line.guaranteed_text,
+                "limit": line.limit_text,
+            }
+            for line in seen.revert_lines
+        ],
+        "revert_offered": revert_offered,
+    }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
@@ -10,13 +12,14 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from advice import selectors, services
-from advice.api.serializers import SuggestionOutput, WhatIfOutput
+from advice import selectors, services, watch
+from advice.api.serializers import SuggestionOutput, WhatIfOutput, change_watch_representation
 from advice.models import Suggestion
 from approvals.models import QuotaChangeRequest
 from approvals.selectors import quota_request_get_for_user
 from approvals.services import quota_request_ensure_can_file
 from tenants.api.base import TenantScopedMixin, caller
+from tenants.models import User
 
 
 class TenantSuggestionsView(TenantScopedMixin, GenericAPIView):
@@ -86,3 +89,14 @@ class QuotaRequestWhatIfView(GenericAPIView):
         result = selectors.quota_request_what_if(request=change, days=days)
         result = selectors.what_if_for_user(what_if=result, user=caller(request))
         return Response(WhatIfOutput(result).data)
+
+
+def request_watch_field(*, user: User, change: QuotaChangeRequest) -> dict[str, Any] | None:
+    """The API request detail's ``watch`` (composed into approvals' request routes by
+    ``portal/api/urls.py``): null until the change applied. ``change`` is already scoped to
+    ``user``."""
+    seen = watch.change_watch(request=change)
+    if seen is None:
+        return None
+    offered = watch.change_revert_offered(user=user, change=change, seen=seen)
+    return change_watch_representation(seen, revert_offered=offered)

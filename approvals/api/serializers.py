@@ -492,6 +492,54 @@ class DryRunOutput(serializers.Serializer):
         }
 
 
+class WatchIndicatorOutput(serializers.Serializer):
+    key = serializers.ChoiceField(
+        choices=["gpu_utilization", "queue_wait", "evictions", "preemptions", "borrowing"]
+    )
+    name = serializers.CharField(help_text='In words, e.g. "mean GPU utilisation".')
+    unit = serializers.ChoiceField(choices=["percent", "seconds", "count"])
+    before = serializers.FloatField(
+        allow_null=True, help_text="The week before it applied; null: nothing recorded."
+    )
+    after = serializers.FloatField(
+        allow_null=True, help_text="Since it applied (a week at most); null: nothing recorded."
+    )
+    words = serializers.CharField(help_text='e.g. "mean GPU utilisation 41% → 63%".')
+
+
+class WatchLineOutput(serializers.Serializer):
+    flavor = serializers.CharField()
+    resource = serializers.CharField()
+    guaranteed = serializers.CharField(help_text="Before the change; a Kubernetes quantity.")
+    limit = serializers.CharField(help_text="Before the change; a Kubernetes quantity.")
+
+
+class ChangeWatchOutput(serializers.Serializer):
+    """An applied change watched: the tenant's rollout indicators on the request's cluster
+    over the week before it applied and the week after (as it accrues)."""
+
+    applied_at = serializers.DateTimeField()
+    before_start = serializers.DateTimeField(help_text="applied_at minus 7 days.")
+    after_end = serializers.DateTimeField(
+        help_text="applied_at plus 7 days, or now while that week accrues."
+    )
+    days_after = serializers.IntegerField(help_text="Whole days since it applied, 0 to 7.")
+    days_total = serializers.IntegerField(help_text="The length of each week compared (7).")
+    complete = serializers.BooleanField(help_text="The week after is over.")
+    any_data = serializers.BooleanField(help_text="Anything was recorded in either week.")
+    summary = serializers.CharField(help_text="The differences in words, or why there are none.")
+    indicators = WatchIndicatorOutput(many=True)
+    previous_items = WatchLineOutput(
+        many=True,
+        help_text="The quota lines the change replaced, as they were when it was approved "
+        "(empty where they were not kept): what a request to go back files.",
+    )
+    revert_offered = serializers.BooleanField(
+        help_text="Whether the caller may file that request (the tenant's leads and platform "
+        "admins): POST the items to /api/v1/quota-requests/."
+    )
+
+
 class QuotaRequestDetailOutput(QuotaRequestOutput):
     """A change request with what it would do to the quotas in force now, and its history.
     Context: ``check`` (a ``RequestCheck`` of the stored request) and ``timeline`` (its
@@ -509,6 +557,11 @@ class QuotaRequestDetailOutput(QuotaRequestOutput):
         allow_null=True,
         help_text="Where the tenant's quotas on the cluster stand (null before any push).",
     )
+    watch = ChangeWatchOutput(
+        allow_null=True,
+        help_text="Once applied: mean GPU utilisation, queue wait, evictions, preemptions and "
+        "borrowing before and after; null until then.",
+    )
 
     def to_representation(self, request: QuotaChangeRequest) -> dict[str, Any]:
         check: RequestCheck = self.context["check"]
@@ -517,6 +570,7 @@ class QuotaRequestDetailOutput(QuotaRequestOutput):
         return {
             **super().to_representation(request),
             "push": push_representation(push),
+            "watch": self.context.get("watch"),
             "diff": diff_representation(check.diff),
             "errors": check.errors,
             "warnings": check.warnings,

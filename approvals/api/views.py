@@ -4,6 +4,7 @@ serialize output."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.db.models import Case, Model, QuerySet, When
@@ -102,16 +103,30 @@ class QuotaRequestFilter(filters.FilterSet):
         fields = ["status", "tenant", "cluster"]
 
 
+# An applied change watched (``watch``: its indicators before and after), which an app above
+# approvals computes: composed where the routes are (``portal/api/urls.py``), so approvals asks
+# no app above it. Standing alone, the detail's ``watch`` is null.
+# Called with the keywords ``user`` and ``change`` (already scoped to ``user``).
+ChangeWatch = Callable[..., dict[str, Any] | None]
+
+
+def no_change_watch(*, user: User, change: QuotaChangeRequest) -> None:
+    return None
+
+
 def _detail(
-    quota_request: QuotaChangeRequest, check: services.RequestCheck | None = None
+    quota_request: QuotaChangeRequest,
+    check: services.RequestCheck | None = None,
+    watch: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The detail representation: the request, its diff (against the quotas in force now
-    while it is open; once approved, against those in force then) and its timeline (a
-    constant number of queries). ``check``: the one its filing just made."""
+    while it is open; once approved, against those in force then), its timeline (a constant
+    number of queries) and ``watch``. ``check``: the one its filing just made."""
     context = {
         "check": check or services.quota_request_check_shown(request=quota_request),
         "timeline": selectors.quota_request_timeline(request=quota_request),
         "push": selectors.quota_request_push(request=quota_request),
+        "watch": watch,
     }
     return QuotaRequestDetailOutput(quota_request, context=context).data
 
@@ -135,6 +150,7 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     queryset = QuotaChangeRequest.objects.none()  # for the schema; get_queryset() scopes it
     filterset_class = QuotaRequestFilter
     lookup_value_regex = "[0-9]{1,18}"
+    change_watch: ChangeWatch = staticmethod(no_change_watch)
 
     def get_queryset(self) -> Any:
         return selectors.quota_request_list_for_user(user=caller(self.request))
@@ -150,7 +166,10 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
     @extend_schema(responses={200: QuotaRequestDetailOutput, 404: ERRORS[404]})
     def retrieve(self, request: Request, pk: str) -> Response:
-        return Response(_detail(self.get_object()))
+        change = self.get_object()
+        return Response(
+            _detail(change, watch=self.change_watch(user=caller(request), change=change))
+        )
 
     def _filing(self, request: Request) -> tuple[dict[str, Any], Tenant, Cluster]:
         """The validated body, its tenant (404 when not visible; 403 when the caller may not
@@ -252,10 +271,9 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         self, quota_request: QuotaChangeRequest, check: services.RequestCheck | None = None
     ) -> dict[str, Any]:
         """The detail of ``quota_request`` as the caller sees it after a change."""
-        return _detail(
-            selectors.quota_request_get_for_user(user=caller(self.request), pk=quota_request.pk),
-            check,
-        )
+        user = caller(self.request)
+        change = selectors.quota_request_get_for_user(user=user, pk=quota_request.pk)
+        return _detail(change, check, self.change_watch(user=user, change=change))
 
     def _acted_on(self) -> QuotaChangeRequest:
         """The request an action names (404 when the caller does not see it), its row alone:

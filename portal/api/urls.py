@@ -4,9 +4,10 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
-from advice.api.views import QuotaRequestWhatIfView, TenantSuggestionsView
+from advice.api.views import QuotaRequestWhatIfView, TenantSuggestionsView, request_watch_field
 from alerts.api.views import AdmissionCheckView, AlertViewSet
-from approvals.api.views import QuotaRequestViewSet, TenantViewSet
+from approvals.api.views import QuotaRequestViewSet as ApprovalsQuotaRequestViewSet
+from approvals.api.views import TenantViewSet
 from core.api.schema import CachedSchemaView
 from dashboards.api.views import FlavorPriceListView, ShowbackView, TenantProfileView
 from gpu_agent.agent_api import urls as gpu_agent_urls
@@ -43,6 +44,13 @@ class NamespaceViewSet(TenantNamespaceViewSet):
     (composed here: tenants asks no app above it)."""
 
     adoption_preview = staticmethod(namespace_adoption_preview)
+
+
+class QuotaRequestViewSet(ApprovalsQuotaRequestViewSet):
+    """Quota change requests, an applied one's detail watched by advice (its indicators
+    before and after; composed here: approvals asks no app above it)."""
+
+    change_watch = staticmethod(request_watch_field)
 
 
 router = DefaultRouter(trailing_slash=True)

@@ -71,7 +71,7 @@ def test_the_sweep_sees_the_routes_that_take_a_tenants_objects():
         "tenant-member-detail", "quota-request-detail", "quota-request-approve",
         "quota-request-what-if", "quota-request-dry-run", "api-token-detail",
         "portal:tenant-detail", "portal:tenant-cluster-manifests", "portal:request-detail",
-        "portal:request-status", "portal:request-retry", "portal:inbox-read", "alert-detail", "alert-acknowledge",
+        "portal:request-status", "portal:request-retry", "portal:request-revert", "portal:inbox-read", "alert-detail", "alert-acknowledge",
         "portal:alert-acknowledge", "tenant-profile", "portal:tenant-showback",
         "tenant-admission-check",
     } - {n.removeprefix("api:") for n in owned} == set()  # fmt: skip
