@@ -29,7 +29,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection
-from django.db.models import Avg, Count, F, FloatField, Max, Q, Sum
+from django.db.models import Avg, Count, F, FloatField, Max, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -1121,6 +1121,11 @@ CONSOLE_SORTS: dict[str, str] = {
 # Sorted by the database (and paged there): the tenant's own columns.
 CONSOLE_DB_SORTS = {"name": "display_name", "slug": "slug", "department": "department_key"}
 CONSOLE_PAGE_SIZES = (25, 50, 100, 200)
+# The utilisation's period: whole UTC days before today, read from the daily usage totals
+# (a row a day per series, so 10,000 tenants read fast); the tenant's profile over the same
+# days gives the same mean.
+CONSOLE_RANGES = {"7d": 7, "30d": 30}
+CONSOLE_RANGE_LABELS = {"7d": "7 days", "30d": "30 days"}
 CONSOLE_PAGE_SIZE = 50
 # Workloads waiting for admission: pending, or evicted and queued again.
 WAITING_STATES = ("pending", "evicted")
@@ -1192,13 +1197,6 @@ class ConsoleRow:
     def lent(self) -> float:
         return self._units("lent") or 0.0
 
-    def sort_value(self, key: str) -> Any:
-        if key == "name":
-            return self.name.casefold()
-        if key == "department":
-            return self.department or self.slug
-        return getattr(self, key)
-
     def as_dict(self) -> dict[str, Any]:
         return {
             "slug": self.slug,
@@ -1231,6 +1229,23 @@ class ConsoleTable:
     @property
     def pages(self) -> int:
         return max(1, math.ceil(self.count / self.page_size))
+
+    @property
+    def period_words(self) -> str:
+        """ "the 7 days from 30 Nov to 6 Dec 2026 (UTC)"."""
+        days = (self.period.end - self.period.start).days
+        last = self.period.end - timedelta(days=1)
+        return (
+            f"the {days} day{'s' if days != 1 else ''} from {self.period.start.day} "
+            f"{self.period.start:%b} to {last.day} {last:%b %Y} (UTC)"
+        )
+
+
+def console_period(days: int, *, now: datetime | None = None) -> Period:
+    """The ``days`` whole days (UTC) before today's."""
+    now = now or timezone.now()
+    end = datetime.combine(now.astimezone(UTC).date(), time(0), tzinfo=UTC)
+    return period_resolve(start=end - timedelta(days=days), end=end, now=now)
 
 
 @dataclass(frozen=True)
@@ -1326,62 +1341,159 @@ def console_tenants(
     }
     if cluster or flavor:
         tenants = tenants.filter(quota_sets__quotas__flavor_id__in=list(flavor_rows)).distinct()
-    in_db = key in CONSOLE_DB_SORTS and not every_row
     cluster_ids = sorted({c for c, _, _, _ in flavor_rows.values()})
     lines, cohorts = _console_quotas(flavor_rows)
-    used = usage_selectors.usage_now(
-        metrics=[Metric.QUOTA_USED, Metric.QUOTA_BORROWED], cluster_ids=cluster_ids, now=now
-    )
-    for (_, t, f), values in used.items():
+    for (t, f), values in _console_use_now(flavor_rows, now=now).items():
         line = lines.get((t, f))
         if line is not None:
             line.allocated = values.get(Metric.QUOTA_USED)
             line.borrowed = values.get(Metric.QUOTA_BORROWED)
-    _console_lent(lines, cohorts, flavor_rows)
-    # Every matching tenant: all those holding quota on the flavors shown, unless narrowed.
-    matching = set(tenants.values_list("pk", flat=True)) if department or search else set(cohorts)
+    _console_lent(lines, cohorts)
+    in_db = key in CONSOLE_DB_SORTS
+    # Every matching tenant (id, slug): read when sorted by a figure, or narrowed by name or
+    # department; else all those holding quota on the flavors shown.
+    every: list[tuple[int, str]] | None = None
+    if not in_db or department or search:
+        every = list(tenants.order_by().values_list("pk", "slug"))
+        matching = {pk for pk, _ in every}
+    else:
+        matching = set(cohorts)
     lines = {k: v for k, v in lines.items() if k[0] in matching}
-    samples: dict[int, tuple[int, float]] = defaultdict(lambda: (0, 0.0))
+    samples: dict[int, tuple[int, float]] = {}
     for (_, t, _, _), (n, total, _) in _period_aggregates(
         period, [Metric.GPU_UTILIZATION], tenant_id__gt=0, flavor_id__in=list(flavor_rows)
     ).items():
         if t in matching:
-            samples[t] = (samples[t][0] + n, samples[t][1] + total)
+            had = samples.get(t, (0, 0.0))
+            samples[t] = (had[0] + n, had[1] + total)
     waiting = _console_counts(
         Workload.objects.filter(state__in=WAITING_STATES, cluster_id__in=cluster_ids), tenants
     )
     open_requests = _console_counts(_open_requests(cluster), tenants)
-    ordered = tenants.annotate(department_key=Coalesce("parent__slug", "slug")).order_by(
-        f"{'-' if descending else ''}{CONSOLE_DB_SORTS.get(key, 'display_name')}", "slug"
-    )
-    count = ordered.count()
     page_size = page_size if page_size in CONSOLE_PAGE_SIZES else CONSOLE_PAGE_SIZE
+    count = len(every) if every is not None else tenants.count()
     pages = max(1, math.ceil(count / page_size))
     if not every_row and not 1 <= page <= pages:
         raise ValidationFailed.for_field("page", f"pages run from 1 to {pages}.")
-    shown = ordered[(page - 1) * page_size : page * page_size] if in_db else ordered
+    window = slice(None) if every_row else slice((page - 1) * page_size, page * page_size)
+    teams = Coalesce(
+        Subquery(
+            Tenant.objects.filter(parent=OuterRef("pk"), archived_at__isnull=True)
+            .order_by()
+            .values("parent")
+            .annotate(n=Count("pk"))
+            .values("n")
+        ),
+        0,
+    )
+    fields = ("pk", "slug", "display_name", "parent__slug", "cohort", "teams")
+    if in_db:
+        ordered = tenants.annotate(department_key=Coalesce("parent__slug", "slug")).order_by(
+            f"{'-' if descending else ''}{CONSOLE_DB_SORTS[key]}", "slug"
+        )
+        found = list(ordered[window].annotate(teams=teams).values_list(*fields))
+    else:
+        assert every is not None
+        figures = _console_figures(lines, samples, waiting, open_requests)
+        order = _console_order(every, figures, key, descending)[window]
+        by_pk = {
+            r[0]: r
+            for r in Tenant.objects.filter(pk__in=order).annotate(teams=teams).values_list(*fields)
+        }
+        found = [by_pk[pk] for pk in order]
     rows = [
-        ConsoleRow(pk, slug, name, parent or (slug if teams else ""), bool(teams), teams, cohort)
-        for pk, slug, name, parent, cohort, teams in shown.annotate(
-            teams=Count("children", filter=Q(children__archived_at__isnull=True), distinct=True)
-        ).values_list("pk", "slug", "display_name", "parent__slug", "cohort", "teams")
+        ConsoleRow(pk, slug, name, parent or (slug if n else ""), bool(n), n, cohort)
+        for pk, slug, name, parent, cohort, n in found
     ]
-    by_pk = {r.pk: r for r in rows}
+    by_row = {r.pk: r for r in rows}
     for (t, _), line in sorted(lines.items(), key=lambda kv: (kv[1].cluster, kv[1].flavor)):
-        if t in by_pk:
-            by_pk[t].flavors.append(line)
+        if t in by_row:
+            by_row[t].flavors.append(line)
     for row in rows:
         row.utilization_samples = samples.get(row.pk, (0, 0.0))
         n, total = row.utilization_samples
         row.utilization = total / n if n else None
         row.pending = waiting.get(row.pk, 0)
         row.requests = open_requests.get(row.pk, 0)
-    if not in_db:
-        rows = _console_sorted(rows, key, descending)
-        if not every_row:
-            rows = rows[(page - 1) * page_size : page * page_size]
     totals = _console_totals(lines.values(), samples.values(), waiting, open_requests)
     return ConsoleTable(period, rows, count, page, page_size, sort, totals)
+
+
+def _console_use_now(
+    flavor_rows: dict[int, tuple[int, str, str, float]], *, now: datetime | None = None
+) -> dict[tuple[int, int], dict[int, float]]:
+    """(tenant id, flavor id) -> metric -> Kueue's use and borrowing now: the latest 5-minute
+    mean in the last 15 minutes, as ``usage.selectors.usage_now`` (the "My tenants" cards)
+    reads it, but the latest bucket of each series picked by the database, so 10,000 tenants
+    send 20,000 rows rather than three times as many. One query."""
+    now = now or timezone.now()
+    window = Rollup.objects.filter(
+        resolution=Resolution.FIVE_MINUTES,
+        bucket__gte=now - timedelta(minutes=15),
+        bucket__lte=now,
+        metric__in=[int(Metric.QUOTA_USED), int(Metric.QUOTA_BORROWED)],
+        flavor_id__in=list(flavor_rows),
+        tenant_id__gt=0,
+    )
+    latest = (
+        window.order_by()
+        .values("cluster_id", "tenant_id", "flavor_id", "metric")
+        .annotate(latest=Max("bucket"))
+    )
+    inner, params = latest.query.sql_with_params()
+    table = Rollup._meta.db_table
+    sql = (
+        f"SELECT r.tenant_id, r.flavor_id, r.metric, r.sum, r.samples FROM {table} r "  # noqa: S608 - the inner query is Django's, every value a parameter
+        f"JOIN ({inner}) l ON r.resolution = %s AND r.bucket = l.latest "
+        "AND r.metric = l.metric AND r.cluster_id = l.cluster_id "
+        "AND r.tenant_id = l.tenant_id AND r.flavor_id = l.flavor_id"
+    )
+    out: dict[tuple[int, int], dict[int, float]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, int(Resolution.FIVE_MINUTES)])
+        for tenant_id, flavor_id, metric, total, samples in cursor.fetchall():
+            if samples:
+                out.setdefault((tenant_id, flavor_id), {})[metric] = total / samples
+    return out
+
+
+def _console_figures(
+    lines: dict[tuple[int, int], ConsoleFlavor],
+    samples: dict[int, tuple[int, float]],
+    waiting: dict[int, int],
+    open_requests: dict[int, int],
+) -> dict[str, dict[int, float]]:
+    """Column -> tenant id -> its figure (a tenant missing: none), to sort by."""
+    out: dict[str, dict[int, float]] = {k: {} for k in ("guaranteed", "limit", "lent")}
+    out["allocated"], out["borrowed"] = {}, {}
+    for (t, _), line in lines.items():
+        for name in ("guaranteed", "limit", "lent", "allocated", "borrowed"):
+            value = getattr(line, name)
+            if value is not None:
+                out[name][t] = out[name].get(t, 0.0) + value * line.weight
+    for name in ("guaranteed", "limit", "lent"):  # no quota line: 0, not unknown
+        out[name] = defaultdict(float, out[name])
+    out["utilization"] = {t: total / n for t, (n, total) in samples.items() if n}
+    out["pending"] = defaultdict(float, waiting)
+    out["requests"] = defaultdict(float, open_requests)
+    return out
+
+
+def _console_order(
+    every: list[tuple[int, str]], figures: dict[str, dict[int, float]], key: str, descending: bool
+) -> list[int]:
+    """Tenant ids by ``key`` (ties by slug); those without the figure last either way."""
+    values = figures[key]
+    known = [(values[pk], slug, pk) for pk, slug in every if pk in values or _zero(values)]
+    unknown = sorted((slug, pk) for pk, slug in every if not (pk in values or _zero(values)))
+    known.sort(key=lambda v: v[1])
+    known.sort(key=lambda v: v[0], reverse=descending)  # stable: ties stay by slug
+    return [pk for _, _, pk in known] + [pk for _, pk in unknown]
+
+
+def _zero(values: dict[int, float]) -> bool:
+    """Whether a tenant missing from ``values`` counts as 0 (not as unknown)."""
+    return isinstance(values, defaultdict)
 
 
 def _console_quotas(
@@ -1411,11 +1523,7 @@ def _console_quotas(
     return out, cohorts
 
 
-def _console_lent(
-    lines: dict[tuple[int, int], ConsoleFlavor],
-    cohorts: dict[int, str],
-    flavor_rows: dict[int, tuple[int, str, str, float]],
-) -> None:
+def _console_lent(lines: dict[tuple[int, int], ConsoleFlavor], cohorts: dict[int, str]) -> None:
     """Sets each line's ``lent``: what its cohort borrows now on the flavor, shared among the
     cohort's tenants pro rata to what each could lend (its unused guarantee, up to its lending
     limit), never more than that."""
@@ -1467,15 +1575,6 @@ def _console_totals(
     return totals
 
 
-def _console_sorted(rows: list[ConsoleRow], key: str, descending: bool) -> list[ConsoleRow]:
-    """Sorted by ``key`` (ties by slug); rows without the figure last either way."""
-    known = [r for r in rows if r.sort_value(key) is not None]
-    unknown = [r for r in rows if r.sort_value(key) is None]
-    known.sort(key=lambda r: r.slug)
-    known.sort(key=lambda r: r.sort_value(key), reverse=descending)  # stable: ties by slug
-    return known + sorted(unknown, key=lambda r: r.slug)
-
-
 def _console_counts(rows: Any, tenants: Any) -> dict[int, int]:
     """Tenant id -> how many of ``rows`` are its, for every matching tenant. One query."""
     return dict(
@@ -1524,9 +1623,10 @@ def console_table(
             unknown[0], f"{unknown[0]!r} is not a filter here; use {', '.join(CONSOLE_PARAMS)}."
         )
     name = params.get("range") or "7d"
-    if name not in RANGES:
-        raise ValidationFailed.for_field("range", f"{name!r} is not one of {', '.join(RANGES)}.")
-    period = period_resolve(name=name, now=now)
+    if name not in CONSOLE_RANGES:
+        listed = ", ".join(CONSOLE_RANGES)
+        raise ValidationFailed.for_field("range", f"{name!r} is not one of {listed}.")
+    period = console_period(CONSOLE_RANGES[name], now=now)
     choices = console_choices()
     table = console_tenants(
         period=period,

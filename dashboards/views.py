@@ -365,7 +365,7 @@ class ConsoleTenantsView(_AdminPage):
                 "query": request.GET,
                 "choices": selectors.console_choices(),
                 "sorts": selectors.CONSOLE_SORTS,
-                "ranges": {k: selectors.RANGE_LABELS[k] for k in selectors.RANGES},
+                "ranges": selectors.CONSOLE_RANGE_LABELS,
                 "page_sizes": selectors.CONSOLE_PAGE_SIZES,
             }
             return self._page(request, context, status=400)
@@ -397,7 +397,7 @@ class ConsoleTenantsView(_AdminPage):
             "query": request.GET,
             "headers": {h["key"]: h for h in headers},
             "sort_key": key,
-            "ranges": {k: selectors.RANGE_LABELS[k] for k in selectors.RANGES},
+            "ranges": selectors.CONSOLE_RANGE_LABELS,
             "page_sizes": selectors.CONSOLE_PAGE_SIZES,
             "page_query": _query_without(request, "page", "download"),
             "error": "",

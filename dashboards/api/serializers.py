@@ -121,7 +121,9 @@ class ConsoleQueryInput(serializers.Serializer):
     it, naming the parameter and its choices)."""
 
     range = serializers.ChoiceField(
-        required=False, choices=["24h", "7d", "30d"], help_text="Utilisation period; 7d."
+        required=False,
+        choices=["7d", "30d"],
+        help_text="Utilisation period: the whole days (UTC) before today; 7d.",
     )
     department = serializers.CharField(required=False, help_text="A department's slug.")
     cluster = serializers.CharField(required=False, help_text="A cluster's name.")
