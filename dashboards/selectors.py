@@ -1356,9 +1356,9 @@ def console_tenants(
     if not in_db or department or search:
         every = list(tenants.order_by().values_list("pk", "slug"))
         matching = {pk for pk, _ in every}
+        lines = {k: v for k, v in lines.items() if k[0] in matching}
     else:
         matching = set(cohorts)
-    lines = {k: v for k, v in lines.items() if k[0] in matching}
     samples: dict[int, tuple[int, float]] = {}
     for (_, t, _, _), (n, total, _) in _period_aggregates(
         period, [Metric.GPU_UTILIZATION], tenant_id__gt=0, flavor_id__in=list(flavor_rows)
@@ -1406,10 +1406,11 @@ def console_tenants(
         for pk, slug, name, parent, cohort, n in found
     ]
     by_row = {r.pk: r for r in rows}
-    for (t, _), line in sorted(lines.items(), key=lambda kv: (kv[1].cluster, kv[1].flavor)):
+    for (t, _), line in lines.items():
         if t in by_row:
             by_row[t].flavors.append(line)
     for row in rows:
+        row.flavors.sort(key=lambda line: (line.cluster, line.flavor))
         row.utilization_samples = samples.get(row.pk, (0, 0.0))
         n, total = row.utilization_samples
         row.utilization = total / n if n else None
