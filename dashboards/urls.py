@@ -13,4 +13,5 @@ urlpatterns = [
     ),
     path("usage/", views.AdminUsageView.as_view(), name="usage"),
     path("showback/", views.ShowbackView.as_view(), name="showback"),
+    path("console/tenants/", views.ConsoleTenantsView.as_view(), name="console-tenants"),
 ]

@@ -346,3 +346,60 @@ class TenantShowbackView(_TenantPage):
         return _showback_page(
             self, request, [self.tenant.pk], self._base(request), self.tenant.slug
         )
+
+
+class ConsoleTenantsView(_AdminPage):
+    """Platform admins: every tenant and department with its quota, use now, borrowing and
+    lending, utilisation, pending work and open requests; sortable, filtered, paged, and
+    ``?download=csv`` the same rows (every page) with the same filters."""
+
+    template_name = "dashboards/console_tenants.html"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        download = request.GET.get("download") == "csv"
+        try:
+            table, choices = selectors.console_table(request.GET, every_row=download)
+        except ApplicationError as exc:
+            context = {
+                "error": error_text(exc),
+                "query": request.GET,
+                "choices": selectors.console_choices(),
+                "sorts": selectors.CONSOLE_SORTS,
+                "ranges": selectors.CONSOLE_RANGE_LABELS,
+                "page_sizes": selectors.CONSOLE_PAGE_SIZES,
+            }
+            return self._page(request, context, status=400)
+        if download:
+            response = HttpResponse(content_type="text/csv; charset=utf-8")
+            response["Content-Disposition"] = (
+                f'attachment; filename="tenants-{table.period.end:%Y%m%dT%H%M}.csv"'
+            )
+            writer = csv_writer(response)
+            for row in selectors.console_csv_rows(table):
+                writer.writerow(row)
+            return response
+        sort = table.sort
+        key = sort.removeprefix("-")
+        headers = [
+            {
+                "key": k,
+                "label": label,
+                "sorted": "descending" if sort == f"-{k}" else "ascending" if sort == k else "",
+                "query": _query_without(request, "sort", "page", "download")
+                + ("&" if _query_without(request, "sort", "page", "download") else "")
+                + urlencode({"sort": f"-{k}" if sort == k else k}),
+            }
+            for k, label in selectors.CONSOLE_SORTS.items()
+        ]
+        context = {
+            "table": table,
+            "choices": choices,
+            "query": request.GET,
+            "headers": {h["key"]: h for h in headers},
+            "sort_key": key,
+            "ranges": selectors.CONSOLE_RANGE_LABELS,
+            "page_sizes": selectors.CONSOLE_PAGE_SIZES,
+            "page_query": _query_without(request, "page", "download"),
+            "error": "",
+        }
+        return self._page(request, context)

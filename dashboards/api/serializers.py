@@ -114,3 +114,81 @@ class FlavorPriceOutput(serializers.Serializer):
     price = serializers.DecimalField(max_digits=12, decimal_places=4)
     currency = serializers.CharField()
     valid_from = serializers.DateField()
+
+
+class ConsoleQueryInput(serializers.Serializer):
+    """The admins' tenants table's query (documentation: ``selectors.console_table`` checks
+    it, naming the parameter and its choices)."""
+
+    range = serializers.ChoiceField(
+        required=False,
+        choices=["7d", "30d"],
+        help_text="Utilisation period: the whole days (UTC) before today; 7d.",
+    )
+    department = serializers.CharField(required=False, help_text="A department's slug.")
+    cluster = serializers.CharField(required=False, help_text="A cluster's name.")
+    flavor = serializers.CharField(required=False, help_text="A GPU flavor's name.")
+    q = serializers.CharField(required=False, help_text="Text in the slug or the name.")
+    sort = serializers.CharField(
+        required=False,
+        help_text="name, slug, department, guaranteed, limit, allocated, borrowed, lent, "
+        "utilization, pending or requests; '-' first for descending. Default name.",
+    )
+    page = serializers.IntegerField(required=False, min_value=1)
+    page_size = serializers.ChoiceField(required=False, choices=[25, 50, 100, 200])
+    download = serializers.ChoiceField(
+        required=False, choices=["csv"], help_text="csv: every matching row as a CSV file."
+    )
+
+
+class ConsoleFlavorOutput(serializers.Serializer):
+    cluster = serializers.CharField()
+    flavor = serializers.CharField()
+    resource = serializers.CharField()
+    weight = serializers.FloatField(help_text="Normalised GPU units per GPU of the flavor.")
+    guaranteed = serializers.FloatField(help_text="GPUs (or MIG instances) of the flavor.")
+    limit = serializers.FloatField()
+    lending_limit = serializers.FloatField(allow_null=True)
+    allocated = serializers.FloatField(allow_null=True, help_text="Kueue's use now.")
+    borrowed = serializers.FloatField(allow_null=True)
+    lent = serializers.FloatField()
+
+
+class ConsoleRowOutput(serializers.Serializer):
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    kind = serializers.ChoiceField(choices=["department", "team", "tenant"])
+    department = serializers.CharField(help_text="Its department's slug; empty for none.")
+    teams = serializers.IntegerField(help_text="A department's teams.")
+    guaranteed_gpus = serializers.FloatField()
+    limit_gpus = serializers.FloatField()
+    allocated_gpus = serializers.FloatField(allow_null=True)
+    borrowed_gpus = serializers.FloatField(allow_null=True)
+    lent_gpus = serializers.FloatField()
+    gpu_utilization_pct = serializers.FloatField(allow_null=True)
+    pending_workloads = serializers.IntegerField()
+    open_requests = serializers.IntegerField()
+    flavors = ConsoleFlavorOutput(many=True)
+
+
+class ConsoleTotalsOutput(serializers.Serializer):
+    guaranteed = serializers.FloatField()
+    limit = serializers.FloatField()
+    allocated = serializers.FloatField(allow_null=True)
+    borrowed = serializers.FloatField(allow_null=True)
+    lent = serializers.FloatField()
+    utilization = serializers.FloatField(allow_null=True)
+    pending = serializers.IntegerField()
+    requests = serializers.IntegerField()
+
+
+class ConsoleTableOutput(serializers.Serializer):
+    start = serializers.DateTimeField(help_text="The utilisation's period.")
+    end = serializers.DateTimeField()
+    count = serializers.IntegerField(help_text="Tenants matching the filters.")
+    page = serializers.IntegerField()
+    pages = serializers.IntegerField()
+    page_size = serializers.IntegerField()
+    sort = serializers.CharField()
+    totals = ConsoleTotalsOutput(help_text="Over every matching tenant, not only this page.")
+    results = ConsoleRowOutput(many=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.generics import GenericAPIView
@@ -11,9 +12,12 @@ from rest_framework.mixins import ListModelMixin
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from core.csvexport import csv_writer
 from core.errors import ValidationFailed
 from dashboards import selectors, services
 from dashboards.api.serializers import (
+    ConsoleQueryInput,
+    ConsoleTableOutput,
     FlavorPriceInput,
     FlavorPriceOutput,
     ProfileOutput,
@@ -23,7 +27,7 @@ from dashboards.api.serializers import (
 )
 from dashboards.models import FlavorPrice
 from quotas.models import ResourceFlavor
-from tenants.api.base import ReadMembersWriteAdmins, TenantScopedMixin, caller
+from tenants.api.base import IsPlatformAdmin, ReadMembersWriteAdmins, TenantScopedMixin, caller
 from tenants.selectors import tenant_get_for_user, tenant_list_for_user
 
 BAD_RANGE = OpenApiResponse(description="Bad range: start after end, or older than kept.")
@@ -141,3 +145,53 @@ class FlavorPriceListView(ListModelMixin, GenericAPIView):
             valid_from=data["valid_from"],
         )
         return Response(FlavorPriceOutput(price).data, status=status.HTTP_201_CREATED)
+
+
+class ConsoleTenantsView(GenericAPIView):
+    """Platform admins: every tenant and department (not archived) with its quota
+    (guaranteed, limit), Kueue's use now (allocated, borrowed), what it lends now, its mean
+    GPU utilisation over ``range``, its pending workloads and open requests, and the totals
+    over every matching tenant. GPUs are normalised GPU units; ``flavors`` breaks them down
+    in GPUs (or MIG instances) of each flavor. Sort (``sort=-allocated``), filter
+    (``department``, ``cluster``, ``flavor``, ``q``), page (``page``, ``page_size``); with
+    ``download=csv`` every matching row as CSV."""
+
+    permission_classes = [IsPlatformAdmin]
+    serializer_class = ConsoleTableOutput
+    pagination_class = None
+
+    @extend_schema(
+        parameters=[ConsoleQueryInput],
+        responses={
+            200: ConsoleTableOutput,
+            400: OpenApiResponse(description="A parameter not offered; the message lists them."),
+            403: OpenApiResponse(description="Only platform admins may do this."),
+        },
+    )
+    def get(self, request: Request) -> HttpResponse | Response:
+        download = request.query_params.get("download") == "csv"
+        table, _ = selectors.console_table(request.query_params, every_row=download)
+        if download:
+            response = HttpResponse(content_type="text/csv; charset=utf-8")
+            response["Content-Disposition"] = (
+                f'attachment; filename="tenants-{table.period.end:%Y%m%dT%H%M}.csv"'
+            )
+            writer = csv_writer(response)
+            for row in selectors.console_csv_rows(table):
+                writer.writerow(row)
+            return response
+        return Response(
+            ConsoleTableOutput(
+                {
+                    "start": table.period.start,
+                    "end": table.period.end,
+                    "count": table.count,
+                    "page": table.page,
+                    "pages": table.pages,
+                    "page_size": table.page_size,
+                    "sort": table.sort,
+                    "totals": table.totals,
+                    "results": [r.as_dict() for r in table.rows],
+                }
+            ).data
+        )

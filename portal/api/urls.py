@@ -9,7 +9,12 @@ from alerts.api.views import AdmissionCheckView, AlertViewSet
 from approvals.api.views import QuotaRequestViewSet as ApprovalsQuotaRequestViewSet
 from approvals.api.views import TenantViewSet
 from core.api.schema import CachedSchemaView
-from dashboards.api.views import FlavorPriceListView, ShowbackView, TenantProfileView
+from dashboards.api.views import (
+    ConsoleTenantsView,
+    FlavorPriceListView,
+    ShowbackView,
+    TenantProfileView,
+)
 from gpu_agent.agent_api import urls as gpu_agent_urls
 from identity.api.views import GroupMappingViewSet
 from quotas.api.views import (
@@ -107,6 +112,7 @@ urlpatterns = [
     ),
     path("tenants/<str:tenant_slug>/profile/", TenantProfileView.as_view(), name="tenant-profile"),
     path("showback/", ShowbackView.as_view(), name="showback"),
+    path("console/tenants/", ConsoleTenantsView.as_view(), name="console-tenants"),
     path("cluster-pools/", ClusterPoolListView.as_view(), name="cluster-pool-list"),
     path("flavor-prices/", FlavorPriceListView.as_view(), name="flavor-price-list"),
     path(
