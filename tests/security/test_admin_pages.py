@@ -52,6 +52,11 @@ MEMBER_PAGES = {
     "tenant-team-ask-refuse",
     "tenant-join",  # anyone signed in asks to join a team by its slug (the same file)
     "tenant-join-withdraw",
+    "tenant-workloads",  # members read; leads suspend, resume and ask (tests/usage/test_workloads.py)
+    "tenant-workload-suspend",
+    "tenant-workload-resume",
+    "tenant-workload-ask",
+    "request-revert",  # leads of the tenant and admins (tests/approvals/test_change_watch.py)
     "help-preemption",  # the same help text for everyone signed in
     "help",  # the documentation site, the same for everyone signed in (tests/portal/test_help.py)
     "help-page",
