@@ -521,6 +521,35 @@ def flavor_capacities(*, cluster: Cluster) -> dict[tuple[int, str], Capacity]:
     return {(fr.flavor_id, fr.resource): _capacity_of(fr, fleet.get(fr.flavor_id)) for fr in rows}
 
 
+def flavor_capacities_and_guarantees(
+    *, cluster: Cluster, exclude_quota_set: QuotaSet | None = None
+) -> tuple[dict[tuple[int, str], Capacity], dict[tuple[int, str], Decimal]]:
+    """``flavor_capacities`` and ``guarantees_by_flavor`` in one query (and the fleet's, for
+    a MIG flavor): what an approval reads under the cluster's lock before it writes."""
+    rows = FlavorResource.objects.filter(flavor__cluster=cluster).select_related("flavor")
+    total = GuaranteeTotal.objects.filter(
+        flavor_id=OuterRef("flavor_id"), resource=OuterRef("resource")
+    )
+    rows = rows.annotate(total=Subquery(total.values("guaranteed")))
+    if exclude_quota_set is not None and exclude_quota_set.pk is not None:
+        own = Quota.objects.filter(
+            quota_set=exclude_quota_set,
+            flavor_id=OuterRef("flavor_id"),
+            resource=OuterRef("resource"),
+        )  # at most one row: (set, flavor, resource) is unique
+        rows = rows.annotate(own=Subquery(own.values("guaranteed")))
+    found = list(rows)
+    fleet = _fleet_capacities(cluster, list({fr.flavor_id: fr.flavor for fr in found}.values()))
+    capacities, elsewhere = {}, {}
+    for fr in found:
+        key = (fr.flavor_id, fr.resource)
+        capacities[key] = _capacity_of(fr, fleet.get(fr.flavor_id))
+        taken = (fr.total or Decimal(0)) - (getattr(fr, "own", None) or Decimal(0))
+        if taken:
+            elsewhere[key] = taken
+    return capacities, elsewhere
+
+
 def _capacity_of(fr: FlavorResource, fleet: FleetCapacity | None) -> Capacity:
     if fleet is not None and fr.resource == mig_resource(fr.flavor.mig_profile):
         return Capacity(Decimal(fleet.total), fleet)
