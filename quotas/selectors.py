@@ -523,9 +523,12 @@ def flavor_capacities(*, cluster: Cluster) -> dict[tuple[int, str], Capacity]:
 
 def flavor_capacities_and_guarantees(
     *, cluster: Cluster, exclude_quota_set: QuotaSet | None = None
-) -> tuple[dict[tuple[int, str], Capacity], dict[tuple[int, str], Decimal]]:
+) -> tuple[
+    dict[tuple[int, str], Capacity], dict[tuple[int, str], Decimal], dict[int, ResourceFlavor]
+]:
     """``flavor_capacities`` and ``guarantees_by_flavor`` in one query (and the fleet's, for
-    a MIG flavor): what an approval reads under the cluster's lock before it writes."""
+    a MIG flavor), with the cluster's flavors (those with a capacity): what an approval
+    reads under the cluster's lock before it writes."""
     rows = FlavorResource.objects.filter(flavor__cluster=cluster).select_related("flavor")
     total = GuaranteeTotal.objects.filter(
         flavor_id=OuterRef("flavor_id"), resource=OuterRef("resource")
@@ -547,7 +550,7 @@ def flavor_capacities_and_guarantees(
         taken = (fr.total or Decimal(0)) - (getattr(fr, "own", None) or Decimal(0))
         if taken:
             elsewhere[key] = taken
-    return capacities, elsewhere
+    return capacities, elsewhere, {fr.flavor_id: fr.flavor for fr in found}
 
 
 def _capacity_of(fr: FlavorResource, fleet: FleetCapacity | None) -> Capacity:
