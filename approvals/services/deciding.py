@@ -18,6 +18,7 @@ from approvals.models import ApprovalDecision, QuotaChangeItem, QuotaChangeReque
 from approvals.services.checks import (
     ReadAlready,
     quota_request_check,
+    quota_request_check_stored,
     quota_request_scheduling,
     quota_request_tenant_changes,
 )
@@ -101,7 +102,7 @@ def quota_request_approve(
     """Record an approval; with enough of them, apply the change: the decision, the next
     quota set generation, the audit rows and the outbox row commit together or not at all.
     A rule broken now (capacity taken meanwhile) is a 409 naming it."""
-    request = locked(request, department=True)
+    request = locked(request, for_approval=True)
     ensure_can_decide(actor=approver, request=request)
     decisions = _decide(request, approver, DecisionKind.APPROVE, comment)
     approvals = sum(1 for d in decisions if d.decision == DecisionKind.APPROVE)
@@ -137,6 +138,8 @@ def _apply(
         # on two clusters take turns here, so the second counts what the first wrote.
         request.tenant = Tenant.objects.select_for_update().get(pk=request.tenant_id)
     tenant, cluster = request.tenant, request.cluster
+    if tenant.archived_at is not None:  # refused by a rule of the check, which names it
+        quota_request_check_stored(request=request).raise_if_invalid(error=Conflict)
     quota_set, created = quota_set_lock(tenant=tenant, cluster=cluster)
     item_rows, line_rows = _rows(request, None if created else quota_set)
     cluster_lock(cluster)

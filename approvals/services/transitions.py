@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from django.db.models import Case, Exists, F, OuterRef, Q, Value, When
+from django.db.models import Case, Exists, F, OuterRef, Q, Subquery, Value, When
 
 from approvals.choices import OPEN_STATUSES, TRANSITIONS, DecisionKind, RequestStatus
 from approvals.models import ApprovalDecision, QuotaChangeRequest
@@ -64,20 +64,42 @@ def ensure_may_become(request: QuotaChangeRequest, to: str) -> None:
         )
 
 
-def locked(request: QuotaChangeRequest, *, department: bool = False) -> QuotaChangeRequest:
+def locked(request: QuotaChangeRequest, *, for_approval: bool = False) -> QuotaChangeRequest:
     """The request's row, locked for the caller's transaction, with its tenant, cluster,
-    requester and tier; ``department``: with ``tenant_is_department`` too (whether other
-    tenants name its tenant as parent), read in the same statement."""
+    requester and tier.
+
+    ``for_approval``: the open requests of its tenant on its cluster are locked with it, in
+    the order of their ids, in the same statement, and it comes with
+    ``tenant_is_department`` (whether other tenants name its tenant as parent). An approval
+    that applies marks those requests to be checked again, after it has locked the quota
+    set: were they not locked first, two approvals of one tenant on one cluster would each
+    hold its request and wait for the other's (a deadlock)."""
     query = QuotaChangeRequest.objects.select_for_update(of=("self",)).select_related(
         "tenant", "cluster", "requester", "tier"
     )
-    if department:
-        children = Tenant.objects.filter(parent_id=OuterRef("tenant_id"))
-        query = query.annotate(tenant_is_department=Exists(children))
-    try:
-        return query.get(pk=request.pk)
-    except QuotaChangeRequest.DoesNotExist as exc:
-        raise NotFound("No such request, or it is not yours to see.") from exc
+    if not for_approval:
+        try:
+            return query.get(pk=request.pk)
+        except QuotaChangeRequest.DoesNotExist as exc:
+            raise NotFound(NOT_FOUND) from exc
+    this = QuotaChangeRequest.objects.filter(pk=request.pk)
+    children = Tenant.objects.filter(parent_id=OuterRef("tenant_id"))
+    rows = (
+        query.filter(
+            Q(pk=request.pk) | Q(status__in=OPEN_STATUSES),
+            tenant_id=Subquery(this.values("tenant_id")),
+            cluster_id=Subquery(this.values("cluster_id")),
+        )
+        .annotate(tenant_is_department=Exists(children))
+        .order_by("pk")
+    )
+    found = next((row for row in rows if row.pk == request.pk), None)
+    if found is None:
+        raise NotFound(NOT_FOUND)
+    return found
+
+
+NOT_FOUND = "No such request, or it is not yours to see."
 
 
 def transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **fields: Any) -> None:
