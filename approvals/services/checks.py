@@ -157,6 +157,7 @@ def quota_request_check(
     keeps ``RULES`` gets its diff and the number of approvals it needs (not weighed when
     ``read`` is given: an approval, which reads what the rules need itself, under its
     locks, and only needs the errors)."""
+    current: Mapping[Key, QuotaItem]
     if read is None:
         quota_set, current = quotas_in_force(tenant, cluster)
     else:

@@ -250,7 +250,7 @@ def _rows(request: QuotaChangeRequest, quota_set: QuotaSet | None) -> tuple[list
     items: list[Row] = []
     in_force: list[Row] = []
     for of_request, *row in query:
-        (items if of_request else in_force).append(tuple(row))  # type: ignore[arg-type]
+        (items if of_request else in_force).append(tuple(row))
     return items, in_force
 
 

@@ -4,9 +4,9 @@ conditional update (or under the row lock), audited, and told to the requester."
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
-from django.db.models import Case, Exists, F, OuterRef, Q, Subquery, Value, When
+from django.db.models import Case, Exists, F, Field, OuterRef, Q, Subquery, Value, When
 
 from approvals.choices import OPEN_STATUSES, TRANSITIONS, DecisionKind, RequestStatus
 from approvals.models import ApprovalDecision, QuotaChangeRequest
@@ -137,7 +137,9 @@ def transition_approved(
     model = QuotaChangeRequest._meta
     moved = {
         name: Case(
-            When(this, then=Value(value)), default=F(name), output_field=model.get_field(name)
+            When(this, then=Value(value)),
+            default=F(name),
+            output_field=cast("Field[Any, Any]", model.get_field(name)),
         )
         for name, value in fields.items()
     }
