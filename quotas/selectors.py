@@ -522,13 +522,18 @@ def flavor_capacities(*, cluster: Cluster) -> dict[tuple[int, str], Capacity]:
 
 
 def flavor_capacities_and_guarantees(
-    *, cluster: Cluster, exclude_quota_set: QuotaSet | None = None
+    *,
+    cluster: Cluster,
+    exclude_quota_set: QuotaSet | None = None,
+    checked: Iterable[int] | None = None,
 ) -> tuple[
     dict[tuple[int, str], Capacity], dict[tuple[int, str], Decimal], dict[int, ResourceFlavor]
 ]:
     """``flavor_capacities`` and ``guarantees_by_flavor`` in one query (and the fleet's, for
-    a MIG flavor), with the cluster's flavors (those with a capacity): what an approval
-    reads under the cluster's lock before it writes."""
+    a MIG flavor among ``checked``, the ids of the flavors whose lines will be checked; None:
+    all), with the cluster's flavors (those with a capacity): what an approval reads under
+    the cluster's lock before it writes. A MIG flavor not in ``checked`` keeps the capacity
+    typed in."""
     rows = FlavorResource.objects.filter(flavor__cluster=cluster).select_related("flavor")
     total = GuaranteeTotal.objects.filter(
         flavor_id=OuterRef("flavor_id"), resource=OuterRef("resource")
@@ -542,7 +547,11 @@ def flavor_capacities_and_guarantees(
         )  # at most one row: (set, flavor, resource) is unique
         rows = rows.annotate(own=Subquery(own.values("guaranteed")))
     found = list(rows)
-    fleet = _fleet_capacities(cluster, list({fr.flavor_id: fr.flavor for fr in found}.values()))
+    wanted = None if checked is None else set(checked)
+    flavors = {fr.flavor_id: fr.flavor for fr in found}
+    fleet = _fleet_capacities(
+        cluster, [f for pk, f in flavors.items() if wanted is None or pk in wanted]
+    )
     capacities, elsewhere = {}, {}
     for fr in found:
         key = (fr.flavor_id, fr.resource)
@@ -550,7 +559,7 @@ def flavor_capacities_and_guarantees(
         taken = (fr.total or Decimal(0)) - (getattr(fr, "own", None) or Decimal(0))
         if taken:
             elsewhere[key] = taken
-    return capacities, elsewhere, {fr.flavor_id: fr.flavor for fr in found}
+    return capacities, elsewhere, flavors
 
 
 def _capacity_of(fr: FlavorResource, fleet: FleetCapacity | None) -> Capacity:

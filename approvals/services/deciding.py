@@ -9,8 +9,8 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Value
+from django.db import IntegrityError, transaction
+from django.db.models import DecimalField, Value
 from django.utils import timezone
 
 from approvals.choices import DecisionKind, RequestStatus
@@ -60,28 +60,50 @@ from tenants.services import (
 )
 
 
-def _decide(
-    request: QuotaChangeRequest, approver: User, kind: str, comment: str
-) -> list[ApprovalDecision]:
-    """Record ``approver``'s decision on the locked ``request``: its decisions, the new one
-    last (with their approvers, for the requester's notice), in one read and one insert."""
+def _ensure_pending(request: QuotaChangeRequest) -> None:
     if request.status != RequestStatus.PENDING:
         raise Conflict(
             f"Request #{request.pk} is {request.status}; only a pending request can be decided.",
             fields={"status": [f"{request.status} is already final or not submitted"]},
         )
+
+
+def _decided_twice(request: QuotaChangeRequest) -> Conflict:
+    return Conflict(
+        f"You have already decided on request #{request.pk}; a second approver must be someone else.",
+        fields={"approver": ["already decided"]},
+    )
+
+
+def _decide(
+    request: QuotaChangeRequest, approver: User, kind: str, comment: str
+) -> list[ApprovalDecision]:
+    """Record ``approver``'s decision on the locked ``request``: its decisions, the new one
+    last (with their approvers, for the requester's notice), in one read and one insert."""
+    _ensure_pending(request)
     decisions = list(request.decisions.select_related("approver"))
     if any(d.approver_id == approver.pk for d in decisions):
-        raise Conflict(
-            f"You have already decided on request #{request.pk}; a second approver must be someone else.",
-            fields={"approver": ["already decided"]},
-        )
+        raise _decided_twice(request)
     decisions.append(
         ApprovalDecision.objects.create(
             request=request, approver=approver, decision=kind, comment=comment
         )
     )
     return decisions
+
+
+def _decide_alone(request: QuotaChangeRequest, approver: User, comment: str) -> ApprovalDecision:
+    """Record ``approver``'s approval of the locked ``request``, which needs one: it applies
+    whatever was decided before, so the decisions are read later, with its lines. A second
+    decision of the same approver breaks the table's constraint (one per approver): 409, and
+    the transaction rolls back."""
+    _ensure_pending(request)
+    try:
+        return ApprovalDecision.objects.create(
+            request=request, approver=approver, decision=DecisionKind.APPROVE, comment=comment
+        )
+    except IntegrityError as exc:
+        raise _decided_twice(request) from exc
 
 
 @transaction.atomic
@@ -104,6 +126,9 @@ def quota_request_approve(
     A rule broken now (capacity taken meanwhile) is a 409 naming it."""
     request = locked(request, for_approval=True)
     ensure_can_decide(actor=approver, request=request)
+    if request.required_approvals <= 1:  # this approval applies it
+        _apply(request, actor=approver, decision=_decide_alone(request, approver, comment))
+        return request
     decisions = _decide(request, approver, DecisionKind.APPROVE, comment)
     approvals = sum(1 for d in decisions if d.decision == DecisionKind.APPROVE)
     if approvals < request.required_approvals:
@@ -125,6 +150,7 @@ def _apply(
     *,
     actor: User | None,
     decisions: Sequence[ApprovalDecision] | None = None,
+    decision: ApprovalDecision | None = None,
 ) -> None:
     """Apply the (locked, or just filed) request: what needs no lock is read first, then the
     tenant's quota set is locked and read, and only then the cluster's row, held for the
@@ -140,11 +166,18 @@ def _apply(
     tenant, cluster = request.tenant, request.cluster
     if tenant.archived_at is not None:  # refused by a rule of the check, which names it
         quota_request_check_stored(request=request).raise_if_invalid(error=Conflict)
-    quota_set, created = quota_set_lock(tenant=tenant, cluster=cluster)
-    item_rows, line_rows = _rows(request, None if created else quota_set)
-    cluster_lock(cluster)
+    # The cluster's row with the quota set's, in one statement, after the reads that need no
+    # lock; held for the read of the lines, the capacities, the check and the writes.
+    quota_set, created = quota_set_lock(tenant=tenant, cluster=cluster, with_cluster=True)
+    if created:
+        cluster_lock(cluster)
+    item_rows, line_rows, decided = _rows(
+        request, None if created else quota_set, decisions=decision is not None
+    )
     capacities, elsewhere, flavors = flavor_capacities_and_guarantees(
-        cluster=cluster, exclude_quota_set=None if created else quota_set
+        cluster=cluster,
+        exclude_quota_set=None if created else quota_set,
+        checked={r[1] for r in (*item_rows, *line_rows)},
     )
     missing = {r[1] for r in (*item_rows, *line_rows)} - set(flavors)
     if missing:  # a flavor without capacities, which the check refuses by name
@@ -217,6 +250,9 @@ def _apply(
         if "pod_bandwidth_max" in tenant_changes:
             # R27: its namespaces carry the cap on every cluster: push the others too.
             quota_sets_resync(tenant=tenant, actor=actor, exclude=cluster)
+    if decision is not None:  # the one approval it needed: others are read only if there are
+        others = [pk for pk, approver_id, kind, *_ in decided if pk != decision.pk]
+        decisions = list(request.decisions.select_related("approver")) if others else [decision]
     if decisions is None:  # filed by the system: nobody decided
         decisions = []
     # Older open requests for this tenant and cluster were checked against numbers that are
@@ -236,22 +272,28 @@ def _apply(
 Row = tuple[int, int, str, Decimal, Decimal, Decimal | None]  # pk, flavor, resource, amounts
 
 
-def _rows(request: QuotaChangeRequest, quota_set: QuotaSet | None) -> tuple[list[Row], list[Row]]:
-    """The request's lines and those in force of ``quota_set`` (locked; None: it has none),
-    in one query."""
+def _rows(
+    request: QuotaChangeRequest, quota_set: QuotaSet | None, *, decisions: bool
+) -> tuple[list[Row], list[Row], list[Row]]:
+    """In one query: the request's lines, those in force of ``quota_set`` (locked; None: it
+    has none) and, with ``decisions``, the request's decisions (pk, approver id, decision)."""
     fields = ("pk", "flavor_id", "resource", "guaranteed", "limit", "lending_limit")
     mine = QuotaChangeItem.objects.filter(request_id=request.pk).order_by()
-    query = mine.annotate(of_request=Value(True)).values_list("of_request", *fields)
+    query = mine.annotate(part=Value(0)).values_list("part", *fields)
     if quota_set is not None:
         lines = Quota.objects.filter(quota_set=quota_set).order_by()
+        query = query.union(lines.annotate(part=Value(1)).values_list("part", *fields), all=True)
+    if decisions:
+        none = Value(None, output_field=DecimalField())
+        made = ApprovalDecision.objects.filter(request_id=request.pk).order_by()
+        made = made.annotate(part=Value(2), g=none, l=none, ll=none)
         query = query.union(
-            lines.annotate(of_request=Value(False)).values_list("of_request", *fields), all=True
+            made.values_list("part", "pk", "approver_id", "decision", "g", "l", "ll"), all=True
         )
-    items: list[Row] = []
-    in_force: list[Row] = []
-    for of_request, *row in query:
-        (items if of_request else in_force).append(tuple(row))
-    return items, in_force
+    parts: tuple[list[Row], list[Row], list[Row]] = ([], [], [])
+    for part, *row in query:
+        parts[part].append(tuple(row))  # type: ignore[arg-type]
+    return parts
 
 
 @transaction.atomic

@@ -63,13 +63,20 @@ def _snapshot(quota_set: QuotaSet, items: Iterable[QuotaItem]) -> dict[str, Any]
 Line = tuple[int, str]  # (flavor id, resource)
 
 
-def quota_set_lock(*, tenant: Tenant, cluster: Cluster) -> tuple[QuotaSet, bool]:
+def quota_set_lock(
+    *, tenant: Tenant, cluster: Cluster, with_cluster: bool = False
+) -> tuple[QuotaSet, bool]:
     """The tenant's quota set on ``cluster``, its row locked for the caller's transaction
     (created when it has none: ``created``). An archived tenant gets no new quotas (409).
-    One query when the set exists (the tenant's archive date read with it)."""
+    One query when the set exists (the tenant's archive date read with it).
+
+    ``with_cluster``: the cluster's row is locked in the same statement, after the quota
+    set's (the order every write takes them in), when the set exists; for a set just
+    created the caller takes it (``cluster_lock``)."""
+    lock = ("self", "cluster") if with_cluster else ("self",)
     quota_set = (
-        QuotaSet.objects.select_for_update(of=("self",))
-        .select_related("tenant")
+        QuotaSet.objects.select_for_update(of=lock)
+        .select_related("tenant", *(["cluster"] if with_cluster else []))
         .filter(tenant=tenant, cluster=cluster)
         .first()
     )
