@@ -292,7 +292,7 @@ def _rows(
         )
     parts: tuple[list[Row], list[Row], list[Row]] = ([], [], [])
     for part, *row in query:
-        parts[part].append(tuple(row))  # type: ignore[arg-type]
+        parts[part].append(tuple(row))
     return parts
 
 
