@@ -10,7 +10,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import DecimalField, Value
+from django.db.models import DecimalField, F, Func, OuterRef, Subquery, Value
 from django.utils import timezone
 
 from approvals.choices import DecisionKind, RequestStatus
@@ -41,7 +41,7 @@ from quotas.models import (
     ResourceFlavor,
     TierTemplate,
 )
-from quotas.selectors import flavor_capacities_and_guarantees
+from quotas.selectors import flavor_capacities_and_guarantees, flavor_capacity_rows
 from quotas.services import (
     QuotaItem,
     cluster_lock,
@@ -171,13 +171,17 @@ def _apply(
     quota_set, created = quota_set_lock(tenant=tenant, cluster=cluster, with_cluster=True)
     if created:
         cluster_lock(cluster)
-    item_rows, line_rows, decided = _rows(
-        request, None if created else quota_set, decisions=decision is not None
-    )
-    capacities, elsewhere, flavors = flavor_capacities_and_guarantees(
+    in_force = None if created else quota_set
+    rows = flavor_capacity_rows(
         cluster=cluster,
-        exclude_quota_set=None if created else quota_set,
-        checked={r[1] for r in (*item_rows, *line_rows)},
+        exclude_quota_set=in_force,
+        annotations=_lines_read_with(request, in_force, decisions=decision is not None),
+    )
+    item_rows, line_rows, decided = _rows_of(rows, in_force, decisions=decision is not None)
+    if item_rows is None:  # a line without a capacity: read on their own
+        item_rows, line_rows, decided = _rows(request, in_force, decisions=decision is not None)
+    capacities, elsewhere, flavors = flavor_capacities_and_guarantees(
+        cluster=cluster, rows=rows, checked={r[1] for r in (*item_rows, *line_rows)}
     )
     missing = {r[1] for r in (*item_rows, *line_rows)} - set(flavors)
     if missing:  # a flavor without capacities, which the check refuses by name
@@ -187,7 +191,6 @@ def _apply(
         key=lambda i: (i.flavor.name, i.resource),
     )
     current = {(r[1], r[2]): QuotaItem(flavors[r[1]], r[2], r[3], r[4], r[5]) for r in line_rows}
-    in_force = None if created else quota_set
     check = quota_request_check(
         tenant=tenant,
         cluster=cluster,
@@ -251,7 +254,7 @@ def _apply(
             # R27: its namespaces carry the cap on every cluster: push the others too.
             quota_sets_resync(tenant=tenant, actor=actor, exclude=cluster)
     if decision is not None:  # the one approval it needed: others are read only if there are
-        others = [pk for pk, approver_id, kind, *_ in decided if pk != decision.pk]
+        others = decided > 1
         decisions = list(request.decisions.select_related("approver")) if others else [decision]
     if decisions is None:  # filed by the system: nobody decided
         decisions = []
@@ -269,14 +272,71 @@ def _apply(
     outbox_record(quota_set=quota_set)
 
 
+def _lines_read_with(
+    request: QuotaChangeRequest, quota_set: QuotaSet | None, *, decisions: bool
+) -> dict[str, Any]:
+    """What an approval reads with the cluster's capacities (``flavor_capacity_rows``), on
+    each flavor resource: the request's line on it and the line in force (``quota_set``'s),
+    and how many lines (and decisions) there are in all, to tell whether each was found."""
+    annotations: dict[str, Any] = {}
+    parts: list[tuple[str, Any]] = [("item", QuotaChangeItem.objects.filter(request_id=request.pk))]
+    if quota_set is not None:
+        parts.append(("line", Quota.objects.filter(quota_set=quota_set)))
+    for name, rows in parts:
+        same = rows.filter(flavor_id=OuterRef("flavor_id"), resource=OuterRef("resource"))
+        for field in ("pk", "guaranteed", "limit", "lending_limit"):
+            annotations[f"a_{name}_{field}"] = Subquery(same.order_by().values(field)[:1])
+        annotations[f"a_{name}_count"] = _count(rows)
+    if decisions:
+        annotations["a_decision_count"] = _count(
+            ApprovalDecision.objects.filter(request_id=request.pk)
+        )
+    return annotations
+
+
+def _count(rows: Any) -> Subquery:
+    counted = rows.order_by().annotate(one=Value(1)).values("one")
+    return Subquery(counted.annotate(n=Func(F("one"), function="COUNT")).values("n"))
+
+
+def _rows_of(
+    rows: Sequence[Any], quota_set: QuotaSet | None, *, decisions: bool
+) -> tuple[list[Row] | None, list[Row], int]:
+    """The request's lines, those in force and (a count of) its decisions from
+    ``flavor_capacity_rows`` read with ``_lines_read_with``; None for the lines when one was
+    not found there (on a flavor resource the cluster does not have: the check names it)."""
+    items: list[Row] = []
+    lines: list[Row] = []
+    for fr in rows:
+        for name, found in (("item", items), ("line", lines)):
+            pk = getattr(fr, f"a_{name}_pk", None)
+            if pk is not None:
+                found.append(
+                    (
+                        pk,
+                        fr.flavor_id,
+                        fr.resource,
+                        getattr(fr, f"a_{name}_guaranteed"),
+                        getattr(fr, f"a_{name}_limit"),
+                        getattr(fr, f"a_{name}_lending_limit"),
+                    )
+                )
+    first = rows[0] if rows else None
+    item_count = getattr(first, "a_item_count", None)
+    line_count = getattr(first, "a_line_count", 0) if quota_set is not None else 0
+    if first is None or len(items) != item_count or len(lines) != (line_count or 0):
+        return None, [], 0
+    return items, lines, (getattr(first, "a_decision_count", 0) or 0) if decisions else 0
+
+
 Row = tuple[int, int, str, Decimal, Decimal, Decimal | None]  # pk, flavor, resource, amounts
 
 
 def _rows(
     request: QuotaChangeRequest, quota_set: QuotaSet | None, *, decisions: bool
-) -> tuple[list[Row], list[Row], list[Row]]:
+) -> tuple[list[Row], list[Row], int]:
     """In one query: the request's lines, those in force of ``quota_set`` (locked; None: it
-    has none) and, with ``decisions``, the request's decisions (pk, approver id, decision)."""
+    has none) and, with ``decisions``, how many decisions it has."""
     fields = ("pk", "flavor_id", "resource", "guaranteed", "limit", "lending_limit")
     mine = QuotaChangeItem.objects.filter(request_id=request.pk).order_by()
     query = mine.annotate(part=Value(0)).values_list("part", *fields)
@@ -293,7 +353,7 @@ def _rows(
     parts: tuple[list[Row], list[Row], list[Row]] = ([], [], [])
     for part, *row in query:
         parts[part].append(tuple(row))
-    return parts
+    return parts[0], parts[1], len(parts[2])
 
 
 @transaction.atomic
