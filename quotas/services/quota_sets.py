@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 
 from quotas.choices import (
@@ -127,12 +127,6 @@ def quota_set_store(
     row of the change, not yet saved: the caller saves it with its own (one insert)."""
     before = None if created else _snapshot(quota_set, current.values())
     listed = {(item.flavor.pk, item.resource) for item in items}
-    removed = [key for key in current if key not in listed]
-    if removed:
-        gone = Q()
-        for flavor_id, resource in removed:
-            gone |= Q(flavor_id=flavor_id, resource=resource)
-        quota_set.quotas.filter(gone).delete()
     changed = [
         item
         for item in items
@@ -140,7 +134,19 @@ def quota_set_store(
         or (old.guaranteed, old.limit, old.lending_limit)
         != (item.guaranteed, item.limit, item.lending_limit)
     ]
-    if changed:  # one statement: new lines inserted, changed ones updated in place
+    upsert = connection.vendor == "postgresql"
+    # Removed lines go; on SQLite changed ones too, inserted again below: an upsert there
+    # would make the guarantee totals' trigger (INSERT OR IGNORE) fail on its conflict.
+    gone = [key for key in current if key not in listed]
+    if not upsert:
+        keys = ((item.flavor.pk, item.resource) for item in changed)
+        gone += [key for key in keys if key in current]
+    if gone:
+        rows = Q()
+        for flavor_id, resource in gone:
+            rows |= Q(flavor_id=flavor_id, resource=resource)
+        quota_set.quotas.filter(rows).delete()
+    if changed:  # PostgreSQL: one statement, new lines inserted, changed ones updated in place
         Quota.objects.bulk_create(
             [
                 Quota(
@@ -153,9 +159,15 @@ def quota_set_store(
                 )
                 for item in changed
             ],
-            update_conflicts=True,
-            unique_fields=["quota_set", "flavor", "resource"],
-            update_fields=["guaranteed", "limit", "lending_limit"],
+            **(
+                {
+                    "update_conflicts": True,
+                    "unique_fields": ["quota_set", "flavor", "resource"],
+                    "update_fields": ["guaranteed", "limit", "lending_limit"],
+                }
+                if upsert
+                else {}
+            ),
         )
     quota_set.max_running_jobs = scheduling.max_running_jobs
     quota_set.max_queued_jobs = scheduling.max_queued_jobs

@@ -16,10 +16,10 @@ from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeRequest
 from approvals.services import approval_policy, quota_request_approve
 from quotas.choices import CPU_RESOURCE, GPU_RESOURCE, MEMORY_RESOURCE
-from quotas.models import Quota, SyncOutbox
+from quotas.models import FlavorResource, Quota, SyncOutbox
 from tenants.models import AuditEvent, Notification
 from tenants.services import api_token_create
-from tests.approvals.conftest import URL, file, generation, item
+from tests.approvals.conftest import URL, database_state, file, generation, item
 from tests.approvals.test_concurrency import run_together
 from tests.factories import gpu_flavor
 
@@ -131,3 +131,18 @@ def test_two_approvals_for_one_tenant_at_once_both_keep_their_lines(on_postgres,
             "approved_generation", flat=True
         )
     ) == [before + 1, before + 2]
+
+
+def test_a_line_in_force_on_a_resource_the_cluster_dropped_is_named_at_approval(world, api_as):
+    # team-a holds CPUs on a100-80gb; the flavor no longer lists CPUs. The lines are then not
+    # all found beside the capacities: read on their own, and the check names that line.
+    approval_policy()
+    request = file(world, items=[item(guaranteed=7, limit=10)])
+    FlavorResource.objects.filter(flavor=world.a100_gpu, resource=CPU_RESOURCE).delete()
+    before = database_state()
+
+    refused = api_as(world.admin).post(f"{URL}{request.pk}/approve/", {}, format="json")
+
+    assert refused.status_code == 409, refused.content
+    assert refused.json()["fields"] == {"quota_set": ["flavor 'a100-80gb' does not cover 'cpu'"]}
+    assert database_state() == before
