@@ -159,15 +159,9 @@ def quota_set_store(
                 )
                 for item in changed
             ],
-            **(
-                {
-                    "update_conflicts": True,
-                    "unique_fields": ["quota_set", "flavor", "resource"],
-                    "update_fields": ["guaranteed", "limit", "lending_limit"],
-                }
-                if upsert
-                else {}
-            ),
+            update_conflicts=upsert,
+            unique_fields=["quota_set", "flavor", "resource"] if upsert else None,
+            update_fields=["guaranteed", "limit", "lending_limit"] if upsert else None,
         )
     quota_set.max_running_jobs = scheduling.max_running_jobs
     quota_set.max_queued_jobs = scheduling.max_queued_jobs
