@@ -152,12 +152,13 @@ def _apply(
     decisions: Sequence[ApprovalDecision] | None = None,
     decision: ApprovalDecision | None = None,
 ) -> None:
-    """Apply the (locked, or just filed) request: what needs no lock is read first, then the
-    tenant's quota set is locked and read, and only then the cluster's row, held for the
-    capacity check and the writes (every write of a quota set on the cluster takes it, so two
-    approvals cannot both pass a check that only one fits). About 14 statements whatever the
-    number of lines: the check, the quota set, the request and its lines, the notice, the
-    audit rows (one insert) and the outbox row."""
+    """Apply the (locked, or just filed) request: the quota set's row and the cluster's are
+    locked in one statement (every write of a quota set on the cluster takes the cluster's,
+    so two approvals cannot both pass a check that only one fits), then one read of the
+    capacities, the guarantees, the request's lines and those in force, the one check, and the
+    writes. Ten statements whatever the number of lines (eleven with a MIG line): the locks,
+    the read, the lines, the quota set, the lines' "before" values, the request and its
+    siblings, the notice, the audit rows (one insert) and the outbox row."""
     tenant_changes = quota_request_tenant_changes(request)
     if request.tenant.gpu_unit_cap is not None or tenant_changes:
         # The cap spans clusters, whose quota sets lock one by one: approvals for the tenant
