@@ -156,7 +156,7 @@ def _apply(
     locked in one statement (every write of a quota set on the cluster takes the cluster's,
     so two approvals cannot both pass a check that only one fits), then one read of the
     capacities, the guarantees, the request's lines and those in force, the one check, and the
-    writes. Ten statements whatever the number of lines (eleven with a MIG line): the locks,
+    writes. Nine statements whatever the number of lines (ten with a MIG line): the locks,
     the read, the lines, the quota set, the lines' "before" values, the request and its
     siblings, the notice, the audit rows (one insert) and the outbox row."""
     tenant_changes = quota_request_tenant_changes(request)
