@@ -3,7 +3,8 @@
 Drives three GET endpoints with concurrent clients and compares each with the trivial
 authenticated baseline ``/api/v1/me/``; then 4 concurrent approvers approve 400 pending quota
 requests over HTTP and the result is checked (each approved exactly once). Exit status 0 when
-every GET endpoint reaches the target and every approval succeeded once. See README.md."""
+every GET endpoint reaches the target, every approval succeeded once and the approvals reach
+issue 36's figure (0.2 of ``me/``, at most 20 SQL queries each). See README.md."""
 
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ ENDPOINTS = [
 # The approvals case: requests counted, approved first to warm the workers up (not counted),
 # one more approved in this process to count its SQL queries; concurrent approvers.
 APPROVALS, APPROVAL_WARMUP, APPROVERS = 400, 20, 4
+# Issue 36: an approval that one approver applies, against GET me/ in the same run, and the SQL
+# queries it runs (counted in this process, with its token).
+APPROVAL_ROW, APPROVAL_TARGET, APPROVAL_MAX_QUERIES = "approval (API, one approver)", 0.2, 20
 APPROVE_PATH = "/api/v1/quota-requests/{pk}/approve/"
 COLUMNS = "{endpoint:<16} {requests:>8} {errors:>6} {rps:>7} {p50_ms:>7} {p99_ms:>7} {ratio:>6} {target:>7} {result:>6}"
 
@@ -442,15 +446,32 @@ def measure(args: argparse.Namespace, tmp: str) -> tuple[list[dict[str, Any]], d
     return rows, extra
 
 
+def approval_query_figure(extra: dict[str, Any]) -> list[dict[str, Any]]:
+    """The SQL queries of one approval against issue 36's ceiling (none without approvals)."""
+    if "approvals" not in extra:
+        return []
+    queries = extra["approvals"]["sql_queries_per_approval"]
+    return [figure(f"{APPROVAL_ROW}: SQL queries per approval", queries, "queries",
+                   target=APPROVAL_MAX_QUERIES, better="lower")]  # fmt: skip
+
+
 def approval_summary(
     run: ApprovalRun, tally: Tally, base_rps: float
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The approvals' row: approvals/s against the baseline's req/s (no target), failing when
     a request was not approved exactly once."""
     check = check_approvals(run.all_ids)
-    row = summarize(f"approvals x{len(run.tokens)}", tally, base_rps, target=None)
-    print(f"approvals: {len(tally.latencies) - len(tally.errors)} in {tally.seconds:.1f} s = "
-          f"{row['rps']} approvals/s; baseline /me/ {base_rps:.1f} req/s; ratio {row['ratio']}")  # fmt: skip
+    row = summarize(APPROVAL_ROW, tally, base_rps, target=APPROVAL_TARGET)
+    print(f"approvals ({len(run.tokens)} concurrent approvers, each request needing one approval): "
+          f"{len(tally.latencies) - len(tally.errors)} in {tally.seconds:.1f} s = "
+          f"{row['rps']} approvals/s; baseline /me/ {base_rps:.1f} req/s; ratio {row['ratio']} "
+          f"(target >= {APPROVAL_TARGET}); SQL queries per approval {run.queries} "
+          f"(target <= {APPROVAL_MAX_QUERIES})")  # fmt: skip
+    if run.queries > APPROVAL_MAX_QUERIES:
+        row["result"] = "FAIL"
+        row["first_error"] = row["first_error"] or (
+            f"{run.queries} SQL queries per approval, more than {APPROVAL_MAX_QUERIES}"
+        )
     print(f"approvals check ({'OK' if check['ok'] else 'FAILED'}): {check['approved']} of "
           f"{check['requests']} requests approved; {check['decisions']} decisions, "
           f"{check['one_approval_each']} with exactly one approval; {check['outbox_rows']} "
@@ -495,7 +516,7 @@ def main() -> int:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     print(f"\nwritten to {RESULTS.relative_to(ROOT)}")
-    emit("api", row_figures(rows))
+    emit("api", row_figures(rows) + approval_query_figure(extra))
     failed = [r for r in rows if r["result"] != "PASS"]
     for r in failed:
         print(f"FAIL {r['endpoint']}: ratio {r['ratio']}, {r['errors']} errors. {r['first_error']}")

@@ -521,6 +521,61 @@ def flavor_capacities(*, cluster: Cluster) -> dict[tuple[int, str], Capacity]:
     return {(fr.flavor_id, fr.resource): _capacity_of(fr, fleet.get(fr.flavor_id)) for fr in rows}
 
 
+def flavor_capacity_rows(
+    *,
+    cluster: Cluster,
+    exclude_quota_set: QuotaSet | None = None,
+    annotations: Mapping[str, Any] | None = None,
+) -> list[FlavorResource]:
+    """The cluster's flavor resources with their flavors, each with ``total`` (what all
+    tenants are guaranteed of it) and ``own`` (``exclude_quota_set``'s guarantee of it), and
+    the caller's ``annotations``: one query. ``flavor_capacities_and_guarantees`` reads
+    them."""
+    rows = FlavorResource.objects.filter(flavor__cluster=cluster).select_related("flavor")
+    total = GuaranteeTotal.objects.filter(
+        flavor_id=OuterRef("flavor_id"), resource=OuterRef("resource")
+    )
+    rows = rows.annotate(total=Subquery(total.values("guaranteed")))
+    if exclude_quota_set is not None and exclude_quota_set.pk is not None:
+        own = Quota.objects.filter(
+            quota_set=exclude_quota_set,
+            flavor_id=OuterRef("flavor_id"),
+            resource=OuterRef("resource"),
+        )  # at most one row: (set, flavor, resource) is unique
+        rows = rows.annotate(own=Subquery(own.values("guaranteed")))
+    return list(rows.annotate(**(annotations or {})))
+
+
+def flavor_capacities_and_guarantees(
+    *,
+    cluster: Cluster,
+    rows: Sequence[FlavorResource],
+    checked: Iterable[int] | None = None,
+) -> tuple[
+    dict[tuple[int, str], Capacity], dict[tuple[int, str], Decimal], dict[int, ResourceFlavor]
+]:
+    """``flavor_capacities`` and ``guarantees_by_flavor`` from ``flavor_capacity_rows`` (and
+    the fleet's, one query, for a MIG flavor among ``checked``, the ids of the flavors whose
+    lines will be checked; None: all), with the cluster's flavors (those with a capacity):
+    what an approval reads under the cluster's lock before it writes. A MIG flavor not in
+    ``checked`` keeps the capacity typed in."""
+    wanted = None if checked is None else set(checked)
+    flavors = {fr.flavor_id: fr.flavor for fr in rows}
+    fleet = _fleet_capacities(
+        cluster, [f for pk, f in flavors.items() if wanted is None or pk in wanted]
+    )
+    capacities, elsewhere = {}, {}
+    for fr in rows:
+        key = (fr.flavor_id, fr.resource)
+        capacities[key] = _capacity_of(fr, fleet.get(fr.flavor_id))
+        taken = (getattr(fr, "total", None) or Decimal(0)) - (
+            getattr(fr, "own", None) or Decimal(0)
+        )
+        if taken:
+            elsewhere[key] = taken
+    return capacities, elsewhere, flavors
+
+
 def _capacity_of(fr: FlavorResource, fleet: FleetCapacity | None) -> Capacity:
     if fleet is not None and fr.resource == mig_resource(fr.flavor.mig_profile):
         return Capacity(Decimal(fleet.total), fleet)

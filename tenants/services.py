@@ -82,7 +82,32 @@ def audit_record(
 ) -> AuditEvent:
     """Append an audit row; call it inside the transaction of the change it records.
     ``object_id`` defaults to the object's slug, name or primary key."""
-    return AuditEvent.objects.create(
+    event = audit_event(
+        actor=actor,
+        action=action,
+        obj=obj,
+        tenant=tenant,
+        before=before,
+        after=after,
+        object_id=object_id,
+    )
+    event.save(force_insert=True)
+    return event
+
+
+def audit_event(
+    *,
+    actor: User | None,
+    action: str,
+    obj: Any,
+    tenant: Tenant | None = None,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+    object_id: str | None = None,
+) -> AuditEvent:
+    """The row ``audit_record`` appends, not saved: for a caller that writes several of them
+    in one insert (``AuditEvent.objects.bulk_create``), in the transaction of the change."""
+    return AuditEvent(
         actor=actor if actor is not None and actor.pk else None,
         actor_username=actor.get_username() if actor is not None else "system",
         action=action,

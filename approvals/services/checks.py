@@ -19,6 +19,7 @@ from approvals.services.rules import (
     SCHEDULING_FIELDS,
     TENANT_FIELDS,
     Change,
+    Key,
     judge,
     line_of,
     quotas_in_force,
@@ -30,10 +31,11 @@ from core.errors import (
 from quotas.choices import GPU_RESOURCE
 from quotas.models import (
     Cluster,
+    QuotaSet,
     ResourceFlavor,
 )
 from quotas.quantity import format_quantity
-from quotas.selectors import gpu_units
+from quotas.selectors import Capacity, gpu_units
 from quotas.services import (
     QuotaItem,
     SchedulingQuotas,
@@ -145,14 +147,21 @@ def quota_request_check(
     isolation_level: str = "",
     production_priority: bool | None = None,
     tenant_changes: Mapping[str, Any] | None = None,
+    read: ReadAlready | None = None,
 ) -> RequestCheck:
     """The one validation of a change, used at submit, at approval and by the live check of
     the portal and the API: the request keeps each of ``rules.RULES`` (what it says), then the
     quota set it would leave keeps each of ``rules.QUOTA_SET_RULES`` (every rule of
     ``quotas.services.quota_items_check``, the department's, the per-pod caps, the inference
     split and the production grant), each error on the field it is about. A change that
-    keeps ``RULES`` gets its diff and the number of approvals it needs."""
-    quota_set, current = quotas_in_force(tenant, cluster)
+    keeps ``RULES`` gets its diff and the number of approvals it needs (not weighed when
+    ``read`` is given: an approval, which reads what the rules need itself, under its
+    locks, and only needs the errors)."""
+    current: Mapping[Key, QuotaItem]
+    if read is None:
+        quota_set, current = quotas_in_force(tenant, cluster)
+    else:
+        quota_set, current = read.quota_set, read.current
     check = RequestCheck(base_generation=quota_set.generation if quota_set else 0)
     change = Change(
         tenant=tenant,
@@ -165,14 +174,32 @@ def quota_request_check(
         quota_set=quota_set,
         current=current,
     )
+    if read is not None:
+        change.department = read.department
+        change.capacities_read = read.capacities
+        change.guaranteed_elsewhere = read.guaranteed_elsewhere
     for rules in (RULES, QUOTA_SET_RULES):
         if check.errors:  # the quota set is judged only for a request that keeps RULES
             return check
         found = judge(change, rules)
         check.errors.update(found.errors)
         check.warnings.extend(found.warnings)
-    _weigh(check, change)  # shown beside what the quota set would break
+    if read is None:
+        _weigh(check, change)  # shown beside what the quota set would break
     return check
+
+
+@dataclass(frozen=True)
+class ReadAlready:
+    """What an approval read for ``quota_request_check`` under its locks: the quota set in
+    force (None: none before) and its lines, whether the tenant is a department (None: not
+    known), the cluster's capacities and what other tenants are guaranteed."""
+
+    quota_set: QuotaSet | None
+    current: Mapping[Key, QuotaItem]
+    department: bool | None
+    capacities: Mapping[Key, Capacity]
+    guaranteed_elsewhere: Mapping[Key, Decimal]
 
 
 def _weigh(check: RequestCheck, change: Change) -> None:

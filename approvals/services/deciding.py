@@ -9,37 +9,49 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.db.models import DecimalField, F, Func, OuterRef, Subquery, Value
 from django.utils import timezone
 
-from approvals.choices import OPEN_STATUSES, DecisionKind, RequestStatus
+from approvals.choices import DecisionKind, RequestStatus
 from approvals.models import ApprovalDecision, QuotaChangeItem, QuotaChangeRequest
 from approvals.services.checks import (
+    ReadAlready,
+    quota_request_check,
     quota_request_check_stored,
-    quota_request_items,
     quota_request_scheduling,
     quota_request_tenant_changes,
 )
 from approvals.services.filing import store_items
 from approvals.services.policy import approval_policy
-from approvals.services.rules import SCHEDULING_FIELDS, merged_scheduling, quotas_in_force
-from approvals.services.transitions import ensure_can_decide, locked, transition
+from approvals.services.rules import SCHEDULING_FIELDS, merged_scheduling
+from approvals.services.transitions import (
+    ensure_can_decide,
+    locked,
+    transition,
+    transition_approved,
+)
 from core.errors import (
     Conflict,
-    ValidationFailed,
 )
 from quotas.models import (
     Cluster,
+    Quota,
+    QuotaSet,
+    ResourceFlavor,
     TierTemplate,
 )
+from quotas.selectors import flavor_capacities_and_guarantees, flavor_capacity_rows
 from quotas.services import (
     QuotaItem,
+    cluster_lock,
     outbox_record,
-    quota_set_write,
+    quota_set_lock,
+    quota_set_store,
     quota_sets_resync,
 )
 from tenants.choices import AuditSource
-from tenants.models import Tenant, User
+from tenants.models import AuditEvent, Tenant, User
 from tenants.services import (
     audit_record,
     tenant_isolation_level_set,
@@ -48,20 +60,50 @@ from tenants.services import (
 )
 
 
-def _decide(request: QuotaChangeRequest, approver: User, kind: str, comment: str) -> None:
+def _ensure_pending(request: QuotaChangeRequest) -> None:
     if request.status != RequestStatus.PENDING:
         raise Conflict(
             f"Request #{request.pk} is {request.status}; only a pending request can be decided.",
             fields={"status": [f"{request.status} is already final or not submitted"]},
         )
-    if request.decisions.filter(approver=approver).exists():
-        raise Conflict(
-            f"You have already decided on request #{request.pk}; a second approver must be someone else.",
-            fields={"approver": ["already decided"]},
-        )
-    ApprovalDecision.objects.create(
-        request=request, approver=approver, decision=kind, comment=comment
+
+
+def _decided_twice(request: QuotaChangeRequest) -> Conflict:
+    return Conflict(
+        f"You have already decided on request #{request.pk}; a second approver must be someone else.",
+        fields={"approver": ["already decided"]},
     )
+
+
+def _decide(
+    request: QuotaChangeRequest, approver: User, kind: str, comment: str
+) -> list[ApprovalDecision]:
+    """Record ``approver``'s decision on the locked ``request``: its decisions, the new one
+    last (with their approvers, for the requester's notice), in one read and one insert."""
+    _ensure_pending(request)
+    decisions = list(request.decisions.select_related("approver"))
+    if any(d.approver_id == approver.pk for d in decisions):
+        raise _decided_twice(request)
+    decisions.append(
+        ApprovalDecision.objects.create(
+            request=request, approver=approver, decision=kind, comment=comment
+        )
+    )
+    return decisions
+
+
+def _decide_alone(request: QuotaChangeRequest, approver: User, comment: str) -> ApprovalDecision:
+    """Record ``approver``'s approval of the locked ``request``, which needs one: it applies
+    whatever was decided before, so the decisions are read later, with its lines. A second
+    decision of the same approver breaks the table's constraint (one per approver): 409, and
+    the transaction rolls back."""
+    _ensure_pending(request)
+    try:
+        return ApprovalDecision.objects.create(
+            request=request, approver=approver, decision=DecisionKind.APPROVE, comment=comment
+        )
+    except IntegrityError as exc:
+        raise _decided_twice(request) from exc
 
 
 @transaction.atomic
@@ -82,10 +124,13 @@ def quota_request_approve(
     """Record an approval; with enough of them, apply the change: the decision, the next
     quota set generation, the audit rows and the outbox row commit together or not at all.
     A rule broken now (capacity taken meanwhile) is a 409 naming it."""
-    request = locked(request)
+    request = locked(request, for_approval=True)
     ensure_can_decide(actor=approver, request=request)
-    _decide(request, approver, DecisionKind.APPROVE, comment)
-    approvals = request.decisions.filter(decision=DecisionKind.APPROVE).count()
+    if request.required_approvals <= 1:  # this approval applies it
+        _apply(request, actor=approver, decision=_decide_alone(request, approver, comment))
+        return request
+    decisions = _decide(request, approver, DecisionKind.APPROVE, comment)
+    approvals = sum(1 for d in decisions if d.decision == DecisionKind.APPROVE)
     if approvals < request.required_approvals:
         audit_record(
             actor=approver,
@@ -96,82 +141,220 @@ def quota_request_approve(
             after={"approvals": approvals, "required": request.required_approvals},
         )
         return request
-    _apply(request, actor=approver)
+    _apply(request, actor=approver, decisions=decisions)
     return request
 
 
-def _apply(request: QuotaChangeRequest, *, actor: User | None) -> None:
-    if request.tenant.gpu_unit_cap is not None or quota_request_tenant_changes(request):
+def _apply(
+    request: QuotaChangeRequest,
+    *,
+    actor: User | None,
+    decisions: Sequence[ApprovalDecision] | None = None,
+    decision: ApprovalDecision | None = None,
+) -> None:
+    """Apply the (locked, or just filed) request: the quota set's row and the cluster's are
+    locked in one statement (every write of a quota set on the cluster takes the cluster's,
+    so two approvals cannot both pass a check that only one fits), then one read of the
+    capacities, the guarantees, the request's lines and those in force, the one check, and the
+    writes. Nine statements whatever the number of lines (ten with a MIG line): the locks,
+    the read, the lines, the quota set, the lines' "before" values, the request and its
+    siblings, the notice, the audit rows (one insert) and the outbox row."""
+    tenant_changes = quota_request_tenant_changes(request)
+    if request.tenant.gpu_unit_cap is not None or tenant_changes:
         # The cap spans clusters, whose quota sets lock one by one: approvals for the tenant
         # on two clusters take turns here, so the second counts what the first wrote.
         request.tenant = Tenant.objects.select_for_update().get(pk=request.tenant_id)
-    items = quota_request_items(request)
-    check = quota_request_check_stored(request=request)
-    check.raise_if_invalid(error=Conflict)
-    quota_set, current = quotas_in_force(request.tenant, request.cluster)
+    tenant, cluster = request.tenant, request.cluster
+    if tenant.archived_at is not None:  # refused by a rule of the check, which names it
+        quota_request_check_stored(request=request).raise_if_invalid(error=Conflict)
+    # The cluster's row with the quota set's, in one statement, after the reads that need no
+    # lock; held for the read of the lines, the capacities, the check and the writes.
+    quota_set, created = quota_set_lock(tenant=tenant, cluster=cluster, with_cluster=True)
+    if created:
+        cluster_lock(cluster)
+    in_force = None if created else quota_set
+    rows = flavor_capacity_rows(
+        cluster=cluster,
+        exclude_quota_set=in_force,
+        annotations=_lines_read_with(request, in_force, decisions=decision is not None),
+    )
+    item_rows, line_rows, decided = _rows_of(rows, in_force, decisions=decision is not None)
+    if item_rows is None:  # a line without a capacity: read on their own
+        item_rows, line_rows, decided = _rows(request, in_force, decisions=decision is not None)
+    capacities, elsewhere, flavors = flavor_capacities_and_guarantees(
+        cluster=cluster, rows=rows, checked={r[1] for r in (*item_rows, *line_rows)}
+    )
+    missing = {r[1] for r in (*item_rows, *line_rows)} - set(flavors)
+    if missing:  # a flavor without capacities, which the check refuses by name
+        flavors = {**flavors, **ResourceFlavor.objects.select_related("cluster").in_bulk(missing)}
+    items = sorted(
+        (QuotaItem(flavors[r[1]], r[2], r[3], r[4], r[5]) for r in item_rows),
+        key=lambda i: (i.flavor.name, i.resource),
+    )
+    current = {(r[1], r[2]): QuotaItem(flavors[r[1]], r[2], r[3], r[4], r[5]) for r in line_rows}
+    check = quota_request_check(
+        tenant=tenant,
+        cluster=cluster,
+        items=items,
+        scheduling=quota_request_scheduling(request),
+        isolation_level=request.isolation_level,
+        production_priority=request.production_priority,
+        tenant_changes=tenant_changes,
+        read=ReadAlready(
+            quota_set=in_force,
+            current=current,
+            department=getattr(request, "tenant_is_department", None),
+            capacities=capacities,
+            guaranteed_elsewhere=elsewhere,
+        ),
+    )
+    check.raise_if_invalid(error=Conflict)  # e.g. a concurrent approval took the capacity
     merged = {**current, **{(i.flavor.pk, i.resource): i for i in items}}
-    try:
-        written = quota_set_write(
-            tenant=request.tenant,
-            cluster=request.cluster,
+    reason = f"request #{request.pk}: {request.reason}"
+    audit = [
+        quota_set_store(
+            quota_set=quota_set,
+            created=created,
+            current=current,
             items=list(merged.values()),
-            scheduling=merged_scheduling(quota_set, quota_request_scheduling(request)),
+            scheduling=merged_scheduling(in_force, quota_request_scheduling(request)),
             actor=actor,
             tier=request.tier,
-            reason=f"request #{request.pk}: {request.reason}",
+            reason=reason,
         )
-    except ValidationFailed as exc:  # a concurrent approval took the capacity first
-        # Checked again under the cluster lock, the errors name the request's own items
-        # (``exc`` numbers the merged quota set's lines).
-        errors = quota_request_check_stored(request=request).errors or exc.fields
-        raise Conflict(next(iter(errors.values()))[0], fields=errors) from exc
+    ]
     # What it changed, as it stood when approved: the request keeps showing "6 -> 8".
-    lines = list(request.items.all())
-    for line in lines:
-        before = current.get((line.flavor_id, line.resource))
-        line.guaranteed_before = before.guaranteed if before else Decimal(0)
-        line.limit_before = before.limit if before else Decimal(0)
-    QuotaChangeItem.objects.bulk_update(lines, ["guaranteed_before", "limit_before"])
+    QuotaChangeItem.objects.bulk_update(
+        [
+            QuotaChangeItem(
+                pk=pk,
+                guaranteed_before=before.guaranteed if before else Decimal(0),
+                limit_before=before.limit if before else Decimal(0),
+            )
+            for pk, flavor_id, resource, *_ in item_rows
+            for before in [current.get((flavor_id, resource))]
+        ],
+        ["guaranteed_before", "limit_before"],
+    )
+    if request.isolation_level or request.production_priority is not None or tenant_changes:
+        AuditEvent.objects.bulk_create(audit)  # before the tenant's own rows, as it happened
+        audit = []
     if request.isolation_level:
         tenant_isolation_level_set(
-            tenant=request.tenant,
-            isolation_level=request.isolation_level,
-            actor=actor,
-            reason=f"request #{request.pk}: {request.reason}",
+            tenant=tenant, isolation_level=request.isolation_level, actor=actor, reason=reason
         )
     if request.production_priority is not None:
         tenant_production_priority_set(
-            tenant=request.tenant,
-            allowed=request.production_priority,
-            actor=actor,
-            reason=f"request #{request.pk}: {request.reason}",
+            tenant=tenant, allowed=request.production_priority, actor=actor, reason=reason
         )
         # A tenant attribute every cluster compiles: push the tenant's other clusters too.
-        quota_sets_resync(tenant=request.tenant, actor=actor, exclude=request.cluster)
-    limits = quota_request_tenant_changes(request)
-    if limits:
-        tenant_limits_set(
-            tenant=request.tenant,
-            changes=limits,
-            actor=actor,
-            reason=f"request #{request.pk}: {request.reason}",
-        )
-        if "pod_bandwidth_max" in limits:
+        quota_sets_resync(tenant=tenant, actor=actor, exclude=cluster)
+    if tenant_changes:
+        tenant_limits_set(tenant=tenant, changes=tenant_changes, actor=actor, reason=reason)
+        if "pod_bandwidth_max" in tenant_changes:
             # R27: its namespaces carry the cap on every cluster: push the others too.
-            quota_sets_resync(tenant=request.tenant, actor=actor, exclude=request.cluster)
-    transition(
-        request,
-        RequestStatus.APPROVED,
-        actor=actor,
-        decided_at=timezone.now(),
-        approved_generation=written.generation,
-    )
-    outbox_record(quota_set=written)
+            quota_sets_resync(tenant=tenant, actor=actor, exclude=cluster)
+    if decision is not None:  # the one approval it needed: others are read only if there are
+        others = decided > 1
+        decisions = list(request.decisions.select_related("approver")) if others else [decision]
+    if decisions is None:  # filed by the system: nobody decided
+        decisions = []
     # Older open requests for this tenant and cluster were checked against numbers that are
-    # no longer in force: they must be checked again before anyone approves them.
-    QuotaChangeRequest.objects.filter(
-        tenant=request.tenant, cluster=request.cluster, status__in=OPEN_STATUSES
-    ).exclude(pk=request.pk).update(needs_revalidation=True)
+    # no longer in force: they must be checked again before anyone approves them (marked in
+    # the same statement).
+    transition_approved(
+        request,
+        actor=actor,
+        decisions=decisions,
+        audit=audit,
+        decided_at=timezone.now(),
+        approved_generation=quota_set.generation,
+    )
+    outbox_record(quota_set=quota_set)
+
+
+def _lines_read_with(
+    request: QuotaChangeRequest, quota_set: QuotaSet | None, *, decisions: bool
+) -> dict[str, Any]:
+    """What an approval reads with the cluster's capacities (``flavor_capacity_rows``), on
+    each flavor resource: the request's line on it and the line in force (``quota_set``'s),
+    and how many lines (and decisions) there are in all, to tell whether each was found."""
+    annotations: dict[str, Any] = {}
+    parts: list[tuple[str, Any]] = [("item", QuotaChangeItem.objects.filter(request_id=request.pk))]
+    if quota_set is not None:
+        parts.append(("line", Quota.objects.filter(quota_set=quota_set)))
+    for name, rows in parts:
+        same = rows.filter(flavor_id=OuterRef("flavor_id"), resource=OuterRef("resource"))
+        for field in ("pk", "guaranteed", "limit", "lending_limit"):
+            annotations[f"a_{name}_{field}"] = Subquery(same.order_by().values(field)[:1])
+        annotations[f"a_{name}_count"] = _count(rows)
+    if decisions:
+        annotations["a_decision_count"] = _count(
+            ApprovalDecision.objects.filter(request_id=request.pk)
+        )
+    return annotations
+
+
+def _count(rows: Any) -> Subquery:
+    counted = rows.order_by().annotate(one=Value(1)).values("one")
+    return Subquery(counted.annotate(n=Func(F("one"), function="COUNT")).values("n"))
+
+
+def _rows_of(
+    rows: Sequence[Any], quota_set: QuotaSet | None, *, decisions: bool
+) -> tuple[list[Row] | None, list[Row], int]:
+    """The request's lines, those in force and (a count of) its decisions from
+    ``flavor_capacity_rows`` read with ``_lines_read_with``; None for the lines when one was
+    not found there (on a flavor resource the cluster does not have: the check names it)."""
+    items: list[Row] = []
+    lines: list[Row] = []
+    for fr in rows:
+        for name, found in (("item", items), ("line", lines)):
+            pk = getattr(fr, f"a_{name}_pk", None)
+            if pk is not None:
+                found.append(
+                    (
+                        pk,
+                        fr.flavor_id,
+                        fr.resource,
+                        getattr(fr, f"a_{name}_guaranteed"),
+                        getattr(fr, f"a_{name}_limit"),
+                        getattr(fr, f"a_{name}_lending_limit"),
+                    )
+                )
+    first = rows[0] if rows else None
+    item_count = getattr(first, "a_item_count", None)
+    line_count = getattr(first, "a_line_count", 0) if quota_set is not None else 0
+    if first is None or len(items) != item_count or len(lines) != (line_count or 0):
+        return None, [], 0
+    return items, lines, (getattr(first, "a_decision_count", 0) or 0) if decisions else 0
+
+
+Row = tuple[int, int, str, Decimal, Decimal, Decimal | None]  # pk, flavor, resource, amounts
+
+
+def _rows(
+    request: QuotaChangeRequest, quota_set: QuotaSet | None, *, decisions: bool
+) -> tuple[list[Row], list[Row], int]:
+    """In one query: the request's lines, those in force of ``quota_set`` (locked; None: it
+    has none) and, with ``decisions``, how many decisions it has."""
+    fields = ("pk", "flavor_id", "resource", "guaranteed", "limit", "lending_limit")
+    mine = QuotaChangeItem.objects.filter(request_id=request.pk).order_by()
+    query = mine.annotate(part=Value(0)).values_list("part", *fields)
+    if quota_set is not None:
+        lines = Quota.objects.filter(quota_set=quota_set).order_by()
+        query = query.union(lines.annotate(part=Value(1)).values_list("part", *fields), all=True)
+    if decisions:
+        none = Value(None, output_field=DecimalField())
+        made = ApprovalDecision.objects.filter(request_id=request.pk).order_by()
+        made = made.annotate(part=Value(2), g=none, l=none, ll=none)
+        query = query.union(
+            made.values_list("part", "pk", "approver_id", "decision", "g", "l", "ll"), all=True
+        )
+    parts: tuple[list[Row], list[Row], list[Row]] = ([], [], [])
+    for part, *row in query:
+        parts[part].append(tuple(row))
+    return parts[0], parts[1], len(parts[2])
 
 
 @transaction.atomic

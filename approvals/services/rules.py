@@ -88,6 +88,10 @@ class Change:
     tenant_changes: Mapping[str, Any]  # the tenant-wide limits it sets (None left out)
     quota_set: QuotaSet | None
     current: Mapping[Key, QuotaItem]  # the lines in force
+    # What a caller read already (an approval, under the cluster's lock); None: read here.
+    department: bool | None = None
+    capacities_read: Mapping[Key, Capacity] | None = None
+    guaranteed_elsewhere: Mapping[Key, Decimal] | None = None
 
     @cached_property
     def scheduling_given(self) -> dict[str, Any]:
@@ -139,10 +143,14 @@ class Change:
 
     @cached_property
     def is_department(self) -> bool:
+        if self.department is not None:
+            return self.department
         return self.tenant.children.exists()
 
     @cached_property
-    def capacities(self) -> dict[Key, Capacity]:
+    def capacities(self) -> Mapping[Key, Capacity]:
+        if self.capacities_read is not None:
+            return self.capacities_read
         return flavor_capacities(cluster=self.cluster)
 
     @cached_property
@@ -636,6 +644,7 @@ def lines_keep_cluster_rules(change: Change) -> QuotaCheck:
         department=change.is_department,
         capacities=change.capacities,
         line_key=change.line_key,
+        guaranteed_elsewhere=change.guaranteed_elsewhere,
     )
 
 

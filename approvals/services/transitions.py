@@ -3,11 +3,13 @@ conditional update (or under the row lock), audited, and told to the requester."
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
-from approvals.choices import TRANSITIONS, DecisionKind, RequestStatus
-from approvals.models import QuotaChangeRequest
+from django.db.models import Case, Exists, F, Field, OuterRef, Q, Subquery, Value, When
+
+from approvals.choices import OPEN_STATUSES, TRANSITIONS, DecisionKind, RequestStatus
+from approvals.models import ApprovalDecision, QuotaChangeRequest
 from core.errors import (
     Conflict,
     NotFound,
@@ -15,10 +17,10 @@ from core.errors import (
 )
 from quotas.choices import SyncBackend
 from tenants.choices import MembershipRole
-from tenants.models import Tenant, User
+from tenants.models import AuditEvent, Tenant, User
 from tenants.selectors import membership_role
 from tenants.services import (
-    audit_record,
+    audit_event,
     notify,
 )
 
@@ -62,15 +64,42 @@ def ensure_may_become(request: QuotaChangeRequest, to: str) -> None:
         )
 
 
-def locked(request: QuotaChangeRequest) -> QuotaChangeRequest:
-    try:
-        return (
-            QuotaChangeRequest.objects.select_for_update(of=("self",))
-            .select_related("tenant", "cluster", "requester")
-            .get(pk=request.pk)
+def locked(request: QuotaChangeRequest, *, for_approval: bool = False) -> QuotaChangeRequest:
+    """The request's row, locked for the caller's transaction, with its tenant, cluster,
+    requester and tier.
+
+    ``for_approval``: the open requests of its tenant on its cluster are locked with it, in
+    the order of their ids, in the same statement, and it comes with
+    ``tenant_is_department`` (whether other tenants name its tenant as parent). An approval
+    that applies marks those requests to be checked again, after it has locked the quota
+    set: were they not locked first, two approvals of one tenant on one cluster would each
+    hold its request and wait for the other's (a deadlock)."""
+    query = QuotaChangeRequest.objects.select_for_update(of=("self",)).select_related(
+        "tenant", "cluster", "requester", "tier"
+    )
+    if not for_approval:
+        try:
+            return query.get(pk=request.pk)
+        except QuotaChangeRequest.DoesNotExist as exc:
+            raise NotFound(NOT_FOUND) from exc
+    this = QuotaChangeRequest.objects.filter(pk=request.pk)
+    children = Tenant.objects.filter(parent_id=OuterRef("tenant_id"))
+    rows = (
+        query.filter(
+            Q(pk=request.pk) | Q(status__in=OPEN_STATUSES),
+            tenant_id=Subquery(this.values("tenant_id")),
+            cluster_id=Subquery(this.values("cluster_id")),
         )
-    except QuotaChangeRequest.DoesNotExist as exc:
-        raise NotFound("No such request.") from exc
+        .annotate(tenant_is_department=Exists(children))
+        .order_by("pk")
+    )
+    found = next((row for row in rows if row.pk == request.pk), None)
+    if found is None:
+        raise NotFound(NOT_FOUND)
+    return found
+
+
+NOT_FOUND = "No such request, or it is not yours to see."
 
 
 def transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **fields: Any) -> None:
@@ -85,6 +114,61 @@ def transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **fi
             f"Request #{request.pk} changed meanwhile; it is now {request.status}.",
             fields={"status": [f"now {request.status}"]},
         )
+    _moved(request, to, actor=actor, fields=fields).save(force_insert=True)
+
+
+def transition_approved(
+    request: QuotaChangeRequest,
+    *,
+    actor: User | None,
+    decisions: Sequence[ApprovalDecision],
+    audit: Sequence[AuditEvent],
+    **fields: Any,
+) -> None:
+    """``transition(request, APPROVED)`` for a change just applied, in fewer statements: one
+    UPDATE moves the request and marks its tenant's other open requests on the cluster to be
+    checked again (their checks read numbers no longer in force), the notice quotes
+    ``decisions`` (read already, the new one with them), and the audit rows ``audit`` and the
+    request's own are written in one INSERT. The caller holds the request's row lock (or
+    has just created it): its status cannot change meanwhile."""
+    to = RequestStatus.APPROVED
+    ensure_may_become(request, to)
+    this = Q(pk=request.pk)
+    model = QuotaChangeRequest._meta
+    moved = {
+        name: Case(
+            When(this, then=Value(value)),
+            default=F(name),
+            output_field=cast("Field[Any, Any]", model.get_field(name)),
+        )
+        for name, value in fields.items()
+    }
+    QuotaChangeRequest.objects.filter(
+        (this & Q(status=request.status))
+        | (
+            Q(tenant_id=request.tenant_id, cluster_id=request.cluster_id, status__in=OPEN_STATUSES)
+            & ~this
+        )
+    ).update(
+        status=Case(When(this, then=Value(to)), default=F("status")),
+        needs_revalidation=Case(When(this, then=F("needs_revalidation")), default=Value(True)),
+        **moved,
+    )
+    AuditEvent.objects.bulk_create(
+        [*audit, _moved(request, to, actor=actor, fields=fields, decisions=decisions)]
+    )
+
+
+def _moved(
+    request: QuotaChangeRequest,
+    to: str,
+    *,
+    actor: User | None,
+    fields: Mapping[str, Any],
+    decisions: Sequence[ApprovalDecision] | None = None,
+) -> AuditEvent:
+    """After the request's row moved to ``to``: the request object too, the requester told,
+    and the audit row returned (not saved)."""
     before = request.status
     request.status = to
     for name, value in fields.items():
@@ -98,10 +182,10 @@ def transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **fi
         notify(
             users=[request.requester],
             subject=f"Request #{request.pk} for {request.tenant.slug} {what}",
-            body=_notice_body(request, to),
+            body=_notice_body(request, to, decisions),
             url=f"/requests/{request.pk}/",
         )
-    audit_record(
+    return audit_event(
         actor=actor,
         action=f"quota_request.{to}",
         obj=request,
@@ -112,14 +196,21 @@ def transition(request: QuotaChangeRequest, to: str, *, actor: User | None, **fi
     )
 
 
-def _notice_body(request: QuotaChangeRequest, to: str) -> str:
+def _notice_body(
+    request: QuotaChangeRequest, to: str, decisions: Sequence[ApprovalDecision] | None = None
+) -> str:
     """What the requester reads with the news: the approvers' comments on a decision, where
-    the change stands in the cluster, the cluster's message on a failure, and their reason."""
+    the change stands in the cluster, the cluster's message on a failure, and their reason.
+    ``decisions``: the request's, with their approvers, when the caller read them already."""
     cluster = request.cluster.name
     parts: list[str] = []
     if to in (RequestStatus.APPROVED, RequestStatus.REJECTED):
         kind = DecisionKind.APPROVE if to == RequestStatus.APPROVED else DecisionKind.REJECT
-        for decision in request.decisions.filter(decision=kind).select_related("approver"):
+        if decisions is None:
+            decisions = list(request.decisions.filter(decision=kind).select_related("approver"))
+        for decision in sorted(decisions, key=lambda d: (d.created_at, d.pk or 0)):
+            if decision.decision != kind:
+                continue
             said = decision.comment.strip() or "(no comment)"
             verb = "Approved" if kind == DecisionKind.APPROVE else "Rejected"
             parts.append(f"{verb} by {decision.approver.get_username()}: {said}")

@@ -38,7 +38,14 @@ from quotas.services.outbox import (
     quota_set_repush,
     quota_sets_resync,
 )
-from quotas.services.quota_sets import egress_rules_canonical, quota_set_write
+from quotas.services.quota_sets import (
+    cluster_lock,
+    egress_rules_canonical,
+    quota_set_lines,
+    quota_set_lock,
+    quota_set_store,
+    quota_set_write,
+)
 from quotas.services.rules import (
     FAIR_SHARE_WEIGHT_MAX,
     POD_CAP_FIELDS,
@@ -94,6 +101,7 @@ __all__ = [
     "amount_text",
     "capacity_lines_check",
     "cluster_enforcement_set",
+    "cluster_lock",
     "cluster_namespace_rules",
     "cluster_namespaces_reserve",
     "cluster_tenant_traffic_set",
@@ -118,7 +126,10 @@ __all__ = [
     "quota_items_check",
     "quota_set_create_from_tier",
     "quota_set_hold",
+    "quota_set_lines",
+    "quota_set_lock",
     "quota_set_repush",
+    "quota_set_store",
     "quota_set_write",
     "quota_sets_resync",
     "tenant_traffic_namespaces_read",

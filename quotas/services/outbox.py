@@ -28,8 +28,19 @@ def outbox_record(*, quota_set: QuotaSet) -> SyncOutbox:
     """Write "sync this tenant on this cluster up to this generation" in the caller's
     transaction and enqueue its delivery after commit. If the broker is down then, the row
     stays and ``outbox_sweep`` sends it later: an approved change is never lost."""
-    row, _ = SyncOutbox.objects.get_or_create(
-        tenant=quota_set.tenant, cluster=quota_set.cluster, generation=quota_set.generation
+    # One statement, the row's id returned: a row already there for this generation is kept
+    # as it is (the update writes the generation it has), a new one inserted.
+    (row,) = SyncOutbox.objects.bulk_create(
+        [
+            SyncOutbox(
+                tenant_id=quota_set.tenant_id,
+                cluster_id=quota_set.cluster_id,
+                generation=quota_set.generation,
+            )
+        ],
+        update_conflicts=True,
+        unique_fields=["tenant", "cluster", "generation"],
+        update_fields=["generation"],
     )
     transaction.on_commit(lambda: enqueue_outbox(row.pk))
     return row

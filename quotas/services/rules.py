@@ -216,9 +216,12 @@ def quota_items_check(
     department: bool = False,
     capacities: Mapping[tuple[int, str], Capacity] | None = None,
     line_key: LineKey = item_key,
+    guaranteed_elsewhere: Mapping[tuple[int, str], Decimal] | None = None,
 ) -> QuotaCheck:
     """Business rules for a tenant's items on ``cluster``. Errors name the item, the rule and
-    the numbers. Capacity sums exclude ``quota_set`` (the set being replaced). A MIG flavor's
+    the numbers. Capacity sums exclude ``quota_set`` (the set being replaced); a caller that
+    read them already (``quotas.selectors.flavor_capacities_and_guarantees``, under the
+    cluster's lock) passes them as ``guaranteed_elsewhere``. A MIG flavor's
     capacity is what the fleet has (``quotas.selectors.flavor_capacities``): asking for more
     instances than exist or are planned is refused naming the profile and the counts. A
     ``department``'s limit is a cap over its teams together (R14): it is held to the
@@ -227,7 +230,8 @@ def quota_items_check(
     check = QuotaCheck()
     if capacities is None:  # a caller that read them already passes them
         capacities = flavor_capacities(cluster=cluster)
-    guaranteed_elsewhere = guarantees_by_flavor(cluster=cluster, exclude_quota_set=quota_set)
+    if guaranteed_elsewhere is None:
+        guaranteed_elsewhere = guarantees_by_flavor(cluster=cluster, exclude_quota_set=quota_set)
     seen: set[tuple[int, str]] = set()
     for index, item in enumerate(items):
         what = f"{item.resource} on {item.flavor.name}"
