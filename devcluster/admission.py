@@ -37,6 +37,8 @@ JOBS = "jobs.batch"
 # (docs/use/workloads.md) stamps the requesting user on a Job's pod template, which Kueue copies
 # into the Workload. The stand-in runs validating policies only; this plays that one.
 ANNOTATION_SUBMITTER = "portal.gpu-quota.io/submitter"
+# The policy's namespaceSelector: the label the portal puts on each tenant namespace.
+LABEL_TENANT = "portal.gpu-quota.io/tenant"
 
 
 def stamp_submitter(job: dict[str, Any], username: str) -> None:
@@ -94,7 +96,12 @@ class Admission:
         obj, resource_type = attributes.obj, attributes.resource_type
         if obj is not None and resource_type.group == RBAC and self.rbac_check is not None:
             self.rbac_check(self.user, attributes)  # RBAC's storage checks, before admission
-        if obj is not None and resource_type.key == JOBS and attributes.operation == "CREATE":
+        if (
+            obj is not None
+            and resource_type.key == JOBS
+            and attributes.operation == "CREATE"
+            and self._tenant_namespace(attributes.namespace)
+        ):
             stamp_submitter(obj, self.user.name)
         if obj is None or resource_type.key != PODS or attributes.subresource:
             return
@@ -109,6 +116,13 @@ class Admission:
             raise forbidden(
                 resource_type.plural, resource_type.group, attributes.name, priority_refusal
             )
+
+    def _tenant_namespace(self, namespace: str) -> bool:
+        """A namespace the portal made for a tenant (its tenant label): where the submitter
+        policy's namespaceSelector matches."""
+        found = self.store.get("namespaces", "", namespace) if namespace else None
+        labels = ((found or {}).get("metadata") or {}).get("labels") or {}
+        return LABEL_TENANT in labels
 
     def _priority(self, pod: dict[str, Any]) -> str | None:
         """The Priority admission plugin on pod creation: ``spec.priority`` (and

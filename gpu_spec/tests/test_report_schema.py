@@ -84,7 +84,8 @@ def test_the_schema_is_draft_2020_12_and_a_full_report_passes() -> None:
     ("path", "value", "named"),
     [
         (("node",), "", "node"),
-        (("node",), "n" * 64, "node"),
+        (("node",), "n" * 254, "node"),  # a Kubernetes node name: at most 253 characters
+        (("node",), "ip-10-0-1-23..ec2", "node"),
         (("sent_at",), "yesterday", "sent_at"),
         (("protocol",), 3, "protocol"),
         (("session",), "XYZ", "session"),

@@ -131,7 +131,7 @@ def test_admin_console_is_for_platform_admins_only(live_world, browse) -> None:
     assert admin.page.url == admin.base_url + "/console/"
     assert admin.page.locator("h1").inner_text() == "Admin console"
     body = admin.page.locator("main").inner_text()
-    assert "3 tenants." in body
+    assert "3 tenants: the tenants table" in body
     assert {
         s.get_attribute("data-cluster") for s in admin.page.locator("section.cluster").all()
     } == {"demo-a100", "demo-h100"}

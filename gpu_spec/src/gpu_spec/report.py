@@ -103,11 +103,16 @@ def _problem(error: Any) -> Problem:
 
 
 def validate_report(data: Any) -> list[Problem]:
-    """The problems of report ``data`` (parsed JSON), in the schema's order; [] when valid."""
+    """The problems of report ``data`` (parsed JSON), one a field, in the schema's order; []
+    when valid."""
     validator = _validator()
     if validator.is_valid(data):
         return []
-    return [_problem(error) for error in validator.iter_errors(data)]
+    problems: dict[str, Problem] = {}
+    for error in validator.iter_errors(data):  # one problem a field: the first rule it breaks
+        problem = _problem(error)
+        problems.setdefault(problem.path, problem)
+    return list(problems.values())
 
 
 @functools.cache
