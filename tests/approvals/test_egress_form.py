@@ -14,7 +14,7 @@ from approvals.models import QuotaChangeRequest
 from quotas.models import QuotaSet
 from tenants.models import Namespace
 from tests.approvals.conftest import database_state
-from tests.approvals.test_pages import NEW, a100_form, input_value, slot
+from tests.approvals.test_pages import NEW, VALIDATE, a100_form, input_value, slot
 from tests.pages import logged_in, text
 
 pytestmark = pytest.mark.django_db
@@ -164,3 +164,16 @@ def test_the_rules_in_force_are_shown_and_left_alone_unless_changed(world):
     # All struck out: the request removes them.
     alice.post(NEW, form(**egress_rows({"cidr": "10.40.0.0/16", "port": "443", "remove": "on"})))
     assert QuotaChangeRequest.objects.filter(requester=world.alice).latest("pk").egress_rules == []
+
+
+def test_the_live_check_names_the_row_and_stores_nothing(world):
+    before = database_state()
+    answer = (
+        logged_in(world.alice)
+        .post(VALIDATE, form(**egress_rows({"namespace": "team-a-training", "port": "80"})))
+        .json()
+    )
+    assert database_state() == before
+    assert answer["valid"] is False
+    assert list(answer["errors"]) == ["egress-0-namespace"]
+    assert "own namespace" in answer["errors"]["egress-0-namespace"][0]
