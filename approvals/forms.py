@@ -121,6 +121,51 @@ class QuotaRowForm(forms.Form):
         )
 
 
+EGRESS_PROTOCOLS = [("TCP", "TCP"), ("UDP", "UDP"), ("SCTP", "SCTP")]
+EGRESS_BLANK_ROWS = 3  # blank rows under a request's egress exceptions; "Add a row" adds one
+
+
+class EgressRuleForm(forms.Form):
+    """One egress exception as typed: a namespace (and its tenant, where it is another
+    tenant's) or a network, a port and a protocol. The shape only: the request's rules
+    (``approvals.services.rules.egress_rules_check``) check it, as they do for the API."""
+
+    namespace = forms.CharField(required=False, max_length=63, label="Namespace")
+    tenant = forms.CharField(required=False, max_length=63, label="Other tenant")
+    cidr = forms.CharField(required=False, max_length=50, label="Network")
+    port = forms.CharField(required=False, max_length=10, label="Port")
+    protocol = forms.ChoiceField(required=False, choices=EGRESS_PROTOCOLS, label="Protocol")
+    remove = forms.BooleanField(required=False, label="Remove")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in ("namespace", "cidr", "port", "tenant"):
+            self.fields[name].widget.attrs.update(
+                {"autocomplete": "off", "spellcheck": "false", "size": 14 if name != "port" else 5}
+            )
+        self.fields["cidr"].widget.attrs["placeholder"] = "10.1.0.0/16"
+        for bound in self.fields.values():
+            bound.widget.attrs["aria-label"] = str(bound.label)
+
+    @staticmethod
+    def initial_from(rule: dict[str, Any]) -> dict[str, Any]:
+        return {name: rule.get(name, "") for name in ("namespace", "cidr", "port", "tenant")} | {
+            "protocol": rule.get("protocol") or "TCP"
+        }
+
+    def rule(self) -> dict[str, Any] | None:
+        """The rule this row asks for, as the API takes it, or None for a blank or removed
+        row. A port that is not a number goes as typed, for the rules to name."""
+        data = self.cleaned_data
+        text = {name: (data.get(name) or "").strip() for name in ("namespace", "cidr", "tenant")}
+        port_text = (data.get("port") or "").strip()
+        if data.get("remove") or not (any(text.values()) or port_text):
+            return None
+        port: int | str = int(port_text) if port_text.isdigit() else port_text
+        rule: dict[str, Any] = {"port": port, "protocol": data.get("protocol") or "TCP"}
+        return rule | {name: value for name, value in text.items() if value}
+
+
 class QuotaRequestForm(forms.Form):
     """The rest of a request: why, and the scheduling and storage quotas. A scheduling field
     left as it is (or emptied) keeps the value in force."""

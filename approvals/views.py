@@ -39,8 +39,10 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals import selectors as approval_selectors
 from approvals.choices import OPEN_STATUSES, PUSH_UNDER_WAY_STATUSES, RequestStatus
 from approvals.forms import (
+    EGRESS_BLANK_ROWS,
     ApprovalQueueFilterForm,
     DecisionForm,
+    EgressRuleForm,
     QuotaRequestForm,
     QuotaRow,
     QuotaRowForm,
@@ -72,10 +74,18 @@ from core import errors
 from core.pages import error_text
 from quotas import selectors as quota_selectors
 from quotas.choices import FlavorKind, SyncBackend, SyncState, is_gpu_resource
+from quotas.kube.egress import MAX_RULES as MAX_EGRESS_RULES
 from quotas.models import Cluster, TenantSync, TierTemplate
 from quotas.quantity import format_quantity
 from quotas.selectors import EffectiveQuota, EffectiveQuotaSet, FlavorAllocation
-from quotas.services import CapacityLine, QuotaItem, capacity_lines_check, elastic_cap, tier_items
+from quotas.services import (
+    CapacityLine,
+    QuotaItem,
+    capacity_lines_check,
+    egress_rules_canonical,
+    elastic_cap,
+    tier_items,
+)
 from quotas.sync import DryRun
 from quotas.views import FieldChange, field_change
 from tenants import selectors as tenant_selectors
@@ -83,6 +93,8 @@ from tenants.api.base import caller
 from tenants.models import AuditEvent, Tenant, User
 
 ITEM_FIELD = re.compile(r"^items\[(\d+)\]\.(\w+)$")
+EGRESS_FIELD = re.compile(r"^egress_rules\[(\d+)\](?:\.(\w+))?$")
+EGRESS_LABEL = "Traffic out of the team's namespaces"
 LIST_PAGE_SIZE = 50
 QUEUE_PAGE_SIZE = 100
 ACTIONS_THAT_STORE = ("draft", "submit")
@@ -246,6 +258,13 @@ class RequestDraft:
     isolation_level: str = ""
     production_priority: bool | None = None
     tenant_changes: dict[str, Any] = field(default_factory=dict)
+    # The egress exceptions' rows; the rules the form started from (those in force, or a
+    # draft's), and whether they go into the request even unchanged (a draft that set them).
+    egress_forms: list[EgressRuleForm] = field(default_factory=list)
+    egress_baseline: list[dict[str, Any]] = field(default_factory=list)
+    egress_from_draft: bool = False
+    egress_shown: bool = True  # False: a post without the rows (nothing to say about them)
+    egress_index_map: list[int] = field(default_factory=list)
 
     @property
     def valid(self) -> bool:
@@ -254,18 +273,46 @@ class RequestDraft:
             and not self.check.errors
             and self.form.is_valid()
             and all(f.is_valid() for f in self.row_forms)
+            and all(f.is_valid() for f in self.egress_forms)
         )
+
+    def egress_rules(self) -> list[dict[str, Any]] | None:
+        """The egress exceptions the request sets (as the API takes them), or None when the
+        rows leave those in force as they are: a list replaces them all, so one sent
+        unchanged would overwrite a newer approved change."""
+        picked = [(i, rule) for i, f in enumerate(self.egress_forms) if (rule := f.rule())]
+        self.egress_index_map = [i for i, _ in picked]
+        rules = [rule for _, rule in picked]
+        if not self.egress_shown:
+            return None
+        if self.egress_from_draft:
+            return rules
+        try:
+            unchanged = egress_rules_canonical(rules) == egress_rules_canonical(
+                self.egress_baseline
+            )
+        except ValueError:
+            unchanged = False  # a typo is a change: the rules name it
+        return None if unchanged else rules
+
+    def add_egress_row(self) -> None:
+        """One more blank row (the "Add a row" button: no script needed)."""
+        if len(self.egress_forms) < MAX_EGRESS_RULES + EGRESS_BLANK_ROWS:
+            self.egress_forms.append(EgressRuleForm(prefix=f"egress-{len(self.egress_forms)}"))
 
     def parse_and_check(self) -> None:
         """Shape first (the forms), then the services: parse the changed rows and check the
         change against the quotas in force, putting every error next to its input. A wrong
         reason or count does not hold the rows back, so every error shows at once."""
         self.form.is_valid()  # its errors stay; the fields that passed still count below
-        if not all([f.is_valid() for f in self.row_forms]):
+        if not all([f.is_valid() for f in [*self.row_forms, *self.egress_forms]]):
             return
         picked = [(i, raw) for i, f in enumerate(self.row_forms) if (raw := f.raw_item())]
         self.index_map = [i for i, _ in picked]
         self.scheduling = self.form.scheduling_changes()
+        egress = self.egress_rules()
+        if egress is not None:
+            self.scheduling["egress_rules"] = egress
         try:
             self.items = request_items_parse(
                 cluster=self.cluster, raw_items=[raw for _, raw in picked]
@@ -298,6 +345,10 @@ class RequestDraft:
         if match and int(match[1]) < len(self.index_map):
             row_form = self.row_forms[self.index_map[int(match[1])]]
             return row_form, match[2] if match[2] in row_form.fields else None
+        match = EGRESS_FIELD.match(name)
+        if match and int(match[1]) < len(self.egress_index_map):
+            egress_form = self.egress_forms[self.egress_index_map[int(match[1])]]
+            return egress_form, match[2] if match[2] in egress_form.fields else None
         if name in self.form.fields:
             return self.form, name
         return self.form, None  # "items", "quota_set": the request as a whole
@@ -306,7 +357,7 @@ class RequestDraft:
         """Every error keyed by the name of the input it belongs to ("items-2-limit"), of
         its row ("items-2"), or "__all__"."""
         found: dict[str, list[str]] = {}
-        for form in (self.form, *self.row_forms):
+        for form in (self.form, *self.row_forms, *self.egress_forms):
             for name, messages_ in form.errors.items():
                 key = form.add_prefix(name) if name != "__all__" else (form.prefix or "__all__")
                 found.setdefault(key, []).extend(str(m) for m in messages_)
@@ -320,6 +371,10 @@ class RequestDraft:
         """(label, in force, requested) of each scheduling field the request changes."""
         lines = []
         for name, value in self.scheduling.items():
+            if name == "egress_rules":
+                shown = None if self.egress_from_draft else len(self.egress_baseline)
+                lines.append((EGRESS_LABEL, _exceptions(shown), _exceptions(len(value))))
+                continue
             before = getattr(self.quota_set, name, None)
             if name == "storage_bytes":
                 before = None if before is None else format_quantity(before, "storage")
@@ -343,6 +398,26 @@ class RequestDraft:
             self.check.diff if self.check else [],
             department=self.tenant.children.exists(),
         )
+
+
+def _exceptions(count: int | None) -> str:
+    if count is None:
+        return "as in the draft"
+    return f"{count} exception{'' if count == 1 else 's'}"
+
+
+def _egress_forms(
+    data: Mapping[str, Any] | None, rules: list[dict[str, Any]]
+) -> list[EgressRuleForm]:
+    """The rows of the egress exceptions: on a GET, ``rules`` and a few blank rows; on a
+    POST, as many rows as the page had (its hidden count)."""
+    if data is None:
+        initial = [EgressRuleForm.initial_from(rule) for rule in rules]
+        initial += [{"protocol": "TCP"}] * EGRESS_BLANK_ROWS
+        return [EgressRuleForm(prefix=f"egress-{i}", initial=v) for i, v in enumerate(initial)]
+    count = str(data.get("egress-rows", ""))
+    rows = min(int(count) if count.isdigit() else 0, MAX_EGRESS_RULES + EGRESS_BLANK_ROWS)
+    return [EgressRuleForm(data, prefix=f"egress-{i}") for i in range(rows)]
 
 
 def _tier_presets(
@@ -447,7 +522,25 @@ def _draft(
         reason_required=reason_required,
         initial=QuotaRequestForm.initial_from(tier or quota_set) | _request_initial(source),
     )
-    return RequestDraft(tenant, cluster, quota_set, allocations, form, row_forms)
+    # A draft that set egress exceptions keeps them; otherwise the form starts from those in
+    # force and sends them only if changed.
+    from_draft = source is not None and source.egress_rules is not None
+    if source is not None and source.egress_rules is not None:
+        baseline = list(source.egress_rules)
+    else:
+        baseline = list(quota_set.egress_rules if quota_set else [])
+    return RequestDraft(
+        tenant,
+        cluster,
+        quota_set,
+        allocations,
+        form,
+        row_forms,
+        egress_forms=_egress_forms(data, baseline),
+        egress_baseline=baseline,
+        egress_from_draft=from_draft,
+        egress_shown=data is None or "egress-rows" in data,
+    )
 
 
 def _tenant_for_filing(request: HttpRequest, slug: str) -> Tenant:
@@ -482,6 +575,8 @@ def _form_context(draft: RequestDraft, user: User) -> dict[str, Any]:
         "quota_set": draft.quota_set,
         "form": draft.form,
         "row_forms": draft.row_forms,
+        "egress_forms": draft.egress_forms,
+        "egress_label": EGRESS_LABEL,
         "check": draft.check,
         "capacity": draft.capacity(),
         "tiers": quota_selectors.tier_list(),
@@ -534,8 +629,11 @@ def request_new(request: HttpRequest, slug: str) -> HttpResponse:
         cluster=cluster,
         data=request.POST,
         reason_required=action in ACTIONS_THAT_STORE,
+        source=source,
     )
     draft.parse_and_check()
+    if action == "add-egress-row":
+        draft.add_egress_row()
     if draft.valid and draft.items is not None and action in ACTIONS_THAT_STORE:
         try:
             change = quota_request_create(
@@ -578,7 +676,14 @@ class RequestValidateView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest, slug: str) -> JsonResponse:
         tenant = _tenant_for_filing(request, slug)
         cluster = _cluster(request.GET.get("cluster", ""))
-        draft = _draft(tenant=tenant, cluster=cluster, data=request.POST)
+        source = approval_selectors.quota_request_draft_for_form(
+            user=caller(request),
+            tenant=tenant,
+            cluster_id=cluster.pk,
+            pk=request.POST.get("replaces"),
+            drafts_only=False,
+        )
+        draft = _draft(tenant=tenant, cluster=cluster, data=request.POST, source=source)
         draft.parse_and_check()
         check = draft.check
         context = _form_context(draft, caller(request))

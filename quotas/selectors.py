@@ -104,6 +104,7 @@ class EffectiveQuotaSet:
     max_memory_per_pod: Decimal | None
     inference_gpus: int | None
     updated_at: datetime
+    egress_rules: list[dict[str, Any]] = field(default_factory=list)
     items: list[EffectiveQuota] = field(default_factory=list)
 
     @property
@@ -119,7 +120,7 @@ _SET_FIELDS = (
     "id", "tenant_id", "cluster__name", "generation", "tier__name", "max_running_jobs",
     "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs",
     "fair_share_weight", "max_gpus_per_pod", "max_cpu_per_pod", "max_memory_per_pod",
-    "inference_gpus", "updated_at",
+    "inference_gpus", "updated_at", "egress_rules",
 )  # fmt: skip
 _ITEM_FIELDS = (
     "quotas__flavor__name", "quotas__flavor__kind", "quotas__flavor__gpu_weight",
