@@ -29,8 +29,19 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection
-from django.db.models import Avg, Count, F, FloatField, Max, OuterRef, Q, Subquery, Sum, Window
-from django.db.models.functions import Cast, Coalesce, RowNumber
+from django.db.models import (
+    Avg,
+    Count,
+    Exists,
+    F,
+    FloatField,
+    Max,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+)
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 from core.dates import OUT_OF_RANGE, in_range
@@ -1424,33 +1435,48 @@ def _console_use_now(
     flavor_rows: dict[int, tuple[int, str, str, float]], *, now: datetime | None = None
 ) -> dict[tuple[int, int], dict[int, float]]:
     """(tenant id, flavor id) -> metric -> Kueue's use and borrowing now: the latest 5-minute
-    mean in the last 15 minutes, as ``usage.selectors.usage_now`` (the "My tenants" cards)
-    reads it, but the latest bucket of each series picked by the database (a window
-    function, on SQLite as on PostgreSQL), so 10,000 tenants send 20,000 rows rather than
-    three times as many. One query."""
+    mean in the last 15 minutes of each series, as ``usage.selectors.usage_now`` (the "My
+    tenants" cards) reads it. The readings of the window's newest bucket are found by
+    equality on the rollups' (resolution, bucket) index; a series missing from that bucket
+    adds its older readings (none when the collector writes every series each time, as it
+    does), and the newest of those counts. One query (a union), on SQLite as on PostgreSQL;
+    no sort over every reading of the window."""
     now = now or timezone.now()
+    metrics = [int(Metric.QUOTA_USED), int(Metric.QUOTA_BORROWED)]
     window = Rollup.objects.filter(
         resolution=Resolution.FIVE_MINUTES,
         bucket__gte=now - timedelta(minutes=15),
         bucket__lte=now,
-        metric__in=[int(Metric.QUOTA_USED), int(Metric.QUOTA_BORROWED)],
+        metric__in=metrics,
         flavor_id__in=list(flavor_rows),
         tenant_id__gt=0,
-    )
-    latest = (
-        window.order_by()
-        .annotate(
-            newest=Window(
-                RowNumber(),
-                partition_by=[F("cluster_id"), F("tenant_id"), F("flavor_id"), F("metric")],
-                order_by=F("bucket").desc(),
+    ).order_by()
+    newest = Subquery(window.values("resolution").annotate(b=Max("bucket")).values("b")[:1])
+    fields = ("tenant_id", "flavor_id", "metric", "bucket", "sum", "samples")
+    latest = window.filter(bucket=newest).values_list(*fields)
+    older = (
+        window.filter(bucket__lt=newest)
+        .exclude(
+            Exists(
+                Rollup.objects.filter(
+                    resolution=Resolution.FIVE_MINUTES,
+                    bucket=newest,
+                    metric=OuterRef("metric"),
+                    cluster_id=OuterRef("cluster_id"),
+                    tenant_id=OuterRef("tenant_id"),
+                    flavor_id=OuterRef("flavor_id"),
+                )
             )
         )
-        .filter(newest=1)
-        .values_list("tenant_id", "flavor_id", "metric", "sum", "samples")
+        .values_list(*fields)
     )
+    seen: dict[tuple[int, int, int], datetime] = {}
     out: dict[tuple[int, int], dict[int, float]] = {}
-    for tenant_id, flavor_id, metric, total, samples in latest:
+    for tenant_id, flavor_id, metric, bucket, total, samples in latest.union(older, all=True):
+        key = (tenant_id, flavor_id, metric)
+        if key in seen and seen[key] >= bucket:
+            continue
+        seen[key] = bucket
         out.setdefault((tenant_id, flavor_id), {})[metric] = total / samples
     return out
 
