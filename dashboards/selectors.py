@@ -32,7 +32,6 @@ from django.db import connection
 from django.db.models import (
     Avg,
     Count,
-    Exists,
     F,
     FloatField,
     Max,
@@ -1354,7 +1353,7 @@ def console_tenants(
         tenants = tenants.filter(quota_sets__quotas__flavor_id__in=list(flavor_rows)).distinct()
     cluster_ids = sorted({c for c, _, _, _ in flavor_rows.values()})
     lines, cohorts = _console_quotas(flavor_rows)
-    for (t, f), values in _console_use_now(flavor_rows, now=now).items():
+    for (t, f), values in _console_use_now(flavor_rows, set(lines), now=now).items():
         line = lines.get((t, f))
         if line is not None:
             line.allocated = values.get(Metric.QUOTA_USED)
@@ -1432,17 +1431,22 @@ def console_tenants(
 
 
 def _console_use_now(
-    flavor_rows: dict[int, tuple[int, str, str, float]], *, now: datetime | None = None
+    flavor_rows: dict[int, tuple[int, str, str, float]],
+    wanted: set[tuple[int, int]],
+    *,
+    now: datetime | None = None,
 ) -> dict[tuple[int, int], dict[int, float]]:
     """(tenant id, flavor id) -> metric -> Kueue's use and borrowing now: the latest 5-minute
     mean in the last 15 minutes of each series, as ``usage.selectors.usage_now`` (the "My
-    tenants" cards) reads it. The readings of the window's newest bucket are found by
-    equality on the rollups' (resolution, bucket) index; a series missing from that bucket
-    adds its older readings (none when the collector writes every series each time, as it
-    does), and the newest of those counts. One query (a union), on SQLite as on PostgreSQL;
-    no sort over every reading of the window."""
+    tenants" cards) reads it, for the quota lines ``wanted``.
+
+    The window's newest bucket is found by a backward scan of the rollups' (resolution,
+    bucket) index and its readings by equality on it (no sort over every reading of the
+    window). Only when a wanted series has no reading in that bucket (one not reported, or
+    the bucket being written) are the window's older readings of those tenants read too, the
+    newest of each series counting. One query, two in that case; on SQLite as on PostgreSQL."""
     now = now or timezone.now()
-    metrics = [int(Metric.QUOTA_USED), int(Metric.QUOTA_BORROWED)]
+    metrics = (int(Metric.QUOTA_USED), int(Metric.QUOTA_BORROWED))
     window = Rollup.objects.filter(
         resolution=Resolution.FIVE_MINUTES,
         bucket__gte=now - timedelta(minutes=15),
@@ -1451,32 +1455,24 @@ def _console_use_now(
         flavor_id__in=list(flavor_rows),
         tenant_id__gt=0,
     ).order_by()
-    newest = Subquery(window.values("resolution").annotate(b=Max("bucket")).values("b")[:1])
+    newest = Subquery(window.order_by("-bucket").values("bucket")[:1])
     fields = ("tenant_id", "flavor_id", "metric", "bucket", "sum", "samples")
-    latest = window.filter(bucket=newest).values_list(*fields)
-    older = (
-        window.filter(bucket__lt=newest)
-        .exclude(
-            Exists(
-                Rollup.objects.filter(
-                    resolution=Resolution.FIVE_MINUTES,
-                    bucket=newest,
-                    metric=OuterRef("metric"),
-                    cluster_id=OuterRef("cluster_id"),
-                    tenant_id=OuterRef("tenant_id"),
-                    flavor_id=OuterRef("flavor_id"),
-                )
-            )
-        )
-        .values_list(*fields)
-    )
-    seen: dict[tuple[int, int, int], datetime] = {}
+    rows = list(window.filter(bucket=newest).values_list(*fields))
+    if rows:
+        seen = {(t, f, m) for t, f, m, _, _, _ in rows}
+        missing = {t for t, f in wanted for m in metrics if (t, f, m) not in seen}
+        if missing:
+            older = window.filter(bucket__lt=rows[0][3])
+            if len(missing) <= 1000:
+                older = older.filter(tenant_id__in=sorted(missing))
+            rows.extend(r for r in older.values_list(*fields) if (r[0], r[1], r[2]) not in seen)
+    latest: dict[tuple[int, int, int], datetime] = {}
     out: dict[tuple[int, int], dict[int, float]] = {}
-    for tenant_id, flavor_id, metric, bucket, total, samples in latest.union(older, all=True):
+    for tenant_id, flavor_id, metric, bucket, total, samples in rows:
         key = (tenant_id, flavor_id, metric)
-        if key in seen and seen[key] >= bucket:
+        if key in latest and latest[key] >= bucket:
             continue
-        seen[key] = bucket
+        latest[key] = bucket
         out.setdefault((tenant_id, flavor_id), {})[metric] = total / samples
     return out
 
