@@ -20,6 +20,7 @@ database) and by allocated GPUs (every row's figures read and sorted), the API a
 ``--small`` (target: equal).
 
     .venv/bin/python bench/console_bench.py [--tenants 10000] [--small 100] [--requests 10]
+        [--db-name console_bench]
 """
 
 from __future__ import annotations
