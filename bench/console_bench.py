@@ -20,6 +20,7 @@ database) and by allocated GPUs (every row's figures read and sorted), the API a
 ``--small`` (target: equal).
 
     .venv/bin/python bench/console_bench.py [--tenants 10000] [--small 100] [--requests 10]
+        [--db-name console_bench]
 """
 
 from __future__ import annotations
@@ -197,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         "--database-url",
         default=os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres",
     )
+    parser.add_argument(
+        "--db-name", default=DB_NAME, help="the database it creates and drops (default %(default)s)"
+    )
     parser.add_argument("--tenants", type=int, default=10_000)
     parser.add_argument("--small", type=int, default=100)
     parser.add_argument("--requests", type=int, default=10)
@@ -204,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     figures: list[dict[str, Any]] = []
     failures: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
-        benchdb.setup(args.database_url, DB_NAME, tmp)
+        benchdb.setup(args.database_url, args.db_name, tmp)
         try:
             benchdb.django_setup()
             from django.conf import settings
@@ -269,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
                     if queries != small[url]:
                         failures.append(f"{name}: {queries} queries, {small[url]} at {args.small}")
         finally:
-            benchdb.teardown(args.database_url, DB_NAME)
+            benchdb.teardown(args.database_url, args.db_name)
     emit("console", figures)
     print("PASS" if not failures else "FAIL: " + "; ".join(failures))
     return 0 if not failures else 1

@@ -22,7 +22,8 @@ from approvals.models import QuotaChangeRequest
 from tenants.services import tenant_create
 from tests.conftest import seed_quota
 from tests.dashboards.data import rollup_values, rollups_insert
-from usage.choices import Metric, WorkloadState
+from usage.buckets import bucket_start
+from usage.choices import Metric, Resolution, WorkloadState
 from usage.models import Workload
 
 pytestmark = pytest.mark.django_db
@@ -120,6 +121,19 @@ def test_rows_carry_quota_use_borrowing_utilisation_and_work(world, usage_data):
     assert body["totals"]["lent"] == pytest.approx(2)
     assert body["totals"]["pending"] == 3
     assert body["totals"]["requests"] == 1
+
+
+def test_use_now_is_each_series_latest_reading_even_when_others_are_newer(world, usage_data):
+    """The newest 5-minute bucket holds only team-b's A100 use: team-b reads it, and team-a
+    (whose last reading is a bucket older) still reads its own latest, not nothing."""
+    newest = bucket_start(timezone.now(), Resolution.FIVE_MINUTES)
+    key = (int(Resolution.FIVE_MINUTES), newest, int(M.QUOTA_USED), world.a100_gpu.cluster_id)
+    rollups_insert([(*key, world.team_b.pk, world.a100_gpu.pk, 5, 25.0, 5.0, 5.0)])
+    rows = rows_by_slug(api_client(world.admin).get(API).json())
+    b100 = next(f for f in rows["team-b"]["flavors"] if f["flavor"] == "a100-80gb")
+    assert b100["allocated"] == pytest.approx(5)
+    assert rows["team-a"]["allocated_gpus"] == pytest.approx(12)
+    assert rows["team-a"]["borrowed_gpus"] == pytest.approx(2)
 
 
 def test_totals_agree_with_the_admin_pages(world, usage_data):
