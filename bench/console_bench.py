@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -86,7 +85,6 @@ def tenants_add(count: int) -> None:
     from approvals.models import QuotaChangeRequest
     from quotas.choices import GPU_RESOURCE
     from quotas.models import Cluster, Quota, QuotaSet, ResourceFlavor, TierTemplate
-    from tenants.models import Tenant
     from tests.dashboards.data import rollups_insert
     from usage.buckets import bucket_start
     from usage.choices import Metric, Resolution, WorkloadState
@@ -97,16 +95,8 @@ def tenants_add(count: int) -> None:
     a100, h100 = (
         ResourceFlavor.objects.get(cluster=cluster, name=n) for n in ("a100-80gb", "h100-80gb")
     )
-    first = Tenant.objects.count()
-    numbers = range(first, first + count)
-    tenants = Tenant.objects.bulk_create(
-        Tenant(slug=f"team-{i:05d}", display_name=f"Team {i:05d}") for i in numbers
-    )
-    by_number = dict(zip(numbers, tenants, strict=True))
-    children = [t for i, t in by_number.items() if 1 <= i % 10 <= 5 and i - i % 10 in by_number]
-    for tenant in children:
-        tenant.parent = by_number[int(tenant.slug[5:]) // 10 * 10]
-    Tenant.objects.bulk_update(children, ["parent"])
+    by_number = benchdb.tenants_numbered(count)
+    tenants = list(by_number.values())
     tier = TierTemplate.objects.get(name="small")
     quota_sets = QuotaSet.objects.bulk_create(
         QuotaSet(tenant=t, cluster=cluster, tier=tier) for t in tenants
@@ -175,23 +165,6 @@ def tenants_add(count: int) -> None:
     )
 
 
-def measure(client: Any, url: str, requests: int) -> tuple[float, int]:
-    """Median seconds of ``requests`` requests after one to warm up, and the queries of one."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    response = client.get(url)
-    assert response.status_code == 200, (url, response.status_code)
-    times = []
-    for _ in range(requests):
-        began = time.perf_counter()
-        with CaptureQueriesContext(connection) as queries:
-            response = client.get(url)
-        times.append(time.perf_counter() - began)
-        assert response.status_code == 200, url
-    return statistics.median(times), len(queries.captured_queries)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -226,16 +199,16 @@ def main(argv: list[str] | None = None) -> int:
                 tenants_add(args.small)
                 client = Client()
                 client.force_login(User.objects.get(username="bench-admin"))
-                small = {url: measure(client, url, 1)[1] for _, url in CASES}
+                small = {url: benchdb.time_get(client, url, 1)[1] for _, url in CASES}
                 began = time.perf_counter()
                 tenants_add(args.tenants - args.small)
                 with connection.cursor() as cursor:
                     cursor.execute("ANALYZE")
                 print(f"{args.tenants} tenants seeded in {time.perf_counter() - began:.0f} s")
-                base_s, _ = measure(client, BASELINE[1], args.requests)
+                base_s, _ = benchdb.time_get(client, BASELINE[1], args.requests)
                 print(f"{BASELINE[0]}: {base_s * 1000:.1f} ms")
                 for name, url in CASES:
-                    seconds, queries = measure(client, url, args.requests)
+                    seconds, queries = benchdb.time_get(client, url, args.requests)
                     print(
                         f"{name}: {seconds * 1000:.0f} ms, {queries} queries "
                         f"({small[url]} at {args.small} tenants)"

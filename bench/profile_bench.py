@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,22 +36,6 @@ from bench.figures import emit, figure  # noqa: E402
 DB_NAME = "profile_bench"
 TARGET_S = 0.3
 URL = "/tenants/team-a/profile/?range={}"
-
-
-def time_page(client: Any, url: str, pages: int) -> tuple[float, int]:
-    """Median seconds of ``pages`` requests after one to warm up, and the queries of one."""
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    assert client.get(url).status_code == 200, url
-    times = []
-    for _ in range(pages):
-        began = time.perf_counter()
-        with CaptureQueriesContext(connection) as queries:
-            response = client.get(url)
-        times.append(time.perf_counter() - began)
-        assert response.status_code == 200, url
-    return statistics.median(times), len(queries.captured_queries)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{Workload.objects.count()} workloads in the demo month", flush=True)
                 results = {}
                 for name in ("24h", "7d", "30d"):
-                    seconds, queries = time_page(client, URL.format(name), args.pages)
+                    seconds, queries = benchdb.time_get(client, URL.format(name), args.pages)
                     results[name] = seconds
                     print(f"profile page, {name}: {seconds * 1000:.0f} ms ({queries} queries)")
                     if name == "30d":
@@ -122,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 plan = selectors._rollup_spans
                 selectors._rollup_spans = hourly_only  # type: ignore[assignment]
                 try:
-                    baseline, _ = time_page(client, URL.format("30d"), args.pages)
+                    baseline, _ = benchdb.time_get(client, URL.format("30d"), args.pages)
                 finally:
                     selectors._rollup_spans = plan  # type: ignore[assignment]
                 print(f"profile page, 30d, hourly rollups only: {baseline * 1000:.0f} ms")

@@ -123,18 +123,11 @@ def tenants_add(count: int, *, mid: int = MID_TENANTS) -> list[str]:
     each, a viewer for every 3rd; every 10th a department of the next 5. Their slugs."""
     from quotas.models import Cluster, Quota, QuotaSet, ResourceFlavor, TierTemplate
     from tenants.choices import MembershipRole, NamespacePurpose
-    from tenants.models import Membership, Namespace, Tenant, User
+    from tenants.models import Membership, Namespace, User
 
-    first = Tenant.objects.count()
-    numbers = range(first, first + count)
-    tenants = Tenant.objects.bulk_create(
-        Tenant(slug=f"team-{i:05d}", display_name=f"Team {i:05d}") for i in numbers
-    )
-    by_number = dict(zip(numbers, tenants, strict=True))
-    children = [t for i, t in by_number.items() if 1 <= i % 10 <= 5 and i - i % 10 in by_number]
-    for tenant in children:
-        tenant.parent = by_number[int(tenant.slug[5:]) // 10 * 10]
-    Tenant.objects.bulk_update(children, ["parent"])
+    by_number = benchdb.tenants_numbered(count)
+    tenants = list(by_number.values())
+    first = min(by_number, default=0)
     Namespace.objects.bulk_create(
         Namespace(tenant=t, name=f"{t.slug}-{purpose}", purpose=purpose)
         for t in tenants
