@@ -494,7 +494,11 @@ def _decide(
         done.pending[where] = result.refusal
         reserved = _condition(workload, "QuotaReserved")
         if reserved is None or reserved.get("message") != result.refusal:
-            status = pending_status(result.refusal, at)
+            # A condition keeps its lastTransitionTime while its status stays the same.
+            since = at
+            if reserved is not None and reserved.get("status") == "False":
+                since = str(reserved.get("lastTransitionTime") or at)
+            status = pending_status(result.refusal, since)
             endpoint.call(
                 "PATCH", path, {"status": status}, "application/merge-patch+json", KUEUE_USER
             )
