@@ -43,6 +43,8 @@ __all__ = [
     "JOB_COUNT_KEY",
     "JOB_SLOTS_FLAVOR",
     "JOB_SLOTS_RESOURCE",
+    "QUEUED_CAP_WORDS",
+    "RUNNING_CAP_WORDS",
     "WORKLOAD_COUNT_KEY",
     "cluster_queue_group",
     "needs_slots_flavor",
@@ -50,6 +52,18 @@ __all__ = [
     "total_cap",
 ]
 
+# What each cap counts, in a person's words (the request form, the API schema, the docs).
+RUNNING_CAP_WORDS: Final = (
+    "Jobs running at once, of every kind Kueue manages: Jobs, JobSets, PyTorchJobs, RayJobs, "
+    "pods and pod groups. Kueue cannot count jobs, so it counts their pods: a job of 4 pods "
+    "takes 4 of these, and a job with more pods than the cap never starts."
+)
+QUEUED_CAP_WORDS: Final = (
+    "Jobs waiting to start, of every kind Kueue manages. Kubernetes cannot count waiting jobs "
+    "apart, so running and waiting jobs together are capped at the sum of both caps (a finished "
+    "job counts until it is deleted); a job over it is held, not refused. Applies only with a "
+    "running cap."
+)
 WORKLOAD_COUNT_KEY: Final = "count/workloads.kueue.x-k8s.io"
 JOB_COUNT_KEY: Final = "count/jobs.batch"
 JOB_SLOTS_RESOURCE: Final = "pods"

@@ -195,3 +195,52 @@ def _wait(done: Any, timeout: float = 5.0) -> None:
     while not done():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def test_each_kind_is_one_workload_with_its_pods() -> None:
+    """A PyTorchJob's roles, a RayJob's head and workers, a pod group: one Workload each,
+    counting every pod (what the running cap counts)."""
+    from devcluster.kueue_jobs import JOB_KINDS, pod_set_requests, workload_for
+
+    kinds = {kind.kind: kind for kind in JOB_KINDS}
+    template = {"spec": {"containers": [_container("2")]}}
+    pytorch = {
+        "metadata": {"name": "bert", "namespace": NS, "uid": "abcdef-1", "labels": QUEUE_LABEL},
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": template},
+                "Worker": {"replicas": 3, "template": template},
+            }
+        },
+    }
+    body = workload_for(kinds["PyTorchJob"], pytorch)
+    assert body["metadata"]["name"] == "pytorchjob-bert-abcde"
+    assert [(p["name"], p["count"]) for p in body["spec"]["podSets"]] == [
+        ("master", 1),
+        ("worker", 3),
+    ]
+    ray = {
+        "metadata": {"name": "tune", "namespace": NS, "uid": "123456", "labels": QUEUE_LABEL},
+        "spec": {
+            "rayClusterSpec": {
+                "headGroupSpec": {"template": template},
+                "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2, "template": template}],
+            }
+        },
+    }
+    pods = [p["count"] for p in workload_for(kinds["RayJob"], ray)["spec"]["podSets"]]
+    assert pods == [1, 2]
+    member = {
+        "metadata": {
+            "name": "shard-0",
+            "namespace": NS,
+            "uid": "u0",
+            "labels": {**QUEUE_LABEL, "kueue.x-k8s.io/pod-group-name": "shards"},
+            "annotations": {"kueue.x-k8s.io/pod-group-total-count": "4"},
+        },
+        "spec": template["spec"],
+    }
+    group = workload_for(kinds["Pod"], member)
+    assert group["metadata"]["name"] == "shards"
+    (pod_set,) = group["spec"]["podSets"]
+    assert pod_set_requests(pod_set) == {"cpu": Decimal(8), "pods": Decimal(4)}

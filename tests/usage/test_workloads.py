@@ -362,6 +362,17 @@ def test_a_workload_that_cannot_fit_or_is_held_says_so_and_what_to_ask(world, te
     assert row.need is not None and row.need.flavor == "a100-80gb"
     assert (row.need.guaranteed, row.need.limit) == (12, 12)  # 8 in use + its 4
 
+    pending.pending_message = (
+        "couldn't assign flavors to pod set workers: insufficient unused quota for pods in "
+        "flavor portal-job-slots, 2 more needed"
+    )
+    (row,) = workload_rows(tenant=world.team_a, workloads=[pending])
+    assert row.reason == (
+        "waiting for 2 more running-job slots: team-a is at its cap on running jobs on "
+        "demo-a100 (Kueue counts each pod of a job as one)"
+    )
+    assert row.need is None  # a job cap, not a quota line: nothing to ask for here
+
     pending.pending_message = "something Kueue says"
     (row,) = workload_rows(tenant=world.team_a, workloads=[pending])
     assert (row.reason, row.need) == ("Kueue says: something Kueue says", None)
