@@ -281,9 +281,7 @@ class Assignment:
     refusal: str = ""
 
 
-def assign(
-    queue: Mapping[str, Any], workload: Mapping[str, Any], usage: Usage
-) -> Assignment:
+def assign(queue: Mapping[str, Any], workload: Mapping[str, Any], usage: Usage) -> Assignment:
     """Flavors for every resource ``workload`` asks for that ``queue`` covers, or why not."""
     requests: dict[str, Decimal] = {}
     pod_sets_ = (workload.get("spec") or {}).get("podSets") or []

@@ -437,7 +437,11 @@ def team_jobset(namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": "jobset.x-k8s.io/v1alpha2",
         "kind": "JobSet",
-        "metadata": {"name": DEMO_JOBSET, "namespace": namespace, "labels": {QUEUE_LABEL: "default"}},
+        "metadata": {
+            "name": DEMO_JOBSET,
+            "namespace": namespace,
+            "labels": {QUEUE_LABEL: "default"},
+        },
         "spec": {"replicatedJobs": [{"name": "workers", "replicas": 3, "template": job}]},
     }
 

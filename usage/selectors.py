@@ -1000,9 +1000,9 @@ def _pending_words(
     match = PENDING_QUOTA.search(message)
     if match and match["flavor"] == JOB_SLOTS_FLAVOR:
         # The running-job cap (quotas.kube.job_caps): Kueue counts a job's pods as its slots.
-        more = _quantity(match["more"])
+        slots = _quantity(match["more"])
         return (
-            f"waiting for {more:g} more running-job slot{'' if more == 1 else 's'}: "
+            f"waiting for {slots:g} more running-job slot{'' if slots == 1 else 's'}: "
             f"{tenant.slug} is at its cap on running jobs on {cluster} (Kueue counts each pod "
             "of a job as one)",
             None,

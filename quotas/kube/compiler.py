@@ -672,9 +672,7 @@ def _resource_quota(
     namespace's already."""
     amounts = {key: share.of(hard[key], key) for key in hard}
     amounts.update(exact or {})
-    spec: dict[str, Any] = {
-        "hard": {key: quantity(amounts[key], key) for key in sorted(amounts)}
-    }
+    spec: dict[str, Any] = {"hard": {key: quantity(amounts[key], key) for key in sorted(amounts)}}
     if scope_values:
         spec["scopeSelector"] = {
             "matchExpressions": [

@@ -91,9 +91,7 @@ def _job(name: str) -> dict[str, Any]:
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name, "namespace": NS, "labels": QUEUE_LABEL},
-        "spec": {
-            "template": {"spec": {"restartPolicy": "Never", "containers": [_container()]}}
-        },
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [_container()]}}},
     }
 
 
@@ -105,9 +103,9 @@ def _used(endpoint: Endpoint) -> str:
 def _workloads(endpoint: Endpoint) -> dict[str, dict[str, Any]]:
     found = endpoint.call("GET", f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{NS}/workloads")
     return {
-        w["metadata"]["ownerReferences"][0]["kind"] + "/" + w["metadata"]["ownerReferences"][0][
-            "name"
-        ]: w
+        w["metadata"]["ownerReferences"][0]["kind"]
+        + "/"
+        + w["metadata"]["ownerReferences"][0]["name"]: w
         for w in found["items"]
     }
 
@@ -146,9 +144,10 @@ def test_a_jobset_and_a_bare_pod_count_against_the_job_caps(
     # One may run: the JobSet (the older) is admitted and resumed; the pod waits for a slot.
     workloads = _workloads(endpoint)
     assert _reserved(workloads["JobSet/prep"])["status"] == "True"
-    assert workloads["JobSet/prep"]["status"]["admission"]["podSetAssignments"][0]["flavors"][
-        "pods"
-    ] == "portal-job-slots"
+    assert (
+        workloads["JobSet/prep"]["status"]["admission"]["podSetAssignments"][0]["flavors"]["pods"]
+        == "portal-job-slots"
+    )
     assert jobsets.get(name="prep", namespace=NS).spec.suspend is False
     held = _reserved(workloads["Pod/notebook"])
     assert held["status"] == "False"

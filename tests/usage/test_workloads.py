@@ -292,7 +292,9 @@ def test_the_simulated_kueue_gives_the_team_its_jobs_with_who_submitted_them(  #
     ]
     assert rows["pretrain-8x"].state == WorkloadState.PENDING
     # The stand-in's Kueue decides it: 7 of team-a's 10 GPUs in use, 8 asked.
-    assert "nvidia.com/gpu in flavor a100-80gb, 5 more needed" in rows["pretrain-8x"].pending_message
+    assert (
+        "nvidia.com/gpu in flavor a100-80gb, 5 more needed" in rows["pretrain-8x"].pending_message
+    )
     assert WorkloadReading.objects.get(cluster=world.a100).last_success_at == NOW
 
     alice = api_as(world.alice)
