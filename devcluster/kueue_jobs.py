@@ -17,7 +17,8 @@ What Kueue does, and what this does the same way:
   created as Kueue's ServiceAccount, so the namespace's ResourceQuota on
   ``count/workloads.kueue.x-k8s.io`` (the job caps: ``quotas.kube.job_caps``) refuses it when
   the tenant has as many jobs as it may: the job stays suspended (the pod gated), and the next
-  pass tries again, as Kueue's reconciler does.
+  pass tries again, as Kueue's reconciler does; a job its submitter resumes without an
+  admitted Workload is suspended again.
 * **Admission** (``assign``): a pending Workload of a LocalQueue's ClusterQueue is admitted when
   each resource group has a flavor (in the group's order) where every covered resource it asks
   for fits under ``nominalQuota + borrowingLimit`` (no ``borrowingLimit``: no limit of its own;
@@ -403,11 +404,20 @@ def reconcile(endpoint: Endpoint, at: str) -> Pass:
         (ns, (w["metadata"].get("labels") or {}).get(JOB_UID_LABEL, ""))
         for (ns, _), w in workloads.items()
     }
+    admitted = {
+        (ns, (w["metadata"].get("labels") or {}).get(JOB_UID_LABEL, ""))
+        for (ns, _), w in workloads.items()
+        if is_admitted(w)
+    }
     for kind in JOB_KINDS:
         for obj in endpoint.call("GET", kind.path())["items"]:
             meta = obj["metadata"]
             namespace = meta.get("namespace", "")
-            if not is_managed(obj) or (namespace, meta.get("uid", "")) in owned:
+            if not is_managed(obj):
+                continue
+            if (namespace, meta.get("uid", "")) not in admitted:
+                _suspend_again(endpoint, kind, obj)
+            if (namespace, meta.get("uid", "")) in owned:
                 continue
             body = workload_for(kind, obj)
             key = (namespace, body["metadata"]["name"])
@@ -429,6 +439,32 @@ def reconcile(endpoint: Endpoint, at: str) -> Pass:
             done.created.append(f"{namespace}/{body['metadata']['name']}")
     _admit(endpoint, workloads, at, done)
     return done
+
+
+def _suspend_again(endpoint: Endpoint, kind: JobKind, obj: Mapping[str, Any]) -> None:
+    """A managed job running without an admitted Workload (its submitter resumed it) is
+    suspended again, as Kueue's reconciler does. (A pod's gate cannot be put back: Kubernetes
+    adds scheduling gates only at creation.)"""
+    if kind.kind == "Pod":
+        return
+    node: Any = obj
+    for step in kind.suspend_path:
+        node = node.get(step) if isinstance(node, Mapping) else None
+    if node is not False:
+        return  # suspended (or never set: the webhook set it at creation)
+    patch: dict[str, Any] = {}
+    target = patch
+    for step in kind.suspend_path[:-1]:
+        target = target.setdefault(step, {})
+    target[kind.suspend_path[-1]] = True
+    meta = obj["metadata"]
+    endpoint.call(
+        "PATCH", f"{kind.path(meta['namespace'])}/{meta['name']}", patch,
+        "application/merge-patch+json", KUEUE_USER,
+    )  # fmt: skip
+    logger.info(
+        "%s/%s: resumed without admission, suspended again", meta["namespace"], meta["name"]
+    )
 
 
 def _admit(

@@ -171,6 +171,15 @@ def test_a_jobset_and_a_bare_pod_count_against_the_job_caps(
     assert "Job/third" not in _workloads(endpoint)
     assert jobs.get(name="third", namespace=NS).spec.suspend is True
     assert _used(endpoint) == "2"
+    # carol resumes it herself: Kueue suspends it again, it has no admitted Workload.
+    jobs.patch(
+        name="third",
+        namespace=NS,
+        body={"spec": {"suspend": False}},
+        content_type="application/merge-patch+json",
+    )
+    reconcile(endpoint, AT)
+    assert jobs.get(name="third", namespace=NS).spec.suspend is True
 
     # The JobSet is deleted: its Workload goes with it, the pod runs, the Job is queued.
     jobsets.delete(name="prep", namespace=NS)
