@@ -301,7 +301,8 @@ def compile_cluster_wide(cluster: ClusterSpec, tenants: Sequence[TenantSpec]) ->
             if flavor.kind in KUEUE_FLAVOR_KINDS
         )
         # The flavor the running-job caps count admitted pods on (quotas.kube.job_caps).
-        if job_caps.needs_slots_flavor([tenant.max_running_jobs for tenant in tenants]):
+        capped = [tenant.max_running_jobs for tenant in tenants if not tenant.department]
+        if job_caps.needs_slots_flavor(capped):
             objects.append(_job_slots_flavor(cluster))
         departments = _departments(tenants)
         below = _subtree_guarantees(cluster, tree, tenants) if departments else {}
