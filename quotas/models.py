@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from quotas.choices import Enforcement, FlavorKind, MigDriver, SyncBackend, SyncState
+from quotas.kube.storage import performance_words
 from tenants.models import Tenant
 from tenants.validators import DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX, dns1123_label
 
@@ -304,6 +305,12 @@ class ResourceFlavor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+    @property
+    def performance(self) -> str:
+        """A storage flavor's performance in words ("16,000 IOPS, 1,000 MiB/s per volume");
+        "" when it sets none."""
+        return performance_words(self.storage_iops, self.storage_throughput_mib)
 
 
 class FlavorResource(models.Model):

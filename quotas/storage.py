@@ -20,9 +20,7 @@ from quotas.models import Cluster
 STORAGE_CLASS = Kind("storage.k8s.io/v1", "StorageClass", "storageclasses", False, True)
 VOLUME_ATTRIBUTES_CLASSES = (
     Kind("storage.k8s.io/v1", "VolumeAttributesClass", "volumeattributesclasses", False, True),
-    Kind(
-        "storage.k8s.io/v1beta1", "VolumeAttributesClass", "volumeattributesclasses", False, True
-    ),
+    Kind("storage.k8s.io/v1beta1", "VolumeAttributesClass", "volumeattributesclasses", False, True),
 )
 
 
@@ -61,9 +59,7 @@ def storage_classes_refresh(cluster: Cluster, backend: Backend, *, always: bool 
     except ApplyError:
         return False
     now = timezone.now()
-    changed = (
-        classes != cluster.storage_classes or attributes != cluster.volume_attributes_classes
-    )
+    changed = classes != cluster.storage_classes or attributes != cluster.volume_attributes_classes
     cluster.storage_classes, cluster.volume_attributes_classes = classes, attributes
     cluster.storage_classes_read_at = now
     Cluster.objects.filter(pk=cluster.pk).update(

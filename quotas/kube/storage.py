@@ -102,9 +102,9 @@ def refused_volume_attributes_classes(
         enforcement.kubernetes_minor(cluster.kubernetes_version) < VOLUME_ATTRIBUTES_GA
     ):
         return []
-    allowed = {
-        flavors[item.flavor].volume_attributes_class for item in items if item.limit > 0
-    } - {""}
+    allowed = {flavors[item.flavor].volume_attributes_class for item in items if item.limit > 0} - {
+        ""
+    }
     return sorted(known_volume_attributes_classes(cluster) - allowed)
 
 
@@ -204,7 +204,7 @@ def class_parameters(
 
 
 def performance_words(iops: int | None, throughput_mib: int | None) -> str:
-    """"16,000 IOPS, 1,000 MiB/s per volume"; "" when neither is set."""
+    """ "16,000 IOPS, 1,000 MiB/s per volume"; "" when neither is set."""
     parts = []
     if iops is not None:
         parts.append(f"{iops:,} IOPS")

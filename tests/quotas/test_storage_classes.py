@@ -7,6 +7,7 @@ with the official Python client.
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -21,6 +22,7 @@ from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaSpec, 
 from quotas.models import Cluster, FlavorResource, ResourceFlavor
 from quotas.services import QuotaItem, SchedulingQuotas, quota_set_write
 from quotas.sync import cluster_reconcile, tenant_push
+from tests.pages import logged_in, main
 from tests.quotas.test_enforcement import kueue_configmap
 from tests.quotas.test_enforcement_hostile import acting_as
 
@@ -35,9 +37,7 @@ STANDARD = "standard"
 
 
 def storage_flavor(name: str, **fields: Any) -> FlavorSpec:
-    return FlavorSpec(
-        name=name, kind="storage", capacity={"storage": Decimal(100 * TI)}, **fields
-    )
+    return FlavorSpec(name=name, kind="storage", capacity={"storage": Decimal(100 * TI)}, **fields)
 
 
 def cluster_spec(**fields: Any) -> ClusterSpec:
@@ -78,9 +78,7 @@ def test_a_class_the_quota_does_not_name_gets_zero_storage_and_zero_claims() -> 
         assert hard[f"{refused}.storageclass.storage.k8s.io/persistentvolumeclaims"] == "0"
 
 
-def test_a_tenant_with_no_storage_line_may_use_no_known_class_and_a_limit_of_0_names_none() -> (
-    None
-):
+def test_a_tenant_with_no_storage_line_may_use_no_known_class_and_a_limit_of_0_names_none() -> None:
     cluster = cluster_spec()  # classes not read: the flavors' classes are still known
     hard = quotas_of(cluster, tenant_spec())["gpu-portal-quota"]["hard"]
     assert hard["fast-nvme.storageclass.storage.k8s.io/persistentvolumeclaims"] == "0"
@@ -112,7 +110,11 @@ def test_volume_attributes_classes_not_named_are_refused_by_a_scoped_quota() -> 
         "hard": {"persistentvolumeclaims": "0"},
         "scopeSelector": {
             "matchExpressions": [
-                {"scopeName": "VolumeAttributesClass", "operator": "In", "values": ["bronze", "gold"]}
+                {
+                    "scopeName": "VolumeAttributesClass",
+                    "operator": "In",
+                    "values": ["bronze", "gold"],
+                }
             ]
         },
     }
@@ -263,9 +265,7 @@ def test_a_claim_of_a_class_the_quota_does_not_name_is_refused_with_exceeded_quo
     assert "exceeded quota: gpu-portal-quota" in str(refused.value.body)
 
 
-def test_a_tenant_push_reads_the_classes_once_and_the_full_pass_keeps_them_current(
-    world, standin
-):
+def test_a_tenant_push_reads_the_classes_once_and_the_full_pass_keeps_them_current(world, standin):
     kueue_configmap(standin)
     storage_classes_on(standin)
     assert tenant_push(tenant=world.team_a, cluster=world.a100).ok
@@ -285,3 +285,47 @@ def test_a_tenant_push_reads_the_classes_once_and_the_full_pass_keeps_them_curre
     assert cluster_reconcile(cluster=world.a100).ok
     world.a100.refresh_from_db()
     assert world.a100.storage_classes == [FAST, STANDARD]
+
+
+# --- the pages ------------------------------------------------------------------------------
+
+
+def test_the_request_form_and_the_tenant_page_show_storage_lines_with_their_performance(world):
+    fast = flavor(
+        world.a100, FAST, storage_iops=16000, storage_throughput_mib=1000, storage_driver="x"
+    )
+    flavor(world.a100, STANDARD)
+    quota_set_write(
+        tenant=world.team_a,
+        cluster=world.a100,
+        actor=world.admin,
+        items=[
+            QuotaItem(world.a100_gpu, "nvidia.com/gpu", Decimal(2), Decimal(4)),
+            QuotaItem(fast, "storage", Decimal(512 * GI), Decimal(TI)),
+        ],
+        scheduling=SchedulingQuotas(),
+    )
+    alice = logged_in(world.alice)
+
+    form = main(alice.get("/tenants/team-a/requests/new/?cluster=demo-a100"))
+    lines = form.split('class="request-items"', 1)[1].split("</table>", 1)[0]
+    rows = {
+        flavor_name: words(row)
+        for flavor_name, row in re.findall(
+            r'<tr data-flavor="([^"]+)"[^>]*>(.*?)</tr>', lines, re.S
+        )
+    }
+    assert rows[FAST].startswith(
+        "fast-nvme 16,000 IOPS, 1,000 MiB/s per volume storage 512Gi / 1Ti"
+    )
+    assert rows[STANDARD].startswith("standard storage —")  # no performance set: no words
+    assert "a volume claim of any other class is refused" in words(form)
+
+    page = main(alice.get("/tenants/team-a/"))
+    shown = re.search(r'data-performance="fast-nvme">([^<]*)<', page)
+    assert shown is not None and shown.group(1) == "16,000 IOPS, 1,000 MiB/s per volume"
+    assert "Only the storage classes listed here may be used" in words(page)
+
+
+def words(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).strip()
