@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
@@ -305,6 +306,19 @@ class ResourceFlavor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+    def clean(self) -> None:
+        """IOPS, throughput and a VolumeAttributesClass describe a storage class: refused,
+        by field, on any other kind (the admin's form says so before the database would)."""
+        super().clean()
+        if self.kind != FlavorKind.STORAGE:
+            errors = {
+                name: "Only a storage flavor has this: leave it empty."
+                for name in ("storage_iops", "storage_throughput_mib", "volume_attributes_class")
+                if getattr(self, name) not in (None, "")
+            }
+            if errors:
+                raise ValidationError(errors)
 
     @property
     def performance(self) -> str:

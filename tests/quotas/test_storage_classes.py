@@ -12,6 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.core.exceptions import ValidationError
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -238,7 +239,7 @@ def test_a_claim_of_a_class_the_quota_does_not_name_is_refused_with_exceeded_quo
     with pytest.raises(ApiException) as refused:
         core.create_namespaced_persistent_volume_claim(NAMESPACE, claim("fast", FAST))
     assert refused.value.status == 403
-    assert (
+    assert message(refused.value) == (
         'persistentvolumeclaims "fast" is forbidden: exceeded quota: gpu-portal-quota, '
         "requested: fast-nvme.storageclass.storage.k8s.io/persistentvolumeclaims=1,"
         "fast-nvme.storageclass.storage.k8s.io/requests.storage=10Gi, used: "
@@ -246,7 +247,7 @@ def test_a_claim_of_a_class_the_quota_does_not_name_is_refused_with_exceeded_quo
         "fast-nvme.storageclass.storage.k8s.io/requests.storage=0, limited: "
         "fast-nvme.storageclass.storage.k8s.io/persistentvolumeclaims=0,"
         "fast-nvme.storageclass.storage.k8s.io/requests.storage=0"
-    ) == message(refused.value)
+    )
     # A class the cluster has and no flavor describes is refused the same way.
     with pytest.raises(ApiException) as refused:
         core.create_namespaced_persistent_volume_claim(NAMESPACE, claim("scratch", "scratch"))
@@ -329,3 +330,17 @@ def test_the_request_form_and_the_tenant_page_show_storage_lines_with_their_perf
 
 def words(html: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).strip()
+
+
+def test_performance_belongs_to_a_storage_flavor_only(world):
+    world.a100_gpu.storage_iops = 3000
+    with pytest.raises(ValidationError) as refused:
+        world.a100_gpu.full_clean()
+    assert refused.value.message_dict["storage_iops"] == [
+        "Only a storage flavor has this: leave it empty."
+    ]
+    fast = flavor(world.a100, FAST)
+    fast.storage_iops, fast.storage_throughput_mib = 0, -1
+    with pytest.raises(ValidationError) as refused:
+        fast.full_clean()
+    assert set(refused.value.message_dict) == {"storage_iops", "storage_throughput_mib"}

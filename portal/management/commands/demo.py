@@ -644,7 +644,11 @@ class Command(BaseCommand):
                     ),
                     QuotaItem(standard, STORAGE_RESOURCE, Decimal(512 * GI), Decimal(TI)),
                     *(
-                        [QuotaItem(fast_nvme, STORAGE_RESOURCE, Decimal(256 * GI), Decimal(512 * GI))]
+                        [
+                            QuotaItem(
+                                fast_nvme, STORAGE_RESOURCE, Decimal(256 * GI), Decimal(512 * GI)
+                            )
+                        ]
                         if slug == "team-b"
                         else []
                     ),
