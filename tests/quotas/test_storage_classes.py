@@ -6,12 +6,14 @@ with the official Python client.
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.core.exceptions import ValidationError
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -23,6 +25,7 @@ from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaSpec, 
 from quotas.models import Cluster, FlavorResource, ResourceFlavor
 from quotas.services import QuotaItem, SchedulingQuotas, quota_set_write
 from quotas.sync import cluster_reconcile, tenant_push
+from tenants.models import Tenant
 from tests.pages import logged_in, main
 from tests.quotas.test_enforcement import kueue_configmap
 from tests.quotas.test_enforcement_hostile import acting_as
@@ -344,3 +347,37 @@ def test_performance_belongs_to_a_storage_flavor_only(world):
     with pytest.raises(ValidationError) as refused:
         fast.full_clean()
     assert set(refused.value.message_dict) == {"storage_iops", "storage_throughput_mib"}
+
+
+# --- the demo -------------------------------------------------------------------------------
+
+
+def test_in_the_demo_team_a_is_refused_a_fast_nvme_claim_and_given_a_standard_one(
+    db, standin_server, tmp_path
+):
+    """``manage.py demo``: team-a's quota on demo-a100 names standard, not fast-nvme (team-b's);
+    pushed to the stand-in, alice's claim of fast-nvme is refused by the quota admission."""
+    from tests.cluster_access import hold_cluster_access
+    from tests.standin import point_at
+
+    call_command("demo", stdout=io.StringIO())
+    standin_server.reset()
+    hold_cluster_access(standin_server)
+    a100 = Cluster.objects.get(name="demo-a100")
+    point_at(a100, standin_server.kubeconfig_path)
+    assert ResourceFlavor.objects.get(cluster=a100, name=FAST).performance == (
+        "16,000 IOPS, 1,000 MiB/s per volume"
+    )
+    kueue_configmap(standin_server)
+    team_a = Tenant.objects.get(slug="team-a")
+    outcome = tenant_push(tenant=team_a, cluster=a100)
+    assert outcome.ok, outcome.message
+
+    core = client.CoreV1Api(acting_as(standin_server, tmp_path, "alice"))
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_persistent_volume_claim(NAMESPACE, claim("fast", FAST))
+    assert message(refused.value).startswith(
+        'persistentvolumeclaims "fast" is forbidden: exceeded quota: gpu-portal-quota, '
+        "requested: fast-nvme.storageclass.storage.k8s.io/persistentvolumeclaims=1,"
+    )
+    core.create_namespaced_persistent_volume_claim(NAMESPACE, claim("data", STANDARD))
