@@ -13,8 +13,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from django.core.exceptions import ValidationError
+from django.core.management import call_command
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -22,6 +22,7 @@ from quotas.choices import FlavorKind
 from quotas.kube import storage
 from quotas.kube.compiler import compile_tenant
 from quotas.kube.spec import ClusterSpec, FlavorSpec, NamespaceSpec, QuotaSpec, TenantSpec
+from quotas.kube.validate import validate_objects
 from quotas.models import Cluster, FlavorResource, ResourceFlavor
 from quotas.services import QuotaItem, SchedulingQuotas, quota_set_write
 from quotas.sync import cluster_reconcile, tenant_push
@@ -122,6 +123,7 @@ def test_volume_attributes_classes_not_named_are_refused_by_a_scoped_quota() -> 
             ]
         },
     }
+    assert validate_objects(compile_tenant(cluster, tenant), kubernetes_version="1.34") == []
     # Before 1.34 only a cluster that served them (read from it) gets the scoped quota.
     older = ClusterSpec(name="demo-a100", flavors=flavors, kubernetes_version="1.33")
     assert storage.RESOURCE_QUOTA_VOLUME_ATTRIBUTES not in quotas_of(older, tenant)
@@ -381,3 +383,9 @@ def test_in_the_demo_team_a_is_refused_a_fast_nvme_claim_and_given_a_standard_on
         "requested: fast-nvme.storageclass.storage.k8s.io/persistentvolumeclaims=1,"
     )
     core.create_namespaced_persistent_volume_claim(NAMESPACE, claim("data", STANDARD))
+
+
+def test_the_cluster_page_says_which_storage_classes_were_read(world, team_a_on_standard):
+    page = words(main(logged_in(world.admin).get("/clusters/demo-a100/")))
+    assert "a tenant may use only those its quota names" in page
+    assert "fast-nvme, scratch, standard; volume attributes classes iops-32k." in page
