@@ -251,6 +251,8 @@ def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "cluster_syncs": quota_views.cluster_syncs(tenant=tenant),
         "pipeline": quota_selectors.tenant_pipeline_access(tenant=tenant, namespaces=namespaces),
         "isolation": quota_selectors.tenant_isolation(tenant=tenant),
+        # Per cluster: how it shares unused GPUs, and the tenant's standing and recent use.
+        "fair_sharing": quota_selectors.tenant_fair_sharing(tenant=tenant),
         "run_rules": _run_rules(tenant),
         "gpu_units": _gpu_units(tenant),
         # R27: its per-pod bandwidth cap in words ("1 Gbit/s"); None: no cap.

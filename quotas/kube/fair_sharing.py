@@ -380,7 +380,9 @@ def standing_words(share: int | None, *, rank: int = 0, borrowing: int = 0) -> s
     )
 
 
-def recent_use_words(gpus: float | None, *, half_life_hours: int, rank: int = 0, teams: int = 0) -> str:
+def recent_use_words(
+    gpus: float | None, *, half_life_hours: int, rank: int = 0, teams: int = 0
+) -> str:
     """A team's recent GPU use as Kueue remembers it (the sum of its LocalQueues' decayed
     ``consumedResources``); None: Kueue keeps no record here."""
     if gpus is None:
@@ -391,6 +393,10 @@ def recent_use_words(gpus: float | None, *, half_life_hours: int, rank: int = 0,
     where = ""
     if teams > 1 and rank:
         where = (
-            f" The most of the {teams} teams here." if rank == 1 else f" {_ordinal(rank)} of {teams} teams here."
+            f" The most of the {teams} teams here."
+            if rank == 1
+            else f" {_ordinal(rank)} of {teams} teams here."
         )
-    return f"Recent use: {amount} {unit} held on average, older use counting half after {half}.{where}"
+    return (
+        f"Recent use: {amount} {unit} held on average, older use counting half after {half}.{where}"
+    )
