@@ -5,7 +5,6 @@ from Kueue's ConfigMap, and the standing a team is told."""
 
 from __future__ import annotations
 
-
 import pytest
 import yaml
 
