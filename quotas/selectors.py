@@ -836,11 +836,18 @@ def cluster_fair_sharing(
     }
 
 
-def tenant_fair_sharing(*, tenant: Tenant) -> list[dict[str, Any]]:
-    """Per cluster the tenant has quota on: how that cluster shares unused GPUs and, where
-    Kueue reports it, the tenant's standing and recent use there."""
-    clusters = list(Cluster.objects.filter(quota_sets__tenant=tenant).distinct().order_by("name"))
-    readings = list(FairShareReading.objects.filter(cluster__in=clusters))
+def tenant_fair_sharing(
+    *, tenant: Tenant, clusters: Sequence[Cluster] | None = None
+) -> list[dict[str, Any]]:
+    """Per cluster the tenant has quota on (``clusters`` where the caller has read them):
+    how that cluster shares unused GPUs and, where Kueue reports it, the tenant's standing
+    and recent use there. The standings are read only where a cluster asks for fair sharing."""
+    if clusters is None:
+        clusters = list(
+            Cluster.objects.filter(quota_sets__tenant=tenant).distinct().order_by("name")
+        )
+    sharing = [c.pk for c in clusters if c.fair_sharing != FairSharing.NONE]
+    readings = list(FairShareReading.objects.filter(cluster_id__in=sharing)) if sharing else []
     by_cluster: dict[int, list[FairShareReading]] = defaultdict(list)
     for reading in readings:
         by_cluster[reading.cluster_id].append(reading)
