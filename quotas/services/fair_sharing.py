@@ -12,7 +12,8 @@ from django.db import transaction
 from core.errors import ValidationFailed
 from quotas.choices import FairSharing
 from quotas.kube import fair_sharing
-from quotas.models import Cluster
+from quotas.models import Cluster, QuotaSet
+from quotas.services.outbox import quota_set_repush
 from tenants.models import User
 from tenants.services import audit_record
 
@@ -101,8 +102,6 @@ def cluster_fair_sharing_set(
 ) -> Cluster:
     """Set how ``cluster`` shares fairly, audited; a new mode pushes every tenant on it again
     (their ClusterQueues change). Bad input changes nothing."""
-    from quotas.services.clusters import cluster_tenants_repush
-
     cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
     wanted = fair_sharing_read(
         cluster=cluster,
@@ -130,5 +129,7 @@ def cluster_fair_sharing_set(
         after={field: after[field] for field in changed},
     )
     if "fair_sharing" in changed:
-        cluster_tenants_repush(cluster=cluster)
+        # Every tenant's ClusterQueue changes (as ``clusters.cluster_tenants_repush``).
+        for quota_set in QuotaSet.objects.select_for_update().filter(cluster=cluster):
+            quota_set_repush(quota_set)
     return cluster
