@@ -160,6 +160,9 @@ def test_recent_use_and_standing_on_the_stand_in(world, standin, client, api_as)
         "Never",
     )
     simulate_once(endpoint, NOW, ["team-a"])
+    # Kueue's defaulting of the preemption left alone is no drift: a reconcile changes nothing.
+    again = cluster_reconcile(cluster=world.a100)
+    assert again.ok and again.drifted == [], again.drifted
     local_queues = kubectl_json(standin, "get", "localqueues", "-A")["items"]
     mine = [lq for lq in local_queues if lq["metadata"]["namespace"].startswith("team-a")]
     assert mine and all(
