@@ -69,6 +69,7 @@ def cluster_spec(cluster: Cluster) -> ClusterSpec:
         volcano_hierarchy=cluster.volcano_hierarchy,
         ingress_namespaces=_strings(cluster.tenant_ingress_namespaces),
         monitoring_namespaces=_strings(cluster.tenant_monitoring_namespaces),
+        fair_sharing=cluster.fair_sharing,
     )
 
 

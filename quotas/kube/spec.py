@@ -170,3 +170,7 @@ class ClusterSpec:
     volcano_hierarchy: bool = False
     # The cohort every tenant without a parent joins, so borrowing works.
     root_cohort: str = "portal-root"
+    # Fair sharing the portal asks of Kueue here (quotas.kube.fair_sharing): "none",
+    # "weights" (preemption-based, by fairSharing.weight) or "usage" (weights, and admission
+    # fair sharing by recent use inside each tenant's ClusterQueue).
+    fair_sharing: str = "none"
