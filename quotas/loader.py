@@ -73,6 +73,7 @@ def cluster_spec(cluster: Cluster) -> ClusterSpec:
         volcano_hierarchy=cluster.volcano_hierarchy,
         ingress_namespaces=_strings(cluster.tenant_ingress_namespaces),
         monitoring_namespaces=_strings(cluster.tenant_monitoring_namespaces),
+        fair_sharing=cluster.fair_sharing,
         storage_classes=_strings(cluster.storage_classes),
         volume_attributes_classes=_strings(cluster.volume_attributes_classes),
     )

@@ -9,7 +9,14 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
-from quotas.choices import Enforcement, FlavorKind, MigDriver, SyncBackend, SyncState
+from quotas.choices import (
+    Enforcement,
+    FairSharing,
+    FlavorKind,
+    MigDriver,
+    SyncBackend,
+    SyncState,
+)
 from quotas.kube.storage import performance_words
 from tenants.models import Tenant
 from tenants.validators import DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX, dns1123_label
@@ -135,6 +142,28 @@ class Cluster(models.Model):
     kueue_config = models.JSONField(null=True, blank=True)
     kueue_config_error = models.CharField(max_length=500, blank=True)
     kueue_config_read_at = models.DateTimeField(null=True, blank=True)
+    # Fair sharing the portal asks of Kueue here (``quotas.kube.fair_sharing``): compiled into
+    # the tenants' ClusterQueues; Kueue's own configuration is the cluster operators' to apply.
+    fair_sharing = models.CharField(
+        max_length=10,
+        choices=FairSharing.choices,
+        default=FairSharing.NONE,
+        db_default=FairSharing.NONE,
+        help_text="How Kueue shares unused GPUs between teams here.",
+    )
+    usage_half_life_hours = models.PositiveIntegerField(
+        default=168,
+        db_default=168,
+        validators=[MinValueValidator(1), MaxValueValidator(90 * 24)],
+        help_text="With fair sharing by recent use: after how many hours a team's past use "
+        "counts half.",
+    )
+    usage_sampling_minutes = models.PositiveIntegerField(
+        default=5,
+        db_default=5,
+        validators=[MinValueValidator(1), MaxValueValidator(60)],
+        help_text="How often Kueue adds what each queue uses to its record, in minutes.",
+    )
     has_volcano = models.BooleanField(default=False)
     volcano_hierarchy = models.BooleanField(
         default=False, help_text="Volcano's capacity plugin runs with enableHierarchy."
@@ -648,3 +677,31 @@ class FleetNodeCapacity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node}: {self.observed} + {self.planned} of flavor {self.flavor_id}"
+
+
+class FairShareReading(models.Model):
+    """A tenant's fair-sharing standing on a cluster as Kueue last reported it
+    (written by ``usage.collector``): the weighted share of its ClusterQueue
+    (``status.fairSharing.weightedShare``; null where Kueue reports none) and the sum over its
+    LocalQueues of the decayed use admission fair sharing keeps
+    (``status.fairSharing.admissionFairSharingStatus.consumedResources``, resource -> amount;
+    empty where Kueue keeps none)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    weighted_share = models.BigIntegerField(null=True, blank=True)
+    consumed = models.JSONField(default=dict, blank=True)
+    # Kueue's own time of its last update of ``consumed`` (the latest of the LocalQueues').
+    consumed_at = models.DateTimeField(null=True, blank=True)
+    read_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "quotas_fair_share_reading"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "cluster"], name="quotas_fair_share_reading_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} on {self.cluster_id}: share {self.weighted_share}"

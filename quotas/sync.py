@@ -31,7 +31,7 @@ from core.memory import collector_paused
 from identity.models import GroupMapping
 from quotas.backends import cluster_backend
 from quotas.choices import GPU_RESOURCE, SyncBackend, SyncState
-from quotas.kube import compiler, enforcement
+from quotas.kube import compiler, enforcement, fair_sharing
 from quotas.kube.applier import (
     NAMESPACE,
     ApplyError,
@@ -196,6 +196,10 @@ def kueue_config_refresh(cluster: Cluster, backend: Backend) -> None:
         else:
             try:
                 config, error = enforcement.parse_kueue_config(configmap).as_json(), ""
+                # What Kueue runs of fair sharing, for the cluster page's verdict.
+                config["fairSharing"] = fair_sharing.kueue_settings(
+                    configmap, enforcement.KUEUE_CONFIG_KEY
+                )
             except ValueError as exc:
                 config, error = None, f"Kueue's configuration: {exc}"
     now = timezone.now()

@@ -50,7 +50,15 @@ from typing import Any, Final
 
 import yaml
 
-from quotas.kube import bandwidth, egress, enforcement, names, portal_access, storage
+from quotas.kube import (
+    bandwidth,
+    egress,
+    enforcement,
+    fair_sharing,
+    names,
+    portal_access,
+    storage,
+)
 from quotas.kube.spec import (
     ANNOTATION_GENERATION,
     LABEL_CLUSTER,
@@ -1081,6 +1089,8 @@ def _cluster_queue(context: _TenantContext) -> KubeObject:
         spec["resourceGroups"] = resource_groups
     if tenant.fair_share_weight is not None:
         spec["fairSharing"] = {"weight": str(tenant.fair_share_weight)}
+    if context.cluster.fair_sharing != fair_sharing.MODE_NONE:
+        spec = fair_sharing.cluster_queue_spec(spec, context.cluster.fair_sharing)
     return {
         "apiVersion": API_KUEUE,
         "kind": "ClusterQueue",

@@ -177,6 +177,10 @@ class ClusterSpec:
     volcano_hierarchy: bool = False
     # The cohort every tenant without a parent joins, so borrowing works.
     root_cohort: str = "portal-root"
+    # Fair sharing the portal asks of Kueue here (quotas.kube.fair_sharing): "none",
+    # "weights" (preemption-based, by fairSharing.weight) or "usage" (weights, and admission
+    # fair sharing by recent use inside each tenant's ClusterQueue).
+    fair_sharing: str = "none"
     # The StorageClass and VolumeAttributesClass names the cluster serves, as last read from
     # it (empty: not read). A tenant gets a quota of 0 on each one its quota does not name.
     storage_classes: tuple[str, ...] = ()

@@ -42,6 +42,7 @@ from quotas.choices import (
     MEMORY_RESOURCE,
     STORAGE_RESOURCE,
     Enforcement,
+    FairSharing,
     FlavorKind,
     SyncBackend,
     mig_resource,
@@ -559,6 +560,8 @@ class Command(BaseCommand):
                 "display_name": "Demo H100 cluster (MIG)",
                 "api_server": "http://127.0.0.1:8001",
                 "has_volcano": True,
+                # Kueue there remembers recent use (devcluster.demo's configuration for it).
+                "fair_sharing": FairSharing.USAGE,
             },
         )
         _connect(h100, kube_dir)

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('quotas', '0021_quota_set_egress_rules'),
+        ('quotas', '0022_cluster_fair_sharing'),
     ]
 
     operations = [
