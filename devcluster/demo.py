@@ -161,6 +161,43 @@ def install_gpu_operator(endpoint: Endpoint, cluster: str) -> None:
             )
 
 
+# The storage classes every demo cluster offers (R3): fast NVMe volumes provisioned with
+# IOPS and throughput (AWS EBS gp3's parameters, as docs/storage.md lists them), and the
+# default class. The portal's demo seed describes each as a storage flavor; a tenant whose
+# quota does not name one is refused its claims by the namespace quota.
+STORAGE_CLASSES: tuple[dict[str, Any], ...] = (
+    {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": "fast-nvme"},
+        "provisioner": "ebs.csi.aws.com",
+        "parameters": {"type": "gp3", "iops": "16000", "throughput": "1000"},
+        "volumeBindingMode": "WaitForFirstConsumer",
+    },
+    {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {
+            "name": "standard",
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+        },
+        "provisioner": "ebs.csi.aws.com",
+        "parameters": {"type": "gp3"},
+        "volumeBindingMode": "WaitForFirstConsumer",
+    },
+)
+
+
+def install_storage_classes(endpoint: Endpoint) -> None:
+    """``STORAGE_CLASSES`` where missing."""
+    for storage_class in STORAGE_CLASSES:
+        name = storage_class["metadata"]["name"]
+        if not endpoint.exists(f"/apis/storage.k8s.io/v1/storageclasses/{name}"):
+            endpoint.call(
+                "POST", "/apis/storage.k8s.io/v1/storageclasses", storage_class, "application/json"
+            )
+
+
 # What a platform team applies to a managed cluster for the portal (docs/rbac.md): its roles,
 # the bindings and the admission policies that confine its account, from
 # deploy/kubernetes/cluster-access as kustomize builds it (the listed files with the
@@ -292,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, endpoint in endpoints.items():
             install_kueue_config(endpoint, name)
             install_gpu_operator(endpoint, name)
+            install_storage_classes(endpoint)
             install_cluster_access(endpoint)
         hot = args.hot if args.hot is not None else ["team-a"]
         started = datetime.now(UTC)

@@ -198,7 +198,7 @@ class FlavorResourceInline(admin.TabularInline):
 class ResourceFlavorAdmin(admin.ModelAdmin):
     list_display = [
         "name", "cluster", "kind", "gpu_model", "mig_profile", "time_slicing_replicas",
-        "gpu_weight",
+        "gpu_weight", "storage_class", "performance",
     ]  # fmt: skip
     list_filter = ["cluster", "kind"]
     search_fields = ["name", "gpu_model"]

@@ -29,6 +29,7 @@ from quotas.choices import (
 from quotas.kube import fair_sharing, names
 from quotas.kube.compiler import DERIVED_MAX_GPUS_PER_POD
 from quotas.kube.enforcement import KueueConfig, verdict
+from quotas.kube.storage import performance_words
 from quotas.loader import cluster_spec
 from quotas.models import (
     Cluster,
@@ -66,6 +67,14 @@ class EffectiveQuota:
     lending_limit: Decimal | None
     # R25: shares per GPU of a time-sliced flavor; None: whole GPUs (or not a GPU flavor).
     time_slicing_replicas: int | None = None
+    # R3: what each volume of a storage flavor is provisioned with; None: the driver's default.
+    storage_iops: int | None = None
+    storage_throughput_mib: int | None = None
+
+    @property
+    def performance(self) -> str:
+        """A storage line's performance in words ("16,000 IOPS, 1,000 MiB/s per volume")."""
+        return performance_words(self.storage_iops, self.storage_throughput_mib)
 
     @property
     def shares_per_gpu(self) -> int | None:
@@ -110,6 +119,11 @@ class EffectiveQuotaSet:
     items: list[EffectiveQuota] = field(default_factory=list)
 
     @property
+    def has_storage(self) -> bool:
+        """Whether a line is on a storage class (R3): the only classes the tenant may use."""
+        return any(item.flavor_kind == FlavorKind.STORAGE for item in self.items)
+
+    @property
     def guaranteed_gpu_units(self) -> Decimal:
         return sum((i.guaranteed_gpu_units for i in self.items), Decimal(0))
 
@@ -127,7 +141,8 @@ _SET_FIELDS = (
 _ITEM_FIELDS = (
     "quotas__flavor__name", "quotas__flavor__kind", "quotas__flavor__gpu_weight",
     "quotas__resource", "quotas__guaranteed", "quotas__limit", "quotas__lending_limit",
-    "quotas__flavor__time_slicing_replicas",
+    "quotas__flavor__time_slicing_replicas", "quotas__flavor__storage_iops",
+    "quotas__flavor__storage_throughput_mib",
 )  # fmt: skip
 
 

@@ -64,6 +64,7 @@ from quotas.kube.validate import validate_objects
 from quotas.loader import cluster_spec, egress_specs, tenant_specs
 from quotas.models import Cluster, QuotaSet, SyncOutbox, TenantSync
 from quotas.services import cluster_namespace_rules, cluster_namespaces_reserve
+from quotas.storage import storage_classes_refresh
 from tenants.models import Namespace, Tenant
 from tenants.services import audit_record, system_namespace_reason
 
@@ -260,6 +261,7 @@ def tenant_push(*, tenant: Tenant, cluster: Cluster, dry_run: bool = False) -> P
     try:
         with cluster_backend(cluster) as backend:
             kueue_config_refresh(cluster, backend)
+            storage_classes_refresh(cluster, backend, always=False)
             desired = desired_objects(cluster, tenant=tenant)
             errors = validate_objects(desired, kubernetes_version=cluster.kubernetes_version)
             if errors:
@@ -398,6 +400,7 @@ def _reconcile_locked(cluster: Cluster, outcome: PushOutcome) -> PushOutcome:
     try:
         with cluster_backend(cluster) as backend:
             kueue_config_refresh(cluster, backend)
+            storage_classes_refresh(cluster, backend)
             desired = desired_objects(cluster)
             errors = validate_objects(desired, kubernetes_version=cluster.kubernetes_version)
             if errors:

@@ -159,6 +159,10 @@ class FlavorOutput(serializers.ModelSerializer):
             "gpu_model",
             "mig_profile",
             "storage_class",
+            "storage_driver",
+            "storage_iops",
+            "storage_throughput_mib",
+            "volume_attributes_class",
             "node_labels",
             "node_taints",
             "gpu_weight",
@@ -379,6 +383,16 @@ class QuotaItemOutput(serializers.Serializer):
         max_digits=9, decimal_places=2, allow_null=True, coerce_to_string=False,
         help_text="Time-sliced flavors: the limit as a percentage of one GPU. null otherwise.",
     )  # fmt: skip
+    storage_iops = serializers.IntegerField(
+        allow_null=True,
+        help_text="Storage flavors: the IOPS each volume is provisioned with; null: the CSI "
+        "driver's default (or not a storage flavor).",
+    )
+    storage_throughput_mib = serializers.IntegerField(
+        allow_null=True,
+        help_text="Storage flavors: the throughput each volume is provisioned with, in MiB/s; "
+        "null: the CSI driver's default (or not a storage flavor).",
+    )
 
 
 def _percent_of_gpu(amount: Decimal, replicas: int | None) -> float | None:
@@ -454,6 +468,8 @@ class QuotaSetOutput(serializers.Serializer):
                         item.guaranteed, item.shares_per_gpu
                     ),
                     "limit_percent_of_gpu": _percent_of_gpu(item.limit, item.shares_per_gpu),
+                    "storage_iops": item.storage_iops,
+                    "storage_throughput_mib": item.storage_throughput_mib,
                 }
                 for item in qs.items
             ],
