@@ -76,6 +76,7 @@ def cluster_spec(cluster: Cluster) -> ClusterSpec:
         fair_sharing=cluster.fair_sharing,
         storage_classes=_strings(cluster.storage_classes),
         volume_attributes_classes=_strings(cluster.volume_attributes_classes),
+        default_storage_class=cluster.default_storage_class,
     )
 
 

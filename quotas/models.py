@@ -139,6 +139,10 @@ class Cluster(models.Model):
     storage_classes = models.JSONField(default=list, db_default=[], blank=True)
     volume_attributes_classes = models.JSONField(default=list, db_default=[], blank=True)
     storage_classes_read_at = models.DateTimeField(null=True, blank=True)
+    # The StorageClass the cluster marks default (is-default-class), as last read: a tenant
+    # whose quota names no storage class at all keeps that one (under its storage total), so
+    # an upgrade does not cut existing tenants off their claims.
+    default_storage_class = models.CharField(max_length=253, blank=True, db_default="")
     kueue_config = models.JSONField(null=True, blank=True)
     kueue_config_error = models.CharField(max_length=500, blank=True)
     kueue_config_read_at = models.DateTimeField(null=True, blank=True)

@@ -24,17 +24,41 @@ VOLUME_ATTRIBUTES_CLASSES = (
 )
 
 
-def _names(backend: KubernetesBackend, kind: Kind) -> list[str] | None:
-    """The names of every ``kind`` object, sorted; None when the cluster does not serve it."""
+DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+
+
+def _objects(backend: KubernetesBackend, kind: Kind) -> list[dict] | None:
+    """Every ``kind`` object; None when the cluster does not serve it."""
     try:
-        objects = backend.list_all(kind)
+        return list(backend.list_all(kind))
     except RetryableError:
         raise
     except ApplyError as exc:
         if exc.status == 404:
             return None
         raise
-    return sorted({str((obj.get("metadata") or {}).get("name") or "") for obj in objects} - {""})
+
+
+def _name(obj: dict) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _names(objects: list[dict] | None) -> list[str] | None:
+    if objects is None:
+        return None
+    return sorted({_name(obj) for obj in objects} - {""})
+
+
+def _default_class(objects: list[dict]) -> str:
+    """The class marked default (the newest-named one where several are, as the API server's
+    admission picks one of them)."""
+    marked = [
+        _name(obj)
+        for obj in objects
+        if ((obj.get("metadata") or {}).get("annotations") or {}).get(DEFAULT_CLASS_ANNOTATION)
+        == "true"
+    ]
+    return max(marked) if marked else ""
 
 
 def storage_classes_refresh(cluster: Cluster, backend: Backend, *, always: bool = True) -> bool:
@@ -47,10 +71,12 @@ def storage_classes_refresh(cluster: Cluster, backend: Backend, *, always: bool 
     if not always and cluster.storage_classes_read_at is not None:
         return False
     try:
-        classes = _names(backend, STORAGE_CLASS) or []
+        class_objects = _objects(backend, STORAGE_CLASS) or []
+        classes = _names(class_objects) or []
+        default = _default_class(class_objects)
         attributes: list[str] = []
         for kind in VOLUME_ATTRIBUTES_CLASSES:
-            found = _names(backend, kind)
+            found = _names(_objects(backend, kind))
             if found is not None:
                 attributes = found
                 break
@@ -59,10 +85,18 @@ def storage_classes_refresh(cluster: Cluster, backend: Backend, *, always: bool 
     except ApplyError:
         return False
     now = timezone.now()
-    changed = classes != cluster.storage_classes or attributes != cluster.volume_attributes_classes
+    changed = (
+        classes != cluster.storage_classes
+        or attributes != cluster.volume_attributes_classes
+        or default != cluster.default_storage_class
+    )
     cluster.storage_classes, cluster.volume_attributes_classes = classes, attributes
+    cluster.default_storage_class = default
     cluster.storage_classes_read_at = now
     Cluster.objects.filter(pk=cluster.pk).update(
-        storage_classes=classes, volume_attributes_classes=attributes, storage_classes_read_at=now
+        storage_classes=classes,
+        volume_attributes_classes=attributes,
+        default_storage_class=default,
+        storage_classes_read_at=now,
     )
     return changed

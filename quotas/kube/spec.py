@@ -185,3 +185,5 @@ class ClusterSpec:
     # it (empty: not read). A tenant gets a quota of 0 on each one its quota does not name.
     storage_classes: tuple[str, ...] = ()
     volume_attributes_classes: tuple[str, ...] = ()
+    # The class the cluster marks default: kept by a tenant whose quota names no storage class.
+    default_storage_class: str = ""

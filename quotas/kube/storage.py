@@ -76,9 +76,13 @@ def storage_class_hard(
 ) -> dict[str, Decimal]:
     """The per-StorageClass keys of a tenant's namespace quota: its limit on each class its
     quota names (summed where two flavors share a class), and 0 storage and 0 claims on each
-    class it does not (or names with a limit of 0)."""
+    class it does not (or names with a limit of 0). A tenant whose quota names no storage
+    class at all keeps the cluster's default class (under its storage total, if any): what it
+    could use before classes were named, so an upgrade cuts no claims off."""
     hard: dict[str, Decimal] = {}
     allowed: set[str] = set()
+    if not items and cluster.default_storage_class:
+        allowed.add(cluster.default_storage_class)
     for item in items:
         storage_class = flavor_storage_class(flavors[item.flavor])
         key = class_key(storage_class, REQUESTS_STORAGE)

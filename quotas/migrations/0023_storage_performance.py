@@ -18,6 +18,11 @@ class Migration(migrations.Migration):
         ),
         migrations.AddField(
             model_name='cluster',
+            name='default_storage_class',
+            field=models.CharField(blank=True, db_default='', max_length=253),
+        ),
+        migrations.AddField(
+            model_name='cluster',
             name='storage_classes_read_at',
             field=models.DateTimeField(blank=True, null=True),
         ),

@@ -93,6 +93,19 @@ def test_a_tenant_with_no_storage_line_may_use_no_known_class_and_a_limit_of_0_n
     assert hard["fast-nvme.storageclass.storage.k8s.io/persistentvolumeclaims"] == "0"
 
 
+def test_a_tenant_naming_no_class_keeps_the_clusters_default_one_and_only_that() -> None:
+    # Upgrading from a release without per-class quotas: a tenant with a storage total and no
+    # storage line keeps the class its claims without a class get; naming any class ends that.
+    cluster = cluster_spec(storage_classes=(FAST, STANDARD), default_storage_class=STANDARD)
+    hard = quotas_of(cluster, tenant_spec())["gpu-portal-quota"]["hard"]
+    assert not any(key.startswith("standard.storageclass") for key in hard)
+    assert hard["fast-nvme.storageclass.storage.k8s.io/persistentvolumeclaims"] == "0"
+    named = tenant_spec(QuotaSpec(FAST, "storage", Decimal(0), Decimal(TI)))
+    hard = quotas_of(cluster, named)["gpu-portal-quota"]["hard"]
+    assert hard["standard.storageclass.storage.k8s.io/persistentvolumeclaims"] == "0"
+    assert hard["fast-nvme.storageclass.storage.k8s.io/requests.storage"] == "1Ti"
+
+
 def test_volume_attributes_classes_not_named_are_refused_by_a_scoped_quota() -> None:
     flavors = (
         storage_flavor("gold", storage_class=FAST, volume_attributes_class="gold"),
@@ -165,7 +178,14 @@ def storage_classes_on(standin) -> None:
             {
                 "apiVersion": "storage.k8s.io/v1",
                 "kind": "StorageClass",
-                "metadata": {"name": name},
+                "metadata": {
+                    "name": name,
+                    "annotations": (
+                        {"storageclass.kubernetes.io/is-default-class": "true"}
+                        if name == STANDARD
+                        else {}
+                    ),
+                },
                 "provisioner": "ebs.csi.aws.com",
             }
         )
@@ -238,6 +258,7 @@ def test_a_claim_of_a_class_the_quota_does_not_name_is_refused_with_exceeded_quo
 ):
     world.a100.refresh_from_db()
     assert world.a100.storage_classes == [FAST, "scratch", STANDARD]
+    assert world.a100.default_storage_class == STANDARD
     assert world.a100.volume_attributes_classes == ["iops-32k"]
     core = client.CoreV1Api(acting_as(team_a_on_standard, tmp_path, "alice"))
 
