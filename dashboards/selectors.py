@@ -1102,20 +1102,28 @@ def showback(
     return Showback(month, start, end, rows)
 
 
-def showback_parts(
-    *, report: Showback, tenant: Tenant, by: str, now: datetime | None = None
-) -> ShowbackParts:
-    """The tenant's showback shared out per person or namespace (``usage.breakdown``, the
-    same hourly rollups as the report): GPU-hours per part and cost per currency, the cents of
-    each (cluster, flavor) row shared out so that the parts' costs add up to the report's.
-    Four queries."""
-    breakdown = usage_breakdown(
+def showback_breakdown(
+    *, report: Showback, tenant: Tenant, now: datetime | None = None
+) -> Breakdown:
+    """The tenant's month of showback shared out (``usage.breakdown``, the same hourly rollups
+    as the report). Four queries."""
+    return usage_breakdown(
         tenant_id=tenant.pk,
         start=report.start,
         end=report.end,
         resolution=Resolution.HOUR,
         now=now or timezone.now(),
     )
+
+
+def showback_parts(
+    *, report: Showback, tenant: Tenant, by: str, breakdown: Breakdown | None = None
+) -> ShowbackParts:
+    """The tenant's showback per person or namespace: GPU-hours per part and cost per
+    currency, the cents of each (cluster, flavor) row shared out so that the parts' costs add
+    up to the report's. No query given ``breakdown`` (``showback_breakdown``), else four."""
+    if breakdown is None:
+        breakdown = showback_breakdown(report=report, tenant=tenant)
     parts = breakdown.parts(by)
     costs: list[dict[str, Decimal]] = [defaultdict(Decimal) for _ in parts]
     rows: list[dict[str, Any]] = []

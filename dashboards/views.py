@@ -346,8 +346,11 @@ def _showback_page(
         context |= {"error": error_text(exc), "month": request.GET.get("month", "")}
         return view._page(request, context, status=400)
     if tenant is not None:
-        people = selectors.showback_parts(report=report, tenant=tenant, by="person")
-        namespaces = selectors.showback_parts(report=report, tenant=tenant, by="namespace")
+        shared = selectors.showback_breakdown(report=report, tenant=tenant)
+        people, namespaces = (
+            selectors.showback_parts(report=report, tenant=tenant, by=kind, breakdown=shared)
+            for kind in ("person", "namespace")
+        )
         context |= {"people": people, "namespaces": namespaces}
         if request.GET.get("download") == "csv" and "by" in request.GET:
             parts = people if by == "person" else namespaces
