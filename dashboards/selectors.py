@@ -1137,8 +1137,8 @@ def showback_parts(
             exact = [Decimal(repr(h)) * row.price for h in hours]
             priced = apportion(exact, total=row.cost)
             shares = list(priced)
-            for i, share in enumerate(priced):
-                costs[i][row.currency] += share
+            for i, cents in enumerate(priced):
+                costs[i][row.currency] += cents
         for part, h, share in zip(parts, hours, shares, strict=True):
             rows.append(
                 {

@@ -363,3 +363,36 @@ def test_the_showback_api_breakdown_needs_a_tenant_and_a_known_kind(people, api_
         .status_code
         == 404
     )
+
+
+def test_the_breakdown_reads_a_fixed_number_of_queries_whatever_the_workloads(
+    people, api_as, django_assert_max_num_queries
+):
+    world, now = people.world, people.now
+    client = api_as(world.alice)
+    url = "/api/v1/tenants/team-a/usage/breakdown/"
+    client.get(url, {"range": "30d"})
+    with django_assert_max_num_queries(10) as few:
+        assert client.get(url, {"range": "30d"}).status_code == 200
+    Workload.objects.bulk_create(
+        Workload(
+            cluster=world.a100,
+            tenant=world.team_a,
+            namespace=f"team-a-ns{i % 7}",
+            name=f"many-{i}",
+            uid=f"uid-many-{i}",
+            gpus=1,
+            flavors=["a100-80gb"],
+            state=WorkloadState.FINISHED,
+            created_at=now - timedelta(hours=i + 2),
+            admitted_at=now - timedelta(hours=i + 1),
+            finished_at=now - timedelta(hours=i),
+            updated_at=now,
+            submitter=f"person-{i % 13}",
+        )
+        for i in range(300)
+    )
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        body = client.get(url, {"range": "30d"}).json()
+    assert len(body["people"]) == 13 + 3  # the 13, alice, carol and the rest
+    assert sum(p["gpu_hours"] for p in body["people"]) == pytest.approx(body["gpu_hours"])
