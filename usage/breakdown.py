@@ -323,8 +323,12 @@ def usage_breakdown(
         used[(cluster_id, flavor_id, bucket)] = hours
         total[(cluster_id, flavor_id)] += hours
 
+    # Those that may have held quota in the range: finished in it, or not finished and either
+    # admitted now or evicted in it (an older eviction held nothing since).
     workloads = Workload.objects.filter(
-        Q(finished_at__isnull=True) | Q(finished_at__gt=start),
+        Q(finished_at__gt=start)
+        | Q(finished_at__isnull=True, state=WorkloadState.ADMITTED)
+        | Q(finished_at__isnull=True, evicted_at__gt=start),
         tenant_id=tenant_id,
         admitted_at__isnull=False,
         admitted_at__lt=end,

@@ -396,3 +396,16 @@ def test_the_breakdown_reads_a_fixed_number_of_queries_whatever_the_workloads(
         body = client.get(url, {"range": "30d"}).json()
     assert len(body["people"]) == 13 + 3  # the 13, alice, carol and the rest
     assert sum(p["gpu_hours"] for p in body["people"]) == pytest.approx(body["gpu_hours"])
+
+
+def test_a_person_on_the_usage_page_leads_to_their_workloads_with_the_same_figure(people):
+    client = page_client(people.world.carol)
+    response = client.get("/tenants/team-a/usage/", {"range": "7d"})
+    html = response.content.decode()
+    row = html.split('data-part="alice"', 1)[1].split("</tr>", 1)[0]
+    href = re.search(r'href="([^"]+)"', row)[1].replace("&amp;", "&")  # type: ignore[index]
+    assert href.startswith("/tenants/team-a/profile/?")
+    (alice,) = [r for r in response.context["by_person"].rows if r.key == "alice"]
+    profile = client.get(href.split("#")[0])
+    assert profile.status_code == 200
+    assert profile.context["workload_table"].gpu_hours == alice.gpu_hours
