@@ -1255,6 +1255,14 @@ def workload_table(
     return WorkloadTable(lines, other, sum(gpu, Decimal(0)), sum(unit, Decimal(0)))
 
 
+def person_workloads(breakdown: Breakdown, people: BreakdownTable, person: str) -> WorkloadTable:
+    """The workloads of ``person`` (everyone's for ""), adding up to the person's row of
+    ``people`` as shown."""
+    workloads = [w for w in breakdown.workloads if not person or w.submitter == person]
+    shown = next(((r.gpu_hours, r.unit_hours) for r in people.rows if r.key == person), None)
+    return workload_table(breakdown, workloads, totals=shown if person else None)
+
+
 def tenant_breakdown(
     *,
     tenant: Tenant,

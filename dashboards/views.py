@@ -227,22 +227,22 @@ class TenantUsageView(_TenantPage):
         except ApplicationError as exc:
             return self._page(request, context | {"error": error_text(exc)}, status=400)
         place = {"cluster": data.get("cluster") or None, "flavor": data.get("flavor") or None}
-        dashboard = selectors.tenant_dashboard(tenant=self.tenant, period=period, **place)
-        breakdown = selectors.tenant_breakdown(tenant=self.tenant, period=period, **place)
         if request.GET.get("download") == "csv" and "by" in request.GET:
+            breakdown = selectors.tenant_breakdown(tenant=self.tenant, period=period, **place)
             name = f"usage-{self.tenant.slug}-by-{by}-{period.start:%Y%m%dT%H%M}.csv"
             return _csv(name, (by, *BREAKDOWN_COLUMNS), breakdown.rows(by))
+        dashboard = selectors.tenant_dashboard(tenant=self.tenant, period=period, **place)
         if request.GET.get("download") == "csv":
             name = (
                 f"usage-{self.tenant.slug}-{period.start:%Y%m%dT%H%M}-{period.end:%Y%m%dT%H%M}.csv"
             )
             return _csv(name, selectors.CSV_COLUMNS, dashboard.rows())
+        breakdown = selectors.tenant_breakdown(tenant=self.tenant, period=period, **place)
         context |= {
             "period": period,
             "dashboard": dashboard,
             "figures": charts.tenant_figures(dashboard),
             "series": [(f"flavor-{i}", s) for i, s in enumerate(dashboard.series)],
-            "breakdown": breakdown,
             "by_person": breakdown.table("person"),
             "by_namespace": breakdown.table("namespace"),
             "csv_query_by": _query_without(request, "download", "by"),
@@ -300,7 +300,6 @@ class TenantProfileView(_TenantPage):
             return self._page(request, context | {"error": error_text(exc)}, status=400)
         profile = selectors.workload_profile(tenant=self.tenant, period=period)
         breakdown = selectors.tenant_breakdown(tenant=self.tenant, period=period)
-        workloads = [w for w in breakdown.workloads if not person or w.submitter == person]
         by_person = breakdown.table("person")
         context |= {
             "period": period,
@@ -308,16 +307,7 @@ class TenantProfileView(_TenantPage):
             "figures": charts.profile_figures(profile),
             "by_person": by_person,
             "person": person,
-            "workload_table": selectors.workload_table(
-                breakdown,
-                workloads,
-                totals=next(
-                    ((r.gpu_hours, r.unit_hours) for r in by_person.rows if r.key == person),
-                    None,
-                )
-                if person
-                else None,
-            ),
+            "workload_table": selectors.person_workloads(breakdown, by_person, person),
             "person_query": _query_without(request, "person"),
         }
         return self._page(request, context)

@@ -25,7 +25,7 @@ workloads, buckets or flavors; the sharing out is done in Python over the rows r
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
@@ -438,8 +438,3 @@ def _add(into: Part, part: Part) -> None:
     into.utilization_weighted += part.utilization_weighted
     into.utilization_hours += part.utilization_hours
     into.workloads += part.workloads
-
-
-def workload_parts_for(breakdown: Breakdown, *, person: str | None) -> Iterable[WorkloadPart]:
-    """The workloads of one person (all when None), most GPU-hours first."""
-    return [w for w in breakdown.workloads if person is None or w.submitter == person]
