@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
@@ -54,6 +54,7 @@ from quotas.models import Cluster, FlavorResource, Quota, ResourceFlavor
 from quotas.selectors import fleet_capacities
 from tenants.models import Tenant
 from usage import selectors as usage_selectors
+from usage.breakdown import Breakdown, BreakdownTable, apportion, usage_breakdown
 from usage.buckets import bucket_start, retention
 from usage.choices import RAW, Metric, Resolution
 from usage.models import PrometheusGpu, Rollup, Sample, Workload
@@ -1099,6 +1100,193 @@ def showback(
         )
     rows.sort(key=lambda r: (r.tenant, r.cluster, r.flavor))
     return Showback(month, start, end, rows)
+
+
+def showback_breakdown(
+    *, report: Showback, tenant: Tenant, now: datetime | None = None
+) -> Breakdown:
+    """The tenant's month of showback shared out (``usage.breakdown``, the same hourly rollups
+    as the report). Four queries."""
+    return usage_breakdown(
+        tenant_id=tenant.pk,
+        start=report.start,
+        end=report.end,
+        resolution=Resolution.HOUR,
+        now=now or timezone.now(),
+    )
+
+
+def showback_parts(
+    *, report: Showback, tenant: Tenant, by: str, breakdown: Breakdown | None = None
+) -> ShowbackParts:
+    """The tenant's showback per person or namespace: GPU-hours per part and cost per
+    currency, the cents of each (cluster, flavor) row shared out so that the parts' costs add
+    up to the report's. No query given ``breakdown`` (``showback_breakdown``), else four."""
+    if breakdown is None:
+        breakdown = showback_breakdown(report=report, tenant=tenant)
+    parts = breakdown.parts(by)
+    costs: list[dict[str, Decimal]] = [defaultdict(Decimal) for _ in parts]
+    rows: list[dict[str, Any]] = []
+    by_place = {(r.cluster, r.flavor): r for r in report.rows if r.tenant == tenant.slug}
+    for place in breakdown.places:
+        info = breakdown.flavors[place]
+        row = by_place.get((info.cluster, info.name))
+        hours = [p.hours.get(place, 0.0) for p in parts]
+        shares: list[Decimal | None] = [None] * len(parts)
+        if row is not None and row.price is not None and row.cost is not None:
+            exact = [Decimal(repr(h)) * row.price for h in hours]
+            priced = apportion(exact, total=row.cost)
+            shares = list(priced)
+            for i, cents in enumerate(priced):
+                costs[i][row.currency] += cents
+        for part, h, share in zip(parts, hours, shares, strict=True):
+            rows.append(
+                {
+                    by: part.key,
+                    "unattributed": part.key == "",
+                    "cluster": info.cluster,
+                    "flavor": info.name,
+                    "gpu_hours": h,
+                    "unit_hours": h * info.weight,
+                    "price": row.price if row else None,
+                    "currency": row.currency if row else "",
+                    "cost": share,
+                }
+            )
+    table = breakdown.table(by)
+    totals: dict[str, Decimal] = defaultdict(Decimal)
+    for cost in costs:
+        for currency, value in cost.items():
+            totals[currency] += value
+    table = replace(
+        table,
+        rows=[
+            replace(line, costs=tuple(sorted(cost.items())))
+            for line, cost in zip(table.rows, costs, strict=True)
+        ],
+        cost_totals=tuple(sorted(totals.items())),
+        priced=True,
+    )
+    return ShowbackParts(by, breakdown, table, rows)
+
+
+@dataclass
+class ShowbackParts:
+    by: str
+    breakdown: Breakdown
+    table: BreakdownTable
+    rows: list[dict[str, Any]]  # per part and (cluster, flavor): the CSV and the API
+
+
+PROFILE_WORKLOADS = 50  # workloads listed one by one on the profile; the rest summed in a row
+
+
+def profile_person_parse(*, tenant: Tenant, value: str | None) -> str:
+    """A submitter of the tenant's workloads, or "" for everyone; another name is a 400
+    naming ``person`` with the choices. One query."""
+    if not value:
+        return ""
+    people = usage_selectors.workload_filter_choices(tenant=tenant)["person"]
+    if value not in people:
+        listed = ", ".join(people) or "none yet"
+        raise ValidationFailed.for_field(
+            "person", f"Unknown person {value!r}; choose one of: {listed}.", choices=people
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class WorkloadLine:
+    name: str
+    namespace: str
+    cluster: str
+    submitter: str
+    state: str
+    gpu_hours: Decimal
+    unit_hours: Decimal
+    utilization: float | None
+    workloads: int = 1  # for the row summing the rest
+
+
+@dataclass(frozen=True)
+class WorkloadTable:
+    lines: list[WorkloadLine]
+    rest: WorkloadLine | None  # the workloads past PROFILE_WORKLOADS, summed
+    gpu_hours: Decimal
+    unit_hours: Decimal
+
+
+def workload_table(
+    breakdown: Breakdown,
+    workloads: Sequence[Any],
+    *,
+    totals: tuple[Decimal, Decimal] | None = None,
+) -> WorkloadTable:
+    """The profile's per-workload lines (most GPU-hours first, the first PROFILE_WORKLOADS one
+    by one and the rest in one row), rounded so that they add up to their total exactly:
+    ``totals`` (GPU-hours, unit-hours) as shown elsewhere on the page (a person's row), else
+    their own sum rounded."""
+    shown, rest = list(workloads[:PROFILE_WORKLOADS]), list(workloads[PROFILE_WORKLOADS:])
+    hours = [w.gpu_hours for w in shown] + [sum(w.gpu_hours for w in rest)]
+    units = [breakdown.units(w.hours) for w in shown] + [
+        sum(breakdown.units(w.hours) for w in rest)
+    ]
+    gpu = apportion(hours, total=totals[0] if totals else None)
+    unit = apportion(units, total=totals[1] if totals else None)
+    clusters = {c: info.cluster for (c, _), info in breakdown.flavors.items()}
+    lines = [
+        WorkloadLine(
+            name=w.key,
+            namespace=w.namespace,
+            cluster=clusters.get(w.cluster_id, ""),
+            submitter=w.submitter,
+            state=w.state,
+            gpu_hours=gpu[i],
+            unit_hours=unit[i],
+            utilization=w.utilization,
+        )
+        for i, w in enumerate(shown)
+    ]
+    other = (
+        WorkloadLine("", "", "", "", "", gpu[-1], unit[-1], None, workloads=len(rest))
+        if rest
+        else None
+    )
+    return WorkloadTable(lines, other, sum(gpu, Decimal(0)), sum(unit, Decimal(0)))
+
+
+def person_workloads(breakdown: Breakdown, people: BreakdownTable, person: str) -> WorkloadTable:
+    """The workloads of ``person`` (everyone's for ""), adding up to the person's row of
+    ``people`` as shown."""
+    workloads = [w for w in breakdown.workloads if not person or w.submitter == person]
+    shown = next(((r.gpu_hours, r.unit_hours) for r in people.rows if r.key == person), None)
+    return workload_table(breakdown, workloads, totals=shown if person else None)
+
+
+def tenant_breakdown(
+    *,
+    tenant: Tenant,
+    period: Period,
+    cluster: str | None = None,
+    flavor: str | None = None,
+    now: datetime | None = None,
+) -> Breakdown:
+    """The tenant's GPU-hours over the period at its step, per person, namespace and workload
+    (``usage.breakdown``), narrowed like its usage page. Five queries at most."""
+    cluster_ids = flavor_ids = None
+    if cluster or flavor:
+        flavors = _flavor_filter(cluster, flavor)
+        flavor_ids = [f.pk for f in flavors]
+        cluster_ids = sorted({f.cluster_id for f in flavors})
+    return usage_breakdown(
+        tenant_id=tenant.pk,
+        start=period.start,
+        end=period.end,
+        resolution=period.plan.resolution,
+        now=now or timezone.now(),
+        cluster_ids=cluster_ids,
+        flavor_ids=flavor_ids,
+    )
 
 
 def month_options(*, now: datetime | None = None, count: int = 13) -> list[str]:

@@ -30,6 +30,7 @@ from dashboards import charts, selectors
 from tenants.api.base import caller
 from tenants.models import Tenant
 from tenants.selectors import membership_role, tenant_get_for_user
+from usage.breakdown import breakdown_by_parse
 
 DATETIME_INPUTS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
 
@@ -221,24 +222,35 @@ class TenantUsageView(_TenantPage):
         if period is None:
             return self._page(request, context, status=400)
         data = form.cleaned_data
-        dashboard = selectors.tenant_dashboard(
-            tenant=self.tenant,
-            period=period,
-            cluster=data.get("cluster") or None,
-            flavor=data.get("flavor") or None,
-        )
+        try:
+            by = breakdown_by_parse(request.GET.get("by"))
+        except ApplicationError as exc:
+            return self._page(request, context | {"error": error_text(exc)}, status=400)
+        place = {"cluster": data.get("cluster") or None, "flavor": data.get("flavor") or None}
+        if request.GET.get("download") == "csv" and "by" in request.GET:
+            breakdown = selectors.tenant_breakdown(tenant=self.tenant, period=period, **place)
+            name = f"usage-{self.tenant.slug}-by-{by}-{period.start:%Y%m%dT%H%M}.csv"
+            return _csv(name, (by, *BREAKDOWN_COLUMNS), breakdown.rows(by))
+        dashboard = selectors.tenant_dashboard(tenant=self.tenant, period=period, **place)
         if request.GET.get("download") == "csv":
             name = (
                 f"usage-{self.tenant.slug}-{period.start:%Y%m%dT%H%M}-{period.end:%Y%m%dT%H%M}.csv"
             )
             return _csv(name, selectors.CSV_COLUMNS, dashboard.rows())
+        breakdown = selectors.tenant_breakdown(tenant=self.tenant, period=period, **place)
         context |= {
             "period": period,
             "dashboard": dashboard,
             "figures": charts.tenant_figures(dashboard),
             "series": [(f"flavor-{i}", s) for i, s in enumerate(dashboard.series)],
+            "by_person": breakdown.table("person"),
+            "by_namespace": breakdown.table("namespace"),
+            "csv_query_by": _query_without(request, "download", "by"),
         }
         return self._page(request, context)
+
+
+BREAKDOWN_COLUMNS = ("unattributed", "cluster", "flavor", "gpu_hours", "unit_hours")
 
 
 class AdminUsageView(_AdminPage):
@@ -280,11 +292,23 @@ class TenantProfileView(_TenantPage):
         context = self._base(request) | {"form": form, "error": error}
         if period is None:
             return self._page(request, context, status=400)
+        try:
+            person = selectors.profile_person_parse(
+                tenant=self.tenant, value=request.GET.get("person")
+            )
+        except ApplicationError as exc:
+            return self._page(request, context | {"error": error_text(exc)}, status=400)
         profile = selectors.workload_profile(tenant=self.tenant, period=period)
+        breakdown = selectors.tenant_breakdown(tenant=self.tenant, period=period)
+        by_person = breakdown.table("person")
         context |= {
             "period": period,
             "profile": profile,
             "figures": charts.profile_figures(profile),
+            "by_person": by_person,
+            "person": person,
+            "workload_table": selectors.person_workloads(breakdown, by_person, person),
+            "person_query": _query_without(request, "person"),
         }
         return self._page(request, context)
 
@@ -293,18 +317,41 @@ SHOWBACK_COLUMNS = ("month", "tenant", "cluster", "flavor", "gpu_hours", "unit_h
                     "price_per_hour", "currency", "cost")  # fmt: skip
 
 
+SHOWBACK_PART_COLUMNS = ("unattributed", "cluster", "flavor", "gpu_hours", "unit_hours",
+                         "price_per_hour", "currency", "cost")  # fmt: skip
+
+
 def _showback_page(
     view: _Page, request: HttpRequest, tenant_ids: list[int] | None, base: dict[str, Any], name: str
 ) -> HttpResponse:
     context = base | {"months": selectors.month_options()}
+    tenant = base.get("tenant")
     try:
         month = selectors.parse_month(request.GET.get("month"))
         report = selectors.showback(month=month, tenant_ids=tenant_ids)
+        by = breakdown_by_parse(request.GET.get("by"))
     except NotFound:
         raise  # the 404 page
     except ApplicationError as exc:
         context |= {"error": error_text(exc), "month": request.GET.get("month", "")}
         return view._page(request, context, status=400)
+    if tenant is not None:
+        shared = selectors.showback_breakdown(report=report, tenant=tenant)
+        people, namespaces = (
+            selectors.showback_parts(report=report, tenant=tenant, by=kind, breakdown=shared)
+            for kind in ("person", "namespace")
+        )
+        context |= {"people": people, "namespaces": namespaces}
+        if request.GET.get("download") == "csv" and "by" in request.GET:
+            parts = people if by == "person" else namespaces
+            return _csv(
+                f"showback-{name}-by-{by}-{month:%Y-%m}.csv",
+                ("month", by, *SHOWBACK_PART_COLUMNS),
+                (
+                    {"month": f"{month:%Y-%m}", **r, "price_per_hour": r["price"]}
+                    for r in parts.rows
+                ),
+            )
     if request.GET.get("download") == "csv":
         return _csv(
             f"showback-{name}-{month:%Y-%m}.csv",

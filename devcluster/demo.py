@@ -66,9 +66,22 @@ integrations:
 """
 
 
-def install_kueue_config(endpoint: Endpoint) -> None:
+# demo-h100's Kueue shares unused GPUs fairly, by weight and by recent use (the portal's demo
+# asks for "usage" there); demo-a100's does not, so its page says Kueue there lacks it.
+KUEUE_FAIR_SHARING = """fairSharing:
+  preemptionStrategies: [LessThanOrEqualToFinalShare, LessThanInitialShare]
+admissionFairSharing:
+  usageHalfLifeTime: 168h
+  usageSamplingInterval: 5m
+"""
+FAIR_SHARING_CLUSTERS = ("demo-h100",)
+
+
+def install_kueue_config(endpoint: Endpoint, cluster: str = "") -> None:
     """Namespace ``kueue-system`` and ConfigMap ``kueue-manager-config`` where missing (a
-    restart keeps what the state directory holds, an edit included)."""
+    restart keeps what the state directory holds, an edit included); with fair sharing on the
+    clusters of ``FAIR_SHARING_CLUSTERS``."""
+    text = KUEUE_CONFIG + (KUEUE_FAIR_SHARING if cluster in FAIR_SHARING_CLUSTERS else "")
     if not endpoint.exists("/api/v1/namespaces/kueue-system"):
         endpoint.call(
             "POST",
@@ -85,7 +98,7 @@ def install_kueue_config(endpoint: Endpoint) -> None:
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
                 "metadata": {"name": "kueue-manager-config", "namespace": "kueue-system"},
-                "data": {"controller_manager_config.yaml": KUEUE_CONFIG},
+                "data": {"controller_manager_config.yaml": text},
             },
             "application/json",
         )
@@ -145,6 +158,43 @@ def install_gpu_operator(endpoint: Endpoint, cluster: str) -> None:
                     },
                 },
                 "application/json",
+            )
+
+
+# The storage classes every demo cluster offers (R3): fast NVMe volumes provisioned with
+# IOPS and throughput (AWS EBS gp3's parameters, as docs/storage.md lists them), and the
+# default class. The portal's demo seed describes each as a storage flavor; a tenant whose
+# quota does not name one is refused its claims by the namespace quota.
+STORAGE_CLASSES: tuple[dict[str, Any], ...] = (
+    {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": "fast-nvme"},
+        "provisioner": "ebs.csi.aws.com",
+        "parameters": {"type": "gp3", "iops": "16000", "throughput": "1000"},
+        "volumeBindingMode": "WaitForFirstConsumer",
+    },
+    {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {
+            "name": "standard",
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+        },
+        "provisioner": "ebs.csi.aws.com",
+        "parameters": {"type": "gp3"},
+        "volumeBindingMode": "WaitForFirstConsumer",
+    },
+)
+
+
+def install_storage_classes(endpoint: Endpoint) -> None:
+    """``STORAGE_CLASSES`` where missing."""
+    for storage_class in STORAGE_CLASSES:
+        name = storage_class["metadata"]["name"]
+        if not endpoint.exists(f"/apis/storage.k8s.io/v1/storageclasses/{name}"):
+            endpoint.call(
+                "POST", "/apis/storage.k8s.io/v1/storageclasses", storage_class, "application/json"
             )
 
 
@@ -277,8 +327,9 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, lambda *_: stop.set())
         endpoints = {name: Endpoint.from_kubeconfig(path) for name, path in files.items()}
         for name, endpoint in endpoints.items():
-            install_kueue_config(endpoint)
+            install_kueue_config(endpoint, name)
             install_gpu_operator(endpoint, name)
+            install_storage_classes(endpoint)
             install_cluster_access(endpoint)
         hot = args.hot if args.hot is not None else ["team-a"]
         started = datetime.now(UTC)

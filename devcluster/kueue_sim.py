@@ -1,4 +1,5 @@
-"""What Kueue's controller would write into the demo's clusters: ClusterQueue usage.
+"""What Kueue's controller would write into the demo's clusters: ClusterQueue usage, and
+fair-sharing standing where the cluster's Kueue configuration turns it on.
 
 The stand-in runs no controllers, so without this a demo ClusterQueue has no ``.status`` and
 the portal's collector reads zero use: the month of simulated history would end in a cliff
@@ -23,6 +24,12 @@ With ``idle`` (a tenant; team-b on the demo's first cluster) it also keeps one K
 tenant's first GPU flavor: the demo month records no GPU activity for that tenant there in its
 last days, so the portal's idle rule finds it, tells the lead, and after the grace sets
 ``spec.active: false`` on it (``kubectl get workloads -A``), with an undo on the alert's page.
+
+Where the demo's Kueue configuration has a ``fairSharing`` section, each ClusterQueue's status
+gets a ``fairSharing.weightedShare`` (``weighted_share``: its borrowing over its limit, per mille,
+over its weight); where it has ``admissionFairSharing`` too, each LocalQueue of a ClusterQueue
+with ``admissionScope`` gets the GPUs its queue held as the half-life remembers them
+(``consumed_gpus``, from the same load model), split evenly among the queue's LocalQueues.
 
 The load model is the demo's one (``gpu_spec.demo_load``: the simulated GPUs follow it too). The
 model is pure (``queue_load``, ``queue_status``, ``idle_workload``); ``simulate_once``
@@ -56,6 +63,11 @@ logger = logging.getLogger("devcluster.kueue_sim")
 LOAD_ANNOTATION = "demo.gpu-quota-portal.io/load"
 MAX_LOAD = 1.5
 QUEUES_PATH = "/apis/kueue.x-k8s.io/v1beta2/clusterqueues"
+LOCAL_QUEUES_PATH = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/localqueues"
+ALL_LOCAL_QUEUES_PATH = "/apis/kueue.x-k8s.io/v1beta2/localqueues"
+KUEUE_CONFIG_PATH = "/api/v1/namespaces/kueue-system/configmaps/kueue-manager-config"
+KUEUE_CONFIG_KEY = "controller_manager_config.yaml"
+MAX_SHARE = 9223372036854775807
 WORKLOADS_PATH = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{namespace}/workloads"
 IDLE_NAME = "notebook-idle"
 IDLE_ADMITTED_BEFORE = timedelta(days=4)
@@ -118,6 +130,130 @@ def queue_status(queue: Mapping[str, Any], load: float) -> dict[str, Any]:
         "reservingWorkloads": admitted,
         "pendingWorkloads": pending,
     }
+
+
+def weighted_share(queue: Mapping[str, Any], status: Mapping[str, Any]) -> int:
+    """The ``status.fairSharing.weightedShare`` Kueue would report, roughly: the largest
+    share of a resource's limit used above its nominal quota, per mille, over the queue's
+    fair-sharing weight (Kueue divides by what the whole cohort can lend; the demo does not
+    model the cohort)."""
+    weight = float(
+        parse_quantity(((queue.get("spec") or {}).get("fairSharing") or {}).get("weight", 1))
+    )
+    limits: dict[tuple[str, str], Decimal] = {}
+    for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for resource in flavor.get("resources") or []:
+                nominal = parse_quantity(resource.get("nominalQuota", 0))
+                borrowing = parse_quantity(resource.get("borrowingLimit", 0) or 0)
+                limits[(flavor["name"], resource["name"])] = nominal + borrowing
+    share = 0.0
+    for flavor in status.get("flavorsUsage") or []:
+        for resource in flavor.get("resources") or []:
+            limit = limits.get((flavor["name"], resource["name"]), Decimal(0))
+            if limit > 0:
+                share = max(share, float(parse_quantity(resource["borrowed"]) / limit))
+    if share == 0:
+        return 0
+    if weight <= 0:
+        return MAX_SHARE
+    return int(share * 1000 / weight)
+
+
+def consumed_gpus(
+    name: str,
+    annotations: Mapping[str, str],
+    limit: Decimal,
+    now: datetime,
+    half_life: timedelta,
+    hot: Iterable[str] = (),
+) -> Decimal:
+    """The GPUs a queue held on average as admission fair sharing remembers them: its load
+    model sampled every 3 hours back over four half-lives, each sample weighted by how much
+    of it is left (half after one half-life)."""
+    step = timedelta(hours=3)
+    total = weights = 0.0
+    when, back = now, timedelta(0)
+    while back <= half_life * 4:
+        weight = 0.5 ** (back / half_life)
+        total += weight * queue_load(name, annotations, when, hot)
+        weights += weight
+        back += step
+        when = now - back
+    return (limit * Decimal(str(total / weights))).quantize(Decimal("0.001"))
+
+
+def local_queue_status(consumed: Mapping[str, Decimal], updated: datetime) -> dict[str, Any]:
+    """A LocalQueue's ``status.fairSharing`` under admission fair sharing."""
+    return {
+        "fairSharing": {
+            "weightedShare": 0,
+            "admissionFairSharingStatus": {
+                "consumedResources": {name: _format(amount) for name, amount in consumed.items()},
+                "lastUpdate": updated.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+        }
+    }
+
+
+def kueue_fair_sharing(endpoint: Endpoint) -> tuple[bool, timedelta | None]:
+    """Whether the cluster's Kueue configuration (the demo's ConfigMap) turns fair sharing on,
+    and the half-life of admission fair sharing (None: off)."""
+    try:
+        configmap = endpoint.call("GET", KUEUE_CONFIG_PATH)
+        document = yaml.safe_load((configmap.get("data") or {}).get(KUEUE_CONFIG_KEY) or "")
+    except (OSError, ValueError, yaml.YAMLError):
+        return False, None
+    if not isinstance(document, dict):
+        return False, None
+    afs = document.get("admissionFairSharing")
+    half_life = None
+    if isinstance(afs, dict):
+        text = str(afs.get("usageHalfLifeTime") or "")
+        hours = text[:-1] if text.endswith("h") else ""
+        half_life = timedelta(hours=float(hours)) if hours.replace(".", "", 1).isdigit() else None
+    return isinstance(document.get("fairSharing"), dict), half_life
+
+
+def _queue_limit_gpus(queue: Mapping[str, Any]) -> Decimal:
+    total = Decimal(0)
+    for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for resource in flavor.get("resources") or []:
+                if resource["name"] == "nvidia.com/gpu":
+                    total += parse_quantity(resource.get("nominalQuota", 0))
+                    total += parse_quantity(resource.get("borrowingLimit", 0) or 0)
+    return total
+
+
+def _write_local_queues(
+    endpoint: Endpoint,
+    queue: Mapping[str, Any],
+    local_queues: list[Mapping[str, Any]],
+    now: datetime,
+    half_life: timedelta,
+    hot: Iterable[str],
+) -> None:
+    """Each LocalQueue of ``queue`` (with admission fair sharing) its share of the queue's
+    remembered GPU use, split evenly."""
+    metadata = queue.get("metadata") or {}
+    name = metadata.get("name", "")
+    mine = [lq for lq in local_queues if (lq.get("spec") or {}).get("clusterQueue") == name]
+    if not mine:
+        return
+    consumed = consumed_gpus(
+        name, metadata.get("annotations") or {}, _queue_limit_gpus(queue), now, half_life, hot
+    )
+    each = (consumed / len(mine)).quantize(Decimal("0.001"))
+    for lq in mine:
+        lq_meta = lq.get("metadata") or {}
+        endpoint.call(
+            "PATCH",
+            LOCAL_QUEUES_PATH.format(namespace=lq_meta.get("namespace", ""))
+            + f"/{lq_meta.get('name', '')}/status",
+            {"status": local_queue_status({"nvidia.com/gpu": each}, now)},
+            "application/merge-patch+json",
+        )
 
 
 def _gpu_flavor(queue: Mapping[str, Any]) -> str | None:
@@ -238,8 +374,11 @@ def simulate_once(
     with their Workloads); returns how many statuses were written."""
     written = 0
     teams = set(teams)
-    queues = endpoint.call("GET", QUEUES_PATH).get("items") or []
-    for queue in queues:
+    fair, half_life = kueue_fair_sharing(endpoint)
+    local_queues: list[Mapping[str, Any]] = []
+    if half_life:
+        local_queues = endpoint.call("GET", ALL_LOCAL_QUEUES_PATH).get("items") or []
+    for queue in endpoint.call("GET", QUEUES_PATH).get("items") or []:
         metadata = queue.get("metadata") or {}
         name = metadata.get("name", "")
         if name == idle:
@@ -249,6 +388,11 @@ def simulate_once(
             _ensure_team_jobset(endpoint, queue)
         load = queue_load(name, metadata.get("annotations") or {}, now, hot)
         status = queue_status(queue, load)
+        if fair:
+            status["fairSharing"] = {"weightedShare": weighted_share(queue, status)}
+        scope = ((queue.get("spec") or {}).get("admissionScope") or {}).get("admissionMode")
+        if half_life and scope == "UsageBasedAdmissionFairSharing":
+            _write_local_queues(endpoint, queue, local_queues, now, half_life, hot)
         endpoint.call(
             "PATCH",
             f"{QUEUES_PATH}/{name}/status",

@@ -220,6 +220,18 @@ BUILTIN_TYPES: tuple[ResourceType, ...] = (
     _grouped(RBAC, "ClusterRole", "clusterroles", False),
     _grouped(RBAC, "ClusterRoleBinding", "clusterrolebindings", False),
     _grouped("scheduling.k8s.io", "PriorityClass", "priorityclasses", False, ("pc",)),
+    # What a cluster's storage offers (R3): the portal reads them to refuse a tenant the
+    # classes its quota does not name. VolumeAttributesClass is v1 from Kubernetes 1.34.
+    _grouped("storage.k8s.io", "StorageClass", "storageclasses", False, ("sc",)),
+    ResourceType(
+        group="storage.k8s.io",
+        versions=("v1", "v1beta1"),
+        kind="VolumeAttributesClass",
+        plural="volumeattributesclasses",
+        singular="volumeattributesclass",
+        namespaced=False,
+        short_names=("vac",),
+    ),
     # The portal's admission policies; evaluated on writes by devcluster.policies.
     _grouped(
         ADMISSION,

@@ -235,6 +235,7 @@ def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
     namespaces = list(tenant_selectors.namespace_list_for_tenant(tenant=tenant))
     teams = list(tenant.children.order_by("slug"))
     role = tenant_selectors.membership_role(user=user, tenant=tenant)
+    cluster_syncs = quota_views.cluster_syncs(tenant=tenant)
     context = {
         "tenant": tenant,
         "namespaces": namespaces,
@@ -248,7 +249,11 @@ def tenant_detail(request: HttpRequest, slug: str) -> HttpResponse:
         "teams": teams,
         "role": role,
         # Where its quotas stand in each cluster (no live read: "In the cluster" does that).
-        "cluster_syncs": quota_views.cluster_syncs(tenant=tenant),
+        "cluster_syncs": cluster_syncs,
+        # Per cluster: how it shares unused GPUs, and the tenant's standing and recent use.
+        "fair_sharing": quota_selectors.tenant_fair_sharing(
+            tenant=tenant, clusters=[entry.cluster for entry in cluster_syncs]
+        ),
         "pipeline": quota_selectors.tenant_pipeline_access(tenant=tenant, namespaces=namespaces),
         "isolation": quota_selectors.tenant_isolation(tenant=tenant),
         "run_rules": _run_rules(tenant),

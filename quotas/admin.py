@@ -169,8 +169,9 @@ class ClusterAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Cluster, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
-        if change and set(TENANT_TRAFFIC_FIELDS) & set(form.changed_data):
-            cluster_tenants_repush(cluster=obj)  # the tenants' NetworkPolicies change
+        if change and {*TENANT_TRAFFIC_FIELDS, "fair_sharing"} & set(form.changed_data):
+            # The tenants' NetworkPolicies, or their ClusterQueues, change.
+            cluster_tenants_repush(cluster=obj)
         warning = split_warning(obj)
         if warning:
             messages.warning(request, warning)
@@ -197,7 +198,7 @@ class FlavorResourceInline(admin.TabularInline):
 class ResourceFlavorAdmin(admin.ModelAdmin):
     list_display = [
         "name", "cluster", "kind", "gpu_model", "mig_profile", "time_slicing_replicas",
-        "gpu_weight",
+        "gpu_weight", "storage_class", "performance",
     ]  # fmt: skip
     list_filter = ["cluster", "kind"]
     search_fields = ["name", "gpu_model"]

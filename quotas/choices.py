@@ -24,6 +24,14 @@ class Enforcement(models.TextChoices):
     SPLIT = "split", "Namespace split"
 
 
+class FairSharing(models.TextChoices):
+    """What fair sharing the portal asks of a cluster's Kueue (``quotas.kube.fair_sharing``)."""
+
+    NONE = "none", "None: first come, first served"
+    WEIGHTS = "weights", "By weight: unused GPUs to the team borrowing least for its weight"
+    USAGE = "usage", "By weight and recent use: Kueue remembers what each queue used"
+
+
 class MigDriver(models.TextChoices):
     """Who repartitions a cluster's MIG GPUs: the portal's node agent, or NVIDIA's GPU Operator
     (its MIG manager, driven by a node label and a mig-parted ConfigMap)."""

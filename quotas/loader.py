@@ -50,6 +50,10 @@ def cluster_spec(cluster: Cluster) -> ClusterSpec:
             node_labels=dict(f.node_labels or {}),
             node_taints=tuple(f.node_taints or ()),
             time_slicing_replicas=f.time_slicing_replicas,
+            storage_driver=f.storage_driver,
+            storage_iops=f.storage_iops,
+            storage_throughput_mib=f.storage_throughput_mib,
+            volume_attributes_class=f.volume_attributes_class,
         )
         for f in ResourceFlavor.objects.filter(cluster=cluster).order_by("name")
     )
@@ -69,6 +73,10 @@ def cluster_spec(cluster: Cluster) -> ClusterSpec:
         volcano_hierarchy=cluster.volcano_hierarchy,
         ingress_namespaces=_strings(cluster.tenant_ingress_namespaces),
         monitoring_namespaces=_strings(cluster.tenant_monitoring_namespaces),
+        fair_sharing=cluster.fair_sharing,
+        storage_classes=_strings(cluster.storage_classes),
+        volume_attributes_classes=_strings(cluster.volume_attributes_classes),
+        default_storage_class=cluster.default_storage_class,
     )
 
 

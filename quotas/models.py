@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
-from quotas.choices import Enforcement, FlavorKind, MigDriver, SyncBackend, SyncState
+from quotas.choices import (
+    Enforcement,
+    FairSharing,
+    FlavorKind,
+    MigDriver,
+    SyncBackend,
+    SyncState,
+)
+from quotas.kube.storage import performance_words
 from tenants.models import Tenant
 from tenants.validators import DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX, dns1123_label
 
@@ -123,9 +132,42 @@ class Cluster(models.Model):
         blank=True,
         help_text="Namespaces of the monitoring that may scrape tenants' pods (e.g. monitoring).",
     )
+    # The storage classes the cluster serves, as last read from it (``quotas.storage``):
+    # StorageClass names and VolumeAttributesClass names. A tenant's namespaces get a quota of
+    # 0 on every one its quota does not name; empty: not read (only the classes of the
+    # cluster's storage flavors are known then).
+    storage_classes = models.JSONField(default=list, db_default=[], blank=True)
+    volume_attributes_classes = models.JSONField(default=list, db_default=[], blank=True)
+    storage_classes_read_at = models.DateTimeField(null=True, blank=True)
+    # The StorageClass the cluster marks default (is-default-class), as last read: a tenant
+    # whose quota names no storage class at all keeps that one (under its storage total), so
+    # an upgrade does not cut existing tenants off their claims.
+    default_storage_class = models.CharField(max_length=253, blank=True, db_default="")
     kueue_config = models.JSONField(null=True, blank=True)
     kueue_config_error = models.CharField(max_length=500, blank=True)
     kueue_config_read_at = models.DateTimeField(null=True, blank=True)
+    # Fair sharing the portal asks of Kueue here (``quotas.kube.fair_sharing``): compiled into
+    # the tenants' ClusterQueues; Kueue's own configuration is the cluster operators' to apply.
+    fair_sharing = models.CharField(
+        max_length=10,
+        choices=FairSharing.choices,
+        default=FairSharing.NONE,
+        db_default=FairSharing.NONE,
+        help_text="How Kueue shares unused GPUs between teams here.",
+    )
+    usage_half_life_hours = models.PositiveIntegerField(
+        default=168,
+        db_default=168,
+        validators=[MinValueValidator(1), MaxValueValidator(90 * 24)],
+        help_text="With fair sharing by recent use: after how many hours a team's past use "
+        "counts half.",
+    )
+    usage_sampling_minutes = models.PositiveIntegerField(
+        default=5,
+        db_default=5,
+        validators=[MinValueValidator(1), MaxValueValidator(60)],
+        help_text="How often Kueue adds what each queue uses to its record, in minutes.",
+    )
     has_volcano = models.BooleanField(default=False)
     volcano_hierarchy = models.BooleanField(
         default=False, help_text="Volcano's capacity plugin runs with enableHierarchy."
@@ -208,6 +250,36 @@ class ResourceFlavor(models.Model):
     )
     mig_profile = models.CharField(max_length=30, blank=True, help_text='e.g. "1g.10gb".')
     storage_class = models.CharField(max_length=DNS1123_LABEL_MAX, blank=True)
+    # Storage performance (R3), set by a platform admin on a storage flavor: what each volume
+    # of the class is provisioned with, the CSI driver's parameters
+    # (``quotas.kube.storage.DRIVER_PARAMETERS``); empty: the driver's default.
+    storage_driver = models.CharField(
+        max_length=253,
+        blank=True,
+        db_default="",
+        help_text="The CSI driver of the storage class (its provisioner), e.g. ebs.csi.aws.com.",
+    )
+    storage_iops = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="IOPS each volume is provisioned with; empty: the driver's default.",
+    )
+    storage_throughput_mib = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Throughput each volume is provisioned with, in MiB/s; empty: the driver's "
+        "default.",
+    )
+    volume_attributes_class = models.CharField(
+        max_length=DNS1123_LABEL_MAX,
+        blank=True,
+        db_default="",
+        validators=[dns1123_label],
+        help_text="The VolumeAttributesClass that carries the IOPS and throughput (Kubernetes "
+        "1.34, or beta before); empty: the StorageClass carries them.",
+    )
     node_labels = models.JSONField(default=dict, blank=True)
     node_taints = models.JSONField(default=list, blank=True)
     # Time-sliced sharing (R25): the device plugin advertises each GPU this many times; empty:
@@ -251,6 +323,15 @@ class ResourceFlavor(models.Model):
                 condition=Q(kind__in=FlavorKind.values), name="flavor_kind_valid"
             ),
             models.CheckConstraint(
+                condition=Q(kind=FlavorKind.STORAGE)
+                | (
+                    Q(storage_iops__isnull=True)
+                    & Q(storage_throughput_mib__isnull=True)
+                    & Q(volume_attributes_class="")
+                ),
+                name="flavor_performance_only_on_storage",
+            ),
+            models.CheckConstraint(
                 condition=Q(time_slicing_replicas__isnull=True) | Q(time_slicing_replicas__gte=2),
                 name="flavor_time_slicing_replicas_at_least_two",
             ),
@@ -258,6 +339,25 @@ class ResourceFlavor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster.name}/{self.name}"
+
+    def clean(self) -> None:
+        """IOPS, throughput and a VolumeAttributesClass describe a storage class: refused,
+        by field, on any other kind (the admin's form says so before the database would)."""
+        super().clean()
+        if self.kind != FlavorKind.STORAGE:
+            errors = {
+                name: "Only a storage flavor has this: leave it empty."
+                for name in ("storage_iops", "storage_throughput_mib", "volume_attributes_class")
+                if getattr(self, name) not in (None, "")
+            }
+            if errors:
+                raise ValidationError(errors)
+
+    @property
+    def performance(self) -> str:
+        """A storage flavor's performance in words ("16,000 IOPS, 1,000 MiB/s per volume");
+        "" when it sets none."""
+        return performance_words(self.storage_iops, self.storage_throughput_mib)
 
 
 class FlavorResource(models.Model):
@@ -581,3 +681,31 @@ class FleetNodeCapacity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node}: {self.observed} + {self.planned} of flavor {self.flavor_id}"
+
+
+class FairShareReading(models.Model):
+    """A tenant's fair-sharing standing on a cluster as Kueue last reported it
+    (written by ``usage.collector``): the weighted share of its ClusterQueue
+    (``status.fairSharing.weightedShare``; null where Kueue reports none) and the sum over its
+    LocalQueues of the decayed use admission fair sharing keeps
+    (``status.fairSharing.admissionFairSharingStatus.consumedResources``, resource -> amount;
+    empty where Kueue keeps none)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    weighted_share = models.BigIntegerField(null=True, blank=True)
+    consumed = models.JSONField(default=dict, blank=True)
+    # Kueue's own time of its last update of ``consumed`` (the latest of the LocalQueues').
+    consumed_at = models.DateTimeField(null=True, blank=True)
+    read_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "quotas_fair_share_reading"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "cluster"], name="quotas_fair_share_reading_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} on {self.cluster_id}: share {self.weighted_share}"

@@ -19,19 +19,22 @@ from quotas.choices import (
     GPU_RESOURCE,
     MEMORY_RESOURCE,
     Enforcement,
+    FairSharing,
     FlavorKind,
     SyncBackend,
     SyncState,
     is_gpu_resource,
     mig_resource,
 )
-from quotas.kube import names
+from quotas.kube import fair_sharing, names
 from quotas.kube.compiler import DERIVED_MAX_GPUS_PER_POD
 from quotas.kube.enforcement import KueueConfig, verdict
+from quotas.kube.storage import performance_words
 from quotas.loader import cluster_spec
 from quotas.models import (
     Cluster,
     ClusterPool,
+    FairShareReading,
     FlavorResource,
     FleetNodeCapacity,
     GuaranteeTotal,
@@ -64,6 +67,14 @@ class EffectiveQuota:
     lending_limit: Decimal | None
     # R25: shares per GPU of a time-sliced flavor; None: whole GPUs (or not a GPU flavor).
     time_slicing_replicas: int | None = None
+    # R3: what each volume of a storage flavor is provisioned with; None: the driver's default.
+    storage_iops: int | None = None
+    storage_throughput_mib: int | None = None
+
+    @property
+    def performance(self) -> str:
+        """A storage line's performance in words ("16,000 IOPS, 1,000 MiB/s per volume")."""
+        return performance_words(self.storage_iops, self.storage_throughput_mib)
 
     @property
     def shares_per_gpu(self) -> int | None:
@@ -108,6 +119,11 @@ class EffectiveQuotaSet:
     items: list[EffectiveQuota] = field(default_factory=list)
 
     @property
+    def has_storage(self) -> bool:
+        """Whether a line is on a storage class (R3): the only classes the tenant may use."""
+        return any(item.flavor_kind == FlavorKind.STORAGE for item in self.items)
+
+    @property
     def guaranteed_gpu_units(self) -> Decimal:
         return sum((i.guaranteed_gpu_units for i in self.items), Decimal(0))
 
@@ -125,7 +141,8 @@ _SET_FIELDS = (
 _ITEM_FIELDS = (
     "quotas__flavor__name", "quotas__flavor__kind", "quotas__flavor__gpu_weight",
     "quotas__resource", "quotas__guaranteed", "quotas__limit", "quotas__lending_limit",
-    "quotas__flavor__time_slicing_replicas",
+    "quotas__flavor__time_slicing_replicas", "quotas__flavor__storage_iops",
+    "quotas__flavor__storage_throughput_mib",
 )  # fmt: skip
 
 
@@ -736,6 +753,153 @@ def cluster_enforcement(*, cluster: Cluster) -> dict[str, Any]:
         "kueue_config_error": error,
         "kueue_config_read_at": cluster.kueue_config_read_at,
     }
+
+
+def _fair_spec(cluster: Cluster) -> fair_sharing.FairSharingSpec:
+    return fair_sharing.FairSharingSpec(
+        mode=cluster.fair_sharing,
+        half_life_hours=cluster.usage_half_life_hours,
+        sampling_minutes=cluster.usage_sampling_minutes,
+    )
+
+
+def _fair_offer(cluster: Cluster) -> fair_sharing.Offer:
+    if cluster.has_kueue and cluster.kueue_config is None and not cluster.kueue_config_error:
+        error = "not read yet: it is read at the next push"
+    else:
+        error = cluster.kueue_config_error
+    return fair_sharing.offer(
+        _fair_spec(cluster),
+        has_kueue=cluster.has_kueue,
+        config=cluster.kueue_config,
+        config_error=error,
+    )
+
+
+def _recent_gpus(reading: FairShareReading) -> float | None:
+    """Whole GPUs of the tenant's decayed use (None: Kueue keeps no record)."""
+    consumed = reading.consumed if isinstance(reading.consumed, dict) else {}
+    if reading.consumed_at is None and not consumed:
+        return None
+    return fair_sharing.consumed_total(consumed, [GPU_RESOURCE])
+
+
+def _standings(cluster: Cluster, readings: Sequence[FairShareReading]) -> dict[int, dict[str, Any]]:
+    """Per tenant id: its standing and recent use on ``cluster`` in words, ranked among the
+    tenants read there."""
+    borrowing = sorted(
+        r.weighted_share
+        for r in readings
+        if r.weighted_share is not None and 0 < r.weighted_share < fair_sharing.MAX_SHARE
+    )
+    recent = {r.tenant_id: _recent_gpus(r) for r in readings}
+    remembered = sorted((g for g in recent.values() if g is not None), reverse=True)
+    result: dict[int, dict[str, Any]] = {}
+    for reading in readings:
+        share = reading.weighted_share
+        gpus = recent[reading.tenant_id]
+        rank = borrowing.index(share) + 1 if share in borrowing else 0
+        result[reading.tenant_id] = {
+            "weighted_share": share,
+            "standing": fair_sharing.standing_words(share, rank=rank, borrowing=len(borrowing)),
+            "recent_gpus": gpus,
+            "recent_use": fair_sharing.recent_use_words(
+                gpus,
+                half_life_hours=cluster.usage_half_life_hours,
+                rank=remembered.index(gpus) + 1 if gpus is not None else 0,
+                teams=len(remembered),
+            ),
+            "consumed": reading.consumed if isinstance(reading.consumed, dict) else {},
+            "read_at": reading.read_at,
+        }
+    return result
+
+
+def cluster_fair_sharing(
+    *, cluster: Cluster, tenant_slugs: Iterable[str] | None = None
+) -> dict[str, Any]:
+    """How ``cluster`` shares unused GPUs: the portal's settings, whether Kueue there does it
+    (``quotas.kube.fair_sharing.offer``), the Kueue configuration an admin applies, and each
+    tenant's standing and recent use as last collected (only of ``tenant_slugs`` where given:
+    the tenants the reader may see; ranks still count every tenant)."""
+    fair = _fair_spec(cluster)
+    found = _fair_offer(cluster)
+    readings = list(
+        FairShareReading.objects.filter(cluster=cluster)
+        .select_related("tenant")
+        .order_by("tenant__slug")
+    )
+    standings = _standings(cluster, readings)
+    shown = set(tenant_slugs) if tenant_slugs is not None else None
+    return {
+        "mode": fair.mode,
+        "mode_display": FairSharing(fair.mode).label,
+        "usage_half_life_hours": fair.half_life_hours,
+        "usage_sampling_minutes": fair.sampling_minutes,
+        "state": found.state,
+        "explanation": list(found.lines),
+        "kueue_configuration": fair_sharing.kueue_configuration_yaml(fair),
+        "standings": [
+            {
+                "tenant": r.tenant.slug,
+                "tenant_name": r.tenant.display_name,
+                **standings[r.tenant_id],
+            }
+            for r in readings
+            if shown is None or r.tenant.slug in shown
+        ],
+    }
+
+
+def tenant_fair_sharing(
+    *, tenant: Tenant, clusters: Sequence[Cluster] | None = None
+) -> list[dict[str, Any]]:
+    """Per cluster the tenant has quota on (``clusters`` where the caller has read them):
+    how that cluster shares unused GPUs and, where Kueue reports it, the tenant's standing
+    and recent use there. The standings are read only where a cluster asks for fair sharing."""
+    if clusters is None:
+        clusters = list(
+            Cluster.objects.filter(quota_sets__tenant=tenant).distinct().order_by("name")
+        )
+    sharing = [c.pk for c in clusters if c.fair_sharing != FairSharing.NONE]
+    readings = list(FairShareReading.objects.filter(cluster_id__in=sharing)) if sharing else []
+    by_cluster: dict[int, list[FairShareReading]] = defaultdict(list)
+    for reading in readings:
+        by_cluster[reading.cluster_id].append(reading)
+    result = []
+    for cluster in clusters:
+        found = _fair_offer(cluster)
+        mine = _standings(cluster, by_cluster[cluster.pk]).get(tenant.pk)
+        if cluster.fair_sharing == FairSharing.NONE:
+            summary = (
+                "This cluster does not share unused GPUs fairly: a team borrows them first "
+                "come, first served."
+            )
+        elif found.state in ("missing", "unknown"):
+            summary = (
+                found.lines[-1]
+                if found.state == "unknown"
+                else (
+                    "Kueue on this cluster does not offer the fair sharing the portal asks for: "
+                    + " ".join(line for line in found.lines if "configuration" in line)
+                )
+            )
+        else:
+            summary = FairSharing(cluster.fair_sharing).label + "."
+        result.append(
+            {
+                "cluster": cluster.name,
+                "mode": cluster.fair_sharing,
+                "state": found.state if cluster.fair_sharing != FairSharing.NONE else "off",
+                "summary": summary,
+                "standing": mine["standing"] if mine else None,
+                "recent_use": mine["recent_use"] if mine else None,
+                "recent_gpus": mine["recent_gpus"] if mine else None,
+                "weighted_share": mine["weighted_share"] if mine else None,
+                "read_at": mine["read_at"] if mine else None,
+            }
+        )
+    return result
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from core.memory import collector_paused
 from identity.models import GroupMapping
 from quotas.backends import cluster_backend
 from quotas.choices import GPU_RESOURCE, SyncBackend, SyncState
-from quotas.kube import compiler, enforcement
+from quotas.kube import compiler, enforcement, fair_sharing
 from quotas.kube.applier import (
     NAMESPACE,
     ApplyError,
@@ -64,6 +64,7 @@ from quotas.kube.validate import validate_objects
 from quotas.loader import cluster_spec, egress_specs, tenant_specs
 from quotas.models import Cluster, QuotaSet, SyncOutbox, TenantSync
 from quotas.services import cluster_namespace_rules, cluster_namespaces_reserve
+from quotas.storage import storage_classes_refresh
 from tenants.models import Namespace, Tenant
 from tenants.services import audit_record, system_namespace_reason
 
@@ -195,6 +196,10 @@ def kueue_config_refresh(cluster: Cluster, backend: Backend) -> None:
         else:
             try:
                 config, error = enforcement.parse_kueue_config(configmap).as_json(), ""
+                # What Kueue runs of fair sharing, for the cluster page's verdict.
+                config["fairSharing"] = fair_sharing.kueue_settings(
+                    configmap, enforcement.KUEUE_CONFIG_KEY
+                )
             except ValueError as exc:
                 config, error = None, f"Kueue's configuration: {exc}"
     now = timezone.now()
@@ -256,6 +261,7 @@ def tenant_push(*, tenant: Tenant, cluster: Cluster, dry_run: bool = False) -> P
     try:
         with cluster_backend(cluster) as backend:
             kueue_config_refresh(cluster, backend)
+            storage_classes_refresh(cluster, backend, always=False)
             desired = desired_objects(cluster, tenant=tenant)
             errors = validate_objects(desired, kubernetes_version=cluster.kubernetes_version)
             if errors:
@@ -394,6 +400,7 @@ def _reconcile_locked(cluster: Cluster, outcome: PushOutcome) -> PushOutcome:
     try:
         with cluster_backend(cluster) as backend:
             kueue_config_refresh(cluster, backend)
+            storage_classes_refresh(cluster, backend)
             desired = desired_objects(cluster)
             errors = validate_objects(desired, kubernetes_version=cluster.kubernetes_version)
             if errors:

@@ -23,6 +23,7 @@ from typing import Any
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 
 from core.errors import ApplicationError, NotFound, PermissionDenied
@@ -30,7 +31,7 @@ from core.pages import error_text
 from quotas import selectors as quota_selectors
 from quotas import services as quota_services
 from quotas import sync
-from quotas.choices import Enforcement, SyncBackend, SyncState, is_gpu_resource
+from quotas.choices import Enforcement, FairSharing, SyncBackend, SyncState, is_gpu_resource
 from quotas.field_words import field_in_words
 from quotas.kube import names
 from quotas.models import Cluster, TenantSync
@@ -408,24 +409,39 @@ def _elastic_cap(
 @login_required
 def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
     """A cluster for everyone signed in: how it keeps tenants within their limits (and
-    whether work can get around them), Kueue's configuration as read, and its capacity.
-    Platform admins change the enforcement mode here (POST)."""
+    whether work can get around them), Kueue's configuration as read, how it shares unused
+    GPUs (with tenants' standings), and its capacity. Platform admins change the enforcement
+    mode and fair sharing here (POST)."""
     user = caller(request)
     cluster = Cluster.objects.filter(name=name).first()
     if cluster is None:
         raise NotFound(f"There is no cluster {name!r}.")
-    error = ""
+    error = fair_error = ""
     if request.method == "POST":
         if not user.is_platform_admin:
             raise PermissionDenied("Only platform admins may change how a cluster enforces quotas.")
+        fair_form = "fair_sharing" in request.POST
         try:
-            cluster = quota_services.cluster_enforcement_set(
-                cluster=cluster, mode=request.POST.get("enforcement", ""), actor=user
-            )
+            if fair_form:
+                cluster = quota_services.cluster_fair_sharing_set(
+                    cluster=cluster,
+                    actor=user,
+                    fair_sharing_mode=request.POST.get("fair_sharing", ""),
+                    usage_half_life_hours=request.POST.get("usage_half_life_hours") or None,
+                    usage_sampling_minutes=request.POST.get("usage_sampling_minutes") or None,
+                )
+            else:
+                cluster = quota_services.cluster_enforcement_set(
+                    cluster=cluster, mode=request.POST.get("enforcement", ""), actor=user
+                )
         except ApplicationError as exc:
-            error = error_text(exc)
+            if fair_form:
+                fair_error = error_text(exc)
+            else:
+                error = error_text(exc)
         else:
-            return redirect("portal:cluster-detail", name=cluster.name)
+            anchor = "#fair-sharing" if fair_form else ""
+            return redirect(reverse("portal:cluster-detail", args=[cluster.name]) + anchor)
     elif request.method != "GET":
         return HttpResponseNotAllowed(["GET", "POST"])
     enforcement = quota_selectors.cluster_enforcement(cluster=cluster)
@@ -442,6 +458,18 @@ def cluster_detail(request: HttpRequest, name: str) -> HttpResponse:
             "modes": Enforcement.choices,
             "can_change": user.is_platform_admin,
             "error": error,
+            # Standings of every tenant for platform admins, of one's own tenants otherwise.
+            "fair_sharing": quota_selectors.cluster_fair_sharing(
+                cluster=cluster,
+                tenant_slugs=None
+                if user.is_platform_admin
+                else tenant_selectors.tenant_list_for_user(user=user).values_list(
+                    "slug", flat=True
+                ),
+            ),
+            "fair_modes": FairSharing.choices,
+            "fair_error": fair_error,
+            "fair_posted": request.POST if fair_error else None,
         },
-        status=400 if error else 200,
+        status=400 if error or fair_error else 200,
     )

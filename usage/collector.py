@@ -11,6 +11,8 @@ Through the same client as the quota push (``quotas.backends.cluster_backend``),
 - Kueue Workloads: one ``usage.Workload`` row each, updated (created, admitted, finished,
   evictions and preemptions from ``.status.conditions`` and ``.status.schedulingStats``);
 - the portal's ResourceQuotas' ``.status.used`` (GPU resources);
+- where the portal asks for fair sharing, the ClusterQueues' ``status.fairSharing`` and the
+  LocalQueues' decayed use (``usage.FairShareReading``, one row per tenant);
 - and the tenant's guaranteed and limit per GPU flavor from the portal's quotas.
 
 The parsing functions are pure (dicts in, rows out); ``cluster_collect`` does the I/O.
@@ -32,11 +34,24 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from quotas.backends import cluster_backend
-from quotas.choices import GPU_RESOURCE, MIG_RESOURCE_PREFIX, SyncBackend, is_gpu_resource
+from quotas.choices import (
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    FairSharing,
+    SyncBackend,
+    is_gpu_resource,
+)
 from quotas.kube.applier import ApplyError, Backend, KindNotServed, Scope
-from quotas.kube.resources import CLUSTER_QUEUE, POD, RESOURCE_QUOTA, WORKLOAD, Kind
+from quotas.kube.resources import (
+    CLUSTER_QUEUE,
+    LOCAL_QUEUE,
+    POD,
+    RESOURCE_QUOTA,
+    WORKLOAD,
+    Kind,
+)
 from quotas.kube.spec import LABEL_TENANT
-from quotas.models import Cluster, Quota, ResourceFlavor
+from quotas.models import Cluster, FairShareReading, Quota, ResourceFlavor
 from quotas.quantity import QuantityError, parse_quantity
 from tenants.models import Namespace, Tenant
 from usage.choices import Metric, PrometheusFigure, Source, WorkloadState
@@ -498,6 +513,12 @@ def cluster_collect(*, cluster: Cluster, now: datetime | None = None) -> Collect
             queues = _list(backend, CLUSTER_QUEUE, owned) if kueue_polled else None
             workloads = _list(backend, WORKLOAD, "") if cluster.has_kueue else None
             quotas = _list(backend, RESOURCE_QUOTA, owned) or []
+            fair = None
+            if cluster.has_kueue and cluster.fair_sharing != FairSharing.NONE:
+                fair = (
+                    queues if queues is not None else _list(backend, CLUSTER_QUEUE, owned) or [],
+                    _list(backend, LOCAL_QUEUE, owned) or [],
+                )
     except ApplyError as exc:
         logger.warning("usage collection of %s failed: %s", cluster.name, exc.message)
         if cluster.has_kueue:
@@ -511,6 +532,12 @@ def cluster_collect(*, cluster: Cluster, now: datetime | None = None) -> Collect
         quotas=quotas,
         now=now,
         allocated=PrometheusFigure.GPU_REQUESTS not in delivered,
+    )
+    fair_share_store(
+        cluster=cluster,
+        queues=fair[0] if fair else None,
+        local_queues=fair[1] if fair else None,
+        now=now,
     )
     outcome.prometheus = from_prometheus
     if from_prometheus is not None:
@@ -771,3 +798,90 @@ def workloads_store(
         finished_at=now, state=WorkloadState.FINISHED, updated_at=now
     )
     return len(objects)
+
+
+@dataclass
+class FairShareRow:
+    weighted_share: int | None = None
+    consumed: dict[str, float] | None = None
+    consumed_at: datetime | None = None
+
+
+def fair_share_rows(
+    queues: Iterable[Mapping[str, Any]],
+    local_queues: Iterable[Mapping[str, Any]],
+    *,
+    slug_tenant: Mapping[str, int],
+    ns_tenant: Mapping[str, int],
+) -> dict[int, FairShareRow]:
+    """Per tenant: its ClusterQueue's ``status.fairSharing.weightedShare`` and the sum over its
+    LocalQueues of ``status.fairSharing.admissionFairSharingStatus.consumedResources`` (with
+    the latest ``lastUpdate``). A queue of no known tenant is skipped."""
+    rows: dict[int, FairShareRow] = {}
+    for queue in queues:
+        labels = (queue.get("metadata") or {}).get("labels") or {}
+        tenant_id = slug_tenant.get(labels.get(LABEL_TENANT) or "")
+        share = ((queue.get("status") or {}).get("fairSharing") or {}).get("weightedShare")
+        if tenant_id is None:
+            continue
+        row = rows.setdefault(tenant_id, FairShareRow())
+        if isinstance(share, int) and not isinstance(share, bool) and share >= 0:
+            row.weighted_share = share
+    for queue in local_queues:
+        metadata = queue.get("metadata") or {}
+        tenant_id = slug_tenant.get((metadata.get("labels") or {}).get(LABEL_TENANT) or "")
+        if tenant_id is None:
+            tenant_id = ns_tenant.get(metadata.get("namespace") or "")
+        status = ((queue.get("status") or {}).get("fairSharing") or {}).get(
+            "admissionFairSharingStatus"
+        )
+        if tenant_id is None or not isinstance(status, Mapping):
+            continue
+        row = rows.setdefault(tenant_id, FairShareRow())
+        consumed = row.consumed if row.consumed is not None else {}
+        for resource, amount in (status.get("consumedResources") or {}).items():
+            consumed[str(resource)] = consumed.get(str(resource), 0.0) + _amount(amount)
+        row.consumed = consumed
+        when = _time(status.get("lastUpdate"))
+        if when is not None and (row.consumed_at is None or when > row.consumed_at):
+            row.consumed_at = when
+    return rows
+
+
+@transaction.atomic
+def fair_share_store(
+    *,
+    cluster: Cluster,
+    queues: Sequence[Mapping[str, Any]] | None,
+    local_queues: Sequence[Mapping[str, Any]] | None,
+    now: datetime,
+) -> int:
+    """Keep each tenant's fair-sharing standing on ``cluster`` as this reading found it (None:
+    the portal asks for no fair sharing here, so none is kept); returns the rows kept."""
+    if queues is None or local_queues is None:
+        FairShareReading.objects.filter(cluster=cluster).delete()
+        return 0
+    rows = fair_share_rows(
+        queues,
+        local_queues,
+        slug_tenant=dict(Tenant.objects.values_list("slug", "pk")),
+        ns_tenant=dict(Namespace.objects.values_list("name", "tenant_id")),
+    )
+    FairShareReading.objects.bulk_create(
+        [
+            FairShareReading(
+                tenant_id=tenant_id,
+                cluster=cluster,
+                weighted_share=row.weighted_share,
+                consumed=row.consumed or {},
+                consumed_at=row.consumed_at,
+                read_at=now,
+            )
+            for tenant_id, row in rows.items()
+        ],
+        update_conflicts=True,
+        unique_fields=["tenant", "cluster"],
+        update_fields=["weighted_share", "consumed", "consumed_at", "read_at"],
+    )
+    FairShareReading.objects.filter(cluster=cluster).exclude(tenant_id__in=list(rows)).delete()
+    return len(rows)

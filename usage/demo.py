@@ -27,7 +27,7 @@ from django.utils import timezone
 from gpu_spec import demo_load
 from quotas.choices import is_gpu_resource
 from quotas.models import Cluster, Quota
-from tenants.models import Membership
+from tenants.models import Membership, Namespace
 from usage import services
 from usage.choices import Metric, Resolution, Source, WorkloadState
 from usage.models import Rollup, Workload
@@ -165,6 +165,15 @@ def _people(tenant_ids: set[int]) -> dict[int, list[str]]:
     return dict(out)
 
 
+def _namespaces(tenant_ids: set[int]) -> dict[int, set[str]]:
+    out: dict[int, set[str]] = defaultdict(set)
+    for tenant_id, name in Namespace.objects.filter(tenant_id__in=tenant_ids).values_list(
+        "tenant_id", "name"
+    ):
+        out[tenant_id].add(name)
+    return dict(out)
+
+
 def _workloads(
     rng: random.Random, quotas: list[Quota], start: datetime, now: datetime, admit: Admission
 ) -> list[tuple[int, Workload]]:
@@ -175,9 +184,15 @@ def _workloads(
     planned: dict[Cluster, list[tuple[DemoJob, Workload]]] = defaultdict(list)
     flavor_of: dict[str, int] = {}
     people = _people({q.quota_set.tenant_id for q in quotas})
+    namespaces = _namespaces({q.quota_set.tenant_id for q in quotas})
     for q in quotas:
         tenant, cluster = q.quota_set.tenant, q.quota_set.cluster
-        namespace = f"{tenant.slug}-training"
+        training = f"{tenant.slug}-training"
+        # Every fourth job runs in the tenant's inference namespace, where it has one (so the
+        # usage pages have namespaces to tell apart; the rng's draws stay as they were).
+        inference = f"{tenant.slug}-inference"
+        if inference not in namespaces.get(tenant.pk, ()):
+            inference = training
         # Who submitted each job: the team's people in turn (the rng's draws stay as they were).
         submitters = people.get(tenant.pk) or [f"{tenant.slug}-workloads"]
         # Jobs that fit; the big ones (8 GPUs) come with team-a's busy week.
@@ -205,7 +220,7 @@ def _workloads(
                         Workload(
                             cluster=cluster,
                             tenant=tenant,
-                            namespace=namespace,
+                            namespace=inference if (day + j) % 4 == 3 else training,
                             name=f"job-{q.flavor.name}-{day:02d}-{j:02d}",
                             uid=uid,
                             queue_name="default",

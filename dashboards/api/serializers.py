@@ -68,6 +68,109 @@ class ShowbackQueryInput(StrictInputSerializer):
     tenant = serializers.CharField(
         required=False, max_length=DNS1123_LABEL_MAX, help_text="One tenant's slug."
     )
+    by = serializers.ChoiceField(
+        choices=["person", "namespace"],
+        required=False,
+        help_text="With tenant: also that tenant's GPU-hours and cost per person or namespace.",
+    )
+
+    def validate(self, attrs: dict[str, object]) -> dict[str, object]:
+        if "by" in attrs and "tenant" not in attrs:
+            raise serializers.ValidationError({"by": ["give a tenant to break down."]})
+        return attrs
+
+
+class BreakdownQueryInput(StrictInputSerializer):
+    range = serializers.ChoiceField(
+        choices=["24h", "7d", "30d"], required=False, help_text="A range ending now; default 7d."
+    )
+    start = BoundedDateTimeField(required=False, help_text="ISO 8601 (a custom range).")
+    end = BoundedDateTimeField(required=False, help_text="ISO 8601; default now.")
+    month = serializers.RegexField(
+        r"^[0-9]{4}-[0-9]{2}$",
+        required=False,
+        help_text="YYYY-MM: showback's month (hourly), instead of a range.",
+    )
+    cluster = serializers.CharField(required=False, max_length=DNS1123_LABEL_MAX)
+    flavor = serializers.CharField(required=False, max_length=DNS1123_LABEL_MAX)
+    person = serializers.CharField(
+        required=False, max_length=253, help_text="A submitter: adds that person's workloads."
+    )
+
+    def validate(self, attrs: dict[str, object]) -> dict[str, object]:
+        if "month" in attrs:
+            for name in ("range", "start", "end"):
+                if name in attrs:
+                    raise serializers.ValidationError(
+                        {name: [f"give either month or {name}, not both."]}
+                    )
+        return attrs
+
+
+class BreakdownFlavorOutput(serializers.Serializer):
+    cluster = serializers.CharField()
+    flavor = serializers.CharField()
+    gpu_hours = serializers.FloatField()
+    unit_hours = serializers.FloatField(help_text="GPU-hours x the flavor's weight.")
+
+
+class BreakdownPartOutput(serializers.Serializer):
+    key = serializers.CharField(
+        allow_blank=True, help_text="The person or namespace; empty for the unattributed rest."
+    )
+    unattributed = serializers.BooleanField()
+    gpu_hours = serializers.FloatField()
+    unit_hours = serializers.FloatField()
+    utilization = serializers.FloatField(
+        allow_null=True, help_text="%: each hour's busiest GPU, mean (null: not reported)."
+    )
+    workloads = serializers.IntegerField()
+    flavors = BreakdownFlavorOutput(many=True)
+
+
+class BreakdownWorkloadOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    namespace = serializers.CharField()
+    cluster = serializers.CharField()
+    submitter = serializers.CharField(allow_blank=True)
+    state = serializers.CharField()
+    gpu_hours = serializers.FloatField()
+    unit_hours = serializers.FloatField()
+    utilization = serializers.FloatField(allow_null=True)
+    flavors = BreakdownFlavorOutput(many=True)
+
+
+class BreakdownOutput(serializers.Serializer):
+    tenant = serializers.CharField()
+    start = serializers.DateTimeField()
+    end = serializers.DateTimeField()
+    resolution_s = serializers.IntegerField(help_text="The buckets the GPU-hours are read from.")
+    gpu_hours = serializers.FloatField(help_text="The tenant's figure: the parts add up to it.")
+    unit_hours = serializers.FloatField()
+    totals = BreakdownFlavorOutput(many=True)
+    people = BreakdownPartOutput(many=True)
+    namespaces = BreakdownPartOutput(many=True)
+    workloads = BreakdownWorkloadOutput(
+        many=True, help_text="The person's workloads, with ``person`` only."
+    )
+
+
+class ShowbackPartOutput(serializers.Serializer):
+    key = serializers.CharField(allow_blank=True, help_text="Empty: the unattributed rest.")
+    unattributed = serializers.BooleanField()
+    cluster = serializers.CharField()
+    flavor = serializers.CharField()
+    gpu_hours = serializers.FloatField()
+    unit_hours = serializers.FloatField()
+    price = serializers.DecimalField(max_digits=12, decimal_places=4, allow_null=True)
+    currency = serializers.CharField(allow_blank=True)
+    cost = serializers.DecimalField(
+        max_digits=18,
+        decimal_places=2,
+        allow_null=True,
+        help_text="The row's cost shared out to the cent: the parts add up to it.",
+    )
 
 
 class ShowbackRowOutput(serializers.Serializer):
@@ -97,6 +200,9 @@ class ShowbackOutput(serializers.Serializer):
     end = serializers.DateTimeField()
     rows = ShowbackRowOutput(many=True)
     totals = ShowbackTotalOutput(many=True)
+    parts = ShowbackPartOutput(
+        many=True, required=False, help_text="With by: per person or namespace and flavor."
+    )
 
 
 class FlavorPriceInput(StrictInputSerializer):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpResponse
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.generics import GenericAPIView
@@ -16,6 +17,8 @@ from core.csvexport import csv_writer
 from core.errors import ValidationFailed
 from dashboards import selectors, services
 from dashboards.api.serializers import (
+    BreakdownOutput,
+    BreakdownQueryInput,
     ConsoleQueryInput,
     ConsoleTableOutput,
     FlavorPriceInput,
@@ -29,6 +32,8 @@ from dashboards.models import FlavorPrice
 from quotas.models import ResourceFlavor
 from tenants.api.base import IsPlatformAdmin, ReadMembersWriteAdmins, TenantScopedMixin, caller
 from tenants.selectors import tenant_get_for_user, tenant_list_for_user
+from usage.breakdown import Breakdown, Part, usage_breakdown
+from usage.choices import Resolution
 
 BAD_RANGE = OpenApiResponse(description="Bad range: start after end, or older than kept.")
 
@@ -56,6 +61,110 @@ class TenantProfileView(TenantScopedMixin, GenericAPIView):
         period = selectors.period_resolve(start=data.get("start"), end=data.get("end"))
         profile = selectors.workload_profile(tenant=self.tenant, period=period)
         return Response(ProfileOutput(profile.as_dict()).data)
+
+
+def _flavors(breakdown: Breakdown, part: Part) -> list[dict[str, Any]]:
+    return [
+        {
+            "cluster": breakdown.flavors[p].cluster,
+            "flavor": breakdown.flavors[p].name,
+            "gpu_hours": part.hours.get(p, 0.0),
+            "unit_hours": part.hours.get(p, 0.0) * breakdown.flavors[p].weight,
+        }
+        for p in breakdown.places
+    ]
+
+
+def _part(breakdown: Breakdown, part: Part) -> dict[str, Any]:
+    return {
+        "key": part.key,
+        "unattributed": part.key == "",
+        "gpu_hours": part.gpu_hours,
+        "unit_hours": breakdown.units(part.hours),
+        "utilization": part.utilization,
+        "workloads": part.workloads,
+        "flavors": _flavors(breakdown, part),
+    }
+
+
+class TenantUsageBreakdownView(TenantScopedMixin, GenericAPIView):
+    """Who used what: a tenant's GPU-hours over a range (or showback's ``month``) per person
+    and per namespace, each list ending with the unattributed rest so that it adds up to the
+    tenant's figure (``gpu_hours``, per flavor in ``totals``); with ``person`` also that
+    person's workloads. Members of the tenant and platform admins."""
+
+    serializer_class = BreakdownOutput
+    pagination_class = None
+
+    @extend_schema(
+        parameters=[BreakdownQueryInput],
+        responses={
+            200: BreakdownOutput,
+            400: OpenApiResponse(description="A bad parameter; the field says why."),
+            404: OpenApiResponse(description="No such tenant (or not yours), cluster or flavor."),
+        },
+    )
+    def get(self, request: Request, tenant_slug: str) -> Response:
+        query = BreakdownQueryInput(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        data = query.validated_data
+        now = timezone.now()
+        person = selectors.profile_person_parse(tenant=self.tenant, value=data.get("person"))
+        if "month" in data and ("cluster" in data or "flavor" in data):
+            raise ValidationFailed.for_field(
+                "cluster" if "cluster" in data else "flavor",
+                "a month covers every flavor: give a range to narrow it.",
+            )
+        if "month" in data:
+            month = selectors.parse_month(data["month"], now=now)
+            report = selectors.showback(month=month, tenant_ids=[self.tenant.pk], now=now)
+            breakdown = usage_breakdown(
+                tenant_id=self.tenant.pk,
+                start=report.start,
+                end=report.end,
+                resolution=Resolution.HOUR,
+                now=now,
+            )
+        else:
+            period = selectors.period_resolve(
+                name=data.get("range"), start=data.get("start"), end=data.get("end"), now=now
+            )
+            breakdown = selectors.tenant_breakdown(
+                tenant=self.tenant,
+                period=period,
+                cluster=data.get("cluster"),
+                flavor=data.get("flavor"),
+                now=now,
+            )
+        clusters = {c: info.cluster for (c, _), info in breakdown.flavors.items()}
+        workloads = [w for w in breakdown.workloads if person and w.submitter == person]
+        return Response(
+            BreakdownOutput(
+                {
+                    "tenant": self.tenant.slug,
+                    "start": breakdown.start,
+                    "end": breakdown.end,
+                    "resolution_s": breakdown.resolution,
+                    "gpu_hours": breakdown.gpu_hours,
+                    "unit_hours": breakdown.unit_hours,
+                    "totals": breakdown.total_rows(),
+                    "people": [_part(breakdown, p) for p in breakdown.parts("person")],
+                    "namespaces": [_part(breakdown, p) for p in breakdown.parts("namespace")],
+                    "workloads": [
+                        _part(breakdown, w)
+                        | {
+                            "id": w.workload_id,
+                            "name": w.key,
+                            "namespace": w.namespace,
+                            "cluster": clusters.get(w.cluster_id, ""),
+                            "submitter": w.submitter,
+                            "state": w.state,
+                        }
+                        for w in workloads
+                    ],
+                }
+            ).data
+        )
 
 
 class ShowbackView(GenericAPIView):
@@ -87,17 +196,18 @@ class ShowbackView(GenericAPIView):
             tenant_ids = list(tenant_list_for_user(user=user).values_list("pk", flat=True))
         month = selectors.parse_month(data.get("month"))
         report = selectors.showback(month=month, tenant_ids=tenant_ids)
-        return Response(
-            ShowbackOutput(
-                {
-                    "month": f"{month:%Y-%m}",
-                    "start": report.start,
-                    "end": report.end,
-                    "rows": [{**r.__dict__, "cost": r.cost} for r in report.rows],
-                    "totals": report.totals(),
-                }
-            ).data
-        )
+        out: dict[str, Any] = {
+            "month": f"{month:%Y-%m}",
+            "start": report.start,
+            "end": report.end,
+            "rows": [{**r.__dict__, "cost": r.cost} for r in report.rows],
+            "totals": report.totals(),
+        }
+        if "by" in data:
+            tenant = tenant_get_for_user(user=user, slug=data["tenant"])
+            parts = selectors.showback_parts(report=report, tenant=tenant, by=data["by"])
+            out["parts"] = [{**r, "key": r[data["by"]]} for r in parts.rows]
+        return Response(ShowbackOutput(out).data)
 
 
 class FlavorPriceListView(ListModelMixin, GenericAPIView):

@@ -14,6 +14,7 @@ from dashboards.api.views import (
     FlavorPriceListView,
     ShowbackView,
     TenantProfileView,
+    TenantUsageBreakdownView,
 )
 from gpu_agent.agent_api import urls as gpu_agent_urls
 from identity.api.views import GroupMappingViewSet
@@ -87,6 +88,11 @@ urlpatterns = [
     path("auth/token/", TokenObtainView.as_view(), name="token-obtain"),
     path("me/", MeView.as_view(), name="me"),
     path("tenants/<str:tenant_slug>/usage/", TenantUsageView.as_view(), name="tenant-usage"),
+    path(
+        "tenants/<str:tenant_slug>/usage/breakdown/",
+        TenantUsageBreakdownView.as_view(),
+        name="tenant-usage-breakdown",
+    ),
     path(
         "tenants/<str:tenant_slug>/workloads/",
         TenantWorkloadsView.as_view(),

@@ -516,6 +516,7 @@ SPECTACULAR_SETTINGS = {
         "ProbeStateEnum": "gpu_agent.models.ProbeState",
         "AlertStateEnum": "alerts.choices.AlertState",
         "EnforcementEnum": "quotas.choices.Enforcement",
+        "FairSharingEnum": "quotas.choices.FairSharing",
         "GroupRoleEnum": "identity.choices.GroupRole",
         "MembershipRoleEnum": "tenants.choices.MembershipRole",
     },

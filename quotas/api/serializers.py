@@ -12,8 +12,14 @@ from rest_framework import serializers
 
 from core.api.serializers import DeprecatedIntegerField, StrictInputSerializer, utc_iso
 from quotas import selectors
-from quotas.choices import Enforcement, SyncState
+from quotas.choices import Enforcement, FairSharing, SyncState
 from quotas.kube import job_caps
+from quotas.kube.fair_sharing import (
+    HALF_LIFE_HOURS_MAX,
+    HALF_LIFE_HOURS_MIN,
+    SAMPLING_MINUTES_MAX,
+    SAMPLING_MINUTES_MIN,
+)
 from quotas.models import Cluster, ResourceFlavor, TenantSync, TierTemplate
 from quotas.quantity import format_quantity
 from quotas.selectors import EffectiveQuotaSet, TenantSyncRow
@@ -106,11 +112,31 @@ class ClusterEnforcementInput(StrictInputSerializer):
         help_text="Namespaces of the monitoring that may scrape every tenant's pods.",
     )
 
+    fair_sharing = serializers.ChoiceField(
+        choices=FairSharing.choices,
+        required=False,
+        help_text="How Kueue shares unused GPUs between teams here. A new mode pushes every "
+        "tenant again.",
+    )
+    usage_half_life_hours = serializers.IntegerField(
+        required=False,
+        min_value=HALF_LIFE_HOURS_MIN,
+        max_value=HALF_LIFE_HOURS_MAX,
+        help_text="With usage: after how many hours a team's past use counts half.",
+    )
+    usage_sampling_minutes = serializers.IntegerField(
+        required=False,
+        min_value=SAMPLING_MINUTES_MIN,
+        max_value=SAMPLING_MINUTES_MAX,
+        help_text="With usage: how often Kueue samples each queue's use, in minutes.",
+    )
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not attrs:
             raise serializers.ValidationError(
-                "Name what to change: enforcement, tenant_ingress_namespaces or "
-                "tenant_monitoring_namespaces."
+                "Name what to change: enforcement, tenant_ingress_namespaces, "
+                "tenant_monitoring_namespaces, fair_sharing, usage_half_life_hours or "
+                "usage_sampling_minutes."
             )
         return attrs
 
@@ -134,6 +160,10 @@ class FlavorOutput(serializers.ModelSerializer):
             "gpu_model",
             "mig_profile",
             "storage_class",
+            "storage_driver",
+            "storage_iops",
+            "storage_throughput_mib",
+            "volume_attributes_class",
             "node_labels",
             "node_taints",
             "gpu_weight",
@@ -194,15 +224,63 @@ class AllocationOutput(serializers.Serializer):
     )
 
 
+class FairShareStandingOutput(serializers.Serializer):
+    tenant = serializers.CharField()
+    tenant_name = serializers.CharField()
+    weighted_share = serializers.IntegerField(
+        allow_null=True,
+        help_text="Kueue's weighted share of the tenant's ClusterQueue (0: within its "
+        "guarantee); null where Kueue reports none.",
+    )
+    standing = serializers.CharField(help_text="The standing in words.")
+    recent_gpus = serializers.FloatField(
+        allow_null=True,
+        help_text="GPUs held on average as Kueue remembers them (decayed with the half-life); "
+        "null where Kueue keeps no record.",
+    )
+    recent_use = serializers.CharField(help_text="Recent use in words.")
+    consumed = serializers.DictField(
+        child=serializers.FloatField(),
+        help_text="Kueue's decayed use per resource, summed over the tenant's LocalQueues.",
+    )
+    read_at = serializers.DateTimeField()
+
+
+class FairSharingOutput(serializers.Serializer):
+    mode = serializers.ChoiceField(choices=FairSharing.choices)
+    mode_display = serializers.CharField()
+    usage_half_life_hours = serializers.IntegerField()
+    usage_sampling_minutes = serializers.IntegerField()
+    state = serializers.ChoiceField(
+        choices=["on", "off", "missing", "differs", "unknown"],
+        help_text="Whether Kueue on the cluster does what the portal asks.",
+    )
+    explanation = serializers.ListField(child=serializers.CharField())
+    kueue_configuration = serializers.CharField(
+        help_text="The part of Kueue's manager Configuration an admin applies (YAML); empty "
+        "for no fair sharing."
+    )
+    standings = FairShareStandingOutput(many=True)
+
+
 class ClusterDetailOutput(ClusterOutput):
     allocations = serializers.SerializerMethodField()
+    fair_sharing = serializers.SerializerMethodField()
 
     class Meta(ClusterOutput.Meta):
-        fields = [*ClusterOutput.Meta.fields, "allocations"]
+        fields = [*ClusterOutput.Meta.fields, "allocations", "fair_sharing"]
 
     @extend_schema_field(AllocationOutput(many=True))
     def get_allocations(self, cluster: Cluster) -> Any:
         return AllocationOutput(self.context["allocations"], many=True).data
+
+    @extend_schema_field(FairSharingOutput)
+    def get_fair_sharing(self, cluster: Cluster) -> Any:
+        # Standings of the tenants the reader may see (every tenant for a platform admin).
+        shown = self.context.get("fair_share_tenants")
+        return FairSharingOutput(
+            selectors.cluster_fair_sharing(cluster=cluster, tenant_slugs=shown)
+        ).data
 
 
 class TierTemplateOutput(serializers.ModelSerializer):
@@ -306,6 +384,16 @@ class QuotaItemOutput(serializers.Serializer):
         max_digits=9, decimal_places=2, allow_null=True, coerce_to_string=False,
         help_text="Time-sliced flavors: the limit as a percentage of one GPU. null otherwise.",
     )  # fmt: skip
+    storage_iops = serializers.IntegerField(
+        allow_null=True,
+        help_text="Storage flavors: the IOPS each volume is provisioned with; null: the CSI "
+        "driver's default (or not a storage flavor).",
+    )
+    storage_throughput_mib = serializers.IntegerField(
+        allow_null=True,
+        help_text="Storage flavors: the throughput each volume is provisioned with, in MiB/s; "
+        "null: the CSI driver's default (or not a storage flavor).",
+    )
 
 
 def _percent_of_gpu(amount: Decimal, replicas: int | None) -> float | None:
@@ -381,6 +469,8 @@ class QuotaSetOutput(serializers.Serializer):
                         item.guaranteed, item.shares_per_gpu
                     ),
                     "limit_percent_of_gpu": _percent_of_gpu(item.limit, item.shares_per_gpu),
+                    "storage_iops": item.storage_iops,
+                    "storage_throughput_mib": item.storage_throughput_mib,
                 }
                 for item in qs.items
             ],

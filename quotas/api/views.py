@@ -32,13 +32,24 @@ from quotas.api.serializers import (
 from quotas.choices import FlavorKind
 from quotas.models import QuotaSet, ResourceFlavor
 from tenants.api.base import IsPlatformAdmin, ReadMembersWriteAdmins, TenantScopedMixin, caller
+from tenants.selectors import tenant_list_for_user
+
+
+def _visible_tenants(request: Request) -> list[str] | None:
+    """The slugs of the tenants whose fair-sharing standing the caller may see (None: all)."""
+    user = caller(request)
+    if user.is_platform_admin:
+        return None
+    return list(tenant_list_for_user(user=user).values_list("slug", flat=True))
 
 
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
     """Clusters; platform admins choose how each enforces tenants' limits (PATCH
-    ``enforcement``) and which namespaces' pods may reach tenants' pods
+    ``enforcement``), which namespaces' pods may reach tenants' pods
     (``tenant_ingress_namespaces``, ``tenant_monitoring_namespaces``), which pushes every
-    tenant on it again."""
+    tenant on it again, and how Kueue shares unused GPUs there (``fair_sharing``,
+    ``usage_half_life_hours``, ``usage_sampling_minutes``). A cluster's detail shows each
+    tenant's fair-sharing standing to those who may see the tenant."""
 
     serializer_class = ClusterOutput
     permission_classes = [ReadMembersWriteAdmins]
@@ -51,7 +62,10 @@ class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(responses=ClusterDetailOutput)
     def retrieve(self, request: Request, name: str) -> Response:
         cluster = get_object_or_404(self.get_queryset(), name=name)
-        context = {"allocations": selectors.cluster_allocations(cluster=cluster)}
+        context = {
+            "allocations": selectors.cluster_allocations(cluster=cluster),
+            "fair_share_tenants": _visible_tenants(request),
+        }
         return Response(ClusterDetailOutput(cluster, context=context).data)
 
     @extend_schema(request=ClusterEnforcementInput, responses=ClusterDetailOutput)
@@ -62,7 +76,10 @@ class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
         cluster = services.cluster_update(
             cluster=cluster, actor=caller(request), **data.validated_data
         )
-        context = {"allocations": selectors.cluster_allocations(cluster=cluster)}
+        context = {
+            "allocations": selectors.cluster_allocations(cluster=cluster),
+            "fair_share_tenants": _visible_tenants(request),
+        }
         return Response(ClusterDetailOutput(cluster, context=context).data)
 
 

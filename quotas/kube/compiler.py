@@ -50,7 +50,16 @@ from typing import Any, Final
 
 import yaml
 
-from quotas.kube import bandwidth, egress, enforcement, job_caps, names, portal_access
+from quotas.kube import (
+    bandwidth,
+    egress,
+    enforcement,
+    fair_sharing,
+    job_caps,
+    names,
+    portal_access,
+    storage,
+)
 from quotas.kube.spec import (
     ANNOTATION_GENERATION,
     LABEL_CLUSTER,
@@ -716,11 +725,8 @@ def _resource_quotas(context: _TenantContext, namespace: str, share: _Share) -> 
     hard: dict[str, Decimal] = dict(limits)
     if tenant.storage_bytes is not None:
         hard["requests.storage"] = tenant.storage_bytes
-    for item in context.storage_items:
-        flavor = context.flavors[item.flavor]
-        storage_class = flavor.storage_class or flavor.name
-        key = f"{storage_class}.storageclass.storage.k8s.io/requests.storage"
-        hard[key] = hard.get(key, Decimal(0)) + item.limit
+    # R3: the tenant's limit per storage class its quota names, 0 on every other class.
+    hard.update(storage.storage_class_hard(context.cluster, context.flavors, context.storage_items))
     if tenant.max_pvcs is not None:
         hard["persistentvolumeclaims"] = Decimal(tenant.max_pvcs)
     if tenant.max_pods is not None:
@@ -770,6 +776,20 @@ def _resource_quotas(context: _TenantContext, namespace: str, share: _Share) -> 
                 scope_operator="NotIn",
             )
         )
+    refused_classes = storage.refused_volume_attributes_classes(
+        context.cluster, context.flavors, context.storage_items
+    )
+    if refused_classes:
+        # R3: no claims of a VolumeAttributesClass the tenant's quota does not name.
+        vac_quota = _resource_quota(
+            context,
+            namespace,
+            storage.RESOURCE_QUOTA_VOLUME_ATTRIBUTES,
+            {storage.PERSISTENT_VOLUME_CLAIMS: Decimal(0)},
+            share,
+        )
+        vac_quota["spec"]["scopeSelector"] = storage.volume_attributes_scope(refused_classes)
+        quotas.append(vac_quota)
     if not tenant.production_priority_allowed:
         quotas.append(
             _resource_quota(
@@ -1106,6 +1126,8 @@ def _cluster_queue(context: _TenantContext) -> KubeObject:
         spec["resourceGroups"] = resource_groups
     if tenant.fair_share_weight is not None:
         spec["fairSharing"] = {"weight": str(tenant.fair_share_weight)}
+    if context.cluster.fair_sharing != fair_sharing.MODE_NONE:
+        spec = fair_sharing.cluster_queue_spec(spec, context.cluster.fair_sharing)
     return {
         "apiVersion": API_KUEUE,
         "kind": "ClusterQueue",

@@ -56,6 +56,7 @@ KINDS: tuple[Kind, ...] = (
 BY_TYPE: dict[tuple[str, str], Kind] = {(k.api_version, k.kind): k for k in KINDS}
 CONFIG_MAP: Kind = BY_TYPE[("v1", "ConfigMap")]
 CLUSTER_QUEUE: Kind = BY_TYPE[(KUEUE, "ClusterQueue")]
+LOCAL_QUEUE: Kind = BY_TYPE[(KUEUE, "LocalQueue")]
 RESOURCE_QUOTA: Kind = BY_TYPE[("v1", "ResourceQuota")]
 # Kinds the portal reads (and patches), never applies, creates or prunes: not in KINDS on
 # purpose. Nodes are label-patched for MIG through the GPU Operator; Pods and Kueue Workloads

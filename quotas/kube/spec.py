@@ -36,6 +36,13 @@ class FlavorSpec:
     node_taints: tuple[dict[str, str], ...] = ()
     # Time-sliced sharing (R25): replicas per physical GPU; None means not shared.
     time_slicing_replicas: int | None = None
+    # Storage performance (R3) of a storage flavor: its CSI driver, the IOPS and MiB/s each
+    # volume is provisioned with (None: the driver's default), and the VolumeAttributesClass
+    # that carries them ("" : the StorageClass does). ``quotas.kube.storage``.
+    storage_driver: str = ""
+    storage_iops: int | None = None
+    storage_throughput_mib: int | None = None
+    volume_attributes_class: str = ""
 
 
 @dataclass(frozen=True)
@@ -170,3 +177,13 @@ class ClusterSpec:
     volcano_hierarchy: bool = False
     # The cohort every tenant without a parent joins, so borrowing works.
     root_cohort: str = "portal-root"
+    # Fair sharing the portal asks of Kueue here (quotas.kube.fair_sharing): "none",
+    # "weights" (preemption-based, by fairSharing.weight) or "usage" (weights, and admission
+    # fair sharing by recent use inside each tenant's ClusterQueue).
+    fair_sharing: str = "none"
+    # The StorageClass and VolumeAttributesClass names the cluster serves, as last read from
+    # it (empty: not read). A tenant gets a quota of 0 on each one its quota does not name.
+    storage_classes: tuple[str, ...] = ()
+    volume_attributes_classes: tuple[str, ...] = ()
+    # The class the cluster marks default: kept by a tenant whose quota names no storage class.
+    default_storage_class: str = ""

@@ -8,6 +8,7 @@
 * ``outbox``: a change recorded for the cluster in the caller's transaction and pushed after
   commit, never lost (sweep, an admin's retry, a push again when the tenant changed);
 * ``clusters``: how a cluster enforces limits and the namespaces it keeps for itself;
+* ``fair_sharing``: how a cluster's Kueue shares unused GPUs (mode, half-life of recent use);
 * ``holds``: new work held at 100% (R11) and allowed again (``QuotaHold`` rows, one per
   source that holds);
 * ``fleet``: what the fleet pushes of a MIG flavor's capacity, per node.
@@ -24,6 +25,12 @@ from quotas.services.clusters import (
     cluster_tenants_repush,
     cluster_update,
     tenant_traffic_namespaces_read,
+)
+from quotas.services.fair_sharing import (
+    FAIR_SHARING_FIELDS,
+    cluster_fair_sharing_set,
+    cluster_fair_sharing_spec,
+    fair_sharing_read,
 )
 from quotas.services.fleet import FleetNodeReading, fleet_node_capacity_set
 from quotas.services.holds import quota_set_hold
@@ -83,6 +90,7 @@ from quotas.services.tiers import (
 __all__ = [
     "DELIVER_OUTBOX_TASK",
     "FAIR_SHARE_WEIGHT_MAX",
+    "FAIR_SHARING_FIELDS",
     "OUTBOX_FIRST_SEND_GRACE",
     "OUTBOX_RESEND_AFTER",
     "POD_CAP_FIELDS",
@@ -101,6 +109,8 @@ __all__ = [
     "amount_text",
     "capacity_lines_check",
     "cluster_enforcement_set",
+    "cluster_fair_sharing_set",
+    "cluster_fair_sharing_spec",
     "cluster_lock",
     "cluster_namespace_rules",
     "cluster_namespaces_reserve",
@@ -113,6 +123,7 @@ __all__ = [
     "elastic_cap",
     "enqueue_outbox",
     "fair_share_weight_check",
+    "fair_sharing_read",
     "fleet_node_capacity_set",
     "guarantees_fit",
     "inference_split_check",

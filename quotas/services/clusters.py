@@ -17,6 +17,7 @@ from quotas.models import (
     Cluster,
     QuotaSet,
 )
+from quotas.services.fair_sharing import cluster_fair_sharing_set, fair_sharing_read
 from quotas.services.outbox import quota_set_repush
 from tenants.models import Namespace, User
 from tenants.services import audit_record, namespace_reservations_set
@@ -193,15 +194,31 @@ def cluster_tenants_repush(*, cluster: Cluster) -> None:
 
 @transaction.atomic
 def cluster_update(
-    *, cluster: Cluster, actor: User | None, enforcement: str | None = None, **traffic: list[str]
+    *,
+    cluster: Cluster,
+    actor: User | None,
+    enforcement: str | None = None,
+    fair_sharing: str | None = None,
+    usage_half_life_hours: Any = None,
+    usage_sampling_minutes: Any = None,
+    **traffic: list[str],
 ) -> Cluster:
     """What a platform admin changes of a cluster through the API, all or nothing: the
-    enforcement mode (``cluster_enforcement_set``) and the namespaces let into tenants'
-    namespaces (``cluster_tenant_traffic_set``)."""
+    enforcement mode (``cluster_enforcement_set``), the namespaces let into tenants'
+    namespaces (``cluster_tenant_traffic_set``) and fair sharing
+    (``cluster_fair_sharing_set``)."""
     for field, value in traffic.items():
         tenant_traffic_namespaces_read(value, field=field)  # refused before anything changes
+    fair = {
+        "fair_sharing_mode": fair_sharing,
+        "usage_half_life_hours": usage_half_life_hours,
+        "usage_sampling_minutes": usage_sampling_minutes,
+    }
+    fair_sharing_read(cluster=cluster, **fair)
     if enforcement is not None:
         cluster = cluster_enforcement_set(cluster=cluster, mode=enforcement, actor=actor)
     if traffic:
         cluster = cluster_tenant_traffic_set(cluster=cluster, actor=actor, **traffic)
+    if any(value is not None for value in fair.values()):
+        cluster = cluster_fair_sharing_set(cluster=cluster, actor=actor, **fair)
     return cluster

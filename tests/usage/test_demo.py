@@ -84,3 +84,26 @@ def test_the_demo_month_suggests_a_bigger_guarantee_for_team_a_with_a_what_if(
     assert all(row.calibrated and not row.calibration_note for row in what_if.tenants)
     p95 = next(c for c in rows["team-a"].calibration if c["figure"] == "wait_p95")
     assert p95["recorded"] > 0 and p95["within_tolerance"]
+
+
+@pytest.mark.django_db
+def test_the_demo_month_tells_who_used_team_a_s_gpus(world: World) -> None:
+    """Who used what has something to show in the demo: team-a's people and both its
+    namespaces, adding up to its figure, with little left unattributed."""
+    from usage.breakdown import usage_breakdown
+
+    demo_month_fill(admit=_admit, now=NOW)
+    breakdown = usage_breakdown(
+        tenant_id=world.team_a.pk,
+        start=NOW - timedelta(days=7),
+        end=NOW,
+        resolution=Resolution.HOUR,
+        now=NOW,
+    )
+    people = {p.key: p.gpu_hours for p in breakdown.parts("person")}
+    namespaces = {p.key: p.gpu_hours for p in breakdown.parts("namespace")}
+    assert people["alice"] > 0 and people["carol"] > 0
+    assert namespaces["team-a-training"] > 0 and namespaces["team-a-inference"] > 0
+    assert sum(people.values()) == pytest.approx(breakdown.gpu_hours)
+    assert sum(namespaces.values()) == pytest.approx(breakdown.gpu_hours)
+    assert people[""] < 0.1 * breakdown.gpu_hours  # the demo's use comes from its workloads

@@ -40,7 +40,9 @@ from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,
     MEMORY_RESOURCE,
+    STORAGE_RESOURCE,
     Enforcement,
+    FairSharing,
     FlavorKind,
     SyncBackend,
     mig_resource,
@@ -529,12 +531,26 @@ class Command(BaseCommand):
             kind=FlavorKind.CPU,
             node_labels={"node-role.example.com/cpu": "true"},
         )
-        _flavor(
+        # Two storage classes (R3, devcluster.demo.STORAGE_CLASSES): NVMe volumes provisioned
+        # with IOPS and throughput, and the default class. Every team may use standard; only
+        # team-b fast-nvme, so team-a's claim of fast-nvme is refused by its namespace quota.
+        fast_nvme = _flavor(
             a100,
-            "fast-ssd",
-            {"storage": Decimal(100 * TI)},
+            "fast-nvme",
+            {STORAGE_RESOURCE: Decimal(100 * TI)},
             kind=FlavorKind.STORAGE,
-            storage_class="fast-ssd",
+            storage_class="fast-nvme",
+            storage_driver="ebs.csi.aws.com",
+            storage_iops=16000,
+            storage_throughput_mib=1000,
+        )
+        standard = _flavor(
+            a100,
+            "standard",
+            {STORAGE_RESOURCE: Decimal(400 * TI)},
+            kind=FlavorKind.STORAGE,
+            storage_class="standard",
+            storage_driver="ebs.csi.aws.com",
         )
 
         # 4 H100-80GB nodes: two with whole GPUs, two partitioned with MIG.
@@ -544,6 +560,8 @@ class Command(BaseCommand):
                 "display_name": "Demo H100 cluster (MIG)",
                 "api_server": "http://127.0.0.1:8001",
                 "has_volcano": True,
+                # Kueue there remembers recent use (devcluster.demo's configuration for it).
+                "fair_sharing": FairSharing.USAGE,
             },
         )
         _connect(h100, kube_dir)
@@ -626,6 +644,16 @@ class Command(BaseCommand):
                         MEMORY_RESOURCE,
                         Decimal(guaranteed * 64 * GI),
                         Decimal(limit * 64 * GI),
+                    ),
+                    QuotaItem(standard, STORAGE_RESOURCE, Decimal(512 * GI), Decimal(TI)),
+                    *(
+                        [
+                            QuotaItem(
+                                fast_nvme, STORAGE_RESOURCE, Decimal(256 * GI), Decimal(512 * GI)
+                            )
+                        ]
+                        if slug == "team-b"
+                        else []
                     ),
                 ],
                 scheduling={
