@@ -11,6 +11,7 @@ from typing import Any, cast
 from django import forms
 
 from quotas import timeslicing
+from quotas.kube import job_caps
 from quotas.quantity import QuantityError, format_quantity, parse_resource_amount, to_display
 from quotas.selectors import EffectiveQuota, EffectiveQuotaSet, FlavorAllocation
 from quotas.services import QuotaItem
@@ -177,10 +178,18 @@ class QuotaRequestForm(forms.Form):
         help_text="Why does the team need it? Required to save or submit; the approvers read it.",
     )
     max_running_jobs = forms.IntegerField(
-        required=False, min_value=0, max_value=POSITIVE_INTEGER_MAX, label="Max running jobs"
+        required=False,
+        min_value=0,
+        max_value=POSITIVE_INTEGER_MAX,
+        label="Max running jobs",
+        help_text=job_caps.RUNNING_CAP_WORDS,
     )
     max_queued_jobs = forms.IntegerField(
-        required=False, min_value=0, max_value=POSITIVE_INTEGER_MAX, label="Max queued jobs"
+        required=False,
+        min_value=0,
+        max_value=POSITIVE_INTEGER_MAX,
+        label="Max queued jobs",
+        help_text=job_caps.QUEUED_CAP_WORDS,
     )
     max_pods = forms.IntegerField(
         required=False, min_value=0, max_value=POSITIVE_INTEGER_MAX, label="Max pods"

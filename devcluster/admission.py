@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from devcluster import limitranger, policies, quota
+from devcluster import kueue_jobs, limitranger, policies, quota
 from devcluster.auth import INSECURE_ANONYMOUS, UserInfo
 from devcluster.errors import ApiError, forbidden, qualified
 from devcluster.resources import Registry, ResourceType
@@ -103,6 +103,14 @@ class Admission:
             and self._tenant_namespace(attributes.namespace)
         ):
             stamp_submitter(obj, self.user.name)
+        if (
+            obj is not None
+            and attributes.operation == "CREATE"
+            and not attributes.subresource
+            and self._tenant_namespace(attributes.namespace)
+        ):
+            # Kueue's webhooks: a managed job is created suspended, a managed pod gated.
+            kueue_jobs.hold_on_create(resource_type.key, obj)
         if obj is None or resource_type.key != PODS or attributes.subresource:
             return
         limitranger.default_pod(obj)

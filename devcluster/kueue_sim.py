@@ -54,6 +54,7 @@ from typing import Any
 
 import yaml
 
+from devcluster import kueue_jobs
 from gpu_spec import demo_load
 from quotas.quantity import parse_quantity
 
@@ -384,6 +385,7 @@ def simulate_once(
             _ensure_idle(endpoint, queue, (started or now) - IDLE_ADMITTED_BEFORE)
         if name in teams:
             _ensure_team_jobs(endpoint, queue, started or now)
+            _ensure_team_jobset(endpoint, queue)
         load = queue_load(name, metadata.get("annotations") or {}, now, hot)
         status = queue_status(queue, load)
         if fair:
@@ -398,6 +400,10 @@ def simulate_once(
             "application/merge-patch+json",
         )
         written += 1
+    if teams:
+        # Kueue's job integrations: a Workload for every managed job the people submitted (a
+        # job over its tenant's job cap gets none and stays suspended), admitted if it fits.
+        kueue_jobs.reconcile(endpoint, now.strftime("%Y-%m-%dT%H:%M:%SZ"))
     return written
 
 
@@ -548,3 +554,49 @@ def _ensure_team_jobs(endpoint: Endpoint, queue: Mapping[str, Any], started: dat
             "application/merge-patch+json",
         )
         logger.warning("%s/%s: %s's demo job (%s)", namespace, name, job.submitter, job.state)
+
+
+# carol's JobSet: three workers of 2 CPUs. On a team capped at 5 running jobs, with its 3
+# demo jobs admitted, it needs 3 of the 2 slots left: held by the job cap (kueue_jobs), as
+# ``kubectl get workloads -n team-a-training`` shows.
+DEMO_JOBSET = "data-prep"
+JOBSETS_PATH = "/apis/jobset.x-k8s.io/v1alpha2/namespaces/{namespace}/jobsets"
+
+
+def team_jobset(namespace: str) -> dict[str, Any]:
+    job = {
+        "spec": {
+            "parallelism": 1,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {"name": "prep", "image": "data-prep",
+                         "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}}
+                    ],
+                }
+            },
+        }
+    }  # fmt: skip
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {
+            "name": DEMO_JOBSET,
+            "namespace": namespace,
+            "labels": {QUEUE_LABEL: "default"},
+        },
+        "spec": {"replicatedJobs": [{"name": "workers", "replicas": 3, "template": job}]},
+    }
+
+
+def _ensure_team_jobset(endpoint: Endpoint, queue: Mapping[str, Any]) -> None:
+    """carol's JobSet in the team's training namespace, created as her (once)."""
+    namespace = f"{queue['metadata']['name']}-training"
+    path = JOBSETS_PATH.format(namespace=namespace)
+    if not endpoint.exists(f"/api/v1/namespaces/{namespace}"):
+        return
+    if endpoint.exists(f"{path}/{DEMO_JOBSET}"):
+        return
+    endpoint.call("POST", path, team_jobset(namespace), "application/json", "carol")
+    logger.warning("%s/%s: carol's demo JobSet", namespace, DEMO_JOBSET)

@@ -31,6 +31,9 @@ from devcluster.server import DevCluster
 logger = logging.getLogger("devcluster")
 
 DEFAULT_CRDS = Path(__file__).resolve().parent.parent / "quotas" / "kube" / "crds"
+# Job kinds Kueue manages that the portal never writes (JobSet, PyTorchJob, RayJob): served
+# beside the CRDs of ``crds_dir`` so that tenants can submit them (devcluster.kueue_jobs).
+WORKLOAD_CRDS = Path(__file__).resolve().parent / "crds"
 CONTEXT = "devcluster"
 READY_PREFIX = "devcluster ready "
 BANNER = (
@@ -119,7 +122,7 @@ def build_cluster(
     and its objects too unless ``persist`` is false."""
     if state_dir is not None:
         state_dir.mkdir(parents=True, exist_ok=True)
-    crds = load_crd_documents(crds_dir) if crds_dir is not None else []
+    crds = [*load_crd_documents(crds_dir), *load_crd_documents(WORKLOAD_CRDS)] if crds_dir else []
     return DevCluster(
         crds=crds,
         token=token or _state_token(state_dir),

@@ -50,6 +50,7 @@ from django.utils import timezone
 
 from core.errors import NotFound, ValidationFailed
 from quotas.choices import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from quotas.kube.job_caps import JOB_SLOTS_FLAVOR
 from quotas.models import Cluster, ResourceFlavor
 from quotas.quantity import QuantityError, parse_quantity
 from quotas.selectors import EffectiveQuota, tenant_effective_quotas
@@ -996,7 +997,17 @@ def _pending_words(
     """Kueue's message turned into a lead's words, and what a request would ask for."""
     message = w.pending_message
     cluster = w.cluster.name
-    if match := PENDING_QUOTA.search(message):
+    match = PENDING_QUOTA.search(message)
+    if match and match["flavor"] == JOB_SLOTS_FLAVOR:
+        # The running-job cap (quotas.kube.job_caps): Kueue counts a job's pods as its slots.
+        slots = _quantity(match["more"])
+        return (
+            f"waiting for {slots:g} more running-job slot{'' if slots == 1 else 's'}: "
+            f"{tenant.slug} is at its cap on running jobs on {cluster} (Kueue counts each pod "
+            "of a job as one)",
+            None,
+        )
+    if match:
         flavor_name, resource = match["flavor"], match["resource"]
         more = Decimal(str(_quantity(match["more"])))
         flavor = flavors.get((w.cluster_id, flavor_name))

@@ -20,6 +20,7 @@ from approvals.services import DiffLine, RequestCheck
 from core.api.serializers import DeprecatedIntegerField, StrictInputSerializer, utc_iso
 from quotas.api.serializers import PushOutput, QuantityInput, UnitsField, push_representation
 from quotas.choices import CPU_RESOURCE, MEMORY_RESOURCE, STORAGE_RESOURCE
+from quotas.kube import job_caps
 from quotas.models import TenantSync
 from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
 from quotas.sync import DryRun
@@ -75,10 +76,18 @@ class QuotaRequestInput(StrictInputSerializer):
     # many=True passes max_length on to the ListSerializer; the stubs do not know it.
     items = QuotaRequestItemInput(many=True, required=False, max_length=MAX_ITEMS)  # type: ignore[call-arg]
     max_running_jobs = serializers.IntegerField(
-        min_value=0, max_value=MAX_COUNT, required=False, allow_null=True
+        min_value=0,
+        max_value=MAX_COUNT,
+        required=False,
+        allow_null=True,
+        help_text=job_caps.RUNNING_CAP_WORDS,
     )
     max_queued_jobs = serializers.IntegerField(
-        min_value=0, max_value=MAX_COUNT, required=False, allow_null=True
+        min_value=0,
+        max_value=MAX_COUNT,
+        required=False,
+        allow_null=True,
+        help_text=job_caps.QUEUED_CAP_WORDS,
     )
     max_pods = serializers.IntegerField(
         min_value=0, max_value=MAX_COUNT, required=False, allow_null=True

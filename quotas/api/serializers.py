@@ -13,6 +13,7 @@ from rest_framework import serializers
 from core.api.serializers import DeprecatedIntegerField, StrictInputSerializer, utc_iso
 from quotas import selectors
 from quotas.choices import Enforcement, FairSharing, SyncState
+from quotas.kube import job_caps
 from quotas.kube.fair_sharing import (
     HALF_LIFE_HOURS_MAX,
     HALF_LIFE_HOURS_MIN,
@@ -347,8 +348,8 @@ class TierTemplateInput(StrictInputSerializer):
     cpu_limit = QuantityInput()
     memory_guaranteed = QuantityInput()
     memory_limit = QuantityInput()
-    max_running_jobs = serializers.IntegerField(min_value=0)
-    max_queued_jobs = serializers.IntegerField(min_value=0)
+    max_running_jobs = serializers.IntegerField(min_value=0, help_text=job_caps.RUNNING_CAP_WORDS)
+    max_queued_jobs = serializers.IntegerField(min_value=0, help_text=job_caps.QUEUED_CAP_WORDS)
     max_pods = serializers.IntegerField(min_value=0)
     storage = QuantityInput(source="storage_bytes")
     max_pvcs = serializers.IntegerField(min_value=0)

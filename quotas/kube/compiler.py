@@ -55,6 +55,7 @@ from quotas.kube import (
     egress,
     enforcement,
     fair_sharing,
+    job_caps,
     names,
     portal_access,
     storage,
@@ -308,6 +309,10 @@ def compile_cluster_wide(cluster: ClusterSpec, tenants: Sequence[TenantSpec]) ->
             for flavor in cluster.flavors
             if flavor.kind in KUEUE_FLAVOR_KINDS
         )
+        # The flavor the running-job caps count admitted pods on (quotas.kube.job_caps).
+        capped = [tenant.max_running_jobs for tenant in tenants if not tenant.department]
+        if job_caps.needs_slots_flavor(capped):
+            objects.append(_job_slots_flavor(cluster))
         departments = _departments(tenants)
         below = _subtree_guarantees(cluster, tree, tenants) if departments else {}
         objects.extend(
@@ -387,6 +392,19 @@ class _Share:
         return enforcement.split_shares(total, self.shares, step=step)[self.index]
 
 
+def _count_shares(context: _TenantContext) -> tuple[Decimal, ...]:
+    """Each namespace's weight in a tenant-wide object count that must hold whatever the
+    enforcement mode: the namespaces' shares where every one has one, else even; () for one
+    namespace."""
+    namespaces = context.namespaces
+    if len(namespaces) <= 1:
+        return ()
+    given = [namespace.share for namespace in namespaces]
+    if all(share is not None and share > 0 for share in given):
+        return tuple(Decimal(share) for share in given if share is not None)
+    return tuple(Decimal(1) for _ in namespaces)
+
+
 def _namespace_shares(context: _TenantContext) -> tuple[Decimal, ...]:
     """Each namespace's weight in the tenant's limit (its percentage, or 1 each for an even
     split), in name order; () when every
@@ -446,6 +464,10 @@ def _flavor_index(cluster: ClusterSpec) -> dict[str, FlavorSpec]:
             )
         if flavor.name in index:
             raise ValueError(f"cluster {cluster.name!r} lists flavor {flavor.name!r} twice")
+        if flavor.name == job_caps.JOB_SLOTS_FLAVOR:
+            raise ValueError(
+                f"flavor name {flavor.name!r} is the portal's own (the running-job caps)"
+            )
         index[flavor.name] = flavor
     return index
 
@@ -654,10 +676,13 @@ def _resource_quota(
     share: _Share,
     scope_values: Sequence[str] = (),
     scope_operator: str = "In",
+    exact: Mapping[str, Decimal] | None = None,
 ) -> KubeObject:
-    spec: dict[str, Any] = {
-        "hard": {key: quantity(share.of(hard[key], key), key) for key in sorted(hard)}
-    }
+    """``hard`` is tenant-wide (this namespace holds ``share`` of it); ``exact`` is this
+    namespace's already."""
+    amounts = {key: share.of(hard[key], key) for key in hard}
+    amounts.update(exact or {})
+    spec: dict[str, Any] = {"hard": {key: quantity(amounts[key], key) for key in sorted(amounts)}}
     if scope_values:
         spec["scopeSelector"] = {
             "matchExpressions": [
@@ -706,13 +731,21 @@ def _resource_quotas(context: _TenantContext, namespace: str, share: _Share) -> 
         hard["persistentvolumeclaims"] = Decimal(tenant.max_pvcs)
     if tenant.max_pods is not None:
         hard["pods"] = Decimal(tenant.max_pods)
-    # count/* counts every Job that exists, suspended (queued) ones included: the sum caps
-    # running plus queued. A cap on running jobs alone is not expressible as a quota.
-    if tenant.max_running_jobs is not None and tenant.max_queued_jobs is not None:
-        hard["count/jobs.batch"] = Decimal(tenant.max_running_jobs + tenant.max_queued_jobs)
+    # Every job Kueue manages, queued or running, is one Workload: the count caps running plus
+    # queued (quotas.kube.job_caps), divided among the namespaces even under Kueue enforcement.
+    # The running cap is the ClusterQueue's (_cluster_queue).
+    counts = job_caps.quota_hard(
+        has_kueue=context.cluster.has_kueue,
+        max_running_jobs=tenant.max_running_jobs,
+        max_queued_jobs=tenant.max_queued_jobs,
+        shares=share.shares or _count_shares(context),
+        index=share.index,
+    )
     quotas = []
-    if hard:
-        quotas.append(_resource_quota(context, namespace, names.RESOURCE_QUOTA, hard, share))
+    if hard or counts:
+        quotas.append(
+            _resource_quota(context, namespace, names.RESOURCE_QUOTA, hard, share, exact=counts)
+        )
     if (tenant.split_by_priority or tenant.inference_gpus is not None) and limits:
         guaranteed = _compute_hard(context, context.totals(lambda item: item.guaranteed))
         batch = dict(limits)
@@ -1085,6 +1118,10 @@ def _cluster_queue(context: _TenantContext) -> KubeObject:
         # Hold: running work finishes, nothing new is admitted (suspended, or over its limit).
         "stopPolicy": "Hold" if stopped else "None",
     }
+    # Running jobs: admitted pods, in a group of their own (quotas.kube.job_caps).
+    slots = job_caps.cluster_queue_group(tenant.max_running_jobs)
+    if slots is not None:
+        resource_groups.append(slots)
     if resource_groups:
         spec["resourceGroups"] = resource_groups
     if tenant.fair_share_weight is not None:
@@ -1293,6 +1330,17 @@ def _resource_flavor(cluster: ClusterSpec, flavor: FlavorSpec) -> KubeObject:
         "kind": "ResourceFlavor",
         "metadata": _cluster_metadata(cluster, flavor.name),
         "spec": spec,
+    }
+
+
+def _job_slots_flavor(cluster: ClusterSpec) -> KubeObject:
+    """The ResourceFlavor of the running-job caps: no node labels or taints, so it places a
+    workload nowhere; it only counts its pods."""
+    return {
+        "apiVersion": API_KUEUE,
+        "kind": "ResourceFlavor",
+        "metadata": _cluster_metadata(cluster, job_caps.JOB_SLOTS_FLAVOR),
+        "spec": {},
     }
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from quotas.kube import job_caps
 from quotas.quantity import QuantityError, parse_quantity, to_display
 from quotas.timeslicing import shares_text
 
@@ -68,6 +69,8 @@ _RESOURCE_WORDS = {
     "requests.storage": "storage",
     "persistentvolumeclaims": "PVCs",
     "pods": "pods",
+    job_caps.WORKLOAD_COUNT_KEY: "jobs running and queued (every kind Kueue manages)",
+    job_caps.JOB_COUNT_KEY: "batch Jobs running and queued",
 }
 _BOUND_WORDS = {
     "max": "at most",
@@ -155,6 +158,15 @@ def _cq_line_words(
     line: Line, old: Amounts | None, new: Amounts | None, shares: GpuShares = _NO_SHARES
 ) -> str:
     flavor, resource = line
+    if flavor == job_caps.JOB_SLOTS_FLAVOR:
+        # The running-job cap (quotas.kube.job_caps): a nominal quota of pods, nothing borrowed.
+        head = "running jobs (pods admitted at once):"
+        if new is None:
+            return f"{head} no cap"
+        cap = to_display(new["nominalQuota"] or Decimal(0), resource)
+        if old is None:
+            return f"{head} at most {cap}"
+        return f"{head} at most {to_display(old['nominalQuota'] or Decimal(0), resource)} → {cap}"
     replicas = shares.by_flavor.get(flavor) if resource == _GPU else None
 
     def amount(value: Decimal | None, absent: str = "0") -> str:

@@ -131,6 +131,10 @@ def test_the_form_is_prefilled_with_the_quota_in_force(world):
     }
     assert input_value(response, "max_running_jobs") == "5"
     body = text(response)
+    # What each job cap counts, and where Kueue cannot count it exactly (docs: job caps).
+    assert "of every kind Kueue manages" in body
+    assert "Kueue cannot count jobs, so it counts their pods" in body
+    assert "running and waiting jobs together are capped at the sum of both caps" in body
     assert 'data-resource="nvidia.com/gpu"' in body
     assert 'data-validate-url="/tenants/team-a/requests/validate/?cluster=demo-a100"' in body
     assert "/static/portal/request-form.js" in body

@@ -46,6 +46,7 @@ from quotas.quantity import parse_quantity
 GI = 1024**3
 TI = 1024**4
 KUEUE = "kueue.x-k8s.io/v1beta2"
+WORKLOADS = "count/workloads.kueue.x-k8s.io"
 VOLCANO = "scheduling.volcano.sh/v1beta1"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -301,8 +302,10 @@ def test_seed_cluster_queue_example_is_reproduced_and_made_valid() -> None:
             {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["tenant-a"]}
         ]
     }
-    # ...and a quota for each of the three covered resources, not only the GPU.
-    (group,) = spec["resourceGroups"]
+    # ...and a quota for each of the three covered resources, not only the GPU (the second
+    # group is the running-job cap's, tested in tests/kube/test_job_caps.py).
+    group, slots = spec["resourceGroups"]
+    assert slots["coveredResources"] == ["pods"]
     assert set(group["coveredResources"]) == {"nvidia.com/gpu", "cpu", "memory"}
     (gpu_flavor,) = group["flavors"]
     assert gpu_flavor["name"] == "gpu-flavor"
@@ -428,8 +431,12 @@ def test_every_cluster_queue_is_admissible(
         assert expression["operator"] == "In"
         assert set(expression["values"]) == namespaces_by_tenant[queue["metadata"]["name"]]
         assert spec["preemption"]["reclaimWithinCohort"] != "Never"
-        assert len(spec.get("resourceGroups", [])) <= 1
-        for group in spec.get("resourceGroups", []):
+        groups = spec.get("resourceGroups", [])
+        # One group of compute resources, and the running-job cap's group of pods alone.
+        compute = [group for group in groups if group["coveredResources"] != ["pods"]]
+        assert len(compute) <= 1
+        assert len(groups) - len(compute) <= 1
+        for group in compute:
             covered = group["coveredResources"]
             assert covered[:2] == ["cpu", "memory"]
             assert len(set(covered)) == len(covered)
@@ -445,7 +452,7 @@ def test_scoped_quotas_hold_only_compute_keys() -> None:
     batch = find(objects, "ResourceQuota", "gpu-portal-batch", "tenant-a")
 
     assert "scopeSelector" not in unscoped["spec"]
-    for key in ("requests.storage", "persistentvolumeclaims", "pods", "count/jobs.batch"):
+    for key in ("requests.storage", "persistentvolumeclaims", "pods", WORKLOADS):
         assert key in unscoped["spec"]["hard"]
     assert "fast-ssd.storageclass.storage.k8s.io/requests.storage" in unscoped["spec"]["hard"]
 
@@ -493,7 +500,7 @@ def demo_quotas() -> tuple[QuotaSpec, ...]:
 def test_cluster_queue_lists_every_covered_resource_on_every_flavor() -> None:
     tenant = medium_tenant(quotas=demo_quotas())
     queue = find(compile_tenant(demo_cluster(), tenant), "ClusterQueue", "tenant-a")
-    (group,) = queue["spec"]["resourceGroups"]
+    group, _job_slots = queue["spec"]["resourceGroups"]
     assert group["coveredResources"] == [
         "cpu",
         "memory",
@@ -555,7 +562,7 @@ def test_lending_limit_and_quantities_render_canonically() -> None:
     assert hard["requests.memory"] == "64Gi"
     assert hard["requests.storage"] == "5Ti"
     assert hard["pods"] == "100"
-    assert hard["count/jobs.batch"] == "120"
+    assert hard[WORKLOADS] == "120"  # every job Kueue manages, running plus queued
 
 
 def test_quantities_are_strings_and_output_is_plain_json(random_objects: list[Obj]) -> None:

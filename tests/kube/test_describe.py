@@ -135,6 +135,35 @@ def test_a_resource_quota_key_added_or_removed_says_so() -> None:
     }
 
 
+def test_the_job_caps_read_as_what_they_count() -> None:
+    old, new = cluster_queue(), cluster_queue()
+    slots = {
+        "coveredResources": ["pods"],
+        "flavors": [
+            {
+                "name": "portal-job-slots",
+                "resources": [{"name": "pods", "nominalQuota": "5", "borrowingLimit": "0"}],
+            }
+        ],
+    }
+    new["spec"]["resourceGroups"].append(copy.deepcopy(slots))
+    assert set(described(old, new).values()) == {"running jobs (pods admitted at once): at most 5"}
+    more = copy.deepcopy(new)
+    more["spec"]["resourceGroups"][1]["flavors"][0]["resources"][0]["nominalQuota"] = "8"
+    assert set(described(new, more).values()) == {
+        "running jobs (pods admitted at once): at most 5 → 8"
+    }
+    assert set(described(new, old).values()) == {"running jobs (pods admitted at once): no cap"}
+
+    quota_old, quota_new = resource_quota(), resource_quota()
+    quota_old["spec"]["hard"]["count/workloads.kueue.x-k8s.io"] = "25"
+    quota_new["spec"]["hard"]["count/workloads.kueue.x-k8s.io"] = "30"
+    assert described(quota_old, quota_new) == {
+        ".spec.hard.count/workloads.kueue.x-k8s.io": "team-a-training: jobs running and queued "
+        "(every kind Kueue manages) 25 → 30"
+    }
+
+
 def test_a_limit_range_reads_per_container_or_pod() -> None:
     words = described(limit_range("8"), limit_range("10"))
 

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeRequest
-from devcluster.kueue_sim import TEAM_JOBS, Endpoint, simulate_once
+from devcluster.kueue_sim import DEMO_JOBSET, TEAM_JOBS, Endpoint, simulate_once
 from quotas.sync import cluster_reconcile
 from tenants.models import AuditEvent
 from tests.alerts.conftest import NOW
@@ -276,15 +276,25 @@ def test_the_simulated_kueue_gives_the_team_its_jobs_with_who_submitted_them(  #
     annotations = job["spec"]["template"]["metadata"]["annotations"]
     assert annotations["portal.gpu-quota.io/submitter"] == "carol"
 
-    assert collector.cluster_collect(cluster=world.a100, now=NOW).workloads == len(TEAM_JOBS)
+    # carol's JobSet is one more: its Workload made as Kueue would (devcluster.kueue_jobs).
+    assert collector.cluster_collect(cluster=world.a100, now=NOW).workloads == len(TEAM_JOBS) + 1
     rows = {w.job_name: w for w in Workload.objects.filter(tenant=world.team_a)}
-    assert set(rows) == {j.name for j in TEAM_JOBS}
+    assert set(rows) == {j.name for j in TEAM_JOBS} | {DEMO_JOBSET}
+    # Held by the job cap: team-a may run 5 jobs, 3 run, the JobSet's 3 pods take 3 slots.
+    assert rows[DEMO_JOBSET].job_kind == "JobSet"
+    assert rows[DEMO_JOBSET].state == WorkloadState.PENDING
+    assert rows[DEMO_JOBSET].pending_message.endswith(
+        "insufficient unused quota for pods in flavor portal-job-slots, 1 more needed"
+    )
     assert rows["llm-finetune"].submitter == "alice" and rows["llm-finetune"].job_kind == "Job"
     assert rows["llm-finetune"].resources == [
         {"flavor": "a100-80gb", "resource": "nvidia.com/gpu", "amount": 4.0}
     ]
     assert rows["pretrain-8x"].state == WorkloadState.PENDING
-    assert "4 more needed" in rows["pretrain-8x"].pending_message
+    # The stand-in's Kueue decides it: 7 of team-a's 10 GPUs in use, 8 asked.
+    assert (
+        "nvidia.com/gpu in flavor a100-80gb, 5 more needed" in rows["pretrain-8x"].pending_message
+    )
     assert WorkloadReading.objects.get(cluster=world.a100).last_success_at == NOW
 
     alice = api_as(world.alice)
@@ -353,6 +363,17 @@ def test_a_workload_that_cannot_fit_or_is_held_says_so_and_what_to_ask(world, te
     assert row.reason.startswith("held: demo-a100 takes no new work of team-a")
     assert row.need is not None and row.need.flavor == "a100-80gb"
     assert (row.need.guaranteed, row.need.limit) == (12, 12)  # 8 in use + its 4
+
+    pending.pending_message = (
+        "couldn't assign flavors to pod set workers: insufficient unused quota for pods in "
+        "flavor portal-job-slots, 2 more needed"
+    )
+    (row,) = workload_rows(tenant=world.team_a, workloads=[pending])
+    assert row.reason == (
+        "waiting for 2 more running-job slots: team-a is at its cap on running jobs on "
+        "demo-a100 (Kueue counts each pod of a job as one)"
+    )
+    assert row.need is None  # a job cap, not a quota line: nothing to ask for here
 
     pending.pending_message = "something Kueue says"
     (row,) = workload_rows(tenant=world.team_a, workloads=[pending])
