@@ -9,6 +9,8 @@ by concern:
 * ``transitions``: who may file and decide, and each move of a request's status;
 * ``filing``: a request filed, checked live, submitted, cancelled;
 * ``deciding``: a request rejected, approved and applied, expired; the system's own grants;
+* ``granting``: grants for a time (a request with a window): their check, their approval,
+  the beat that starts and ends them, a lead's ask to extend one;
 * ``onboarding``: a tenant with its leads and its tier's quotas;
 * ``push``: where the push stands (hooks of ``quotas.sync``), a retry, a dry run.
 
@@ -49,6 +51,14 @@ from approvals.services.filing import (
     request_changes,
     request_items_parse,
 )
+from approvals.services.granting import (
+    grant_extend,
+    grant_get_for_user,
+    grant_list_for_user,
+    grant_request_check,
+    grant_window_errors,
+    grants_tick,
+)
 from approvals.services.onboarding import (
     tenant_onboard,
 )
@@ -76,6 +86,12 @@ from approvals.services.transitions import (
 )
 
 __all__ = [
+    "grant_extend",
+    "grant_get_for_user",
+    "grant_list_for_user",
+    "grant_request_check",
+    "grant_window_errors",
+    "grants_tick",
     "DECISION_NOTICES",
     "MAX_RUN_TIME_HOURS_MAX",
     "POLICY_FIELDS",

@@ -106,11 +106,11 @@ def diff_line(item: QuotaItem | QuotaChangeItem, before: Any | None) -> DiffLine
         item.guaranteed,
         item.limit,
         item.flavor.gpu_weight,
-        _shares_per_gpu(item.flavor, item.resource),
+        shares_per_gpu(item.flavor, item.resource),
     )
 
 
-def _shares_per_gpu(flavor: ResourceFlavor, resource: str) -> int | None:
+def shares_per_gpu(flavor: ResourceFlavor, resource: str) -> int | None:
     return flavor.time_slicing_replicas if resource == GPU_RESOURCE else None
 
 
@@ -263,6 +263,10 @@ def quota_request_tenant_changes(request: QuotaChangeRequest) -> dict[str, Any]:
 
 
 def quota_request_check_stored(*, request: QuotaChangeRequest) -> RequestCheck:
+    if request.ends_at is not None:  # a grant for a time: its own check
+        from approvals.services.granting import grant_request_check_stored  # noqa: PLC0415
+
+        return grant_request_check_stored(request=request)
     return quota_request_check(
         tenant=request.tenant,
         cluster=request.cluster,
@@ -290,7 +294,7 @@ def quota_request_approved_diff(*, request: QuotaChangeRequest) -> list[DiffLine
                 item.guaranteed,
                 item.limit,
                 item.flavor.gpu_weight,
-                _shares_per_gpu(item.flavor, item.resource),
+                shares_per_gpu(item.flavor, item.resource),
             )
         )
     return lines
