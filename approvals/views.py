@@ -55,14 +55,14 @@ from approvals.forms import (
 from approvals.models import QuotaChangeRequest
 from approvals.panels import request_panels_render
 from approvals.services import (
-    grant_extend,
-    grant_get_for_user,
-    grant_list_for_user,
     DiffLine,
     RequestCheck,
     approval_policy,
     diff_line,
     flavor_isolation_broken,
+    grant_extend,
+    grant_get_for_user,
+    grant_list_for_user,
     quota_request_approve,
     quota_request_approved_diff,
     quota_request_cancel,
@@ -80,9 +80,8 @@ from approvals.services import (
 from core import errors
 from core.pages import error_text
 from quotas import selectors as quota_selectors
-from quotas.choices import FlavorKind, SyncBackend, SyncState, is_gpu_resource
+from quotas.choices import FlavorKind, GrantState, SyncBackend, SyncState, is_gpu_resource
 from quotas.kube.egress import MAX_RULES as MAX_EGRESS_RULES
-from quotas.choices import GrantState
 from quotas.models import Cluster, Grant, TenantSync, TierTemplate
 from quotas.quantity import format_quantity
 from quotas.selectors import EffectiveQuota, EffectiveQuotaSet, FlavorAllocation
@@ -1183,7 +1182,9 @@ def grants_timeline(request: HttpRequest) -> HttpResponse:
         left = (start - now).total_seconds() / span * 100
         width = max((stop - start).total_seconds() / span * 100, 0.5)
         by_cluster[grant.cluster_id].bars.append(
-            GrantBar(grant, round(left, 2), round(min(width, 100 - left), 2), _grant_lines_text(grant))
+            GrantBar(
+                grant, round(left, 2), round(min(width, 100 - left), 2), _grant_lines_text(grant)
+            )
         )
     week = now + timedelta(days=7)
     for timeline in by_cluster.values():
@@ -1202,7 +1203,7 @@ def grants_timeline(request: HttpRequest) -> HttpResponse:
             if peak.guaranteed
         ]
     context = {
-        "timelines": [t for t in by_cluster.values() if t.bars] ,
+        "timelines": [t for t in by_cluster.values() if t.bars],
         "clusters_without": [t.cluster for t in by_cluster.values() if not t.bars],
         "days": days,
         "day_choices": TIMELINE_DAYS,

@@ -15,8 +15,8 @@ class QuotasConfig(AppConfig):
     def ready(self) -> None:
         from quotas.models import Cluster
         from quotas.receivers import cluster_deleted, cluster_saved
-        from quotas.services.grants import grants_on_push
         from quotas.services import quota_sets_resync
+        from quotas.services.grants import grants_on_push
         from quotas.sync import PUSHED
         from tenants.services import TENANT_CHANGED
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from decimal import Decimal
 
 from identity.selectors import tenant_groups
+from quotas.choices import GrantState
 from quotas.kube.enforcement import KueueConfig
 from quotas.kube.spec import (
     ClusterSpec,
@@ -21,7 +22,6 @@ from quotas.kube.spec import (
     QuotaSpec,
     TenantSpec,
 )
-from quotas.choices import GrantState
 from quotas.models import (
     Cluster,
     FlavorResource,
@@ -183,7 +183,9 @@ def with_grants(
     out = []
     for q in standing:
         g, lim = grants.get((q.flavor, q.resource), (Decimal(0), Decimal(0)))
-        out.append(QuotaSpec(q.flavor, q.resource, q.guaranteed + g, q.limit + lim, q.lending_limit))
+        out.append(
+            QuotaSpec(q.flavor, q.resource, q.guaranteed + g, q.limit + lim, q.lending_limit)
+        )
     have = {(q.flavor, q.resource) for q in standing}
     for (flavor, resource), (g, lim) in grants.items():
         if (flavor, resource) not in have:

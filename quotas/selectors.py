@@ -24,9 +24,9 @@ from django.utils import timezone
 
 from quotas import isolation
 from quotas.choices import (
-    GRANT_HOLDING_STATES,
     CPU_RESOURCE,
     GPU_RESOURCE,
+    GRANT_HOLDING_STATES,
     MEMORY_RESOURCE,
     Enforcement,
     FlavorKind,
@@ -40,12 +40,12 @@ from quotas.kube.compiler import DERIVED_MAX_GPUS_PER_POD
 from quotas.kube.enforcement import KueueConfig, verdict
 from quotas.loader import cluster_spec
 from quotas.models import (
-    Grant,
-    GrantLine,
     Cluster,
     ClusterPool,
     FlavorResource,
     FleetNodeCapacity,
+    Grant,
+    GrantLine,
     GuaranteeTotal,
     Quota,
     QuotaSet,
@@ -349,9 +349,7 @@ def guarantees_by_flavor(
     a time still holding capacity count too, as if they all overlapped (``grants_promised``):
     a standing change lasts past any of them (``with_grants`` False: standing ones only)."""
     totals = GuaranteeTotal.objects.filter(flavor__cluster=cluster).annotate(
-        granted=grants_promised()
-        if with_grants
-        else Value(Decimal(0), output_field=DecimalField())
+        granted=grants_promised() if with_grants else Value(Decimal(0), output_field=DecimalField())
     )
     fields = ["flavor_id", "resource", "guaranteed", "granted"]
     if exclude_quota_set is not None and exclude_quota_set.pk is not None:
@@ -1032,7 +1030,7 @@ def grant_peaks(
     return peaks
 
 
-def grants_promised() -> Subquery:
+def grants_promised() -> Coalesce:
     """For an annotation of rows with ``flavor_id`` and ``resource`` (``GuaranteeTotal``,
     ``FlavorResource``): what every grant still holding capacity guarantees of that line,
     summed as if they all overlapped (what a standing change must leave room for)."""

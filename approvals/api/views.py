@@ -18,9 +18,9 @@ from rest_framework.response import Response
 from approvals import selectors, services
 from approvals.api.serializers import (
     DecisionInput,
+    DryRunOutput,
     GrantExtendInput,
     GrantOutput,
-    DryRunOutput,
     NoInput,
     QuotaRequestDetailOutput,
     QuotaRequestInput,

@@ -27,6 +27,8 @@ from approvals.services.checks import (
     DiffLine,
     RequestCheck,
     diff_line,
+    grant_request_check,
+    grant_window_errors,
     quota_request_approved_diff,
     quota_request_check,
     quota_request_check_shown,
@@ -55,8 +57,6 @@ from approvals.services.granting import (
     grant_extend,
     grant_get_for_user,
     grant_list_for_user,
-    grant_request_check,
-    grant_window_errors,
     grants_tick,
 )
 from approvals.services.onboarding import (
@@ -86,12 +86,6 @@ from approvals.services.transitions import (
 )
 
 __all__ = [
-    "grant_extend",
-    "grant_get_for_user",
-    "grant_list_for_user",
-    "grant_request_check",
-    "grant_window_errors",
-    "grants_tick",
     "DECISION_NOTICES",
     "MAX_RUN_TIME_HOURS_MAX",
     "POLICY_FIELDS",
@@ -105,6 +99,12 @@ __all__ = [
     "approval_policy_update",
     "diff_line",
     "flavor_isolation_broken",
+    "grant_extend",
+    "grant_get_for_user",
+    "grant_list_for_user",
+    "grant_request_check",
+    "grant_window_errors",
+    "grants_tick",
     "pod_bandwidth_problem",
     "quota_request_approve",
     "quota_request_approved_diff",

@@ -15,12 +15,12 @@ from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeItem, QuotaChangeRequest
 from approvals.services.checks import (
     RequestCheck,
+    grant_request_check,
     quota_request_check,
     quota_request_check_stored,
     quota_request_tenant_changes,
     scheduling_fields,
 )
-from approvals.services.granting import grant_request_check
 from approvals.services.rules import (
     SCHEDULING_FIELDS,
     TENANT_FIELDS,

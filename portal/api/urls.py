@@ -6,9 +6,8 @@ from rest_framework.routers import DefaultRouter
 
 from advice.api.views import QuotaRequestWhatIfView, TenantSuggestionsView, request_watch_field
 from alerts.api.views import AdmissionCheckView, AlertViewSet
-from approvals.api.views import GrantViewSet
+from approvals.api.views import GrantViewSet, TenantViewSet
 from approvals.api.views import QuotaRequestViewSet as ApprovalsQuotaRequestViewSet
-from approvals.api.views import TenantViewSet
 from core.api.schema import CachedSchemaView
 from dashboards.api.views import (
     ConsoleTenantsView,

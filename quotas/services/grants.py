@@ -25,19 +25,15 @@ bound, one subquery)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
-from django.db.models import DecimalField, Exists, OuterRef, Q, Subquery, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
-from quotas.choices import GRANT_HOLDING_STATES, GrantState
+from quotas.choices import GrantState
 from quotas.models import Cluster, Grant, GrantLine, QuotaSet, TenantSync
 from quotas.quantity import format_quantity
 from quotas.services.outbox import outbox_record, quota_set_repush

@@ -42,7 +42,9 @@ def _iso(when: Any) -> str:
     return when.isoformat()
 
 
-def grant_body(*, starts_in: timedelta | None = None, lasts: timedelta = timedelta(days=14), **changes: Any) -> dict[str, Any]:
+def grant_body(
+    *, starts_in: timedelta | None = None, lasts: timedelta = timedelta(days=14), **changes: Any
+) -> dict[str, Any]:
     now = timezone.now()
     start = now + (starts_in or timedelta(0))
     data: dict[str, Any] = {
@@ -105,9 +107,10 @@ def test_a_grant_is_pushed_withdrawn_at_its_end_and_a_standing_change_made_meanw
     standing = file(world, items=[item(guaranteed=7, limit=10)])
     quota_request_approve(request=standing, approver=world.admin)
     _deliver_open()
-    assert a100_gpu_quota(kubectl_json(standin, "get", "clusterqueue", "team-a"))[
-        "nominalQuota"
-    ] == "9"
+    assert (
+        a100_gpu_quota(kubectl_json(standin, "get", "clusterqueue", "team-a"))["nominalQuota"]
+        == "9"
+    )
 
     # The end comes while the cluster is unreachable: withdrawn, ending, retried.
     grants_tick(now=grant.ends_at + timedelta(seconds=1))
@@ -139,7 +142,9 @@ def test_a_grant_is_pushed_withdrawn_at_its_end_and_a_standing_change_made_meanw
     assert actions == ["grant.scheduled", "grant.started", "grant.withdrawn", "grant.ended"]
 
 
-def test_a_scheduled_grant_starts_by_itself_and_its_request_follows_the_push(roomy, standin, api_as):
+def test_a_scheduled_grant_starts_by_itself_and_its_request_follows_the_push(
+    roomy, standin, api_as
+):
     world = roomy
     answer = _file(api_as, world.alice, starts_in=timedelta(days=2))
     request = _approve(world, answer.json()["id"])
@@ -174,7 +179,9 @@ def test_overlapping_grants_must_fit_together_and_one_that_does_not_overlap_does
 
     overlapping = api_as(world.bob).post(
         URL,
-        grant_body(tenant="team-b", items=[item(guaranteed=2, limit=2)], starts_in=timedelta(days=1)),
+        grant_body(
+            tenant="team-b", items=[item(guaranteed=2, limit=2)], starts_in=timedelta(days=1)
+        ),
         format="json",
     )
     assert overlapping.status_code == 400
@@ -256,8 +263,7 @@ def test_only_leads_and_admins_file_grants_and_nobody_sees_another_tenants(roomy
     assert api_as(world.bob).get(f"{GRANTS}{grant.pk}/").status_code == 404
     later = _iso(grant.ends_at + timedelta(days=3))
     assert (
-        api_as(world.bob).post(f"{GRANTS}{grant.pk}/extend/", {"ends_at": later}).status_code
-        == 404
+        api_as(world.bob).post(f"{GRANTS}{grant.pk}/extend/", {"ends_at": later}).status_code == 404
     )
     assert page(world.bob, "/tenants/team-a/grants/").status_code == 404
     # carol sees her team's grant but may not extend it.
@@ -306,7 +312,9 @@ def test_the_api_lists_what_is_promised_next_week_for_admins(roomy, api_as):
     _approve(world, _file(api_as, world.alice, starts_in=timedelta(days=3)).json()["id"])
     _approve(
         world,
-        _file(api_as, world.alice, starts_in=timedelta(days=20), items=[item(guaranteed=1, limit=1)]).json()["id"],
+        _file(
+            api_as, world.alice, starts_in=timedelta(days=20), items=[item(guaranteed=1, limit=1)]
+        ).json()["id"],
     )
     week = _iso(timezone.now() + timedelta(days=7))
     found = api_as(world.admin).get(GRANTS, {"cluster": "demo-a100", "starts_before": week}).json()
