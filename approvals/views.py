@@ -1153,13 +1153,14 @@ TIMELINE_DAYS = (7, 14, 30, 90)
 
 
 @login_required
-@require_GET
 def grants_timeline(request: HttpRequest) -> HttpResponse:
     """Platform admins: every cluster's grants for a time on a time line from now, and what
     they promise at most at once next week per line (on top of the standing guarantees)."""
     user = caller(request)
     if not user.is_platform_admin:
         raise PermissionDenied("Only platform admins see every tenant's grants.")
+    if request.method != "GET":
+        return HttpResponseNotAllowed(["GET"])
     try:
         days = int(request.GET.get("days", "14"))
     except ValueError:
