@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
@@ -237,6 +238,7 @@ class ApprovalPolicy(models.Model):
     grant_max_days = models.PositiveSmallIntegerField(
         default=90,
         db_default=90,
+        validators=[MinValueValidator(1)],
         help_text="The longest window a grant for a time may ask for, in days.",
     )
     grant_end_notice_days = models.PositiveSmallIntegerField(

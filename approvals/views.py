@@ -1215,11 +1215,12 @@ def grants_timeline(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@require_GET
 def tenant_grants(request: HttpRequest, slug: str) -> HttpResponse:
     """A tenant's grants for a time (its members see them); its leads ask to extend one."""
     user = caller(request)
-    tenant = tenant_selectors.tenant_get_for_user(user=user, slug=slug)
+    tenant = tenant_selectors.tenant_get_for_user(user=user, slug=slug)  # 404 first, any method
+    if request.method != "GET":
+        return HttpResponseNotAllowed(["GET"])
     grants = [
         (grant, _grant_lines_text(grant))
         for grant in grant_list_for_user(user=user).filter(tenant=tenant).order_by("-starts_at")
