@@ -321,3 +321,15 @@ def test_the_api_lists_what_is_promised_next_week_for_admins(roomy, api_as):
     assert [(g["tenant"], g["state"], g["lines"][0]["guaranteed"]) for g in found["results"]] == [
         ("team-a", "scheduled", "2")
     ]
+
+
+def test_the_grant_pages_label_every_control(roomy, api_as):
+    from tests.portal.test_labels import parsed
+
+    world = roomy
+    _approve(world, _file(api_as, world.alice).json()["id"])
+    for user, path in ((world.alice, "/tenants/team-a/grants/"), (world.admin, "/console/grants/")):
+        shown = parsed(page(user, path))
+        assert shown.unlabelled() == [] and shown.bare_tables == [], path
+    assert b"Ask to extend" in page(world.alice, "/tenants/team-a/grants/").content
+    assert b"Ask to extend" not in page(world.carol, "/tenants/team-a/grants/").content
