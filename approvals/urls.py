@@ -24,5 +24,6 @@ urlpatterns = [
     path("console/approvals/", views.approvals_queue, name="approvals-queue"),
     path("console/grants/", views.grants_timeline, name="grants-timeline"),
     path("tenants/<str:slug>/grants/", views.tenant_grants, name="tenant-grants"),
+    path("tenants/<str:slug>/grants/new/", views.grant_new, name="tenant-grant-new"),
     path("grants/<int:pk>/extend/", views.grant_extend_view, name="grant-extend"),
 ]

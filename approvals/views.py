@@ -47,6 +47,7 @@ from approvals.forms import (
     ApprovalQueueFilterForm,
     DecisionForm,
     EgressRuleForm,
+    GrantRequestForm,
     QuotaRequestForm,
     QuotaRow,
     QuotaRowForm,
@@ -1258,3 +1259,54 @@ def grant_extend_view(request: HttpRequest, pk: int) -> HttpResponse:
         return redirect("portal:tenant-grants", slug=grant.tenant.slug)
     messages.success(request, f"Request #{change.pk} to extend the grant awaits approval.")
     return redirect("portal:request-detail", pk=change.pk)
+
+
+@login_required
+def grant_new(request: HttpRequest, slug: str) -> HttpResponse:
+    """A lead asks for a grant for a time (one line; more lines, or several at once, through
+    the API): filed and submitted as a request, decided like any."""
+    tenant = _tenant_for_filing(request, slug)  # 404 / 403 before the method
+    if request.method not in ("GET", "HEAD", "POST"):
+        return HttpResponseNotAllowed(["GET", "POST"])
+    lines = [
+        (
+            f"{flavor.cluster.name}|{flavor.name}|{fr.resource}",
+            f"{flavor.cluster.name}: {fr.resource} on {flavor.name}",
+        )
+        for flavor in quota_selectors.flavor_list()
+        for fr in flavor.resources.all()
+    ]
+    form = GrantRequestForm(request.POST or None, lines=lines)
+    if request.method == "POST" and form.is_valid():
+        cluster_name, flavor, resource = form.chosen_line()
+        cluster = _cluster(cluster_name)
+        try:
+            items = request_items_parse(
+                cluster=cluster,
+                raw_items=[
+                    {
+                        "flavor": flavor,
+                        "resource": resource,
+                        "guaranteed": form.cleaned_data["guaranteed"],
+                        "limit": form.cleaned_data["limit"],
+                    }
+                ],
+            )
+            change = quota_request_create(
+                tenant=tenant,
+                cluster=cluster,
+                requester=caller(request),
+                reason=form.cleaned_data["reason"],
+                items=items,
+                starts_at=form.cleaned_data["starts_at"],
+                ends_at=form.cleaned_data["ends_at"],
+                submit=True,
+            )
+        except errors.ValidationFailed as exc:
+            form.show_errors(exc.fields)
+        except errors.Conflict as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"Request #{change.pk} for a grant awaits approval.")
+            return redirect("portal:request-detail", pk=change.pk)
+    return render(request, "approvals/grant_new.html", {"tenant": tenant, "form": form})

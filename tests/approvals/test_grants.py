@@ -333,3 +333,36 @@ def test_the_grant_pages_label_every_control(roomy, api_as):
         assert shown.unlabelled() == [] and shown.bare_tables == [], path
     assert b"Ask to extend" in page(world.alice, "/tenants/team-a/grants/").content
     assert b"Ask to extend" not in page(world.carol, "/tenants/team-a/grants/").content
+
+
+def test_a_lead_asks_for_a_grant_on_its_page_and_bad_input_is_named_there(roomy):
+    world = roomy
+    client = Client()
+    client.force_login(world.alice)
+    url = "/tenants/team-a/grants/new/"
+    assert client.get(url).status_code == 200
+    start = timezone.now() + timedelta(days=1)
+    form = {
+        "line": "demo-a100|a100-80gb|nvidia.com/gpu",
+        "guaranteed": "2",
+        "limit": "4",
+        "starts_at": start.strftime("%Y-%m-%dT%H:%M"),
+        "ends_at": (start - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M"),
+        "reason": "evaluation",
+    }
+    before = database_state()
+    refused = client.post(url, form)
+    assert refused.status_code == 200
+    assert b"the end must come after the start" in refused.content
+    assert database_state() == before
+    form["ends_at"] = (start + timedelta(days=14)).strftime("%Y-%m-%dT%H:%M")
+    filed = client.post(url, form)
+    assert filed.status_code == 302
+    change = QuotaChangeRequest.objects.get(tenant=world.team_a, ends_at__isnull=False)
+    assert change.status == RequestStatus.PENDING
+    assert (change.ends_at - change.starts_at) == timedelta(days=14)
+    for user, status in ((world.carol, 403), (world.bob, 404)):
+        other = Client()
+        other.force_login(user)
+        assert other.get(url).status_code == status
+        assert other.post(url, form).status_code == status

@@ -103,6 +103,7 @@ LEAD_PAGES = [
     "/tenants/team-a/profile/",
     "/tenants/team-a/showback/",
     "/tenants/team-a/grants/",
+    "/tenants/team-a/grants/new/",
     "/alerts/",
     "/inbox/",
 ]

@@ -57,6 +57,7 @@ MEMBER_PAGES = {
     "tenant-workload-resume",
     "tenant-workload-ask",
     "tenant-grants",  # the tenant's members (tests/approvals/test_grants.py)
+    "tenant-grant-new",  # leads of the tenant and admins, as request-new (the same file)
     "grant-extend",  # leads of the grant's tenant and admins (the same file)
     "request-revert",  # leads of the tenant and admins (tests/approvals/test_change_watch.py)
     "help-preemption",  # the same help text for everyone signed in
