@@ -74,12 +74,14 @@ def _started(grant: Grant) -> None:
 
 
 def grants_tick(*, now: datetime | None = None) -> dict[str, int]:
-    """The beat's pass (every minute; safe to run twice, and from two workers): start the
-    grants whose start has come, withdraw those whose end has come, end those whose
+    """The beat's pass (every minute; safe to run twice, and from two workers): withdraw the
+    grants whose end has come, start those whose start has come, end those whose
     withdrawal the cluster has, and tell leads of ends within the policy's notice."""
     now = now or timezone.now()
-    started = grants_start_due(now=now, on_started=_started)
+    # Ends before starts: a grant that follows another (an extension) never has both counted
+    # in the cluster at once.
     withdrawn = grants_withdraw_due(now=now)
+    started = grants_start_due(now=now, on_started=_started)
     ended = grants_confirm_ended(now=now)
     days = approval_policy().grant_end_notice_days
     told = grants_notify_ending(within=timedelta(days=days), now=now) if days else []

@@ -306,6 +306,15 @@ def test_a_lead_is_told_before_the_end_once_and_can_ask_to_extend(roomy, api_as)
     )
     assert bad.status_code == 400 and "ends_at" in bad.json()["fields"]
 
+    # Approved, the extension takes over as the grant ends: one withdrawn, the other started.
+    _approve(world, extension.pk)
+    following = Grant.objects.get(request_number=extension.pk)
+    grants_tick(now=grant.ends_at)
+    grant.refresh_from_db()
+    following.refresh_from_db()
+    assert (grant.state, following.state) == (GrantState.ENDING, GrantState.ACTIVE)
+    assert following.started_generation > grant.ending_generation
+
 
 def test_the_api_lists_what_is_promised_next_week_for_admins(roomy, api_as):
     world = roomy
@@ -366,3 +375,19 @@ def test_a_lead_asks_for_a_grant_on_its_page_and_bad_input_is_named_there(roomy)
         other.force_login(user)
         assert other.get(url).status_code == status
         assert other.post(url, form).status_code == status
+
+
+def test_the_beat_runs_the_grants_pass_every_minute(roomy, api_as):
+    from approvals.tasks import grants_tick as task
+    from portal.celery import app
+
+    entries = [e for e in app.conf.beat_schedule.values() if e["task"] == task.name]
+    assert [e["schedule"] for e in entries] == [60.0]
+    request = _approve(
+        roomy, _file(api_as, roomy.alice, starts_in=timedelta(seconds=1)).json()["id"]
+    )
+    grant = Grant.objects.get(request_number=request.pk)
+    Grant.objects.filter(pk=grant.pk).update(starts_at=timezone.now() - timedelta(seconds=1))
+    task.apply()  # the task as the beat sends it, run here
+    grant.refresh_from_db()
+    assert grant.state == GrantState.ACTIVE
