@@ -10,6 +10,7 @@ it is about. Every page works without JavaScript; ``request-form.js`` only asks
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
@@ -1067,7 +1068,14 @@ def _queue_entries(changes: list[QuotaChangeRequest], user: User) -> list[QueueE
             before = in_force.get(
                 (change.tenant_id, change.cluster.name, item.flavor.name, item.resource)
             )
-            diff.append(diff_line(item, before))
+            line = diff_line(item, before)
+            if change.ends_at is not None:  # a grant for a time adds its amounts
+                line = dataclasses.replace(
+                    line,
+                    guaranteed_after=line.guaranteed_before + item.guaranteed,
+                    limit_after=line.limit_before + item.limit,
+                )
+            diff.append(line)
         lines = _change_lines(
             change.cluster,
             allocations[change.cluster_id],

@@ -7,6 +7,7 @@ admins see every grant on a time line and in the API; nobody else sees another t
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -391,3 +392,20 @@ def test_the_beat_runs_the_grants_pass_every_minute(roomy, api_as):
     task.apply()  # the task as the beat sends it, run here
     grant.refresh_from_db()
     assert grant.state == GrantState.ACTIVE
+
+
+def test_the_dry_run_of_a_grant_adds_its_lines_to_those_in_effect(roomy, api_as):
+    answer = _file(api_as, roomy.alice)
+    dry = api_as(roomy.admin).get(f"{URL}{answer.json()['id']}/dry-run/").json()
+    (queue,) = [o for o in dry["objects"] if o["object"].startswith("ClusterQueue")]
+    assert queue["descriptions"] == [
+        "nvidia.com/gpu on a100-80gb: guaranteed 6 \u2192 8, limit 10 \u2192 14"
+    ], json.dumps(queue)
+
+
+def test_the_queue_and_the_lists_show_a_grant_as_added_for_a_time(roomy, api_as):
+    _file(api_as, roomy.alice)
+    queue = page(roomy.admin, "/console/approvals/").content.decode()
+    assert "grant for a time," in queue
+    assert "6 \u2192 <strong>8</strong>" in queue  # 6 standing + 2, not "6 -> 2"
+    assert "added until" in page(roomy.alice, "/requests/").content.decode()
