@@ -290,8 +290,10 @@ def quota_request_check_stored(*, request: QuotaChangeRequest) -> RequestCheck:
 
 def quota_request_approved_diff(*, request: QuotaChangeRequest) -> list[DiffLine]:
     """What an approved request changed: each line against the one in force when it was
-    approved ([] when that was not kept: not approved yet, or approved before it was)."""
+    approved ([] when that was not kept: not approved yet, or approved before it was). A
+    grant for a time added its lines to those in effect then."""
     lines = []
+    added = request.ends_at is not None
     for item in _item_rows(request):
         if item.guaranteed_before is None or item.limit_before is None:
             return []
@@ -301,8 +303,8 @@ def quota_request_approved_diff(*, request: QuotaChangeRequest) -> list[DiffLine
                 item.resource,
                 item.guaranteed_before,
                 item.limit_before,
-                item.guaranteed,
-                item.limit,
+                item.guaranteed + (item.guaranteed_before if added else 0),
+                item.limit + (item.limit_before if added else 0),
                 item.flavor.gpu_weight,
                 shares_per_gpu(item.flavor, item.resource),
             )

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from approvals.models import QuotaChangeRequest
+from approvals.models import QuotaChangeItem, QuotaChangeRequest
 from approvals.services.checks import grant_request_check_stored, quota_request_items
 from approvals.services.filing import quota_request_file
 from approvals.services.policy import approval_policy
@@ -47,6 +47,13 @@ def grant_apply(
     now = timezone.now()
     check = grant_request_check_stored(request=request, now=now)
     check.raise_if_invalid(error=Conflict)
+    # What it added to, as it stood when approved: the request keeps showing "6 -> 8".
+    befores = {(d.flavor, d.resource): d for d in check.diff}
+    rows = list(request.items.select_related("flavor"))
+    for row in rows:
+        line = befores[(row.flavor.name, row.resource)]
+        row.guaranteed_before, row.limit_before = line.guaranteed_before, line.limit_before
+    QuotaChangeItem.objects.bulk_update(rows, ["guaranteed_before", "limit_before"])
     assert request.ends_at is not None
     grant = grant_schedule(
         tenant=request.tenant,

@@ -409,3 +409,13 @@ def test_the_queue_and_the_lists_show_a_grant_as_added_for_a_time(roomy, api_as)
     assert "grant for a time," in queue
     assert "6 \u2192 <strong>8</strong>" in queue  # 6 standing + 2, not "6 -> 2"
     assert "added until" in page(roomy.alice, "/requests/").content.decode()
+
+
+def test_an_ended_grants_request_still_shows_what_it_added(roomy, api_as):
+    world = roomy
+    request = _approve(world, _file(api_as, world.alice, lasts=timedelta(hours=1)).json()["id"])
+    grant = Grant.objects.get(request_number=request.pk)
+    grants_tick(now=grant.ends_at + timedelta(seconds=1))
+    detail = api_as(world.alice).get(f"{URL}{request.pk}/").json()
+    assert detail["errors"] == {}
+    assert [(d["guaranteed_before"], d["guaranteed_after"]) for d in detail["diff"]] == [("6", "8")]
