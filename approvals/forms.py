@@ -471,3 +471,55 @@ class DecisionForm(forms.Form):
         required=False, max_length=4000, widget=forms.Textarea(attrs={"rows": 2, "cols": 40})
     )
     next = forms.CharField(required=False, max_length=2000, widget=forms.HiddenInput)
+
+
+class GrantRequestForm(forms.Form):
+    """A grant for a time, as a lead asks for it on the team's grants page: one line (a
+    cluster's flavor and resource), what it adds, the window and why. The services check the
+    rules (capacity over the window, the policy's longest window)."""
+
+    line = forms.ChoiceField(label="Cluster, flavor and resource")
+    guaranteed = forms.CharField(
+        max_length=64, label="Guaranteed added", help_text='e.g. "2", or "64Gi" for memory.'
+    )
+    limit = forms.CharField(max_length=64, label="Limit added")
+    starts_at = forms.DateTimeField(
+        required=False,
+        label="From (UTC)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+        help_text="Empty: as soon as it is approved.",
+    )
+    ends_at = forms.DateTimeField(
+        label="Until (UTC)", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    reason = forms.CharField(
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text="Why does the team need it for this while? The approvers read it.",
+    )
+
+    def __init__(self, *args: Any, lines: list[tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        _choices(self, "line", lines)
+
+    def chosen_line(self) -> tuple[str, str, str]:
+        """(cluster, flavor, resource) of the chosen line."""
+        cluster, flavor, resource = self.cleaned_data["line"].split("|", 2)
+        return cluster, flavor, resource
+
+    # Where a service's error on a field of the request belongs on this form.
+    FIELDS = {
+        "items[0].guaranteed": "guaranteed",
+        "items[0].limit": "limit",
+        "items[0].resource": "line",
+        "items[0].flavor": "line",
+        "items": "line",
+        "ends_at": "ends_at",
+        "starts_at": "starts_at",
+        "reason": "reason",
+    }
+
+    def show_errors(self, fields: dict[str, list[str]]) -> None:
+        for name, messages in fields.items():
+            for message in messages:
+                self.add_error(self.FIELDS.get(name), message)

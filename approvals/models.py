@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import F, Q
 
@@ -115,6 +116,14 @@ class QuotaChangeRequest(models.Model):
         blank=True,
         help_text="The tenant's egress exceptions on the cluster once applied; null: unchanged.",
     )
+    # A grant for a time: its lines are added to the standing quota from ``starts_at`` to
+    # ``ends_at`` (``quotas.Grant``), not written in its place. Both empty: a standing change.
+    starts_at = models.DateTimeField(
+        null=True, blank=True, help_text="A grant for a time: when its lines are added."
+    )
+    ends_at = models.DateTimeField(
+        null=True, blank=True, help_text="A grant for a time: when its lines are withdrawn."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
     decided_at = models.DateTimeField(null=True, blank=True)
@@ -143,6 +152,11 @@ class QuotaChangeRequest(models.Model):
             models.CheckConstraint(
                 condition=Q(gpu_unit_cap__isnull=True) | Q(gpu_unit_cap__gte=0),
                 name="request_gpu_unit_cap_nonnegative",
+            ),
+            models.CheckConstraint(
+                condition=Q(starts_at__isnull=True, ends_at__isnull=True)
+                | Q(starts_at__isnull=False, ends_at__gt=F("starts_at")),
+                name="request_grant_window",
             ),
         ]
 
@@ -220,6 +234,17 @@ class ApprovalPolicy(models.Model):
     )  # fmt: skip
     pending_expires_after_days = models.PositiveSmallIntegerField(
         default=14, help_text="A request pending longer than this expires."
+    )
+    grant_max_days = models.PositiveSmallIntegerField(
+        default=90,
+        db_default=90,
+        validators=[MinValueValidator(1)],
+        help_text="The longest window a grant for a time may ask for, in days.",
+    )
+    grant_end_notice_days = models.PositiveSmallIntegerField(
+        default=3,
+        db_default=3,
+        help_text="The tenant's leads are told this many days before a grant ends.",
     )
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -14,6 +14,12 @@ def expire_requests() -> None:
     services.quota_requests_expire()
 
 
+@shared_task(name="approvals.tasks.grants_tick", ignore_result=True)
+def grants_tick() -> None:
+    """Grants for a time: start, withdraw and end those due; tell leads of ends ahead."""
+    services.grants_tick()
+
+
 # Upgrade only: the push moved to quotas (``quotas.tasks.deliver_outbox``). Deliveries queued
 # by the previous release under this name, before its workers stopped, are still taken and
 # pushed the same way. Remove one release later, when no such message can be left. (The old

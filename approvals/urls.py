@@ -22,4 +22,8 @@ urlpatterns = [
     path("requests/<int:pk>/reject/", views.request_reject, name="request-reject"),
     path("requests/<int:pk>/retry/", views.request_retry, name="request-retry"),
     path("console/approvals/", views.approvals_queue, name="approvals-queue"),
+    path("console/grants/", views.grants_timeline, name="grants-timeline"),
+    path("tenants/<str:slug>/grants/", views.tenant_grants, name="tenant-grants"),
+    path("tenants/<str:slug>/grants/new/", views.grant_new, name="tenant-grant-new"),
+    path("grants/<int:pk>/extend/", views.grant_extend_view, name="grant-extend"),
 ]

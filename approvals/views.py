@@ -10,10 +10,12 @@ it is about. Every page works without JavaScript; ``request-form.js`` only asks
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -23,6 +25,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -32,6 +35,8 @@ from django.http import (
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
 from django.views.decorators.http import require_GET, require_POST
@@ -43,6 +48,7 @@ from approvals.forms import (
     ApprovalQueueFilterForm,
     DecisionForm,
     EgressRuleForm,
+    GrantRequestForm,
     QuotaRequestForm,
     QuotaRow,
     QuotaRowForm,
@@ -56,6 +62,9 @@ from approvals.services import (
     approval_policy,
     diff_line,
     flavor_isolation_broken,
+    grant_extend,
+    grant_get_for_user,
+    grant_list_for_user,
     quota_request_approve,
     quota_request_approved_diff,
     quota_request_cancel,
@@ -73,9 +82,9 @@ from approvals.services import (
 from core import errors
 from core.pages import error_text
 from quotas import selectors as quota_selectors
-from quotas.choices import FlavorKind, SyncBackend, SyncState, is_gpu_resource
+from quotas.choices import FlavorKind, GrantState, SyncBackend, SyncState, is_gpu_resource
 from quotas.kube.egress import MAX_RULES as MAX_EGRESS_RULES
-from quotas.models import Cluster, TenantSync, TierTemplate
+from quotas.models import Cluster, Grant, TenantSync, TierTemplate
 from quotas.quantity import format_quantity
 from quotas.selectors import EffectiveQuota, EffectiveQuotaSet, FlavorAllocation
 from quotas.services import (
@@ -90,6 +99,7 @@ from quotas.sync import DryRun
 from quotas.views import FieldChange, field_change
 from tenants import selectors as tenant_selectors
 from tenants.api.base import caller
+from tenants.choices import MembershipRole
 from tenants.models import AuditEvent, Tenant, User
 
 ITEM_FIELD = re.compile(r"^items\[(\d+)\]\.(\w+)$")
@@ -1058,7 +1068,14 @@ def _queue_entries(changes: list[QuotaChangeRequest], user: User) -> list[QueueE
             before = in_force.get(
                 (change.tenant_id, change.cluster.name, item.flavor.name, item.resource)
             )
-            diff.append(diff_line(item, before))
+            line = diff_line(item, before)
+            if change.ends_at is not None:  # a grant for a time adds its amounts
+                line = dataclasses.replace(
+                    line,
+                    guaranteed_after=line.guaranteed_before + item.guaranteed,
+                    limit_after=line.limit_before + item.limit,
+                )
+            diff.append(line)
         lines = _change_lines(
             change.cluster,
             allocations[change.cluster_id],
@@ -1110,3 +1127,194 @@ def approvals_queue(request: HttpRequest) -> HttpResponse:
             "policy": policy,
         },
     )
+
+
+# --- grants for a time ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GrantBar:
+    """One grant on a cluster's time line: where its bar starts and how wide it is (percent
+    of the window shown), and its lines in words."""
+
+    grant: Grant
+    left: float
+    width: float
+    lines: str
+
+
+@dataclass
+class ClusterTimeline:
+    cluster: Cluster
+    bars: list[GrantBar] = field(default_factory=list)
+    promised: list[str] = field(default_factory=list)
+
+
+def _grant_lines_text(grant: Grant) -> str:
+    return ", ".join(
+        f"+{format_quantity(line.guaranteed, line.resource)} guaranteed / "
+        f"+{format_quantity(line.limit, line.resource)} limit {line.resource} on {line.flavor.name}"
+        for line in grant.lines.all()
+    )
+
+
+TIMELINE_DAYS = (7, 14, 30, 90)
+
+
+@login_required
+def grants_timeline(request: HttpRequest) -> HttpResponse:
+    """Platform admins: every cluster's grants for a time on a time line from now, and what
+    they promise at most at once next week per line (on top of the standing guarantees)."""
+    user = caller(request)
+    if not user.is_platform_admin:
+        raise PermissionDenied("Only platform admins see every tenant's grants.")
+    if request.method != "GET":
+        return HttpResponseNotAllowed(["GET"])
+    try:
+        days = int(request.GET.get("days", "14"))
+    except ValueError:
+        days = 14
+    days = days if days in TIMELINE_DAYS else 14
+    now = timezone.now()
+    end = now + timedelta(days=days)
+    span = (end - now).total_seconds()
+    grants = (
+        grant_list_for_user(user=user)
+        .filter(starts_at__lt=end)
+        .filter(Q(ends_at__gt=now) | Q(state=GrantState.ENDING))
+    )
+    by_cluster: dict[int, ClusterTimeline] = {}
+    for cluster in quota_selectors.cluster_list():
+        by_cluster[cluster.pk] = ClusterTimeline(cluster)
+    for grant in grants:
+        start = max(grant.starts_at, now)
+        stop = min(max(grant.ends_at, start), end)
+        left = (start - now).total_seconds() / span * 100
+        width = max((stop - start).total_seconds() / span * 100, 0.5)
+        by_cluster[grant.cluster_id].bars.append(
+            GrantBar(
+                grant, round(left, 2), round(min(width, 100 - left), 2), _grant_lines_text(grant)
+            )
+        )
+    week = now + timedelta(days=7)
+    for timeline in by_cluster.values():
+        keys = {
+            (line.flavor_id, line.resource): line.flavor.name
+            for bar in timeline.bars
+            for line in bar.grant.lines.all()
+        }
+        peaks = quota_selectors.grant_peaks(
+            cluster=timeline.cluster, keys=keys, starts_at=now, ends_at=week
+        )
+        timeline.promised = [
+            f"{format_quantity(peak.guaranteed, resource)} {resource} guaranteed on "
+            f"{keys[(flavor_id, resource)]}"
+            for (flavor_id, resource), peak in sorted(peaks.items())
+            if peak.guaranteed
+        ]
+    context = {
+        "timelines": [t for t in by_cluster.values() if t.bars],
+        "clusters_without": [t.cluster for t in by_cluster.values() if not t.bars],
+        "days": days,
+        "day_choices": TIMELINE_DAYS,
+        "now": now,
+        "end": end,
+    }
+    return render(request, "approvals/grants_timeline.html", context)
+
+
+@login_required
+def tenant_grants(request: HttpRequest, slug: str) -> HttpResponse:
+    """A tenant's grants for a time (its members see them); its leads ask to extend one."""
+    user = caller(request)
+    tenant = tenant_selectors.tenant_get_for_user(user=user, slug=slug)  # 404 first, any method
+    if request.method != "GET":
+        return HttpResponseNotAllowed(["GET"])
+    grants = [
+        (grant, _grant_lines_text(grant))
+        for grant in grant_list_for_user(user=user).filter(tenant=tenant).order_by("-starts_at")
+    ]
+    role = tenant_selectors.membership_role(user=user, tenant=tenant)
+    context = {
+        "tenant": tenant,
+        "grants": grants,
+        "can_extend": user.is_platform_admin or role == MembershipRole.LEAD,
+        "extendable": (GrantState.SCHEDULED, GrantState.ACTIVE),
+    }
+    return render(request, "approvals/tenant_grants.html", context)
+
+
+@login_required
+@require_POST
+def grant_extend_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """A lead's ask to extend a grant: a new request from its end, submitted for approval."""
+    user = caller(request)
+    grant = grant_get_for_user(user=user, pk=pk)
+    raw = request.POST.get("ends_at", "")
+    ends_at = parse_datetime(raw) if raw else None
+    if ends_at is not None and timezone.is_naive(ends_at):
+        ends_at = timezone.make_aware(ends_at, timezone.get_current_timezone())
+    try:
+        if raw and ends_at is None:
+            raise errors.ValidationFailed.for_field("ends_at", "not a date and time")
+        change = grant_extend(
+            grant=grant, actor=user, ends_at=ends_at, reason=request.POST.get("reason", "")
+        )
+    except (errors.PermissionDenied, errors.NotFound):
+        raise
+    except errors.ApplicationError as exc:
+        messages.error(request, f"The grant was not extended: {error_text(exc)}")
+        return redirect("portal:tenant-grants", slug=grant.tenant.slug)
+    messages.success(request, f"Request #{change.pk} to extend the grant awaits approval.")
+    return redirect("portal:request-detail", pk=change.pk)
+
+
+@login_required
+def grant_new(request: HttpRequest, slug: str) -> HttpResponse:
+    """A lead asks for a grant for a time (one line; more lines, or several at once, through
+    the API): filed and submitted as a request, decided like any."""
+    tenant = _tenant_for_filing(request, slug)  # 404 / 403 before the method
+    if request.method not in ("GET", "HEAD", "POST"):
+        return HttpResponseNotAllowed(["GET", "POST"])
+    lines = [
+        (
+            f"{flavor.cluster.name}|{flavor.name}|{fr.resource}",
+            f"{flavor.cluster.name}: {fr.resource} on {flavor.name}",
+        )
+        for flavor in quota_selectors.flavor_list()
+        for fr in flavor.resources.all()
+    ]
+    form = GrantRequestForm(request.POST or None, lines=lines)
+    if request.method == "POST" and form.is_valid():
+        cluster_name, flavor, resource = form.chosen_line()
+        cluster = _cluster(cluster_name)
+        try:
+            items = request_items_parse(
+                cluster=cluster,
+                raw_items=[
+                    {
+                        "flavor": flavor,
+                        "resource": resource,
+                        "guaranteed": form.cleaned_data["guaranteed"],
+                        "limit": form.cleaned_data["limit"],
+                    }
+                ],
+            )
+            change = quota_request_create(
+                tenant=tenant,
+                cluster=cluster,
+                requester=caller(request),
+                reason=form.cleaned_data["reason"],
+                items=items,
+                starts_at=form.cleaned_data["starts_at"],
+                ends_at=form.cleaned_data["ends_at"],
+                submit=True,
+            )
+        except errors.ValidationFailed as exc:
+            form.show_errors(exc.fields)
+        except errors.Conflict as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"Request #{change.pk} for a grant awaits approval.")
+            return redirect("portal:request-detail", pk=change.pk)
+    return render(request, "approvals/grant_new.html", {"tenant": tenant, "form": form})

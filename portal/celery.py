@@ -25,6 +25,8 @@ app.conf.beat_schedule = {
         "schedule": 60.0,
     },
     "expire-quota-requests": {"task": "approvals.tasks.expire_requests", "schedule": 3600.0},
+    # Grants for a time: started and withdrawn when due (each step pushed through the outbox).
+    "grants-tick": {"task": "approvals.tasks.grants_tick", "schedule": 60.0},
     # Drift repair: re-apply what was changed by hand in the clusters.
     "reconcile-clusters": {"task": "quotas.tasks.reconcile_clusters", "schedule": 300.0},
     # GPU fleet: nodes whose agent stopped reporting; desired MIG layouts past their deadline.

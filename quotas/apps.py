@@ -16,7 +16,13 @@ class QuotasConfig(AppConfig):
         from quotas.models import Cluster
         from quotas.receivers import cluster_deleted, cluster_saved
         from quotas.services import quota_sets_resync
+        from quotas.services.grants import grants_on_push
+        from quotas.sync import PUSHED
         from tenants.services import TENANT_CHANGED
+
+        # A push that lands ends the grants for a time it withdrew.
+        if grants_on_push not in PUSHED:
+            PUSHED.append(grants_on_push)
 
         if quota_sets_resync not in TENANT_CHANGED:
             TENANT_CHANGED.append(quota_sets_resync)

@@ -63,3 +63,18 @@ def mig_resource(profile: str) -> str:
 def is_gpu_resource(resource: str) -> bool:
     """Resources that count towards normalised GPU units."""
     return resource == GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX)
+
+
+class GrantState(models.TextChoices):
+    """Where a grant for a time stands (``quotas.services.grants``): promised, in force (its
+    lines added to the standing quota and pushed), withdrawn but not yet confirmed by the
+    cluster, or over."""
+
+    SCHEDULED = "scheduled", "Scheduled"
+    ACTIVE = "active", "In force"
+    ENDING = "ending", "Ending"
+    ENDED = "ended", "Ended"
+
+
+# The states in which a grant holds capacity: what a capacity check counts.
+GRANT_HOLDING_STATES = ("scheduled", "active", "ending")

@@ -8,9 +8,11 @@ Which tenants have new work held (R11) is quotas' own data (``QuotaHold``, writt
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
 
 from identity.selectors import tenant_groups
+from quotas.choices import GrantState
 from quotas.kube.enforcement import KueueConfig
 from quotas.kube.spec import (
     ClusterSpec,
@@ -20,7 +22,15 @@ from quotas.kube.spec import (
     QuotaSpec,
     TenantSpec,
 )
-from quotas.models import Cluster, FlavorResource, Quota, QuotaHold, QuotaSet, ResourceFlavor
+from quotas.models import (
+    Cluster,
+    FlavorResource,
+    GrantLine,
+    Quota,
+    QuotaHold,
+    QuotaSet,
+    ResourceFlavor,
+)
 from tenants.choices import MembershipRole
 from tenants.models import Membership, Namespace, Tenant
 
@@ -105,7 +115,8 @@ def _strings(value: object) -> tuple[str, ...]:
 
 def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -> list[TenantSpec]:
     """Every tenant with a quota set on ``cluster`` (or only ``tenant_ids``), at the quota
-    generation in force."""
+    generation in force, its lines the standing ones plus what its active grants for a time
+    add (``active_grant_lines``): the compiler is fed the quota in effect."""
     query = QuotaSet.objects.filter(cluster=cluster).select_related("tenant__parent")
     if tenant_ids is not None:
         query = query.filter(tenant_id__in=list(tenant_ids))
@@ -116,6 +127,10 @@ def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -
         items[q.quota_set_id].append(
             QuotaSpec(q.flavor.name, q.resource, q.guaranteed, q.limit, q.lending_limit)
         )
+    granted = active_grant_lines(cluster=cluster, tenant_ids=ids)
+    for qs in quota_sets:
+        if qs.tenant_id in granted:
+            items[qs.pk] = with_grants(items[qs.pk], granted[qs.tenant_id])
     namespaces: dict[int, list[NamespaceSpec]] = defaultdict(list)
     for ns in Namespace.objects.filter(tenant_id__in=ids).order_by("name"):
         namespaces[ns.tenant_id].append(NamespaceSpec(ns.name, ns.purpose, ns.quota_share))
@@ -166,3 +181,38 @@ def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -
             )
         )
     return sorted(specs, key=lambda s: s.slug)
+
+
+def with_grants(
+    standing: Sequence[QuotaSpec], grants: dict[tuple[str, str], tuple[Decimal, Decimal]]
+) -> list[QuotaSpec]:
+    """The standing lines with what grants add (guaranteed and limit; the lending limit stays
+    the standing one), and a line for each granted one the tenant has no standing line of."""
+    out = []
+    for q in standing:
+        g, lim = grants.get((q.flavor, q.resource), (Decimal(0), Decimal(0)))
+        out.append(
+            QuotaSpec(q.flavor, q.resource, q.guaranteed + g, q.limit + lim, q.lending_limit)
+        )
+    have = {(q.flavor, q.resource) for q in standing}
+    for (flavor, resource), (g, lim) in grants.items():
+        if (flavor, resource) not in have:
+            out.append(QuotaSpec(flavor, resource, g, lim, None))
+    return out
+
+
+def active_grant_lines(
+    *, cluster: Cluster, tenant_ids: Sequence[int] | None = None
+) -> dict[int, dict[tuple[str, str], tuple[Decimal, Decimal]]]:
+    """Per tenant id: what its active grants add on ``cluster``, per (flavor name,
+    resource), guaranteed and limit summed. One query."""
+    rows = GrantLine.objects.filter(grant__cluster=cluster, grant__state=GrantState.ACTIVE)
+    if tenant_ids is not None:
+        rows = rows.filter(grant__tenant_id__in=list(tenant_ids))
+    out: dict[int, dict[tuple[str, str], tuple[Decimal, Decimal]]] = defaultdict(dict)
+    for tenant_id, flavor, resource, g, lim in rows.values_list(
+        "grant__tenant_id", "flavor__name", "resource", "guaranteed", "limit"
+    ):
+        g0, l0 = out[tenant_id].get((flavor, resource), (Decimal(0), Decimal(0)))
+        out[tenant_id][(flavor, resource)] = (g0 + g, l0 + lim)
+    return out

@@ -13,6 +13,7 @@ from quotas.choices import (
     Enforcement,
     FairSharing,
     FlavorKind,
+    GrantState,
     MigDriver,
     SyncBackend,
     SyncState,
@@ -709,3 +710,75 @@ class FairShareReading(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id} on {self.cluster_id}: share {self.weighted_share}"
+
+
+class Grant(models.Model):
+    """A temporary change on top of a tenant's standing quota on one cluster, from
+    ``starts_at`` to ``ends_at``: its lines (``GrantLine``) are added to the standing lines
+    while it is active, so a standing change made meanwhile stays when it ends. Written by an
+    approved request (``request_number``: its id; no foreign key, the approvals app sits above
+    this one); started, withdrawn and ended by ``quotas.services.grants`` (a beat task), each
+    step a new quota set generation pushed through the outbox and audited."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="grants")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="grants")
+    request_number = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The approved request that made it."
+    )
+    reason = models.TextField(blank=True)
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    state = models.CharField(
+        max_length=20, choices=GrantState.choices, default=GrantState.SCHEDULED
+    )
+    # The quota set generations that added and withdrew it (pushed like an approval's).
+    started_generation = models.PositiveBigIntegerField(null=True, blank=True)
+    ending_generation = models.PositiveBigIntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True, help_text="When it was pushed.")
+    ended_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the cluster confirmed its withdrawal."
+    )
+    end_notice_sent_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["starts_at", "id"]
+        indexes = [
+            models.Index(fields=["state", "starts_at"], name="grant_state_start_idx"),
+            models.Index(fields=["cluster", "ends_at"], name="grant_cluster_end_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(ends_at__gt=F("starts_at")), name="grant_window"),
+            models.CheckConstraint(
+                condition=Q(state__in=GrantState.values), name="grant_state_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"grant {self.tenant.slug}@{self.cluster.name} {self.starts_at:%Y-%m-%d}..{self.ends_at:%Y-%m-%d}"
+
+
+class GrantLine(models.Model):
+    """What a grant adds to one (flavor, resource) line: guaranteed and limit on top of the
+    standing line (0 where the tenant has none)."""
+
+    grant = models.ForeignKey(Grant, on_delete=models.CASCADE, related_name="lines")
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=models.PROTECT, related_name="+")
+    resource = models.CharField(max_length=100)
+    guaranteed = _quantity_field()
+    limit = _quantity_field()
+
+    class Meta:
+        ordering = ["flavor__name", "resource"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["grant", "flavor", "resource"], name="grant_line_unique"
+            ),
+            models.CheckConstraint(
+                condition=Q(guaranteed__gte=0) & Q(limit__gte=F("guaranteed")),
+                name="grant_line_amounts",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.grant} {self.flavor.name} {self.resource}"

@@ -9,7 +9,16 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, OuterRef, Prefetch, QuerySet, Subquery, Value
+from django.db.models import (
+    Count,
+    DecimalField,
+    OuterRef,
+    Prefetch,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -17,6 +26,7 @@ from quotas import isolation
 from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,
+    GRANT_HOLDING_STATES,
     MEMORY_RESOURCE,
     Enforcement,
     FairSharing,
@@ -37,6 +47,8 @@ from quotas.models import (
     FairShareReading,
     FlavorResource,
     FleetNodeCapacity,
+    Grant,
+    GrantLine,
     GuaranteeTotal,
     Quota,
     QuotaSet,
@@ -345,14 +357,18 @@ def largest_limits(*, cluster: Cluster) -> dict[tuple[int, str], tuple[Decimal, 
 
 
 def guarantees_by_flavor(
-    *, cluster: Cluster, exclude_quota_set: QuotaSet | None = None
+    *, cluster: Cluster, exclude_quota_set: QuotaSet | None = None, with_grants: bool = True
 ) -> dict[tuple[int, str], Decimal]:
     """Sum of all tenants' guarantees per (flavor id, resource) on ``cluster``, without those of
     ``exclude_quota_set`` (the set being replaced): the running totals the database keeps
     (``GuaranteeTotal``), less that set's own row of each. One query whatever the number of
-    tenants. Keys whose sum is 0 are left out (a caller reads a missing key as 0)."""
-    totals = GuaranteeTotal.objects.filter(flavor__cluster=cluster)
-    fields = ["flavor_id", "resource", "guaranteed"]
+    tenants. Keys whose sum is 0 are left out (a caller reads a missing key as 0). Grants for
+    a time still holding capacity count too, as if they all overlapped (``grants_promised``):
+    a standing change lasts past any of them (``with_grants`` False: standing ones only)."""
+    totals = GuaranteeTotal.objects.filter(flavor__cluster=cluster).annotate(
+        granted=grants_promised() if with_grants else Value(Decimal(0), output_field=DecimalField())
+    )
+    fields = ["flavor_id", "resource", "guaranteed", "granted"]
     if exclude_quota_set is not None and exclude_quota_set.pk is not None:
         own = Quota.objects.filter(
             quota_set=exclude_quota_set,
@@ -362,7 +378,7 @@ def guarantees_by_flavor(
         totals, fields = totals.annotate(own=Subquery(own)), [*fields, "own"]
     out = {}
     for row in totals.values(*fields):
-        total = row["guaranteed"] - (row.get("own") or Decimal(0))
+        total = row["guaranteed"] - (row.get("own") or Decimal(0)) + (row["granted"] or 0)
         if total:
             out[(row["flavor_id"], row["resource"])] = total
     return out
@@ -553,7 +569,7 @@ def flavor_capacity_rows(
     total = GuaranteeTotal.objects.filter(
         flavor_id=OuterRef("flavor_id"), resource=OuterRef("resource")
     )
-    rows = rows.annotate(total=Subquery(total.values("guaranteed")))
+    rows = rows.annotate(total=Subquery(total.values("guaranteed")), granted=grants_promised())
     if exclude_quota_set is not None and exclude_quota_set.pk is not None:
         own = Quota.objects.filter(
             quota_set=exclude_quota_set,
@@ -586,8 +602,10 @@ def flavor_capacities_and_guarantees(
     for fr in rows:
         key = (fr.flavor_id, fr.resource)
         capacities[key] = _capacity_of(fr, fleet.get(fr.flavor_id))
-        taken = (getattr(fr, "total", None) or Decimal(0)) - (
-            getattr(fr, "own", None) or Decimal(0)
+        taken = (
+            (getattr(fr, "total", None) or Decimal(0))
+            - (getattr(fr, "own", None) or Decimal(0))
+            + (getattr(fr, "granted", None) or Decimal(0))
         )
         if taken:
             elsewhere[key] = taken
@@ -1114,3 +1132,76 @@ def priority_class_use(*, resource_quotas: Iterable[Mapping[str, Any]]) -> list[
         if rq["name"] in _PRIORITY_QUOTAS
     ]
     return sorted(rows, key=lambda row: (row.namespace, order.index(row.quota)))
+
+
+# Grants for a time (``quotas.services.grants``): what they hold of a line's capacity.
+
+GrantKey = tuple[int, str]  # (flavor id, resource)
+
+
+@dataclass(frozen=True)
+class Peak:
+    """The most other grants add to one line at any one moment of a window."""
+
+    guaranteed: Decimal = Decimal(0)
+    limit: Decimal = Decimal(0)
+
+
+def grant_peaks(
+    *,
+    cluster: Cluster,
+    keys: Iterable[GrantKey],
+    starts_at: datetime,
+    ends_at: datetime,
+    tenant: Tenant | None = None,
+    exclude: Grant | None = None,
+) -> dict[GrantKey, Peak]:
+    """Per line of ``keys``: the most that grants holding capacity on ``cluster`` (only
+    ``tenant``'s, if given) add at once at any moment of [``starts_at``, ``ends_at``). Windows
+    are half-open: a grant ending when another starts does not overlap it. One query."""
+    wanted = set(keys)
+    if not wanted:
+        return {}
+    lines = GrantLine.objects.filter(
+        grant__cluster=cluster,
+        grant__state__in=GRANT_HOLDING_STATES,
+        grant__starts_at__lt=ends_at,
+        grant__ends_at__gt=starts_at,
+        flavor_id__in={k[0] for k in wanted},
+    )
+    if tenant is not None:
+        lines = lines.filter(grant__tenant=tenant)
+    if exclude is not None:
+        lines = lines.exclude(grant=exclude)
+    events: dict[GrantKey, list[tuple[datetime, int, Decimal, Decimal]]] = defaultdict(list)
+    for flavor_id, resource, g, lim, start, end in lines.values_list(
+        "flavor_id", "resource", "guaranteed", "limit", "grant__starts_at", "grant__ends_at"
+    ):
+        key = (flavor_id, resource)
+        if key not in wanted:
+            continue
+        # An end sorts before a start at the same moment (0 < 1): half-open windows.
+        events[key].append((max(start, starts_at), 1, g, lim))
+        events[key].append((end, 0, -g, -lim))
+    peaks = {}
+    for key, found in events.items():
+        g_now = l_now = g_max = l_max = Decimal(0)
+        for _, _, g, lim in sorted(found, key=lambda e: (e[0], e[1])):
+            g_now += g
+            l_now += lim
+            g_max, l_max = max(g_max, g_now), max(l_max, l_now)
+        peaks[key] = Peak(g_max, l_max)
+    return peaks
+
+
+def grants_promised() -> Coalesce:
+    """For an annotation of rows with ``flavor_id`` and ``resource`` (``GuaranteeTotal``,
+    ``FlavorResource``): what every grant still holding capacity guarantees of that line,
+    summed as if they all overlapped (what a standing change must leave room for)."""
+    rows = GrantLine.objects.filter(
+        flavor_id=OuterRef("flavor_id"),
+        resource=OuterRef("resource"),
+        grant__state__in=GRANT_HOLDING_STATES,
+    ).order_by()
+    summed = rows.values("flavor_id").annotate(total=Sum("guaranteed")).values("total")
+    return Coalesce(Subquery(summed), Decimal(0), output_field=DecimalField())

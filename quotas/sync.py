@@ -20,6 +20,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import yaml
@@ -642,9 +643,11 @@ def change_dry_run(
     items: list[QuotaSpec],
     scheduling: dict[str, Any],
     server: bool = True,
+    added: bool = False,
 ) -> DryRun:
     """What approving a change would do in the cluster: the object-level diff computed from
-    the compiler (quotas in force -> quotas with ``items`` replacing their lines), and, where
+    the compiler (quotas in force -> quotas with ``items`` replacing their lines, or added to
+    them with ``added``: a grant for a time), and, where
     the backend is a Kubernetes API, its server-side dry run (``dryRun=All``) of the objects
     that would be written."""
     spec = cluster_spec(cluster)
@@ -653,7 +656,14 @@ def change_dry_run(
     if not current:
         base = dataclasses.replace(base, namespaces=_namespaces(tenant))
     merged = {(q.flavor, q.resource): q for q in base.quotas}
-    merged.update({(q.flavor, q.resource): q for q in items})
+    if added:  # a grant for a time: its lines on top of those in effect
+        for key, (g, lim) in (((q.flavor, q.resource), (q.guaranteed, q.limit)) for q in items):
+            old = merged.get(key) or QuotaSpec(key[0], key[1], Decimal(0), Decimal(0))
+            merged[key] = dataclasses.replace(
+                old, guaranteed=old.guaranteed + g, limit=old.limit + lim
+            )
+    else:
+        merged.update({(q.flavor, q.resource): q for q in items})
     changes = {k: v for k, v in scheduling.items() if v is not None}
     if "egress_rules" in changes:  # the request's JSON, the spec's egress exceptions
         changes["egress"] = egress_specs(changes.pop("egress_rules"))

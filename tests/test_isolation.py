@@ -24,7 +24,7 @@ TENANT_PARAMS = {"tenant_slug", "slug"}
 PARAM_NAMES = re.compile(r"<(?:\w+:)?(\w+)>|\(\?P<(\w+)>")
 
 
-LEADS_ONLY_PAGES = {"request-new"}
+LEADS_ONLY_PAGES = {"request-new", "tenant-grant-new"}
 # Console pages for platform admins: everyone else gets the same 403 whichever tenant the URL
 # names (asked before the tenant is looked up), so an outsider learns nothing from them.
 ADMINS_ONLY_PAGES = {"tenant-namespace-adopt"}

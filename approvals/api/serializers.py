@@ -19,9 +19,9 @@ from approvals.selectors import approvals_counted
 from approvals.services import DiffLine, RequestCheck
 from core.api.serializers import DeprecatedIntegerField, StrictInputSerializer, utc_iso
 from quotas.api.serializers import PushOutput, QuantityInput, UnitsField, push_representation
-from quotas.choices import CPU_RESOURCE, MEMORY_RESOURCE, STORAGE_RESOURCE
+from quotas.choices import CPU_RESOURCE, MEMORY_RESOURCE, STORAGE_RESOURCE, GrantState
 from quotas.kube import job_caps
-from quotas.models import TenantSync
+from quotas.models import Grant, TenantSync
 from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
 from quotas.sync import DryRun
 from tenants.choices import AuditSource, IsolationLevel
@@ -192,6 +192,19 @@ class QuotaRequestInput(StrictInputSerializer):
         "([] removes them all; left out or null: unchanged): each a namespace or a cidr, a "
         "port and a protocol. A namespace of another tenant must name that tenant.",
     )
+    starts_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="A grant for a time: when its items are added on top of the standing quota "
+        "(left out, null or past: when approved). The items are then what it adds, not the "
+        "lines in place of the standing ones, and nothing else may change with it.",
+    )
+    ends_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="A grant for a time: when its items are withdrawn again (after the start, in "
+        "the future, within the policy's longest window).",
+    )
     replaces = serializers.IntegerField(
         min_value=1,
         max_value=2**63 - 1,
@@ -339,6 +352,12 @@ class QuotaRequestOutput(serializers.Serializer):
         help_text="The egress exceptions it sets on the cluster (namespace or cidr, port, "
         "protocol, and the tenant owning a namespace of another tenant); null: unchanged.",
     )
+    starts_at = serializers.DateTimeField(
+        allow_null=True, help_text="A grant for a time: when its items are added; else null."
+    )
+    ends_at = serializers.DateTimeField(
+        allow_null=True, help_text="A grant for a time: when its items are withdrawn; else null."
+    )
     items = QuotaRequestItemOutput(many=True)
     decisions = DecisionOutput(many=True)
     created_at = serializers.DateTimeField()
@@ -382,6 +401,8 @@ class QuotaRequestOutput(serializers.Serializer):
             "inference_gpus": request.inference_gpus,
             "production_priority": request.production_priority,
             "egress_rules": request.egress_rules,
+            "starts_at": _time(request.starts_at),
+            "ends_at": _time(request.ends_at),
             "items": [
                 {
                     "flavor": item.flavor.name,
@@ -625,3 +646,65 @@ def _decimal(value: Decimal | None) -> str | None:
     if value is None:
         return None
     return format(value.normalize(), "f") if value else "0"
+
+
+# --- grants for a time -----------------------------------------------------------------------
+
+
+class GrantLineOutput(serializers.Serializer):
+    flavor = serializers.CharField()
+    resource = serializers.CharField()
+    guaranteed = serializers.CharField(help_text="What it adds to the standing guarantee.")
+    limit = serializers.CharField(help_text="What it adds to the standing limit.")
+
+
+class GrantOutput(serializers.Serializer):
+    """A grant for a time: lines added on top of the standing quota from ``starts_at`` to
+    ``ends_at``."""
+
+    id = serializers.IntegerField()
+    tenant = serializers.CharField(help_text="Tenant slug.")
+    cluster = serializers.CharField(help_text="Cluster name.")
+    request = serializers.IntegerField(allow_null=True, help_text="The request that made it.")
+    state = serializers.ChoiceField(
+        choices=GrantState.choices,
+        help_text="scheduled; active (pushed at started_generation); ending (withdrawn at "
+        "ending_generation, the push not yet landed: retried); ended.",
+    )
+    starts_at = serializers.DateTimeField()
+    ends_at = serializers.DateTimeField()
+    started_generation = serializers.IntegerField(allow_null=True)
+    ending_generation = serializers.IntegerField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    lines = GrantLineOutput(many=True)
+
+    def to_representation(self, grant: Grant) -> dict[str, Any]:
+        return {
+            "id": grant.pk,
+            "tenant": grant.tenant.slug,
+            "cluster": grant.cluster.name,
+            "request": grant.request_number,
+            "state": grant.state,
+            "starts_at": utc_iso(grant.starts_at),
+            "ends_at": utc_iso(grant.ends_at),
+            "started_generation": grant.started_generation,
+            "ending_generation": grant.ending_generation,
+            "ended_at": _time(grant.ended_at),
+            "lines": [
+                {
+                    "flavor": line.flavor.name,
+                    "resource": line.resource,
+                    "guaranteed": format_quantity(line.guaranteed, line.resource),
+                    "limit": format_quantity(line.limit, line.resource),
+                }
+                for line in grant.lines.all()  # prefetched
+            ],
+        }
+
+
+class GrantExtendInput(StrictInputSerializer):
+    ends_at = serializers.DateTimeField(help_text="Until when the grant should last.")
+    reason = serializers.CharField(
+        max_length=MAX_TEXT, allow_blank=True, required=False, default="", trim_whitespace=False
+    )
+    submit = serializers.BooleanField(required=False, default=True)

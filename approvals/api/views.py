@@ -19,6 +19,8 @@ from approvals import selectors, services
 from approvals.api.serializers import (
     DecisionInput,
     DryRunOutput,
+    GrantExtendInput,
+    GrantOutput,
     NoInput,
     QuotaRequestDetailOutput,
     QuotaRequestInput,
@@ -29,7 +31,8 @@ from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeRequest
 from approvals.services import tenant_onboard
 from core.errors import NotFound, ValidationFailed
-from quotas.models import Cluster, ResourceFlavor, TierTemplate
+from quotas.choices import GrantState
+from quotas.models import Cluster, Grant, ResourceFlavor, TierTemplate
 from quotas.selectors import cluster_list
 from tenants.api.base import caller
 from tenants.api.serializers import TenantCreateInput, TenantOutput
@@ -216,6 +219,8 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             isolation_level=v.get("isolation_level") or "",
             production_priority=v.get("production_priority"),
             tenant_changes=_tenant_changes(v),
+            starts_at=v.get("starts_at"),
+            ends_at=v.get("ends_at"),
             **self._changes(v, cluster, tenant),
         )
         return Response(self._fresh(filed.request, filed.check), status=status.HTTP_201_CREATED)
@@ -264,6 +269,8 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             isolation_level=v.get("isolation_level") or "",
             production_priority=v.get("production_priority"),
             tenant_changes=_tenant_changes(v),
+            starts_at=v.get("starts_at"),
+            ends_at=v.get("ends_at"),
         )
         return Response(QuotaRequestValidationOutput(check).data)
 
@@ -347,6 +354,62 @@ class QuotaRequestViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         NoInput(data=request.data).is_valid(raise_exception=True)
         quota_request = services.quota_request_retry(request=quota_request, actor=caller(request))
         return Response(self._fresh(quota_request))
+
+
+class GrantFilter(filters.FilterSet):
+    cluster = filters.CharFilter(field_name="cluster__name", help_text="Cluster name.")
+    tenant = filters.CharFilter(field_name="tenant__slug", help_text="Tenant slug.")
+    state = filters.ChoiceFilter(choices=GrantState.choices)
+    ends_after = filters.IsoDateTimeFilter(field_name="ends_at", lookup_expr="gt")
+    starts_before = filters.IsoDateTimeFilter(field_name="starts_at", lookup_expr="lt")
+
+    class Meta:
+        model = Grant
+        fields = ["cluster", "tenant", "state", "ends_after", "starts_before"]
+
+
+class GrantViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """Grants for a time: lines added on top of a tenant's standing quota for a window. A
+    platform admin sees every tenant's (what is promised next week: ``starts_before``,
+    ``ends_after``); anyone else those of their tenants. A lead asks to extend one (a new
+    request from its end)."""
+
+    serializer_class = GrantOutput
+    queryset = Grant.objects.none()  # for the schema; get_queryset() scopes it
+    filterset_class = GrantFilter
+    lookup_value_regex = "[0-9]{1,18}"
+
+    def get_queryset(self) -> Any:
+        return services.grant_list_for_user(user=caller(self.request))
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
+        return self.get_paginated_response(GrantOutput(page, many=True).data)
+
+    @extend_schema(responses={200: GrantOutput, 404: ERRORS[404]})
+    def retrieve(self, request: Request, pk: str) -> Response:
+        grant = services.grant_get_for_user(user=caller(request), pk=int(pk))
+        return Response(GrantOutput(grant).data)
+
+    @extend_schema(
+        request=GrantExtendInput,
+        responses={201: QuotaRequestDetailOutput, **ERRORS},
+        description="Ask to extend the grant (a lead of its tenant or a platform admin): a new "
+        "request for the same lines from the grant's end to `ends_at`, checked and decided like "
+        "any (400 naming `ends_at` for a bad window).",
+    )
+    @action(detail=True, methods=["post"])
+    def extend(self, request: Request, pk: str) -> Response:
+        grant = services.grant_get_for_user(user=caller(request), pk=int(pk))
+        data = GrantExtendInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        filed = services.grant_extend(
+            grant=grant, actor=caller(request), ends_at=v["ends_at"], reason=v["reason"],
+            submit=v["submit"],
+        )  # fmt: skip
+        change = selectors.quota_request_get_for_user(user=caller(request), pk=filed.pk)
+        return Response(_detail(change), status=status.HTTP_201_CREATED)
 
 
 def _scheduling(validated: dict[str, Any]) -> dict[str, Any]:

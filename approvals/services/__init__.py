@@ -9,6 +9,8 @@ by concern:
 * ``transitions``: who may file and decide, and each move of a request's status;
 * ``filing``: a request filed, checked live, submitted, cancelled;
 * ``deciding``: a request rejected, approved and applied, expired; the system's own grants;
+* ``granting``: grants for a time (a request with a window): their check, their approval,
+  the beat that starts and ends them, a lead's ask to extend one;
 * ``onboarding``: a tenant with its leads and its tier's quotas;
 * ``push``: where the push stands (hooks of ``quotas.sync``), a retry, a dry run.
 
@@ -25,6 +27,8 @@ from approvals.services.checks import (
     DiffLine,
     RequestCheck,
     diff_line,
+    grant_request_check,
+    grant_window_errors,
     quota_request_approved_diff,
     quota_request_check,
     quota_request_check_shown,
@@ -48,6 +52,12 @@ from approvals.services.filing import (
     quota_request_validate,
     request_changes,
     request_items_parse,
+)
+from approvals.services.granting import (
+    grant_extend,
+    grant_get_for_user,
+    grant_list_for_user,
+    grants_tick,
 )
 from approvals.services.onboarding import (
     tenant_onboard,
@@ -89,6 +99,12 @@ __all__ = [
     "approval_policy_update",
     "diff_line",
     "flavor_isolation_broken",
+    "grant_extend",
+    "grant_get_for_user",
+    "grant_list_for_user",
+    "grant_request_check",
+    "grant_window_errors",
+    "grants_tick",
     "pod_bandwidth_problem",
     "quota_request_approve",
     "quota_request_approved_diff",

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
+
+from django.utils import timezone
 
 from approvals.choices import OPEN_STATUSES
 from approvals.models import QuotaChangeItem, QuotaChangeRequest
@@ -31,14 +34,23 @@ from core.errors import (
 from quotas.choices import GPU_RESOURCE
 from quotas.models import (
     Cluster,
+    Grant,
     QuotaSet,
     ResourceFlavor,
 )
 from quotas.quantity import format_quantity
-from quotas.selectors import Capacity, gpu_units
+from quotas.selectors import (
+    Capacity,
+    Peak,
+    flavor_capacities,
+    gpu_units,
+    grant_peaks,
+    guarantees_by_flavor,
+)
 from quotas.services import (
     QuotaItem,
     SchedulingQuotas,
+    elastic_cap,
 )
 from tenants.models import Tenant
 
@@ -106,11 +118,11 @@ def diff_line(item: QuotaItem | QuotaChangeItem, before: Any | None) -> DiffLine
         item.guaranteed,
         item.limit,
         item.flavor.gpu_weight,
-        _shares_per_gpu(item.flavor, item.resource),
+        shares_per_gpu(item.flavor, item.resource),
     )
 
 
-def _shares_per_gpu(flavor: ResourceFlavor, resource: str) -> int | None:
+def shares_per_gpu(flavor: ResourceFlavor, resource: str) -> int | None:
     return flavor.time_slicing_replicas if resource == GPU_RESOURCE else None
 
 
@@ -263,6 +275,8 @@ def quota_request_tenant_changes(request: QuotaChangeRequest) -> dict[str, Any]:
 
 
 def quota_request_check_stored(*, request: QuotaChangeRequest) -> RequestCheck:
+    if request.ends_at is not None:  # a grant for a time: its own check
+        return grant_request_check_stored(request=request)
     return quota_request_check(
         tenant=request.tenant,
         cluster=request.cluster,
@@ -276,8 +290,10 @@ def quota_request_check_stored(*, request: QuotaChangeRequest) -> RequestCheck:
 
 def quota_request_approved_diff(*, request: QuotaChangeRequest) -> list[DiffLine]:
     """What an approved request changed: each line against the one in force when it was
-    approved ([] when that was not kept: not approved yet, or approved before it was)."""
+    approved ([] when that was not kept: not approved yet, or approved before it was). A
+    grant for a time added its lines to those in effect then."""
     lines = []
+    added = request.ends_at is not None
     for item in _item_rows(request):
         if item.guaranteed_before is None or item.limit_before is None:
             return []
@@ -287,10 +303,10 @@ def quota_request_approved_diff(*, request: QuotaChangeRequest) -> list[DiffLine
                 item.resource,
                 item.guaranteed_before,
                 item.limit_before,
-                item.guaranteed,
-                item.limit,
+                item.guaranteed + (item.guaranteed_before if added else 0),
+                item.limit + (item.limit_before if added else 0),
                 item.flavor.gpu_weight,
-                _shares_per_gpu(item.flavor, item.resource),
+                shares_per_gpu(item.flavor, item.resource),
             )
         )
     return lines
@@ -308,3 +324,168 @@ def quota_request_check_shown(*, request: QuotaChangeRequest) -> RequestCheck:
                 base_generation=request.base_generation,
             )
     return quota_request_check_stored(request=request)
+
+
+# --- grants for a time: a request with ``starts_at`` and ``ends_at`` (``granting``) ---
+
+GRANT_ONLY = "a grant for a time adds quota lines only: file this change as a standing request"
+
+
+def grant_window_errors(
+    *, starts_at: datetime | None, ends_at: datetime | None, now: datetime | None = None
+) -> dict[str, list[str]]:
+    """The window's errors, each on its field: an end is required with a start, after it,
+    not in the past, and the window no longer than the policy's ``grant_max_days``."""
+    now = now or timezone.now()
+    if ends_at is None:
+        return {"ends_at": ["a grant for a time needs an end"]} if starts_at is not None else {}
+    start = starts_at or now
+    if ends_at <= start:
+        return {"ends_at": ["the end must come after the start"]}
+    if ends_at <= now:
+        return {"ends_at": ["the end is in the past"]}
+    longest = approval_policy().grant_max_days
+    if ends_at - start > timedelta(days=longest):
+        days = "day" if longest == 1 else "days"
+        return {"ends_at": [f"the window is longer than the {longest} {days} the policy allows"]}
+    return {}
+
+
+def grant_request_check(
+    *,
+    tenant: Tenant,
+    cluster: Cluster,
+    items: Sequence[QuotaItem],
+    starts_at: datetime | None,
+    ends_at: datetime | None,
+    others: Mapping[str, Any] | None = None,
+    now: datetime | None = None,
+    exclude: Grant | None = None,
+) -> RequestCheck:
+    """The one validation of a grant for a time (filing, its live check, submit, approval).
+    ``items`` are what it adds on top of the standing lines; ``others`` the request's other
+    fields, which must be empty. ``starts_at`` None or past: it starts when approved."""
+    now = now or timezone.now()
+    quota_set, current = quotas_in_force(tenant, cluster)
+    check = RequestCheck(base_generation=quota_set.generation if quota_set else 0)
+    check.errors.update(grant_window_errors(starts_at=starts_at, ends_at=ends_at, now=now))
+    for name, value in (others or {}).items():
+        if value is not None and value != "":
+            check.errors[name] = [GRANT_ONLY]
+    if not items:
+        check.errors["items"] = ["a grant for a time needs at least one quota line"]
+    if check.errors:
+        return check
+    assert ends_at is not None
+    start = max(starts_at or now, now)
+    _capacity(check, tenant, cluster, items, start, ends_at, current, exclude)
+    return check
+
+
+_NONE = Peak()
+
+
+def _capacity(
+    check: RequestCheck,
+    tenant: Tenant,
+    cluster: Cluster,
+    items: Sequence[QuotaItem],
+    start: datetime,
+    end: datetime,
+    current: Mapping[tuple[int, str], QuotaItem],
+    exclude: Grant | None,
+) -> None:
+    capacities = flavor_capacities(cluster=cluster)
+    standing = guarantees_by_flavor(cluster=cluster, with_grants=False)
+    keys = [line_of(item) for item in items]
+    others = grant_peaks(cluster=cluster, keys=keys, starts_at=start, ends_at=end, exclude=exclude)
+    own = grant_peaks(
+        cluster=cluster, keys=keys, starts_at=start, ends_at=end, tenant=tenant, exclude=exclude
+    )
+    department = tenant.children.exists()
+    policy = approval_policy()
+    two = False
+    seen: set[tuple[int, str]] = set()
+    for index, item in enumerate(items):
+        key, prefix = line_of(item), f"items[{index}]."
+        what = f"{item.resource} on {item.flavor.name}"
+        if item.flavor.cluster_id != cluster.pk or key not in capacities:
+            check.errors[f"{prefix}resource"] = [f"{cluster.name} has no {what}"]
+            continue
+        if key in seen:
+            check.errors[f"{prefix}resource"] = [f"{what} is listed twice"]
+            continue
+        seen.add(key)
+        if item.lending_limit is not None:
+            check.errors[f"{prefix}lending_limit"] = [
+                "a grant for a time adds guaranteed and limit only; it lends nothing"
+            ]
+            continue
+        if item.limit <= 0:
+            check.errors[f"{prefix}limit"] = [f"{what}: the grant adds nothing"]
+            continue
+        capacity = capacities[key].amount
+        taken = (standing.get(key) or Decimal(0)) + others.get(key, _NONE).guaranteed
+        if not cluster.allow_guarantee_overcommit and taken + item.guaranteed > capacity:
+            check.errors[f"{prefix}guaranteed"] = [
+                f"{what}: {format_quantity(item.guaranteed, item.resource)} more guaranteed "
+                f"does not fit over this window: standing guarantees and other grants hold "
+                f"up to {format_quantity(taken, item.resource)} of "
+                f"{format_quantity(capacity, item.resource)} on {cluster.name} then"
+            ]
+            continue
+        before = current.get(key)
+        g0 = (before.guaranteed if before else Decimal(0)) + own.get(key, _NONE).guaranteed
+        l0 = (before.limit if before else Decimal(0)) + own.get(key, _NONE).limit
+        cap = elastic_cap(
+            capacity=capacity, fraction=cluster.elastic_cap_fraction, resource=item.resource
+        )
+        if (department and l0 + item.limit > capacity) or (
+            not department and l0 + item.limit > cap
+        ):
+            bound = capacity if department else cap
+            check.errors[f"{prefix}limit"] = [
+                f"{what}: a limit of {format_quantity(l0 + item.limit, item.resource)} with "
+                f"the grant is above the {format_quantity(bound, item.resource)} a tenant "
+                f"may hold on {cluster.name}"
+            ]
+            continue
+        check.diff.append(
+            DiffLine(
+                item.flavor.name,
+                item.resource,
+                g0,
+                l0,
+                g0 + item.guaranteed,
+                l0 + item.limit,
+                item.flavor.gpu_weight,
+                shares_per_gpu(item.flavor, item.resource),
+            )
+        )
+        if capacity and item.limit > capacity * policy.two_approvers_above_capacity_fraction:
+            two = True
+    if check.gpu_units_increase > policy.two_approvers_above_gpu_units:
+        two = True
+    check.required_approvals = 2 if two else 1
+
+
+def request_others(request: QuotaChangeRequest) -> dict[str, Any]:
+    """The stored request's fields a grant must leave empty."""
+    names = (*SCHEDULING_FIELDS, *TENANT_FIELDS, "isolation_level", "production_priority")
+    values = {name: getattr(request, name) for name in names}
+    values["tier"] = request.tier_id
+    return values
+
+
+def grant_request_check_stored(
+    *, request: QuotaChangeRequest, now: datetime | None = None
+) -> RequestCheck:
+    return grant_request_check(
+        tenant=request.tenant,
+        cluster=request.cluster,
+        items=quota_request_items(request),
+        starts_at=request.starts_at,
+        ends_at=request.ends_at,
+        others=request_others(request),
+        now=now,
+    )

@@ -23,6 +23,7 @@ from approvals.services.checks import (
     quota_request_tenant_changes,
 )
 from approvals.services.filing import store_items
+from approvals.services.granting import grant_apply
 from approvals.services.policy import approval_policy
 from approvals.services.rules import SCHEDULING_FIELDS, merged_scheduling
 from approvals.services.transitions import (
@@ -158,7 +159,11 @@ def _apply(
     capacities, the guarantees, the request's lines and those in force, the one check, and the
     writes. Nine statements whatever the number of lines (ten with a MIG line): the locks,
     the read, the lines, the quota set, the lines' "before" values, the request and its
-    siblings, the notice, the audit rows (one insert) and the outbox row."""
+    siblings, the notice, the audit rows (one insert) and the outbox row. A grant for a time
+    (``ends_at``) is scheduled instead (``_apply_grant``)."""
+    if request.ends_at is not None:
+        _apply_grant(request, actor=actor, decisions=decisions, decision=decision)
+        return
     tenant_changes = quota_request_tenant_changes(request)
     if request.tenant.gpu_unit_cap is not None or tenant_changes:
         # The cap spans clusters, whose quota sets lock one by one: approvals for the tenant
@@ -271,6 +276,35 @@ def _apply(
         approved_generation=quota_set.generation,
     )
     outbox_record(quota_set=quota_set)
+
+
+def _apply_grant(
+    request: QuotaChangeRequest,
+    *,
+    actor: User | None,
+    decisions: Sequence[ApprovalDecision] | None,
+    decision: ApprovalDecision | None,
+) -> None:
+    """Apply an approved grant for a time (the request locked): under the quota set's and
+    the cluster's locks, its check again and the grant scheduled, started at once when its
+    window has begun (the next generation and its outbox row); the request approved with
+    that generation (None while it waits: the beat sets it when it starts)."""
+    quota_set, created = quota_set_lock(
+        tenant=request.tenant, cluster=request.cluster, with_cluster=True
+    )
+    if created:
+        cluster_lock(request.cluster)
+    generation = grant_apply(request, quota_set=quota_set, actor=actor)
+    if decision is not None:
+        decisions = list(request.decisions.select_related("approver"))
+    transition_approved(
+        request,
+        actor=actor,
+        decisions=decisions or [],
+        audit=[],
+        decided_at=timezone.now(),
+        approved_generation=generation,
+    )
 
 
 def _lines_read_with(

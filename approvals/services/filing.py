@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -14,6 +15,7 @@ from approvals.choices import RequestStatus
 from approvals.models import QuotaChangeItem, QuotaChangeRequest
 from approvals.services.checks import (
     RequestCheck,
+    grant_request_check,
     quota_request_check,
     quota_request_check_stored,
     quota_request_tenant_changes,
@@ -138,10 +140,13 @@ def quota_request_validate(
     isolation_level: str = "",
     production_priority: bool | None = None,
     tenant_changes: Mapping[str, Any] | None = None,
+    starts_at: datetime | None = None,
+    ends_at: datetime | None = None,
 ) -> RequestCheck:
     """What filing this request would answer, storing nothing (the API's and the portal's
     live check). Who may file is enforced as for ``quota_request_create`` (404 / 403); every
-    rule the request breaks comes back in ``errors`` instead of being raised."""
+    rule the request breaks comes back in ``errors`` instead of being raised. With
+    ``starts_at`` or ``ends_at``: a grant for a time (``granting.grant_request_check``)."""
     quota_request_ensure_can_file(actor=actor, tenant=tenant)
     errors: dict[str, list[str]] = {} if reason.strip() else {"reason": [REASON_REQUIRED]}
     try:
@@ -154,6 +159,17 @@ def quota_request_validate(
         )
     except ValidationFailed as exc:
         return RequestCheck(errors={**errors, **exc.fields})
+    if starts_at is not None or ends_at is not None:
+        check = grant_request_check(
+            tenant=tenant,
+            cluster=cluster,
+            items=changes["items"],
+            starts_at=starts_at,
+            ends_at=ends_at,
+            others=_others(changes, isolation_level, production_priority, tenant_changes),
+        )
+        check.errors = {**errors, **check.errors}
+        return check
     check = quota_request_check(
         tenant=tenant,
         cluster=cluster,
@@ -196,6 +212,8 @@ def quota_request_file(
     isolation_level: str = "",
     production_priority: bool | None = None,
     tenant_changes: Mapping[str, Any] | None = None,
+    starts_at: datetime | None = None,
+    ends_at: datetime | None = None,
 ) -> Filed:
     """File a request (a draft, or pending with ``submit``). Refused whole, storing nothing,
     when it breaks a rule. ``replaces``: a draft of the same tenant and cluster (a suggested
@@ -203,22 +221,43 @@ def quota_request_file(
     so the old numbers and the new never wait side by side.
 
     The check runs once, on the tenant and cluster as they are now (read again: a caller's
-    copy may predate a limit approved since), and serves the submit too."""
+    copy may predate a limit approved since), and serves the submit too. With ``starts_at``
+    or ``ends_at`` it is a grant for a time: ``items`` are added on top of the standing lines
+    over that window (``granting.grant_request_check``)."""
     quota_request_ensure_can_file(actor=requester, tenant=tenant)
     if not reason.strip():
         raise ValidationFailed.for_field("reason", REASON_REQUIRED)
     tenant = Tenant.objects.get(pk=tenant.pk)
     cluster = Cluster.objects.get(pk=cluster.pk)
     scheduling = dict(scheduling or {})
-    check = quota_request_check(
-        tenant=tenant,
-        cluster=cluster,
-        items=items,
-        scheduling=scheduling,
-        isolation_level=isolation_level,
-        production_priority=production_priority,
-        tenant_changes=tenant_changes,
-    )
+    grant = starts_at is not None or ends_at is not None
+    if grant:
+        now = timezone.now()
+        starts_at = max(starts_at or now, now)
+        check = grant_request_check(
+            tenant=tenant,
+            cluster=cluster,
+            items=items,
+            starts_at=starts_at,
+            ends_at=ends_at,
+            others=_others(
+                {"scheduling": scheduling, "tier": tier},
+                isolation_level,
+                production_priority,
+                tenant_changes,
+            ),
+            now=now,
+        )
+    else:
+        check = quota_request_check(
+            tenant=tenant,
+            cluster=cluster,
+            items=items,
+            scheduling=scheduling,
+            isolation_level=isolation_level,
+            production_priority=production_priority,
+            tenant_changes=tenant_changes,
+        )
     check.raise_if_invalid()
     with transaction.atomic():
         replaced = _replaceable(replaces, tenant=tenant, cluster=cluster, actor=requester)
@@ -226,7 +265,7 @@ def quota_request_file(
             tenant=tenant, cluster=cluster, requester=requester, reason=reason, check=check,
             items=items, scheduling=scheduling, tier=tier, replaced=replaced,
             isolation_level=isolation_level, production_priority=production_priority,
-            tenant_changes=tenant_changes or {},
+            tenant_changes=tenant_changes or {}, starts_at=starts_at, ends_at=ends_at,
         )  # fmt: skip
         if submit:
             _submit(request, actor=requester, check=check)  # its own row: no lock to take
@@ -270,8 +309,12 @@ def _create(
     isolation_level: str = "",
     production_priority: bool | None = None,
     tenant_changes: Mapping[str, Any] | None = None,
+    starts_at: datetime | None = None,
+    ends_at: datetime | None = None,
 ) -> QuotaChangeRequest:
     request = QuotaChangeRequest.objects.create(
+        starts_at=starts_at,
+        ends_at=ends_at,
         tenant=tenant,
         cluster=cluster,
         requester=requester,
@@ -304,6 +347,23 @@ def _create(
             decided_at=timezone.now(),
         )
     return request
+
+
+def _others(
+    changes: Mapping[str, Any],
+    isolation_level: str,
+    production_priority: bool | None,
+    tenant_changes: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """What a grant for a time must leave empty, by the field a body names it."""
+    tier = changes.get("tier")
+    return {
+        **{k: v for k, v in (changes.get("scheduling") or {}).items() if k in SCHEDULING_FIELDS},
+        **{k: v for k, v in (tenant_changes or {}).items() if k in TENANT_FIELDS},
+        "isolation_level": isolation_level,
+        "production_priority": production_priority,
+        "tier": tier.name if tier is not None else None,
+    }
 
 
 def _canonical_egress(scheduling: Mapping[str, Any]) -> dict[str, Any]:
@@ -352,6 +412,11 @@ def _request_snapshot(request: QuotaChangeRequest, check: RequestCheck) -> dict[
             for d in check.diff
         ],
         "required_approvals": check.required_approvals,
+        **(
+            {"starts_at": request.starts_at.isoformat(), "ends_at": request.ends_at.isoformat()}
+            if request.starts_at is not None and request.ends_at is not None
+            else {}
+        ),
         **({"tier": request.tier.name} if request.tier else {}),
         **({"isolation_level": request.isolation_level} if request.isolation_level else {}),
         **(

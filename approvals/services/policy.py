@@ -27,6 +27,8 @@ POLICY_FIELDS = (
     "two_approvers_above_gpu_units",
     "two_approvers_above_capacity_fraction",
     "pending_expires_after_days",
+    "grant_max_days",
+    "grant_end_notice_days",
 )
 
 

@@ -125,4 +125,5 @@ def quota_request_dry_run(*, request: QuotaChangeRequest, server: bool = True) -
         ],
         scheduling=quota_request_scheduling(request),
         server=server,
+        added=request.ends_at is not None,  # a grant adds its lines, for a time
     )

@@ -6,8 +6,8 @@ from rest_framework.routers import DefaultRouter
 
 from advice.api.views import QuotaRequestWhatIfView, TenantSuggestionsView, request_watch_field
 from alerts.api.views import AdmissionCheckView, AlertViewSet
+from approvals.api.views import GrantViewSet, TenantViewSet
 from approvals.api.views import QuotaRequestViewSet as ApprovalsQuotaRequestViewSet
-from approvals.api.views import TenantViewSet
 from core.api.schema import CachedSchemaView
 from dashboards.api.views import (
     ConsoleTenantsView,
@@ -66,6 +66,7 @@ router.register("clusters", ClusterViewSet, basename="cluster")
 router.register("flavors", FlavorViewSet, basename="flavor")
 router.register("tier-templates", TierTemplateViewSet, basename="tier-template")
 router.register("quota-requests", QuotaRequestViewSet, basename="quota-request")
+router.register("grants", GrantViewSet, basename="grant")
 router.register("auth/tokens", ApiTokenViewSet, basename="api-token")
 router.register("audit-events", AuditEventViewSet, basename="audit-event")
 router.register("notifications", NotificationViewSet, basename="notification")

@@ -11,7 +11,9 @@
 * ``fair_sharing``: how a cluster's Kueue shares unused GPUs (mode, half-life of recent use);
 * ``holds``: new work held at 100% (R11) and allowed again (``QuotaHold`` rows, one per
   source that holds);
-* ``fleet``: what the fleet pushes of a MIG flavor's capacity, per node.
+* ``fleet``: what the fleet pushes of a MIG flavor's capacity, per node;
+* ``grants``: grants for a time on top of the standing quota, scheduled, started, withdrawn
+  and ended, each step pushed and audited.
 
 The names below are the app's service interface: import them from ``quotas.services``."""
 
@@ -33,6 +35,15 @@ from quotas.services.fair_sharing import (
     fair_sharing_read,
 )
 from quotas.services.fleet import FleetNodeReading, fleet_node_capacity_set
+from quotas.services.grants import (
+    grant_schedule,
+    grant_start,
+    grants_confirm_ended,
+    grants_notify_ending,
+    grants_pushed,
+    grants_start_due,
+    grants_withdraw_due,
+)
 from quotas.services.holds import quota_set_hold
 from quotas.services.outbox import (
     DELIVER_OUTBOX_TASK,
@@ -125,6 +136,13 @@ __all__ = [
     "fair_share_weight_check",
     "fair_sharing_read",
     "fleet_node_capacity_set",
+    "grant_schedule",
+    "grant_start",
+    "grants_confirm_ended",
+    "grants_notify_ending",
+    "grants_pushed",
+    "grants_start_due",
+    "grants_withdraw_due",
     "guarantees_fit",
     "inference_split_check",
     "limit_fits_cap",

@@ -115,11 +115,14 @@ def test_the_policy_is_edited_through_the_service_and_audited(world, client):
         "two_approvers_above_gpu_units": "12",
         "two_approvers_above_capacity_fraction": "0.5",
         "pending_expires_after_days": "7",
+        "grant_max_days": "30",
+        "grant_end_notice_days": "2",
     }
     response = client.post(url, form)
     assert response.status_code == 302, response.content[:2000]
     policy.refresh_from_db()
     assert (policy.two_approvers_above_gpu_units, policy.pending_expires_after_days) == (12, 7)
+    assert (policy.grant_max_days, policy.grant_end_notice_days) == (30, 2)
     event = AuditEvent.objects.get(action="approval_policy.updated")
     assert (event.actor, event.source) == (world.admin, "admin")
     refused = client.post(url, {**form, "two_approvers_above_capacity_fraction": "1.5"})

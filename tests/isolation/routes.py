@@ -91,6 +91,8 @@ SAMPLES: list[tuple[str, str, Sample]] = [
      Sample(Kind.OWNED, lambda w, s, n: str(s.join_request.pk), MISSING_PK)),  # type: ignore[union-attr]
     ("pk|id", r"workloads/",
      Sample(Kind.OWNED, lambda w, s, n: str(s.workload.pk), MISSING_PK)),  # type: ignore[union-attr]
+    ("pk", r"grants/",
+     Sample(Kind.OWNED, lambda w, s, n: str(s.grant.pk), MISSING_PK)),  # type: ignore[union-attr]
     ("pk", r"^inbox/",
      Sample(Kind.OWNED, lambda w, s, n: str(s.notification.pk), MISSING_PK)),  # type: ignore[union-attr]
     ("pk", r"^(api/v1/\^)?alerts/",

@@ -19,7 +19,7 @@ from approvals.services import quota_request_create, tenant_onboard
 from gpu_agent.models import Gpu, IsolationProbe, MigInstance, MigLayout, Node, PlanProposal
 from identity.models import GroupMapping
 from quotas.choices import GPU_RESOURCE
-from quotas.models import Cluster, ResourceFlavor, TierTemplate
+from quotas.models import Cluster, Grant, GrantLine, ResourceFlavor, TierTemplate
 from quotas.services import QuotaItem
 from tenants.choices import MembershipRole
 from tenants.models import ApiToken, JoinRequest, Namespace, Notification, Tenant, User
@@ -60,6 +60,7 @@ class Side:
     alert: Alert | None = None
     join_request: JoinRequest | None = None  # someone outside asking to join
     workload: Workload | None = None
+    grant: Grant | None = None  # a grant for a time
 
 
 @dataclass
@@ -130,6 +131,14 @@ def build() -> IsoWorld:
             tenant=side.tenant, user=UserFactory(username=asker), message=f"{asker} asks"
         )
     now = timezone.now()
+    for side, word in ((ours, "Alpha"), (theirs, "Zephyr")):
+        side.grant = Grant.objects.create(
+            tenant=side.tenant, cluster=a100, reason=f"{word} grant", starts_at=now + timedelta(days=1),
+            ends_at=now + timedelta(days=8), request_number=side.requests[RequestStatus.PENDING].pk,
+        )  # fmt: skip
+        GrantLine.objects.create(
+            grant=side.grant, flavor=a100_gpu, resource=GPU_RESOURCE, guaranteed=1, limit=1
+        )
     rule = AlertRule.objects.create(
         name="idle-3-days", kind=RuleKind.IDLE_WORKLOAD, severity=Severity.WARNING,
         duration=timedelta(days=3),

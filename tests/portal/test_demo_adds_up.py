@@ -345,3 +345,29 @@ def test_the_simulated_gpus_tell_the_story_of_the_tenants_usage(
     assert page is not None
     # Each GPU within the plan's noise of that level (and rounded to a whole percent).
     assert sum(team_a) / len(team_a) == pytest.approx(page, abs=demo_load.NOISE_PCT + 0.5)
+
+
+def test_team_a_holds_a_two_week_grant_of_extra_h100s(demo: datetime) -> None:
+    """Issue 37 item 3 in the demo: team-a's lead asked for 2 more H100s for two weeks, an
+    admin approved; the grant is in force (pushed, added to the standing quota the compiler
+    is fed), ends in the demo's future, and the admins' time line shows it."""
+    from quotas.choices import GrantState
+    from quotas.loader import tenant_specs
+    from quotas.models import Grant
+
+    grant = Grant.objects.get(tenant__slug="team-a", cluster__name="demo-h100")
+    assert grant.state == GrantState.ACTIVE
+    days = (grant.ends_at - timezone.now()).total_seconds() / 86400
+    assert 13 < days <= 14
+    standing = Quota.objects.get(
+        quota_set__tenant=grant.tenant,
+        quota_set__cluster=grant.cluster,
+        flavor__name="h100-80gb",
+        resource="nvidia.com/gpu",
+    )
+    (spec,) = tenant_specs(grant.cluster, tenant_ids=[grant.tenant_id])
+    (line,) = [q for q in spec.quotas if q.flavor == "h100-80gb" and q.resource == "nvidia.com/gpu"]
+    assert (line.guaranteed, line.limit) == (standing.guaranteed + 2, standing.limit + 2)
+    admin = logged_in(User.objects.get(username="admin"))
+    page = admin.get("/console/grants/").content.decode()
+    assert "team-a" in page and "demo-h100" in page

@@ -89,6 +89,7 @@ ADMIN_PAGES = [
     "/clusters/demo-a100/",
     "/console/",
     "/console/approvals/",
+    "/console/grants/",
     "/usage/",
     "/showback/",
     "/alerts/",
@@ -101,6 +102,8 @@ LEAD_PAGES = [
     "/tenants/team-a/usage/",
     "/tenants/team-a/profile/",
     "/tenants/team-a/showback/",
+    "/tenants/team-a/grants/",
+    "/tenants/team-a/grants/new/",
     "/alerts/",
     "/inbox/",
 ]

@@ -56,6 +56,9 @@ MEMBER_PAGES = {
     "tenant-workload-suspend",
     "tenant-workload-resume",
     "tenant-workload-ask",
+    "tenant-grants",  # the tenant's members (tests/approvals/test_grants.py)
+    "tenant-grant-new",  # leads of the tenant and admins, as request-new (the same file)
+    "grant-extend",  # leads of the grant's tenant and admins (the same file)
     "request-revert",  # leads of the tenant and admins (tests/approvals/test_change_watch.py)
     "help-preemption",  # the same help text for everyone signed in
     "help",  # the documentation site, the same for everyone signed in (tests/portal/test_help.py)
@@ -101,6 +104,7 @@ def test_every_page_is_classified():
     assert {
         "console",
         "approvals-queue",
+        "grants-timeline",
         "fleet",
         "fleet-plan",
         "fleet-gpu",

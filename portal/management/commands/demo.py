@@ -169,6 +169,36 @@ def _team_limits_by_request(tenant: Tenant, cluster: Cluster, lead: User, admin:
     quota_request_approve(request=request, approver=admin, comment="Agreed")
 
 
+# team-a's grant for a time on demo-h100: 2 extra H100s for two weeks from the seeding, or
+# for DEMO_GRANT_MINUTES minutes (a shortened window: the beat withdraws it while you watch).
+GRANT_EXTRA_H100S = 2
+GRANT_DAYS = 14
+
+
+def _grant_by_request(tenant: Tenant, cluster: Cluster, lead: User, admin: User) -> None:
+    """team-a asks for 2 more H100s for the two weeks before its model release (a grant for a
+    time on top of its standing quota); an admin approves and it is pushed at once. With
+    DEMO_GRANT_MINUTES set it ends that many minutes from now instead: the beat withdraws it
+    then (``kubectl get clusterqueue team-a`` shows the nominal quota go back) and the audit
+    trail has both steps."""
+    gpu = ResourceFlavor.objects.get(cluster=cluster, name="h100-80gb")
+    now = timezone.now()
+    minutes = int(os.environ.get("DEMO_GRANT_MINUTES", "0") or 0)
+    ends_at = now + (timedelta(minutes=minutes) if minutes > 0 else timedelta(days=GRANT_DAYS))
+    extra = Decimal(GRANT_EXTRA_H100S)
+    request = quota_request_create(
+        tenant=tenant,
+        cluster=cluster,
+        requester=lead,
+        reason="Two weeks of extra H100s before the vision model's release",
+        items=[QuotaItem(gpu, GPU_RESOURCE, extra, extra)],
+        starts_at=now,
+        ends_at=ends_at,
+        submit=True,
+    )
+    quota_request_approve(request=request, approver=admin, comment="For the release only")
+
+
 def _admit(cluster: Cluster, jobs: list[Any], horizon: float) -> dict[str, float | None]:
     return admission_times(cluster=cluster, jobs=jobs, horizon=horizon)
 
@@ -696,6 +726,7 @@ class Command(BaseCommand):
                 _pod_bandwidth_by_request(tenant, h100, users["bob"], users["admin"])
             if tenant.slug == "team-a":
                 _team_limits_by_request(tenant, a100, users["alice"], users["admin"])
+                _grant_by_request(tenant, h100, users["alice"], users["admin"])
         if kube_dir:
             self.stdout.write(_standin_nodes(kube_dir))
         if agent_dir := os.environ.get("DEMO_AGENT_DIR", ""):
