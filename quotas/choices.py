@@ -55,3 +55,12 @@ def mig_resource(profile: str) -> str:
 def is_gpu_resource(resource: str) -> bool:
     """Resources that count towards normalised GPU units."""
     return resource == GPU_RESOURCE or resource.startswith(MIG_RESOURCE_PREFIX)
+
+
+class CapSubject(models.TextChoices):
+    """Whom a per-person cap (``PersonCap``) holds: one member, the team's pipeline account (its
+    ServiceAccount in each namespace), or every member without a cap of their own."""
+
+    MEMBER = "member", "A member"
+    PIPELINE = "pipeline", "The team's pipeline account"
+    DEFAULT = "default", "Every member without a cap of their own"

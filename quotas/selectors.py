@@ -18,6 +18,7 @@ from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,
     MEMORY_RESOURCE,
+    CapSubject,
     Enforcement,
     FlavorKind,
     SyncBackend,
@@ -26,6 +27,8 @@ from quotas.choices import (
     mig_resource,
 )
 from quotas.kube import names
+from quotas.kube.person_caps import cluster_queue_name
+from quotas.kube.spec import PersonSpec
 from quotas.kube.compiler import DERIVED_MAX_GPUS_PER_POD
 from quotas.kube.enforcement import KueueConfig, verdict
 from quotas.loader import cluster_spec
@@ -35,6 +38,7 @@ from quotas.models import (
     FlavorResource,
     FleetNodeCapacity,
     GuaranteeTotal,
+    PersonCap,
     Quota,
     QuotaSet,
     ResourceFlavor,
@@ -950,3 +954,48 @@ def priority_class_use(*, resource_quotas: Iterable[Mapping[str, Any]]) -> list[
         if rq["name"] in _PRIORITY_QUOTAS
     ]
     return sorted(rows, key=lambda row: (row.namespace, order.index(row.quota)))
+
+
+# --- per-person caps (R14) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PersonCapLine:
+    """One cap line as pages and the API show it."""
+
+    subject: str  # CapSubject
+    username: str  # the member's; "" for the pipeline account and the default
+    cluster: str
+    flavor: str
+    resource: str
+    amount: Decimal
+    cluster_queue: str  # the person's ClusterQueue on that cluster ("" for the default)
+
+
+def person_cap_lines(*, tenant: Tenant) -> list[PersonCapLine]:
+    """Every cap of ``tenant``: its members', its pipeline account's and its default, with
+    the ClusterQueue each person's work is admitted through. One query."""
+    rows = (
+        PersonCap.objects.filter(tenant=tenant)
+        .select_related("flavor__cluster", "membership__user")
+        .order_by("subject", "membership__user__username", "flavor__cluster__name", "flavor__name")
+    )
+    lines = []
+    for cap in rows:
+        username = cap.membership.user.username if cap.membership is not None else ""
+        queue = ""
+        if cap.subject != CapSubject.DEFAULT:
+            person = PersonSpec(username, (), pipeline=cap.subject == CapSubject.PIPELINE)
+            queue = cluster_queue_name(tenant.slug, person)
+        lines.append(
+            PersonCapLine(
+                subject=cap.subject,
+                username=username,
+                cluster=cap.flavor.cluster.name,
+                flavor=cap.flavor.name,
+                resource=cap.resource,
+                amount=cap.amount,
+                cluster_queue=queue,
+            )
+        )
+    return lines

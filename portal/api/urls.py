@@ -25,12 +25,12 @@ from quotas.api.views import (
     TenantSyncViewSet,
     TierTemplateViewSet,
 )
+from quotas.api.person_caps import MembershipCapsViewSet, TenantPersonCapsView
 from quotas.sync import namespace_adoption_preview
 from tenants.api.audit import AuditEventViewSet, NotificationViewSet
 from tenants.api.views import (
     ApiTokenViewSet,
     JoinRequestViewSet,
-    MembershipViewSet,
     MeView,
     TokenObtainView,
 )
@@ -77,7 +77,8 @@ router.register(
 tenant_router = DefaultRouter(trailing_slash=True)
 tenant_router.include_root_view = False
 tenant_router.register("namespaces", NamespaceViewSet, basename="tenant-namespace")
-tenant_router.register("members", MembershipViewSet, basename="tenant-member")
+# The members API with each member's caps (R14): tenants' viewset, composed with quotas' caps.
+tenant_router.register("members", MembershipCapsViewSet, basename="tenant-member")
 tenant_router.register("join-requests", JoinRequestViewSet, basename="tenant-join-request")
 tenant_router.register("quotas", TenantQuotaViewSet, basename="tenant-quota")
 tenant_router.register("sync", TenantSyncViewSet, basename="tenant-sync")
@@ -87,6 +88,11 @@ urlpatterns = [
     path("auth/token/", TokenObtainView.as_view(), name="token-obtain"),
     path("me/", MeView.as_view(), name="me"),
     path("tenants/<str:tenant_slug>/usage/", TenantUsageView.as_view(), name="tenant-usage"),
+    path(
+        "tenants/<str:tenant_slug>/person-caps/",
+        TenantPersonCapsView.as_view(),
+        name="tenant-person-caps",
+    ),
     path(
         "tenants/<str:tenant_slug>/workloads/",
         TenantWorkloadsView.as_view(),

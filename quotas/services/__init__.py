@@ -27,6 +27,7 @@ from quotas.services.clusters import (
 )
 from quotas.services.fleet import FleetNodeReading, fleet_node_capacity_set
 from quotas.services.holds import quota_set_hold
+from quotas.services.person_caps import person_caps_set
 from quotas.services.outbox import (
     DELIVER_OUTBOX_TASK,
     OUTBOX_FIRST_SEND_GRACE,
@@ -121,6 +122,7 @@ __all__ = [
     "outbox_record",
     "outbox_reopen",
     "outbox_sweep",
+    "person_caps_set",
     "pod_caps_check",
     "quota_item_parse",
     "quota_items_check",
