@@ -237,13 +237,20 @@ def simulate_once(
     with their Workloads); returns how many statuses were written."""
     written = 0
     teams = set(teams)
-    for queue in endpoint.call("GET", QUEUES_PATH).get("items") or []:
+    queues = endpoint.call("GET", QUEUES_PATH).get("items") or []
+    for queue in queues:
         metadata = queue.get("metadata") or {}
         name = metadata.get("name", "")
-        if name == idle:
-            _ensure_idle(endpoint, queue, (started or now) - IDLE_ADMITTED_BEFORE)
         if name in teams:
             _ensure_team_jobs(endpoint, queue, started or now)
+    written += admit_person_queues(endpoint, queues, now)
+    for queue in queues:
+        metadata = queue.get("metadata") or {}
+        name = metadata.get("name", "")
+        if PERSON_LABEL in (metadata.get("labels") or {}):
+            continue  # a person's queue: its status is what admit_person_queues admitted
+        if name == idle:
+            _ensure_idle(endpoint, queue, (started or now) - IDLE_ADMITTED_BEFORE)
         load = queue_load(name, metadata.get("annotations") or {}, now, hot)
         status = queue_status(queue, load)
         endpoint.call(
@@ -298,12 +305,12 @@ TEAM_JOBS = (
 )
 
 
-def team_job(namespace: str, job: DemoJob) -> dict[str, Any]:
+def team_job(namespace: str, job: DemoJob, queue: str = "default") -> dict[str, Any]:
     """A suspended Job for Kueue (``kueue.x-k8s.io/queue-name``), asking ``job.gpus`` GPUs."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": job.name, "namespace": namespace, "labels": {QUEUE_LABEL: "default"}},
+        "metadata": {"name": job.name, "namespace": namespace, "labels": {QUEUE_LABEL: queue}},
         "spec": {
             "suspend": True,
             "parallelism": 1,
@@ -387,9 +394,14 @@ def _ensure_team_jobs(endpoint: Endpoint, queue: Mapping[str, Any], started: dat
         return
     jobs = JOBS_PATH.format(namespace=namespace)
     workloads = WORKLOADS_PATH.format(namespace=namespace)
+    own = person_queues(endpoint.call("GET", f"/api/v1/namespaces/{namespace}"))
     for job in TEAM_JOBS:
+        queue = own.get(job.submitter, "default")
         if not endpoint.exists(f"{jobs}/{job.name}"):
-            endpoint.call("POST", jobs, team_job(namespace, job), "application/json", job.submitter)
+            body = team_job(namespace, job, queue)
+            endpoint.call("POST", jobs, body, "application/json", job.submitter)
+        if queue != "default":
+            continue  # a capped person's queue: admit_person_queues admits it, or holds it
         job_object = endpoint.call("GET", f"{jobs}/{job.name}")
         body, status = job_workload(job_object, job, tenant, flavor, started - job.age)
         name = body["metadata"]["name"]
@@ -403,3 +415,282 @@ def _ensure_team_jobs(endpoint: Endpoint, queue: Mapping[str, Any], started: dat
             "application/merge-patch+json",
         )
         logger.warning("%s/%s: %s's demo job (%s)", namespace, name, job.submitter, job.state)
+
+
+# A capped person's own queue (portal R14, quotas.kube.person_caps) ---------------------------
+
+PERSON_LABEL = "portal.gpu-quota.io/person"
+PERSON_ANNOTATION = "person-queue.portal.gpu-quota.io/"
+LOCAL_QUEUES_PATH = "/apis/kueue.x-k8s.io/v1beta2/localqueues"
+ALL_JOBS_PATH = "/apis/batch/v1/jobs"
+ALL_WORKLOADS_PATH = "/apis/kueue.x-k8s.io/v1beta2/workloads"
+
+
+def person_queues(namespace: Mapping[str, Any]) -> dict[str, str]:
+    """{username: their LocalQueue} from a namespace's person-queue annotations."""
+    annotations = (namespace.get("metadata") or {}).get("annotations") or {}
+    return {
+        str(user): key[len(PERSON_ANNOTATION) :]
+        for key, user in annotations.items()
+        if key.startswith(PERSON_ANNOTATION)
+    }
+
+
+def _requests(job: Mapping[str, Any]) -> dict[str, Decimal]:
+    """What a Job asks of accelerators (``nvidia.com/*``): its containers' requests (limits
+    where no request), times its parallelism."""
+    spec = job.get("spec") or {}
+    parallelism = int(spec.get("parallelism", 1) or 1)
+    total: dict[str, Decimal] = {}
+    pod = ((spec.get("template") or {}).get("spec")) or {}
+    for container in pod.get("containers") or []:
+        resources = container.get("resources") or {}
+        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, amount in asked.items():
+            if str(name).startswith("nvidia.com/"):
+                total[name] = total.get(name, Decimal(0)) + parse_quantity(amount) * parallelism
+    return total
+
+
+def _queue_limits(queue: Mapping[str, Any]) -> dict[str, tuple[str, Decimal | None]]:
+    """{resource: (its first flavor, nominal + borrowing limit, None: unlimited)}."""
+    out: dict[str, tuple[str, Decimal | None]] = {}
+    for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for resource in flavor.get("resources") or []:
+                name = resource["name"]
+                nominal = parse_quantity(resource.get("nominalQuota", 0))
+                if name in out or (nominal == 0 and resource.get("borrowingLimit") == "0"):
+                    continue
+                limit = None
+                if "borrowingLimit" in resource:
+                    limit = nominal + parse_quantity(resource["borrowingLimit"])
+                out[name] = (flavor["name"], limit)
+    return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What Kueue would do with one Job in a person's queue."""
+
+    namespace: str
+    job: str
+    job_uid: str
+    queue: str  # the LocalQueue
+    cluster_queue: str
+    admitted: bool
+    flavor: str
+    asked: dict[str, Decimal]
+    message: str
+
+
+def person_admission(
+    queues: list[Mapping[str, Any]],
+    local_queues: list[Mapping[str, Any]],
+    jobs: list[Mapping[str, Any]],
+) -> list[Decision]:
+    """Kueue's admission of the Jobs in people's queues, oldest first: a Job is admitted
+    while its queue's use plus what it asks stays within the queue's quota (nominal 0 plus
+    the person's cap as borrowing limit), otherwise it waits with Kueue's words. (The
+    tenant's Cohort, which bounds the people's and the team's use together, is not
+    simulated: the demo's team queue keeps its own load model.)"""
+    people = {
+        q["metadata"]["name"]: q
+        for q in queues
+        if PERSON_LABEL in ((q.get("metadata") or {}).get("labels") or {})
+    }
+    routes = {
+        (lq["metadata"].get("namespace", ""), lq["metadata"]["name"]): (lq.get("spec") or {}).get(
+            "clusterQueue", ""
+        )
+        for lq in local_queues
+    }
+    used: dict[tuple[str, str], Decimal] = {}
+    decisions = []
+    ordered = sorted(
+        jobs,
+        key=lambda j: (
+            (j.get("metadata") or {}).get("creationTimestamp", ""),
+            (j.get("metadata") or {}).get("name", ""),
+        ),
+    )
+    for job in ordered:
+        meta = job.get("metadata") or {}
+        queue_name = (meta.get("labels") or {}).get(QUEUE_LABEL, "")
+        cluster_queue = routes.get((meta.get("namespace", ""), queue_name), "")
+        queue = people.get(cluster_queue)
+        if queue is None:
+            continue
+        limits = _queue_limits(queue)
+        asked = _requests(job)
+        admitted, flavor, short = True, "", ""
+        for resource, amount in sorted(asked.items()):
+            flavor, limit = limits.get(resource, ("", Decimal(0)))
+            have = used.get((cluster_queue, resource), Decimal(0))
+            if limit is not None and have + amount > limit:
+                admitted = False
+                short = (
+                    f"couldn't assign flavors to pod set main: insufficient unused quota for "
+                    f"{resource} in flavor {flavor or 'any'}, {_format(have + amount - limit)} "
+                    f"more needed (ClusterQueue {cluster_queue}: {_format(have)} of "
+                    f"{_format(limit)} in use)"
+                )
+                break
+        if admitted:
+            for resource, amount in asked.items():
+                key = (cluster_queue, resource)
+                used[key] = used.get(key, Decimal(0)) + amount
+        decisions.append(
+            Decision(
+                namespace=meta.get("namespace", ""),
+                job=meta.get("name", ""),
+                job_uid=meta.get("uid", ""),
+                queue=queue_name,
+                cluster_queue=cluster_queue,
+                admitted=admitted,
+                flavor=flavor,
+                asked=asked,
+                message=short,
+            )
+        )
+    return decisions
+
+
+def decision_workload(
+    decision: Decision, job: Mapping[str, Any], now: datetime
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Workload Kueue makes for the Job, and its status (admitted, or waiting)."""
+    name = f"job-{decision.job}-{decision.job_uid[:5]}"
+    body = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": decision.namespace,
+            "labels": {JOB_UID_LABEL: decision.job_uid},
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": decision.job,
+                 "uid": decision.job_uid, "controller": True, "blockOwnerDeletion": True}
+            ],
+        },
+        "spec": {
+            "queueName": decision.queue,
+            "podSets": [
+                {"name": "main", "count": 1, "template": (job.get("spec") or {}).get("template")}
+            ],
+        },
+    }  # fmt: skip
+    at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if not decision.admitted:
+        status: dict[str, Any] = {
+            "conditions": [
+                {"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                 "message": decision.message, "lastTransitionTime": at}
+            ]
+        }  # fmt: skip
+        return body, status
+    status = {
+        "conditions": [
+            {"type": kind, "status": "True", "reason": kind, "message": "demo",
+             "lastTransitionTime": at}
+            for kind in ("QuotaReserved", "Admitted")
+        ],
+        "admission": {
+            "clusterQueue": decision.cluster_queue,
+            "podSetAssignments": [
+                {"name": "main", "count": 1,
+                 "flavors": {r: decision.flavor for r in decision.asked},
+                 "resourceUsage": {r: _format(a) for r, a in decision.asked.items()}}
+            ],
+        },
+    }  # fmt: skip
+    return body, status
+
+
+def person_queue_status(
+    queue: Mapping[str, Any], decisions: list[Decision]
+) -> dict[str, Any]:
+    """A person's ClusterQueue status from what it admitted and holds."""
+    name = queue["metadata"]["name"]
+    mine = [d for d in decisions if d.cluster_queue == name]
+    totals: dict[tuple[str, str], Decimal] = {}
+    for decision in mine:
+        if decision.admitted:
+            for resource, amount in decision.asked.items():
+                key = (decision.flavor, resource)
+                totals[key] = totals.get(key, Decimal(0)) + amount
+    usage = []
+    for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            resources = []
+            for resource in flavor.get("resources") or []:
+                total = totals.get((flavor["name"], resource["name"]), Decimal(0))
+                resources.append(
+                    {"name": resource["name"], "total": _format(total), "borrowed": _format(total)}
+                )
+            usage.append({"name": flavor["name"], "resources": resources})
+    admitted = sum(1 for d in mine if d.admitted)
+    return {
+        "flavorsUsage": usage,
+        "flavorsReservation": usage,
+        "admittedWorkloads": admitted,
+        "reservingWorkloads": admitted,
+        "pendingWorkloads": len(mine) - admitted,
+    }
+
+
+def admit_person_queues(
+    endpoint: Endpoint, queues: list[Mapping[str, Any]], now: datetime
+) -> int:
+    """Admit or hold the Jobs in people's queues as Kueue would (``person_admission``): each
+    gets its Workload (made once; a waiting one admitted when it fits), an admitted Job is
+    resumed (``suspend: false``), and each person's ClusterQueue its status. Returns the
+    statuses written."""
+    people = [
+        q for q in queues if PERSON_LABEL in ((q.get("metadata") or {}).get("labels") or {})
+    ]
+    if not people:
+        return 0
+    local_queues = endpoint.call("GET", LOCAL_QUEUES_PATH).get("items") or []
+    jobs = endpoint.call("GET", ALL_JOBS_PATH).get("items") or []
+    decisions = person_admission(people, local_queues, jobs)
+    by_uid = {(j.get("metadata") or {}).get("uid", ""): j for j in jobs}
+    existing = {
+        (w["metadata"].get("namespace", ""), w["metadata"]["name"]): w
+        for w in endpoint.call("GET", ALL_WORKLOADS_PATH).get("items") or []
+    }
+    for decision in decisions:
+        job = by_uid[decision.job_uid]
+        body, status = decision_workload(decision, job, now)
+        path = WORKLOADS_PATH.format(namespace=decision.namespace)
+        name = body["metadata"]["name"]
+        held = existing.get((decision.namespace, name))
+        if held is None:
+            endpoint.call("POST", path, body, "application/json")
+        elif _is_admitted(held) or not decision.admitted:
+            continue  # as it was: Kueue does not take back what it admitted
+        endpoint.call(
+            "PATCH", f"{path}/{name}/status", {"status": status}, "application/merge-patch+json"
+        )
+        if decision.admitted and (job.get("spec") or {}).get("suspend"):
+            endpoint.call(
+                "PATCH",
+                f"{JOBS_PATH.format(namespace=decision.namespace)}/{decision.job}",
+                {"spec": {"suspend": False}},
+                "application/merge-patch+json",
+            )
+    for queue in people:
+        endpoint.call(
+            "PATCH",
+            f"{QUEUES_PATH}/{queue['metadata']['name']}/status",
+            {"status": person_queue_status(queue, decisions)},
+            "application/merge-patch+json",
+        )
+    return len(people)
+
+
+def _is_admitted(workload: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Admitted" and c.get("status") == "True"
+        for c in (workload.get("status") or {}).get("conditions") or []
+    )

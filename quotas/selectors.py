@@ -999,3 +999,13 @@ def person_cap_lines(*, tenant: Tenant) -> list[PersonCapLine]:
             )
         )
     return lines
+
+
+def person_cap_targets(*, tenant: Tenant) -> list[tuple[str, str, str]]:
+    """The (cluster, flavor, resource) lines a person's cap may be set on: those the tenant's
+    quota covers (``Quota`` rows of its quota sets), in cluster and flavor order."""
+    return list(
+        Quota.objects.filter(quota_set__tenant=tenant)
+        .order_by("quota_set__cluster__name", "flavor__name", "resource")
+        .values_list("quota_set__cluster__name", "flavor__name", "resource")
+    )
