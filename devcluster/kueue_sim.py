@@ -484,16 +484,30 @@ class Decision:
     message: str
 
 
+def _creation_order(job: Mapping[str, Any]) -> tuple[str, int, str]:
+    """Oldest first, as Kueue queues them; within one second, by the stand-in's
+    resourceVersion (a counter: the order of creation, or of the last change)."""
+    meta = job.get("metadata") or {}
+    version = str(meta.get("resourceVersion") or "0")
+    return (
+        meta.get("creationTimestamp", ""),
+        int(version) if version.isdigit() else 0,
+        meta.get("name", ""),
+    )
+
+
 def person_admission(
     queues: list[Mapping[str, Any]],
     local_queues: list[Mapping[str, Any]],
     jobs: list[Mapping[str, Any]],
+    admitted: frozenset[str] = frozenset(),
 ) -> list[Decision]:
-    """Kueue's admission of the Jobs in people's queues, oldest first: a Job is admitted
-    while its queue's use plus what it asks stays within the queue's quota (nominal 0 plus
-    the person's cap as borrowing limit), otherwise it waits with Kueue's words. (The
-    tenant's Cohort, which bounds the people's and the team's use together, is not
-    simulated: the demo's team queue keeps its own load model.)"""
+    """Kueue's admission of the Jobs in people's queues: what is admitted already (the
+    Jobs whose uid is in ``admitted``) stays and counts first; then, oldest first, a Job is
+    admitted while its queue's use plus what it asks stays within the queue's quota
+    (nominal 0 plus the person's cap as borrowing limit), otherwise it waits with Kueue's
+    words. (The tenant's Cohort, which bounds the people's and the team's use together, is
+    not simulated: the demo's team queue keeps its own load model.)"""
     people = {
         q["metadata"]["name"]: q
         for q in queues
@@ -509,11 +523,9 @@ def person_admission(
     decisions = []
     ordered = sorted(
         jobs,
-        key=lambda j: (
-            (j.get("metadata") or {}).get("creationTimestamp", ""),
-            (j.get("metadata") or {}).get("name", ""),
-        ),
-    )
+        key=lambda j: (str((j.get("metadata") or {}).get("uid", "")) not in admitted,
+                       _creation_order(j)),
+    )  # fmt: skip
     for job in ordered:
         meta = job.get("metadata") or {}
         queue_name = (meta.get("labels") or {}).get(QUEUE_LABEL, "")
@@ -523,12 +535,14 @@ def person_admission(
             continue
         limits = _queue_limits(queue)
         asked = _requests(job)
-        admitted, flavor, short = True, "", ""
+        fits, flavor, short = True, "", ""
         for resource, amount in sorted(asked.items()):
             flavor, limit = limits.get(resource, ("", Decimal(0)))
             have = used.get((cluster_queue, resource), Decimal(0))
+            if meta.get("uid", "") in admitted:
+                continue
             if limit is not None and have + amount > limit:
-                admitted = False
+                fits = False
                 short = (
                     f"couldn't assign flavors to pod set main: insufficient unused quota for "
                     f"{resource} in flavor {flavor or 'any'}, {_format(have + amount - limit)} "
@@ -536,7 +550,7 @@ def person_admission(
                     f"{_format(limit)} in use)"
                 )
                 break
-        if admitted:
+        if fits:
             for resource, amount in asked.items():
                 key = (cluster_queue, resource)
                 used[key] = used.get(key, Decimal(0)) + amount
@@ -547,7 +561,7 @@ def person_admission(
                 job_uid=meta.get("uid", ""),
                 queue=queue_name,
                 cluster_queue=cluster_queue,
-                admitted=admitted,
+                admitted=fits,
                 flavor=flavor,
                 asked=asked,
                 message=short,
@@ -653,12 +667,15 @@ def admit_person_queues(
         return 0
     local_queues = endpoint.call("GET", LOCAL_QUEUES_PATH).get("items") or []
     jobs = endpoint.call("GET", ALL_JOBS_PATH).get("items") or []
-    decisions = person_admission(people, local_queues, jobs)
+    workloads = endpoint.call("GET", ALL_WORKLOADS_PATH).get("items") or []
+    existing = {(w["metadata"].get("namespace", ""), w["metadata"]["name"]): w for w in workloads}
+    admitted = frozenset(
+        str(((w.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL, ""))
+        for w in workloads
+        if _is_admitted(w)
+    )
+    decisions = person_admission(people, local_queues, jobs, admitted)
     by_uid = {(j.get("metadata") or {}).get("uid", ""): j for j in jobs}
-    existing = {
-        (w["metadata"].get("namespace", ""), w["metadata"]["name"]): w
-        for w in endpoint.call("GET", ALL_WORKLOADS_PATH).get("items") or []
-    }
     for decision in decisions:
         job = by_uid[decision.job_uid]
         body, status = decision_workload(decision, job, now)

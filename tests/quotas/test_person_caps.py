@@ -300,3 +300,55 @@ def test_a_person_removed_loses_their_queue_without_their_work_being_killed(
     assert queue["metadata"]["deletionTimestamp"]  # terminating: admits nothing new
     # Her job is still there, untouched.
     assert kubectl_json(standin, "get", "job", "sweep", "-n", TRAINING)["metadata"]["name"]
+
+
+# --- the check: carol capped at 2 GPUs, her third held, alice's work runs -----------
+
+
+def test_carols_work_over_her_cap_is_held_while_hers_within_and_alices_run(
+    world, standin, api_as, client
+) -> None:
+    from devcluster.kueue_sim import Endpoint, simulate_once
+    from tests.alerts.conftest import NOW
+    from usage import collector
+    from usage.choices import WorkloadState
+    from usage.models import Workload
+
+    kueue_configmap(standin)
+    assert carol_caps(api_as, world, [line(2)]).status_code == 200
+    assert tenant_push(tenant=world.team_a, cluster=world.a100).ok
+    endpoint = Endpoint.from_kubeconfig(standin.kubeconfig_path)
+    # The demo's jobs: alice's in the team's queue, carol's in her own (the sim reads the
+    # namespace's annotations as her kubectl would be told by the refusal).
+    simulate_once(endpoint, NOW, teams=["team-a"], started=NOW)
+    # carol asks for 3 more GPUs with kubectl, as herself.
+    assert job(standin, "three", 3, "carol", "carol").returncode == 0
+    simulate_once(endpoint, NOW, teams=["team-a"], started=NOW)
+
+    def state(name: str) -> dict[str, Any]:
+        items = kubectl_json(standin, "get", "workloads", "-n", TRAINING)["items"]
+        [found] = [w for w in items if w["metadata"]["ownerReferences"][0]["name"] == name]
+        return {c["type"]: c for c in found["status"]["conditions"]}
+
+    assert state("resnet-sweep")["Admitted"]["status"] == "True"  # carol's 2 GPUs
+    for held in ("eval-batch", "pretrain-8x", "three"):
+        conditions = state(held)
+        assert "Admitted" not in conditions
+        assert "insufficient unused quota for nvidia.com/gpu" in conditions["QuotaReserved"]["message"]
+    assert state("llm-finetune")["Admitted"]["status"] == "True"  # alice's 4 still run
+    sweep = kubectl_json(standin, "get", "job", "resnet-sweep", "-n", TRAINING)
+    assert sweep["spec"]["suspend"] is False
+    assert kubectl_json(standin, "get", "job", "three", "-n", TRAINING)["spec"]["suspend"] is True
+    queue = kubectl_json(standin, "get", "clusterqueue", "team-a.carol")
+    assert queue["status"]["admittedWorkloads"] == 1 and queue["status"]["pendingWorkloads"] == 3
+
+    # The portal reads it back: carol's cap and use on the team page.
+    collector.cluster_collect(cluster=world.a100, now=NOW)
+    rows = Workload.objects.filter(cluster_queue="team-a.carol", state=WorkloadState.ADMITTED)
+    assert [w.job_name for w in rows] == ["resnet-sweep"]
+    client.force_login(world.alice)
+    page = client.get("/tenants/team-a/team/").content.decode()
+    assert 'data-cap="carol"' in page
+    assert "2 GPUs (100%)" in page
+    people = client.get("/tenants/team-a/people/caps/")
+    assert people.status_code == 200 and "team-a.carol" in people.content.decode()
