@@ -396,11 +396,11 @@ def _ensure_team_jobs(endpoint: Endpoint, queue: Mapping[str, Any], started: dat
     workloads = WORKLOADS_PATH.format(namespace=namespace)
     own = person_queues(endpoint.call("GET", f"/api/v1/namespaces/{namespace}"))
     for job in TEAM_JOBS:
-        queue = own.get(job.submitter, "default")
+        local_queue = own.get(job.submitter, "default")
         if not endpoint.exists(f"{jobs}/{job.name}"):
-            body = team_job(namespace, job, queue)
+            body = team_job(namespace, job, local_queue)
             endpoint.call("POST", jobs, body, "application/json", job.submitter)
-        if queue != "default":
+        if local_queue != "default":
             continue  # a capped person's queue: admit_person_queues admits it, or holds it
         job_object = endpoint.call("GET", f"{jobs}/{job.name}")
         body, status = job_workload(job_object, job, tenant, flavor, started - job.age)
@@ -621,9 +621,7 @@ def decision_workload(
     return body, status
 
 
-def person_queue_status(
-    queue: Mapping[str, Any], decisions: list[Decision]
-) -> dict[str, Any]:
+def person_queue_status(queue: Mapping[str, Any], decisions: list[Decision]) -> dict[str, Any]:
     """A person's ClusterQueue status from what it admitted and holds."""
     name = queue["metadata"]["name"]
     mine = [d for d in decisions if d.cluster_queue == name]
@@ -653,16 +651,12 @@ def person_queue_status(
     }
 
 
-def admit_person_queues(
-    endpoint: Endpoint, queues: list[Mapping[str, Any]], now: datetime
-) -> int:
+def admit_person_queues(endpoint: Endpoint, queues: list[Mapping[str, Any]], now: datetime) -> int:
     """Admit or hold the Jobs in people's queues as Kueue would (``person_admission``): each
     gets its Workload (made once; a waiting one admitted when it fits), an admitted Job is
     resumed (``suspend: false``), and each person's ClusterQueue its status. Returns the
     statuses written."""
-    people = [
-        q for q in queues if PERSON_LABEL in ((q.get("metadata") or {}).get("labels") or {})
-    ]
+    people = [q for q in queues if PERSON_LABEL in ((q.get("metadata") or {}).get("labels") or {})]
     if not people:
         return 0
     local_queues = endpoint.call("GET", LOCAL_QUEUES_PATH).get("items") or []

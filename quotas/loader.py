@@ -11,8 +11,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from identity.selectors import tenant_groups
-from quotas.kube.enforcement import KueueConfig
 from quotas.choices import CapSubject
+from quotas.kube.enforcement import KueueConfig
 from quotas.kube.spec import (
     CapSpec,
     ClusterSpec,

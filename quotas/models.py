@@ -616,8 +616,10 @@ class PersonCap(models.Model):
             ),
             models.CheckConstraint(
                 condition=(Q(subject=CapSubject.MEMBER) & Q(membership__isnull=False))
-                | (Q(subject__in=[CapSubject.PIPELINE, CapSubject.DEFAULT])
-                   & Q(membership__isnull=True)),
+                | (
+                    Q(subject__in=[CapSubject.PIPELINE, CapSubject.DEFAULT])
+                    & Q(membership__isnull=True)
+                ),
                 name="person_cap_subject_matches",
             ),
             models.CheckConstraint(condition=Q(amount__gte=0), name="person_cap_nonnegative"),

@@ -27,10 +27,10 @@ from quotas.choices import (
     mig_resource,
 )
 from quotas.kube import names
-from quotas.kube.person_caps import cluster_queue_name
-from quotas.kube.spec import PersonSpec
 from quotas.kube.compiler import DERIVED_MAX_GPUS_PER_POD
 from quotas.kube.enforcement import KueueConfig, verdict
+from quotas.kube.person_caps import cluster_queue_name
+from quotas.kube.spec import PersonSpec
 from quotas.loader import cluster_spec
 from quotas.models import (
     Cluster,

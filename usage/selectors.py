@@ -59,8 +59,8 @@ from quotas.selectors import (
     tenant_effective_quotas,
 )
 from tenants.choices import MembershipRole
-from tenants.selectors import membership_list_for_tenant
 from tenants.models import Tenant
+from tenants.selectors import membership_list_for_tenant
 from usage.buckets import EPOCH, RESOLUTION_NAMES, retention
 from usage.choices import RAW, Metric, Resolution, Source, WorkloadState
 from usage.models import (
@@ -1157,8 +1157,9 @@ def person_cap_use(*, tenant: Tenant) -> list[PersonCapUse]:
             flavor=line.flavor,
             resource=line.resource,
             cap=line.amount,
-            used=used.get((line.cluster, line.cluster_queue, line.flavor, line.resource),
-                          Decimal(0)),
+            used=used.get(
+                (line.cluster, line.cluster_queue, line.flavor, line.resource), Decimal(0)
+            ),
             cluster_queue=line.cluster_queue,
         )
         for line in lines

@@ -31,8 +31,8 @@ from django.utils import timezone
 from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from gpu_agent.services.reports import DeviceReading, ReportReadings, instances_attribute
 from quotas.backends import workload_set_active
-from quotas.kube.applier import ApplyError
 from quotas.choices import CapSubject
+from quotas.kube.applier import ApplyError
 from quotas.models import ResourceFlavor
 from quotas.services import person_caps_set
 from tenants.choices import MembershipRole
@@ -909,8 +909,7 @@ def person_cap_set_from_form(*, tenant: Tenant, actor: User, form: Mapping[str, 
         subject = CapSubject.MEMBER
         membership = Membership.objects.filter(tenant=tenant, user__username=who).first()
         if membership is None or membership.role == MembershipRole.VIEWER:
-            raise ValidationFailed.for_field("who", f"{who or 'Nobody'} is not a member of "
-                                             f"{tenant.slug} who submits work.")
-    person_caps_set(
-        tenant=tenant, subject=subject, membership=membership, caps=caps, actor=actor
-    )
+            raise ValidationFailed.for_field(
+                "who", f"{who or 'Nobody'} is not a member of {tenant.slug} who submits work."
+            )
+    person_caps_set(tenant=tenant, subject=subject, membership=membership, caps=caps, actor=actor)

@@ -17,6 +17,7 @@ from dashboards.api.views import (
 )
 from gpu_agent.agent_api import urls as gpu_agent_urls
 from identity.api.views import GroupMappingViewSet
+from quotas.api.person_caps import MembershipCapsViewSet, TenantPersonCapsView
 from quotas.api.views import (
     ClusterPoolListView,
     ClusterViewSet,
@@ -25,7 +26,6 @@ from quotas.api.views import (
     TenantSyncViewSet,
     TierTemplateViewSet,
 )
-from quotas.api.person_caps import MembershipCapsViewSet, TenantPersonCapsView
 from quotas.sync import namespace_adoption_preview
 from tenants.api.audit import AuditEventViewSet, NotificationViewSet
 from tenants.api.views import (

@@ -94,7 +94,7 @@ class MembershipCapsViewSet(MembershipViewSet):
         return data
 
     @extend_schema(responses=MemberWithCapsOutput(many=True))
-    def list(self, request: Request, tenant_slug: str) -> Response:  # type: ignore[override]
+    def list(self, request: Request, tenant_slug: str) -> Response:
         caps = self._caps_by_user()
         page = self.paginate_queryset(self.get_queryset())
         rows = page if page is not None else list(self.get_queryset())

@@ -123,7 +123,11 @@ def compile_people(
     their LocalQueue in each namespace, and the namespaces annotated with who owns which
     queue. Unchanged when the tenant has nobody capped or no ClusterQueue."""
     team = next(
-        (o for o in objects if o["kind"] == "ClusterQueue" and o["metadata"]["name"] == tenant.slug),
+        (
+            o
+            for o in objects
+            if o["kind"] == "ClusterQueue" and o["metadata"]["name"] == tenant.slug
+        ),
         None,
     )
     if not tenant.people or team is None:
@@ -168,9 +172,7 @@ def _annotated(
     name = namespace["metadata"]["name"]
     annotations = dict(namespace["metadata"].get("annotations") or {})
     for person in people:
-        annotations[ANNOTATION_PREFIX + person_key(person)] = username_in(
-            person, name, tenant.slug
-        )
+        annotations[ANNOTATION_PREFIX + person_key(person)] = username_in(person, name, tenant.slug)
     namespace["metadata"]["annotations"] = dict(sorted(annotations.items()))
     return namespace
 

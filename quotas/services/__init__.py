@@ -27,7 +27,6 @@ from quotas.services.clusters import (
 )
 from quotas.services.fleet import FleetNodeReading, fleet_node_capacity_set
 from quotas.services.holds import quota_set_hold
-from quotas.services.person_caps import person_caps_set
 from quotas.services.outbox import (
     DELIVER_OUTBOX_TASK,
     OUTBOX_FIRST_SEND_GRACE,
@@ -39,6 +38,7 @@ from quotas.services.outbox import (
     quota_set_repush,
     quota_sets_resync,
 )
+from quotas.services.person_caps import person_caps_set
 from quotas.services.quota_sets import (
     cluster_lock,
     egress_rules_canonical,

@@ -334,7 +334,9 @@ def test_carols_work_over_her_cap_is_held_while_hers_within_and_alices_run(
     for held in ("eval-batch", "pretrain-8x", "three"):
         conditions = state(held)
         assert "Admitted" not in conditions
-        assert "insufficient unused quota for nvidia.com/gpu" in conditions["QuotaReserved"]["message"]
+        assert (
+            "insufficient unused quota for nvidia.com/gpu" in conditions["QuotaReserved"]["message"]
+        )
     assert state("llm-finetune")["Admitted"]["status"] == "True"  # alice's 4 still run
     sweep = kubectl_json(standin, "get", "job", "resnet-sweep", "-n", TRAINING)
     assert sweep["spec"]["suspend"] is False
