@@ -354,3 +354,35 @@ def test_carols_work_over_her_cap_is_held_while_hers_within_and_alices_run(
     assert "2 GPUs (100%)" in page
     people = client.get("/tenants/team-a/people/caps/")
     assert people.status_code == 200 and "team-a.carol" in people.content.decode()
+
+
+def test_the_tenants_queues_add_up_to_its_use() -> None:
+    from usage.collector import summed_rows
+
+    row = ("t", 1, 2.0, 7, 3, 5, None, None, None, None)
+    person = ("t", 1, 2.0, 7, 3, 5, None, None, None, None)
+    other_flavor = ("t", 1, 1.0, 7, 3, 6, None, None, None, None)
+    assert summed_rows([row, person, other_flavor]) == [
+        ("t", 1, 4.0, 7, 3, 5, None, None, None, None),
+        other_flavor,
+    ]
+
+
+def test_a_member_reads_the_caps_page_and_only_a_lead_sets_a_cap_there(world, client) -> None:
+    url = "/tenants/team-a/people/caps/"
+    form = {"who": "carol", "line": f"demo-a100/a100-80gb/{GPU}", "amount": "2"}
+    client.force_login(world.carol)
+    assert client.get(url).status_code == 200
+    assert client.post(url, form).status_code == 403
+    client.force_login(world.bob)
+    assert client.get(url).status_code == 404
+    client.force_login(world.alice)
+    too_many = client.post(url, {**form, "amount": "11"})
+    assert too_many.status_code == 400
+    assert "above the tenant&#x27;s limit of 10" in too_many.content.decode()
+    assert not PersonCap.objects.exists()
+    assert client.post(url, form).status_code == 302
+    assert PersonCap.objects.get().amount == 2
+    # An empty amount removes it.
+    assert client.post(url, {**form, "amount": ""}).status_code == 302
+    assert not PersonCap.objects.exists()

@@ -56,6 +56,7 @@ MEMBER_PAGES = {
     "tenant-workload-suspend",
     "tenant-workload-resume",
     "tenant-workload-ask",
+    "tenant-person-caps",  # members read; leads (admins: the default) set (test_person_caps.py)
     "request-revert",  # leads of the tenant and admins (tests/approvals/test_change_watch.py)
     "help-preemption",  # the same help text for everyone signed in
     "help",  # the documentation site, the same for everyone signed in (tests/portal/test_help.py)
