@@ -65,15 +65,20 @@ from quotas.kube.applier import (  # noqa: E402
 from quotas.kube.resources import KINDS, Kind, key_of  # noqa: E402
 from quotas.kube.spec import (  # noqa: E402
     ANNOTATION_GENERATION,
+    CapSpec,
     ClusterSpec,
     FlavorSpec,
     NamespaceSpec,
+    PersonSpec,
     QuotaSpec,
     TenantSpec,
 )
 from tests.cluster_access import hold_cluster_access  # noqa: E402 - the binder's role
 
 TARGET = 0.10  # no-op pass wall time / first sync wall time, at most
+# Per-person caps (R14): the no-op pass's time per object with every tenant's people capped,
+# as a ratio of the same run's without caps, at most.
+CAPS_TARGET = 1.3
 SPEEDUP_TARGET = 4.0  # sequential / parallel first sync with the write latency, at least
 CLUSTER = "bench"
 GPU, CPU, MEM = "nvidia.com/gpu", "cpu", "memory"
@@ -164,6 +169,26 @@ def tenant_specs(count: int, namespaces: int) -> list[TenantSpec]:
             )
         )
     return tenants
+
+
+def with_people(tenants: list[TenantSpec], per_tenant: int) -> list[TenantSpec]:
+    """Every tenant with ``per_tenant`` capped people (1 or 2 A100s each, every 5th also
+    capped on CPU): 10 a tenant over 1,000 tenants is the issue's 10,000 people."""
+    d = Decimal
+    return [
+        dataclasses.replace(
+            tenant,
+            people=tuple(
+                PersonSpec(
+                    f"{tenant.slug}-user{j}",
+                    (CapSpec("a100-80gb", GPU, d(1 + j % 2)),)
+                    + ((CapSpec("a100-80gb", CPU, d(8)),) if j % 5 == 0 else ()),
+                )
+                for j in range(per_tenant)
+            ),
+        )
+        for tenant in tenants
+    ]
 
 
 def bump(tenant: TenantSpec) -> TenantSpec:
@@ -519,6 +544,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         str(standin.kubeconfig_path), concurrency=args.concurrency
     )
     passes: list[Pass] = [sequential]
+    caps_figures: dict[str, Any] | None = None
     try:
         # (a) first sync
         first = run_pass("a: first sync", standin, backend, before, full, profile)
@@ -603,6 +629,51 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         full_pass.expected = [describe(k) for k in sorted(expected_b)]
         passes.append(full_pass)
         show(full_pass)
+
+        # (d) per-person caps (R14): every tenant's people capped, pushed, then a no-op pass
+        # with them, per object against (b)'s.
+        if args.people > 0:
+            capped = with_people(tenants, args.people)
+            t0 = time.perf_counter()
+            after_caps = compiler.compile_cluster(spec, capped)
+            caps_compile_s = time.perf_counter() - t0
+            print(
+                f"\n{len(after_caps)} objects with {args.people} capped people a tenant "
+                f"({args.people * len(tenants)} people), compiled in {caps_compile_s:.2f} s"
+            )
+            caps_push = run_pass(
+                "d1: per-person caps, full pass", standin, backend, after_caps, full, None
+            )
+            caps_push.check(
+                "created = the people's objects",
+                len(caps_push.result.created),
+                len(after_caps) - len(after_b),
+            )
+            passes.append(caps_push)
+            show(caps_push)
+            caps_noop = run_pass(
+                "d2: no-op with per-person caps", standin, backend, after_caps, full, None
+            )
+            caps_noop.check("writes", caps_noop.writes, 0)
+            caps_noop.check("unchanged = objects", caps_noop.result.unchanged, len(after_caps))
+            caps_noop.check(
+                "LIST requests",
+                caps_noop.verbs.get("list", 0),
+                expected_lists(after_caps, after_caps, full),
+            )
+            passes.append(caps_noop)
+            show(caps_noop)
+            caps_figures = {
+                "people": args.people * len(tenants),
+                "objects_with_caps": len(after_caps),
+                "compile_with_caps_s": round(caps_compile_s, 3),
+                "noop_us_per_object": round(1e6 * noop.wall_s / len(before), 2),
+                "noop_with_caps_us_per_object": round(1e6 * caps_noop.wall_s / len(after_caps), 2),
+            }
+            caps_figures["ratio"] = round(
+                caps_figures["noop_with_caps_us_per_object"] / caps_figures["noop_us_per_object"],
+                3,
+            )
     finally:
         backend.close()
         standin.stop()
@@ -666,6 +737,9 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "ratio_noop_to_first": round(ratio, 4),
         "target": TARGET,
         "ratio_ok": ratio <= TARGET,
+        "person_caps": caps_figures,
+        "caps_target": CAPS_TARGET,
+        "caps_ok": caps_figures is None or caps_figures["ratio"] <= CAPS_TARGET,
         "failed_checks": [
             f"{p.name}: {what}: {detail}" for p in passes for what, ok, detail in p.checks if not ok
         ],
@@ -700,8 +774,17 @@ def main() -> int:
         "delay each write's answer this long without using CPU (etcd's commit, admission "
         "webhooks); the >= 4x target applies to this speed-up; 0 skips it (default 5)",
     )
+    parser.add_argument(
+        "--people",
+        type=int,
+        default=10,
+        help="capped people a tenant for the per-person caps passes (default 10: 10,000 over "
+        "1,000 tenants); 0 skips them",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
+    if args.people < 0:
+        parser.error("--people must not be negative")
     if args.tenants < 1 or args.namespaces < 1 or args.concurrency < 1:
         parser.error("--tenants, --namespaces and --concurrency must be 1 or more")
     if args.write_latency_ms < 0:
@@ -742,6 +825,27 @@ def main() -> int:
         f"  {verdict} ratio no-op / first sync = {report['ratio_noop_to_first']:.3f} "
         f"(target <= {TARGET})"
     )
+    caps = report["person_caps"]
+    caps_figures_out = []
+    if caps is not None:
+        print(
+            f"  {'PASS' if report['caps_ok'] else 'FAIL'} no-op per object with "
+            f"{caps['people']} capped people: {caps['noop_with_caps_us_per_object']:.0f} µs "
+            f"({caps['objects_with_caps']} objects) against {caps['noop_us_per_object']:.0f} µs "
+            f"without caps ({report['objects']} objects): x{caps['ratio']:.2f} "
+            f"(target <= {CAPS_TARGET})"
+        )
+        caps_figures_out.append(
+            figure(
+                f"no-op pass per object with {caps['people']} capped people vs without caps",
+                caps["noop_with_caps_us_per_object"],
+                "µs",
+                baseline=caps["noop_us_per_object"],
+                ratio=caps["ratio"],
+                target=CAPS_TARGET,
+                better="lower",
+            )
+        )
     for p in report["passes"]:
         for what, ok in p["checks"].items():
             print(f"  {'PASS' if ok else 'FAIL'} {p['pass']}: {what}")
@@ -774,13 +878,15 @@ def main() -> int:
                baseline=first_s, ratio=report["ratio_noop_to_first"], target=TARGET,
                better="lower"),
         figure("first sync per object", round(1e3 * first_s / report["objects"], 3), "ms"),
+        *caps_figures_out,
     ])  # fmt: skip
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     for failure in report["failed_checks"]:
         print(f"FAIL {failure}")
-    return 0 if report["ratio_ok"] and not report["failed_checks"] else 1
+    ok = report["ratio_ok"] and report["caps_ok"] and not report["failed_checks"]
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
