@@ -109,7 +109,7 @@ def test_a_capped_person_gets_a_queue_under_the_tenants_cohort_within_its_limit(
         annotations = found[("Namespace", "", namespace)]["metadata"]["annotations"]
         assert annotations[ANNOTATION_PREFIX + "carol"] == "carol"
         assert annotations[ANNOTATION_PREFIX + "pipeline.team"] == (
-            f"system:serviceaccount:{namespace}:team-a-pipeline"
+            f"system:serviceaccount:{namespace}:team-a-workloads"
         )
         assert ("LocalQueue", namespace, "default") in found  # uncapped members' queue
     assert ("ValidatingAdmissionPolicy", "", POLICY_NAME) in found
