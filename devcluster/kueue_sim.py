@@ -24,6 +24,12 @@ tenant's first GPU flavor: the demo month records no GPU activity for that tenan
 last days, so the portal's idle rule finds it, tells the lead, and after the grace sets
 ``spec.active: false`` on it (``kubectl get workloads -A``), with an undo on the alert's page.
 
+A capped person's own queue (the portal's per-person caps: a ClusterQueue labelled
+``portal.gpu-quota.io/person``) is not on the load model: ``admit_person_queues`` admits the
+Jobs in it as Kueue would, oldest first while they fit the person's cap, and holds the rest
+with Kueue's words; what it admitted stays. team-a's demo jobs go to their submitter's own
+queue where the namespace names one (carol's on demo-h100).
+
 The load model is the demo's one (``gpu_spec.demo_load``: the simulated GPUs follow it too). The
 model is pure (``queue_load``, ``queue_status``, ``idle_workload``); ``simulate_once``
 does the HTTP.
@@ -420,6 +426,7 @@ def _ensure_team_jobs(endpoint: Endpoint, queue: Mapping[str, Any], started: dat
 # A capped person's own queue (portal R14, quotas.kube.person_caps) ---------------------------
 
 PERSON_LABEL = "portal.gpu-quota.io/person"
+IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
 PERSON_ANNOTATION = "person-queue.portal.gpu-quota.io/"
 LOCAL_QUEUES_PATH = "/apis/kueue.x-k8s.io/v1beta2/localqueues"
 ALL_JOBS_PATH = "/apis/batch/v1/jobs"
@@ -536,7 +543,12 @@ def person_admission(
         limits = _queue_limits(queue)
         asked = _requests(job)
         fits, flavor, short = True, "", ""
-        for resource, amount in sorted(asked.items()):
+        if (queue.get("metadata") or {}).get("deletionTimestamp") and meta.get(
+            "uid", ""
+        ) not in admitted:
+            # Terminating (the person left the team): nothing new is admitted.
+            fits, short = False, f"ClusterQueue {cluster_queue} is terminating"
+        for resource, amount in sorted(asked.items()) if fits else ():
             flavor, limit = limits.get(resource, ("", Decimal(0)))
             have = used.get((cluster_queue, resource), Decimal(0))
             if meta.get("uid", "") in admitted:
@@ -690,14 +702,49 @@ def admit_person_queues(endpoint: Endpoint, queues: list[Mapping[str, Any]], now
                 {"spec": {"suspend": False}},
                 "application/merge-patch+json",
             )
+    # The queues admitted work still holds (a Workload admitted there whose Job is still
+    # there), whatever became of the LocalQueue it came through.
+    in_use = {
+        str(((w.get("status") or {}).get("admission") or {}).get("clusterQueue") or "")
+        for w in workloads
+        if _is_admitted(w)
+        and str(((w.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL, "")) in by_uid
+    }
+    in_use |= {d.cluster_queue for d in decisions if d.admitted}
     for queue in people:
+        name = queue["metadata"]["name"]
         endpoint.call(
             "PATCH",
-            f"{QUEUES_PATH}/{queue['metadata']['name']}/status",
+            f"{QUEUES_PATH}/{name}/status",
             {"status": person_queue_status(queue, decisions)},
             "application/merge-patch+json",
         )
+        _keep_while_in_use(endpoint, queue, in_use)
     return len(people)
+
+
+def _keep_while_in_use(endpoint: Endpoint, queue: Mapping[str, Any], in_use: set[str]) -> None:
+    """Kueue's ``kueue.x-k8s.io/resource-in-use`` finalizer on a person's ClusterQueue: put
+    on it while it lives, taken off once it is being deleted and admits nothing any more (a
+    person removed from the team: their running work ends first, nothing is evicted)."""
+    metadata = queue.get("metadata") or {}
+    name = metadata["name"]
+    finalizers = list(metadata.get("finalizers") or [])
+    if metadata.get("deletionTimestamp"):
+        if IN_USE_FINALIZER in finalizers and name not in in_use:
+            finalizers.remove(IN_USE_FINALIZER)
+        else:
+            return
+    elif IN_USE_FINALIZER in finalizers:
+        return
+    else:
+        finalizers.append(IN_USE_FINALIZER)
+    endpoint.call(
+        "PATCH",
+        f"{QUEUES_PATH}/{name}",
+        {"metadata": {"finalizers": finalizers}},
+        "application/merge-patch+json",
+    )
 
 
 def _is_admitted(workload: Mapping[str, Any]) -> bool:

@@ -283,23 +283,32 @@ def test_carol_labelling_her_work_with_alices_queue_is_refused(world, standin, a
 def test_a_person_removed_loses_their_queue_without_their_work_being_killed(
     world, standin, api_as
 ) -> None:
+    from devcluster.kueue_sim import Endpoint, simulate_once
+    from tests.alerts.conftest import NOW
+
     kueue_configmap(standin)
     assert carol_caps(api_as, world, [line(2)]).status_code == 200
     assert tenant_push(tenant=world.team_a, cluster=world.a100).ok
     assert job(standin, "sweep", 2, "carol", "carol").returncode == 0
-    # Kueue's finalizer holds a ClusterQueue while it has admitted workloads.
-    done = kubectl(
-        standin, "patch", "clusterqueue", "team-a.carol", "--type=merge", "-p",
-        '{"metadata": {"finalizers": ["kueue.x-k8s.io/resource-in-use"]}}', check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    endpoint = Endpoint.from_kubeconfig(standin.kubeconfig_path)
+    simulate_once(endpoint, NOW)  # Kueue admits it, and holds the queue while it is in use
+    queue = kubectl_json(standin, "get", "clusterqueue", "team-a.carol")
+    assert queue["metadata"]["finalizers"] == ["kueue.x-k8s.io/resource-in-use"]
+
     assert api_as(world.alice).delete("/api/v1/tenants/team-a/members/carol/").status_code == 204
     assert not PersonCap.objects.filter(tenant=world.team_a).exists()
     assert tenant_push(tenant=world.team_a, cluster=world.a100).ok
+    simulate_once(endpoint, NOW)
     queue = kubectl_json(standin, "get", "clusterqueue", "team-a.carol")
     assert queue["metadata"]["deletionTimestamp"]  # terminating: admits nothing new
-    # Her job is still there, untouched.
-    assert kubectl_json(standin, "get", "job", "sweep", "-n", TRAINING)["metadata"]["name"]
+    sweep = kubectl_json(standin, "get", "job", "sweep", "-n", TRAINING)
+    assert sweep["spec"]["suspend"] is False  # still running, untouched
+
+    # Her work ends: then, and only then, the queue goes.
+    kubectl(standin, "delete", "job", "sweep", "-n", TRAINING)
+    simulate_once(endpoint, NOW)
+    gone = kubectl(standin, "get", "clusterqueue", "team-a.carol", check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr
 
 
 # --- the check: carol capped at 2 GPUs, her third held, alice's work runs -----------
