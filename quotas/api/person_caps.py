@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -110,7 +111,12 @@ class MembershipCapsViewSet(MembershipViewSet):
         data = MemberPatchInput(data=request.data)
         data.is_valid(raise_exception=True)
         actor = caller(request)
-        if "caps" in data.validated_data:
+        with transaction.atomic():  # caps and role together, or neither
+            self._patch(username, data.validated_data, actor)
+        return Response(self._output(username))
+
+    def _patch(self, username: str, data: dict[str, Any], actor: Any) -> None:
+        if "caps" in data:
             membership = get_object_or_404(
                 Membership.objects.select_related("user"),
                 tenant=self.tenant,
@@ -120,14 +126,13 @@ class MembershipCapsViewSet(MembershipViewSet):
                 tenant=self.tenant,
                 subject=CapSubject.MEMBER,
                 membership=membership,
-                caps=[dict(line) for line in data.validated_data["caps"]],
+                caps=[dict(line) for line in data["caps"]],
                 actor=actor,
             )
-        if "role" in data.validated_data:
+        if "role" in data:
             team_member_role_change(
-                tenant=self.tenant, username=username, role=data.validated_data["role"], actor=actor
+                tenant=self.tenant, username=username, role=data["role"], actor=actor
             )
-        return Response(self._output(username))
 
 
 class AccountCapsInput(StrictInputSerializer):

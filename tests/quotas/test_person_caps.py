@@ -395,3 +395,14 @@ def test_a_member_reads_the_caps_page_and_only_a_lead_sets_a_cap_there(world, cl
     # An empty amount removes it.
     assert client.post(url, {**form, "amount": ""}).status_code == 302
     assert not PersonCap.objects.exists()
+
+
+def test_caps_and_a_refused_role_change_in_one_patch_change_nothing(world, api_as) -> None:
+    response = api_as(world.alice).patch(
+        "/api/v1/tenants/team-a/members/carol/",
+        {"caps": [line(2)], "role": "lead"},  # only a platform admin makes a lead
+        format="json",
+    )
+    assert response.status_code == 403
+    assert not PersonCap.objects.exists()
+    assert not AuditEvent.objects.filter(action="person_cap.set").exists()
