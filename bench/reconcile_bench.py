@@ -65,15 +65,20 @@ from quotas.kube.applier import (  # noqa: E402
 from quotas.kube.resources import KINDS, Kind, key_of  # noqa: E402
 from quotas.kube.spec import (  # noqa: E402
     ANNOTATION_GENERATION,
+    CapSpec,
     ClusterSpec,
     FlavorSpec,
     NamespaceSpec,
+    PersonSpec,
     QuotaSpec,
     TenantSpec,
 )
 from tests.cluster_access import hold_cluster_access  # noqa: E402 - the binder's role
 
 TARGET = 0.10  # no-op pass wall time / first sync wall time, at most
+# Per-person caps (R14): the no-op pass's time per object with every tenant's people capped,
+# as a ratio of the same run's without caps, at most.
+CAPS_TARGET = 1.3
 SPEEDUP_TARGET = 4.0  # sequential / parallel first sync with the write latency, at least
 CLUSTER = "bench"
 GPU, CPU, MEM = "nvidia.com/gpu", "cpu", "memory"
@@ -164,6 +169,51 @@ def tenant_specs(count: int, namespaces: int) -> list[TenantSpec]:
             )
         )
     return tenants
+
+
+def with_people(tenants: list[TenantSpec], per_tenant: int) -> list[TenantSpec]:
+    """Every tenant with ``per_tenant`` capped people (1 or 2 A100s each, every 5th also
+    capped on CPU): 10 a tenant over 1,000 tenants is the issue's 10,000 people."""
+    d = Decimal
+    return [
+        dataclasses.replace(
+            tenant,
+            people=tuple(
+                PersonSpec(
+                    f"{tenant.slug}-user{j}",
+                    (CapSpec("a100-80gb", GPU, d(1 + j % 2)),)
+                    + ((CapSpec("a100-80gb", CPU, d(8)),) if j % 5 == 0 else ()),
+                )
+                for j in range(per_tenant)
+            ),
+        )
+        for tenant in tenants
+    ]
+
+
+def caps_report(
+    *, people: int, without: tuple[int, float, Pass], with_caps: tuple[int, float, Pass]
+) -> dict[str, Any]:
+    """The per-person caps figures: the portal's CPU per object of a no-op reconcile (compile
+    plus the no-op pass) with caps against without (the figure with a target), and the no-op
+    pass's wall time per object both ways."""
+    (n0, compile0, pass0), (n1, compile1, pass1) = without, with_caps
+    cpu0 = 1e6 * (compile0 + pass0.client_cpu_s) / n0
+    cpu1 = 1e6 * (compile1 + pass1.client_cpu_s) / n1
+    return {
+        "people": people,
+        "objects": n0,
+        "objects_with_caps": n1,
+        "cpu_us_per_object": round(cpu0, 2),
+        "cpu_with_caps_us_per_object": round(cpu1, 2),
+        "ratio": round(cpu1 / cpu0, 3),
+        "noop_pass_cpu_us_per_object": round(1e6 * pass0.client_cpu_s / n0, 2),
+        "noop_pass_cpu_with_caps_us_per_object": round(1e6 * pass1.client_cpu_s / n1, 2),
+        "pass_cpu_ratio": round((pass1.client_cpu_s / n1) / (pass0.client_cpu_s / n0), 3),
+        "noop_wall_us_per_object": round(1e6 * pass0.wall_s / n0, 2),
+        "noop_wall_with_caps_us_per_object": round(1e6 * pass1.wall_s / n1, 2),
+        "wall_ratio": round((pass1.wall_s / n1) / (pass0.wall_s / n0), 3),
+    }
 
 
 def bump(tenant: TenantSpec) -> TenantSpec:
@@ -519,6 +569,7 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         str(standin.kubeconfig_path), concurrency=args.concurrency
     )
     passes: list[Pass] = [sequential]
+    caps_figures: dict[str, Any] | None = None
     try:
         # (a) first sync
         first = run_pass("a: first sync", standin, backend, before, full, profile)
@@ -603,6 +654,50 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         full_pass.expected = [describe(k) for k in sorted(expected_b)]
         passes.append(full_pass)
         show(full_pass)
+
+        # (d) per-person caps (R14): every tenant's people capped, pushed, then a no-op pass
+        # with them, per object against (b)'s.
+        if args.people > 0:
+            capped = with_people(tenants, args.people)
+            c0 = time.process_time()  # the same tenants without caps, compiled again: warm
+            compiler.compile_cluster(spec, tenants)
+            plain_compile_cpu_s = time.process_time() - c0
+            t0, c0 = time.perf_counter(), time.process_time()
+            after_caps = compiler.compile_cluster(spec, capped)
+            caps_compile_s, caps_compile_cpu_s = time.perf_counter() - t0, time.process_time() - c0
+            print(
+                f"\n{len(after_caps)} objects with {args.people} capped people a tenant "
+                f"({args.people * len(tenants)} people), compiled in {caps_compile_s:.2f} s"
+            )
+            caps_push = run_pass(
+                "d1: per-person caps, full pass", standin, backend, after_caps, full, None
+            )
+            caps_push.check(
+                "created = the people's objects",
+                len(caps_push.result.created),
+                len(after_caps) - len(after_b),
+            )
+            passes.append(caps_push)
+            show(caps_push)
+            caps_noop = run_pass(
+                "d2: no-op with per-person caps", standin, backend, after_caps, full, None
+            )
+            caps_noop.check("writes", caps_noop.writes, 0)
+            caps_noop.check("unchanged = objects", caps_noop.result.unchanged, len(after_caps))
+            caps_noop.check(
+                "LIST requests",
+                caps_noop.verbs.get("list", 0),
+                expected_lists(after_caps, after_caps, full),
+            )
+            passes.append(caps_noop)
+            show(caps_noop)
+            # The portal's side of a no-op reconcile (compile, then the no-op pass: its LISTs
+            # read, diffed, nothing written), its CPU per object; and the wall time of the pass.
+            caps_figures = caps_report(
+                people=args.people * len(tenants),
+                without=(len(before), plain_compile_cpu_s, noop),
+                with_caps=(len(after_caps), caps_compile_cpu_s, caps_noop),
+            )
     finally:
         backend.close()
         standin.stop()
@@ -666,6 +761,9 @@ def measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         "ratio_noop_to_first": round(ratio, 4),
         "target": TARGET,
         "ratio_ok": ratio <= TARGET,
+        "person_caps": caps_figures,
+        "caps_target": CAPS_TARGET,
+        "caps_ok": caps_figures is None or caps_figures["ratio"] <= CAPS_TARGET,
         "failed_checks": [
             f"{p.name}: {what}: {detail}" for p in passes for what, ok, detail in p.checks if not ok
         ],
@@ -700,8 +798,17 @@ def main() -> int:
         "delay each write's answer this long without using CPU (etcd's commit, admission "
         "webhooks); the >= 4x target applies to this speed-up; 0 skips it (default 5)",
     )
+    parser.add_argument(
+        "--people",
+        type=int,
+        default=10,
+        help="capped people a tenant for the per-person caps passes (default 10: 10,000 over "
+        "1,000 tenants); 0 skips them",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
+    if args.people < 0:
+        parser.error("--people must not be negative")
     if args.tenants < 1 or args.namespaces < 1 or args.concurrency < 1:
         parser.error("--tenants, --namespaces and --concurrency must be 1 or more")
     if args.write_latency_ms < 0:
@@ -742,6 +849,47 @@ def main() -> int:
         f"  {verdict} ratio no-op / first sync = {report['ratio_noop_to_first']:.3f} "
         f"(target <= {TARGET})"
     )
+    caps = report["person_caps"]
+    caps_figures_out = []
+    if caps is not None:
+        print(
+            f"  {'PASS' if report['caps_ok'] else 'FAIL'} no-op reconcile (compile + no-op "
+            f"pass), portal CPU per object with {caps['people']} capped people: "
+            f"{caps['cpu_with_caps_us_per_object']:.0f} µs ({caps['objects_with_caps']} objects) "
+            f"against {caps['cpu_us_per_object']:.0f} µs without caps ({caps['objects']} "
+            f"objects): x{caps['ratio']:.2f} (target <= {CAPS_TARGET}); the no-op pass alone: "
+            f"portal CPU per object x{caps['pass_cpu_ratio']:.2f}, wall per object "
+            f"x{caps['wall_ratio']:.2f}"
+        )
+        caps_figures_out += [
+            figure(
+                f"no-op reconcile, portal CPU per object, {caps['people']} capped people vs "
+                "without caps",
+                caps["cpu_with_caps_us_per_object"],
+                "µs",
+                baseline=caps["cpu_us_per_object"],
+                ratio=caps["ratio"],
+                target=CAPS_TARGET,
+                better="lower",
+            ),
+            figure(
+                f"no-op pass alone, portal CPU per object, {caps['people']} capped people vs "
+                "without caps",
+                caps["noop_pass_cpu_with_caps_us_per_object"],
+                "µs",
+                baseline=caps["noop_pass_cpu_us_per_object"],
+                ratio=caps["pass_cpu_ratio"],
+                better="lower",
+            ),
+            figure(
+                f"no-op pass wall per object, {caps['people']} capped people vs without caps",
+                caps["noop_wall_with_caps_us_per_object"],
+                "µs",
+                baseline=caps["noop_wall_us_per_object"],
+                ratio=caps["wall_ratio"],
+                better="lower",
+            ),
+        ]
     for p in report["passes"]:
         for what, ok in p["checks"].items():
             print(f"  {'PASS' if ok else 'FAIL'} {p['pass']}: {what}")
@@ -774,13 +922,15 @@ def main() -> int:
                baseline=first_s, ratio=report["ratio_noop_to_first"], target=TARGET,
                better="lower"),
         figure("first sync per object", round(1e3 * first_s / report["objects"], 3), "ms"),
+        *caps_figures_out,
     ])  # fmt: skip
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     for failure in report["failed_checks"]:
         print(f"FAIL {failure}")
-    return 0 if report["ratio_ok"] and not report["failed_checks"] else 1
+    ok = report["ratio_ok"] and report["caps_ok"] and not report["failed_checks"]
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -31,6 +31,12 @@ over its weight); where it has ``admissionFairSharing`` too, each LocalQueue of 
 with ``admissionScope`` gets the GPUs its queue held as the half-life remembers them
 (``consumed_gpus``, from the same load model), split evenly among the queue's LocalQueues.
 
+A capped person's own queue (the portal's per-person caps: a ClusterQueue labelled
+``portal.gpu-quota.io/person``) is not on the load model: ``admit_person_queues`` admits the
+Jobs in it as Kueue would, oldest first while they fit the person's cap, and holds the rest
+with Kueue's words; what it admitted stays. team-a's demo jobs go to their submitter's own
+queue where the namespace names one (carol's on demo-h100).
+
 The load model is the demo's one (``gpu_spec.demo_load``: the simulated GPUs follow it too). The
 model is pure (``queue_load``, ``queue_status``, ``idle_workload``); ``simulate_once``
 does the HTTP.
@@ -378,14 +384,21 @@ def simulate_once(
     local_queues: list[Mapping[str, Any]] = []
     if half_life:
         local_queues = endpoint.call("GET", ALL_LOCAL_QUEUES_PATH).get("items") or []
-    for queue in endpoint.call("GET", QUEUES_PATH).get("items") or []:
+    queues = endpoint.call("GET", QUEUES_PATH).get("items") or []
+    for queue in queues:
         metadata = queue.get("metadata") or {}
         name = metadata.get("name", "")
-        if name == idle:
-            _ensure_idle(endpoint, queue, (started or now) - IDLE_ADMITTED_BEFORE)
         if name in teams:
             _ensure_team_jobs(endpoint, queue, started or now)
             _ensure_team_jobset(endpoint, queue)
+    written += admit_person_queues(endpoint, queues, now)
+    for queue in queues:
+        metadata = queue.get("metadata") or {}
+        name = metadata.get("name", "")
+        if PERSON_LABEL in (metadata.get("labels") or {}):
+            continue  # a person's queue: its status is what admit_person_queues admitted
+        if name == idle:
+            _ensure_idle(endpoint, queue, (started or now) - IDLE_ADMITTED_BEFORE)
         load = queue_load(name, metadata.get("annotations") or {}, now, hot)
         status = queue_status(queue, load)
         if fair:
@@ -449,12 +462,12 @@ TEAM_JOBS = (
 )
 
 
-def team_job(namespace: str, job: DemoJob) -> dict[str, Any]:
+def team_job(namespace: str, job: DemoJob, queue: str = "default") -> dict[str, Any]:
     """A suspended Job for Kueue (``kueue.x-k8s.io/queue-name``), asking ``job.gpus`` GPUs."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": job.name, "namespace": namespace, "labels": {QUEUE_LABEL: "default"}},
+        "metadata": {"name": job.name, "namespace": namespace, "labels": {QUEUE_LABEL: queue}},
         "spec": {
             "suspend": True,
             "parallelism": 1,
@@ -538,9 +551,14 @@ def _ensure_team_jobs(endpoint: Endpoint, queue: Mapping[str, Any], started: dat
         return
     jobs = JOBS_PATH.format(namespace=namespace)
     workloads = WORKLOADS_PATH.format(namespace=namespace)
+    own = person_queues(endpoint.call("GET", f"/api/v1/namespaces/{namespace}"))
     for job in TEAM_JOBS:
+        local_queue = own.get(job.submitter, "default")
         if not endpoint.exists(f"{jobs}/{job.name}"):
-            endpoint.call("POST", jobs, team_job(namespace, job), "application/json", job.submitter)
+            body = team_job(namespace, job, local_queue)
+            endpoint.call("POST", jobs, body, "application/json", job.submitter)
+        if local_queue != "default":
+            continue  # a capped person's queue: admit_person_queues admits it, or holds it
         job_object = endpoint.call("GET", f"{jobs}/{job.name}")
         body, status = job_workload(job_object, job, tenant, flavor, started - job.age)
         name = body["metadata"]["name"]
@@ -598,5 +616,338 @@ def _ensure_team_jobset(endpoint: Endpoint, queue: Mapping[str, Any]) -> None:
         return
     if endpoint.exists(f"{path}/{DEMO_JOBSET}"):
         return
+    if "carol" in person_queues(endpoint.call("GET", f"/api/v1/namespaces/{namespace}")):
+        return  # capped here: her queue's admission shows her cap; the JobSet the other cluster
     endpoint.call("POST", path, team_jobset(namespace), "application/json", "carol")
     logger.warning("%s/%s: carol's demo JobSet", namespace, DEMO_JOBSET)
+
+
+# A capped person's own queue (portal R14, quotas.kube.person_caps) ---------------------------
+
+PERSON_LABEL = "portal.gpu-quota.io/person"
+IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
+PERSON_ANNOTATION = "person-queue.portal.gpu-quota.io/"
+LOCAL_QUEUES_PATH = "/apis/kueue.x-k8s.io/v1beta2/localqueues"
+ALL_JOBS_PATH = "/apis/batch/v1/jobs"
+ALL_WORKLOADS_PATH = "/apis/kueue.x-k8s.io/v1beta2/workloads"
+
+
+def person_queues(namespace: Mapping[str, Any]) -> dict[str, str]:
+    """{username: their LocalQueue} from a namespace's person-queue annotations."""
+    annotations = (namespace.get("metadata") or {}).get("annotations") or {}
+    return {
+        str(user): key[len(PERSON_ANNOTATION) :]
+        for key, user in annotations.items()
+        if key.startswith(PERSON_ANNOTATION)
+    }
+
+
+def _requests(job: Mapping[str, Any]) -> dict[str, Decimal]:
+    """What a Job asks of accelerators (``nvidia.com/*``): its containers' requests (limits
+    where no request), times its parallelism."""
+    spec = job.get("spec") or {}
+    parallelism = int(spec.get("parallelism", 1) or 1)
+    total: dict[str, Decimal] = {}
+    pod = ((spec.get("template") or {}).get("spec")) or {}
+    for container in pod.get("containers") or []:
+        resources = container.get("resources") or {}
+        asked = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, amount in asked.items():
+            if str(name).startswith("nvidia.com/"):
+                total[name] = total.get(name, Decimal(0)) + parse_quantity(amount) * parallelism
+    return total
+
+
+def _queue_limits(queue: Mapping[str, Any]) -> dict[str, tuple[str, Decimal | None]]:
+    """{resource: (its first flavor, nominal + borrowing limit, None: unlimited)}."""
+    out: dict[str, tuple[str, Decimal | None]] = {}
+    for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for resource in flavor.get("resources") or []:
+                name = resource["name"]
+                nominal = parse_quantity(resource.get("nominalQuota", 0))
+                if name in out or (nominal == 0 and resource.get("borrowingLimit") == "0"):
+                    continue
+                limit = None
+                if "borrowingLimit" in resource:
+                    limit = nominal + parse_quantity(resource["borrowingLimit"])
+                out[name] = (flavor["name"], limit)
+    return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What Kueue would do with one Job in a person's queue."""
+
+    namespace: str
+    job: str
+    job_uid: str
+    queue: str  # the LocalQueue
+    cluster_queue: str
+    admitted: bool
+    flavor: str
+    asked: dict[str, Decimal]
+    message: str
+
+
+def _creation_order(job: Mapping[str, Any]) -> tuple[str, int, str]:
+    """Oldest first, as Kueue queues them; within one second, by the stand-in's
+    resourceVersion (a counter: the order of creation, or of the last change)."""
+    meta = job.get("metadata") or {}
+    version = str(meta.get("resourceVersion") or "0")
+    return (
+        meta.get("creationTimestamp", ""),
+        int(version) if version.isdigit() else 0,
+        meta.get("name", ""),
+    )
+
+
+def person_admission(
+    queues: list[Mapping[str, Any]],
+    local_queues: list[Mapping[str, Any]],
+    jobs: list[Mapping[str, Any]],
+    admitted: frozenset[str] = frozenset(),
+) -> list[Decision]:
+    """Kueue's admission of the Jobs in people's queues: what is admitted already (the
+    Jobs whose uid is in ``admitted``) stays and counts first; then, oldest first, a Job is
+    admitted while its queue's use plus what it asks stays within the queue's quota
+    (nominal 0 plus the person's cap as borrowing limit), otherwise it waits with Kueue's
+    words. (The tenant's Cohort, which bounds the people's and the team's use together, is
+    not simulated: the demo's team queue keeps its own load model.)"""
+    people = {
+        q["metadata"]["name"]: q
+        for q in queues
+        if PERSON_LABEL in ((q.get("metadata") or {}).get("labels") or {})
+    }
+    routes = {
+        (lq["metadata"].get("namespace", ""), lq["metadata"]["name"]): (lq.get("spec") or {}).get(
+            "clusterQueue", ""
+        )
+        for lq in local_queues
+    }
+    used: dict[tuple[str, str], Decimal] = {}
+    decisions = []
+    ordered = sorted(
+        jobs,
+        key=lambda j: (str((j.get("metadata") or {}).get("uid", "")) not in admitted,
+                       _creation_order(j)),
+    )  # fmt: skip
+    for job in ordered:
+        meta = job.get("metadata") or {}
+        queue_name = (meta.get("labels") or {}).get(QUEUE_LABEL, "")
+        cluster_queue = routes.get((meta.get("namespace", ""), queue_name), "")
+        queue = people.get(cluster_queue)
+        if queue is None:
+            continue
+        limits = _queue_limits(queue)
+        asked = _requests(job)
+        fits, flavor, short = True, "", ""
+        if (queue.get("metadata") or {}).get("deletionTimestamp") and meta.get(
+            "uid", ""
+        ) not in admitted:
+            # Terminating (the person left the team): nothing new is admitted.
+            fits, short = False, f"ClusterQueue {cluster_queue} is terminating"
+        for resource, amount in sorted(asked.items()) if fits else ():
+            flavor, limit = limits.get(resource, ("", Decimal(0)))
+            have = used.get((cluster_queue, resource), Decimal(0))
+            if meta.get("uid", "") in admitted:
+                continue
+            if limit is not None and have + amount > limit:
+                fits = False
+                short = (
+                    f"couldn't assign flavors to pod set main: insufficient unused quota for "
+                    f"{resource} in flavor {flavor or 'any'}, {_format(have + amount - limit)} "
+                    f"more needed (ClusterQueue {cluster_queue}: {_format(have)} of "
+                    f"{_format(limit)} in use)"
+                )
+                break
+        if fits:
+            for resource, amount in asked.items():
+                key = (cluster_queue, resource)
+                used[key] = used.get(key, Decimal(0)) + amount
+        decisions.append(
+            Decision(
+                namespace=meta.get("namespace", ""),
+                job=meta.get("name", ""),
+                job_uid=meta.get("uid", ""),
+                queue=queue_name,
+                cluster_queue=cluster_queue,
+                admitted=fits,
+                flavor=flavor,
+                asked=asked,
+                message=short,
+            )
+        )
+    return decisions
+
+
+def decision_workload(
+    decision: Decision, job: Mapping[str, Any], now: datetime
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The Workload Kueue makes for the Job, and its status (admitted, or waiting)."""
+    name = f"job-{decision.job}-{decision.job_uid[:5]}"
+    body = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            "name": name,
+            "namespace": decision.namespace,
+            "labels": {JOB_UID_LABEL: decision.job_uid},
+            "ownerReferences": [
+                {"apiVersion": "batch/v1", "kind": "Job", "name": decision.job,
+                 "uid": decision.job_uid, "controller": True, "blockOwnerDeletion": True}
+            ],
+        },
+        "spec": {
+            "queueName": decision.queue,
+            "podSets": [
+                {"name": "main", "count": 1, "template": (job.get("spec") or {}).get("template")}
+            ],
+        },
+    }  # fmt: skip
+    at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    if not decision.admitted:
+        status: dict[str, Any] = {
+            "conditions": [
+                {"type": "QuotaReserved", "status": "False", "reason": "Pending",
+                 "message": decision.message, "lastTransitionTime": at}
+            ]
+        }  # fmt: skip
+        return body, status
+    status = {
+        "conditions": [
+            {"type": kind, "status": "True", "reason": kind, "message": "demo",
+             "lastTransitionTime": at}
+            for kind in ("QuotaReserved", "Admitted")
+        ],
+        "admission": {
+            "clusterQueue": decision.cluster_queue,
+            "podSetAssignments": [
+                {"name": "main", "count": 1,
+                 "flavors": {r: decision.flavor for r in decision.asked},
+                 "resourceUsage": {r: _format(a) for r, a in decision.asked.items()}}
+            ],
+        },
+    }  # fmt: skip
+    return body, status
+
+
+def person_queue_status(queue: Mapping[str, Any], decisions: list[Decision]) -> dict[str, Any]:
+    """A person's ClusterQueue status from what it admitted and holds."""
+    name = queue["metadata"]["name"]
+    mine = [d for d in decisions if d.cluster_queue == name]
+    totals: dict[tuple[str, str], Decimal] = {}
+    for decision in mine:
+        if decision.admitted:
+            for resource, amount in decision.asked.items():
+                key = (decision.flavor, resource)
+                totals[key] = totals.get(key, Decimal(0)) + amount
+    usage = []
+    for group in (queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            resources = []
+            for resource in flavor.get("resources") or []:
+                total = totals.get((flavor["name"], resource["name"]), Decimal(0))
+                resources.append(
+                    {"name": resource["name"], "total": _format(total), "borrowed": _format(total)}
+                )
+            usage.append({"name": flavor["name"], "resources": resources})
+    admitted = sum(1 for d in mine if d.admitted)
+    return {
+        "flavorsUsage": usage,
+        "flavorsReservation": usage,
+        "admittedWorkloads": admitted,
+        "reservingWorkloads": admitted,
+        "pendingWorkloads": len(mine) - admitted,
+    }
+
+
+def admit_person_queues(endpoint: Endpoint, queues: list[Mapping[str, Any]], now: datetime) -> int:
+    """Admit or hold the Jobs in people's queues as Kueue would (``person_admission``): each
+    gets its Workload (made once; a waiting one admitted when it fits), an admitted Job is
+    resumed (``suspend: false``), and each person's ClusterQueue its status. Returns the
+    statuses written."""
+    people = [q for q in queues if PERSON_LABEL in ((q.get("metadata") or {}).get("labels") or {})]
+    if not people:
+        return 0
+    local_queues = endpoint.call("GET", LOCAL_QUEUES_PATH).get("items") or []
+    jobs = endpoint.call("GET", ALL_JOBS_PATH).get("items") or []
+    workloads = endpoint.call("GET", ALL_WORKLOADS_PATH).get("items") or []
+    existing = {(w["metadata"].get("namespace", ""), w["metadata"]["name"]): w for w in workloads}
+    admitted = frozenset(
+        str(((w.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL, ""))
+        for w in workloads
+        if _is_admitted(w)
+    )
+    decisions = person_admission(people, local_queues, jobs, admitted)
+    by_uid = {(j.get("metadata") or {}).get("uid", ""): j for j in jobs}
+    for decision in decisions:
+        job = by_uid[decision.job_uid]
+        body, status = decision_workload(decision, job, now)
+        path = WORKLOADS_PATH.format(namespace=decision.namespace)
+        name = body["metadata"]["name"]
+        held = existing.get((decision.namespace, name))
+        if held is None:
+            endpoint.call("POST", path, body, "application/json")
+        elif _is_admitted(held) or not decision.admitted:
+            continue  # as it was: Kueue does not take back what it admitted
+        endpoint.call(
+            "PATCH", f"{path}/{name}/status", {"status": status}, "application/merge-patch+json"
+        )
+        if decision.admitted and (job.get("spec") or {}).get("suspend"):
+            endpoint.call(
+                "PATCH",
+                f"{JOBS_PATH.format(namespace=decision.namespace)}/{decision.job}",
+                {"spec": {"suspend": False}},
+                "application/merge-patch+json",
+            )
+    # The queues admitted work still holds (a Workload admitted there whose Job is still
+    # there), whatever became of the LocalQueue it came through.
+    in_use = {
+        str(((w.get("status") or {}).get("admission") or {}).get("clusterQueue") or "")
+        for w in workloads
+        if _is_admitted(w)
+        and str(((w.get("metadata") or {}).get("labels") or {}).get(JOB_UID_LABEL, "")) in by_uid
+    }
+    in_use |= {d.cluster_queue for d in decisions if d.admitted}
+    for queue in people:
+        name = queue["metadata"]["name"]
+        endpoint.call(
+            "PATCH",
+            f"{QUEUES_PATH}/{name}/status",
+            {"status": person_queue_status(queue, decisions)},
+            "application/merge-patch+json",
+        )
+        _keep_while_in_use(endpoint, queue, in_use)
+    return len(people)
+
+
+def _keep_while_in_use(endpoint: Endpoint, queue: Mapping[str, Any], in_use: set[str]) -> None:
+    """Kueue's ``kueue.x-k8s.io/resource-in-use`` finalizer on a person's ClusterQueue: put
+    on it while it lives, taken off once it is being deleted and admits nothing any more (a
+    person removed from the team: their running work ends first, nothing is evicted)."""
+    metadata = queue.get("metadata") or {}
+    name = metadata["name"]
+    finalizers = list(metadata.get("finalizers") or [])
+    if metadata.get("deletionTimestamp"):
+        if IN_USE_FINALIZER in finalizers and name not in in_use:
+            finalizers.remove(IN_USE_FINALIZER)
+        else:
+            return
+    elif IN_USE_FINALIZER in finalizers:
+        return
+    else:
+        finalizers.append(IN_USE_FINALIZER)
+    endpoint.call(
+        "PATCH",
+        f"{QUEUES_PATH}/{name}",
+        {"metadata": {"finalizers": finalizers}},
+        "application/merge-patch+json",
+    )
+
+
+def _is_admitted(workload: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") == "Admitted" and c.get("status") == "True"
+        for c in (workload.get("status") or {}).get("conditions") or []
+    )

@@ -9,6 +9,7 @@ from approvals.selectors import quota_request_ids_closed
 from portal import views
 from quotas.sync import namespace_adoption_preview
 from tenants import views as tenant_views
+from usage.selectors import person_cap_use
 
 app_name = "portal"
 
@@ -42,6 +43,13 @@ urlpatterns = [
         tenant_views.inbox,
         {"page_checks": INBOX_PAGE_CHECKS},
         name="inbox",
+    ),
+    # The team page (a tenants page) with each capped person's cap and use (R14).
+    path(
+        "tenants/<str:slug>/team/",
+        tenant_views.team,
+        {"person_caps": person_cap_use},
+        name="tenant-team",
     ),
     path("", include("quotas.urls")),
     path("", include("approvals.urls")),

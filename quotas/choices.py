@@ -78,3 +78,12 @@ class GrantState(models.TextChoices):
 
 # The states in which a grant holds capacity: what a capacity check counts.
 GRANT_HOLDING_STATES = ("scheduled", "active", "ending")
+
+
+class CapSubject(models.TextChoices):
+    """Whom a per-person cap (``PersonCap``) holds: one member, the team's pipeline account (its
+    ServiceAccount in each namespace), or every member without a cap of their own."""
+
+    MEMBER = "member", "A member"
+    PIPELINE = "pipeline", "The team's pipeline account"
+    DEFAULT = "default", "Every member without a cap of their own"

@@ -12,13 +12,15 @@ from collections.abc import Iterable, Sequence
 from decimal import Decimal
 
 from identity.selectors import tenant_groups
-from quotas.choices import GrantState
+from quotas.choices import CapSubject, GrantState
 from quotas.kube.enforcement import KueueConfig
 from quotas.kube.spec import (
+    CapSpec,
     ClusterSpec,
     EgressSpec,
     FlavorSpec,
     NamespaceSpec,
+    PersonSpec,
     QuotaSpec,
     TenantSpec,
 )
@@ -26,6 +28,7 @@ from quotas.models import (
     Cluster,
     FlavorResource,
     GrantLine,
+    PersonCap,
     Quota,
     QuotaHold,
     QuotaSet,
@@ -113,6 +116,42 @@ def _strings(value: object) -> tuple[str, ...]:
     )
 
 
+def people_specs(
+    cluster: Cluster, tenant_ids: list[int], editors: dict[int, list[str]]
+) -> dict[int, tuple[PersonSpec, ...]]:
+    """Each tenant's capped people on ``cluster`` (R14): members with caps of their own, the
+    pipeline account, and, where a platform admin set a default, every other member who may
+    submit (leads and members; viewers cannot), their own lines over the default's. One
+    query."""
+    own: dict[tuple[int, str], dict[tuple[str, str], CapSpec]] = defaultdict(dict)
+    pipeline: dict[int, dict[tuple[str, str], CapSpec]] = defaultdict(dict)
+    default: dict[int, dict[tuple[str, str], CapSpec]] = defaultdict(dict)
+    rows = PersonCap.objects.filter(tenant_id__in=tenant_ids, flavor__cluster=cluster).values_list(
+        "tenant_id", "subject", "membership__user__username", "flavor__name", "resource", "amount"
+    )
+    for tenant_id, subject, username, flavor, resource, amount in rows:
+        line = CapSpec(flavor, resource, amount)
+        if subject == CapSubject.MEMBER:
+            own[(tenant_id, username)][(flavor, resource)] = line
+        elif subject == CapSubject.PIPELINE:
+            pipeline[tenant_id][(flavor, resource)] = line
+        else:
+            default[tenant_id][(flavor, resource)] = line
+    out: dict[int, tuple[PersonSpec, ...]] = {}
+    for tenant_id in tenant_ids:
+        specs = []
+        for username in sorted(set(editors.get(tenant_id, ()))):
+            lines = {**default.get(tenant_id, {}), **own.get((tenant_id, username), {})}
+            if lines:
+                specs.append(PersonSpec(username, tuple(lines[k] for k in sorted(lines))))
+        if pipeline.get(tenant_id):
+            lines = pipeline[tenant_id]
+            specs.append(PersonSpec("", tuple(lines[k] for k in sorted(lines)), pipeline=True))
+        if specs:
+            out[tenant_id] = tuple(specs)
+    return out
+
+
 def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -> list[TenantSpec]:
     """Every tenant with a quota set on ``cluster`` (or only ``tenant_ids``), at the quota
     generation in force, its lines the standing ones plus what its active grants for a time
@@ -139,6 +178,7 @@ def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -
     for m in Membership.objects.filter(tenant_id__in=ids).select_related("user"):
         target = viewers if m.role == MembershipRole.VIEWER else editors
         target[m.tenant_id].append(m.user.get_username())
+    people = people_specs(cluster, ids, editors)
     groups = tenant_groups(ids)
     blocked = blocked_tenant_ids(cluster, ids)
     # A tenant others name as parent is a department (R14): its quota becomes its Cohort's.
@@ -178,6 +218,7 @@ def tenant_specs(cluster: Cluster, *, tenant_ids: Iterable[int] | None = None) -
                 production_priority_allowed=tenant.production_priority_allowed,
                 pod_bandwidth_max=tenant.pod_bandwidth_max,
                 egress=egress_specs(qs.egress_rules),
+                people=people.get(tenant.pk, ()),
             )
         )
     return sorted(specs, key=lambda s: s.slug)

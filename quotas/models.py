@@ -10,6 +10,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from quotas.choices import (
+    CapSubject,
     Enforcement,
     FairSharing,
     FlavorKind,
@@ -19,7 +20,7 @@ from quotas.choices import (
     SyncState,
 )
 from quotas.kube.storage import performance_words
-from tenants.models import Tenant
+from tenants.models import Membership, Tenant
 from tenants.validators import DNS1123_LABEL_MAX, DNS1123_LABEL_REGEX, dns1123_label
 
 # Quantities are stored in base units (cores, bytes, counts) with millicore precision.
@@ -782,3 +783,49 @@ class GrantLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.grant} {self.flavor.name} {self.resource}"
+
+
+class PersonCap(models.Model):
+    """The most one person may use of their tenant's quota on one flavor and resource (R14,
+    the user level): a member (``membership``), the team's pipeline account, or the tenant's
+    default for every member without a cap of their own (set by a platform admin). Enforced
+    by Kueue: each capped person has a ClusterQueue of their own under the tenant's Cohort
+    (``quotas.kube.person_caps``). Removing the membership removes its caps (and so, after its
+    running work ends, its queue)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="person_caps")
+    subject = models.CharField(max_length=20, choices=CapSubject.choices)
+    membership = models.ForeignKey(
+        Membership, null=True, blank=True, on_delete=models.CASCADE, related_name="caps"
+    )
+    flavor = models.ForeignKey(ResourceFlavor, on_delete=models.CASCADE, related_name="+")
+    resource = models.CharField(max_length=100)
+    amount = _quantity_field(help_text="Base units: GPUs, cores, bytes.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["tenant", "subject", "membership", "flavor", "resource"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["membership", "flavor", "resource"],
+                condition=Q(membership__isnull=False),
+                name="person_cap_unique_member",
+            ),
+            models.UniqueConstraint(
+                fields=["tenant", "subject", "flavor", "resource"],
+                condition=Q(membership__isnull=True),
+                name="person_cap_unique_account",
+            ),
+            models.CheckConstraint(
+                condition=(Q(subject=CapSubject.MEMBER) & Q(membership__isnull=False))
+                | (
+                    Q(subject__in=[CapSubject.PIPELINE, CapSubject.DEFAULT])
+                    & Q(membership__isnull=True)
+                ),
+                name="person_cap_subject_matches",
+            ),
+            models.CheckConstraint(condition=Q(amount__gte=0), name="person_cap_nonnegative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.slug} {self.subject} {self.flavor.name} {self.resource}"

@@ -28,6 +28,7 @@ from quotas.choices import (
     GPU_RESOURCE,
     GRANT_HOLDING_STATES,
     MEMORY_RESOURCE,
+    CapSubject,
     Enforcement,
     FairSharing,
     FlavorKind,
@@ -39,6 +40,8 @@ from quotas.choices import (
 from quotas.kube import fair_sharing, names
 from quotas.kube.compiler import DERIVED_MAX_GPUS_PER_POD
 from quotas.kube.enforcement import KueueConfig, verdict
+from quotas.kube.person_caps import cluster_queue_name
+from quotas.kube.spec import PersonSpec
 from quotas.kube.storage import performance_words
 from quotas.loader import cluster_spec
 from quotas.models import (
@@ -50,6 +53,7 @@ from quotas.models import (
     Grant,
     GrantLine,
     GuaranteeTotal,
+    PersonCap,
     Quota,
     QuotaSet,
     ResourceFlavor,
@@ -1205,3 +1209,58 @@ def grants_promised() -> Coalesce:
     ).order_by()
     summed = rows.values("flavor_id").annotate(total=Sum("guaranteed")).values("total")
     return Coalesce(Subquery(summed), Decimal(0), output_field=DecimalField())
+
+
+# --- per-person caps (R14) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PersonCapLine:
+    """One cap line as pages and the API show it."""
+
+    subject: str  # CapSubject
+    username: str  # the member's; "" for the pipeline account and the default
+    cluster: str
+    flavor: str
+    resource: str
+    amount: Decimal
+    cluster_queue: str  # the person's ClusterQueue on that cluster ("" for the default)
+
+
+def person_cap_lines(*, tenant: Tenant) -> list[PersonCapLine]:
+    """Every cap of ``tenant``: its members', its pipeline account's and its default, with
+    the ClusterQueue each person's work is admitted through. One query."""
+    rows = (
+        PersonCap.objects.filter(tenant=tenant)
+        .select_related("flavor__cluster", "membership__user")
+        .order_by("subject", "membership__user__username", "flavor__cluster__name", "flavor__name")
+    )
+    lines = []
+    for cap in rows:
+        username = cap.membership.user.username if cap.membership is not None else ""
+        queue = ""
+        if cap.subject != CapSubject.DEFAULT:
+            person = PersonSpec(username, (), pipeline=cap.subject == CapSubject.PIPELINE)
+            queue = cluster_queue_name(tenant.slug, person)
+        lines.append(
+            PersonCapLine(
+                subject=cap.subject,
+                username=username,
+                cluster=cap.flavor.cluster.name,
+                flavor=cap.flavor.name,
+                resource=cap.resource,
+                amount=cap.amount,
+                cluster_queue=queue,
+            )
+        )
+    return lines
+
+
+def person_cap_targets(*, tenant: Tenant) -> list[tuple[str, str, str]]:
+    """The (cluster, flavor, resource) lines a person's cap may be set on: those the tenant's
+    quota covers (``Quota`` rows of its quota sets), in cluster and flavor order."""
+    return list(
+        Quota.objects.filter(quota_set__tenant=tenant)
+        .order_by("quota_set__cluster__name", "flavor__name", "resource")
+        .values_list("quota_set__cluster__name", "flavor__name", "resource")
+    )

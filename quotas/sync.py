@@ -741,6 +741,8 @@ def in_cluster(*, tenant: Tenant, cluster: Cluster) -> InCluster:
                 "used": status.get("used") or {},
             }
         )
+    # The tenant's own queue (named after it), not a capped person's (R14).
+    queues = [q for q in queues if q["metadata"]["name"] == tenant.slug] or queues[:1]
     if queues:
         status = queues[0].get("status") or {}
         out.cluster_queue = {

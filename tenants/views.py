@@ -8,6 +8,7 @@ Views stay thin: the selectors read only the caller's own notifications (another
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,6 +150,7 @@ def _team_page(
     *,
     bulk_form: TeamBulkForm | None = None,
     bulk_results: list[BulkAddResult] | None = None,
+    person_caps: Callable[..., list[Any]] | None = None,
 ) -> HttpResponse:
     user = caller(request)
     roles = tenant_selectors.team_roles_to_give(user=user, tenant=tenant)
@@ -165,19 +167,24 @@ def _team_page(
         "is_admin": user.is_platform_admin,
         "form": form or TeamAddForm(roles=roles),
         "add_users": settings.TEAM_ADD_USERS,
+        # Each capped person's cap and use (R14), from the apps above (portal/pages.py).
+        "caps": person_caps(tenant=tenant) if person_caps is not None else None,
     }
     return render(request, "tenants/team.html", context, status=status)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
-def team(request: HttpRequest, slug: str) -> HttpResponse:
-    """GET: the tenant's people. POST: add one (a lead: members and viewers; an admin: any
-    role); a refused add shows the reason beside the field, with the service's status."""
+def team(
+    request: HttpRequest, slug: str, person_caps: Callable[..., list[Any]] | None = None
+) -> HttpResponse:
+    """GET: the tenant's people (and, composed by the portal, each capped person's cap and
+    use). POST: add one (a lead: members and viewers; an admin: any role); a refused add
+    shows the reason beside the field, with the service's status."""
     user = caller(request)
     tenant = tenant_selectors.tenant_get_for_user(user=user, slug=slug)
     if request.method == "GET":
-        return _team_page(request, tenant)
+        return _team_page(request, tenant, person_caps=person_caps)
     team_ensure_can_manage(actor=user, tenant=tenant)
     form = TeamAddForm(
         request.POST, roles=tenant_selectors.team_roles_to_give(user=user, tenant=tenant)

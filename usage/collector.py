@@ -450,6 +450,16 @@ def queue_samples(
     return rows  # Metric members are ints
 
 
+def summed_rows(rows: list[SampleRow]) -> list[SampleRow]:
+    """Rows that differ only in their value (a tenant's queues: the team's and each capped
+    person's) as one row with the sum, in first-seen order."""
+    sums: dict[tuple[Any, ...], float] = {}
+    for row in rows:
+        key = (row[0], row[1], *row[3:])
+        sums[key] = sums.get(key, 0.0) + float(row[2])
+    return [(key[0], key[1], value, *key[2:]) for key, value in sums.items()]
+
+
 @dataclass
 class CollectOutcome:
     cluster: str
@@ -637,16 +647,19 @@ def collected_store(
             batch_size=1000,
         )
     Pod.objects.filter(cluster_id=cluster.pk, seen_at__lt=now).delete()
-    # ClusterQueues (named and labelled by tenant).
+    # ClusterQueues (named and labelled by tenant). A tenant with capped people (R14) has one
+    # more per person: the figures of the tenant's queues add up to the tenant's.
+    queue_rows: list[SampleRow] = []
     for queue in queues:
         labels = (queue.get("metadata") or {}).get("labels") or {}
         tenant_id = slug_tenant.get(labels.get(LABEL_TENANT) or "")
         if tenant_id is not None:
-            rows.extend(
+            queue_rows.extend(
                 queue_samples(
                     queue, tenant_id=tenant_id, cluster_id=cluster.pk, flavors=flavors, now=now
                 )
             )
+    rows.extend(summed_rows(queue_rows))
     for (tenant_id, flavor_id), amount in quota_gpu_used(quotas, ns_tenant, flavors).items():
         rows.append(
             (

@@ -52,9 +52,16 @@ from core.errors import NotFound, ValidationFailed
 from quotas.choices import GPU_RESOURCE, MIG_RESOURCE_PREFIX
 from quotas.kube.job_caps import JOB_SLOTS_FLAVOR
 from quotas.models import Cluster, ResourceFlavor
-from quotas.quantity import QuantityError, parse_quantity
-from quotas.selectors import EffectiveQuota, tenant_effective_quotas
+from quotas.quantity import QuantityError, parse_quantity, to_display
+from quotas.selectors import (
+    EffectiveQuota,
+    person_cap_lines,
+    person_cap_targets,
+    tenant_effective_quotas,
+)
+from tenants.choices import MembershipRole
 from tenants.models import Tenant
+from tenants.selectors import membership_list_for_tenant
 from usage.buckets import EPOCH, RESOLUTION_NAMES, retention
 from usage.choices import RAW, Metric, Resolution, Source, WorkloadState
 from usage.models import (
@@ -1091,3 +1098,97 @@ def _pending_words(
     if not w.active:
         return "suspended", None
     return "waiting for Kueue to consider it", None
+
+
+# --- per-person caps (R14): each capped person's use against their cap -----------------------
+
+
+@dataclass(frozen=True)
+class PersonCapUse:
+    """One cap line of a person with what their admitted work holds of it now."""
+
+    subject: str  # quotas.choices.CapSubject
+    username: str
+    cluster: str
+    flavor: str
+    resource: str
+    cap: Decimal
+    used: Decimal
+    cluster_queue: str
+
+    @property
+    def percent(self) -> int:
+        return int(self.used * 100 / self.cap) if self.cap else (100 if self.used else 0)
+
+    @property
+    def who(self) -> str:
+        """Whom it holds, in words."""
+        if self.subject == "pipeline":
+            return "the team's pipeline account"
+        if self.subject == "default":
+            return "every other member (default)"
+        return self.username
+
+    def _text(self, amount: Decimal) -> str:
+        if self.resource == GPU_RESOURCE:
+            return f"{amount:f}".rstrip("0").rstrip(".") + (" GPU" if amount == 1 else " GPUs")
+        if self.resource.startswith(MIG_RESOURCE_PREFIX):
+            shown = f"{amount:f}".rstrip("0").rstrip(".")
+            return f"{shown} MIG instance" + ("" if amount == 1 else "s")
+        return to_display(amount, self.resource)
+
+    @property
+    def cap_text(self) -> str:
+        return self._text(self.cap)
+
+    @property
+    def used_text(self) -> str:
+        return self._text(self.used)
+
+
+def person_cap_use(*, tenant: Tenant) -> list[PersonCapUse]:
+    """Each cap of ``tenant`` (members', the pipeline account's, the default's) beside what
+    the person's admitted Kueue workloads hold on that flavor (read by the collector from the
+    person's own ClusterQueue). Two queries."""
+    lines = person_cap_lines(tenant=tenant)
+    queues = {line.cluster_queue for line in lines if line.cluster_queue}
+    used: dict[tuple[str, str, str, str], Decimal] = defaultdict(Decimal)
+    rows = Workload.objects.filter(
+        tenant=tenant, cluster_queue__in=queues, state=WorkloadState.ADMITTED
+    ).values_list("cluster__name", "cluster_queue", "resources")
+    for cluster, queue, resources in rows:
+        for item in resources or []:
+            key = (cluster, queue, str(item.get("flavor") or ""), str(item.get("resource") or ""))
+            used[key] += Decimal(str(item.get("amount") or 0))
+    return [
+        PersonCapUse(
+            subject=line.subject,
+            username=line.username,
+            cluster=line.cluster,
+            flavor=line.flavor,
+            resource=line.resource,
+            cap=line.amount,
+            used=used.get(
+                (line.cluster, line.cluster_queue, line.flavor, line.resource), Decimal(0)
+            ),
+            cluster_queue=line.cluster_queue,
+        )
+        for line in lines
+    ]
+
+
+def person_cap_targets_for_page(*, tenant: Tenant) -> list[tuple[str, str]]:
+    """The lines a cap may be set on, as (form value "cluster/flavor/resource", words)."""
+    return [
+        (f"{cluster}/{flavor}/{resource}", f"{cluster} · {flavor} · {resource}")
+        for cluster, flavor, resource in person_cap_targets(tenant=tenant)
+    ]
+
+
+def person_cap_members(*, tenant: Tenant) -> list[str]:
+    """Who may be capped: the tenant's leads and members (viewers submit nothing)."""
+    return [
+        m.user.username
+        for m in membership_list_for_tenant(tenant=tenant)
+        if m.role != MembershipRole.VIEWER
+    ]

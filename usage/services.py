@@ -31,9 +31,12 @@ from django.utils import timezone
 from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from gpu_agent.services.reports import DeviceReading, ReportReadings, instances_attribute
 from quotas.backends import workload_set_active
+from quotas.choices import CapSubject
 from quotas.kube.applier import ApplyError
 from quotas.models import ResourceFlavor
-from tenants.models import Tenant, User
+from quotas.services import person_caps_set
+from tenants.choices import MembershipRole
+from tenants.models import Membership, Tenant, User
 from tenants.selectors import user_can_manage_tenant
 from tenants.services import audit_record
 from usage.buckets import EPOCH, RESOLUTION_NAMES, bucket_start, retention
@@ -882,3 +885,31 @@ def workload_set_suspended(
             after={"active": workload.active, "state": workload.state},
         )
     return workload
+
+
+# --- per-person caps from the caps page (R14) -------------------------------------------------
+
+
+def person_cap_set_from_form(*, tenant: Tenant, actor: User, form: Mapping[str, str]) -> None:
+    """One cap line from the page's form: ``who`` (a member's username, ``pipeline`` or
+    ``default``), ``line`` ("cluster/flavor/resource"), ``amount`` (empty: remove the cap).
+    The rules are the API's (``quotas.services.person_caps_set``)."""
+    who = str(form.get("who") or "").strip()
+    parts = str(form.get("line") or "").split("/", 2)
+    if len(parts) != 3:
+        raise ValidationFailed.for_field("line", "Choose a flavor and resource of the quota.")
+    amount = str(form.get("amount") or "").strip()
+    caps = [
+        {"cluster": parts[0], "flavor": parts[1], "resource": parts[2], "amount": amount or None}
+    ]
+    membership = None
+    if who in (CapSubject.PIPELINE, CapSubject.DEFAULT):
+        subject = who
+    else:
+        subject = CapSubject.MEMBER
+        membership = Membership.objects.filter(tenant=tenant, user__username=who).first()
+        if membership is None or membership.role == MembershipRole.VIEWER:
+            raise ValidationFailed.for_field(
+                "who", f"{who or 'Nobody'} is not a member of {tenant.slug} who submits work."
+            )
+    person_caps_set(tenant=tenant, subject=subject, membership=membership, caps=caps, actor=actor)

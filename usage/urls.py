@@ -6,6 +6,7 @@ from usage import views
 
 urlpatterns = [
     path("tenants/<str:slug>/workloads/", views.workloads, name="tenant-workloads"),
+    path("tenants/<str:slug>/people/caps/", views.person_caps, name="tenant-person-caps"),
     *(
         path(
             f"tenants/<str:slug>/workloads/<int:pk>/{action}/",

@@ -18,6 +18,7 @@ from dashboards.api.views import (
 )
 from gpu_agent.agent_api import urls as gpu_agent_urls
 from identity.api.views import GroupMappingViewSet
+from quotas.api.person_caps import MembershipCapsViewSet, TenantPersonCapsView
 from quotas.api.views import (
     ClusterPoolListView,
     ClusterViewSet,
@@ -31,7 +32,6 @@ from tenants.api.audit import AuditEventViewSet, NotificationViewSet
 from tenants.api.views import (
     ApiTokenViewSet,
     JoinRequestViewSet,
-    MembershipViewSet,
     MeView,
     TokenObtainView,
 )
@@ -79,7 +79,8 @@ router.register(
 tenant_router = DefaultRouter(trailing_slash=True)
 tenant_router.include_root_view = False
 tenant_router.register("namespaces", NamespaceViewSet, basename="tenant-namespace")
-tenant_router.register("members", MembershipViewSet, basename="tenant-member")
+# The members API with each member's caps (R14): tenants' viewset, composed with quotas' caps.
+tenant_router.register("members", MembershipCapsViewSet, basename="tenant-member")
 tenant_router.register("join-requests", JoinRequestViewSet, basename="tenant-join-request")
 tenant_router.register("quotas", TenantQuotaViewSet, basename="tenant-quota")
 tenant_router.register("sync", TenantSyncViewSet, basename="tenant-sync")
@@ -93,6 +94,11 @@ urlpatterns = [
         "tenants/<str:tenant_slug>/usage/breakdown/",
         TenantUsageBreakdownView.as_view(),
         name="tenant-usage-breakdown",
+    ),
+    path(
+        "tenants/<str:tenant_slug>/person-caps/",
+        TenantPersonCapsView.as_view(),
+        name="tenant-person-caps",
     ),
     path(
         "tenants/<str:tenant_slug>/workloads/",

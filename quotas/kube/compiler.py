@@ -57,6 +57,7 @@ from quotas.kube import (
     fair_sharing,
     job_caps,
     names,
+    person_caps,
     portal_access,
     storage,
 )
@@ -279,6 +280,11 @@ def compile_tenant(cluster: ClusterSpec, tenant: TenantSpec) -> list[KubeObject]
         objects.append(_cluster_queue(context))
     if cluster.has_volcano and not tenant.department:
         objects.append(_volcano_queue(context))
+    if tenant.people and cluster.has_kueue:
+        # Per-person caps (R14): the tenant's own Cohort, a ClusterQueue per person.
+        objects = person_caps.compile_people(
+            tenant=tenant, cohort=context.cohort, objects=objects, metadata=context.metadata
+        )
     return sorted(objects, key=sort_key)
 
 
@@ -329,6 +335,15 @@ def compile_cluster_wide(cluster: ClusterSpec, tenants: Sequence[TenantSpec]) ->
     )
     if cluster.has_volcano and cluster.volcano_hierarchy:
         objects.extend(_volcano_group_queues(cluster, tree, tenants))
+    # R14: one policy keeps each capped person to their own queue, from namespace annotations.
+    if cluster.has_kueue and any(tenant.people for tenant in tenants):
+        objects.extend(
+            person_caps.admission_policy(
+                cluster=cluster.name,
+                kueue_account=enforcement.kueue_account(cluster.kueue_config),
+                trusted_controllers=cluster.trusted_controllers,
+            )
+        )
     # R27: one policy holds the pods of every capped tenant's namespaces to its label.
     if any(tenant.pod_bandwidth_max for tenant in tenants):
         objects.extend(

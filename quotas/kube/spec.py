@@ -95,6 +95,26 @@ class EgressSpec:
 
 
 @dataclass(frozen=True)
+class CapSpec:
+    """One line of a per-person cap: the most of ``resource`` on ``flavor`` (base units)."""
+
+    flavor: str
+    resource: str
+    amount: Decimal
+
+
+@dataclass(frozen=True)
+class PersonSpec:
+    """A capped person of a tenant (``quotas.kube.person_caps``): a member by Kubernetes
+    username, or (``pipeline``) the team's ServiceAccount of each namespace. Resources
+    without a line are bounded by the tenant's limit only."""
+
+    username: str
+    caps: tuple[CapSpec, ...]
+    pipeline: bool = False
+
+
+@dataclass(frozen=True)
 class TenantSpec:
     """One tenant's quotas on one cluster, at one quota generation."""
 
@@ -147,6 +167,9 @@ class TenantSpec:
     fair_share_weight: int | None = None
     # Egress exceptions approved for the tenant on this cluster (extra NetworkPolicy rules).
     egress: tuple[EgressSpec, ...] = ()
+    # Per-person caps (R14, the user level): each person's own ClusterQueue under the
+    # tenant's Cohort (``quotas.kube.person_caps``).
+    people: tuple[PersonSpec, ...] = ()
 
 
 @dataclass(frozen=True)

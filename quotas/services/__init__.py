@@ -56,6 +56,7 @@ from quotas.services.outbox import (
     quota_set_repush,
     quota_sets_resync,
 )
+from quotas.services.person_caps import person_caps_set
 from quotas.services.quota_sets import (
     cluster_lock,
     egress_rules_canonical,
@@ -150,6 +151,7 @@ __all__ = [
     "outbox_record",
     "outbox_reopen",
     "outbox_sweep",
+    "person_caps_set",
     "pod_caps_check",
     "quota_item_parse",
     "quota_items_check",

@@ -59,6 +59,7 @@ MEMBER_PAGES = {
     "tenant-grants",  # the tenant's members (tests/approvals/test_grants.py)
     "tenant-grant-new",  # leads of the tenant and admins, as request-new (the same file)
     "grant-extend",  # leads of the grant's tenant and admins (the same file)
+    "tenant-person-caps",  # members read; leads (admins: the default) set (test_person_caps.py)
     "request-revert",  # leads of the tenant and admins (tests/approvals/test_change_watch.py)
     "help-preemption",  # the same help text for everyone signed in
     "help",  # the documentation site, the same for everyone signed in (tests/portal/test_help.py)

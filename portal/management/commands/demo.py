@@ -41,6 +41,7 @@ from quotas.choices import (
     GPU_RESOURCE,
     MEMORY_RESOURCE,
     STORAGE_RESOURCE,
+    CapSubject,
     Enforcement,
     FairSharing,
     FlavorKind,
@@ -48,9 +49,9 @@ from quotas.choices import (
     mig_resource,
 )
 from quotas.models import Cluster, FlavorResource, Quota, ResourceFlavor, TierTemplate
-from quotas.services import QuotaItem
+from quotas.services import QuotaItem, person_caps_set
 from tenants.choices import IsolationLevel, MembershipRole
-from tenants.models import Namespace, Tenant, User
+from tenants.models import Membership, Namespace, Tenant, User
 from tenants.services import membership_set, namespace_shares_set, tenant_create
 from usage.choices import PrometheusFigure
 from usage.demo import DAYS as DEMO_DAYS
@@ -743,6 +744,18 @@ class Command(BaseCommand):
         membership_set(
             tenant=team_a, user=users["carol"], role=MembershipRole.MEMBER, actor=users["admin"]
         )
+        # R14: alice caps carol at 2 H100s of team-a's quota on demo-h100 (her own Kueue queue;
+        # `kubectl --as carol` asking for more is held there while alice's work runs).
+        person_caps_set(
+            tenant=team_a,
+            subject=CapSubject.MEMBER,
+            membership=Membership.objects.get(tenant=team_a, user=users["carol"]),
+            caps=[
+                {"cluster": "demo-h100", "flavor": "h100-80gb", "resource": GPU_RESOURCE,
+                 "amount": "2"}
+            ],
+            actor=users["alice"],
+        )  # fmt: skip
         # Identity-provider groups that make roles: with OIDC or LDAP configured, a user in
         # gpu-team-a-leads signs in as lead of team-a (and kubectl users in these groups get
         # the same access in team-a's namespaces).
