@@ -4,6 +4,7 @@ lead sets them through (bad input: a 400 naming the field, nothing changed), and
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 import yaml
 
 from quotas.kube.compiler import compile_cluster
+from quotas.kube.job_caps import JOB_SLOTS_FLAVOR, JOB_SLOTS_RESOURCE
 from quotas.kube.person_caps import ANNOTATION_PREFIX, POLICY_NAME, person_key
 from quotas.kube.spec import (
     CapSpec,
@@ -113,6 +115,35 @@ def test_a_capped_person_gets_a_queue_under_the_tenants_cohort_within_its_limit(
         )
         assert ("LocalQueue", namespace, "default") in found  # uncapped members' queue
     assert ("ValidatingAdmissionPolicy", "", POLICY_NAME) in found
+
+
+def test_the_running_job_cap_holds_the_team_and_its_people_together() -> None:
+    # Job slots (the running-job cap) are the team's: a person's queue borrows them from the
+    # team's queue inside the tenant's Cohort, and that Cohort neither borrows nor lends any,
+    # so the team's queue and every person's admit at most 5 pods together.
+    tenant = replace(team_a((CAROL,)), max_running_jobs=5, max_queued_jobs=20)
+    objects = compile_cluster(CLUSTER, [tenant])
+    assert validate_objects(objects) == []
+    found = by_key(objects)
+
+    def slots(obj: dict[str, Any]) -> dict[str, Any]:
+        for group in obj["spec"]["resourceGroups"]:
+            for flavor in group["flavors"]:
+                if flavor["name"] == JOB_SLOTS_FLAVOR:
+                    [line] = flavor["resources"]
+                    assert line["name"] == JOB_SLOTS_RESOURCE
+                    return line
+        raise AssertionError(f"{obj['metadata']['name']} has no job slots")
+
+    assert slots(found[("ClusterQueue", "", "team-a")]) == {
+        "name": "pods", "nominalQuota": "5", "borrowingLimit": "0",
+    }  # fmt: skip
+    assert slots(found[("Cohort", "", "team-a.people")]) == {
+        "name": "pods", "nominalQuota": "0", "borrowingLimit": "0", "lendingLimit": "0",
+    }  # fmt: skip
+    assert slots(found[("ClusterQueue", "", "team-a.carol")]) == {
+        "name": "pods", "nominalQuota": "0",
+    }  # fmt: skip
 
 
 def test_without_caps_nothing_changes() -> None:
