@@ -627,7 +627,6 @@ def _ensure_team_jobset(endpoint: Endpoint, queue: Mapping[str, Any]) -> None:
 PERSON_LABEL = "portal.gpu-quota.io/person"
 IN_USE_FINALIZER = "kueue.x-k8s.io/resource-in-use"
 PERSON_ANNOTATION = "person-queue.portal.gpu-quota.io/"
-LOCAL_QUEUES_PATH = "/apis/kueue.x-k8s.io/v1beta2/localqueues"
 ALL_JOBS_PATH = "/apis/batch/v1/jobs"
 ALL_WORKLOADS_PATH = "/apis/kueue.x-k8s.io/v1beta2/workloads"
 
@@ -870,7 +869,7 @@ def admit_person_queues(endpoint: Endpoint, queues: list[Mapping[str, Any]], now
     people = [q for q in queues if PERSON_LABEL in ((q.get("metadata") or {}).get("labels") or {})]
     if not people:
         return 0
-    local_queues = endpoint.call("GET", LOCAL_QUEUES_PATH).get("items") or []
+    local_queues = endpoint.call("GET", ALL_LOCAL_QUEUES_PATH).get("items") or []
     jobs = endpoint.call("GET", ALL_JOBS_PATH).get("items") or []
     workloads = endpoint.call("GET", ALL_WORKLOADS_PATH).get("items") or []
     existing = {(w["metadata"].get("namespace", ""), w["metadata"]["name"]): w for w in workloads}

@@ -71,9 +71,14 @@ def by_key(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str
 
 
 def gpu_line(queue: dict[str, Any], flavor_name: str = "h100-80gb") -> dict[str, Any]:
-    [group] = queue["spec"]["resourceGroups"]
-    flavor = next(f for f in group["flavors"] if f["name"] == flavor_name)
-    return next(r for r in flavor["resources"] if r["name"] == GPU)
+    return next(
+        r
+        for group in queue["spec"]["resourceGroups"]
+        for f in group["flavors"]
+        if f["name"] == flavor_name
+        for r in f["resources"]
+        if r["name"] == GPU
+    )
 
 
 # --- the compiler ---------------------------------------------------------------------------
