@@ -273,9 +273,15 @@ def selector_matches(selector: str, labels: dict[str, str]) -> bool:
     return True
 
 
+# A full pass also reads the cluster's StorageClasses and VolumeAttributesClasses (one LIST
+# each where the cluster serves storage.k8s.io/v1 of both, as the stand-in does).
+STORAGE_CLASS_LISTS = 2
+
+
 def expected_lists(live: Objects, desired: Objects, scope: Scope) -> int:
     """One LIST request per kind and selector, plus one per further page of LIST_PAGE items
-    (``live`` is what the stand-in holds before the pass)."""
+    (``live`` is what the stand-in holds before the pass), plus the storage classes' reads on
+    a full pass."""
     by_kind: dict[tuple[str, str], Objects] = {}
     for obj in live:
         by_kind.setdefault((obj["apiVersion"], obj["kind"]), []).append(obj)
@@ -288,6 +294,8 @@ def expected_lists(live: Objects, desired: Objects, scope: Scope) -> int:
                 for o in by_kind.get(_type(kind), [])
             )
             total += max(1, math.ceil(matching / LIST_PAGE))
+    if scope.tenant is None:
+        total += STORAGE_CLASS_LISTS
     return total
 
 

@@ -153,7 +153,14 @@ class ClusterAdmin(admin.ModelAdmin):
     ]
     list_filter = ["pool"]
     search_fields = ["name", "display_name"]
-    readonly_fields = ["enforcement_verdict"]
+    # What the portal reads from the cluster (quotas.storage) is shown, never typed in.
+    readonly_fields = [
+        "enforcement_verdict",
+        "storage_classes",
+        "default_storage_class",
+        "volume_attributes_classes",
+        "storage_classes_read_at",
+    ]
 
     @admin.display(description="Can work get around the limits?")
     def enforcement_verdict(self, cluster: Cluster) -> str:

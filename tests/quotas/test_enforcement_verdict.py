@@ -119,6 +119,9 @@ def change_form(cluster: Cluster, **changes: object) -> dict[str, str]:
         "mig_operator_namespace": cluster.mig_operator_namespace,
         "mig_operator_configmap": cluster.mig_operator_configmap,
         "mig_operator_config_key": cluster.mig_operator_config_key,
+        "fair_sharing": cluster.fair_sharing,
+        "usage_half_life_hours": str(cluster.usage_half_life_hours),
+        "usage_sampling_minutes": str(cluster.usage_sampling_minutes),
     }
     data.update({key: str(value) for key, value in changes.items()})
     return data
