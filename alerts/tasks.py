@@ -27,3 +27,11 @@ def deliver_webhook(self: Any, delivery_id: int) -> bool:
     if outcome.retry_in is not None:
         raise self.retry(countdown=outcome.retry_in)
     return outcome.sent
+
+
+@shared_task(name="alerts.tasks.evaluate_quotas_collected", ignore_result=True)
+def evaluate_quotas_collected(cluster_id: int, tenant_ids: list[int]) -> dict[str, Any]:
+    """Right after a collection commits (enqueued by name from ``usage``): the quota rules
+    for the tenants it read, so a hold does not wait for the roll-up and the beat."""
+    summary = services.evaluate_quotas_collected(cluster_id=cluster_id, tenant_ids=tenant_ids)
+    return asdict(summary)
