@@ -13,9 +13,9 @@ I/O it does is the suspension of a workload whose grace has passed, after its tr
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
