@@ -242,21 +242,20 @@ def quota_readings_judge(*, cluster_id: int, rows: Sequence[SampleRow]) -> list[
     whose Kueue use (``QUOTA_USED``) it just wrote on ``cluster_id``, and only those: a hold
     waits for one collection, not for the roll-up and the next evaluation. A broker that is
     down is logged; the evaluation on the beat decides the hold then. Returns the tenants."""
-    tenants = sorted(
-        {
-            int(r[4])
-            for r in rows
-            if r[1] == Metric.QUOTA_USED and r[4] is not None and r[3] == cluster_id
-        }
-    )
+    read = [
+        r for r in rows if r[1] == Metric.QUOTA_USED and r[4] is not None and r[3] == cluster_id
+    ]
+    tenants = sorted({int(r[4]) for r in read if r[4] is not None})
     if tenants:
-        transaction.on_commit(lambda: _enqueue_quota_judgement(cluster_id, tenants))
+        # Judged as of the reading (the collection's time), not whenever a worker takes it.
+        at = max(r[0] for r in read).isoformat()
+        transaction.on_commit(lambda: _enqueue_quota_judgement(cluster_id, tenants, at))
     return tenants
 
 
-def _enqueue_quota_judgement(cluster_id: int, tenants: list[int]) -> None:
+def _enqueue_quota_judgement(cluster_id: int, tenants: list[int], at: str) -> None:
     try:
-        enqueue(QUOTAS_COLLECTED_TASK, [cluster_id, tenants])
+        enqueue(QUOTAS_COLLECTED_TASK, [cluster_id, tenants, at])
     except Exception:
         logger.warning("quota judgement of cluster %s not enqueued now", cluster_id, exc_info=True)
 
