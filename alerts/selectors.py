@@ -9,7 +9,7 @@ tenants.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -240,6 +240,8 @@ def quota_readings(
     for c, t, f, at, value in rows.values_list(
         "cluster_id", "tenant_id", "flavor_id", "time", "value"
     ):
+        if c is None or t is None or f is None:
+            continue
         key = (int(c), int(t), int(f))
         seen = latest.get(key)
         if seen is None or at > seen[0]:
@@ -553,7 +555,8 @@ def low_utilization_findings(rule: AlertRule, *, now: datetime) -> list[Finding]
     return out
 
 
-FINDERS = {
+Finder = Callable[..., list[Finding]]
+FINDERS: dict[RuleKind, Finder] = {
     RuleKind.QUOTA_WARNING: quota_findings,
     RuleKind.QUOTA_BLOCK: quota_findings,
     RuleKind.IDLE_WORKLOAD: idle_findings,
