@@ -212,6 +212,8 @@ def unobserved_quota_subjects(*, subjects: Iterable[str], now: datetime) -> set[
 # ClusterQueue status, or Kueue's figures through the cluster's Prometheus), never figures a
 # tenant or an agent sent in.
 TRUSTED_QUOTA_SOURCES = (Source.CLUSTER_API, Source.PROMETHEUS)
+# A reading older than this (three collections missed) gives way to the 5-minute mean.
+READING_FRESH = timedelta(minutes=3)
 
 
 def quota_readings(
@@ -219,11 +221,12 @@ def quota_readings(
     cluster_ids: Sequence[int] | None,
     tenant_ids: Sequence[int] | None = None,
     now: datetime,
-    within: timedelta = timedelta(minutes=15),
+    within: timedelta = READING_FRESH,
 ) -> dict[tuple[int, int, int], float]:
     """(cluster, tenant, flavor) -> Kueue's GPU use in the latest collection of the cluster
     (raw samples of the last ``within``, trusted sources only): what a collection just wrote,
-    before any roll-up. One query, bounded by time (the day partitions)."""
+    before any roll-up. One query, bounded by time (the day partitions, a few minutes of
+    rows: the evaluation's cost stays close to reading the 5-minute rollups)."""
     rows = Sample.objects.filter(
         metric=Metric.QUOTA_USED,
         source__in=[int(s) for s in TRUSTED_QUOTA_SOURCES],
