@@ -9,7 +9,7 @@ tenants.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -36,8 +36,8 @@ from quotas.selectors import flavor_capacities
 from tenants.choices import MembershipRole
 from tenants.models import Membership, Namespace, Tenant, User
 from usage import selectors as usage_selectors
-from usage.choices import Metric, Resolution, WorkloadState
-from usage.models import Rollup, Workload, WorkloadActivity
+from usage.choices import Metric, Resolution, Source, WorkloadState
+from usage.models import Rollup, Sample, Workload, WorkloadActivity
 
 # --- scoping ---------------------------------------------------------------------------------
 
@@ -200,24 +200,87 @@ def unobserved_quota_subjects(*, subjects: Iterable[str], now: datetime) -> set[
     cluster_ids = sorted({c for c, _, _ in keys.values()})
     limits = _gpu_limits(cluster_ids)
     now_use = usage_selectors.usage_now(cluster_ids=cluster_ids, now=now)
+    readings = quota_readings(cluster_ids=cluster_ids, now=now)
     return {
         subject
         for subject, key in keys.items()
-        if limits.get(key) and Metric.QUOTA_USED not in now_use.get(key, {})
+        if limits.get(key) and Metric.QUOTA_USED not in now_use.get(key, {}) and key not in readings
     }
 
 
-def quota_findings(rule: AlertRule, *, now: datetime) -> list[Finding]:
-    """(cluster, tenant, flavor) whose GPU use (Kueue's, latest 5-minute mean) is at or above
-    ``threshold_pct`` of the limit in force."""
+# The readings a hold is decided by: the portal's own collection of the cluster (Kueue's
+# ClusterQueue status, or Kueue's figures through the cluster's Prometheus), never figures a
+# tenant or an agent sent in.
+TRUSTED_QUOTA_SOURCES = (Source.CLUSTER_API, Source.PROMETHEUS)
+# A reading older than this (three collections missed) gives way to the 5-minute mean.
+READING_FRESH = timedelta(minutes=3)
+
+
+def quota_readings(
+    *,
+    cluster_ids: Sequence[int] | None,
+    tenant_ids: Sequence[int] | None = None,
+    now: datetime,
+    within: timedelta = READING_FRESH,
+) -> dict[tuple[int, int, int], float]:
+    """(cluster, tenant, flavor) -> Kueue's GPU use in the latest collection of the cluster
+    (raw samples of the last ``within``, trusted sources only): what a collection just wrote,
+    before any roll-up. One query, bounded by time (the day partitions, a few minutes of
+    rows: the evaluation's cost stays close to reading the 5-minute rollups)."""
+    rows = Sample.objects.filter(
+        metric=Metric.QUOTA_USED,
+        source__in=[int(s) for s in TRUSTED_QUOTA_SOURCES],
+        time__gt=now - within,
+        time__lte=now,
+        tenant_id__isnull=False,
+        flavor_id__isnull=False,
+    )
+    if cluster_ids is not None:
+        rows = rows.filter(cluster_id__in=[int(c) for c in cluster_ids])
+    if tenant_ids is not None:
+        rows = rows.filter(tenant_id__in=[int(t) for t in tenant_ids])
+    latest: dict[tuple[int, int, int], tuple[datetime, float]] = {}
+    for c, t, f, at, value in rows.values_list(
+        "cluster_id", "tenant_id", "flavor_id", "time", "value"
+    ):
+        if c is None or t is None or f is None:
+            continue
+        key = (int(c), int(t), int(f))
+        seen = latest.get(key)
+        if seen is None or at > seen[0]:
+            latest[key] = (at, float(value))
+    return {key: value for key, (_, value) in latest.items()}
+
+
+def quota_findings(
+    rule: AlertRule,
+    *,
+    now: datetime,
+    cluster_ids: Sequence[int] | None = None,
+    tenant_ids: Sequence[int] | None = None,
+) -> list[Finding]:
+    """(cluster, tenant, flavor) whose GPU use (Kueue's: the latest collection's reading, or
+    the latest 5-minute mean where no reading is recent) is at or above ``threshold_pct`` of
+    the limit in force. ``cluster_ids`` and ``tenant_ids`` narrow it (a collection's own
+    tenants); the rule's cluster always does."""
     threshold = rule.threshold_pct if rule.threshold_pct is not None else 100.0
-    cluster_ids = [rule.cluster_id] if rule.cluster_id is not None else None
+    if rule.cluster_id is not None:
+        cluster_ids = [c for c in (cluster_ids or [rule.cluster_id]) if c == rule.cluster_id]
     limits = _gpu_limits(cluster_ids)
-    now_use = usage_selectors.usage_now(cluster_ids=cluster_ids, now=now)
+    now_use = usage_selectors.usage_now(
+        cluster_ids=cluster_ids, tenant_ids=tenant_ids, metrics=[Metric.QUOTA_USED], now=now
+    )
+    readings = quota_readings(cluster_ids=cluster_ids, tenant_ids=tenant_ids, now=now)
+    judged: dict[tuple[int, int, int], float] = {
+        key: values[Metric.QUOTA_USED]
+        for key, values in now_use.items()
+        if Metric.QUOTA_USED in values
+    }
+    judged.update(readings)
     clusters, tenants, flavors = _names()
     out = []
-    for key, values in sorted(now_use.items()):
-        used = values.get(Metric.QUOTA_USED)
+    for key, used_now in sorted(judged.items()):
+        used: float | None = used_now
         limit = limits.get(key)
         if used is None or not limit:
             continue
@@ -495,7 +558,8 @@ def low_utilization_findings(rule: AlertRule, *, now: datetime) -> list[Finding]
     return out
 
 
-FINDERS = {
+Finder = Callable[..., list[Finding]]
+FINDERS: dict[RuleKind, Finder] = {
     RuleKind.QUOTA_WARNING: quota_findings,
     RuleKind.QUOTA_BLOCK: quota_findings,
     RuleKind.IDLE_WORKLOAD: idle_findings,

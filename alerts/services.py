@@ -13,6 +13,7 @@ I/O it does is the suspension of a workload whose grace has passed, after its tr
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -281,6 +282,16 @@ def hold_source(alert: Alert) -> str:
     return f"alert:{alert.pk}"
 
 
+# The hysteresis of a quota alert (and its hold): once fired it stays at least this long,
+# whatever the readings, so a tenant whose use swings around its limit from one collection to
+# the next is held and allowed again at most once in this time, not at every reading.
+QUOTA_MIN_FIRING = timedelta(minutes=5)
+
+
+def _too_soon_to_clear(alert: Alert, now: datetime) -> bool:
+    return alert.rule.kind in QUOTA_RULES and now - alert.fired_at < QUOTA_MIN_FIRING
+
+
 def _lock() -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
@@ -417,6 +428,9 @@ def evaluate(*, now: datetime | None = None) -> EvaluationSummary:
                 if alert.rule_id in by_pk and alert.subject in unobserved:
                     summary.unobserved += 1
                     continue
+                if alert.rule_id in by_pk and _too_soon_to_clear(alert, now):
+                    summary.still_firing += 1
+                    continue
                 why = (
                     "the rule is disabled"
                     if alert.rule_id not in by_pk
@@ -449,6 +463,75 @@ def evaluate(*, now: datetime | None = None) -> EvaluationSummary:
             summary.suspended += 1
         else:
             summary.suspend_failed += 1
+    return summary
+
+
+def evaluate_quotas_collected(
+    *, cluster_id: int, tenant_ids: Sequence[int], now: datetime | None = None
+) -> EvaluationSummary:
+    """The quota rules for the tenants a collection of ``cluster_id`` just wrote readings of,
+    right after it commits: a tenant that reached its limit is held within one collection
+    (plus the push), not after the roll-up and the next evaluation. The same rules, findings,
+    hysteresis (``QUOTA_MIN_FIRING``), audit and push as ``evaluate``, under the same lock; only
+    these (cluster, tenant) subjects are judged, so one tenant's readings never touch another's
+    alerts. ``evaluate`` (beat) stays the backstop."""
+    now = now or timezone.now()
+    summary = EvaluationSummary()
+    tenants = sorted({int(t) for t in tenant_ids})
+    if not tenants:
+        return summary
+    with transaction.atomic():
+        _lock()
+        rules = list(
+            AlertRule.objects.filter(enabled=True, kind__in=QUOTA_RULES)
+            .filter(Q(cluster__isnull=True) | Q(cluster_id=cluster_id))
+            .select_related("cluster")
+            .order_by("pk")
+        )
+        if not rules:
+            return summary
+        found = {
+            rule.pk: {
+                f.subject: f
+                for f in selectors.quota_findings(
+                    rule, now=now, cluster_ids=[cluster_id], tenant_ids=tenants
+                )
+            }
+            for rule in rules
+        }
+        open_alerts = list(
+            Alert.objects.select_for_update(of=("self",))
+            .filter(
+                state__in=OPEN_STATES,
+                rule__in=[r.pk for r in rules],
+                cluster_id=cluster_id,
+                tenant_id__in=tenants,
+            )
+            .select_related("rule", "cluster", "tenant", "flavor")
+        )
+        unobserved = selectors.unobserved_quota_subjects(
+            subjects=[a.subject for a in open_alerts], now=now
+        )
+        seen: set[tuple[int, str]] = set()
+        for alert in open_alerts:
+            seen.add((alert.rule_id, alert.subject))
+            finding = found[alert.rule_id].get(alert.subject)
+            if finding is None:
+                if alert.subject in unobserved:
+                    summary.unobserved += 1
+                elif _too_soon_to_clear(alert, now):
+                    summary.still_firing += 1
+                else:
+                    _resolve(alert, now, summary, "the condition cleared")
+                continue
+            summary.still_firing += 1
+            Alert.objects.filter(pk=alert.pk).update(
+                last_seen_at=now, value=finding.value, message=finding.message
+            )
+        for rule in rules:
+            for subject, finding in found[rule.pk].items():
+                if (rule.pk, subject) not in seen:
+                    _fire(rule, finding, now, summary)
     return summary
 
 

@@ -4,6 +4,7 @@ services enqueue them by name and never import this module."""
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import datetime
 from typing import Any
 
 from celery import shared_task
@@ -27,3 +28,17 @@ def deliver_webhook(self: Any, delivery_id: int) -> bool:
     if outcome.retry_in is not None:
         raise self.retry(countdown=outcome.retry_in)
     return outcome.sent
+
+
+@shared_task(name="alerts.tasks.evaluate_quotas_collected", ignore_result=True)
+def evaluate_quotas_collected(
+    cluster_id: int, tenant_ids: list[int], at: str | None = None
+) -> dict[str, Any]:
+    """Right after a collection commits (enqueued by name from ``usage``): the quota rules
+    for the tenants it read, as of its reading (``at``, ISO 8601), so a hold does not wait for
+    the roll-up and the beat."""
+    now = datetime.fromisoformat(at) if at else None
+    summary = services.evaluate_quotas_collected(
+        cluster_id=cluster_id, tenant_ids=tenant_ids, now=now
+    )
+    return asdict(summary)

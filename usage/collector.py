@@ -57,7 +57,7 @@ from tenants.models import Namespace, Tenant
 from usage.choices import Metric, PrometheusFigure, Source, WorkloadState
 from usage.models import Pod, Workload, WorkloadReading
 from usage.prometheus import PrometheusOutcome, prometheus_collect
-from usage.services import SampleRow, samples_write
+from usage.services import SampleRow, quota_readings_judge, samples_write
 
 logger = logging.getLogger(__name__)
 
@@ -676,6 +676,7 @@ def collected_store(
             )
         )
     written = samples_write(rows=rows, source=Source.CLUSTER_API)
+    quota_readings_judge(cluster_id=cluster.pk, rows=rows)
     seen = (
         workloads_store(
             cluster=cluster,

@@ -69,6 +69,7 @@ from usage.services import (
     bucket_start,
     prometheus_secrets_dir_holds,
     prometheus_secrets_dir_refusal,
+    quota_readings_judge,
     samples_write,
     workload_activity_record,
 )
@@ -788,6 +789,7 @@ def _read(
         )  # fmt: skip
     with transaction.atomic():
         written = samples_write(rows=rows, source=Source.PROMETHEUS)
+        quota_readings_judge(cluster_id=cluster.pk, rows=rows)
         if PrometheusFigure.GPU_USAGE in delivered:
             gpus_store(cluster=cluster, series=devices, now=now)
             workload_activity_store(

@@ -29,6 +29,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
+from core.tasks import enqueue
 from gpu_agent.services.reports import DeviceReading, ReportReadings, instances_attribute
 from quotas.backends import workload_set_active
 from quotas.choices import CapSubject
@@ -230,6 +231,33 @@ def _mark_pending(resolution: int, buckets: Iterable[datetime]) -> None:
             [PendingBucket(resolution=resolution, bucket=b) for b in buckets],
             ignore_conflicts=True,
         )
+
+
+# Enqueued by name (alerts sits above usage): the quota rules for a collection's tenants.
+QUOTAS_COLLECTED_TASK = "alerts.tasks.evaluate_quotas_collected"
+
+
+def quota_readings_judge(*, cluster_id: int, rows: Sequence[SampleRow]) -> list[int]:
+    """After the collection's transaction commits, have the quota rules judge the tenants
+    whose Kueue use (``QUOTA_USED``) it just wrote on ``cluster_id``, and only those: a hold
+    waits for one collection, not for the roll-up and the next evaluation. A broker that is
+    down is logged; the evaluation on the beat decides the hold then. Returns the tenants."""
+    read = [
+        r for r in rows if r[1] == Metric.QUOTA_USED and r[4] is not None and r[3] == cluster_id
+    ]
+    tenants = sorted({int(r[4]) for r in read if r[4] is not None})
+    if tenants:
+        # Judged as of the reading (the collection's time), not whenever a worker takes it.
+        at = max(r[0] for r in read).isoformat()
+        transaction.on_commit(lambda: _enqueue_quota_judgement(cluster_id, tenants, at))
+    return tenants
+
+
+def _enqueue_quota_judgement(cluster_id: int, tenants: list[int], at: str) -> None:
+    try:
+        enqueue(QUOTAS_COLLECTED_TASK, [cluster_id, tenants, at])
+    except Exception:
+        logger.warning("quota judgement of cluster %s not enqueued now", cluster_id, exc_info=True)
 
 
 def samples_write(*, rows: Sequence[SampleRow], source: int = Source.UNKNOWN) -> int:
