@@ -393,6 +393,30 @@ def _keep_suspended(alert: Alert) -> bool:
     return Workload.objects.filter(pk=alert.workload_id, finished_at__isnull=True).exists()
 
 
+def _refresh(
+    alert: Alert, finding: selectors.Finding, now: datetime, summary: EvaluationSummary
+) -> None:
+    """An open alert whose condition still holds: its latest value and words."""
+    summary.still_firing += 1
+    Alert.objects.filter(pk=alert.pk).update(
+        last_seen_at=now, value=finding.value, message=finding.message
+    )
+
+
+def _fire_new(
+    rules: list[AlertRule],
+    found: dict[int, dict[str, selectors.Finding]],
+    seen: set[tuple[int, str]],
+    now: datetime,
+    summary: EvaluationSummary,
+) -> None:
+    """Fire each finding that no open alert of its rule and subject already holds."""
+    for rule in rules:
+        for subject, finding in found[rule.pk].items():
+            if (rule.pk, subject) not in seen:
+                _fire(rule, finding, now, summary)
+
+
 def evaluate(*, now: datetime | None = None) -> EvaluationSummary:
     """Every enabled rule against the usage store now: new conditions fire (deduplicated by
     (rule, subject)), ones that hold are refreshed, ones that no longer hold (or whose rule
@@ -438,14 +462,8 @@ def evaluate(*, now: datetime | None = None) -> EvaluationSummary:
                 )
                 _resolve(alert, now, summary, why)
                 continue
-            summary.still_firing += 1
-            Alert.objects.filter(pk=alert.pk).update(
-                last_seen_at=now, value=finding.value, message=finding.message
-            )
-        for rule in rules:
-            for subject, finding in found[rule.pk].items():
-                if (rule.pk, subject) not in seen:
-                    _fire(rule, finding, now, summary)
+            _refresh(alert, finding, now, summary)
+        _fire_new(rules, found, seen, now, summary)
         due = list(
             Alert.objects.filter(
                 Q(rule__kind=RuleKind.IDLE_WORKLOAD, rule__act=True)
@@ -524,14 +542,8 @@ def evaluate_quotas_collected(
                 else:
                     _resolve(alert, now, summary, "the condition cleared")
                 continue
-            summary.still_firing += 1
-            Alert.objects.filter(pk=alert.pk).update(
-                last_seen_at=now, value=finding.value, message=finding.message
-            )
-        for rule in rules:
-            for subject, finding in found[rule.pk].items():
-                if (rule.pk, subject) not in seen:
-                    _fire(rule, finding, now, summary)
+            _refresh(alert, finding, now, summary)
+        _fire_new(rules, found, seen, now, summary)
     return summary
 
 

@@ -71,6 +71,19 @@ def _object_id(grant: Grant) -> str:
     return f"grant {grant.pk} {grant.tenant.slug}@{grant.cluster.name}"
 
 
+def _audit(grant: Grant, action: str, *, before: dict[str, Any], after: dict[str, Any]) -> None:
+    """One step of ``grant``'s life in the audit trail, by the portal itself (the beat)."""
+    audit_record(
+        actor=None,
+        action=action,
+        obj=grant,
+        tenant=grant.tenant,
+        object_id=_object_id(grant),
+        before=before,
+        after=after,
+    )
+
+
 def grant_schedule(
     *,
     tenant: Tenant,
@@ -127,12 +140,9 @@ def grant_start(grant: Grant, *, now: datetime, quota_set: QuotaSet | None = Non
     grant.started_generation = quota_set.generation
     grant.started_at = now
     grant.save(update_fields=["state", "started_generation", "started_at"])
-    audit_record(
-        actor=None,
-        action="grant.started",
-        obj=grant,
-        tenant=grant.tenant,
-        object_id=_object_id(grant),
+    _audit(
+        grant,
+        "grant.started",
         before={"state": GrantState.SCHEDULED},
         after=_grant_json(grant, grant.lines.select_related("flavor"))
         | {"generation": quota_set.generation},
@@ -166,12 +176,9 @@ def _close_unpushed(grant: Grant, *, now: datetime, why: str) -> Grant:
     grant.state = GrantState.ENDED
     grant.ended_at = now
     grant.save(update_fields=["state", "ended_at"])
-    audit_record(
-        actor=None,
-        action="grant.ended",
-        obj=grant,
-        tenant=grant.tenant,
-        object_id=_object_id(grant),
+    _audit(
+        grant,
+        "grant.ended",
         before={"state": before},
         after={"state": GrantState.ENDED, "note": f"never pushed: {why}"},
     )
@@ -187,12 +194,9 @@ def grant_withdraw(grant: Grant, *, now: datetime) -> Grant:
     grant.state = GrantState.ENDING
     grant.ending_generation = quota_set.generation
     grant.save(update_fields=["state", "ending_generation"])
-    audit_record(
-        actor=None,
-        action="grant.withdrawn",
-        obj=grant,
-        tenant=grant.tenant,
-        object_id=_object_id(grant),
+    _audit(
+        grant,
+        "grant.withdrawn",
         before={"state": GrantState.ACTIVE},
         after=_grant_json(grant, grant.lines.select_related("flavor"))
         | {"generation": quota_set.generation},
@@ -262,12 +266,9 @@ def _end(grants: Iterable[Grant], *, now: datetime) -> list[Grant]:
         )
         if not moved:
             continue  # another worker ended it first
-        audit_record(
-            actor=None,
-            action="grant.ended",
-            obj=grant,
-            tenant=grant.tenant,
-            object_id=_object_id(grant),
+        _audit(
+            grant,
+            "grant.ended",
             before={"state": GrantState.ENDING},
             after={"state": GrantState.ENDED, "generation": grant.ending_generation},
         )
