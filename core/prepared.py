@@ -43,9 +43,9 @@ def _compile(qs: QuerySet[Any, Any], params: tuple[Any, ...]) -> _Statement | No
         return None
     fields = [s[0] for s in compiler.select[: compiler.col_count]]
     names = None
-    if qs._iterable_class.__name__ == "ValuesIterable":  # noqa: SLF001
+    if qs._iterable_class.__name__ == "ValuesIterable":
         names = (*query.extra_select, *query.values_select, *query.annotation_select)
-    elif qs._iterable_class.__name__ != "ValuesListIterable":  # noqa: SLF001
+    elif qs._iterable_class.__name__ != "ValuesListIterable":
         return None  # model instances and flat lists: not prepared
     return _Statement(sql, names, list(compiler.get_converters(fields).items()))
 

@@ -23,7 +23,6 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from core.prepared import prepared_rows
-
 from quotas import isolation
 from quotas.choices import (
     CPU_RESOURCE,

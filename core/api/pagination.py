@@ -12,8 +12,8 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 from core.errors import ValidationFailed
-from core.prepared import prepared_rows
 from core.numbers import MAX_DIGITS, ascii_whole
+from core.prepared import prepared_rows
 
 
 class PagePagination(PageNumberPagination):
