@@ -74,3 +74,34 @@ def test_a_statement_with_parameters_the_key_does_not_name_is_not_remembered(db,
     assert prepared.prepared_rows("by-slug-2", build("one"), ["one"]) == [("one",)]
     assert prepared.prepared_rows("by-slug-2", build("two"), ["two"]) == [("two",)]
     assert prepared.prepared_rows("by-slug-2", build("x"), ["two"], limit=1, offset=1) == []
+
+
+def test_the_page_writes_date_times_as_drf_does(world, api_as):
+    """PostgreSQL writes the page's date-times (tenants.selectors.UtcIso) as DRF's
+    DateTimeField does: UTC, "Z", six digits of fraction, none when it is zero."""
+    from datetime import UTC, datetime
+
+    from rest_framework.fields import DateTimeField
+
+    whole, tenth = (
+        datetime(2026, 1, 1, tzinfo=UTC),
+        datetime(2026, 3, 4, 5, 6, 7, 120000, tzinfo=UTC),
+    )
+    Tenant.objects.filter(slug="team-a").update(created_at=whole, updated_at=tenth)
+    Tenant.objects.filter(slug="team-c").update(archived_at=tenth)
+    admin = api_as(world.admin)
+    rows = [
+        *admin.get("/api/v1/tenants/").json()["results"],
+        *admin.get("/api/v1/tenants/?archived=true").json()["results"],
+    ]
+    drf = DateTimeField().to_representation
+    for row in rows:
+        tenant = Tenant.objects.get(slug=row["slug"])
+        assert row["created_at"] == drf(tenant.created_at)
+        assert row["updated_at"] == drf(tenant.updated_at)
+        assert row["archived_at"] == (drf(tenant.archived_at) if tenant.archived_at else None)
+    by_slug = {row["slug"]: row for row in rows}
+    assert by_slug["team-a"]["created_at"] == "2026-01-01T00:00:00Z"
+    assert by_slug["team-a"]["updated_at"] == "2026-03-04T05:06:07.120000Z"
+    assert by_slug["team-c"]["archived_at"] == "2026-03-04T05:06:07.120000Z"
+    assert by_slug["team-b"]["archived_at"] is None
