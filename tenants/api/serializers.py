@@ -152,7 +152,7 @@ def _when(row: dict[str, Any], name: str) -> str | None:
     ``selectors.UtcIso``), a datetime elsewhere."""
     text = f"{name}_iso"
     if text in row:
-        return row[text]  # type: ignore[no-any-return]
+        return row[text]
     return utc_iso(row[name]) if row[name] else None
 
 
