@@ -32,7 +32,7 @@ from figures import emit, figure
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "api_bench.json"
-TARGET = 0.6
+TARGET = 0.7  # issue 36 (0.6 before)
 TENANTS, LEAD_TENANTS, ITEMS_PER_TENANT = 500, 50, 9
 GI, TI = 1024**3, 1024**4
 # (name, path); the first is the baseline. "{slug}" becomes a random tenant's slug per request.

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from django.db.models import Count, IntegerField, QuerySet, Subquery, Value, Window
@@ -12,6 +13,7 @@ from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 from core.errors import ValidationFailed
 from core.numbers import MAX_DIGITS, ascii_whole
+from core.prepared import prepared_rows
 
 
 class PagePagination(PageNumberPagination):
@@ -80,6 +82,20 @@ class WindowCountPagination(PagePagination):
     def paginate_queryset(
         self, queryset: QuerySet[Any, Any], request: Request, view: Any = None
     ) -> list[Any]:
+        return self.paginate_prepared(lambda: queryset, request, view)
+
+    def paginate_prepared(
+        self,
+        build: Callable[[], QuerySet[Any, Any]],
+        request: Request,
+        view: Any = None,
+        *,
+        statement: Hashable = None,
+        params: Sequence[Any] = (),
+    ) -> list[Any]:
+        """``paginate_queryset`` of the queryset ``build()`` returns. With a ``statement`` key
+        (see ``core.prepared``: it names everything that changes the SQL, ``params`` the rest)
+        the page's statement is compiled once per process instead of on every request."""
         self._check_params(request)
         self._request = request
         size = self.get_page_size(request) or self.page_size
@@ -91,10 +107,19 @@ class WindowCountPagination(PagePagination):
         if offset + size > MAX_OFFSET:  # past any end; PostgreSQL's OFFSET is a bigint
             raise NotFound("Invalid page.")
         key = (type(view).__name__, getattr(request.user, "pk", None))
-        count: Any = Window(Count("pk"))
-        if _LARGE_LISTS.get(key):  # counted once, apart, in the same query
-            count = Coalesce(Subquery(_count_of(queryset)), 0)
-        rows = list(queryset.annotate(**{TOTAL: count})[offset : offset + size])
+        large = bool(_LARGE_LISTS.get(key))
+
+        def counted() -> QuerySet[Any, Any]:
+            queryset = build()
+            count: Any = Window(Count("pk"))
+            if large:  # counted once, apart, in the same query
+                count = Coalesce(Subquery(_count_of(queryset)), 0)
+            return queryset.annotate(**{TOTAL: count})
+
+        if statement is None:
+            rows = list(counted()[offset : offset + size])
+        else:
+            rows = prepared_rows((statement, large), counted, params, limit=size, offset=offset)
         first = rows[0] if rows else None
         total = (
             0

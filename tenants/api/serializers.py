@@ -141,10 +141,19 @@ class TenantOutput(serializers.ModelSerializer):
             "gpu_unit_cap": _decimal(row["gpu_unit_cap"]),
             "pod_bandwidth_max": row["pod_bandwidth_max"],
             "namespaces": row["namespace_names"],
-            "archived_at": utc_iso(row["archived_at"]) if row["archived_at"] else None,
-            "created_at": utc_iso(row["created_at"]),
-            "updated_at": utc_iso(row["updated_at"]),
+            "archived_at": _when(row, "archived_at"),
+            "created_at": _when(row, "created_at"),
+            "updated_at": _when(row, "updated_at"),
         }
+
+
+def _when(row: dict[str, Any], name: str) -> str | None:
+    """A date-time of the row as DRF writes it: already text on PostgreSQL (``name_iso``,
+    ``selectors.UtcIso``), a datetime elsewhere."""
+    text = f"{name}_iso"
+    if text in row:
+        return row[text]
+    return utc_iso(row[name]) if row[name] else None
 
 
 def _decimal(value: Decimal | None) -> str | None:

@@ -1,0 +1,99 @@
+"""Statements compiled once per process, for hot read paths (issue 36).
+
+Building a queryset and compiling it to SQL cost more than PostgreSQL takes to answer the small
+queries of ``GET /api/v1/tenants/`` and a tenant's quotas. ``prepared_rows`` remembers, per
+``key``, the SQL that ``build()`` compiles to and the converters of its columns; later calls send
+only their parameters. The key must name everything that changes the statement's text (the
+caller's role, a filter that is on or off); the parameters are everything else. A statement is
+remembered only when its compiled parameters are exactly ``params``, in order, so a value the
+key does not cover can never be reused by mistake: such a statement runs through the ORM every
+time, with the same answer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.models import QuerySet
+
+MAX_STATEMENTS = 512  # bounded: keys may name a caller
+
+
+@dataclass(frozen=True)
+class _Statement:
+    sql: str
+    names: tuple[str, ...] | None  # column names of a values() queryset; None: tuples
+    converters: list[tuple[int, tuple[list[Any], Any]]]
+
+
+_STATEMENTS: dict[tuple[str, Hashable], _Statement | None] = {}
+
+
+def _compile(qs: QuerySet[Any, Any], params: tuple[Any, ...]) -> _Statement | None:
+    query = qs.query
+    if query.low_mark or query.high_mark is not None:
+        return None  # slices are the caller's: limit and offset
+    compiler = query.get_compiler(qs.db)
+    sql, compiled = compiler.as_sql()
+    if tuple(compiled) != params or compiler.has_composite_fields(
+        [s[0] for s in compiler.select[: compiler.col_count]]
+    ):
+        return None
+    fields = [s[0] for s in compiler.select[: compiler.col_count]]
+    names = None
+    if qs._iterable_class.__name__ == "ValuesIterable":
+        names = (*query.extra_select, *query.values_select, *query.annotation_select)
+    elif qs._iterable_class.__name__ != "ValuesListIterable":
+        return None  # model instances and flat lists: not prepared
+    return _Statement(sql, names, list(compiler.get_converters(fields).items()))
+
+
+def prepared_rows(
+    key: Hashable,
+    build: Callable[[], QuerySet[Any, Any]],
+    params: Sequence[Any] = (),
+    *,
+    limit: int | None = None,
+    offset: int = 0,
+) -> list[Any]:
+    """The rows of ``build()`` (a ``values()`` queryset: dicts; ``values_list()``: tuples),
+    ``offset`` and ``limit`` applied, without building or compiling it again once ``key`` was
+    seen on this connection's vendor."""
+    params = tuple(params)
+    connection = connections[DEFAULT_DB_ALIAS]
+    full_key = (connection.vendor, key)
+    if full_key not in _STATEMENTS:
+        if len(_STATEMENTS) >= MAX_STATEMENTS:
+            del _STATEMENTS[next(iter(_STATEMENTS))]
+        _STATEMENTS[full_key] = _compile(build(), params)
+    statement = _STATEMENTS[full_key]
+    if statement is None:
+        qs = build()
+        return list(qs[offset : offset + limit] if limit is not None else qs[offset:])
+    sql = statement.sql
+    if limit is not None:
+        sql, params = f"{sql} LIMIT %s OFFSET %s", (*params, limit, offset)
+    elif offset:
+        sql, params = f"{sql} OFFSET %s", (*params, offset)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows: list[Any] = cursor.fetchall()
+    if statement.converters:
+        rows = [_converted(row, statement.converters, connection) for row in rows]
+    if statement.names is None:
+        return [tuple(row) for row in rows]
+    names = statement.names
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def _converted(row: Sequence[Any], converters: list[Any], connection: Any) -> list[Any]:
+    """What the ORM's compiler does to a row (``SQLCompiler.apply_converters``)."""
+    values = list(row)
+    for pos, (convs, expression) in converters:
+        value = values[pos]
+        for converter in convs:
+            value = converter(value, expression, connection)
+        values[pos] = value
+    return values
