@@ -1,4 +1,4 @@
-"""Per-person caps in the API (R14): the members API (``tenants``) with each member's caps
+"""Per-person caps in the API: the members API (``tenants``) with each member's caps
 and ``PATCH`` setting them, and the tenant's pipeline account and default caps."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def _line(line: selectors.PersonCapLine) -> dict[str, Any]:
 
 
 class MembershipCapsViewSet(MembershipViewSet):
-    """Members of a tenant with their caps (R14). ``PATCH`` changes a member's role and/or
+    """Members of a tenant with their caps. ``PATCH`` changes a member's role and/or
     caps: a lead (or a platform admin) caps a member per cluster, flavor and resource, at
     most the tenant's limit; a bad line is a 400 naming ``caps[i].<field>`` and changes
     nothing."""
