@@ -7,6 +7,9 @@ from django.db import models
 class FlavorKind(models.TextChoices):
     GPU = "gpu", "Whole GPUs"
     MIG = "mig", "MIG instances"
+    # GPUs shared through HAMi (``quotas.vgpu``): quotas in GPU memory and compute, each
+    # capped inside the container by HAMi-core, beside the number of vGPUs.
+    VGPU = "vgpu", "vGPU shares (HAMi)"
     CPU = "cpu", "CPU nodes"
     STORAGE = "storage", "Storage class"
 
@@ -54,6 +57,12 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 CPU_RESOURCE = "cpu"
 MEMORY_RESOURCE = "memory"
 STORAGE_RESOURCE = "storage"
+# HAMi's vGPU resources (``quotas.vgpu``): on a vGPU flavor ``nvidia.com/gpu`` counts vGPUs;
+# a pod asks per vGPU for GPU memory (HAMi counts MiB; the portal stores bytes, like memory)
+# and compute (percent of one GPU; the portal stores the percent points).
+GPUMEM_RESOURCE = "nvidia.com/gpumem"
+GPUCORES_RESOURCE = "nvidia.com/gpucores"
+VGPU_RESOURCES = (GPU_RESOURCE, GPUMEM_RESOURCE, GPUCORES_RESOURCE)
 
 
 def mig_resource(profile: str) -> str:

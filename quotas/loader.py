@@ -63,6 +63,8 @@ def cluster_spec(cluster: Cluster) -> ClusterSpec:
             node_labels=dict(f.node_labels or {}),
             node_taints=tuple(f.node_taints or ()),
             time_slicing_replicas=f.time_slicing_replicas,
+            gpu_memory_mib=f.gpu_memory_mib,
+            vgpu_split=f.vgpu_split,
             storage_driver=f.storage_driver,
             storage_iops=f.storage_iops,
             storage_throughput_mib=f.storage_throughput_mib,
@@ -90,6 +92,7 @@ def cluster_spec(cluster: Cluster) -> ClusterSpec:
         storage_classes=_strings(cluster.storage_classes),
         volume_attributes_classes=_strings(cluster.volume_attributes_classes),
         default_storage_class=cluster.default_storage_class,
+        hami_version=cluster.hami_version,
     )
 
 

@@ -145,6 +145,10 @@ class Cluster(models.Model):
     # whose quota names no storage class at all keeps that one (under its storage total), so
     # an upgrade does not cut existing tenants off their claims.
     default_storage_class = models.CharField(max_length=253, blank=True, db_default="")
+    # HAMi (``quotas.vgpu``) as last read from the cluster: its version ("" : not found) and
+    # when. A vGPU flavor is usable only where HAMi is new enough (``vgpu.hami_problem``).
+    hami_version = models.CharField(max_length=60, blank=True, db_default="")
+    hami_read_at = models.DateTimeField(null=True, blank=True)
     kueue_config = models.JSONField(null=True, blank=True)
     kueue_config_error = models.CharField(max_length=500, blank=True)
     kueue_config_read_at = models.DateTimeField(null=True, blank=True)
@@ -291,6 +295,18 @@ class ResourceFlavor(models.Model):
         blank=True,
         help_text="Shares per GPU when the device plugin time-slices this flavor's GPUs.",
     )
+    # vGPU sharing through HAMi (``quotas.vgpu``): the memory of one of the flavor's GPUs as
+    # NVML reports it, and the vGPUs HAMi advertises per GPU (its deviceSplitCount).
+    gpu_memory_mib = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="GPU memory of one of this flavor's GPUs, in MiB (a T4: 15360).",
+    )
+    vgpu_split = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="vGPUs HAMi advertises per GPU (its deviceSplitCount; HAMi's default is 10).",
+    )
     gpu_weight = models.DecimalField(
         max_digits=7,
         decimal_places=3,
@@ -314,7 +330,8 @@ class ResourceFlavor(models.Model):
                 name="flavor_mig_has_profile",
             ),
             models.CheckConstraint(
-                condition=~Q(kind__in=[FlavorKind.GPU, FlavorKind.MIG]) | ~Q(gpu_model=""),
+                condition=~Q(kind__in=[FlavorKind.GPU, FlavorKind.MIG, FlavorKind.VGPU])
+                | ~Q(gpu_model=""),
                 name="flavor_gpu_has_model",
             ),
             models.CheckConstraint(
@@ -336,6 +353,11 @@ class ResourceFlavor(models.Model):
             models.CheckConstraint(
                 condition=Q(time_slicing_replicas__isnull=True) | Q(time_slicing_replicas__gte=2),
                 name="flavor_time_slicing_replicas_at_least_two",
+            ),
+            models.CheckConstraint(
+                condition=~Q(kind=FlavorKind.VGPU)
+                | (Q(gpu_memory_mib__gte=1) & Q(time_slicing_replicas__isnull=True)),
+                name="flavor_vgpu_has_memory_not_time_sliced",
             ),
         ]
 

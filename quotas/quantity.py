@@ -87,7 +87,7 @@ _OBJECT_COUNTS: Final = frozenset(
     }
 )
 
-_Kind = Literal["cpu", "bytes", "count", "other"]
+_Kind = Literal["cpu", "bytes", "count", "percent", "other"]
 
 
 class QuantityError(ValueError):
@@ -245,6 +245,10 @@ def _kind(resource: str) -> _Kind:
         return "cpu"
     if name == "memory" or name.endswith("storage") or name.startswith("hugepages-"):
         return "bytes"
+    if name == "nvidia.com/gpumem":  # HAMi's GPU memory: stored in bytes, pushed in MiB
+        return "bytes"
+    if name == "nvidia.com/gpucores":  # HAMi's compute: percent points of one GPU
+        return "percent"
     if name in _OBJECT_COUNTS or name.startswith("count/"):
         return "count"
     if "/" in name and not name.split("/", 1)[0].endswith("kubernetes.io"):
@@ -259,6 +263,8 @@ def parse_resource_amount(resource: str, value: str | int | Decimal) -> Decimal:
     kind, places = _kind(resource), _decimal_places(amount)
     if kind == "count" and places:
         raise QuantityError(f"{resource} must be a whole number, got {shown}")
+    if kind == "percent" and places:
+        raise QuantityError(f"{resource} must be a whole number of percent of a GPU, got {shown}")
     if kind == "bytes" and places:
         raise QuantityError(f"{resource} must be a whole number of bytes, got {shown}")
     if kind == "cpu" and places > 3:
@@ -426,6 +432,8 @@ def to_display(amount: str | int | Decimal, resource: str) -> str:
     kind = _kind(resource)
     if kind == "cpu":
         return f"{_plain(value)} {'core' if value == 1 else 'cores'}"
+    if kind == "percent":
+        return f"{_plain(value)}% of a GPU"
     if kind != "bytes":
         return _plain(value)
     units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")

@@ -26,7 +26,7 @@ class FlavorSpec:
     ``storage``) to the cluster's total in base units (GPUs, cores, bytes)."""
 
     name: str
-    kind: str  # "gpu" | "mig" | "cpu" | "storage"
+    kind: str  # "gpu" | "mig" | "vgpu" | "cpu" | "storage"
     capacity: dict[str, Decimal]
     gpu_model: str = ""
     mig_profile: str = ""
@@ -36,6 +36,10 @@ class FlavorSpec:
     node_taints: tuple[dict[str, str], ...] = ()
     # Time-sliced sharing (R25): replicas per physical GPU; None means not shared.
     time_slicing_replicas: int | None = None
+    # vGPU sharing through HAMi (``quotas.vgpu``): one GPU's memory in MiB and the vGPUs HAMi
+    # advertises per GPU.
+    gpu_memory_mib: int | None = None
+    vgpu_split: int | None = None
     # Storage performance (R3) of a storage flavor: its CSI driver, the IOPS and MiB/s each
     # volume is provisioned with (None: the driver's default), and the VolumeAttributesClass
     # that carries them ("" : the StorageClass does). ``quotas.kube.storage``.
@@ -210,3 +214,6 @@ class ClusterSpec:
     volume_attributes_classes: tuple[str, ...] = ()
     # The class the cluster marks default: kept by a tenant whose quota names no storage class.
     default_storage_class: str = ""
+    # HAMi's version as last read from the cluster ("" : not found); vGPU flavors are compiled
+    # only where it is new enough (``quotas.vgpu.hami_problem``).
+    hami_version: str = ""
