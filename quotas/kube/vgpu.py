@@ -211,26 +211,31 @@ _WORKLOADS: Final = (
 )
 
 
-def _limits(c: str) -> str:
-    return f"(has({c}.resources) && has({c}.resources.limits) ? {c}.resources.limits : {{}})"
+def _has(c: str, field: str, resource: str) -> str:
+    """CEL: does container ``c`` name ``resource`` in its resources' ``field``? (No map
+    literal: cel-python cannot word an error raised beside one.)"""
+    return (
+        f"(has({c}.resources) && has({c}.resources.{field}) && "
+        f"{_cel(resource)} in {c}.resources.{field})"
+    )
 
 
-def _requests(c: str) -> str:
-    return f"(has({c}.resources) && has({c}.resources.requests) ? {c}.resources.requests : {{}})"
+def _value(c: str, resource: str) -> str:
+    return f"string({c}.resources.limits[{_cel(resource)}])"
 
 
 def _positive(c: str, resource: str) -> str:
-    value = f"string({_limits(c)}[{_cel(resource)}])"
+    value = _value(c, resource)
     return (
-        f"({_cel(resource)} in {_limits(c)} && isQuantity({value}) && "
+        f"({_has(c, 'limits', resource)} && isQuantity({value}) && "
         f"quantity({value}).isGreaterThan(quantity('0')))"
     )
 
 
 def _above(c: str, resource: str, most: str) -> str:
-    value = f"string({_limits(c)}[{_cel(resource)}])"
+    value = _value(c, resource)
     return (
-        f"({_cel(resource)} in {_limits(c)} && (!isQuantity({value}) || "
+        f"({_has(c, 'limits', resource)} && (!isQuantity({value}) || "
         f"quantity({value}).isGreaterThan(quantity({most}))))"
     )
 
@@ -271,8 +276,8 @@ def admission_policy(*, cluster: str, kubernetes_version: str) -> list[dict[str,
         {
             "name": "percentage",
             "expression": "variables.containers.filter(c, "
-            f"{_cel(GPUMEM_PERCENTAGE)} in {_limits('c')} || "
-            f"{_cel(GPUMEM_PERCENTAGE)} in {_requests('c')})",
+            f"{_has('c', 'limits', GPUMEM_PERCENTAGE)} || "
+            f"{_has('c', 'requests', GPUMEM_PERCENTAGE)})",
         },
         {
             "name": "noMemory",
