@@ -62,6 +62,7 @@ from quotas.models import (
     TierTemplate,
 )
 from quotas.quantity import QuantityError, parse_resource_amount, to_display
+from quotas.vgpu import hami_problem
 from tenants.choices import IsolationLevel
 from tenants.models import Namespace, Tenant
 
@@ -1272,3 +1273,17 @@ def person_cap_targets(*, tenant: Tenant) -> list[tuple[str, str, str]]:
         .order_by("quota_set__cluster__name", "flavor__name", "resource")
         .values_list("quota_set__cluster__name", "flavor__name", "resource")
     )
+
+
+def vgpu_flavor_problems(cluster: Cluster) -> dict[str, str]:
+    """The cluster's vGPU flavors nothing is pushed for, each with the reason in words (HAMi
+    not found, its version unreadable or older than ``quotas.vgpu.HAMI_MIN_VERSION``, as last
+    read by the push: ``quotas.sync.hami_refresh``); {} when every vGPU flavor is usable. For
+    the cluster's page and for refusing a vGPU quota line on such a cluster (400)."""
+    problem = hami_problem(cluster.hami_version)
+    if not problem:
+        return {}
+    if cluster.hami_read_at is None:
+        problem += " (the portal has not read the cluster yet: its next push will)"
+    flavors = ResourceFlavor.objects.filter(cluster=cluster, kind=FlavorKind.VGPU)
+    return {name: problem for name in flavors.order_by("name").values_list("name", flat=True)}

@@ -71,6 +71,7 @@ __all__ = [
     "admission_policy",
     "gpu_memory_mib",
     "hami_keys",
+    "hami_version_of",
     "kueue_amount",
     "kueue_name",
     "pushed_amount",
@@ -104,6 +105,35 @@ KUEUE_TRANSFORMATIONS: Final = tuple(
 # it; its presence is what selects the namespace).
 LABEL_GPU_MEMORY_MIB: Final = "portal.gpu-quota.io/vgpu-memory-mib"
 POLICY_NAME: Final = "gpu-quota-portal-vgpu"
+
+
+# Where HAMi's Helm chart puts its scheduler (``helm install hami hami-charts/hami -n
+# kube-system``: the Deployment ``<release>-scheduler``), and the label its chart sets to the
+# chart's appVersion (HAMi's ``hami-vgpu.labels``).
+HAMI_NAMESPACE: Final = "kube-system"
+HAMI_DEPLOYMENT: Final = "hami-scheduler"
+LABEL_VERSION: Final = "app.kubernetes.io/version"
+
+
+def hami_version_of(deployment: dict[str, Any] | None) -> str:
+    """HAMi's version as its scheduler Deployment says it: the chart's version label, else the
+    tag of the image of its scheduler extender (``projecthami/hami:v2.7.1``); "" without a
+    Deployment. A Deployment that says neither gives its first image, which
+    ``quotas.vgpu.hami_problem`` words as a version it could not read."""
+    if not deployment:
+        return ""
+    metadata = deployment.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    version = str(labels.get(LABEL_VERSION) or "").strip()
+    if version:
+        return version[:60]
+    template = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    images = [str(c.get("image") or "") for c in template.get("containers") or []]
+    for image in images:
+        name, _, tag = image.rpartition(":")
+        if "hami" in name and tag:
+            return tag[:60]
+    return (images[0] if images and images[0] else "unknown")[:60]
 
 
 # --- which flavors count ------------------------------------------------------------------
