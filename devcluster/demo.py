@@ -56,13 +56,26 @@ def merged_kubeconfig(files: dict[str, Path]) -> dict[str, Any]:
 
 # What a Kueue install leaves on a cluster that the portal reads: the manager's configuration
 # (the demo's Kueue manages Jobs, plain pods, Deployments and StatefulSets that carry a queue
-# name; see README "No way around a tenant's limit").
+# name; see README "No way around a tenant's limit"), and counts a vGPU pod's GPU memory and
+# compute times its vGPUs (Kueue's "Using HAMi": docs/administer/vgpu-hami.md).
 KUEUE_CONFIG = """apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
 namespace: kueue-system
 manageJobsWithoutQueueName: false
 integrations:
   frameworks: ["batch/job", "pod", "deployment", "statefulset"]
+resources:
+  transformations:
+  - input: nvidia.com/gpumem
+    strategy: Replace
+    multiplyBy: nvidia.com/gpu
+    outputs:
+      nvidia.com/total-gpumem: "1"
+  - input: nvidia.com/gpucores
+    strategy: Replace
+    multiplyBy: nvidia.com/gpu
+    outputs:
+      nvidia.com/total-gpucores: "1"
 """
 
 

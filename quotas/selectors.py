@@ -44,6 +44,7 @@ from quotas.kube.enforcement import KueueConfig, verdict
 from quotas.kube.person_caps import cluster_queue_name
 from quotas.kube.spec import PersonSpec
 from quotas.kube.storage import performance_words
+from quotas.kube.vgpu import kueue_problem as kueue_vgpu_problem
 from quotas.loader import cluster_spec
 from quotas.models import (
     Cluster,
@@ -1287,3 +1288,16 @@ def vgpu_flavor_problems(cluster: Cluster) -> dict[str, str]:
         problem += " (the portal has not read the cluster yet: its next push will)"
     flavors = ResourceFlavor.objects.filter(cluster=cluster, kind=FlavorKind.VGPU)
     return {name: problem for name in flavors.order_by("name").values_list("name", flat=True)}
+
+
+def vgpu_kueue_problem(cluster: Cluster) -> str:
+    """Why the cluster's Kueue does not count vGPU memory and compute ('' when it does, or
+    when the cluster has no vGPU flavor or no Kueue, or its configuration was not read): a
+    warning for the cluster's page; the flavors stay usable."""
+    config = cluster.kueue_config
+    if not cluster.has_kueue or not isinstance(config, dict):
+        return ""
+    if not ResourceFlavor.objects.filter(cluster=cluster, kind=FlavorKind.VGPU).exists():
+        return ""
+    found = config.get("vgpuTransformations")
+    return kueue_vgpu_problem(list(found) if isinstance(found, list) else [])

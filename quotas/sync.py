@@ -209,6 +209,10 @@ def kueue_config_refresh(cluster: Cluster, backend: Backend) -> None:
                 config["fairSharing"] = fair_sharing.kueue_settings(
                     configmap, enforcement.KUEUE_CONFIG_KEY
                 )
+                # Whether Kueue counts vGPU memory and compute (quotas.kube.vgpu).
+                config["vgpuTransformations"] = vgpu.kueue_transformations_found(
+                    configmap, enforcement.KUEUE_CONFIG_KEY
+                )
             except ValueError as exc:
                 config, error = None, f"Kueue's configuration: {exc}"
     now = timezone.now()

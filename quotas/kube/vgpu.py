@@ -45,6 +45,8 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any, Final
 
+import yaml
+
 from quotas.kube.enforcement import (
     API_ADMISSION,
     has_admission_policies,
@@ -74,6 +76,8 @@ __all__ = [
     "hami_version_of",
     "kueue_amount",
     "kueue_name",
+    "kueue_problem",
+    "kueue_transformations_found",
     "pushed_amount",
     "unusable_flavors",
     "usable",
@@ -134,6 +138,51 @@ def hami_version_of(deployment: dict[str, Any] | None) -> str:
         if "hami" in name and tag:
             return tag[:60]
     return (images[0] if images and images[0] else "unknown")[:60]
+
+
+def kueue_transformations_found(configmap: dict[str, Any], key: str) -> list[str]:
+    """The inputs of ``KUEUE_TRANSFORMATIONS`` that Kueue's Configuration (the ConfigMap's
+    ``key``) holds as the portal counts them: ``Replace``, multiplied by ``nvidia.com/gpu``,
+    into the same output at 1. Missing ones mean Kueue counts no GPU memory or compute."""
+    try:
+        document = yaml.safe_load((configmap.get("data") or {}).get(key) or "")
+    except yaml.YAMLError:
+        return []
+    resources = document.get("resources") if isinstance(document, dict) else None
+    found = resources.get("transformations") if isinstance(resources, dict) else None
+    if not isinstance(found, list):
+        return []
+    wanted = {str(t["input"]): t for t in KUEUE_TRANSFORMATIONS}
+    matched = []
+    for entry in found:
+        if not isinstance(entry, dict) or str(entry.get("input")) not in wanted:
+            continue
+        want = wanted[str(entry["input"])]
+        outputs = entry.get("outputs") if isinstance(entry.get("outputs"), dict) else {}
+        ((output, _one),) = want["outputs"].items()
+        if (
+            entry.get("strategy", "Retain") == "Replace"
+            and entry.get("multiplyBy") == GPU
+            and str(outputs.get(output)) == "1"
+        ):
+            matched.append(str(entry["input"]))
+    return sorted(set(matched))
+
+
+def kueue_problem(found: list[str] | None) -> str:
+    """Why Kueue does not count vGPU memory and compute ('' when it does; '' when Kueue's
+    configuration was not read: the cluster page says that already)."""
+    if found is None:
+        return ""
+    missing = [t["input"] for t in KUEUE_TRANSFORMATIONS if t["input"] not in found]
+    if not missing:
+        return ""
+    return (
+        f"Kueue's configuration has no ResourceTransformation for {' and '.join(missing)} "
+        "(Replace, multiplyBy nvidia.com/gpu, into nvidia.com/total-gpumem and "
+        "nvidia.com/total-gpucores): Kueue admits vGPU work on the vGPU count alone, and only "
+        "the namespace quotas and HAMi hold GPU memory and compute"
+    )
 
 
 # --- which flavors count ------------------------------------------------------------------

@@ -364,3 +364,37 @@ def test_a_pod_asking_vgpus_without_hamis_scheduler_is_refused():
 
 def test_a_namespace_without_a_vgpu_quota_is_not_matched():
     assert denial(pod(container(gpu=1), scheduler=None), memory=None) is None
+
+
+# --- Kueue's configuration ------------------------------------------------------------------
+
+
+def configmap(text: str) -> dict[str, Any]:
+    return {"data": {"controller_manager_config.yaml": text}}
+
+
+def test_kueues_documented_transformations_are_found_and_others_are_not():
+    from devcluster.demo import KUEUE_CONFIG
+
+    key = "controller_manager_config.yaml"
+    assert vgpu.kueue_transformations_found(configmap(KUEUE_CONFIG), key) == [
+        "nvidia.com/gpucores",
+        "nvidia.com/gpumem",
+    ]
+    assert vgpu.kueue_problem(["nvidia.com/gpucores", "nvidia.com/gpumem"]) == ""
+    assert vgpu.kueue_problem(None) == ""
+    # Retain keeps the per-vGPU input too; no multiplyBy counts one vGPU's memory only.
+    for wrong in (
+        "strategy: Retain\n    multiplyBy: nvidia.com/gpu",
+        "strategy: Replace",
+    ):
+        text = (
+            "resources:\n  transformations:\n  - input: nvidia.com/gpumem\n    "
+            f"{wrong}\n    outputs:\n      nvidia.com/total-gpumem: '1'\n"
+        )
+        found = vgpu.kueue_transformations_found(configmap(text), key)
+        assert found == []
+        assert "no ResourceTransformation for nvidia.com/gpumem and nvidia.com/gpucores" in (
+            vgpu.kueue_problem(found)
+        )
+    assert vgpu.kueue_transformations_found(configmap("a: ["), key) == []

@@ -26,17 +26,21 @@ from quotas.choices import (
     MEMORY_RESOURCE,
     FlavorKind,
 )
+from quotas.kube import vgpu
 from quotas.models import Cluster, FlavorResource, ResourceFlavor
-from quotas.selectors import vgpu_flavor_problems
+from quotas.selectors import vgpu_flavor_problems, vgpu_kueue_problem
 from quotas.services import QuotaItem, SchedulingQuotas, quota_set_write
 from quotas.sync import tenant_push
 from quotas.vgpu import GIB, MIB
 from tests.devcluster.conftest import make_kubectl
-from tests.quotas.test_enforcement import kueue_configmap
+from tests.quotas.test_enforcement import KUEUE_CONFIG, kueue_configmap
 
 NAMESPACE = "team-a-training"
 T4_MIB = 15360
 VGPU_POLICY = "ValidatingAdmissionPolicy 'gpu-quota-portal-vgpu'"
+KUEUE_TRANSFORMATIONS = yaml.safe_dump(
+    {"resources": {"transformations": [dict(t) for t in vgpu.KUEUE_TRANSFORMATIONS]}}
+)
 
 
 def vgpu_flavor(cluster: Cluster, name: str = "t4-vgpu", *, gpus: int = 1) -> ResourceFlavor:
@@ -164,6 +168,12 @@ def test_the_namespace_quota_holds_gpu_memory_and_compute_as_hami_counts_them(
     world.a100.refresh_from_db()
     assert world.a100.hami_version == "v2.7.1" and world.a100.hami_read_at is not None
     assert vgpu_flavor_problems(world.a100) == {}
+    # This Kueue's configuration has no ResourceTransformation: the page warns.
+    assert "Kueue admits vGPU work on the vGPU count alone" in vgpu_kueue_problem(world.a100)
+    kueue_configmap(standin, KUEUE_CONFIG + KUEUE_TRANSFORMATIONS)
+    assert tenant_push(tenant=world.team_a, cluster=world.a100).ok
+    world.a100.refresh_from_db()
+    assert vgpu_kueue_problem(world.a100) == ""
 
     kubectl = make_kubectl(standin.kubeconfig_path, tmp_path / "cache")
     shown = kubectl("get", "resourcequota", "gpu-portal-quota", "-n", NAMESPACE, "-o", "json")
