@@ -59,7 +59,7 @@ from quotas.kube.spec import (
     FlavorSpec,
     TenantSpec,
 )
-from quotas.vgpu import HAMI_SCHEDULER, hami_problem, whole_mib
+from quotas.vgpu import HAMI_SCHEDULER, MIB, hami_problem, whole_mib
 
 __all__ = [
     "GPUCORES",
@@ -79,6 +79,7 @@ __all__ = [
     "kueue_problem",
     "kueue_transformations_found",
     "pushed_amount",
+    "shown",
     "unusable_flavors",
     "usable",
 ]
@@ -257,6 +258,18 @@ def portal_name(resource: str) -> str:
 def kueue_amount(amount: Decimal, resource: str) -> Decimal:
     """A portal amount of ``resource`` as Kueue counts it: GPU memory in MiB."""
     return pushed_amount(amount, portal_name(resource))
+
+
+def shown(amount: Decimal, resource: str) -> tuple[Decimal, str]:
+    """An amount as a compiled object carries it, with the resource name, turned back into
+    what ``quotas.quantity.to_display`` reads: GPU memory keys (in MiB there) as bytes of
+    ``nvidia.com/gpumem``, Kueue's compute total as ``nvidia.com/gpucores``."""
+    base = portal_name(_base(resource))
+    if base == GPUMEM:
+        return amount * MIB, GPUMEM
+    if base == GPUCORES:
+        return amount, GPUCORES
+    return amount, resource
 
 
 def hami_keys(hard: dict[str, Decimal]) -> dict[str, Decimal]:

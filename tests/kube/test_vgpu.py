@@ -398,3 +398,34 @@ def test_kueues_documented_transformations_are_found_and_others_are_not():
             vgpu.kueue_problem(found)
         )
     assert vgpu.kueue_transformations_found(configmap("a: ["), key) == []
+
+
+def test_a_change_reads_in_gib_and_percent_in_the_dry_run_words():
+    from quotas.kube.describe import describe_changes
+
+    def rq(mib: str) -> dict[str, Any]:
+        hard = {"requests.nvidia.com/gpumem": mib, "limits.nvidia.com/gpucores": "30"}
+        return {"kind": "ResourceQuota", "metadata": {"namespace": "ns"}, "spec": {"hard": hard}}
+
+    path = ".spec.hard.requests.nvidia.com/gpumem"
+    words = describe_changes(rq("4608"), rq("6144"), [path])[path]
+    assert words == "ns: GPU memory 4.5 GiB → 6 GiB"
+    path = ".spec.hard.limits.nvidia.com/gpucores"
+    words = describe_changes(rq("1"), rq("1"), [path])[path]
+    assert "30% of a GPU" in words
+
+    def cq(mib: str) -> dict[str, Any]:
+        line = {"name": "nvidia.com/total-gpumem", "nominalQuota": mib, "borrowingLimit": "0"}
+        group = {
+            "coveredResources": [line["name"]],
+            "flavors": [{"name": "t4", "resources": [line]}],
+        }
+        return {
+            "kind": "ClusterQueue",
+            "metadata": {"name": "q"},
+            "spec": {"resourceGroups": [group]},
+        }
+
+    path = ".spec.resourceGroups[0].flavors[0].resources[0].nominalQuota"
+    words = describe_changes(cq("4608"), cq("3072"), [path])[path]
+    assert "guaranteed 4.5 GiB → 3 GiB" in words
