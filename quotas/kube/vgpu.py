@@ -153,17 +153,18 @@ def kueue_transformations_found(configmap: dict[str, Any], key: str) -> list[str
     found = resources.get("transformations") if isinstance(resources, dict) else None
     if not isinstance(found, list):
         return []
-    wanted = {str(t["input"]): t for t in KUEUE_TRANSFORMATIONS}
+    # input -> the output it must be multiplied into
+    wanted = {portal: kueue for portal, kueue in KUEUE_NAMES.items()}
     matched = []
     for entry in found:
         if not isinstance(entry, dict) or str(entry.get("input")) not in wanted:
             continue
-        want = wanted[str(entry["input"])]
-        outputs = entry.get("outputs") if isinstance(entry.get("outputs"), dict) else {}
-        ((output, _one),) = want["outputs"].items()
+        outputs = entry.get("outputs")
+        output = wanted[str(entry["input"])]
         if (
             entry.get("strategy", "Retain") == "Replace"
             and entry.get("multiplyBy") == GPU
+            and isinstance(outputs, dict)
             and str(outputs.get(output)) == "1"
         ):
             matched.append(str(entry["input"]))
@@ -175,7 +176,7 @@ def kueue_problem(found: list[str] | None) -> str:
     configuration was not read: the cluster page says that already)."""
     if found is None:
         return ""
-    missing = [t["input"] for t in KUEUE_TRANSFORMATIONS if t["input"] not in found]
+    missing = [portal for portal in (GPUMEM, GPUCORES) if portal not in found]
     if not missing:
         return ""
     return (
