@@ -56,13 +56,26 @@ def merged_kubeconfig(files: dict[str, Path]) -> dict[str, Any]:
 
 # What a Kueue install leaves on a cluster that the portal reads: the manager's configuration
 # (the demo's Kueue manages Jobs, plain pods, Deployments and StatefulSets that carry a queue
-# name; see README "No way around a tenant's limit").
+# name; see README "No way around a tenant's limit"), and counts a vGPU pod's GPU memory and
+# compute times its vGPUs (Kueue's "Using HAMi": docs/administer/vgpu-hami.md).
 KUEUE_CONFIG = """apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
 namespace: kueue-system
 manageJobsWithoutQueueName: false
 integrations:
   frameworks: ["batch/job", "pod", "deployment", "statefulset"]
+resources:
+  transformations:
+  - input: nvidia.com/gpumem
+    strategy: Replace
+    multiplyBy: nvidia.com/gpu
+    outputs:
+      nvidia.com/total-gpumem: "1"
+  - input: nvidia.com/gpucores
+    strategy: Replace
+    multiplyBy: nvidia.com/gpu
+    outputs:
+      nvidia.com/total-gpucores: "1"
 """
 
 
@@ -159,6 +172,57 @@ def install_gpu_operator(endpoint: Endpoint, cluster: str) -> None:
                 },
                 "application/json",
             )
+
+
+# What HAMi's Helm chart leaves that the portal reads (``helm install hami hami-charts/hami -n
+# kube-system``): its scheduler Deployment, labelled with the chart's appVersion. The portal's
+# push reads the version from it; a vGPU flavor is usable only with HAMi 2.7 or later
+# (``quotas.vgpu.hami_problem``), so every demo cluster runs a current one.
+HAMI_VERSION = "v2.8.0"
+
+
+def hami_deployment(version: str = HAMI_VERSION) -> dict[str, Any]:
+    """kube-system/hami-scheduler as HAMi's chart names and labels it (no pods: the stand-in
+    runs no controllers)."""
+    selector = {"app.kubernetes.io/component": "hami-scheduler", "app.kubernetes.io/name": "hami"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "hami-scheduler",
+            "namespace": "kube-system",
+            "labels": {
+                **selector,
+                "app.kubernetes.io/instance": "hami",
+                "app.kubernetes.io/version": version,
+            },
+        },
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": selector},
+                "spec": {
+                    "schedulerName": "default-scheduler",
+                    "containers": [
+                        {"name": "kube-scheduler", "image": "registry.k8s.io/kube-scheduler"},
+                        {
+                            "name": "vgpu-scheduler-extender",
+                            "image": f"docker.io/projecthami/hami:{version}",
+                        },
+                    ],
+                },
+            },
+        },
+    }
+
+
+def install_hami(endpoint: Endpoint, version: str = HAMI_VERSION) -> None:
+    """HAMi's scheduler Deployment (``hami_deployment``) where missing: a restart keeps what
+    the state directory holds, an edit included (an admin trying an older HAMi)."""
+    path = "/apis/apps/v1/namespaces/kube-system/deployments"
+    if not endpoint.exists(f"{path}/hami-scheduler"):
+        endpoint.call("POST", path, hami_deployment(version), "application/json")
 
 
 # The storage classes every demo cluster offers (R3): fast NVMe volumes provisioned with
@@ -329,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, endpoint in endpoints.items():
             install_kueue_config(endpoint, name)
             install_gpu_operator(endpoint, name)
+            install_hami(endpoint)
             install_storage_classes(endpoint)
             install_cluster_access(endpoint)
         hot = args.hot if args.hot is not None else ["team-a"]

@@ -44,6 +44,7 @@ from quotas.kube.enforcement import KueueConfig, verdict
 from quotas.kube.person_caps import cluster_queue_name
 from quotas.kube.spec import PersonSpec
 from quotas.kube.storage import performance_words
+from quotas.kube.vgpu import kueue_problem as kueue_vgpu_problem
 from quotas.loader import cluster_spec
 from quotas.models import (
     Cluster,
@@ -62,6 +63,7 @@ from quotas.models import (
     TierTemplate,
 )
 from quotas.quantity import QuantityError, parse_resource_amount, to_display
+from quotas.vgpu import hami_problem
 from tenants.choices import IsolationLevel
 from tenants.models import Namespace, Tenant
 
@@ -1272,3 +1274,30 @@ def person_cap_targets(*, tenant: Tenant) -> list[tuple[str, str, str]]:
         .order_by("quota_set__cluster__name", "flavor__name", "resource")
         .values_list("quota_set__cluster__name", "flavor__name", "resource")
     )
+
+
+def vgpu_flavor_problems(cluster: Cluster) -> dict[str, str]:
+    """The cluster's vGPU flavors nothing is pushed for, each with the reason in words (HAMi
+    not found, its version unreadable or older than ``quotas.vgpu.HAMI_MIN_VERSION``, as last
+    read by the push: ``quotas.sync.hami_refresh``); {} when every vGPU flavor is usable. For
+    the cluster's page and for refusing a vGPU quota line on such a cluster (400)."""
+    problem = hami_problem(cluster.hami_version)
+    if not problem:
+        return {}
+    if cluster.hami_read_at is None:
+        problem += " (the portal has not read the cluster yet: its next push will)"
+    flavors = ResourceFlavor.objects.filter(cluster=cluster, kind=FlavorKind.VGPU)
+    return {name: problem for name in flavors.order_by("name").values_list("name", flat=True)}
+
+
+def vgpu_kueue_problem(cluster: Cluster) -> str:
+    """Why the cluster's Kueue does not count vGPU memory and compute ('' when it does, or
+    when the cluster has no vGPU flavor or no Kueue, or its configuration was not read): a
+    warning for the cluster's page; the flavors stay usable."""
+    config = cluster.kueue_config
+    if not cluster.has_kueue or not isinstance(config, dict):
+        return ""
+    if not ResourceFlavor.objects.filter(cluster=cluster, kind=FlavorKind.VGPU).exists():
+        return ""
+    found = config.get("vgpuTransformations")
+    return kueue_vgpu_problem(list(found) if isinstance(found, list) else [])

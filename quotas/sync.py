@@ -20,6 +20,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -32,7 +33,7 @@ from core.memory import collector_paused
 from identity.models import GroupMapping
 from quotas.backends import cluster_backend
 from quotas.choices import GPU_RESOURCE, SyncBackend, SyncState
-from quotas.kube import compiler, enforcement, fair_sharing
+from quotas.kube import compiler, enforcement, fair_sharing, vgpu
 from quotas.kube.applier import (
     NAMESPACE,
     ApplyError,
@@ -50,7 +51,14 @@ from quotas.kube.applier import (
 )
 from quotas.kube.describe import GpuShares, describe_changes
 from quotas.kube.diff import differences
-from quotas.kube.resources import CLUSTER_QUEUE, CONFIG_MAP, KINDS, RESOURCE_QUOTA, kind_of
+from quotas.kube.resources import (
+    CLUSTER_QUEUE,
+    CONFIG_MAP,
+    DEPLOYMENT,
+    KINDS,
+    RESOURCE_QUOTA,
+    kind_of,
+)
 from quotas.kube.spec import (
     LABEL_MANAGED_BY,
     LABEL_TENANT,
@@ -201,6 +209,10 @@ def kueue_config_refresh(cluster: Cluster, backend: Backend) -> None:
                 config["fairSharing"] = fair_sharing.kueue_settings(
                     configmap, enforcement.KUEUE_CONFIG_KEY
                 )
+                # Whether Kueue counts vGPU memory and compute (quotas.kube.vgpu).
+                config["vgpuTransformations"] = vgpu.kueue_transformations_found(
+                    configmap, enforcement.KUEUE_CONFIG_KEY
+                )
             except ValueError as exc:
                 config, error = None, f"Kueue's configuration: {exc}"
     now = timezone.now()
@@ -212,6 +224,35 @@ def kueue_config_refresh(cluster: Cluster, backend: Backend) -> None:
         )
         # The namespace Kueue's configuration names is one no tenant may have.
         cluster_namespaces_reserve(cluster_id=cluster.pk)
+
+
+# How stale "read at" may grow while HAMi's version stays the same.
+HAMI_REREAD = timedelta(minutes=10)
+
+
+def hami_refresh(cluster: Cluster, backend: Backend) -> None:
+    """Read HAMi's version from its scheduler Deployment (``kube-system/hami-scheduler``, as
+    HAMi's Helm chart installs it; where the backend can read) and keep it on ``cluster`` with
+    the time it was read: "" when there is none. The compiler leaves out the vGPU flavors of a
+    cluster whose HAMi is missing or too old (``quotas.kube.vgpu.usable``), and the cluster's
+    pages say why (``quotas.selectors.vgpu_flavor_problems``). A refusal (an older
+    cluster-access install without the right to read it) keeps what was known."""
+    if not isinstance(backend, KubernetesBackend):
+        return
+    try:
+        deployment = backend.read(
+            DEPLOYMENT, namespace=vgpu.HAMI_NAMESPACE, name=vgpu.HAMI_DEPLOYMENT
+        )
+    except RetryableError:
+        raise
+    except ApplyError:
+        return
+    version, now = vgpu.hami_version_of(deployment), timezone.now()
+    read_at = cluster.hami_read_at
+    if version == cluster.hami_version and read_at is not None and now - read_at < HAMI_REREAD:
+        return  # unchanged, and said recently: no write on every push
+    cluster.hami_version, cluster.hami_read_at = version, now
+    Cluster.objects.filter(pk=cluster.pk).update(hami_version=version, hami_read_at=now)
 
 
 @dataclass
@@ -263,6 +304,8 @@ def tenant_push(*, tenant: Tenant, cluster: Cluster, dry_run: bool = False) -> P
         with cluster_backend(cluster) as backend:
             kueue_config_refresh(cluster, backend)
             storage_classes_refresh(cluster, backend, always=False)
+            if not dry_run:
+                hami_refresh(cluster, backend)
             desired = desired_objects(cluster, tenant=tenant)
             errors = validate_objects(desired, kubernetes_version=cluster.kubernetes_version)
             if errors:
@@ -402,6 +445,7 @@ def _reconcile_locked(cluster: Cluster, outcome: PushOutcome) -> PushOutcome:
         with cluster_backend(cluster) as backend:
             kueue_config_refresh(cluster, backend)
             storage_classes_refresh(cluster, backend)
+            hami_refresh(cluster, backend)
             desired = desired_objects(cluster)
             errors = validate_objects(desired, kubernetes_version=cluster.kubernetes_version)
             if errors:

@@ -60,6 +60,7 @@ from quotas.kube import (
     person_caps,
     portal_access,
     storage,
+    vgpu,
 )
 from quotas.kube.spec import (
     ANNOTATION_GENERATION,
@@ -114,7 +115,7 @@ GPU_RESOURCE: Final = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
 CPU: Final = "cpu"
 MEMORY: Final = "memory"
-KUEUE_FLAVOR_KINDS: Final = frozenset({"gpu", "mig", "cpu"})
+KUEUE_FLAVOR_KINDS: Final = frozenset({"gpu", "mig", vgpu.VGPU_KIND, "cpu"})
 STORAGE_KIND: Final = "storage"
 FLAVOR_KINDS: Final = KUEUE_FLAVOR_KINDS | {STORAGE_KIND}
 TAINT_EFFECTS: Final = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
@@ -252,6 +253,8 @@ def compile_tenant(cluster: ClusterSpec, tenant: TenantSpec) -> list[KubeObject]
 
     Reads only the cluster and this tenant, so one tenant can be recompiled and applied alone.
     """
+    # vGPU flavors HAMi cannot hold get nothing (quotas.kube.vgpu.usable).
+    cluster, (tenant,) = vgpu.usable(cluster, [tenant])
     context = _TenantContext.build(cluster, tenant)
     namespaces = context.namespaces
     objects: list[KubeObject] = []
@@ -295,7 +298,9 @@ def compile_cluster_wide(cluster: ClusterSpec, tenants: Sequence[TenantSpec]) ->
     group queues mirroring that tree; the device plugin's time-slicing ConfigMap; when a tenant
     has a per-pod bandwidth cap (R27), the admission policy that holds pods to it."""
     _check_cluster(cluster)
-    tenants = _sorted_tenants(tenants)
+    # vGPU flavors HAMi cannot hold get nothing (quotas.kube.vgpu.usable).
+    cluster, pruned = vgpu.usable(cluster, tenants)
+    tenants = _sorted_tenants(pruned)
     objects: list[KubeObject] = [_priority_class(cluster, level) for level in PRIORITY_LADDER]
     tree = _CohortTree.build(cluster, tenants)
     if cluster.has_kueue:
@@ -351,6 +356,13 @@ def compile_cluster_wide(cluster: ClusterSpec, tenants: Sequence[TenantSpec]) ->
                 cluster=cluster.name, kubernetes_version=cluster.kubernetes_version
             )
         )
+    # vGPU quotas: pods held to HAMi's rules in the namespaces that have one.
+    if any(_vgpu_memory_mib(cluster, tenant) is not None for tenant in tenants):
+        objects.extend(
+            vgpu.admission_policy(
+                cluster=cluster.name, kubernetes_version=cluster.kubernetes_version
+            )
+        )
     time_slicing = _time_slicing_configmap(cluster)
     if time_slicing is not None:
         objects.append(time_slicing)
@@ -383,8 +395,14 @@ def compile_cluster(cluster: ClusterSpec, tenants: Sequence[TenantSpec]) -> list
 def quantity(amount: Decimal | int, resource: str) -> str:
     """Canonical Kubernetes quantity text for amount of resource (base units): cores as "500m"
     or "16", bytes with the largest exact binary suffix ("64Gi"), counts as whole numbers.
-    Refuses what Kubernetes would round (fractional GPUs or bytes) or what is negative."""
-    return format_quantity(parse_resource_amount(resource, amount), resource)
+    Refuses what Kubernetes would round (fractional GPUs or bytes) or what is negative.
+    HAMi's GPU memory (``nvidia.com/gpumem``, stored in bytes) is written in whole MiB, a
+    plain count, as HAMi and Kueue read it (``quotas.kube.vgpu.pushed_amount``)."""
+    value = parse_resource_amount(resource, amount)
+    pushed = vgpu.pushed_amount(value, resource)
+    if pushed is not value:
+        return format_quantity(pushed, vgpu.GPU)
+    return format_quantity(value, resource)
 
 
 @dataclass(frozen=True)
@@ -400,10 +418,12 @@ class _Share:
             return total
         # Whole units: millicores of cpu, mebibytes of memory and storage (a quota reads
         # "734003Mi", not "769658139443"), one of anything else; the parts add up to the total.
-        name = resource.removeprefix("requests.")
+        name = resource.removeprefix("requests.").removeprefix("limits.")
         step = _MILLI if name == CPU else Decimal(1)
         if name == MEMORY or resource.endswith("storage"):
             step = _MEBI if total % _MEBI == 0 else Decimal(1)
+        if name == vgpu.GPUMEM:  # HAMi counts whole MiB: each part is a whole MiB
+            step = _MEBI
         return enforcement.split_shares(total, self.shares, step=step)[self.index]
 
 
@@ -652,6 +672,10 @@ def _namespace(context: _TenantContext, name: str, purpose: str) -> KubeObject:
     if context.tenant.display_name:
         annotations[ANNOTATION_DISPLAY_NAME] = context.tenant.display_name
     labels = {LABEL_PURPOSE: purpose}
+    memory = _vgpu_memory_mib(context.cluster, context.tenant)
+    if memory is not None:
+        # The vGPU admission policy (quotas.kube.vgpu) reads one GPU's memory from this label.
+        labels[vgpu.LABEL_GPU_MEMORY_MIB] = str(memory)
     if context.tenant.pod_bandwidth_max:
         # R27: the admission policy (quotas.kube.bandwidth) reads the cap from this label.
         labels[bandwidth.LABEL_POD_BANDWIDTH_MAX] = names.label_value(
@@ -662,6 +686,13 @@ def _namespace(context: _TenantContext, name: str, purpose: str) -> KubeObject:
         "kind": "Namespace",
         "metadata": context.metadata(name, labels=labels, annotations=annotations),
     }
+
+
+def _vgpu_memory_mib(cluster: ClusterSpec, tenant: TenantSpec) -> int | None:
+    """One GPU's memory (MiB, the largest) among the vGPU flavors ``tenant`` has a quota line
+    on; None without one (a cluster already without the flavors HAMi cannot hold)."""
+    quoted = {item.flavor for item in tenant.quotas}
+    return vgpu.gpu_memory_mib([f for f in cluster.flavors if f.name in quoted])
 
 
 def _compute_hard(context: _TenantContext, amounts: dict[str, Decimal]) -> dict[str, Decimal]:
@@ -738,6 +769,9 @@ def _resource_quotas(context: _TenantContext, namespace: str, share: _Share) -> 
     tenant = context.tenant
     limits = _compute_hard(context, context.totals(lambda item: item.limit))
     hard: dict[str, Decimal] = dict(limits)
+    if _vgpu_memory_mib(context.cluster, tenant) is not None:
+        # HAMi's extended quota, counted per device by its scheduler (quotas.kube.vgpu).
+        hard.update(vgpu.hami_keys(limits))
     if tenant.storage_bytes is not None:
         hard["requests.storage"] = tenant.storage_bytes
     # R3: the tenant's limit per storage class its quota names, 0 on every other class.
@@ -1046,11 +1080,13 @@ def _covered_resources(flavors: Sequence[FlavorSpec], context: _TenantContext) -
     for flavor in flavors:
         others.update(resource for resource in flavor.capacity if _is_accelerator(resource))
         others.update(r for (f, r) in context.items if f == flavor.name and _is_accelerator(r))
-    return [CPU, MEMORY, *sorted(others)]
+    # Kueue counts a vGPU pod's memory and compute under its transformation's names.
+    return [CPU, MEMORY, *sorted({vgpu.kueue_name(resource) for resource in others})]
 
 
 def _flavor_quota(context: _TenantContext, flavor: str, resource: str) -> dict[str, Any]:
-    item = context.items.get((flavor, resource))
+    """One line of a ClusterQueue flavor; ``resource`` is Kueue's name (``vgpu.kueue_name``)."""
+    item = context.items.get((flavor, vgpu.portal_name(resource)))
     if item is None:
         quota: dict[str, Any] = {"name": resource, "nominalQuota": "0"}
         # No quota for an accelerator means none, borrowed or not. cpu and memory on an
@@ -1059,13 +1095,14 @@ def _flavor_quota(context: _TenantContext, flavor: str, resource: str) -> dict[s
         if _is_accelerator(resource):
             quota["borrowingLimit"] = "0"
         return quota
+    portal = vgpu.portal_name(resource)
     quota = {
         "name": resource,
-        "nominalQuota": quantity(item.guaranteed, resource),
-        "borrowingLimit": quantity(item.limit - item.guaranteed, resource),
+        "nominalQuota": quantity(item.guaranteed, portal),
+        "borrowingLimit": quantity(item.limit - item.guaranteed, portal),
     }
     if item.lending_limit is not None:
-        quota["lendingLimit"] = quantity(item.lending_limit, resource)
+        quota["lendingLimit"] = quantity(item.lending_limit, portal)
     return quota
 
 
@@ -1422,17 +1459,18 @@ def _cohort_resource_groups(
         )
 
     def line(flavor: str, resource: str) -> dict[str, Any]:
-        item = context.items.get((flavor, resource))
+        portal = vgpu.portal_name(resource)  # ``resource`` is Kueue's name
+        item = context.items.get((flavor, portal))
         if item is None:  # no cap on this resource: the children's own limits bound it
             return {"name": resource, "nominalQuota": "0"}
-        room = item.limit - item.guaranteed - below.get((flavor, resource), Decimal(0))
+        room = item.limit - item.guaranteed - below.get((flavor, portal), Decimal(0))
         quota: dict[str, Any] = {
             "name": resource,
-            "nominalQuota": quantity(item.guaranteed, resource),
-            "borrowingLimit": quantity(max(Decimal(0), room), resource),
+            "nominalQuota": quantity(item.guaranteed, portal),
+            "borrowingLimit": quantity(max(Decimal(0), room), portal),
         }
         if item.lending_limit is not None:
-            quota["lendingLimit"] = quantity(item.lending_limit, resource)
+            quota["lendingLimit"] = quantity(item.lending_limit, portal)
         return quota
 
     return [

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from quotas.kube import job_caps
+from quotas.kube import job_caps, vgpu
 from quotas.quantity import QuantityError, parse_quantity, to_display
 from quotas.timeslicing import shares_text
 
@@ -71,6 +71,10 @@ _RESOURCE_WORDS = {
     "pods": "pods",
     job_caps.WORKLOAD_COUNT_KEY: "jobs running and queued (every kind Kueue manages)",
     job_caps.JOB_COUNT_KEY: "batch Jobs running and queued",
+    "requests.nvidia.com/gpumem": "GPU memory",
+    "limits.nvidia.com/gpumem": "GPU memory (HAMi's count)",
+    "requests.nvidia.com/gpucores": "GPU compute",
+    "limits.nvidia.com/gpucores": "GPU compute (HAMi's count)",
 }
 _BOUND_WORDS = {
     "max": "at most",
@@ -97,7 +101,7 @@ def _shown(value: Any, resource: str, absent: str = "not set", replicas: int | N
         return str(value)
     if replicas and resource in _GPU_KEYS:
         return shares_text(amount, replicas)
-    return to_display(amount, resource)
+    return to_display(*vgpu.shown(amount, resource))
 
 
 def _resource_words(resource: str, replicas: int | None = None) -> str:
@@ -172,7 +176,9 @@ def _cq_line_words(
     def amount(value: Decimal | None, absent: str = "0") -> str:
         if value is None:
             return absent
-        return shares_text(value, replicas) if replicas else to_display(value, resource)
+        return (
+            shares_text(value, replicas) if replicas else to_display(*vgpu.shown(value, resource))
+        )
 
     head = f"{resource} on {flavor}:"
     if old is None and new is not None:

@@ -41,7 +41,7 @@ from copy import deepcopy
 from decimal import Decimal
 from typing import Any, Final
 
-from quotas.kube import names
+from quotas.kube import names, vgpu
 from quotas.kube.enforcement import API_ADMISSION, QUEUE_NAME_LABEL
 from quotas.kube.spec import (
     LABEL_CLUSTER,
@@ -109,6 +109,7 @@ def _check(tenant: TenantSpec) -> None:
         for cap in person.caps:
             # Refuses negative and fractional amounts where Kubernetes would round them.
             format_quantity(parse_resource_amount(cap.resource, cap.amount), cap.resource)
+            vgpu.pushed_amount(cap.amount, cap.resource)  # GPU memory: whole MiB
 
 
 def compile_people(
@@ -213,7 +214,8 @@ def _person_queue(
 ) -> dict[str, Any]:
     """A person's ClusterQueue: no quota of their own, borrowing within the tenant's Cohort at
     most their cap; the team's resource groups (flavors in the same order)."""
-    caps = {(cap.flavor, cap.resource): cap.amount for cap in person.caps}
+    # The team's queue names a vGPU flavor's memory and compute as Kueue counts them.
+    caps = {(cap.flavor, vgpu.kueue_name(cap.resource)): cap for cap in person.caps}
     groups = []
     for group in team["spec"].get("resourceGroups") or []:
         flavors = []
@@ -223,7 +225,8 @@ def _person_queue(
                 line = {"name": resource["name"], "nominalQuota": "0"}
                 cap = caps.get((flavor["name"], resource["name"]))
                 if cap is not None:
-                    line["borrowingLimit"] = _quantity(cap, resource["name"])
+                    amount = vgpu.pushed_amount(cap.amount, cap.resource)
+                    line["borrowingLimit"] = _quantity(amount, resource["name"])
                 elif resource.get("borrowingLimit") == "0" and resource["nominalQuota"] == "0":
                     line["borrowingLimit"] = "0"  # the tenant has none of it
                 resources.append(line)

@@ -65,6 +65,8 @@ RESOURCE_QUOTA: Kind = BY_TYPE[("v1", "ResourceQuota")]
 NODE = Kind("v1", "Node", "nodes", False, never_prune=True)
 POD = Kind("v1", "Pod", "pods", True)
 WORKLOAD = Kind(KUEUE, "Workload", "workloads", True)
+# HAMi's scheduler, read by name to learn HAMi's version (``quotas.kube.vgpu``).
+DEPLOYMENT = Kind("apps/v1", "Deployment", "deployments", True, never_prune=True)
 ORDER: dict[tuple[str, str], int] = {(k.api_version, k.kind): i for i, k in enumerate(KINDS)}
 
 

@@ -18,6 +18,7 @@ Kinds become resource names through the stand-in's discovery documents, as kubec
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from decimal import Decimal
 from typing import Any
@@ -35,9 +36,9 @@ from gpu_agent.services import layouts
 from gpu_agent.services.time_slicing import time_slicing_push
 from quotas.backends import workload_set_active
 from quotas.choices import MigDriver
-from quotas.kube import bandwidth, compiler, enforcement, names, portal_access
+from quotas.kube import bandwidth, compiler, enforcement, names, portal_access, vgpu
 from quotas.kube.resources import KINDS, NODE, POD, WORKLOAD, kind_of
-from quotas.kube.spec import ClusterSpec, QuotaSpec, TenantSpec
+from quotas.kube.spec import ClusterSpec, FlavorSpec, QuotaSpec, TenantSpec
 from quotas.models import Cluster, ResourceFlavor
 from quotas.sync import cluster_reconcile
 from tests.conftest import World
@@ -48,6 +49,18 @@ from tests.kube.test_compiler import demo_cluster, medium_tenant
 from tests.standin import point_at
 from usage import collector
 
+T4_VGPU = FlavorSpec(
+    "t4-vgpu",
+    "vgpu",
+    {
+        "nvidia.com/gpu": Decimal(10),
+        "nvidia.com/gpumem": Decimal(15360 * 2**20),
+        "nvidia.com/gpucores": Decimal(100),
+    },
+    gpu_model="Tesla-T4",
+    gpu_memory_mib=15360,
+    vgpu_split=10,
+)
 Grant = tuple[str, str, str, str]  # API group, resource, verb, resource name ("*": any)
 # The request verbs the stand-in counts, as RBAC verbs: a server-side apply is a patch, and a
 # create where the object does not exist yet (the first push creates everything).
@@ -107,12 +120,15 @@ def every_feature_tenant() -> tuple[ClusterSpec, TenantSpec]:
     """A cluster with everything on (Kueue with its admission policy, Volcano) and a tenant
     with every kind of quota, scheduling and RBAC."""
     spec = demo_cluster(has_kueue=True, enforcement="kueue", has_volcano=True)
+    # vGPU shares through HAMi: their admission policy.
+    spec = dataclasses.replace(spec, flavors=(*spec.flavors, T4_VGPU), hami_version="v2.7.1")
     tenant = medium_tenant(
         "team-a",
         quotas=(
             QuotaSpec("h100-80gb", "nvidia.com/gpu", Decimal(4), Decimal(8)),
             QuotaSpec("h100-mig-1g-10gb", "nvidia.com/mig-1g.10gb", Decimal(2), Decimal(4)),
             QuotaSpec("fast-ssd", "storage", Decimal(2**40), Decimal(2**40)),
+            QuotaSpec("t4-vgpu", "nvidia.com/gpumem", Decimal(2**30), Decimal(2**30)),
         ),
         split_by_priority=True,
         pod_bandwidth_max="1G",  # the bandwidth admission policy
@@ -227,6 +243,8 @@ def observed_requirements(recorded: Counter[str], served: dict[tuple[str, str], 
         for rbac in RBAC_VERBS[verb]:
             if rbac == "get" and resource == "configmaps":
                 needed[CLUSTER] |= {(group, resource, "get", n) for _, n in READ_BY_NAME}
+            elif rbac == "get" and resource == "deployments":  # HAMi's, for its version
+                needed[CLUSTER].add((group, resource, "get", vgpu.HAMI_DEPLOYMENT))
             elif rbac not in WRITES or resource not in namespaced:
                 needed[CLUSTER].add((group, resource, rbac, None))
             elif resource in {"configmaps", "pods"}:
