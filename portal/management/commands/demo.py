@@ -513,6 +513,12 @@ class Command(BaseCommand):
                 CPU_RESOURCE: str(vgpus * 2),
                 MEMORY_RESOURCE: f"{vgpus * 8}Gi",
             }
+            if t4.time_slicing_replicas:  # a cluster without HAMi: shares of the T4's time
+                lines = {
+                    GPU_RESOURCE: f"{percent}%",
+                    CPU_RESOURCE: str(vgpus * 2),
+                    MEMORY_RESOURCE: f"{vgpus * 8}Gi",
+                }
             # 30% of a flavor's capacity needs two approvals by the policy; the demo has one
             # admin, who grants what bob asks for (as requests are decided, audited, pushed).
             quota_request_grant(
