@@ -345,3 +345,38 @@ def test_moving_to_vgpu_is_refused_without_hami_or_the_gpus_memory(
     assert (sliced.kind, sliced.time_slicing_replicas) == (FlavorKind.GPU, 7)
     assert (held(world.team_a, sliced), held(world.team_b, sliced)) == before
     assert not AuditEvent.objects.filter(action="flavor.moved_to_vgpu").exists()
+
+
+def test_the_django_admin_moves_a_flavor_once_its_gpu_memory_is_set(world, sliced, client):
+    world.a100.hami_version = "2.10.0"
+    world.a100.save(update_fields=["hami_version"])
+    client.force_login(world.admin)
+    action = {"action": "move_to_vgpu", "_selected_action": [sliced.pk]}
+    page = client.post("/admin/quotas/resourceflavor/", action, follow=True).content.decode()
+    assert "memory of one of t4-shared's GPUs" in unescape(page)  # not set yet: refused
+    sliced.refresh_from_db()
+    assert sliced.kind == FlavorKind.GPU
+    ResourceFlavor.objects.filter(pk=sliced.pk).update(gpu_memory_mib=T4_MIB)
+    page = client.post("/admin/quotas/resourceflavor/", action, follow=True).content.decode()
+    assert "4-shared now gives vGPU shares; 2 tenants moved" in unescape(page)
+    assert held(world.team_a, sliced)[GPUMEM_RESOURCE] == (6582 * MIB, 6582 * MIB)
+
+
+def test_the_command_moves_a_flavor_and_says_what_each_tenant_holds(world, sliced):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    world.a100.hami_version = "2.10.0"
+    world.a100.save(update_fields=["hami_version"])
+    with pytest.raises(CommandError, match="not a platform admin"):
+        call_command(
+            "flavor_to_vgpu", "--cluster", "demo-a100", "--flavor", "t4-shared",
+            "--gpu-memory-mib", "15360", "--actor", world.alice.username,
+        )  # fmt: skip
+    out = StringIO()
+    call_command(
+        "flavor_to_vgpu", "--cluster", "demo-a100", "--flavor", "t4-shared",
+        "--gpu-memory-mib", "15360", "--actor", world.admin.username, stdout=out,
+    )  # fmt: skip
+    assert "team-a: limit 3 vGPUs, 6.43 GiB of GPU memory, 42% of a GPU" in out.getvalue()
