@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from core.errors import ValidationFailed
 from quotas import vgpu
@@ -16,8 +16,22 @@ from quotas.choices import GPU_RESOURCE, GPUCORES_RESOURCE, GPUMEM_RESOURCE, Fla
 from quotas.models import ResourceFlavor
 from quotas.quantity import QuantityError, parse_resource_amount, to_display
 
-if TYPE_CHECKING:
-    from quotas.services.rules import QuotaItem
+
+class QuotaItem(Protocol):
+    """A quota line as the rules read it (``quotas.services.rules.QuotaItem`` is one)."""
+
+    @property
+    def flavor(self) -> ResourceFlavor: ...
+
+    @property
+    def resource(self) -> str: ...
+
+    @property
+    def guaranteed(self) -> Decimal: ...
+
+    @property
+    def limit(self) -> Decimal: ...
+
 
 HUNDRED = Decimal(100)
 # "4.5", "4.5 GiB", "4.5GiB", "4.5 gib": GiB, as pages show GPU memory.

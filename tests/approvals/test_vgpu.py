@@ -124,9 +124,7 @@ def test_api_takes_gib_and_percent_and_stores_mib_and_points(world, t4v, api_as)
 
 @pytest.mark.parametrize("memory", ["4608Mi", "4.5Gi", "4.5 GiB", "4.5"])
 @pytest.mark.parametrize("cores", ["30%", "30", 30])
-def test_memory_as_a_quantity_or_gib_and_compute_with_or_without_percent(
-    world, t4v, memory, cores
-):
+def test_memory_as_a_quantity_or_gib_and_compute_with_or_without_percent(world, t4v, memory, cores):
     items = request_items_parse(cluster=world.a100, raw_items=lines(memory=memory, cores=cores))
     assert [(i.resource, i.limit) for i in items] == [
         (GPU_RESOURCE, 3),

@@ -61,9 +61,7 @@ def t4_vgpu(world):
     )
 
 
-def test_the_demo_splits_a_t4s_memory_and_compute_30_30_40_over_three_labs(
-    world, t4_vgpu, client
-):
+def test_the_demo_splits_a_t4s_memory_and_compute_30_30_40_over_three_labs(world, t4_vgpu, client):
     users = {"admin": world.admin, "bob": world.bob}
     Command._t4_labs(world.h100, t4_vgpu, users)
     Command._t4_labs(world.h100, t4_vgpu, users)  # the demo runs twice without harm
