@@ -89,6 +89,11 @@ def test_the_demo_splits_a_t4s_memory_and_compute_30_30_40_over_three_labs(world
     assert "HAMi" in words  # what a vGPU share caps, in a plain sentence
     words = _words(client.get("/tenants/lab-nlp/").content.decode())
     assert "4.5 GiB of GPU memory" in words and "30% of a GPU" in words
+    home = _words(client.get("/").content.decode())
+    card = home.split("lab-speech", 1)[1].split("lab-vision", 1)[0]
+    assert "4 vGPUs limit" in card, card
+    assert "limit 6 GiB of GPU memory, 40% of a GPU" in card
+    assert "4 GPUs" not in card
 
 
 @pytest.fixture
