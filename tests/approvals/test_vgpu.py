@@ -255,10 +255,54 @@ def test_pages_show_gib_of_gpu_memory_percent_and_what_hami_caps(world, t4v, cli
     assert "A vGPU share (HAMi) caps each container on the GPU" in page
 
 
+FORM = "/tenants/team-a/requests/new/?cluster=demo-a100"
+
+
+def form_rows(html: str) -> dict[str, str]:
+    """The t4-vgpu rows of the request form, by resource: their field prefix."""
+    rows = {}
+    for resource in (GPU_RESOURCE, GPUMEM_RESOURCE, GPUCORES_RESOURCE):
+        row = html.split(f'data-flavor="t4-vgpu" data-resource="{resource}"', 1)[1]
+        rows[resource] = re.search(r'name="(items-\d+)-guaranteed"', row).group(1)
+    return rows
+
+
+def form_post(client, html: str, amounts: dict[str, str]):
+    values = dict(re.findall(r'name="(items-\d+-\w+)"(?: value="([^"]*)")?', html))
+    data = {k: v for k, v in values.items() if v}
+    rows = form_rows(html)
+    for resource, amount in amounts.items():
+        data[f"{rows[resource]}-guaranteed"] = amount
+        data[f"{rows[resource]}-limit"] = amount
+    return client.post(FORM, {**data, "reason": "notebooks", "action": "submit"})
+
+
 def test_the_request_form_takes_gib_and_percent(world, t4v, client):
     client.force_login(world.alice)
-    page = client.get("/tenants/team-a/requests/new/?cluster=demo-a100").content.decode()
+    page = client.get(FORM).content.decode()
     assert "type GiB (4.5) or a quantity (4608Mi)" in words_of(page)
+    assert "A vGPU share (HAMi) caps each container on the GPU" in words_of(page)
+    posted = form_post(
+        client, page, {GPU_RESOURCE: "3", GPUMEM_RESOURCE: "4.5", GPUCORES_RESOURCE: "30%"}
+    )
+    assert posted.status_code == 302, words_of(posted.content.decode())[:2000]
+    request = world.team_a.quota_requests.filter(items__flavor=t4v).distinct().get()
+    assert {i.resource: i.limit for i in request.items.all()} == {
+        GPU_RESOURCE: 3,
+        GPUMEM_RESOURCE: 4608 * MIB,
+        GPUCORES_RESOURCE: 30,
+    }
+
+
+def test_the_request_form_names_the_field_and_rule_of_bad_gpu_memory(world, t4v, client):
+    client.force_login(world.alice)
+    page = client.get(FORM).content.decode()
+    refused = form_post(
+        client, page, {GPU_RESOURCE: "3", GPUMEM_RESOURCE: "4.3", GPUCORES_RESOURCE: "30%"}
+    )
+    assert refused.status_code == 200
+    assert "is not a whole number of MiB" in words_of(refused.content.decode())
+    assert not world.team_a.quota_requests.filter(items__flavor=t4v).exists()
 
 
 # --- time-sliced -> vGPU ------------------------------------------------------------------------
