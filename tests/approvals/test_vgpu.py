@@ -422,3 +422,33 @@ def test_the_command_moves_a_flavor_and_says_what_each_tenant_holds(world, slice
         "--gpu-memory-mib", "15360", "--actor", world.admin.username, stdout=out,
     )  # fmt: skip
     assert "team-a: limit 3 vGPUs, 6.43 GiB of GPU memory, 42% of a GPU" in out.getvalue()
+
+
+# --- tiers ------------------------------------------------------------------------------------
+
+
+def test_a_tier_on_a_vgpu_flavor_gives_its_gpus_worth_of_memory_and_compute(world, t4v):
+    from quotas.models import TierTemplate
+    from quotas.services import quota_set_create_from_tier
+
+    tier = TierTemplate.objects.create(
+        name="t4-one", display_name="One T4", gpus_guaranteed=0, gpus_limit=1,
+        cpu_guaranteed=0, cpu_limit=0, memory_guaranteed=0, memory_limit=0,
+        storage_bytes=0, max_running_jobs=1, max_queued_jobs=1, max_pods=4, max_pvcs=1,
+    )  # fmt: skip
+    quota_set_create_from_tier(
+        tenant=world.team_c, cluster=world.a100, tier=tier, actor=world.admin, gpu_flavor=t4v
+    )
+    assert held(world.team_c, t4v) == {
+        GPU_RESOURCE: (0, 10),
+        GPUMEM_RESOURCE: (0, T4_MIB * MIB),
+        GPUCORES_RESOURCE: (0, 100),
+    }
+    world.a100.hami_version = "2.6.0"
+    world.a100.save(update_fields=["hami_version"])
+    t4v.refresh_from_db()
+    with pytest.raises(ValidationFailed, match="older than 2.7.0"):
+        quota_set_create_from_tier(
+            tenant=world.team_b, cluster=world.a100, tier=tier, actor=world.admin, gpu_flavor=t4v
+        )
+    assert held(world.team_b, t4v) == {}
