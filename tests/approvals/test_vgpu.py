@@ -447,8 +447,54 @@ def test_a_tier_on_a_vgpu_flavor_gives_its_gpus_worth_of_memory_and_compute(worl
     world.a100.hami_version = "2.6.0"
     world.a100.save(update_fields=["hami_version"])
     t4v.refresh_from_db()
-    with pytest.raises(ValidationFailed, match="older than 2.7.0"):
+    with pytest.raises(ValidationFailed, match=r"older than 2\.7\.0"):
         quota_set_create_from_tier(
             tenant=world.team_b, cluster=world.a100, tier=tier, actor=world.admin, gpu_flavor=t4v
         )
+    assert held(world.team_b, t4v) == {}
+
+
+# --- the same rules as other flavors: department caps ----------------------------------------
+
+
+def test_a_department_caps_its_teams_gpu_memory_in_gib(world, t4v):
+    from quotas.services import SchedulingQuotas
+    from tenants.models import Tenant
+    from tenants.services import tenant_create
+
+    department = tenant_create(slug="labs", display_name="Labs", actor=world.admin)
+    Tenant.objects.filter(pk__in=[world.team_b.pk, world.team_c.pk]).update(parent=department)
+    quota_set_write(
+        tenant=department,
+        cluster=world.a100,
+        actor=world.admin,
+        items=[
+            QuotaItem(t4v, GPU_RESOURCE, Decimal(0), Decimal(10)),
+            QuotaItem(t4v, GPUMEM_RESOURCE, Decimal(0), Decimal(15 * GIB)),
+            QuotaItem(t4v, GPUCORES_RESOURCE, Decimal(0), Decimal(100)),
+        ],
+        scheduling=SchedulingQuotas(),
+    )
+    world.team_b.refresh_from_db()
+    team_c = [
+        QuotaItem(q.flavor, q.resource, q.guaranteed, q.limit)
+        for q in Quota.objects.filter(quota_set__tenant=world.team_c, quota_set__cluster=world.a100)
+    ]
+    quota_set_write(
+        tenant=world.team_c,
+        cluster=world.a100,
+        actor=world.admin,
+        items=[
+            *team_c,
+            QuotaItem(t4v, GPU_RESOURCE, Decimal(4), Decimal(4)),
+            QuotaItem(t4v, GPUMEM_RESOURCE, Decimal(9 * GIB), Decimal(9 * GIB)),
+            QuotaItem(t4v, GPUCORES_RESOURCE, Decimal(60), Decimal(60)),
+        ],
+        scheduling=SchedulingQuotas(),
+    )
+    with pytest.raises(ValidationFailed) as refused:
+        file(world, world.team_b, world.bob, vgpus="4", memory="7", cores="40")
+    message = refused.value.fields["items[1].limit"][0]
+    assert "the department labs caps its teams at 15 GiB" in message
+    assert "add up to 16 GiB" in message
     assert held(world.team_b, t4v) == {}
