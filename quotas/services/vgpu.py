@@ -1,11 +1,7 @@
-"""vGPU quotas through HAMi (``quotas.vgpu``): GPU memory and compute as a tenant asks for
-them, the rules a vGPU line keeps, and the move of a time-sliced flavor to vGPU shares.
+"""vGPU quotas through HAMi (``quotas.vgpu``): what reads the database. GPU memory and
+compute as typed and read, and the rules of one vGPU line, are in ``vgpu_amounts``
+(``vgpu_amount_parse``, ``vgpu_line_problems``), which the rules module imports.
 
-* ``vgpu_amount_parse``: GPU memory typed in GiB ("4.5", "4.5 GiB") or as a Kubernetes
-  quantity ("4608Mi"), stored in bytes and held to whole MiB (HAMi counts MiB); compute typed
-  as a percent of a GPU ("30%" or 30), whole points.
-* ``vgpu_line_problems``: a vGPU line's memory and compute against what its vGPUs can reach
-  (a vGPU sits on one GPU: at most the GPU's memory and 100% of its compute each).
 * ``cluster_hami_problem``: why a cluster cannot hold vGPU quotas ("" when it can).
 * ``flavor_vgpu_convert``: an admin moves a time-sliced flavor to vGPU shares; every tenant's
   shares become the same fraction of the GPU's memory and compute, in one transaction,
@@ -213,19 +209,13 @@ def _convert_set(
     current = quota_set_lines(quota_set)
     share = current[(flavor.pk, GPU_RESOURCE)]
     lines, rest = _fraction_lines(flavor, share.guaranteed, share.limit, replicas, split)
-    replaced = {(flavor.pk, GPU_RESOURCE)}
-    items = [item for key, item in current.items() if key not in replaced]
-    items = [i for i in items if not (i.flavor.pk == flavor.pk and i.resource in vgpu_names())]
+    # The flavor's other lines (CPU, memory) stay; its GPU shares give way to the vGPU lines.
     items = [
-        QuotaItem(
-            flavor if i.flavor.pk == flavor.pk else i.flavor,
-            i.resource,
-            i.guaranteed,
-            i.limit,
-            i.lending_limit,
-        )
-        for i in items
-    ]
+        QuotaItem(flavor if i.flavor.pk == flavor.pk else i.flavor, i.resource, i.guaranteed,
+                  i.limit, i.lending_limit)
+        for (flavor_id, resource), i in current.items()
+        if not (flavor_id == flavor.pk and resource in (GPU_RESOURCE, *VGPU_ONLY))
+    ]  # fmt: skip
     items.extend(lines)
     scheduling = SchedulingQuotas(
         **{name: getattr(quota_set, name) for name in SCHEDULING_NAMES},
@@ -246,12 +236,9 @@ def _convert_set(
     return ConvertedShare(quota_set.tenant.slug, share.guaranteed, share.limit, tuple(lines), rest)
 
 
+VGPU_ONLY = (GPUMEM_RESOURCE, GPUCORES_RESOURCE)
 SCHEDULING_NAMES = (
     "max_running_jobs", "max_queued_jobs", "max_pods", "storage_bytes", "max_pvcs",
     "fair_share_weight", "max_gpus_per_pod", "max_cpu_per_pod", "max_memory_per_pod",
     "inference_gpus",
 )  # fmt: skip
-
-
-def vgpu_names() -> tuple[str, str]:
-    return (GPUMEM_RESOURCE, GPUCORES_RESOURCE)
