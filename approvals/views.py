@@ -82,7 +82,15 @@ from approvals.services import (
 from core import errors
 from core.pages import error_text
 from quotas import selectors as quota_selectors
-from quotas.choices import FlavorKind, GrantState, SyncBackend, SyncState, is_gpu_resource
+from quotas.choices import (
+    GPUCORES_RESOURCE,
+    GPUMEM_RESOURCE,
+    FlavorKind,
+    GrantState,
+    SyncBackend,
+    SyncState,
+    is_gpu_resource,
+)
 from quotas.kube.egress import MAX_RULES as MAX_EGRESS_RULES
 from quotas.models import Cluster, Grant, TenantSync, TierTemplate
 from quotas.quantity import format_quantity
@@ -169,9 +177,13 @@ def _units_increase(lines: Iterable[ChangeLine]) -> Decimal:
 
 
 def _row_order(allocation: FlavorAllocation) -> tuple[int, str, int, str]:
-    """GPU flavors first, and within a flavor its GPU resource before CPU and memory."""
-    kind_rank = 0 if allocation.flavor.kind in (FlavorKind.GPU, FlavorKind.MIG) else 1
+    """GPU flavors first, and within a flavor its GPU resource before CPU and memory (on a
+    vGPU flavor: vGPUs, then GPU memory and compute)."""
+    gpu_kinds = (FlavorKind.GPU, FlavorKind.MIG, FlavorKind.VGPU)
+    kind_rank = 0 if allocation.flavor.kind in gpu_kinds else 1
     gpu_rank = 0 if is_gpu_resource(allocation.resource) else 1
+    if allocation.resource in (GPUMEM_RESOURCE, GPUCORES_RESOURCE):
+        gpu_rank = 0
     return kind_rank, allocation.flavor.name, gpu_rank, allocation.resource
 
 

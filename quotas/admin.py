@@ -32,6 +32,7 @@ from quotas.services import (
     TIER_COUNT_FIELDS,
     TIER_OPTIONAL_FIELDS,
     cluster_tenants_repush,
+    flavor_vgpu_convert,
     tenant_traffic_namespaces_read,
     tier_template_prepare,
     tier_template_save,
@@ -205,11 +206,37 @@ class FlavorResourceInline(admin.TabularInline):
 class ResourceFlavorAdmin(admin.ModelAdmin):
     list_display = [
         "name", "cluster", "kind", "gpu_model", "mig_profile", "time_slicing_replicas",
-        "gpu_weight", "storage_class", "performance",
+        "gpu_memory_mib", "vgpu_split", "gpu_weight", "storage_class", "performance",
     ]  # fmt: skip
     list_filter = ["cluster", "kind"]
     search_fields = ["name", "gpu_model"]
     inlines = [FlavorResourceInline]
+    actions = ["move_to_vgpu"]
+
+    @admin.action(description="Move selected time-sliced flavors to vGPU shares (HAMi)")
+    def move_to_vgpu(self, request: HttpRequest, queryset: Any) -> None:
+        """Each flavor's tenants keep the same fraction of a GPU, now as GPU memory and
+        compute (``quotas.services.flavor_vgpu_convert``); the flavor's GPU memory
+        (``gpu_memory_mib``) must be set on it first."""
+        for flavor in queryset.select_related("cluster"):
+            try:
+                done = flavor_vgpu_convert(
+                    flavor=flavor,
+                    gpu_memory_mib=flavor.gpu_memory_mib,
+                    vgpu_split=flavor.vgpu_split,
+                    actor=request.user,  # type: ignore[arg-type]  # staff only: a User
+                )
+            except ApplicationError as exc:
+                self.message_user(request, exc.message, level=messages.ERROR)
+                continue
+            rest = [f"{c.tenant}: {c.rest}" for c in done.shares if c.rest]
+            self.message_user(
+                request,
+                f"{flavor.name} now gives vGPU shares; {len(done.shares)} "
+                f"tenant{'s' if len(done.shares) != 1 else ''} moved"
+                + (f" (rounded down: {'; '.join(rest)})" if rest else ""),
+                level=messages.SUCCESS,
+            )
 
 
 class TierTemplateForm(forms.ModelForm):

@@ -23,6 +23,7 @@ class FlavorIsolation:
 
     NONE: Final = "no-gpu"  # CPU nodes, storage classes: any level
     TIME_SLICED: Final = "time-sliced"
+    VGPU: Final = "vgpu"
     MIG: Final = "mig"
     WHOLE_GPU: Final = "whole-gpu"
     DEDICATED: Final = "dedicated"
@@ -30,6 +31,7 @@ class FlavorIsolation:
 
 FLAVOR_ISOLATION_WORDS: Final = {
     FlavorIsolation.TIME_SLICED: "time-sliced GPU shares",
+    FlavorIsolation.VGPU: "vGPU shares (HAMi)",
     FlavorIsolation.MIG: "MIG instances",
     FlavorIsolation.WHOLE_GPU: "whole GPUs on shared nodes",
     FlavorIsolation.DEDICATED: "GPUs on dedicated nodes",
@@ -39,9 +41,16 @@ FLAVOR_ISOLATION_WORDS: Final = {
 ALLOWED: Final[Mapping[str, frozenset[str]]] = {
     # No promise beyond the namespace: any shared GPU flavor, not another tenant's own nodes.
     IsolationLevel.NAMESPACE: frozenset(
-        {FlavorIsolation.TIME_SLICED, FlavorIsolation.MIG, FlavorIsolation.WHOLE_GPU}
+        {
+            FlavorIsolation.TIME_SLICED,
+            FlavorIsolation.VGPU,
+            FlavorIsolation.MIG,
+            FlavorIsolation.WHOLE_GPU,
+        }
     ),
-    IsolationLevel.TIME_SLICED: frozenset({FlavorIsolation.TIME_SLICED}),
+    # A GPU shared with other tenants: by time slices, or by HAMi's vGPU shares (memory and
+    # compute each capped inside the container, the GPU's faults still shared).
+    IsolationLevel.TIME_SLICED: frozenset({FlavorIsolation.TIME_SLICED, FlavorIsolation.VGPU}),
     IsolationLevel.MIG: frozenset({FlavorIsolation.MIG}),
     # The device plugin hands out whole GPUs and MIG instances alike, each to one pod.
     IsolationLevel.WHOLE_GPU: frozenset({FlavorIsolation.WHOLE_GPU, FlavorIsolation.MIG}),
@@ -89,6 +98,8 @@ def flavor_isolation(
     *, kind: str, node_taints: Sequence[Any] | None, time_slicing_replicas: int | None
 ) -> str:
     """What a flavor gives: time-sliced shares, MIG instances, whole GPUs, dedicated nodes."""
+    if kind == FlavorKind.VGPU:
+        return FlavorIsolation.VGPU
     if kind not in (FlavorKind.GPU, FlavorKind.MIG):
         return FlavorIsolation.NONE
     if time_slicing_replicas:

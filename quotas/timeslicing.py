@@ -26,6 +26,14 @@ MEMORY_NOT_ISOLATED: Final = (
     "of 10 are 30% of the GPU's time."
 )
 
+# What a vGPU share (HAMi, ``quotas.vgpu``) caps, beside what a time-sliced share does not.
+VGPU_CAPS: Final = (
+    "A vGPU share (HAMi) caps each container on the GPU: its GPU memory at what it asked for "
+    "(an allocation past it fails in that container only) and its compute at its percent of "
+    "the GPU. The team's quota caps the GPU memory and compute its pods ask for together. The "
+    "GPU itself is still shared: a fault of the GPU reaches every team on it."
+)
+
 
 class NotWholeShares(ValueError):
     """A percentage that is not a whole number of shares; the message gives the nearest."""

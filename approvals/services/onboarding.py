@@ -12,7 +12,6 @@ from core.errors import (
     Conflict,
     ValidationFailed,
 )
-from quotas.choices import FlavorKind
 from quotas.models import (
     Cluster,
     ResourceFlavor,
@@ -20,6 +19,7 @@ from quotas.models import (
 )
 from quotas.services import (
     default_gpu_flavor,
+    tier_flavor_check,
     tier_items,
     tier_scheduling,
 )
@@ -69,11 +69,7 @@ def tenant_onboard(
             "gpu_flavor",
             f"flavor {gpu_flavor.name!r} belongs to cluster {gpu_flavor.cluster.name!r}, not {cluster.name!r}",
         )
-    if gpu_flavor.kind != FlavorKind.GPU:
-        raise ValidationFailed.for_field(
-            "gpu_flavor",
-            f"flavor {gpu_flavor.name!r} is a {gpu_flavor.kind} flavor, not whole GPUs",
-        )
+    tier_flavor_check(gpu_flavor)
     try:
         request = quota_request_grant(
             tenant=tenant,

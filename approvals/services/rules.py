@@ -16,6 +16,7 @@ from decimal import Decimal
 from functools import cached_property, partial
 from typing import Any
 
+from quotas.choices import FlavorKind
 from quotas.isolation import flavor_isolation, isolation_rule_broken
 from quotas.kube.bandwidth import bandwidth_words, pod_bandwidth_text
 from quotas.kube.egress import MAX_RULES, EgressError, read_egress_rule
@@ -28,6 +29,7 @@ from quotas.services import (
     QuotaCheck,
     QuotaItem,
     SchedulingQuotas,
+    cluster_hami_problem,
     department_check,
     fair_share_weight_check,
     inference_split_check,
@@ -399,6 +401,18 @@ def line_allowed_at_isolation_level(change: Change, index: int) -> Iterable[str]
         yield broken
 
 
+def line_vgpu_cluster_has_hami(change: Change, index: int) -> Iterable[str]:
+    """A line on a vGPU flavor needs HAMi, new enough, on its cluster (``quotas.vgpu``):
+    without it nothing would cap the memory and compute the quota promises. A line lowering
+    one to 0 is fine."""
+    item = change.items[index]
+    if item.flavor.kind != FlavorKind.VGPU or item.limit <= 0:
+        return
+    problem = cluster_hami_problem(change.cluster)
+    if problem:
+        yield f"{item.flavor.name} is a vGPU flavor and {problem}"
+
+
 def quotas_held_allowed_at_new_level(change: Change) -> Iterable[str]:
     """R23: a new level is refused while any of the tenant's quotas, on any cluster, is on a
     flavor it does not allow, naming each (the request's own lines are judged as lines)."""
@@ -740,6 +754,7 @@ RULES: tuple[AnyRule, ...] = (
     Rule("isolation_level", isolation_level_known),
     Rule("isolation_level", isolation_level_changes),
     LineRule("flavor", line_allowed_at_isolation_level),
+    LineRule("flavor", line_vgpu_cluster_has_hami),
     Rule("isolation_level", quotas_held_allowed_at_new_level),
     Rule("production_priority", production_priority_changes),
     Rule("pod_bandwidth_max", pod_bandwidth_allowed),

@@ -41,6 +41,7 @@ from gpu_agent.models import (
 )
 from gpu_agent.selectors import _same_model, node_is_stale
 from gpu_agent.services.common import MESSAGE_MAX
+from quotas.choices import FlavorKind
 from quotas.models import Quota
 from tenants.models import Tenant, User
 from tenants.services import audit_record
@@ -385,7 +386,8 @@ def isolation_pairs(*, limit: int = PAIR_HISTORY) -> list[IsolationPair]:
 @dataclass(frozen=True)
 class SharedGpu:
     """A GPU whose shares two tenants or more hold: ``how`` is ``"mig"`` (its MIG instances run
-    their pods) or ``"time-sliced"`` (they hold quota on a time-sliced flavor of its model)."""
+    their pods), ``"time-sliced"`` (they hold quota on a time-sliced flavor of its model) or
+    ``"vgpu"`` (on a vGPU flavor of its model, shared through HAMi)."""
 
     gpu: Gpu
     tenants: list[Tenant]
@@ -406,11 +408,14 @@ def shared_gpus(*, limit: int = 200) -> list[SharedGpu]:
         owners.setdefault(instance.gpu_id, {}).setdefault(instance.tenant_id, instance.tenant)  # type: ignore[arg-type]
     mig_ids = [gpu_id for gpu_id, tenants in owners.items() if len(tenants) >= 2]
     holders: dict[tuple[int, str], dict[int, Tenant]] = {}
+    hows: dict[tuple[int, str], str] = {}
     quotas = Quota.objects.filter(
-        flavor__time_slicing_replicas__isnull=False, limit__gt=0
+        Q(flavor__time_slicing_replicas__isnull=False) | Q(flavor__kind=FlavorKind.VGPU),
+        limit__gt=0,
     ).select_related("quota_set__tenant", "flavor")
     for quota in quotas:
         key = (quota.quota_set.cluster_id, quota.flavor.gpu_model)
+        hows[key] = "vgpu" if quota.flavor.kind == FlavorKind.VGPU else "time-sliced"
         holders.setdefault(key, {}).setdefault(quota.quota_set.tenant_id, quota.quota_set.tenant)
     shared_models = {key: tenants for key, tenants in holders.items() if len(tenants) >= 2}
     clusters = {cluster_id for cluster_id, _model in shared_models}
@@ -431,7 +436,7 @@ def shared_gpus(*, limit: int = 200) -> list[SharedGpu]:
         for (cluster_id, model), holding in shared_models.items():
             if cluster_id == gpu.node.cluster_id and _same_model(model, gpu.name):
                 ordered = sorted(holding.values(), key=lambda t: t.slug)
-                found.append(SharedGpu(gpu, ordered, "time-sliced"))
+                found.append(SharedGpu(gpu, ordered, hows[(cluster_id, model)]))
                 break
     return found
 

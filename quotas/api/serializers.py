@@ -168,14 +168,25 @@ class FlavorOutput(serializers.ModelSerializer):
             "node_taints",
             "gpu_weight",
             "time_slicing_replicas",
+            "gpu_memory_mib",
+            "vgpu_split",
             "resources",
         ]
         extra_kwargs = {
+            "gpu_memory_mib": {
+                "help_text": "vGPU flavors (HAMi): the memory of one of the flavor's GPUs in "
+                "MiB; the flavor's nvidia.com/gpumem capacity and quotas are in bytes. null: "
+                "not given."
+            },
+            "vgpu_split": {
+                "help_text": "vGPU flavors (HAMi): vGPUs each GPU is advertised as (HAMi's "
+                "deviceSplitCount); the flavor's nvidia.com/gpu counts vGPUs. null otherwise."
+            },
             "time_slicing_replicas": {
                 "help_text": "Shares each GPU is advertised as when the device plugin "
                 "time-slices this flavor (its GPU capacity and quotas count shares); null: "
                 "not shared. Shares split time, not memory."
-            }
+            },
         }
 
 

@@ -13,7 +13,9 @@
   source that holds);
 * ``fleet``: what the fleet pushes of a MIG flavor's capacity, per node;
 * ``grants``: grants for a time on top of the standing quota, scheduled, started, withdrawn
-  and ended, each step pushed and audited.
+  and ended, each step pushed and audited;
+* ``vgpu`` (and ``vgpu_amounts``): GPU memory and compute of vGPU flavors (HAMi) as typed and
+  read, the rules a vGPU line keeps, and a time-sliced flavor moved to vGPU shares.
 
 The names below are the app's service interface: import them from ``quotas.services``."""
 
@@ -93,10 +95,23 @@ from quotas.services.tiers import (
     TIER_TEXT_FIELDS,
     default_gpu_flavor,
     quota_set_create_from_tier,
+    tier_flavor_check,
     tier_items,
     tier_scheduling,
     tier_template_prepare,
     tier_template_save,
+)
+from quotas.services.vgpu import (
+    ConvertedShare,
+    FlavorConversion,
+    cluster_hami_problem,
+    flavor_vgpu_convert,
+)
+from quotas.services.vgpu_amounts import (
+    gpumem_words,
+    vgpu_amount_parse,
+    vgpu_amount_words,
+    vgpu_line_problems,
 )
 
 __all__ = [
@@ -113,6 +128,8 @@ __all__ = [
     "TIER_OPTIONAL_FIELDS",
     "TIER_TEXT_FIELDS",
     "CapacityLine",
+    "ConvertedShare",
+    "FlavorConversion",
     "FleetNodeReading",
     "ProposedLine",
     "QuotaCheck",
@@ -123,6 +140,7 @@ __all__ = [
     "cluster_enforcement_set",
     "cluster_fair_sharing_set",
     "cluster_fair_sharing_spec",
+    "cluster_hami_problem",
     "cluster_lock",
     "cluster_namespace_rules",
     "cluster_namespaces_reserve",
@@ -136,7 +154,9 @@ __all__ = [
     "enqueue_outbox",
     "fair_share_weight_check",
     "fair_sharing_read",
+    "flavor_vgpu_convert",
     "fleet_node_capacity_set",
+    "gpumem_words",
     "grant_schedule",
     "grant_start",
     "grants_confirm_ended",
@@ -164,8 +184,12 @@ __all__ = [
     "quota_set_write",
     "quota_sets_resync",
     "tenant_traffic_namespaces_read",
+    "tier_flavor_check",
     "tier_items",
     "tier_scheduling",
     "tier_template_prepare",
     "tier_template_save",
+    "vgpu_amount_parse",
+    "vgpu_amount_words",
+    "vgpu_line_problems",
 ]

@@ -13,10 +13,11 @@ from typing import Any
 from django.db import transaction
 
 from core.errors import PermissionDenied, ValidationFailed
-from quotas.choices import CapSubject
+from quotas.choices import GPUCORES_RESOURCE, GPUMEM_RESOURCE, CapSubject
 from quotas.models import PersonCap, Quota, QuotaSet, ResourceFlavor
 from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
 from quotas.services.outbox import quota_set_repush
+from quotas.services.vgpu_amounts import vgpu_amount_parse
 from tenants.models import Membership, Tenant, User
 from tenants.services import audit_record, team_ensure_can_manage
 
@@ -91,10 +92,13 @@ def _check_lines(*, tenant: Tenant, caps: list[dict[str, Any]]) -> list[CapLine]
 
 
 def _amount(index: int, resource: str, raw: object, quota: Quota) -> Decimal:
-    try:
-        amount = parse_resource_amount(resource, str(raw).strip())
-    except QuantityError as exc:
-        raise ValidationFailed.for_field(_field(index, "amount"), f"{exc}.") from None
+    if resource in (GPUMEM_RESOURCE, GPUCORES_RESOURCE):  # GiB / percent, as on requests
+        amount = vgpu_amount_parse(resource, raw, field=_field(index, "amount"))
+    else:
+        try:
+            amount = parse_resource_amount(resource, str(raw).strip())
+        except QuantityError as exc:
+            raise ValidationFailed.for_field(_field(index, "amount"), f"{exc}.") from None
     if amount > quota.limit:
         limit = format_quantity(quota.limit, resource)
         raise ValidationFailed.for_field(

@@ -18,7 +18,10 @@ from quotas import timeslicing
 from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,
+    GPUCORES_RESOURCE,
+    GPUMEM_RESOURCE,
     MEMORY_RESOURCE,
+    FlavorKind,
     is_gpu_resource,
     mig_resource,
 )
@@ -36,6 +39,8 @@ from quotas.selectors import (
     flavor_capacities,
     guarantees_by_flavor,
 )
+from quotas.services.vgpu_amounts import vgpu_amount_parse, vgpu_lines_check
+from quotas.vgpu import MIB
 from tenants.models import Tenant
 
 
@@ -120,6 +125,10 @@ def quota_item_parse(
     ):
         if raw is None:
             amounts[name] = None
+            continue
+        if flavor.kind == FlavorKind.VGPU or resource in (GPUMEM_RESOURCE, GPUCORES_RESOURCE):
+            # GPU memory in GiB or a quantity, whole MiB; compute in percent of a GPU
+            amounts[name] = vgpu_amount_parse(resource, raw, field=f"{field_prefix}{name}")
             continue
         if timeslicing.is_percent(raw):
             amounts[name] = _shares_from_percent(
@@ -208,6 +217,14 @@ def mig_shortfall(
     return text
 
 
+def _shown(amount: Decimal, resource: str) -> str:
+    """An amount in a rule's message: as Kubernetes writes it ("4Gi", "16"), GPU memory and
+    compute of vGPU flavors as people read them ("4.5 GiB", "30% of a GPU")."""
+    if resource in (GPUMEM_RESOURCE, GPUCORES_RESOURCE):
+        return to_display(amount, resource)
+    return format_quantity(amount, resource)
+
+
 def quota_items_check(
     *,
     cluster: Cluster,
@@ -233,8 +250,13 @@ def quota_items_check(
     if guaranteed_elsewhere is None:
         guaranteed_elsewhere = guarantees_by_flavor(cluster=cluster, exclude_quota_set=quota_set)
     seen: set[tuple[int, str]] = set()
+    vgpu_problems = vgpu_lines_check(items)
     for index, item in enumerate(items):
         what = f"{item.resource} on {item.flavor.name}"
+        if index in vgpu_problems:  # GPU memory in whole MiB, within what its vGPUs reach
+            for attribute, message in vgpu_problems[index].items():
+                check.error(line_key(index, attribute), message)
+            continue
         if item.flavor.cluster_id != cluster.pk:
             check.error(
                 line_key(index, "flavor"),
@@ -256,15 +278,15 @@ def quota_items_check(
         if item.guaranteed > item.limit:
             check.error(
                 line_key(index, "guaranteed"),
-                f"{what}: guaranteed {format_quantity(item.guaranteed, item.resource)} "
-                f"is above the limit {format_quantity(item.limit, item.resource)}",
+                f"{what}: guaranteed {_shown(item.guaranteed, item.resource)} "
+                f"is above the limit {_shown(item.limit, item.resource)}",
             )
         if item.lending_limit is not None and item.lending_limit > item.guaranteed:
             check.error(
                 line_key(index, "lending_limit"),
                 f"{what}: lending limit "
-                f"{format_quantity(item.lending_limit, item.resource)} is above guaranteed "
-                f"{format_quantity(item.guaranteed, item.resource)}",
+                f"{_shown(item.lending_limit, item.resource)} is above guaranteed "
+                f"{_shown(item.guaranteed, item.resource)}",
             )
         capacity = capacities[key].amount
         fleet = capacities[key].fleet
@@ -288,8 +310,8 @@ def quota_items_check(
                     asked=taken + item.guaranteed,
                     fleet=fleet,
                     detail=(
-                        f"; guaranteed {format_quantity(item.guaranteed, item.resource)} here "
-                        f"and {format_quantity(taken, item.resource)} to other tenants"
+                        f"; guaranteed {_shown(item.guaranteed, item.resource)} here "
+                        f"and {_shown(taken, item.resource)} to other tenants"
                     ),
                 ),
             )
@@ -306,9 +328,9 @@ def quota_items_check(
             check.error(
                 line_key(index, "guaranteed"),
                 (
-                    f"{what}: guaranteed {format_quantity(item.guaranteed, item.resource)} does not fit: "
-                    f"other tenants hold {format_quantity(taken, item.resource)} of "
-                    f"{format_quantity(capacity, item.resource)} {_capacity_label(item.flavor, item.resource)} on "
+                    f"{what}: guaranteed {_shown(item.guaranteed, item.resource)} does not fit: "
+                    f"other tenants hold {_shown(taken, item.resource)} of "
+                    f"{_shown(capacity, item.resource)} {_capacity_label(item.flavor, item.resource)} on "
                     f"{cluster.name} and the cluster does not allow overcommitting guarantees"
                 ),
             )
@@ -318,17 +340,17 @@ def quota_items_check(
         if department and item.limit > capacity:
             check.error(
                 line_key(index, "limit"),
-                f"{what}: the department cap of {format_quantity(item.limit, item.resource)} "
-                f"is above the {format_quantity(capacity, item.resource)} "
+                f"{what}: the department cap of {_shown(item.limit, item.resource)} "
+                f"is above the {_shown(capacity, item.resource)} "
                 f"{_capacity_label(item.flavor, item.resource)} of {cluster.name}",
             )
         elif not department and not limit_fits_cap(limit=item.limit, cap=cap):
             check.error(
                 line_key(index, "limit"),
                 (
-                    f"limit {format_quantity(item.limit, item.resource)} exceeds the elastic cap of "
-                    f"{format_quantity(cap, item.resource)} ({(cluster.elastic_cap_fraction * 100).normalize():f}% of "
-                    f"{format_quantity(capacity, item.resource)} {_capacity_label(item.flavor, item.resource)} on {cluster.name})"
+                    f"limit {_shown(item.limit, item.resource)} exceeds the elastic cap of "
+                    f"{_shown(cap, item.resource)} ({(cluster.elastic_cap_fraction * 100).normalize():f}% of "
+                    f"{_shown(capacity, item.resource)} {_capacity_label(item.flavor, item.resource)} on {cluster.name})"
                 ),
             )
     return check
@@ -533,9 +555,14 @@ def department_check(
 
 
 def elastic_cap(*, capacity: Decimal, fraction: Decimal, resource: str) -> Decimal:
-    """The most a single tenant's limit may be (R19); whole units for GPUs and MIG slices."""
+    """The most a single tenant's limit may be (R19); whole units for GPUs, MIG slices and
+    percent of a GPU, whole MiB of GPU memory (HAMi counts MiB)."""
     cap = capacity * fraction
-    return cap.to_integral_value(rounding=ROUND_FLOOR) if is_gpu_resource(resource) else cap
+    if resource == GPUMEM_RESOURCE:
+        return (cap / MIB).to_integral_value(rounding=ROUND_FLOOR) * MIB
+    if is_gpu_resource(resource) or resource == GPUCORES_RESOURCE:
+        return cap.to_integral_value(rounding=ROUND_FLOOR)
+    return cap
 
 
 def guarantees_fit(*, capacity: Decimal, guaranteed: Decimal, overcommit_allowed: bool) -> bool:

@@ -10,9 +10,12 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 
 from core.errors import ValidationFailed
+from quotas import vgpu
 from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,
+    GPUCORES_RESOURCE,
+    GPUMEM_RESOURCE,
     MEMORY_RESOURCE,
     FlavorKind,
 )
@@ -25,19 +28,28 @@ from quotas.models import (
 from quotas.quantity import QuantityError, format_quantity, parse_resource_amount
 from quotas.services.quota_sets import quota_set_write
 from quotas.services.rules import QuotaCheck, QuotaItem, SchedulingQuotas, amount_text
+from quotas.vgpu import DEFAULT_SPLIT, MIB
 from tenants.models import Tenant, User
 from tenants.services import audit_record
 
 
 def tier_items(*, tier: TierTemplate, gpu_flavor: ResourceFlavor) -> list[QuotaItem]:
     """The quota items a tier gives on a GPU flavor: GPUs, and CPU / memory where the flavor
-    covers them."""
+    covers them. On a vGPU flavor (HAMi) a tier's GPUs are that many GPUs' worth: vGPUs at
+    the flavor's split, their GPU memory and 100% of a GPU's compute each."""
     covered = set(gpu_flavor.resources.values_list("resource", flat=True))
+    gpus = (Decimal(tier.gpus_guaranteed), Decimal(tier.gpus_limit))
     amounts = {
-        GPU_RESOURCE: (Decimal(tier.gpus_guaranteed), Decimal(tier.gpus_limit)),
+        GPU_RESOURCE: gpus,
         CPU_RESOURCE: (tier.cpu_guaranteed, tier.cpu_limit),
         MEMORY_RESOURCE: (tier.memory_guaranteed, tier.memory_limit),
     }
+    if gpu_flavor.kind == FlavorKind.VGPU:
+        split = Decimal(gpu_flavor.vgpu_split or DEFAULT_SPLIT)
+        memory = Decimal(gpu_flavor.gpu_memory_mib or 0) * MIB
+        amounts[GPU_RESOURCE] = (gpus[0] * split, gpus[1] * split)
+        amounts[GPUMEM_RESOURCE] = (gpus[0] * memory, gpus[1] * memory)
+        amounts[GPUCORES_RESOURCE] = (gpus[0] * 100, gpus[1] * 100)
     return [
         QuotaItem(gpu_flavor, resource, guaranteed, limit)
         for resource, (guaranteed, limit) in amounts.items()
@@ -68,6 +80,23 @@ def default_gpu_flavor(*, cluster: Cluster) -> ResourceFlavor:
     return flavor
 
 
+def tier_flavor_check(gpu_flavor: ResourceFlavor) -> None:
+    """A tier applies to whole GPUs, or to a vGPU flavor (HAMi) on a cluster whose HAMi can
+    hold its quotas; 400 naming ``gpu_flavor`` otherwise."""
+    if gpu_flavor.kind == FlavorKind.VGPU:
+        problem = vgpu.hami_problem(gpu_flavor.cluster.hami_version)
+        if problem:
+            raise ValidationFailed.for_field(
+                "gpu_flavor", f"{gpu_flavor.name} is a vGPU flavor and {problem}"
+            )
+        return
+    if gpu_flavor.kind != FlavorKind.GPU:
+        raise ValidationFailed.for_field(
+            "gpu_flavor",
+            f"flavor {gpu_flavor.name!r} is a {gpu_flavor.kind} flavor, not whole GPUs",
+        )
+
+
 def quota_set_create_from_tier(
     *,
     tenant: Tenant,
@@ -83,11 +112,7 @@ def quota_set_create_from_tier(
             f"flavor {gpu_flavor.name!r} belongs to cluster {gpu_flavor.cluster.name!r}, "
             f"not {cluster.name!r}",
         )
-    if gpu_flavor.kind != FlavorKind.GPU:
-        raise ValidationFailed.for_field(
-            "gpu_flavor",
-            f"flavor {gpu_flavor.name!r} is a {gpu_flavor.kind} flavor, not whole GPUs",
-        )
+    tier_flavor_check(gpu_flavor)
     try:
         return quota_set_write(
             tenant=tenant,

@@ -4,9 +4,15 @@ from decimal import Decimal
 
 from django import template
 
-from quotas.choices import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from quotas.choices import GPU_RESOURCE, GPUMEM_RESOURCE, MIG_RESOURCE_PREFIX
 from quotas.quantity import counted_text, format_quantity, to_display
-from quotas.timeslicing import MEMORY_NOT_ISOLATED, gpus_text, percent_text, shares_text
+from quotas.timeslicing import (
+    MEMORY_NOT_ISOLATED,
+    VGPU_CAPS,
+    gpus_text,
+    percent_text,
+    shares_text,
+)
 
 register = template.Library()
 
@@ -76,6 +82,8 @@ def shares(amount: Decimal | None, replicas: int | None, resource: str) -> str:
         return "—"
     if replicas and resource == GPU_RESOURCE:
         return shares_text(amount, replicas)
+    if resource == GPUMEM_RESOURCE:  # vGPU flavors (HAMi): "4.5 GiB of GPU memory"
+        return f"{to_display(amount, resource)} of GPU memory"
     return to_display(amount, resource)
 
 
@@ -89,6 +97,20 @@ def share_step(replicas: int) -> str:
 def time_slicing_memory_note() -> str:
     """What a time-sliced share does not give, in words for every page that shows shares."""
     return MEMORY_NOT_ISOLATED
+
+
+@register.filter
+def gpu_memory(mib: int | None) -> str:
+    """``{{ flavor.gpu_memory_mib|gpu_memory }}`` -> "15 GiB of GPU memory"."""
+    if not mib:
+        return "—"
+    return f"{to_display(Decimal(mib) * 1024**2, GPUMEM_RESOURCE)} of GPU memory"
+
+
+@register.simple_tag
+def vgpu_caps_note() -> str:
+    """What a vGPU share (HAMi) caps, in words for every page that shows vGPU quotas."""
+    return VGPU_CAPS
 
 
 @register.filter

@@ -243,11 +243,12 @@ def test_the_demo_mig_flavors_have_the_capacity_the_seeded_layouts_hold(demo: da
     # The cluster's word: the Node objects the demo seeds its stand-in with.
     seeded = [standin_node(name, spec) for name, c, spec in DEMO_NODES if c == h100.name]
     cluster_nodes_record(cluster=h100, objects=[n for n in seeded if n is not None])
-    # The labs' time-sliced T4 is a GPU two tenants share: the isolation page offers its check.
+    # The labs' T4 (vGPU shares through HAMi) is a GPU two tenants share: the isolation page
+    # offers its check.
     from gpu_agent.services.probes import shared_gpus
 
     assert [(r.gpu.node.name, r.how, [t.slug for t in r.tenants]) for r in shared_gpus()] == [
-        ("t4-node-1", "time-sliced", ["lab-nlp", "lab-speech", "lab-vision"])
+        ("t4-node-1", "vgpu", ["lab-nlp", "lab-speech", "lab-vision"])
     ]
     checked = flavor_capacities(cluster=h100)
     period = dashboards.period_resolve(name="24h")

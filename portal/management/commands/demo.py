@@ -25,6 +25,7 @@ from approvals.services import (
     quota_request_approve,
     quota_request_create,
     quota_request_grant,
+    request_items_parse,
     tenant_onboard,
 )
 from gpu_agent.models import Node
@@ -39,6 +40,8 @@ from identity.services import group_mapping_create
 from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,
+    GPUCORES_RESOURCE,
+    GPUMEM_RESOURCE,
     MEMORY_RESOURCE,
     STORAGE_RESOURCE,
     CapSubject,
@@ -60,6 +63,7 @@ from usage.models import PrometheusSource
 from usage.services import PROMETHEUS_SETTINGS, prometheus_source_set
 
 GI = 1024**3
+MI = 1024**2
 TI = 1024**4
 DEMO_PASSWORD = "demo"  # noqa: S105 - the demo's documented password, printed at start
 DEMO_SPAN = timedelta(days=DEMO_DAYS)  # the simulated usage month
@@ -85,10 +89,15 @@ USERS = [
 # The department (R14) over team-a and team-b on demo-h100: a pool of 2 H100s, a cap of 12.
 DEPARTMENT_TEAMS = ("team-a", "team-b")
 
-# The seed's T4 split (R25): one T4 time-sliced 10 ways, 30% / 30% / 40% to three labs.
-T4_FLAVOR = "t4-shared"
+# The seed's T4 split: one T4 shared through HAMi as vGPUs, 30% / 30% / 40% of its memory
+# and compute to three labs, each capped inside its containers (a time-sliced share caps
+# neither; clusters without HAMi keep time-slicing, ``quotas.timeslicing``).
+T4_FLAVOR = "t4-vgpu"
 T4_GPUS = 1
-T4_SHARES_PER_GPU = 10
+T4_MEMORY_MIB = 15360  # a Tesla T4's memory as NVML reports it
+T4_VGPUS_PER_GPU = 10  # HAMi's deviceSplitCount (its default)
+# The HAMi the demo's stand-in reports on demo-h100 (newer than quotas.vgpu.HAMI_MIN_VERSION).
+DEMO_HAMI_VERSION = "2.10.0"
 T4_LABS = [
     ("lab-nlp", "NLP lab (shared T4)", 30),
     ("lab-vision", "Vision lab (shared T4)", 30),
@@ -466,9 +475,11 @@ class Command(BaseCommand):
 
     @staticmethod
     def _t4_labs(cluster: Cluster, t4: ResourceFlavor, users: dict[str, User]) -> None:
-        """The seed's T4 split (R25): three labs at the time-sliced level, each set as a lead
-        would (bob asks, an admin approves), then 30%, 30% and 40% of the T4 granted: 3, 3 and 4
-        of its 10 shares, with CPU and memory of the T4 node in proportion."""
+        """The seed's T4 split: three labs at the shared-GPU level, each set as a lead would
+        (bob asks, an admin approves), then 30%, 30% and 40% of the T4's memory and compute
+        granted by an admin as bob asks: 4.5, 4.5 and 6 GiB of its 15 GiB, 30%, 30% and
+        40% of its compute, 3, 3 and 4 of its 10 vGPUs, with CPU and memory of the T4 node in
+        proportion."""
         for slug, name, percent in T4_LABS:
             if Tenant.objects.filter(slug=slug).exists():
                 continue
@@ -476,7 +487,7 @@ class Command(BaseCommand):
                 slug=slug,
                 display_name=name,
                 cohort="demo",
-                description="Notebooks and small inference on a time-sliced share of a T4.",
+                description="Notebooks and small inference on a vGPU share of a T4 (HAMi).",
                 actor=users["admin"],
             )
             membership_set(
@@ -486,25 +497,43 @@ class Command(BaseCommand):
                 tenant=lab,
                 cluster=cluster,
                 requester=users["bob"],
-                reason="Notebooks share a T4: a time-sliced share is enough",
+                reason="Notebooks share a T4: a share of its memory and compute is enough",
                 items=[],
                 isolation_level=IsolationLevel.TIME_SLICED,
                 submit=True,
             )
             quota_request_approve(request=level, approver=users["admin"], comment="Fine")
             lab.refresh_from_db()  # its level, as the approval set it
-            shares = Decimal(percent * T4_SHARES_PER_GPU // 100)
+            vgpus = percent * T4_VGPUS_PER_GPU // 100
+            memory = f"{percent * T4_MEMORY_MIB // 100}Mi"
+            lines = {
+                GPU_RESOURCE: str(vgpus),
+                GPUMEM_RESOURCE: memory,
+                GPUCORES_RESOURCE: f"{percent}%",
+                CPU_RESOURCE: str(vgpus * 2),
+                MEMORY_RESOURCE: f"{vgpus * 8}Gi",
+            }
+            if t4.time_slicing_replicas:  # a cluster without HAMi: shares of the T4's time
+                lines = {
+                    GPU_RESOURCE: f"{percent}%",
+                    CPU_RESOURCE: str(vgpus * 2),
+                    MEMORY_RESOURCE: f"{vgpus * 8}Gi",
+                }
+            # 30% of a flavor's capacity needs two approvals by the policy; the demo has one
+            # admin, who grants what bob asks for (as requests are decided, audited, pushed).
             quota_request_grant(
                 tenant=lab,
                 cluster=cluster,
                 actor=users["admin"],
-                items=[
-                    QuotaItem(t4, GPU_RESOURCE, shares, shares),
-                    QuotaItem(t4, CPU_RESOURCE, shares * 2, shares * 2),
-                    QuotaItem(t4, MEMORY_RESOURCE, shares * 8 * GI, shares * 8 * GI),
-                ],
+                items=request_items_parse(
+                    cluster=cluster,
+                    raw_items=[
+                        {"flavor": t4.name, "resource": r, "guaranteed": v, "limit": v}
+                        for r, v in lines.items()
+                    ],
+                ),
                 scheduling={},
-                reason=f"The seed's T4 split 30/30/40: {percent}% of the T4",
+                reason=f"The seed's T4 split 30/30/40: {percent}% of the T4's memory and compute",
             )
 
     @transaction.atomic
@@ -627,22 +656,27 @@ class Command(BaseCommand):
                 },
             )
 
-        # One T4 shared by time-slicing (R25): the device plugin advertises it as 10 shares,
-        # 10% of the GPU each (GPU Feature Discovery then names the node's product
-        # Tesla-T4-SHARED, which is what Kueue's flavor selects).
-        t4_shared = _flavor(
+        # One T4 shared through HAMi: 10 vGPUs, its 15 GiB of memory and 100% of its compute
+        # counted as quotas; HAMi-core caps each container's memory and compute.
+        if not h100.hami_version:
+            h100.hami_version = DEMO_HAMI_VERSION
+            h100.save(update_fields=["hami_version"])
+        t4_vgpu = _flavor(
             h100,
             T4_FLAVOR,
             {
-                GPU_RESOURCE: Decimal(T4_GPUS * T4_SHARES_PER_GPU),
+                GPU_RESOURCE: Decimal(T4_GPUS * T4_VGPUS_PER_GPU),
+                GPUMEM_RESOURCE: Decimal(T4_GPUS * T4_MEMORY_MIB * MI),
+                GPUCORES_RESOURCE: Decimal(T4_GPUS * 100),
                 CPU_RESOURCE: Decimal(32),
                 MEMORY_RESOURCE: Decimal(128 * GI),
             },
-            kind=FlavorKind.GPU,
+            kind=FlavorKind.VGPU,
             gpu_model="Tesla T4",
-            gpu_weight=Decimal("0.025"),  # a share: a tenth of a T4, which weighs a quarter
-            time_slicing_replicas=T4_SHARES_PER_GPU,
-            node_labels={"nvidia.com/gpu.product": "Tesla-T4-SHARED"},
+            gpu_weight=Decimal("0.025"),  # a vGPU: a tenth of a T4, which weighs a quarter
+            gpu_memory_mib=T4_MEMORY_MIB,
+            vgpu_split=T4_VGPUS_PER_GPU,
+            node_labels={"nvidia.com/gpu.product": "Tesla-T4"},
         )
 
         tiers = {t.name: t for t in TierTemplate.objects.all()}
@@ -779,7 +813,7 @@ class Command(BaseCommand):
             # team-b's idle notebook (devcluster.kueue_sim) is suspended while you watch.
             AlertRule.objects.filter(kind=RuleKind.IDLE_WORKLOAD).update(grace=DEMO_IDLE_GRACE)
         # After the simulated month, so the teams' simulated figures stay as they were.
-        self._t4_labs(h100, t4_shared, users)
+        self._t4_labs(h100, t4_vgpu, users)
         if agent_dir := os.environ.get("DEMO_AGENT_DIR", ""):
             # The simulated GPUs carry the tenants' load as their usage history tells it.
             demo_load.write_load_plan(
@@ -795,7 +829,7 @@ class Command(BaseCommand):
                 if is_admin
                 else {
                     "alice": "lead of team-a and of the Research department",
-                    "bob": "lead of team-b and of the three T4 labs (30/30/40 of a shared T4)",
+                    "bob": "lead of team-b and of the three T4 labs (30/30/40 of a T4's memory and compute)",
                     "carol": "member of team-a",
                 }[username]
             )
