@@ -117,6 +117,50 @@ def _database_is_postgres_in_ci(django_db_blocker: object) -> None:
         )
 
 
+def _sql_flush_by_delete(original: Any) -> Any:
+    """PostgreSQL's flush, as a transactional test's teardown runs it, with DELETE instead of
+    TRUNCATE: TRUNCATE of the ~70 tables gives each (and its indexes) a new file, 2.5-4 s of
+    waiting on the disk per test, where a DELETE of the few rows a test wrote takes 0.02-0.08 s.
+    The outcome is the same: every table empty, sequences left as they are (TRUNCATE without
+    RESTART IDENTITY). Django's foreign keys are DEFERRABLE INITIALLY DEFERRED, so the order of
+    the DELETEs (one transaction: execute_sql_flush) does not matter; a flush that resets
+    sequences or cascades beyond its tables keeps TRUNCATE."""
+
+    def sql_flush(
+        self: Any,
+        style: Any,
+        tables: Any,
+        *,
+        reset_sequences: bool = False,
+        allow_cascade: bool = False,
+    ) -> list[str]:
+        if reset_sequences or allow_cascade or not tables:
+            return original(  # type: ignore[no-any-return]
+                self, style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade
+            )
+        return [
+            "SET CONSTRAINTS ALL DEFERRED",
+            # Django's own table names (introspection), quoted.
+            *(f"DELETE FROM {style.SQL_FIELD(self.quote_name(table))}" for table in tables),  # noqa: S608
+        ]
+
+    return sql_flush
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _flush_by_delete() -> Iterator[None]:
+    if connection.vendor != "postgresql":
+        yield
+        return
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(
+            DatabaseOperations, "sql_flush", _sql_flush_by_delete(DatabaseOperations.sql_flush)
+        )
+        yield
+
+
 @pytest.fixture
 def on_postgres() -> None:
     require_service("PostgreSQL", connection.vendor == "postgresql", "DATABASE_URL is not set")

@@ -119,6 +119,17 @@ def status_row_generation(request: QuotaChangeRequest) -> int:
     return generation
 
 
+def other_backends() -> int:
+    """The other connections to this test database: the worker's."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
 def terminate_other_backends() -> int:
     """``pg_terminate_backend`` on every other connection to this test database: the worker's
     (the stand-in and the watch have none)."""
@@ -143,6 +154,9 @@ def test_database_connections_dropped_during_a_push(
     made = approve_cpu_changes(
         cluster=world.a100, tenants=tenants(world), rounds=2, requester=leads, approver=world.admin
     )
+    # The window opens once the worker, just started, is connected: on a busy machine it can
+    # take longer than the window to start, and there was then no connection to terminate.
+    wait_for(lambda: other_backends() > 0, "the worker's database connection", timeout_s=120)
     terminated = 0
     until = time.monotonic() + 6
     while time.monotonic() < until:
