@@ -77,6 +77,9 @@ class DeviceReading:
     memory_used_mib: int
     processes: int
     pod_uids: tuple[str, ...]  # of its processes that run in a pod, in the report's order
+    # GPU memory (MiB) per pod on the device, as the agent read it (NVML usedGpuMemory of the
+    # pod's processes): what each container holds of a GPU shared through HAMi.
+    pod_memory: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,7 @@ class ReportReadings:
     cluster_id: int | None
     at: datetime
     devices: tuple[DeviceReading, ...]
+    node_name: str = ""  # the reporting node (a pod the collector places elsewhere is not its)
 
 
 def report_readings(*, node: Node, report: Mapping[str, Any], now: datetime) -> ReportReadings:
@@ -107,9 +111,13 @@ def report_readings(*, node: Node, report: Mapping[str, Any], now: datetime) -> 
                     memory_used_mib=r["memory_used_mib"],
                     processes=r["processes"],
                     pod_uids=tuple(r["pod_uids"]),
+                    pod_memory=tuple(
+                        (m["pod_uid"], m["used_memory_mib"]) for m in r.get("pod_memory") or []
+                    ),
                 )
                 for r in report["readings"]
             ),
+            node.name,
         )
     devices: list[DeviceReading] = []
     for g in report.get("gpus") or []:
@@ -126,6 +134,7 @@ def report_readings(*, node: Node, report: Mapping[str, Any], now: datetime) -> 
                     memory_used_mib=g.get("memory_used_mib") or 0,
                     processes=len(processes),
                     pod_uids=_pod_uids(processes),
+                    pod_memory=_pod_memory(processes),
                 )
             )
             continue
@@ -141,13 +150,25 @@ def report_readings(*, node: Node, report: Mapping[str, Any], now: datetime) -> 
                     memory_used_mib=inst.get("memory_used_mib") or 0,
                     processes=len(processes),
                     pod_uids=_pod_uids(processes),
+                    pod_memory=_pod_memory(processes),
                 )
             )
-    return ReportReadings(node.pk, node.cluster_id, now, tuple(devices))
+    return ReportReadings(node.pk, node.cluster_id, now, tuple(devices), node.name)
 
 
 def _pod_uids(processes: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(uid for p in processes if (uid := p.get("pod_uid")))
+
+
+def _pod_memory(processes: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, int], ...]:
+    """GPU memory (MiB) per pod: its processes' ``used_memory_mib`` summed (the agent's
+    ``pod_memory`` of a change report, built from a full report's processes)."""
+    used: dict[str, int] = {}
+    for p in processes:
+        uid, mib = p.get("pod_uid"), p.get("used_memory_mib")
+        if uid and mib is not None:
+            used[uid] = used.get(uid, 0) + int(mib)
+    return tuple(used.items())
 
 
 # --- validation: the schema, then what a schema cannot say ----------------------------------
