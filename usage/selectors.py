@@ -1218,6 +1218,8 @@ class VgpuShareUse:
     memory_mean_mib: float | None
     memory_peak_mib: float | None
     cores_mean: float | None
+    flavor_id: int = 0
+    cluster_id: int = 0
 
     @staticmethod
     def _percent(used: float | None, of: float | None) -> str:
@@ -1326,6 +1328,8 @@ def vgpu_share_use(
                 memory_mean_mib=memory[0] / memory[1] if memory and memory[1] else None,
                 memory_peak_mib=memory[2] if memory else None,
                 cores_mean=cores[0] / cores[1] if cores and cores[1] else None,
+                flavor_id=flavor_id,
+                cluster_id=flavor.cluster_id,
             )
         )
     return sorted(out, key=lambda u: (u.tenant_id, u.cluster, u.flavor))
