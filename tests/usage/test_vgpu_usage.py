@@ -286,11 +286,11 @@ def test_a_lab_at_30_percent_of_its_compute_with_its_memory_full_gets_a_memory_f
     assert (line["vgpu"]["memory_before"], line["vgpu"]["memory_after"]) == ("4.5 GiB", "6 GiB")
     assert line["vgpu"]["cores_guaranteed_after"] == "10% of a GPU"
     assert any("memory-first" in note for note in line["notes"])
-    if suggestion.request is not None:  # filed: the draft's lines say the same
-        items = {i.resource: i for i in suggestion.request.items.all()}
-        assert items[GPUMEM_RESOURCE].limit == 6 * GIB
-        assert items[GPUCORES_RESOURCE].guaranteed == 10
-        assert items[GPUCORES_RESOURCE].limit == 30
+    assert suggestion.request is not None  # filed as bob's draft, its lines the same
+    items = {i.resource: i for i in suggestion.request.items.all()}
+    assert items[GPUMEM_RESOURCE].limit == 6 * GIB
+    assert items[GPUCORES_RESOURCE].guaranteed == 10
+    assert items[GPUCORES_RESOURCE].limit == 30
     speech = suggestions_compute(
         tenant=labs.labs["lab-speech"], now=now, period=(now - timedelta(days=30), now)
     )
