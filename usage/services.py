@@ -426,8 +426,8 @@ def vgpu_tenant_memory(
             owned.append((tenant_id, float(min(max(mib, 0), device.memory_used_mib))))
         total = sum(mib for _, mib in owned)
         scale = device.memory_used_mib / total if total > device.memory_used_mib else 1.0
-        for tenant_id, mib in owned:
-            out[tenant_id] += mib * scale
+        for tenant_id, share in owned:
+            out[tenant_id] += share * scale
     return dict(out)
 
 
