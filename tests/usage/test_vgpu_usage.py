@@ -34,7 +34,7 @@ from tenants.models import Membership
 from tests.factories import UserFactory
 from tests.prometheus.server import Handle, new_cluster_label
 from tests.usage.vgpu_world import VgpuWorld, vgpu_world
-from usage import services
+from usage import demo, services
 from usage.choices import Metric, PrometheusFigure, Source
 from usage.models import Pod, Sample
 from usage.prometheus import prometheus_collect
@@ -356,3 +356,24 @@ def test_a_hostile_vgpu_limit_in_a_probe_is_refused() -> None:
         ProbeRequest.from_json(
             {"id": 1, "uuid": "GPU-x", "mig": False, "vgpu": {"target_cores_pct": 101}}
         )
+
+
+# --- the demo ------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_demo_simulates_each_labs_memory_and_compute_within_its_share(
+    labs: VgpuWorld,
+) -> None:
+    start = timezone.now() - timedelta(days=2)
+    rows = demo._vgpu_rows(random.Random(7), start, 288, {})  # noqa: S311 - the demo's noise
+    by_lab: dict[tuple[int, int], list[float]] = {}
+    for row in rows:
+        by_lab.setdefault((row[4], row[1]), []).append(row[2])
+    nlp, speech = labs.labs["lab-nlp"].pk, labs.labs["lab-speech"].pk
+    nlp_memory = by_lab[(nlp, Metric.VGPU_MEMORY_USED)]
+    nlp_cores = by_lab[(nlp, Metric.VGPU_CORES_USED)]
+    assert len(nlp_memory) == 288 and max(nlp_memory) <= 4608  # within its 4.5 GiB
+    assert sum(nlp_memory) / 288 == pytest.approx(0.9 * 4608, rel=0.03)  # memory nearly full
+    assert sum(nlp_cores) / 288 == pytest.approx(0.3 * 30, rel=0.1)  # 30% of its compute share
+    assert max(by_lab[(speech, Metric.VGPU_CORES_USED)]) <= 40
