@@ -1277,7 +1277,8 @@ def vgpu_share_use(
 ) -> list[VgpuShareUse]:
     """Per tenant and vGPU flavor: its GPU memory and compute quotas and what its containers
     used of them between ``start`` and ``end`` (means weighted by samples, the memory's highest
-    bucket mean as its peak), from the rollups of ``resolution``. Three queries."""
+    bucket mean as its peak), from the rollups of ``resolution``. Three queries; one where
+    the tenants asked for hold no vGPU share."""
     quotas: dict[tuple[int, int], dict[str, Decimal]] = defaultdict(dict)
     flavors: dict[int, ResourceFlavor] = {}
     lines = Quota.objects.filter(
@@ -1288,6 +1289,8 @@ def vgpu_share_use(
     for q in lines:
         quotas[(q.quota_set.tenant_id, q.flavor_id)][q.resource] = q.limit
         flavors[q.flavor_id] = q.flavor
+    if tenant_ids is not None and not quotas:
+        return []  # no share to hold its use against (one query for a tenant without vGPU)
     rows = Rollup.objects.filter(
         resolution=resolution,
         metric__in=[Metric.VGPU_MEMORY_USED, Metric.VGPU_CORES_USED],
