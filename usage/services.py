@@ -408,27 +408,35 @@ def _workloads_of(device: DeviceReading, pods: Mapping[str, PodOwner]) -> set[st
     return {pods[uid][1] for uid in device.pod_uids if uid in pods and pods[uid][1]}
 
 
-def vgpu_tenant_memory(
+def vgpu_tenant_use(
     *, devices: Sequence[DeviceReading], pods: Mapping[str, PodOwner], node_name: str
-) -> dict[int, float]:
-    """GPU memory (MiB) per tenant on a node's GPUs shared through HAMi, from the agent's
-    per-pod figures. What a node says is held to what it can know: a pod the collector places
-    on another node is not counted (a node cannot report for pods not on it), nor one no
-    tenant owns; one pod counts at most the device's memory in use, and where the pods' sum
-    passes it (a node's figures disagreeing with themselves) they are scaled down to it."""
-    out: dict[int, float] = defaultdict(float)
+) -> tuple[dict[int, float], dict[int, float]]:
+    """GPU memory (MiB) and compute (percent points of a GPU) per tenant on a node's GPUs
+    shared through HAMi, from the agent's per-pod figures (compute only for tenants with a
+    sample). What a node says is held to what it can know: a pod the collector places on
+    another node is not counted (a node cannot report for pods not on it), nor one no tenant
+    owns; one pod counts at most the device's memory in use and 100% of it, and where the
+    pods' sum passes the device's memory in use or 100% (a node's figures disagreeing with
+    themselves) they are scaled down to it."""
+    memory: dict[int, float] = defaultdict(float)
+    cores: dict[int, float] = defaultdict(float)
     for device in devices:
-        owned: list[tuple[int, float]] = []
-        for pod_uid, mib in device.pod_memory:
+        owned: list[tuple[int, float, float | None]] = []
+        for pod_uid, mib, sm in device.pod_memory:
             tenant_id, _, pod_node = pods.get(pod_uid, (None, "", ""))
             if tenant_id is None or (pod_node and node_name and pod_node != node_name):
                 continue
-            owned.append((tenant_id, float(min(max(mib, 0), device.memory_used_mib))))
-        total = sum(mib for _, mib in owned)
+            util = None if sm is None else float(min(max(sm, 0), 100))
+            owned.append((tenant_id, float(min(max(mib, 0), device.memory_used_mib)), util))
+        total = sum(mib for _, mib, _ in owned)
         scale = device.memory_used_mib / total if total > device.memory_used_mib else 1.0
-        for tenant_id, share in owned:
-            out[tenant_id] += share * scale
-    return dict(out)
+        busy = sum(util for _, _, util in owned if util is not None)
+        busy_scale = 100.0 / busy if busy > 100 else 1.0
+        for tenant_id, share, util in owned:
+            memory[tenant_id] += share * scale
+            if util is not None:
+                cores[tenant_id] += util * busy_scale
+    return dict(memory), dict(cores)
 
 
 def workload_activity_record(*, cluster_id: int, at: datetime, peaks: Mapping[str, float]) -> int:
@@ -553,12 +561,16 @@ def agent_readings_record(*, readings: ReportReadings) -> int:
             if vgpu_flavor is not None and device.gi_id is None:
                 by_vgpu[vgpu_flavor].append(device)
         for flavor_id, devices in sorted(by_vgpu.items()):
-            shares = vgpu_tenant_memory(devices=devices, pods=pods, node_name=readings.node_name)
-            for tenant_id, mib in sorted(shares.items()):
-                rows.append(
-                    (readings.at, Metric.VGPU_MEMORY_USED, round(mib, 1), readings.cluster_id,
-                     tenant_id, flavor_id, readings.node_id, None, None, None)
-                )  # fmt: skip
+            memory, cores = vgpu_tenant_use(
+                devices=devices, pods=pods, node_name=readings.node_name
+            )
+            for metric, figures in ((Metric.VGPU_MEMORY_USED, memory),
+                                    (Metric.VGPU_CORES_USED, cores)):  # fmt: skip
+                for tenant_id, value in sorted(figures.items()):
+                    rows.append(
+                        (readings.at, metric, round(value, 1), readings.cluster_id,
+                         tenant_id, flavor_id, readings.node_id, None, None, None)
+                    )  # fmt: skip
         peaks: dict[str, float] = {}
         for device, _ in owned:
             if device.utilization_pct is None:

@@ -77,9 +77,10 @@ class DeviceReading:
     memory_used_mib: int
     processes: int
     pod_uids: tuple[str, ...]  # of its processes that run in a pod, in the report's order
-    # GPU memory (MiB) per pod on the device, as the agent read it (NVML usedGpuMemory of the
-    # pod's processes): what each container holds of a GPU shared through HAMi.
-    pod_memory: tuple[tuple[str, int], ...] = ()
+    # Per pod on the device, as the agent read it: GPU memory (MiB, NVML usedGpuMemory of the
+    # pod's processes) and SM use (percent of the GPU, None with no sample): what each
+    # container holds and computes of a GPU shared through HAMi.
+    pod_memory: tuple[tuple[str, int, int | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,8 @@ def report_readings(*, node: Node, report: Mapping[str, Any], now: datetime) -> 
                     processes=r["processes"],
                     pod_uids=tuple(r["pod_uids"]),
                     pod_memory=tuple(
-                        (m["pod_uid"], m["used_memory_mib"]) for m in r.get("pod_memory") or []
+                        (m["pod_uid"], m["used_memory_mib"], m.get("sm_util_pct"))
+                        for m in r.get("pod_memory") or []
                     ),
                 )
                 for r in report["readings"]
@@ -160,15 +162,21 @@ def _pod_uids(processes: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(uid for p in processes if (uid := p.get("pod_uid")))
 
 
-def _pod_memory(processes: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, int], ...]:
-    """GPU memory (MiB) per pod: its processes' ``used_memory_mib`` summed (the agent's
-    ``pod_memory`` of a change report, built from a full report's processes)."""
+def _pod_memory(
+    processes: Sequence[Mapping[str, Any]],
+) -> tuple[tuple[str, int, int | None], ...]:
+    """GPU memory (MiB) and SM use (percent, None with no sample) per pod: its processes'
+    ``used_memory_mib`` and ``sm_util_pct`` summed (the agent's ``pod_memory`` of a change
+    report, built from a full report's processes)."""
     used: dict[str, int] = {}
+    sm: dict[str, int] = {}
     for p in processes:
-        uid, mib = p.get("pod_uid"), p.get("used_memory_mib")
+        uid, mib, util = p.get("pod_uid"), p.get("used_memory_mib"), p.get("sm_util_pct")
         if uid and mib is not None:
             used[uid] = used.get(uid, 0) + int(mib)
-    return tuple(used.items())
+            if util is not None:
+                sm[uid] = min(100, sm.get(uid, 0) + int(util))
+    return tuple((uid, mib, sm.get(uid)) for uid, mib in used.items())
 
 
 # --- validation: the schema, then what a schema cannot say ----------------------------------

@@ -63,6 +63,14 @@ def _memory(world: VgpuWorld, lab: str) -> list[float]:
     )
 
 
+def _cores(world: VgpuWorld, lab: str) -> list[float]:
+    return sorted(
+        Sample.objects.filter(
+            tenant_id=world.labs[lab].pk, metric=Metric.VGPU_CORES_USED, flavor_id=world.flavor.pk
+        ).values_list("value", flat=True)
+    )
+
+
 # --- the node agent's report ---------------------------------------------------------------
 
 
@@ -77,8 +85,8 @@ def _full_gpu(processes: list[dict[str, object]], used: int = 12000) -> dict[str
 def test_the_agent_sums_each_pods_processes_memory_into_its_readings() -> None:
     gpu = _full_gpu(
         [
-            {"pid": 10, "used_memory_mib": 3000, "pod_uid": "pod-nlp"},
-            {"pid": 11, "used_memory_mib": 1200, "pod_uid": "pod-nlp"},
+            {"pid": 10, "used_memory_mib": 3000, "pod_uid": "pod-nlp", "sm_util_pct": 7},
+            {"pid": 11, "used_memory_mib": 1200, "pod_uid": "pod-nlp", "sm_util_pct": 5},
             {"pid": 12, "used_memory_mib": 4000, "pod_uid": "pod-speech"},
             {"pid": 13, "used_memory_mib": None, "pod_uid": "pod-vision"},  # no figure: left out
             {"pid": 14, "used_memory_mib": 500, "pod_uid": None},  # not in a pod
@@ -86,8 +94,8 @@ def test_the_agent_sums_each_pods_processes_memory_into_its_readings() -> None:
     )
     (reading,) = delta.readings([gpu])
     assert reading["pod_memory"] == [
-        {"pod_uid": "pod-nlp", "used_memory_mib": 4200},
-        {"pod_uid": "pod-speech", "used_memory_mib": 4000},
+        {"pod_uid": "pod-nlp", "used_memory_mib": 4200, "sm_util_pct": 12},
+        {"pod_uid": "pod-speech", "used_memory_mib": 4000, "sm_util_pct": None},  # no sample
     ]
     report = {"node": "t4-node", "sent_at": "2026-12-08T00:00:00+00:00", "gpus": [gpu],
               "protocol": 2, "session": "ab", "seq": 2, "full": False, "base": 1,
@@ -105,6 +113,8 @@ def test_the_agent_sums_each_pods_processes_memory_into_its_readings() -> None:
         ({"pod_uid": "", "used_memory_mib": 1}, "readings[0].pod_memory[0].pod_uid", "blank"),
         ({"pod_uid": "p", "used_memory_mib": 1, "cores": 9}, "readings[0].pod_memory[0].cores",
          "Unknown field"),
+        ({"pod_uid": "p", "used_memory_mib": 1, "sm_util_pct": 101},
+         "readings[0].pod_memory[0].sm_util_pct", "at most 100"),
     ],
 )  # fmt: skip
 def test_the_schema_refuses_a_hostile_pod_memory_entry(
@@ -128,14 +138,16 @@ def test_a_full_report_gives_the_portal_each_pods_memory(labs: VgpuWorld) -> Non
     )  # fmt: skip
     readings = report_readings(node=node, report={"gpus": [gpu]}, now=timezone.now())
     assert readings.node_name == "t4-node"
-    assert readings.devices[0].pod_memory == (("a", 1000),)
+    assert readings.devices[0].pod_memory == (("a", 1000, None),)
 
 
-def _reading(pod_memory: tuple[tuple[str, int], ...], used: int = 12000) -> DeviceReading:
+def _reading(
+    pod_memory: tuple[tuple[str, int, int | None], ...], used: int = 12000
+) -> DeviceReading:
     return DeviceReading(
         gpu_uuid="GPU-t4-0000", model=T4, gi_id=None, mig_profile=None, utilization_pct=97,
         memory_used_mib=used, processes=len(pod_memory),
-        pod_uids=tuple(uid for uid, _ in pod_memory), pod_memory=pod_memory,
+        pod_uids=tuple(uid for uid, _, _ in pod_memory), pod_memory=pod_memory,
     )  # fmt: skip
 
 
@@ -147,13 +159,15 @@ def test_each_labs_memory_on_the_shared_t4_becomes_its_sample_on_the_vgpu_flavor
     _pod(labs, "nlp-0", "lab-nlp")
     _pod(labs, "nlp-1", "lab-nlp")
     _pod(labs, "speech-0", "lab-speech")
-    device = _reading((("nlp-0", 2000), ("nlp-1", 2300), ("speech-0", 5000)))
+    device = _reading((("nlp-0", 2000, 10), ("nlp-1", 2300, 5), ("speech-0", 5000, None)))
     services.agent_readings_record(
         readings=ReportReadings(node.pk, labs.cluster.pk, timezone.now(), (device,), "t4-node")
     )
     assert _memory(labs, "lab-nlp") == [4300.0]
     assert _memory(labs, "lab-speech") == [5000.0]
     assert _memory(labs, "lab-vision") == []
+    assert _cores(labs, "lab-nlp") == [15.0]  # its two pods' SM use, percent of the GPU
+    assert _cores(labs, "lab-speech") == []  # no sample: not a 0
 
 
 @pytest.mark.django_db
@@ -167,8 +181,8 @@ def test_a_node_cannot_report_memory_for_pods_elsewhere_and_absurd_figures_are_c
     _pod(labs, "nlp-0", "lab-nlp")
     _pod(labs, "speech-0", "lab-speech")
     device = _reading(
-        (("vision-elsewhere", 9000), ("unknown-pod", 9000), ("nlp-0", 2_000_000_000),
-         ("speech-0", 2_000_000_000)),
+        (("vision-elsewhere", 9000, 100), ("unknown-pod", 9000, 100),
+         ("nlp-0", 2_000_000_000, 90), ("speech-0", 2_000_000_000, 90)),
         used=10000,
     )  # fmt: skip
     services.agent_readings_record(
@@ -178,6 +192,7 @@ def test_a_node_cannot_report_memory_for_pods_elsewhere_and_absurd_figures_are_c
     # Each held to the 10,000 MiB in use, then the two scaled down to add up to it.
     assert _memory(labs, "lab-nlp") == [5000.0]
     assert _memory(labs, "lab-speech") == [5000.0]
+    assert _cores(labs, "lab-nlp") == _cores(labs, "lab-speech") == [50.0]  # 180% held to 100
 
 
 # --- Prometheus: HAMi's metrics ----------------------------------------------------------------
