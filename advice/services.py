@@ -36,6 +36,7 @@ change replaced (``advice.watch``), in the name of the lead or admin who asked.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -57,7 +58,14 @@ from approvals.services import (
     quota_request_ensure_can_file,
 )
 from core.errors import ApplicationError, Conflict
-from quotas.choices import FlavorKind, is_gpu_resource, mig_resource
+from quotas import vgpu
+from quotas.choices import (
+    GPUCORES_RESOURCE,
+    GPUMEM_RESOURCE,
+    FlavorKind,
+    is_gpu_resource,
+    mig_resource,
+)
 from quotas.models import Cluster, Quota, QuotaSet, ResourceFlavor
 from quotas.quantity import format_quantity, to_display
 from quotas.selectors import flavor_capacities, guarantees_by_flavor
@@ -65,7 +73,8 @@ from quotas.services import QuotaItem, elastic_cap
 from tenants.choices import MembershipRole
 from tenants.models import Membership, Tenant, User
 from tenants.services import audit_record
-from usage.selectors import workload_get_for_tenant, workload_rows
+from usage.choices import Resolution
+from usage.selectors import VgpuShareUse, vgpu_share_use, workload_get_for_tenant, workload_rows
 
 logger = logging.getLogger(__name__)
 
@@ -278,6 +287,105 @@ def _plan_line(line: _Line, context: dict[str, Any]) -> tuple[list[QuotaItem], d
     return items, numbers
 
 
+# vGPU shares (HAMi): memory-first. A team whose containers use little of its compute share
+# but fill its GPU memory share (the source's example: 30% utilisation, high memory needs)
+# gets a draft that keeps its compute low and raises its GPU memory, in whole GiB.
+MEMORY_FULL_SHARE = 0.85  # the month's peak at or above this part of the memory limit
+MEMORY_TARGET_SHARE = 0.75  # where the peak sits in the suggested memory limit
+
+
+def _ceil_gib(mib: float) -> Decimal:
+    """MiB rounded up to whole GiB, in bytes (HAMi counts MiB; people read GiB)."""
+    return Decimal(math.ceil(round(mib / 1024, 6))) * vgpu.GIB
+
+
+def _plan_vgpu(
+    quotas: dict[str, Quota], use: VgpuShareUse, context: dict[str, Any]
+) -> tuple[list[QuotaItem], dict[str, Any]] | None:
+    """Memory-first on one vGPU flavor: with the mean compute used under
+    ``LOW_UTILIZATION_PCT`` of the compute limit and the GPU memory peak at or above
+    ``MEMORY_FULL_SHARE`` of the memory limit, the memory limit rises so the peak sits at
+    ``MEMORY_TARGET_SHARE`` of it (whole GiB, within the elastic cap), its guarantee to the
+    peak with ``HEADROOM`` where the other tenants' guarantees leave room, and the compute
+    guarantee comes down to the mean used with ``HEADROOM`` (the limit stays, so bursts can
+    still borrow). None where the tenant has no GPU memory and compute lines there or no
+    readings."""
+    memory, cores = quotas.get(GPUMEM_RESOURCE), quotas.get(GPUCORES_RESOURCE)
+    if memory is None or cores is None or use.memory_peak_mib is None or use.cores_mean is None:
+        return None
+    flavor, cluster = memory.flavor, context["cluster"]
+    used_share = use.cores_mean / float(cores.limit) * 100 if cores.limit else 100.0
+    peak_share = use.memory_peak_mib * vgpu.MIB / float(memory.limit) if memory.limit else 0.0
+    notes: list[str] = []
+    items: list[QuotaItem] = []
+    mem_g, mem_l, core_g = memory.guaranteed, memory.limit, cores.guaranteed
+    memory_first = used_share < LOW_UTILIZATION_PCT and peak_share >= MEMORY_FULL_SHARE
+    if memory_first:
+        capacity = context["capacities"].get((flavor.pk, GPUMEM_RESOURCE))
+        if capacity is None and flavor.gpu_memory_mib:  # no fleet figure: one GPU's memory
+            capacity = Decimal(flavor.gpu_memory_mib) * vgpu.MIB
+        capacity = capacity or Decimal(0)
+        cap = elastic_cap(
+            capacity=capacity, fraction=cluster.elastic_cap_fraction, resource=GPUMEM_RESOURCE
+        )
+        free = capacity - context["taken"].get((flavor.pk, GPUMEM_RESOURCE), Decimal(0))
+        if cluster.allow_guarantee_overcommit:
+            free = cap
+        cap = max(cap // vgpu.MIB * vgpu.MIB, memory.limit)  # whole MiB; never below the limit
+        mem_l = min(cap, max(mem_l, _ceil_gib(use.memory_peak_mib / MEMORY_TARGET_SHARE)))
+        mem_g = min(mem_l, max(mem_g, min(free, _ceil_gib(use.memory_peak_mib * HEADROOM))))
+        core_g = min(core_g, Decimal(max(1, math.ceil(round(use.cores_mean * HEADROOM, 6)))))
+        notes.append(
+            f"its containers used {use.cores_mean:.0f}% of a GPU on average "
+            f"({used_share:.0f}% of its compute limit of {vgpu.cores_text(cores.limit)}) but "
+            f"their GPU memory peaked at {vgpu.gib_text(Decimal(repr(use.memory_peak_mib)) * vgpu.MIB)}"
+            f" ({peak_share * 100:.0f}% of its {vgpu.gib_text(memory.limit)}): memory-first, "
+            f"GPU memory up to {vgpu.gib_text(mem_l)} (guaranteed {vgpu.gib_text(mem_g)}), "
+            f"compute guaranteed {vgpu.cores_text(core_g)}"
+        )
+        if mem_l == memory.limit:
+            notes.append(
+                f"the memory limit is already the elastic cap of {vgpu.gib_text(cap)}: only a "
+                "larger cap would let it grow"
+            )
+        if (mem_g, mem_l) != (memory.guaranteed, memory.limit):
+            items.append(QuotaItem(flavor, GPUMEM_RESOURCE, mem_g, mem_l, None))
+        if core_g != cores.guaranteed:
+            items.append(QuotaItem(flavor, GPUCORES_RESOURCE, core_g, cores.limit, None))
+    numbers = {
+        "flavor": flavor.name,
+        "resource": GPUMEM_RESOURCE,
+        "vgpu": {
+            "cores_mean_pct": round(use.cores_mean, 1),
+            "cores_share_used_pct": round(used_share, 1),
+            "memory_peak_mib": round(use.memory_peak_mib, 1),
+            "memory_share_peak_pct": round(peak_share * 100, 1),
+            "memory_before": vgpu.gib_text(memory.limit),
+            "memory_after": vgpu.gib_text(mem_l),
+            "memory_guaranteed_before": vgpu.gib_text(memory.guaranteed),
+            "memory_guaranteed_after": vgpu.gib_text(mem_g),
+            "cores_guaranteed_before": vgpu.cores_text(cores.guaranteed),
+            "cores_guaranteed_after": vgpu.cores_text(core_g),
+            "cores_limit": vgpu.cores_text(cores.limit),
+            "memory_first": memory_first,
+        },
+        "daily_peaks": [],
+        "peak": 0.0,
+        "p80": 0.0,
+        "utilization_pct": round(used_share, 1),
+        "memory_peak_mib": round(use.memory_peak_mib, 1),
+        "guaranteed_before": float(memory.guaranteed) / vgpu.GIB,
+        "limit_before": float(memory.limit) / vgpu.GIB,
+        "guaranteed_after": float(mem_g) / vgpu.GIB,
+        "limit_after": float(mem_l) / vgpu.GIB,
+        "elastic_cap": 0.0,
+        "memory_first": None,
+        "notes": notes,
+        "rule": RULE,
+    }
+    return items, numbers
+
+
 def _department_rooms(
     tenant: Tenant, cluster: Cluster
 ) -> dict[tuple[int, str], tuple[Decimal, str]]:
@@ -331,6 +439,10 @@ def _replace_open(tenant: Tenant, actor: User | None) -> int:
 def _reason(cluster: Cluster, start: datetime, lines: list[dict[str, Any]]) -> str:
     parts = [f"Suggested by the portal from {start:%B %Y}'s usage on {cluster.name}."]
     for n in lines:
+        if n.get("vgpu"):
+            if n["vgpu"]["memory_first"]:
+                parts.append(f"{n['flavor']} (vGPU): {'; '.join(n['notes'])}.")
+            continue
         if (n["guaranteed_before"], n["limit_before"]) == (
             n["guaranteed_after"],
             n["limit_after"],
@@ -363,10 +475,8 @@ def suggestion_compute(
     quotas = [
         q
         for q in quota_set.quotas.select_related("flavor").order_by("flavor__name", "resource")
-        if is_gpu_resource(q.resource)
+        if is_gpu_resource(q.resource) and q.flavor.kind != FlavorKind.VGPU
     ]
-    if not quotas:
-        return None
     usage = _month_usage(tenant=tenant, cluster=cluster, start=start, end=end, now=now)
     capacities = {  # a MIG flavor's: the fleet's instances (R24)
         key: capacity.amount for key, capacity in flavor_capacities(cluster=cluster).items()
@@ -404,6 +514,23 @@ def suggestion_compute(
         line_items, line_numbers = _plan_line(line, context)
         items.extend(line_items)
         numbers.append(line_numbers)
+    vgpu_lines: dict[int, dict[str, Quota]] = {}
+    for q in quota_set.quotas.select_related("flavor").filter(
+        flavor__kind=FlavorKind.VGPU, resource__in=[GPUMEM_RESOURCE, GPUCORES_RESOURCE]
+    ):
+        vgpu_lines.setdefault(q.flavor_id, {})[q.resource] = q
+    if vgpu_lines:
+        uses = vgpu_share_use(
+            start=start, end=end, tenant_ids=[tenant.pk], resolution=Resolution.DAY
+        )
+        for use in uses:
+            if use.flavor_id in vgpu_lines:
+                planned = _plan_vgpu(vgpu_lines[use.flavor_id], use, context)
+                if planned is not None:
+                    items.extend(planned[0])
+                    numbers.append(planned[1])
+    if not numbers:
+        return None
     suggestion = Suggestion(
         tenant=tenant,
         cluster=cluster,

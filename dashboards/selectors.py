@@ -969,6 +969,21 @@ def workload_profile(*, tenant: Tenant, period: Period) -> WorkloadProfile:
     )
 
 
+# --- vGPU shares ---------------------------------------------------------------------------------
+
+
+def vgpu_shares(
+    *, start: datetime, end: datetime, tenant_ids: Sequence[int] | None = None
+) -> list[tuple[str, usage_selectors.VgpuShareUse]]:
+    """(tenant slug, its share of a vGPU flavor and use of it) for the usage page and the
+    showback: GPU memory in GiB and compute in percent of a GPU. Four queries."""
+    uses = usage_selectors.vgpu_share_use(start=start, end=end, tenant_ids=tenant_ids)
+    slugs = dict(
+        Tenant.objects.filter(pk__in={u.tenant_id for u in uses}).values_list("pk", "slug")
+    )
+    return [(slugs[u.tenant_id], u) for u in uses if u.tenant_id in slugs]
+
+
 # --- showback ----------------------------------------------------------------------------------
 
 

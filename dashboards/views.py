@@ -246,6 +246,12 @@ class TenantUsageView(_TenantPage):
             "by_person": breakdown.table("person"),
             "by_namespace": breakdown.table("namespace"),
             "csv_query_by": _query_without(request, "download", "by"),
+            "vgpu_shares": selectors.vgpu_shares(
+                start=period.start, end=period.end, tenant_ids=[self.tenant.pk]
+            ),
+            "vgpu_period": "the period shown"
+            if period.name == "custom"
+            else f"the {period.label} shown (hourly means)",
         }
         return self._page(request, context)
 
@@ -375,6 +381,11 @@ def _showback_page(
         "report": report,
         "month": f"{month:%Y-%m}",
         "figures": charts.showback_figures(report),
+        "vgpu_shares": selectors.vgpu_shares(
+            start=report.start, end=report.end, tenant_ids=tenant_ids
+        ),
+        "vgpu_period": f"{month:%B %Y}'s hourly means",
+        "vgpu_show_tenant": tenant is None,
     }
     return view._page(request, context)
 

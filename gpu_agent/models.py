@@ -343,6 +343,13 @@ class IsolationProbe(models.Model):
         related_name="+",
         help_text="Tenant A: the tenant whose share is saturated meanwhile (null: not known).",
     )
+    vgpu_limits = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="On a GPU shared as vGPUs (HAMi): the two tenants' shares the probe runs "
+        'under, {"target_cores_pct", "target_memory_mib", "neighbour_cores_pct", '
+        '"neighbour_memory_mib"}; null on MIG and time-sliced GPUs.',
+    )
     state = models.CharField(
         max_length=20, choices=ProbeState.choices, default=ProbeState.REQUESTED
     )

@@ -9,6 +9,8 @@ import factory
 from quotas.choices import (
     CPU_RESOURCE,
     GPU_RESOURCE,
+    GPUCORES_RESOURCE,
+    GPUMEM_RESOURCE,
     MEMORY_RESOURCE,
     FlavorKind,
     SyncBackend,
@@ -91,6 +93,42 @@ def mig_flavor(
     )
     FlavorResource.objects.create(
         flavor=flavor, resource=mig_resource(profile), capacity=Decimal(count)
+    )
+    return flavor
+
+
+def vgpu_flavor(
+    cluster: Cluster,
+    name: str = "t4-vgpu",
+    *,
+    gpus: int = 1,
+    gpu_memory_mib: int = 15360,
+    split: int = 10,
+    gpu_model: str = "Tesla T4",
+    weight: str = "0.25",
+) -> ResourceFlavor:
+    """GPUs shared through HAMi: capacity in vGPUs (``split`` a GPU), GPU memory (bytes) and
+    compute (percent points, 100 a GPU), as the foundation of issue 34 counts them."""
+    flavor = ResourceFlavor.objects.create(
+        cluster=cluster,
+        name=name,
+        kind=FlavorKind.VGPU,
+        gpu_model=gpu_model,
+        gpu_weight=Decimal(weight),
+        gpu_memory_mib=gpu_memory_mib,
+        vgpu_split=split,
+        node_labels={"nvidia.com/gpu.product": gpu_model.replace(" ", "-")},
+    )
+    FlavorResource.objects.bulk_create(
+        [
+            FlavorResource(flavor=flavor, resource=GPU_RESOURCE, capacity=Decimal(gpus * split)),
+            FlavorResource(
+                flavor=flavor,
+                resource=GPUMEM_RESOURCE,
+                capacity=Decimal(gpus * gpu_memory_mib * 1024**2),
+            ),
+            FlavorResource(flavor=flavor, resource=GPUCORES_RESOURCE, capacity=Decimal(gpus * 100)),
+        ]
     )
     return flavor
 

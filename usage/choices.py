@@ -28,6 +28,12 @@ class Metric(models.IntegerChoices):
     # step: how many workloads were admitted, and their waits summed (mean = wait / count).
     ADMISSIONS = 13, "workloads admitted (Kueue)"
     ADMISSION_WAIT = 14, "seconds waited for admission, summed (Kueue)"
+    # On vGPU flavors (HAMi), per tenant: what its containers use of the shared GPUs, summed
+    # over its containers at each reading (HAMi's per-container metrics, or the node agents'
+    # per-process memory mapped to pods). Compared with the tenant's nvidia.com/gpumem and
+    # nvidia.com/gpucores quotas on the pages.
+    VGPU_MEMORY_USED = 15, "GPU memory used by the tenant's containers (MiB)"
+    VGPU_CORES_USED = 16, "compute used by the tenant's containers (% of a GPU)"
 
 
 class Resolution(models.IntegerChoices):
@@ -75,3 +81,4 @@ class PrometheusFigure(models.TextChoices):
     GPU_REQUESTS = "gpu_requests", "GPUs requested by pods (kube-state-metrics)"
     KUEUE = "kueue", "Kueue queue use and pending workloads (Kueue's metrics)"
     VOLUMES = "volumes", "free space of volumes (kubelet)"
+    VGPU_USAGE = "vgpu_usage", "GPU memory and compute per container on vGPU flavors (HAMi)"

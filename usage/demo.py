@@ -25,8 +25,9 @@ from django.db.models import Max, Sum
 from django.utils import timezone
 
 from gpu_spec import demo_load
-from quotas.choices import is_gpu_resource
+from quotas.choices import GPUCORES_RESOURCE, GPUMEM_RESOURCE, FlavorKind, is_gpu_resource
 from quotas.models import Cluster, Quota
+from quotas.vgpu import MIB
 from tenants.models import Membership, Namespace
 from usage import services
 from usage.choices import Metric, Resolution, Source, WorkloadState
@@ -111,11 +112,58 @@ def demo_month_fill(*, admit: Admission, now: datetime | None = None, seed: int 
             if used or (idle and now - t < IDLE_TAIL):
                 metrics.append((Metric.GPU_UTILIZATION, round(util, 1)))
             rows.extend((t, metric, value, *base) for metric, value in metrics)
+    rows.extend(_vgpu_rows(rng, start, steps, running))
     written = services.samples_write(rows=rows, source=Source.DEMO)
     Workload.objects.bulk_create([w for _, w in workloads], batch_size=1000)
     services.rollups_run_all(now=now)
     services.retention_enforce(now=now)
     return written
+
+
+# The memory-heavy lab of the demo's shared T4 (the source's example: about 30% of its compute
+# share in use, its GPU memory share nearly full): what the memory-first suggestion is for.
+MEMORY_HEAVY = "lab-nlp"
+
+
+def _vgpu_rows(
+    rng: random.Random,
+    start: datetime,
+    steps: int,
+    running: Mapping[tuple[int, int, int], list[tuple[datetime, datetime, float]]],
+) -> list[services.SampleRow]:
+    """GPU memory and compute its containers use of each tenant's vGPU shares (HAMi's
+    per-container figures, summed), at each step where its vGPU work runs: memory in MiB up to
+    its ``nvidia.com/gpumem`` limit, compute in percent points up to its ``nvidia.com/gpucores``
+    limit (HAMi-core caps both in the container)."""
+    shares: dict[tuple[int, int, int], dict[str, Quota]] = defaultdict(dict)
+    for q in Quota.objects.filter(
+        flavor__kind=FlavorKind.VGPU, resource__in=[GPUMEM_RESOURCE, GPUCORES_RESOURCE]
+    ).select_related("quota_set__tenant", "quota_set__cluster", "flavor"):
+        if q.limit > 0 and q.quota_set.tenant.namespaces.exists():
+            key = (q.quota_set.cluster_id, q.quota_set.tenant_id, q.flavor_id)
+            shares[key][q.resource] = q
+    rows: list[services.SampleRow] = []
+    for key in sorted(shares):
+        memory, cores = shares[key].get(GPUMEM_RESOURCE), shares[key].get(GPUCORES_RESOURCE)
+        if memory is None or cores is None:
+            continue
+        heavy = memory.quota_set.tenant.slug == MEMORY_HEAVY
+        memory_mib, cores_pct = float(memory.limit) / MIB, float(cores.limit)
+        intervals = running.get(key, [])
+        busy = _steps_running(intervals, start, steps) if intervals else [1.0] * steps
+        cluster_id, tenant_id, flavor_id = key
+        base = (cluster_id, tenant_id, flavor_id, None, None, None, None)
+        for i, used in enumerate(busy):
+            if not used:
+                continue
+            t = start + i * STEP
+            memory_share = (0.9 if heavy else 0.55) + rng.gauss(0, 0.04)
+            cores_share = (0.3 if heavy else 0.6) + rng.gauss(0, 0.08)
+            mib = round(memory_mib * min(1.0, max(0.05, memory_share)), 1)
+            pct = round(cores_pct * min(1.0, max(0.0, cores_share)), 1)
+            rows.append((t, Metric.VGPU_MEMORY_USED, mib, *base))
+            rows.append((t, Metric.VGPU_CORES_USED, pct, *base))
+    return rows
 
 
 def tenant_recent_utilisation(

@@ -23,6 +23,17 @@ What is read (the exporters' own metric and label names):
   ``kueue_admitted_active_workloads`` (per ``cluster_queue``), and the admission wait
   histogram ``kueue_admission_wait_time_seconds`` (per ``cluster_queue``): its ``_count`` and
   ``_sum`` counters, differenced here into admissions and seconds waited per step;
+- HAMi's vGPU monitor (``hami-device-plugin``'s ``:31992/metrics``; HAMi's "Real-time device
+  usage" page), for vGPU flavors: per container ``hami_vgpu_memory_used_bytes`` (bytes) and
+  ``hami_container_device_utilization_ratio`` (SM use, percent of the GPU), labelled
+  ``namespace``, ``pod``, ``container``, ``vdevice_index``, ``device_uuid``, and per GPU
+  ``hami_host_gpu_memory_used_bytes`` (its ``device_type``, ``NVIDIA-`` and the model, tells
+  the flavor where a cluster has several vGPU flavors); before HAMi 2.10 (and in 2.10 with
+  ``--legacy-metrics``) ``vGPU_device_memory_usage_in_bytes``,
+  ``Device_utilization_desc_of_container`` and ``HostGPUMemoryUsage``, labelled
+  ``podnamespace``, ``podname``, ``ctrname``, ``vdeviceid``, ``deviceuuid``, ``devicetype``:
+  the new names are read where they give any series, else the old ones. Summed per tenant at
+  each step: the GPU memory and compute its containers use of its vGPU shares;
 - the kubelet: ``kubelet_volume_stats_available_bytes`` / ``_capacity_bytes`` (per
   ``namespace``, ``persistentvolumeclaim``).
 
@@ -430,6 +441,76 @@ def device_rows(
     return rows
 
 
+# HAMi's labels before 2.10 -> its labels since (``cmd/vGPUmonitor/metrics.go``).
+HAMI_LEGACY_LABELS = {
+    "podnamespace": "namespace",
+    "podname": "pod",
+    "ctrname": "container",
+    "vdeviceid": "vdevice_index",
+    "deviceuuid": "device_uuid",
+    "devicetype": "device_type",
+}
+
+
+def hami_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """A HAMi series' labels under the names HAMi 2.10 gives them (older ones renamed)."""
+    out = dict(labels)
+    for old, new in HAMI_LEGACY_LABELS.items():
+        if old in labels and not out.get(new):
+            out[new] = labels[old]
+    return out
+
+
+def vgpu_flavors_of(cluster: Cluster) -> dict[str, int]:
+    """The cluster's vGPU flavors: GPU model -> flavor id."""
+    return dict(
+        ResourceFlavor.objects.filter(cluster=cluster, kind="vgpu").values_list("gpu_model", "pk")
+    )
+
+
+def hami_rows(
+    *,
+    memory: Iterable[Series],
+    cores: Iterable[Series],
+    devices: Iterable[Series],
+    mapping: SeriesOwners,
+    vgpu_flavors: Mapping[str, int],
+    cluster_id: int,
+) -> list[SampleRow]:
+    """HAMi's per-container series summed per tenant, vGPU flavor and step: GPU memory used
+    (MiB, from bytes) and compute used (percent points of a GPU). A device's flavor follows
+    from its model (``device_type``, ``NVIDIA-`` and NVML's name, on the per-GPU series), or
+    is the cluster's one vGPU flavor; a container in a namespace no tenant owns is ignored
+    (and counted), as every other series is."""
+    models: dict[str, str] = {}
+    for series in devices:
+        labels = hami_labels(series.labels)
+        kind = labels.get("device_type", "")
+        models[labels.get("device_uuid", "")] = kind.removeprefix("NVIDIA-")
+    only = next(iter(vgpu_flavors.values())) if len(vgpu_flavors) == 1 else None
+    totals: dict[tuple[int, int, int, datetime], float] = defaultdict(float)
+    for metric, scale, group in (
+        (Metric.VGPU_MEMORY_USED, 1 / 1024**2, memory),
+        (Metric.VGPU_CORES_USED, 1.0, cores),
+    ):
+        for series in group:
+            labels = hami_labels(series.labels)
+            known, tenant_id = mapping.tenant_of(labels)
+            if not known or tenant_id is None:
+                continue
+            model = models.get(labels.get("device_uuid", ""), "")
+            flavor_id = vgpu_flavors.get(model, only)
+            if flavor_id is None:
+                continue
+            for when, value in series.values:
+                if math.isfinite(value):
+                    totals[(int(metric), tenant_id, flavor_id, when)] += max(value, 0.0) * scale
+    return [
+        (when, metric, round(value, 3), cluster_id, tenant_id, flavor_id, None, None, None, None)
+        for (metric, tenant_id, flavor_id, when), value in sorted(totals.items())
+    ]
+
+
 def gpus_store(*, cluster: Cluster, series: Iterable[Series], now: datetime) -> int:
     """Each GPU the DCGM series show (by UUID): its node, index and model, and whether any of
     its series is a MIG instance's; one row per GPU, updated in place."""
@@ -627,6 +708,14 @@ FIGURE_QUERIES = {
         "kueue_admission_wait",
     ),
     PrometheusFigure.VOLUMES: ("volume_available", "volume_capacity"),
+    PrometheusFigure.VGPU_USAGE: (
+        "hami_memory",
+        "hami_memory_legacy",
+        "hami_cores",
+        "hami_cores_legacy",
+        "hami_devices",
+        "hami_devices_legacy",
+    ),
 }
 COUNTERS = {"kueue_admissions", "kueue_admission_wait"}
 # A figure is "missing" when none of these gave a series (the others are optional).
@@ -635,6 +724,7 @@ REQUIRED = {
     PrometheusFigure.GPU_REQUESTS: ("requests",),
     PrometheusFigure.KUEUE: ("kueue_usage", "kueue_pending"),
     PrometheusFigure.VOLUMES: ("volume_available",),
+    PrometheusFigure.VGPU_USAGE: ("hami_memory", "hami_memory_legacy"),
 }
 
 
@@ -780,6 +870,13 @@ def _read(
                 "without a flavor: give each GPU flavor node labels, and let kube-state-metrics "
                 "export them (--metric-labels-allowlist=nodes=[...])."
             )
+    if PrometheusFigure.VGPU_USAGE in delivered:
+        rows += hami_rows(
+            memory=series["hami_memory"] or series["hami_memory_legacy"],
+            cores=series["hami_cores"] or series["hami_cores_legacy"],
+            devices=[*series["hami_devices"], *series["hami_devices_legacy"]],
+            mapping=mapping, vgpu_flavors=vgpu_flavors_of(cluster), cluster_id=cluster.pk,
+        )  # fmt: skip
     if PrometheusFigure.KUEUE in delivered:
         rows += kueue_rows(
             usage=series["kueue_usage"], reservation=series["kueue_reservation"],

@@ -80,6 +80,15 @@ def queries(matchers: Sequence[str]) -> dict[str, str]:
         "kueue_admissions": selector(f"{wait}_count", m),
         "kueue_admission_wait": selector(f"{wait}_sum", m),
         "node_labels": selector("kube_node_labels", m),
+        # HAMi's vGPU monitor (per container: memory in bytes, SM use in percent of the GPU;
+        # per device: its model), under the names of HAMi 2.10 on and the older ones (which
+        # 2.10 still exports with --legacy-metrics).
+        "hami_memory": selector("hami_vgpu_memory_used_bytes", m),
+        "hami_memory_legacy": selector("vGPU_device_memory_usage_in_bytes", m),
+        "hami_cores": selector("hami_container_device_utilization_ratio", m),
+        "hami_cores_legacy": selector("Device_utilization_desc_of_container", m),
+        "hami_devices": selector("hami_host_gpu_memory_used_bytes", m),
+        "hami_devices_legacy": selector("HostGPUMemoryUsage", m),
         "volume_available": selector("kubelet_volume_stats_available_bytes", m),
         "volume_capacity": selector("kubelet_volume_stats_capacity_bytes", m),
     }

@@ -49,9 +49,16 @@ from django.db.models import Count, Max, Q, QuerySet, Sum
 from django.utils import timezone
 
 from core.errors import NotFound, ValidationFailed
-from quotas.choices import GPU_RESOURCE, MIG_RESOURCE_PREFIX
+from quotas import vgpu
+from quotas.choices import (
+    GPU_RESOURCE,
+    GPUCORES_RESOURCE,
+    GPUMEM_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    FlavorKind,
+)
 from quotas.kube.job_caps import JOB_SLOTS_FLAVOR
-from quotas.models import Cluster, ResourceFlavor
+from quotas.models import Cluster, Quota, ResourceFlavor
 from quotas.quantity import QuantityError, parse_quantity, to_display
 from quotas.selectors import (
     EffectiveQuota,
@@ -1192,3 +1199,140 @@ def person_cap_members(*, tenant: Tenant) -> list[str]:
         for m in membership_list_for_tenant(tenant=tenant)
         if m.role != MembershipRole.VIEWER
     ]
+
+
+# --- vGPU shares (HAMi): GPU memory and compute per tenant ---------------------------------
+
+
+@dataclass(frozen=True)
+class VgpuShareUse:
+    """One tenant's share of a vGPU flavor and what its containers used of it over a period:
+    memory in bytes (its ``nvidia.com/gpumem`` quota) and MiB (the readings), compute in
+    percent points of a GPU (its ``nvidia.com/gpucores`` quota and the readings)."""
+
+    tenant_id: int
+    cluster: str
+    flavor: str
+    memory_limit: Decimal | None  # bytes
+    cores_limit: Decimal | None  # percent points of a GPU
+    memory_mean_mib: float | None
+    memory_peak_mib: float | None
+    cores_mean: float | None
+    flavor_id: int = 0
+    cluster_id: int = 0
+
+    @staticmethod
+    def _percent(used: float | None, of: float | None) -> str:
+        if used is None or not of:
+            return ""
+        return f"{used / of * 100:.0f}%"
+
+    @property
+    def memory_limit_text(self) -> str:
+        return "—" if self.memory_limit is None else vgpu.gib_text(self.memory_limit)
+
+    @property
+    def cores_limit_text(self) -> str:
+        return "—" if self.cores_limit is None else vgpu.cores_text(self.cores_limit)
+
+    def _mib_text(self, mib: float | None) -> str:
+        return "—" if mib is None else vgpu.gib_text(Decimal(repr(mib)) * vgpu.MIB)
+
+    @property
+    def memory_mean_text(self) -> str:
+        return self._mib_text(self.memory_mean_mib)
+
+    @property
+    def memory_peak_text(self) -> str:
+        return self._mib_text(self.memory_peak_mib)
+
+    @property
+    def memory_mean_share(self) -> str:
+        """The mean memory used as a percent of the share ("" where either is unknown)."""
+        limit = None if self.memory_limit is None else float(self.memory_limit) / vgpu.MIB
+        return self._percent(self.memory_mean_mib, limit)
+
+    @property
+    def memory_peak_share(self) -> str:
+        limit = None if self.memory_limit is None else float(self.memory_limit) / vgpu.MIB
+        return self._percent(self.memory_peak_mib, limit)
+
+    @property
+    def cores_mean_text(self) -> str:
+        return "—" if self.cores_mean is None else f"{self.cores_mean:.0f}% of a GPU"
+
+    @property
+    def cores_mean_share(self) -> str:
+        return self._percent(
+            self.cores_mean, None if self.cores_limit is None else float(self.cores_limit)
+        )
+
+
+def vgpu_share_use(
+    *,
+    start: datetime,
+    end: datetime,
+    tenant_ids: Sequence[int] | None = None,
+    resolution: int = Resolution.HOUR,
+) -> list[VgpuShareUse]:
+    """Per tenant and vGPU flavor: its GPU memory and compute quotas and what its containers
+    used of them between ``start`` and ``end`` (means weighted by samples, the memory's highest
+    bucket mean as its peak), from the rollups of ``resolution``. Three queries; one where
+    the tenants asked for hold no vGPU share."""
+    quotas: dict[tuple[int, int], dict[str, Decimal]] = defaultdict(dict)
+    flavors: dict[int, ResourceFlavor] = {}
+    lines = Quota.objects.filter(
+        flavor__kind=FlavorKind.VGPU, resource__in=[GPUMEM_RESOURCE, GPUCORES_RESOURCE]
+    ).select_related("flavor__cluster", "quota_set")
+    if tenant_ids is not None:
+        lines = lines.filter(quota_set__tenant_id__in=_ids(tenant_ids))
+    for q in lines:
+        quotas[(q.quota_set.tenant_id, q.flavor_id)][q.resource] = q.limit
+        flavors[q.flavor_id] = q.flavor
+    if tenant_ids is not None and not quotas:
+        return []  # no share to hold its use against (one query for a tenant without vGPU)
+    rows = Rollup.objects.filter(
+        resolution=resolution,
+        metric__in=[Metric.VGPU_MEMORY_USED, Metric.VGPU_CORES_USED],
+        bucket__gte=start,
+        bucket__lt=end,
+    )
+    if tenant_ids is not None:
+        rows = rows.filter(tenant_id__in=_ids(tenant_ids))
+    used: dict[tuple[int, int], dict[int, tuple[float, int, float]]] = defaultdict(dict)
+    for row in rows.values("tenant_id", "flavor_id", "metric").annotate(
+        total=Sum("sum"), samples=Sum("samples"), peak=Max("max")
+    ):
+        key = (row["tenant_id"], row["flavor_id"])
+        used[key][row["metric"]] = (row["total"], row["samples"], row["peak"])
+    missing = {f for _, f in used if f not in flavors}
+    flavors.update(
+        (f.pk, f)
+        for f in ResourceFlavor.objects.filter(pk__in=missing, kind=FlavorKind.VGPU).select_related(
+            "cluster"
+        )
+    )
+    out = []
+    for key in sorted(set(quotas) | set(used)):
+        tenant_id, flavor_id = key
+        flavor = flavors.get(flavor_id)
+        if flavor is None:
+            continue
+        figures = used.get(key, {})
+        memory = figures.get(Metric.VGPU_MEMORY_USED)
+        cores = figures.get(Metric.VGPU_CORES_USED)
+        out.append(
+            VgpuShareUse(
+                tenant_id=tenant_id,
+                cluster=flavor.cluster.name,
+                flavor=flavor.name,
+                memory_limit=quotas.get(key, {}).get(GPUMEM_RESOURCE),
+                cores_limit=quotas.get(key, {}).get(GPUCORES_RESOURCE),
+                memory_mean_mib=memory[0] / memory[1] if memory and memory[1] else None,
+                memory_peak_mib=memory[2] if memory else None,
+                cores_mean=cores[0] / cores[1] if cores and cores[1] else None,
+                flavor_id=flavor_id,
+                cluster_id=flavor.cluster_id,
+            )
+        )
+    return sorted(out, key=lambda u: (u.tenant_id, u.cluster, u.flavor))

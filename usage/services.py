@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import os
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -349,11 +350,15 @@ def _flavor_map(cluster_id: int | None) -> dict[tuple[str, str], int]:
     """(GPU model, MIG profile or "") -> flavor id on the cluster."""
     if cluster_id is None:
         return {}
-    rows = ResourceFlavor.objects.filter(cluster_id=cluster_id, kind__in=["gpu", "mig"])
+    rows = ResourceFlavor.objects.filter(cluster_id=cluster_id, kind__in=["gpu", "mig", "vgpu"])
     return {
-        (model, profile if kind == "mig" else ""): pk
+        (model, VGPU_KEY if kind == "vgpu" else profile if kind == "mig" else ""): pk
         for pk, kind, model, profile in rows.values_list("pk", "kind", "gpu_model", "mig_profile")
     }
+
+
+# The second part of a vGPU flavor's key in ``_flavor_map`` (no MIG profile is spelt so).
+VGPU_KEY = "vgpu"
 
 
 _FLAVOR_CACHE: dict[int | None, tuple[datetime, dict[tuple[str, str], int]]] = {}
@@ -368,12 +373,13 @@ def _flavors_cached(cluster_id: int | None, now: datetime) -> dict[tuple[str, st
     return cached[1]
 
 
-_POD_CACHE: dict[int, tuple[datetime, dict[str, tuple[int | None, str]]]] = {}
+PodOwner = tuple[int | None, str, str]  # (tenant id, Workload uid or "", node name or "")
+_POD_CACHE: dict[int, tuple[datetime, dict[str, PodOwner]]] = {}
 POD_CACHE_TTL = timedelta(seconds=60)  # the collector refreshes pods every minute anyway
 
 
-def _pod_owners(cluster_id: int | None, now: datetime) -> dict[str, tuple[int | None, str]]:
-    """pod uid -> (tenant id, Workload uid or "") of the cluster's pods, read once a minute
+def _pod_owners(cluster_id: int | None, now: datetime) -> dict[str, PodOwner]:
+    """pod uid -> (tenant id, Workload uid or "", node) of the cluster's pods, read once a minute
     per process (an agent report then costs no query for it; a new pod is attributed within a
     minute or two)."""
     if cluster_id is None:
@@ -381,25 +387,56 @@ def _pod_owners(cluster_id: int | None, now: datetime) -> dict[str, tuple[int | 
     cached = _POD_CACHE.get(cluster_id)
     if cached is None or not timedelta(0) <= now - cached[0] <= POD_CACHE_TTL:
         pods = Pod.objects.filter(cluster_id=cluster_id).values_list(
-            "uid", "tenant_id", "workload_uid"
+            "uid", "tenant_id", "workload_uid", "node_name"
         )
-        cached = (now, {uid: (tenant, workload) for uid, tenant, workload in pods})
+        cached = (now, {uid: (tenant, workload, node) for uid, tenant, workload, node in pods})
         _POD_CACHE[cluster_id] = cached
     return cached[1]
 
 
-def _owner(device: DeviceReading, pods: Mapping[str, tuple[int | None, str]]) -> int | None:
+def _owner(device: DeviceReading, pods: Mapping[str, PodOwner]) -> int | None:
     """The tenant of the first of the device's processes whose pod the collector knows."""
     for pod_uid in device.pod_uids:
-        tenant_id = pods.get(pod_uid, (None, ""))[0]
+        tenant_id = pods.get(pod_uid, (None, "", ""))[0]
         if tenant_id is not None:
             return tenant_id
     return None
 
 
-def _workloads_of(device: DeviceReading, pods: Mapping[str, tuple[int | None, str]]) -> set[str]:
+def _workloads_of(device: DeviceReading, pods: Mapping[str, PodOwner]) -> set[str]:
     """The Workloads whose pods run on the device (several where a GPU is time-sliced)."""
     return {pods[uid][1] for uid in device.pod_uids if uid in pods and pods[uid][1]}
+
+
+def vgpu_tenant_use(
+    *, devices: Sequence[DeviceReading], pods: Mapping[str, PodOwner], node_name: str
+) -> tuple[dict[int, float], dict[int, float]]:
+    """GPU memory (MiB) and compute (percent points of a GPU) per tenant on a node's GPUs
+    shared through HAMi, from the agent's per-pod figures (compute only for tenants with a
+    sample). What a node says is held to what it can know: a pod the collector places on
+    another node is not counted (a node cannot report for pods not on it), nor one no tenant
+    owns; one pod counts at most the device's memory in use and 100% of it, and where the
+    pods' sum passes the device's memory in use or 100% (a node's figures disagreeing with
+    themselves) they are scaled down to it."""
+    memory: dict[int, float] = defaultdict(float)
+    cores: dict[int, float] = defaultdict(float)
+    for device in devices:
+        owned: list[tuple[int, float, float | None]] = []
+        for pod_uid, mib, sm in device.pod_memory:
+            tenant_id, _, pod_node = pods.get(pod_uid, (None, "", ""))
+            if tenant_id is None or (pod_node and node_name and pod_node != node_name):
+                continue
+            util = None if sm is None else float(min(max(sm, 0), 100))
+            owned.append((tenant_id, float(min(max(mib, 0), device.memory_used_mib)), util))
+        total = sum(mib for _, mib, _ in owned)
+        scale = device.memory_used_mib / total if total > device.memory_used_mib else 1.0
+        busy = sum(util for _, _, util in owned if util is not None)
+        busy_scale = 100.0 / busy if busy > 100 else 1.0
+        for tenant_id, share, util in owned:
+            memory[tenant_id] += share * scale
+            if util is not None:
+                cores[tenant_id] += util * busy_scale
+    return dict(memory), dict(cores)
 
 
 def workload_activity_record(*, cluster_id: int, at: datetime, peaks: Mapping[str, float]) -> int:
@@ -518,6 +555,22 @@ def agent_readings_record(*, readings: ReportReadings) -> int:
                 )
             rows.append((readings.at, Metric.GPU_MEMORY_USED, float(device.memory_used_mib), *base))
             rows.append((readings.at, Metric.GPU_PROCESSES, float(device.processes), *base))
+        by_vgpu: dict[int, list[DeviceReading]] = defaultdict(list)
+        for device in readings.devices:
+            vgpu_flavor = flavors.get((device.model, VGPU_KEY))
+            if vgpu_flavor is not None and device.gi_id is None:
+                by_vgpu[vgpu_flavor].append(device)
+        for flavor_id, devices in sorted(by_vgpu.items()):
+            memory, cores = vgpu_tenant_use(
+                devices=devices, pods=pods, node_name=readings.node_name
+            )
+            for metric, figures in ((Metric.VGPU_MEMORY_USED, memory),
+                                    (Metric.VGPU_CORES_USED, cores)):  # fmt: skip
+                for tenant_id, value in sorted(figures.items()):
+                    rows.append(
+                        (readings.at, metric, round(value, 1), readings.cluster_id,
+                         tenant_id, flavor_id, readings.node_id, None, None, None)
+                    )  # fmt: skip
         peaks: dict[str, float] = {}
         for device, _ in owned:
             if device.utilization_pct is None:

@@ -399,6 +399,21 @@ class ProbeRequestInput(StrictInputSerializer):
     )
 
 
+class VgpuLimitsOutput(serializers.Serializer):
+    target_cores_pct = serializers.IntegerField(
+        allow_null=True, help_text="The probed tenant's compute share, percent of the GPU."
+    )
+    target_memory_mib = serializers.IntegerField(
+        allow_null=True, help_text="The probed tenant's GPU memory share, MiB."
+    )
+    neighbour_cores_pct = serializers.IntegerField(
+        allow_null=True, help_text="The saturating tenant's compute share, percent of the GPU."
+    )
+    neighbour_memory_mib = serializers.IntegerField(
+        allow_null=True, help_text="The saturating tenant's GPU memory share, MiB."
+    )
+
+
 class ProbeOutput(serializers.Serializer):
     id = serializers.IntegerField()
     uuid = serializers.CharField(source="gpu.uuid")
@@ -407,6 +422,12 @@ class ProbeOutput(serializers.Serializer):
     neighbour_gi_id = serializers.IntegerField(allow_null=True)
     target_profile = serializers.CharField()
     neighbour_profile = serializers.CharField()
+    vgpu = VgpuLimitsOutput(
+        source="vgpu_limits",
+        allow_null=True,
+        help_text="On a GPU shared as vGPUs (HAMi): the two tenants' shares the probe ran "
+        "under; null on MIG and time-sliced GPUs.",
+    )
     target_tenant = serializers.CharField(
         source="target_tenant.slug",
         allow_null=True,
@@ -467,6 +488,12 @@ class AgentProbeOutput(serializers.Serializer):
     mig = serializers.BooleanField()
     target_gi_id = serializers.IntegerField(allow_null=True)
     neighbour_gi_id = serializers.IntegerField(allow_null=True)
+    vgpu = VgpuLimitsOutput(
+        source="vgpu_limits",
+        allow_null=True,
+        help_text="On a GPU shared as vGPUs (HAMi): the shares the two processes run under "
+        "(HAMi-core's limits); null otherwise.",
+    )
     state = serializers.ChoiceField(choices=ProbeState.choices)
 
 

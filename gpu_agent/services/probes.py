@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 
 from django.db import transaction
 from django.db.models import Q
@@ -41,8 +42,9 @@ from gpu_agent.models import (
 )
 from gpu_agent.selectors import _same_model, node_is_stale
 from gpu_agent.services.common import MESSAGE_MAX
-from quotas.choices import FlavorKind
+from quotas.choices import GPUCORES_RESOURCE, GPUMEM_RESOURCE, FlavorKind
 from quotas.models import Quota
+from quotas.vgpu import MIB
 from tenants.models import Tenant, User
 from tenants.services import audit_record
 
@@ -105,15 +107,16 @@ def _pick_instances(
 
 
 def time_slice_tenants(*, gpu: Gpu) -> list[Tenant]:
-    """Tenants holding time-sliced shares of ``gpu``: quota above 0 on a time-sliced flavor
-    of its model on its node's cluster, by slug. One query (and the catalogue)."""
+    """Tenants holding shares of ``gpu`` without MIG: quota above 0 on a time-sliced or vGPU
+    (HAMi) flavor of its model on its node's cluster, by slug. One query (and the
+    catalogue)."""
     cluster_id = gpu.node.cluster_id
     if cluster_id is None:
         return []
     quotas = (
         Quota.objects.filter(
+            Q(flavor__time_slicing_replicas__isnull=False) | Q(flavor__kind=FlavorKind.VGPU),
             quota_set__cluster_id=cluster_id,
-            flavor__time_slicing_replicas__isnull=False,
             limit__gt=0,
         )
         .select_related("quota_set__tenant", "flavor")
@@ -124,6 +127,41 @@ def time_slice_tenants(*, gpu: Gpu) -> list[Tenant]:
         if _same_model(quota.flavor.gpu_model, gpu.name):
             found.setdefault(quota.quota_set.tenant_id, quota.quota_set.tenant)
     return list(found.values())
+
+
+def vgpu_limits(
+    *, gpu: Gpu, target: Tenant | None, neighbour: Tenant | None
+) -> dict[str, int | None] | None:
+    """On a GPU of a vGPU (HAMi) flavor's model on its cluster: the compute (percent of the
+    GPU, at most 100) and GPU memory (MiB, at most the GPU's) each tenant's share holds it to,
+    its ``nvidia.com/gpucores`` and ``nvidia.com/gpumem`` limits there (None where it has
+    none); None where the GPU is no vGPU flavor's. One query."""
+    cluster_id = gpu.node.cluster_id
+    if cluster_id is None or gpu.mig_mode_current:
+        return None
+    quotas = [
+        q
+        for q in Quota.objects.filter(
+            quota_set__cluster_id=cluster_id, flavor__kind=FlavorKind.VGPU
+        ).select_related("flavor", "quota_set")
+        if _same_model(q.flavor.gpu_model, gpu.name)
+    ]
+    if not quotas:
+        return None
+    out: dict[str, int | None] = {}
+    for side, tenant in (("target", target), ("neighbour", neighbour)):
+        limits = {
+            q.resource: q.limit
+            for q in quotas
+            if tenant is not None and q.quota_set.tenant_id == tenant.pk
+        }
+        cores = limits.get(GPUCORES_RESOURCE)
+        memory = limits.get(GPUMEM_RESOURCE)
+        out[f"{side}_cores_pct"] = None if not cores else int(min(cores, Decimal(100)))
+        out[f"{side}_memory_mib"] = (
+            None if not memory else min(int(memory // MIB), gpu.memory_total_mib or 2**31 - 1)
+        )
+    return out
 
 
 def probe_tenants(*, gpu: Gpu) -> list[Tenant]:
@@ -260,6 +298,7 @@ def probe_request(
         )
     else:
         tenants = _pick_time_slices(gpu, target_tenant, neighbour_tenant)
+        fields["vgpu_limits"] = vgpu_limits(gpu=gpu, target=tenants[0], neighbour=tenants[1])
     target_owner, neighbour_owner = tenants
     if (
         target_owner is not None
@@ -299,8 +338,8 @@ def _pick_time_slices(
         if tenant is not None and tenant.pk not in {h.pk for h in holders}:
             raise ValidationFailed.for_field(
                 field_name,
-                f"{tenant.slug} holds no time-sliced share of {gpu.name} GPUs on {cluster} "
-                f"(quota on a time-sliced flavor of that model); tenants that do: "
+                f"{tenant.slug} holds no share of {gpu.name} GPUs on {cluster} "
+                f"(quota on a time-sliced or vGPU flavor of that model); tenants that do: "
                 f"{_names(holders)}.",
             )
     if target_tenant is None and neighbour_tenant is None:

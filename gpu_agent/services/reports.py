@@ -77,6 +77,10 @@ class DeviceReading:
     memory_used_mib: int
     processes: int
     pod_uids: tuple[str, ...]  # of its processes that run in a pod, in the report's order
+    # Per pod on the device, as the agent read it: GPU memory (MiB, NVML usedGpuMemory of the
+    # pod's processes) and SM use (percent of the GPU, None with no sample): what each
+    # container holds and computes of a GPU shared through HAMi.
+    pod_memory: tuple[tuple[str, int, int | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,7 @@ class ReportReadings:
     cluster_id: int | None
     at: datetime
     devices: tuple[DeviceReading, ...]
+    node_name: str = ""  # the reporting node (a pod the collector places elsewhere is not its)
 
 
 def report_readings(*, node: Node, report: Mapping[str, Any], now: datetime) -> ReportReadings:
@@ -107,9 +112,14 @@ def report_readings(*, node: Node, report: Mapping[str, Any], now: datetime) -> 
                     memory_used_mib=r["memory_used_mib"],
                     processes=r["processes"],
                     pod_uids=tuple(r["pod_uids"]),
+                    pod_memory=tuple(
+                        (m["pod_uid"], m["used_memory_mib"], m.get("sm_util_pct"))
+                        for m in r.get("pod_memory") or []
+                    ),
                 )
                 for r in report["readings"]
             ),
+            node.name,
         )
     devices: list[DeviceReading] = []
     for g in report.get("gpus") or []:
@@ -126,6 +136,7 @@ def report_readings(*, node: Node, report: Mapping[str, Any], now: datetime) -> 
                     memory_used_mib=g.get("memory_used_mib") or 0,
                     processes=len(processes),
                     pod_uids=_pod_uids(processes),
+                    pod_memory=_pod_memory(processes),
                 )
             )
             continue
@@ -141,13 +152,31 @@ def report_readings(*, node: Node, report: Mapping[str, Any], now: datetime) -> 
                     memory_used_mib=inst.get("memory_used_mib") or 0,
                     processes=len(processes),
                     pod_uids=_pod_uids(processes),
+                    pod_memory=_pod_memory(processes),
                 )
             )
-    return ReportReadings(node.pk, node.cluster_id, now, tuple(devices))
+    return ReportReadings(node.pk, node.cluster_id, now, tuple(devices), node.name)
 
 
 def _pod_uids(processes: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(uid for p in processes if (uid := p.get("pod_uid")))
+
+
+def _pod_memory(
+    processes: Sequence[Mapping[str, Any]],
+) -> tuple[tuple[str, int, int | None], ...]:
+    """GPU memory (MiB) and SM use (percent, None with no sample) per pod: its processes'
+    ``used_memory_mib`` and ``sm_util_pct`` summed (the agent's ``pod_memory`` of a change
+    report, built from a full report's processes)."""
+    used: dict[str, int] = {}
+    sm: dict[str, int] = {}
+    for p in processes:
+        uid, mib, util = p.get("pod_uid"), p.get("used_memory_mib"), p.get("sm_util_pct")
+        if uid and mib is not None:
+            used[uid] = used.get(uid, 0) + int(mib)
+            if util is not None:
+                sm[uid] = min(100, sm.get(uid, 0) + int(util))
+    return tuple((uid, mib, sm.get(uid)) for uid, mib in used.items())
 
 
 # --- validation: the schema, then what a schema cannot say ----------------------------------

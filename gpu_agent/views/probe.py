@@ -38,6 +38,7 @@ from gpu_agent.services.probes import (
     probe_tenant_named,
     probe_tenants,
     shared_gpus,
+    vgpu_limits,
 )
 from gpu_agent.views.common import admin_user, gpu_for
 
@@ -142,9 +143,10 @@ DEVICE_PLUGIN_TEXT: dict[str, str] = {
 
 
 def isolation_context(gpu: Gpu, layout: MigLayout | None) -> dict[str, Any]:
-    """What ``gpu_agent/_gpu_isolation.html`` needs (two queries)."""
+    """What ``gpu_agent/_gpu_isolation.html`` needs (three queries)."""
     probes = probe_list(gpu=gpu)
     return {
+        "probe_vgpu": vgpu_limits(gpu=gpu, target=None, neighbour=None) is not None,
         "probes": probes,
         "probe_chart": probe_chart(probes),
         "probe_limit_pct": ISOLATION_SLOWDOWN_LIMIT_PCT,

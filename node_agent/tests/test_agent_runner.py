@@ -99,8 +99,15 @@ def test_the_report_names_processes_and_their_pods(portal: FakePortal, tmp_path:
     assert instance["processes"] == [{"pid": in_pod, "used_memory_mib": 512, "pod_uid": "u-1"}]
     assert mig["processes"] == []
     assert plain["instances"] == []
-    assert plain["processes"] == [{"pid": bare, "used_memory_mib": 100, "pod_uid": None}]
+    # Outside MIG each process also has its SM use (nvmlDeviceGetProcessUtilization): none
+    # per MIG instance, as NVML has none.
+    assert plain["processes"] == [
+        {"pid": bare, "used_memory_mib": 100, "pod_uid": None, "sm_util_pct": 0}
+    ]
     assert plain["utilization_pct"] == 0
+    node.nvml.set_utilization(1, 60)
+    busy = agent.inventory()["gpus"][1]
+    assert busy["processes"][0]["sm_util_pct"] == 60 and _shape_errors(agent.inventory()) == []
 
 
 def test_a_busy_instance_is_refused_and_reported(portal: FakePortal, tmp_path: Path) -> None:

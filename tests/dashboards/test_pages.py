@@ -200,8 +200,9 @@ def test_the_tenant_dashboard_queries_do_not_grow_with_the_data(
 ):
     alice = client_for(usage_data.world.alice)
     alice.get("/tenants/team-a/usage/?range=30d")  # warm the session
-    # 12, and who used what: rollups, workloads, flavors, utilisation (usage.breakdown).
-    with django_assert_max_num_queries(16):
+    # 12, and who used what: rollups, workloads, flavors, utilisation (usage.breakdown), and
+    # the tenant's vGPU shares (its GPU memory and compute lines; their use only where it has).
+    with django_assert_max_num_queries(17):
         small = alice.get("/tenants/team-a/usage/?range=30d")
     # Ten times the series: more tenants' and a second copy of the flavors' rows.
     more = Tenant.objects.bulk_create(
@@ -212,7 +213,7 @@ def test_the_tenant_dashboard_queries_do_not_grow_with_the_data(
         world.team_c = tenant
         series = {("team_c", "a100_gpu"): {1: (50, 60), 5: (1, 2)}}
         rollups_insert(rollup_values(world, now=usage_data.now, series=series))
-    with django_assert_max_num_queries(16):
+    with django_assert_max_num_queries(17):
         large = alice.get("/tenants/team-a/usage/?range=30d")
     assert small.status_code == large.status_code == 200
 

@@ -149,8 +149,8 @@ def test_a_time_sliced_gpu_is_probed_between_two_holders_of_its_shares(world, gp
         ("mig", {"target_tenant": "team_a", "neighbour_tenant": "team_a"}, "neighbour_tenant",
          "must be another tenant than the probed one (team-a)"),
         ("shared", {"neighbour_tenant": "team_c"}, "neighbour_tenant",
-         "team-c holds no time-sliced share of NVIDIA H100 80GB HBM3 GPUs on demo-h100 "
-         "(quota on a time-sliced flavor of that model); tenants that do: team-a, team-b."),
+         "team-c holds no share of NVIDIA H100 80GB HBM3 GPUs on demo-h100 "
+         "(quota on a time-sliced or vGPU flavor of that model); tenants that do: team-a, team-b."),
     ],
 )  # fmt: skip
 def test_a_bad_pair_is_refused_naming_the_field_and_nothing_is_stored(

@@ -76,6 +76,7 @@ def test_the_round_trip_from_request_to_slowdown(agent, admin_client):
                 "mig": True,
                 "target_gi_id": 2,
                 "neighbour_gi_id": 3,
+                "vgpu": None,
                 "state": "requested",
             }
         ],

@@ -2,8 +2,8 @@
 tests serve with ``prometheus_client`` under the real exporters' metric and label names.
 
 ``prometheus_server`` (session): the binary started on a free local port with a scrape config
-written here (1 s scrape interval, storage in a temporary folder), scraping three simulated
-exporters: NVIDIA's DCGM exporter, kube-state-metrics (with Kueue's and the kubelet's volume
+written here (1 s scrape interval, storage in a temporary folder), scraping four simulated
+exporters: NVIDIA's DCGM exporter, HAMi's vGPU monitor, kube-state-metrics (with Kueue's and the kubelet's volume
 series, each a job of its own in a real cluster: one endpoint here) and whatever the test adds
 with ``Handle.extra_target``. Every simulated series carries a ``cluster`` label, as a store
 holding several clusters has: a test picks a fresh one and reads back only its own series
@@ -114,6 +114,52 @@ class Exporters:
             "kubelet_volume_stats_capacity_bytes", "Capacity in bytes of the volume.",
             ["cluster", "namespace", "persistentvolumeclaim"], registry=self.kube,
         )  # fmt: skip
+
+        # HAMi's vGPU monitor (cmd/vGPUmonitor/metrics.go): the names and labels since 2.10,
+        # and the older ones (2.10's --legacy-metrics).
+        self.hami = CollectorRegistry()
+        ctr = ["cluster", "namespace", "pod", "container", "vdevice_index", "device_uuid"]
+        legacy = ["cluster", "podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid"]
+        host = ["cluster", "node", "device_index", "device_uuid", "device_type"]
+        legacy_host = ["cluster", "nodeid", "deviceidx", "deviceuuid", "devicetype"]
+        self.hami_memory = Gauge("hami_vgpu_memory_used_bytes",
+                                 "vGPU device memory usage in bytes", ctr, registry=self.hami)  # fmt: skip
+        self.hami_util = Gauge("hami_container_device_utilization_ratio",
+                               "Container device SM utilization ratio", ctr, registry=self.hami)  # fmt: skip
+        self.hami_host = Gauge("hami_host_gpu_memory_used_bytes",
+                               "GPU device memory usage in bytes", host, registry=self.hami)  # fmt: skip
+        self.hami_memory_legacy = Gauge("vGPU_device_memory_usage_in_bytes", "vGPU device usage",
+                                        legacy, registry=self.hami)  # fmt: skip
+        self.hami_util_legacy = Gauge("Device_utilization_desc_of_container",
+                                      "Container device utilization description", legacy,
+                                      registry=self.hami)  # fmt: skip
+        self.hami_host_legacy = Gauge("HostGPUMemoryUsage", "GPU device memory usage",
+                                      legacy_host, registry=self.hami)  # fmt: skip
+
+    def hami_container(
+        self, cluster: str, *, namespace: str, pod: str, memory_bytes: float, util: float,
+        device_uuid: str, device_type: str = "NVIDIA-Tesla T4", legacy: bool = False,
+        vdevice: str = "0",
+    ) -> None:  # fmt: skip
+        """One container's vGPU as HAMi's monitor reports it (new names, or ``legacy``)."""
+        if legacy:
+            labels = {"cluster": cluster, "podnamespace": namespace, "podname": pod,
+                      "ctrname": "main", "vdeviceid": vdevice, "deviceuuid": device_uuid}  # fmt: skip
+            self.hami_memory_legacy.labels(**labels).set(memory_bytes)
+            self.hami_util_legacy.labels(**labels).set(util)
+            self.hami_host_legacy.labels(
+                cluster=cluster, nodeid="gpu-node-1", deviceidx="0", deviceuuid=device_uuid,
+                devicetype=device_type,
+            ).set(memory_bytes)  # fmt: skip
+            return
+        labels = {"cluster": cluster, "namespace": namespace, "pod": pod, "container": "main",
+                  "vdevice_index": vdevice, "device_uuid": device_uuid}  # fmt: skip
+        self.hami_memory.labels(**labels).set(memory_bytes)
+        self.hami_util.labels(**labels).set(util)
+        self.hami_host.labels(
+            cluster=cluster, node="gpu-node-1", device_index="0", device_uuid=device_uuid,
+            device_type=device_type,
+        ).set(memory_bytes)  # fmt: skip
 
     def gpu(
         self,
@@ -266,12 +312,14 @@ def prometheus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hand
     exporters = Exporters()
     dcgm_server, dcgm_port = serve(exporters.dcgm)
     kube_server, kube_port = serve(exporters.kube)
+    hami_server, hami_port = serve(exporters.hami)
     try:
         handle = start_prometheus(
             tmp_path_factory.mktemp("prometheus"),
             exporters,
             {"dcgm-exporter": [f"127.0.0.1:{dcgm_port}"],
-             "kube-state-metrics": [f"127.0.0.1:{kube_port}"]},
+             "kube-state-metrics": [f"127.0.0.1:{kube_port}"],
+             "hami-device-plugin": [f"127.0.0.1:{hami_port}"]},
         )  # fmt: skip
         try:
             yield handle
@@ -280,6 +328,7 @@ def prometheus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hand
     finally:
         dcgm_server.shutdown()
         kube_server.shutdown()
+        hami_server.shutdown()
 
 
 def reload(handle: Handle) -> None:

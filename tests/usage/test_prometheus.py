@@ -101,7 +101,11 @@ def test_simulated_dcgm_and_kube_state_metrics_become_the_tenants_usage(
     outcome = collector.cluster_collect(cluster=world.a100, now=now)
 
     assert outcome.prometheus is not None and outcome.prometheus.ok, outcome
-    assert sorted(outcome.prometheus.figures) == sorted(ALL_FIGURES)
+    # Every figure but HAMi's (no vGPU flavor here: tests/usage/test_vgpu_usage.py reads it).
+    assert sorted(outcome.prometheus.figures) == sorted(
+        f for f in ALL_FIGURES if f != PrometheusFigure.VGPU_USAGE
+    )
+    assert any("vGPU flavors" in w for w in outcome.prometheus.warnings)
     assert set(_values(world.team_a, Metric.GPU_UTILIZATION)) == {50.0, 70.0}
     assert set(_values(world.team_a, Metric.GPU_MEMORY_USED)) == {20480.0, 40960.0}
     assert set(_values(world.team_a, Metric.GPUS_ALLOCATED)) == {2.0}  # the finished pod: no

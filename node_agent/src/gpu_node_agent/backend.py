@@ -40,6 +40,9 @@ class Process:
     used_memory_mib: int | None
     gi_id: int | None = None
     ci_id: int | None = None
+    # Its SM use, percent of the GPU (NVML's process utilisation samples); None in MIG mode or
+    # where NVML has no sample for it.
+    sm_util_pct: int | None = None
 
 
 @dataclass(frozen=True)

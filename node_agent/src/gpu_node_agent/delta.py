@@ -81,6 +81,24 @@ def readings(gpus: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     def pods(processes: Sequence[Mapping[str, Any]]) -> list[str]:
         return [uid for p in processes if (uid := p.get("pod_uid"))]
 
+    def pod_memory(processes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """GPU memory per pod (NVML's usedGpuMemory of its processes, summed) and its SM use
+        (their process utilisation, summed; null with no sample): what each container of a
+        shared (vGPU) GPU holds and computes; pods whose processes NVML gives no memory
+        figure for are left out."""
+        used: dict[str, int] = {}
+        sm: dict[str, int] = {}
+        for p in processes:
+            uid, mib, util = p.get("pod_uid"), p.get("used_memory_mib"), p.get("sm_util_pct")
+            if uid and mib is not None:
+                used[uid] = used.get(uid, 0) + int(mib)
+                if util is not None:
+                    sm[uid] = min(100, sm.get(uid, 0) + int(util))
+        return [
+            {"pod_uid": uid, "used_memory_mib": mib, "sm_util_pct": sm.get(uid)}
+            for uid, mib in used.items()
+        ]
+
     for g in gpus:
         instances = g.get("instances") or []
         if not g.get("mig_mode_current") or not instances:
@@ -95,6 +113,7 @@ def readings(gpus: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "memory_used_mib": g.get("memory_used_mib") or 0,
                     "processes": len(processes),
                     "pod_uids": pods(processes),
+                    "pod_memory": pod_memory(processes),
                 }
             )
             continue
@@ -110,6 +129,7 @@ def readings(gpus: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     "memory_used_mib": i.get("memory_used_mib") or 0,
                     "processes": len(processes),
                     "pod_uids": pods(processes),
+                    "pod_memory": pod_memory(processes),
                 }
             )
     return out

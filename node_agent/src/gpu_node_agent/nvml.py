@@ -475,6 +475,7 @@ class NvmlBackend:
         raw = self._call(
             "listing compute processes", nvml.nvmlDeviceGetComputeRunningProcesses, handle
         )
+        sm = self._sm_util(handle) if gi_id is None and raw else {}
         processes = []
         for entry in raw:
             used = getattr(entry, "usedGpuMemory", None)
@@ -484,9 +485,28 @@ class NvmlBackend:
                     used_memory_mib=None if used is None else int(used) // MIB,
                     gi_id=gi_id,
                     ci_id=ci_id,
+                    sm_util_pct=sm.get(int(entry.pid)),
                 )
             )
         return processes
+
+    def _sm_util(self, handle: Any) -> dict[int, int]:
+        """pid -> its SM use (percent of the GPU) from NVML's process utilisation samples
+        (``nvmlDeviceGetProcessUtilization``: each process's latest sample); {} where NVML
+        has none (no sample yet: NOT_FOUND; MIG mode or an old GPU: NOT_SUPPORTED)."""
+        function = getattr(self._nvml, "nvmlDeviceGetProcessUtilization", None)
+        if function is None:
+            return {}
+        try:
+            samples = self._call("reading process utilisation", function, handle, 0)
+        except BackendError:
+            return {}
+        latest: dict[int, tuple[int, int]] = {}
+        for sample in samples or []:
+            pid, stamp = int(sample.pid), int(getattr(sample, "timeStamp", 0))
+            if pid not in latest or stamp >= latest[pid][0]:
+                latest[pid] = (stamp, max(0, min(100, int(sample.smUtil))))
+        return {pid: util for pid, (_, util) in latest.items()}
 
     def list_gpu_instances(self, gpu_index: int) -> list[GpuInstance]:
         nvml = self._nvml

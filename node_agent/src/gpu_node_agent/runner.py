@@ -498,8 +498,13 @@ class Agent:
 
     # -- inventory --------------------------------------------------------------------------------
 
-    def _process(self, pid: int, used_memory_mib: int | None) -> dict[str, Any]:
-        return {"pid": pid, "used_memory_mib": used_memory_mib, "pod_uid": self.pod_lookup(pid)}
+    def _process(
+        self, pid: int, used_memory_mib: int | None, sm_util_pct: int | None = None
+    ) -> dict[str, Any]:
+        found = {"pid": pid, "used_memory_mib": used_memory_mib, "pod_uid": self.pod_lookup(pid)}
+        if sm_util_pct is not None:
+            found["sm_util_pct"] = sm_util_pct
+        return found
 
     def inventory(self) -> dict[str, Any]:
         """The report body (PROTOCOL.md), exactly the fields the portal accepts."""
@@ -536,7 +541,7 @@ class Agent:
                 ]
             else:
                 entry["processes"] = [
-                    self._process(p.pid, p.used_memory_mib)
+                    self._process(p.pid, p.used_memory_mib, p.sm_util_pct)
                     for p in self.backend.list_processes(gpu.index)
                 ]
             gpus.append(entry)

@@ -48,6 +48,11 @@ INSTANCE_KEYS = {
     "processes",
 }
 PROCESS_KEYS = {"pid", "used_memory_mib", "pod_uid"}
+PROCESS_OPTIONAL = {"sm_util_pct"}  # outside MIG, where NVML has a sample
+
+
+def _process_keys_ok(process: Any) -> bool:
+    return PROCESS_KEYS <= set(process) <= PROCESS_KEYS | PROCESS_OPTIONAL
 
 
 def _shape_errors(report: Any) -> list[str]:
@@ -58,13 +63,13 @@ def _shape_errors(report: Any) -> list[str]:
         if set(gpu) != GPU_KEYS:
             errors.append(f"gpu keys {sorted(gpu)}")
         for process in gpu.get("processes", []):
-            if set(process) != PROCESS_KEYS:
+            if not _process_keys_ok(process):
                 errors.append(f"process keys {sorted(process)}")
         for instance in gpu.get("instances", []):
             if set(instance) != INSTANCE_KEYS:
                 errors.append(f"instance keys {sorted(instance)}")
             for process in instance.get("processes", []):
-                if set(process) != PROCESS_KEYS:
+                if not _process_keys_ok(process):
                     errors.append(f"process keys {sorted(process)}")
     return errors
 

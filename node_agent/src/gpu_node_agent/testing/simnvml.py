@@ -923,6 +923,36 @@ class SimulatedNvml:
 
     nvmlDeviceGetComputeRunningProcesses_v3 = nvmlDeviceGetComputeRunningProcesses
 
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, last_seen_time_stamp: int) -> list[Any]:
+        """Each process's latest sample (pid, timeStamp, smUtil, memUtil, encUtil, decUtil),
+        as NVML gives them for a GPU outside MIG: the GPU's utilisation shared among its
+        processes by the memory each holds (a simulation). NOT_SUPPORTED in MIG mode,
+        NOT_FOUND with no process to sample."""
+        with self._lock:
+            gpu, contents = self._device(handle)
+            if contents.sim_is_mig or gpu.mig_current:
+                raise _fail(NVML_ERROR_NOT_SUPPORTED)
+            processes = self._processes_on(gpu)
+            if not processes:
+                raise _fail(NVML_ERROR_NOT_FOUND)
+            load = self._load(gpu)
+            util = gpu.utilization_pct if load is None else load[0]
+            held = sum(max(p.used_memory_mib, 1) for p in processes)
+            stamp = max(int(last_seen_time_stamp), 1) + 1
+            return [
+                nvmlFriendlyObject(
+                    {
+                        "pid": p.pid,
+                        "timeStamp": stamp,
+                        "smUtil": round(util * max(p.used_memory_mib, 1) / held),
+                        "memUtil": 0,
+                        "encUtil": 0,
+                        "decUtil": 0,
+                    }
+                )
+                for p in processes
+            ]
+
     # -- NVML: MIG mode ------------------------------------------------------------------------------
 
     def nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
