@@ -301,7 +301,9 @@ def test_a_lab_at_30_percent_of_its_compute_with_its_memory_full_gets_a_memory_f
     assert (line["vgpu"]["memory_before"], line["vgpu"]["memory_after"]) == ("4.5 GiB", "6 GiB")
     assert line["vgpu"]["cores_guaranteed_after"] == "10% of a GPU"
     assert any("memory-first" in note for note in line["notes"])
-    assert suggestion.request is not None  # filed as bob's draft, its lines the same
+    assert suggestion.request is not None, (
+        suggestion.note
+    )  # filed as bob's draft, its lines the same
     items = {i.resource: i for i in suggestion.request.items.all()}
     assert items[GPUMEM_RESOURCE].limit == 6 * GIB
     assert items[GPUCORES_RESOURCE].guaranteed == 10

@@ -10,6 +10,7 @@ from decimal import Decimal
 from quotas.choices import GPU_RESOURCE, GPUCORES_RESOURCE, GPUMEM_RESOURCE
 from quotas.models import Cluster, ResourceFlavor
 from quotas.services import QuotaItem, SchedulingQuotas, quota_set_write
+from tenants.choices import IsolationLevel
 from tenants.models import Namespace, Tenant
 from tests.factories import ClusterFactory, TenantFactory, vgpu_flavor
 
@@ -30,11 +31,12 @@ def memory_share(percent: int) -> Decimal:
 
 
 def vgpu_world(*, actor: object = None) -> VgpuWorld:
-    cluster = ClusterFactory(name="demo-t4")
+    cluster = ClusterFactory(name="demo-t4", hami_version="2.10.0")
     flavor = vgpu_flavor(cluster)
     labs = {}
     for slug, percent in SHARES.items():
-        lab = TenantFactory(slug=slug)
+        # The labs share a GPU: the time-sliced level, which holds vGPU shares too.
+        lab = TenantFactory(slug=slug, isolation_level=IsolationLevel.TIME_SLICED)
         Namespace.objects.create(tenant=lab, name=f"{slug}-research")
         quota_set_write(
             tenant=lab,
