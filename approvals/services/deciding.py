@@ -35,14 +35,17 @@ from approvals.services.transitions import (
 from core.errors import (
     Conflict,
 )
+from core.prepared import prepared_objects
+from quotas.choices import GRANT_HOLDING_STATES
 from quotas.models import (
     Cluster,
+    FlavorResource,
     Quota,
     QuotaSet,
     ResourceFlavor,
     TierTemplate,
 )
-from quotas.selectors import flavor_capacities_and_guarantees, flavor_capacity_rows
+from quotas.selectors import flavor_capacities_and_guarantees, flavor_capacity_query
 from quotas.services import (
     QuotaItem,
     cluster_lock,
@@ -178,11 +181,7 @@ def _apply(
     if created:
         cluster_lock(cluster)
     in_force = None if created else quota_set
-    rows = flavor_capacity_rows(
-        cluster=cluster,
-        exclude_quota_set=in_force,
-        annotations=_lines_read_with(request, in_force, decisions=decision is not None),
-    )
+    rows = _capacities_and_lines(request, cluster, in_force, decisions=decision is not None)
     item_rows, line_rows, decided = _rows_of(rows, in_force, decisions=decision is not None)
     if item_rows is None:  # a line without a capacity: read on their own
         item_rows, line_rows, decided = _rows(request, in_force, decisions=decision is not None)
@@ -305,6 +304,29 @@ def _apply_grant(
         decided_at=timezone.now(),
         approved_generation=generation,
     )
+
+
+def _capacities_and_lines(
+    request: QuotaChangeRequest, cluster: Cluster, in_force: QuotaSet | None, *, decisions: bool
+) -> list[FlavorResource]:
+    """``flavor_capacity_rows`` read with ``_lines_read_with``: the statement compiled once
+    per process for each shape (a quota set in force or not, decisions counted or not)."""
+
+    def build() -> Any:
+        annotations = _lines_read_with(request, in_force, decisions=decisions)
+        return flavor_capacity_query(cluster, in_force, annotations)
+
+    params: list[Any] = [*GRANT_HOLDING_STATES, Decimal(0)]
+    if in_force is not None:
+        params.append(in_force.pk)
+    params += [*[request.pk] * 4, 1, request.pk]  # the request's line, and the count's
+    if in_force is not None:
+        params += [*[in_force.pk] * 4, 1, in_force.pk]  # the line in force: the same
+    if decisions:
+        params += [1, request.pk]
+    params.append(cluster.pk)
+    key = ("approval-capacities", in_force is not None, decisions)
+    return prepared_objects(key, build, params)
 
 
 def _lines_read_with(

@@ -15,6 +15,7 @@ from core.errors import (
     NotFound,
     PermissionDenied,
 )
+from core.prepared import prepared_objects
 from quotas.choices import SyncBackend
 from tenants.choices import MembershipRole
 from tenants.models import AuditEvent, Tenant, User
@@ -82,16 +83,23 @@ def locked(request: QuotaChangeRequest, *, for_approval: bool = False) -> QuotaC
             return query.get(pk=request.pk)
         except QuotaChangeRequest.DoesNotExist as exc:
             raise NotFound(NOT_FOUND) from exc
-    this = QuotaChangeRequest.objects.filter(pk=request.pk)
-    children = Tenant.objects.filter(parent_id=OuterRef("tenant_id"))
-    rows = (
-        query.filter(
-            Q(pk=request.pk) | Q(status__in=OPEN_STATUSES),
-            tenant_id=Subquery(this.values("tenant_id")),
-            cluster_id=Subquery(this.values("cluster_id")),
+
+    def build() -> Any:
+        this = QuotaChangeRequest.objects.filter(pk=request.pk)
+        children = Tenant.objects.filter(parent_id=OuterRef("tenant_id"))
+        return (
+            query.filter(
+                Q(pk=request.pk) | Q(status__in=OPEN_STATUSES),
+                tenant_id=Subquery(this.values("tenant_id")),
+                cluster_id=Subquery(this.values("cluster_id")),
+            )
+            .annotate(tenant_is_department=Exists(children))
+            .order_by("pk")
         )
-        .annotate(tenant_is_department=Exists(children))
-        .order_by("pk")
+
+    # Compiled once per process (the statement is the same for every approval).
+    rows = prepared_objects(
+        "approval-locked", build, (1, request.pk, *OPEN_STATUSES, *[request.pk] * 2)
     )
     found = next((row for row in rows if row.pk == request.pk), None)
     if found is None:
