@@ -15,9 +15,10 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Model, QuerySet
 from django.db.models.query import ModelIterable, get_related_populators
+from django.db.models.sql import UpdateQuery
 
 MAX_STATEMENTS = 512  # bounded: keys may name a caller
 
@@ -43,7 +44,7 @@ class _Objects:
     annotations: dict[str, int]
 
 
-_STATEMENTS: dict[tuple[str, Hashable], _Statement | _Objects | None] = {}
+_STATEMENTS: dict[tuple[str, Hashable], _Statement | _Objects | str | None] = {}
 
 
 def _compile(qs: QuerySet[Any, Any], params: tuple[Any, ...]) -> _Statement | None:
@@ -129,7 +130,9 @@ def _compile_objects(qs: QuerySet[Any, Any], params: tuple[Any, ...]) -> _Object
     sql, compiled = compiler.as_sql()
     fields = [s[0] for s in compiler.select[: compiler.col_count]]
     if tuple(compiled) != params or compiler.has_composite_fields(fields):
-        import sys; print("PREPARED MISMATCH", compiled, params, file=sys.stderr)
+        import sys
+
+        print("PREPARED MISMATCH", compiled, params, file=sys.stderr)
         return None
     klass_info, select = compiler.klass_info, compiler.select
     start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
@@ -175,3 +178,50 @@ def prepared_objects(
             setattr(obj, name, row[pos])
         found.append(obj)
     return found
+
+
+def _compile_update(
+    qs: QuerySet[Any, Any], values: dict[str, Any], params: tuple[Any, ...]
+) -> str | None:
+    """``qs.update(**values)``'s SQL, or None where it cannot be reused as it is: another
+    database, a parent model's rows too, or compiled parameters that are not ``params``."""
+    if qs.db != DEFAULT_DB_ALIAS or qs.query.is_sliced:
+        return None
+    query = qs.query.chain(UpdateQuery)
+    query.add_update_values(values)
+    query.clear_select_clause()
+    if query.related_updates:
+        return None
+    sql, compiled = query.get_compiler(qs.db).as_sql()
+    if tuple(compiled) != params:
+        import sys
+
+        print("PREPARED MISMATCH", compiled, params, file=sys.stderr)
+    return sql if tuple(compiled) == params else None
+
+
+def prepared_update(
+    key: Hashable,
+    build: Callable[[], tuple[QuerySet[Any, Any], dict[str, Any]]],
+    params: Sequence[Any],
+) -> int:
+    """``qs.update(**values)`` for ``(qs, values) = build()``, the number of rows it changed,
+    without building or compiling it again once ``key`` was seen: the contract of
+    ``prepared_rows`` (``params``: the statement's compiled parameters, in order)."""
+    params = tuple(params)
+    connection = connections[DEFAULT_DB_ALIAS]
+    full_key = (connection.vendor, ("update", key))
+    if full_key not in _STATEMENTS:
+        if len(_STATEMENTS) >= MAX_STATEMENTS:
+            del _STATEMENTS[next(iter(_STATEMENTS))]
+        _STATEMENTS[full_key] = _compile_update(*build(), params)
+    sql = _STATEMENTS[full_key]
+    if not isinstance(sql, str):
+        qs, values = build()
+        return int(qs.update(**values))
+    with (
+        transaction.mark_for_rollback_on_error(using=DEFAULT_DB_ALIAS),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)

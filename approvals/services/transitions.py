@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from django.db import connection
 from django.db.models import Case, Exists, F, Field, OuterRef, Q, Subquery, Value, When
 
 from approvals.choices import OPEN_STATUSES, TRANSITIONS, DecisionKind, RequestStatus
@@ -15,7 +16,7 @@ from core.errors import (
     NotFound,
     PermissionDenied,
 )
-from core.prepared import prepared_objects
+from core.prepared import prepared_objects, prepared_update
 from quotas.choices import SyncBackend
 from tenants.choices import MembershipRole
 from tenants.models import AuditEvent, Tenant, User
@@ -141,27 +142,48 @@ def transition_approved(
     has just created it): its status cannot change meanwhile."""
     to = RequestStatus.APPROVED
     ensure_may_become(request, to)
-    this = Q(pk=request.pk)
+
+    def build() -> tuple[Any, dict[str, Any]]:
+        this = Q(pk=request.pk)
+        model = QuotaChangeRequest._meta
+        moved = {
+            name: Case(
+                When(this, then=Value(value)),
+                default=F(name),
+                output_field=cast("Field[Any, Any]", model.get_field(name)),
+            )
+            for name, value in fields.items()
+        }
+        rows = QuotaChangeRequest.objects.filter(
+            (this & Q(status=request.status))
+            | (
+                Q(
+                    tenant_id=request.tenant_id,
+                    cluster_id=request.cluster_id,
+                    status__in=OPEN_STATUSES,
+                )
+                & ~this
+            )
+        )
+        return rows, {
+            "status": Case(When(this, then=Value(to)), default=F("status")),
+            "needs_revalidation": Case(
+                When(this, then=F("needs_revalidation")), default=Value(True)
+            ),
+            **moved,
+        }
+
+    # Compiled once per process for each set of fields (its parameters, in order: the SET
+    # clause's, then the WHERE clause's).
     model = QuotaChangeRequest._meta
-    moved = {
-        name: Case(
-            When(this, then=Value(value)),
-            default=F(name),
-            output_field=cast("Field[Any, Any]", model.get_field(name)),
-        )
+    moved = [
+        p
         for name, value in fields.items()
-    }
-    QuotaChangeRequest.objects.filter(
-        (this & Q(status=request.status))
-        | (
-            Q(tenant_id=request.tenant_id, cluster_id=request.cluster_id, status__in=OPEN_STATUSES)
-            & ~this
-        )
-    ).update(
-        status=Case(When(this, then=Value(to)), default=F("status")),
-        needs_revalidation=Case(When(this, then=F("needs_revalidation")), default=Value(True)),
-        **moved,
-    )
+        for p in (request.pk, model.get_field(name).get_db_prep_value(value, connection))
+    ]
+    where = (request.pk, request.status, request.cluster_id, *OPEN_STATUSES, request.tenant_id)
+    params = (request.pk, to, request.pk, True, *moved, *where, request.pk)
+    prepared_update(("request-approved", *fields), build, params)
     AuditEvent.objects.bulk_create(
         [*audit, _moved(request, to, actor=actor, fields=fields, decisions=decisions)]
     )
