@@ -9,8 +9,9 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db import IntegrityError, transaction
-from django.db.models import DecimalField, F, Func, OuterRef, Subquery, Value
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Case, DecimalField, F, Func, OuterRef, Subquery, Value, When
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from approvals.choices import DecisionKind, RequestStatus
@@ -35,7 +36,7 @@ from approvals.services.transitions import (
 from core.errors import (
     Conflict,
 )
-from core.prepared import prepared_objects
+from core.prepared import prepared_objects, prepared_update
 from quotas.choices import GRANT_HOLDING_STATES
 from quotas.models import (
     Cluster,
@@ -228,17 +229,16 @@ def _apply(
         )
     ]
     # What it changed, as it stood when approved: the request keeps showing "6 -> 8".
-    QuotaChangeItem.objects.bulk_update(
+    _befores_store(
         [
-            QuotaChangeItem(
-                pk=pk,
-                guaranteed_before=before.guaranteed if before else Decimal(0),
-                limit_before=before.limit if before else Decimal(0),
+            (
+                pk,
+                before.guaranteed if before else Decimal(0),
+                before.limit if before else Decimal(0),
             )
             for pk, flavor_id, resource, *_ in item_rows
             for before in [current.get((flavor_id, resource))]
-        ],
-        ["guaranteed_before", "limit_before"],
+        ]
     )
     if request.isolation_level or request.production_priority is not None or tenant_changes:
         AuditEvent.objects.bulk_create(audit)  # before the tenant's own rows, as it happened
@@ -304,6 +304,33 @@ def _apply_grant(
         decided_at=timezone.now(),
         approved_generation=generation,
     )
+
+
+def _befores_store(befores: Sequence[tuple[int, Decimal, Decimal]]) -> None:
+    """The request's lines' "before" values (line id, guaranteed, limit) in one UPDATE, as
+    ``bulk_update`` writes them, the statement compiled once per process for each number of
+    lines."""
+    fields = ("guaranteed_before", "limit_before")
+    model = QuotaChangeItem._meta
+
+    def build() -> tuple[Any, dict[str, Any]]:
+        values = {}
+        for n, name in enumerate(fields, start=1):
+            field = model.get_field(name)
+            whens = [When(pk=row[0], then=Value(row[n], output_field=field)) for row in befores]
+            case = Case(*whens, output_field=field)
+            cast = connection.features.requires_casted_case_in_updates  # as bulk_update does
+            values[name] = Cast(case, output_field=field) if cast else case
+        return QuotaChangeItem.objects.filter(pk__in=[row[0] for row in befores]), values
+
+    params: list[Any] = []
+    for n, name in enumerate(fields, start=1):
+        field = model.get_field(name)
+        params += [
+            p for row in befores for p in (row[0], field.get_db_prep_value(row[n], connection))
+        ]
+    params += [row[0] for row in befores]
+    prepared_update(("request-befores", len(befores)), build, params)
 
 
 def _capacities_and_lines(
