@@ -130,9 +130,6 @@ def _compile_objects(qs: QuerySet[Any, Any], params: tuple[Any, ...]) -> _Object
     sql, compiled = compiler.as_sql()
     fields = [s[0] for s in compiler.select[: compiler.col_count]]
     if tuple(compiled) != params or compiler.has_composite_fields(fields):
-        import sys
-
-        print("PREPARED MISMATCH", compiled, params, file=sys.stderr)
         return None
     klass_info, select = compiler.klass_info, compiler.select
     start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
@@ -193,10 +190,6 @@ def _compile_update(
     if query.related_updates:
         return None
     sql, compiled = query.get_compiler(qs.db).as_sql()
-    if tuple(compiled) != params:
-        import sys
-
-        print("PREPARED MISMATCH", compiled, params, file=sys.stderr)
     return sql if tuple(compiled) == params else None
 
 
