@@ -309,7 +309,9 @@ def _apply_grant(
 def _befores_store(befores: Sequence[tuple[int, Decimal, Decimal]]) -> None:
     """The request's lines' "before" values (line id, guaranteed, limit) in one UPDATE, as
     ``bulk_update`` writes them, the statement compiled once per process for each number of
-    lines."""
+    lines (none: no statement, as ``bulk_update`` does)."""
+    if not befores:
+        return
     fields = ("guaranteed_before", "limit_before")
     model = QuotaChangeItem._meta
 
