@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db.models import Count, Prefetch, Q, QuerySet
 
 from approvals.choices import DecisionKind, RequestStatus
@@ -83,13 +85,12 @@ def _with_parts_prepared(pk: int) -> QuotaChangeRequest | None:
     """``_visible_with_parts(admin).filter(pk=pk).first()`` for a platform admin, who sees
     every request: the same three queries and objects, each statement compiled once per
     process (compiling them cost more than PostgreSQL took to answer)."""
-    found = prepared_objects(
-        "request-detail-admin",
-        lambda: QuotaChangeRequest.objects.select_related("tenant", "cluster", "requester", "tier")
-        .filter(pk=pk)
-        .order_by("pk")[:1],
-        (pk,),
-    )
+
+    def build() -> QuerySet[QuotaChangeRequest]:
+        rows = QuotaChangeRequest.objects.select_related("tenant", "cluster", "requester", "tier")
+        return rows.filter(pk=pk).order_by("pk")[:1]
+
+    found = prepared_objects("request-detail-admin", build, (pk,))
     if not found:
         return None
     request = found[0]
@@ -99,9 +100,11 @@ def _with_parts_prepared(pk: int) -> QuotaChangeRequest | None:
     )
     cache = request.__dict__.setdefault("_prefetched_objects_cache", {})
     for name, rows in parts:
-        related = prepared_objects(
-            f"request-detail-{name}", lambda rows=rows: rows.filter(request_id=pk), (pk,)
-        )
+
+        def part(rows: Any = rows) -> Any:
+            return rows.filter(request_id=pk)
+
+        related = prepared_objects(f"request-detail-{name}", part, (pk,))
         for row in related:  # as a prefetch leaves them: each knows its request
             row.request = request
         manager = getattr(request, name)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Model, QuerySet
-from django.db.models.query import ModelIterable, get_related_populators
+from django.db.models.query import ModelIterable, get_related_populators  # type: ignore[attr-defined]
 from django.db.models.sql import UpdateQuery
 
 MAX_STATEMENTS = 512  # bounded: keys may name a caller
@@ -85,7 +85,7 @@ def prepared_rows(
             del _STATEMENTS[next(iter(_STATEMENTS))]
         _STATEMENTS[full_key] = _compile(build(), params)
     statement = _STATEMENTS[full_key]
-    if statement is None:
+    if not isinstance(statement, _Statement):
         qs = build()
         return list(qs[offset : offset + limit] if limit is not None else qs[offset:])
     sql = statement.sql
@@ -121,8 +121,8 @@ def _compile_objects(qs: QuerySet[Any, Any], params: tuple[Any, ...]) -> _Object
     not exactly ``params``."""
     if (
         qs._iterable_class is not ModelIterable
-        or qs._prefetch_related_lookups
-        or qs._known_related_objects
+        or getattr(qs, "_prefetch_related_lookups", None)
+        or getattr(qs, "_known_related_objects", None)
         or qs.db != DEFAULT_DB_ALIAS
     ):
         return None
@@ -184,7 +184,7 @@ def _compile_update(
     database, a parent model's rows too, or compiled parameters that are not ``params``."""
     if qs.db != DEFAULT_DB_ALIAS or qs.query.is_sliced:
         return None
-    query = qs.query.chain(UpdateQuery)
+    query = cast("UpdateQuery", qs.query.chain(UpdateQuery))
     query.add_update_values(values)
     query.clear_select_clause()
     if query.related_updates:

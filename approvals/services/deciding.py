@@ -7,10 +7,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Case, DecimalField, F, Func, OuterRef, Subquery, Value, When
+from django.db.models import (
+    Case,
+    DecimalField,
+    F,
+    Field,
+    Func,
+    OuterRef,
+    Subquery,
+    Value,
+    When,
+)
 from django.db.models.functions import Cast
 from django.utils import timezone
 
@@ -318,16 +328,16 @@ def _befores_store(befores: Sequence[tuple[int, Decimal, Decimal]]) -> None:
     def build() -> tuple[Any, dict[str, Any]]:
         values = {}
         for n, name in enumerate(fields, start=1):
-            field = model.get_field(name)
+            field = cast("Field[Any, Any]", model.get_field(name))
             whens = [When(pk=row[0], then=Value(row[n], output_field=field)) for row in befores]
             case = Case(*whens, output_field=field)
-            cast = connection.features.requires_casted_case_in_updates  # as bulk_update does
-            values[name] = Cast(case, output_field=field) if cast else case
+            casted = connection.features.requires_casted_case_in_updates  # as bulk_update does
+            values[name] = Cast(case, output_field=field) if casted else case
         return QuotaChangeItem.objects.filter(pk__in=[row[0] for row in befores]), values
 
     params: list[Any] = []
     for n, name in enumerate(fields, start=1):
-        field = model.get_field(name)
+        field = cast("Field[Any, Any]", model.get_field(name))
         params += [
             p for row in befores for p in (row[0], field.get_db_prep_value(row[n], connection))
         ]

@@ -179,7 +179,7 @@ def transition_approved(
     moved = [
         p
         for name, value in fields.items()
-        for p in (request.pk, model.get_field(name).get_db_prep_value(value, connection))
+        for p in (request.pk, _field(model, name).get_db_prep_value(value, connection))
     ]
     where = (request.pk, request.status, request.cluster_id, *OPEN_STATUSES, request.tenant_id)
     params = (request.pk, to, request.pk, True, *moved, *where, request.pk)
@@ -187,6 +187,10 @@ def transition_approved(
     AuditEvent.objects.bulk_create(
         [*audit, _moved(request, to, actor=actor, fields=fields, decisions=decisions)]
     )
+
+
+def _field(model: Any, name: str) -> Field[Any, Any]:
+    return cast("Field[Any, Any]", model.get_field(name))
 
 
 def _moved(
