@@ -579,6 +579,17 @@ def flavor_capacity_rows(
     tenants are guaranteed of it) and ``own`` (``exclude_quota_set``'s guarantee of it), and
     the caller's ``annotations``: one query. ``flavor_capacities_and_guarantees`` reads
     them."""
+    return list(flavor_capacity_query(cluster, exclude_quota_set, annotations))
+
+
+def flavor_capacity_query(
+    cluster: Cluster,
+    exclude_quota_set: QuotaSet | None = None,
+    annotations: Mapping[str, Any] | None = None,
+) -> QuerySet[FlavorResource]:
+    """``flavor_capacity_rows``'s query, not run (for ``core.prepared.prepared_objects``).
+    Its parameters, in order: ``GRANT_HOLDING_STATES``, 0, ``exclude_quota_set``'s id (when
+    it has one), the annotations', the cluster's id."""
     rows = FlavorResource.objects.filter(flavor__cluster=cluster).select_related("flavor")
     total = GuaranteeTotal.objects.filter(
         flavor_id=OuterRef("flavor_id"), resource=OuterRef("resource")
@@ -591,7 +602,7 @@ def flavor_capacity_rows(
             resource=OuterRef("resource"),
         )  # at most one row: (set, flavor, resource) is unique
         rows = rows.annotate(own=Subquery(own.values("guaranteed")))
-    return list(rows.annotate(**(annotations or {})))
+    return rows.annotate(**(annotations or {}))
 
 
 def flavor_capacities_and_guarantees(

@@ -127,7 +127,7 @@ def _detail(
     number of queries) and ``watch``. ``check``: the one its filing just made."""
     context = {
         "check": check or services.quota_request_check_shown(request=quota_request),
-        "timeline": selectors.quota_request_timeline(request=quota_request),
+        "timeline": selectors.quota_request_timeline_list(request=quota_request),
         "push": selectors.quota_request_push(request=quota_request),
         "watch": watch,
     }

@@ -7,10 +7,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
-from django.db import IntegrityError, transaction
-from django.db.models import DecimalField, F, Func, OuterRef, Subquery, Value
+from django.db import IntegrityError, connection, transaction
+from django.db.models import (
+    Case,
+    DecimalField,
+    F,
+    Field,
+    Func,
+    OuterRef,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from approvals.choices import DecisionKind, RequestStatus
@@ -35,14 +46,17 @@ from approvals.services.transitions import (
 from core.errors import (
     Conflict,
 )
+from core.prepared import prepared_objects, prepared_update
+from quotas.choices import GRANT_HOLDING_STATES
 from quotas.models import (
     Cluster,
+    FlavorResource,
     Quota,
     QuotaSet,
     ResourceFlavor,
     TierTemplate,
 )
-from quotas.selectors import flavor_capacities_and_guarantees, flavor_capacity_rows
+from quotas.selectors import flavor_capacities_and_guarantees, flavor_capacity_query
 from quotas.services import (
     QuotaItem,
     cluster_lock,
@@ -178,11 +192,7 @@ def _apply(
     if created:
         cluster_lock(cluster)
     in_force = None if created else quota_set
-    rows = flavor_capacity_rows(
-        cluster=cluster,
-        exclude_quota_set=in_force,
-        annotations=_lines_read_with(request, in_force, decisions=decision is not None),
-    )
+    rows = _capacities_and_lines(request, cluster, in_force, decisions=decision is not None)
     item_rows, line_rows, decided = _rows_of(rows, in_force, decisions=decision is not None)
     if item_rows is None:  # a line without a capacity: read on their own
         item_rows, line_rows, decided = _rows(request, in_force, decisions=decision is not None)
@@ -229,17 +239,16 @@ def _apply(
         )
     ]
     # What it changed, as it stood when approved: the request keeps showing "6 -> 8".
-    QuotaChangeItem.objects.bulk_update(
+    _befores_store(
         [
-            QuotaChangeItem(
-                pk=pk,
-                guaranteed_before=before.guaranteed if before else Decimal(0),
-                limit_before=before.limit if before else Decimal(0),
+            (
+                pk,
+                before.guaranteed if before else Decimal(0),
+                before.limit if before else Decimal(0),
             )
             for pk, flavor_id, resource, *_ in item_rows
             for before in [current.get((flavor_id, resource))]
-        ],
-        ["guaranteed_before", "limit_before"],
+        ]
     )
     if request.isolation_level or request.production_priority is not None or tenant_changes:
         AuditEvent.objects.bulk_create(audit)  # before the tenant's own rows, as it happened
@@ -305,6 +314,58 @@ def _apply_grant(
         decided_at=timezone.now(),
         approved_generation=generation,
     )
+
+
+def _befores_store(befores: Sequence[tuple[int, Decimal, Decimal]]) -> None:
+    """The request's lines' "before" values (line id, guaranteed, limit) in one UPDATE, as
+    ``bulk_update`` writes them, the statement compiled once per process for each number of
+    lines (none: no statement, as ``bulk_update`` does)."""
+    if not befores:
+        return
+    fields = ("guaranteed_before", "limit_before")
+    model = QuotaChangeItem._meta
+
+    def build() -> tuple[Any, dict[str, Any]]:
+        values = {}
+        for n, name in enumerate(fields, start=1):
+            field = cast("Field[Any, Any]", model.get_field(name))
+            whens = [When(pk=row[0], then=Value(row[n], output_field=field)) for row in befores]
+            case = Case(*whens, output_field=field)
+            casted = connection.features.requires_casted_case_in_updates  # as bulk_update does
+            values[name] = Cast(case, output_field=field) if casted else case
+        return QuotaChangeItem.objects.filter(pk__in=[row[0] for row in befores]), values
+
+    params: list[Any] = []
+    for n, name in enumerate(fields, start=1):
+        field = cast("Field[Any, Any]", model.get_field(name))
+        params += [
+            p for row in befores for p in (row[0], field.get_db_prep_value(row[n], connection))
+        ]
+    params += [row[0] for row in befores]
+    prepared_update(("request-befores", len(befores)), build, params)
+
+
+def _capacities_and_lines(
+    request: QuotaChangeRequest, cluster: Cluster, in_force: QuotaSet | None, *, decisions: bool
+) -> list[FlavorResource]:
+    """``flavor_capacity_rows`` read with ``_lines_read_with``: the statement compiled once
+    per process for each shape (a quota set in force or not, decisions counted or not)."""
+
+    def build() -> Any:
+        annotations = _lines_read_with(request, in_force, decisions=decisions)
+        return flavor_capacity_query(cluster, in_force, annotations)
+
+    params: list[Any] = [*GRANT_HOLDING_STATES, Decimal(0)]
+    if in_force is not None:
+        params.append(in_force.pk)
+    params += [*[request.pk] * 4, 1, request.pk]  # the request's line, and the count's
+    if in_force is not None:
+        params += [*[in_force.pk] * 4, 1, in_force.pk]  # the line in force: the same
+    if decisions:
+        params += [1, request.pk]
+    params.append(cluster.pk)
+    key = ("approval-capacities", in_force is not None, decisions)
+    return prepared_objects(key, build, params)
 
 
 def _lines_read_with(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from django.db import connection
 from django.db.models import Case, Exists, F, Field, OuterRef, Q, Subquery, Value, When
 
 from approvals.choices import OPEN_STATUSES, TRANSITIONS, DecisionKind, RequestStatus
@@ -15,6 +16,7 @@ from core.errors import (
     NotFound,
     PermissionDenied,
 )
+from core.prepared import prepared_objects, prepared_update
 from quotas.choices import SyncBackend
 from tenants.choices import MembershipRole
 from tenants.models import AuditEvent, Tenant, User
@@ -82,16 +84,23 @@ def locked(request: QuotaChangeRequest, *, for_approval: bool = False) -> QuotaC
             return query.get(pk=request.pk)
         except QuotaChangeRequest.DoesNotExist as exc:
             raise NotFound(NOT_FOUND) from exc
-    this = QuotaChangeRequest.objects.filter(pk=request.pk)
-    children = Tenant.objects.filter(parent_id=OuterRef("tenant_id"))
-    rows = (
-        query.filter(
-            Q(pk=request.pk) | Q(status__in=OPEN_STATUSES),
-            tenant_id=Subquery(this.values("tenant_id")),
-            cluster_id=Subquery(this.values("cluster_id")),
+
+    def build() -> Any:
+        this = QuotaChangeRequest.objects.filter(pk=request.pk)
+        children = Tenant.objects.filter(parent_id=OuterRef("tenant_id"))
+        return (
+            query.filter(
+                Q(pk=request.pk) | Q(status__in=OPEN_STATUSES),
+                tenant_id=Subquery(this.values("tenant_id")),
+                cluster_id=Subquery(this.values("cluster_id")),
+            )
+            .annotate(tenant_is_department=Exists(children))
+            .order_by("pk")
         )
-        .annotate(tenant_is_department=Exists(children))
-        .order_by("pk")
+
+    # Compiled once per process (the statement is the same for every approval).
+    rows = prepared_objects(
+        "approval-locked", build, (1, request.pk, *OPEN_STATUSES, *[request.pk] * 2)
     )
     found = next((row for row in rows if row.pk == request.pk), None)
     if found is None:
@@ -133,30 +142,55 @@ def transition_approved(
     has just created it): its status cannot change meanwhile."""
     to = RequestStatus.APPROVED
     ensure_may_become(request, to)
-    this = Q(pk=request.pk)
+
+    def build() -> tuple[Any, dict[str, Any]]:
+        this = Q(pk=request.pk)
+        model = QuotaChangeRequest._meta
+        moved = {
+            name: Case(
+                When(this, then=Value(value)),
+                default=F(name),
+                output_field=cast("Field[Any, Any]", model.get_field(name)),
+            )
+            for name, value in fields.items()
+        }
+        rows = QuotaChangeRequest.objects.filter(
+            (this & Q(status=request.status))
+            | (
+                Q(
+                    tenant_id=request.tenant_id,
+                    cluster_id=request.cluster_id,
+                    status__in=OPEN_STATUSES,
+                )
+                & ~this
+            )
+        )
+        return rows, {
+            "status": Case(When(this, then=Value(to)), default=F("status")),
+            "needs_revalidation": Case(
+                When(this, then=F("needs_revalidation")), default=Value(True)
+            ),
+            **moved,
+        }
+
+    # Compiled once per process for each set of fields (its parameters, in order: the SET
+    # clause's, then the WHERE clause's).
     model = QuotaChangeRequest._meta
-    moved = {
-        name: Case(
-            When(this, then=Value(value)),
-            default=F(name),
-            output_field=cast("Field[Any, Any]", model.get_field(name)),
-        )
+    moved = [
+        p
         for name, value in fields.items()
-    }
-    QuotaChangeRequest.objects.filter(
-        (this & Q(status=request.status))
-        | (
-            Q(tenant_id=request.tenant_id, cluster_id=request.cluster_id, status__in=OPEN_STATUSES)
-            & ~this
-        )
-    ).update(
-        status=Case(When(this, then=Value(to)), default=F("status")),
-        needs_revalidation=Case(When(this, then=F("needs_revalidation")), default=Value(True)),
-        **moved,
-    )
+        for p in (request.pk, _field(model, name).get_db_prep_value(value, connection))
+    ]
+    where = (request.pk, request.status, request.cluster_id, *OPEN_STATUSES, request.tenant_id)
+    params = (request.pk, to, request.pk, True, *moved, *where, request.pk)
+    prepared_update(("request-approved", *fields), build, params)
     AuditEvent.objects.bulk_create(
         [*audit, _moved(request, to, actor=actor, fields=fields, decisions=decisions)]
     )
+
+
+def _field(model: Any, name: str) -> Field[Any, Any]:
+    return cast("Field[Any, Any]", model.get_field(name))
 
 
 def _moved(

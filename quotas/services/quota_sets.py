@@ -7,8 +7,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
+from core.prepared import prepared_objects
 from quotas.choices import (
     CPU_RESOURCE,
     MEMORY_RESOURCE,
@@ -74,12 +75,18 @@ def quota_set_lock(
     set's (the order every write takes them in), when the set exists; for a set just
     created the caller takes it (``cluster_lock``)."""
     lock = ("self", "cluster") if with_cluster else ("self",)
-    quota_set = (
-        QuotaSet.objects.select_for_update(of=lock)
-        .select_related("tenant", *(["cluster"] if with_cluster else []))
-        .filter(tenant=tenant, cluster=cluster)
-        .first()
-    )
+
+    def build() -> QuerySet[QuotaSet]:
+        rows = (
+            QuotaSet.objects.select_for_update(of=lock)
+            .select_related("tenant", *(["cluster"] if with_cluster else []))
+            .filter(tenant=tenant, cluster=cluster)
+        )
+        return (rows if rows.ordered else rows.order_by("pk"))[:1]  # first()
+
+    # Compiled once per process: every approval and write runs it.
+    found = prepared_objects(("quota-set-lock", with_cluster), build, (cluster.pk, tenant.pk))
+    quota_set = found[0] if found else None
     if quota_set is None or quota_set.tenant.archived_at is not None:
         tenant_ensure_not_archived(tenant=tenant, doing="gets no new quotas")
     if quota_set is None:
