@@ -241,7 +241,7 @@ class TenantUsageView(_TenantPage):
         context |= {
             "period": period,
             "dashboard": dashboard,
-            "figures": charts.tenant_figures(dashboard),
+            "figures": charts.tenant_figures(dashboard, checked=False),  # drawn as SVG
             "series": [(f"flavor-{i}", s) for i, s in enumerate(dashboard.series)],
             "by_person": breakdown.table("person"),
             "by_namespace": breakdown.table("namespace"),
