@@ -20,6 +20,7 @@ inline script, nothing computed in the browser but the drawing.
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
@@ -75,10 +76,8 @@ def _trace(
     if not checked:
         return {"type": kind.__name__.lower(), **properties}
     columns = {k: properties[k] for k in COLUMNS if k in properties}
-    checked: Trace = kind(
-        **{**properties, **{k: v[:1] for k, v in columns.items()}}
-    ).to_plotly_json()
-    return {**checked, **columns}
+    trace: Trace = kind(**{**properties, **{k: v[:1] for k, v in columns.items()}}).to_plotly_json()
+    return {**trace, **columns}
 
 
 def _figure(data: list[Trace], layout: go.Layout | dict[str, Any]) -> Figure:
@@ -122,21 +121,21 @@ def _quota_traces(
     within = [
         None if u is None else max(u - (b or 0), 0) for u, b in zip(used, borrowed, strict=True)
     ]
+    lines = functools.partial(_trace, go.Scatter, checked=checked, mode="lines", x=times)
     traces: list[Trace] = [
-        _trace(go.Scatter, checked=checked, mode="lines", name=f"used within guarantee ({unit})", x=times, y=within,
-                   stackgroup="use", line={"width": 0.5, "color": COLORS["used"]}),
-        _trace(go.Scatter, checked=checked, mode="lines", name=f"borrowed ({unit})", x=times,
-                   y=[b or 0 for b in borrowed], stackgroup="use",
-                   line={"width": 0.5, "color": COLORS["borrowed"]}),
-        _trace(go.Scatter, checked=checked, mode="lines", name="guaranteed", x=times, y=col("guaranteed"),
-                   line={"dash": "dash", "color": COLORS["guaranteed"], "width": 2}),
-        _trace(go.Scatter, checked=checked, mode="lines", name="limit", x=times, y=col("limit"),
-                   line={"dash": "dot", "color": COLORS["limit"], "width": 2}),
+        lines(name=f"used within guarantee ({unit})", y=within, stackgroup="use",
+              line={"width": 0.5, "color": COLORS["used"]}),
+        lines(name=f"borrowed ({unit})", y=[b or 0 for b in borrowed], stackgroup="use",
+              line={"width": 0.5, "color": COLORS["borrowed"]}),
+        lines(name="guaranteed", y=col("guaranteed"),
+              line={"dash": "dash", "color": COLORS["guaranteed"], "width": 2}),
+        lines(name="limit", y=col("limit"),
+              line={"dash": "dot", "color": COLORS["limit"], "width": 2}),
     ]  # fmt: skip
     if any(r.get("used_max") is not None for r in rows):
         traces.append(
-            _trace(go.Scatter, checked=checked, mode="lines", name="peak", x=times, y=col("used_max"),
-                       line={"color": COLORS["peak"], "width": 1, "dash": "dot"})
+            lines(name="peak", y=col("used_max"),
+                  line={"color": COLORS["peak"], "width": 1, "dash": "dot"})
         )  # fmt: skip
     return traces
 
@@ -146,8 +145,9 @@ def tenant_figures(dashboard: TenantDashboard, *, checked: bool = True) -> dict[
     SVG on the server (``dashboards.svg``): the same figures without plotly's check (the
     tests build them checked too)."""
     figures: dict[str, Figure] = {}
+    times_of = [[_t(p.time) for p in series.points] for series in dashboard.series]
     for i, series in enumerate(dashboard.series):
-        times = [_t(p.time) for p in series.points]
+        times = times_of[i]
         rows = [p.values for p in series.points]
         figures[f"flavor-{i}"] = _figure(
             _quota_traces(times, rows, "GPUs", checked=checked),
@@ -168,7 +168,7 @@ def tenant_figures(dashboard: TenantDashboard, *, checked: bool = True) -> dict[
                     checked=checked,
                     mode="lines",
                     name=f"{s.cluster} · {s.flavor}",
-                    x=[_t(p.time) for p in s.points],
+                    x=times_of[i],
                     y=[p.values.get("gpu_utilization") for p in s.points],
                     line={"color": PALETTE[i % len(PALETTE)]},
                 )

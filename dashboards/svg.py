@@ -15,6 +15,7 @@ the numbers themselves are in the page's CSV download.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -110,7 +111,11 @@ def figure_svg(figure: dict[str, Any], key: str) -> SafeString:
     title = layout.get("title", {}).get("text", "")
     y_axis = layout.get("yaxis", {})
     cache: dict[str, float] = {}
-    times = [[_when(x, cache) for x in t.get("x", [])] for t in traces]
+    parsed: dict[int, list[float]] = {}  # a figure's traces share their column of times
+    for t in traces:
+        if id(column := t.get("x", [])) not in parsed:
+            parsed[id(column)] = [_when(x, cache) for x in column]
+    times = [parsed[id(t.get("x", []))] for t in traces]
     values: list[list[float | None]] = [list(t.get("y", [])) for t in traces]
     stacked = [bool(t.get("stackgroup")) for t in traces]
     # Stacks: each stacked trace on the ones before it in its group, at the same position.
@@ -122,8 +127,9 @@ def figure_svg(figure: dict[str, Any], key: str) -> SafeString:
             continue
         below = groups.get(trace["stackgroup"]) or [0.0] * len(values[i])
         bases.append(below)
-        tops = [b + (v or 0.0) for b, v in zip(below, values[i], strict=True)]
-        groups[trace["stackgroup"]] = tops
+        groups[trace["stackgroup"]] = [
+            b + (v or 0.0) for b, v in zip(below, values[i], strict=True)
+        ]
     highest = 0.0
     for i in range(len(traces)):
         for j, v in enumerate(values[i]):
@@ -154,7 +160,8 @@ def figure_svg(figure: dict[str, Any], key: str) -> SafeString:
         f'font-family="sans-serif" font-size="14" fill="{TEXT}">',
         f'<title id="{title_id}">{escape(title)}</title>',
         f"<desc>{escape(names)}</desc>",
-        f'<text x="{WIDTH / 2:g}" y="20" text-anchor="middle" font-size="17">{escape(title)}</text>',
+        f'<text x="{WIDTH / 2:g}" y="20" text-anchor="middle" font-size="17">'
+        f"{escape(title)}</text>",
     ]
     for v in y_ticks:
         y = sy(v)
@@ -178,7 +185,7 @@ def figure_svg(figure: dict[str, Any], key: str) -> SafeString:
     scale_y = PLOT_HEIGHT / y_max
     bottom = TOP + PLOT_HEIGHT
 
-    def ys_of(column: list[float | None]) -> list[float | None]:
+    def ys_of(column: Sequence[float | None]) -> list[float | None]:
         return [None if v is None else bottom - min(max(v, 0.0), y_max) * scale_y for v in column]
 
     for i, trace in enumerate(traces):
@@ -195,7 +202,7 @@ def figure_svg(figure: dict[str, Any], key: str) -> SafeString:
             ]
             upper = ys_of(tops)
             if xs:
-                lower = _path(xs[::-1], ys_of(base[::-1]))  # type: ignore[arg-type]
+                lower = _path(xs[::-1], ys_of(base[::-1]))
                 area = _path(xs, upper) + "L" + lower[1:] + "Z"
                 out.append(f'<path d="{area}" fill="{color}" fill-opacity="{FILL_OPACITY}" '
                            f'stroke="none"/>')  # fmt: skip
@@ -214,6 +221,7 @@ def figure_svg(figure: dict[str, Any], key: str) -> SafeString:
         y = legend_top + (i // 2) * LEGEND_ROW
         out.append(f'<line x1="{x:g}" x2="{x + 24:g}" y1="{y:g}" y2="{y:g}" stroke="{color}" '
                    f'stroke-width="{4 if stacked[i] else 2}"{dash_attr}/>'
-                   f'<text x="{x + 30:g}" y="{y + 4:g}">{escape(trace.get("name", ""))}</text>')  # fmt: skip
+                   f'<text x="{x + 30:g}" y="{y + 4:g}">'
+                   f'{escape(trace.get("name", ""))}</text>')  # fmt: skip
     out.append("</svg>")
     return mark_safe("".join(out))  # noqa: S308 - every text from the data is escaped above
