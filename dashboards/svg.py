@@ -188,25 +188,26 @@ def figure_svg(figure: dict[str, Any], key: str) -> SafeString:
     def ys_of(column: Sequence[float | None]) -> list[float | None]:
         return [None if v is None else bottom - min(max(v, 0.0), y_max) * scale_y for v in column]
 
+    xs_of: dict[int, list[float]] = {}
     for i, trace in enumerate(traces):
         line = trace.get("line", {})
         color = escape(line.get("color", TEXT))
         width = line.get("width", 2)
         dash = DASHES.get(line.get("dash", ""), "")
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
-        xs = [LEFT + (t - first) * scale_x for t in times[i]]
+        if (xs := xs_of.get(id(times[i]))) is None:
+            xs = xs_of[id(times[i])] = [LEFT + (t - first) * scale_x for t in times[i]]
         base = bases[i]
         if base is not None:
             tops: list[float | None] = [
                 b + (v or 0.0) for b, v in zip(base, values[i], strict=True)
             ]
             upper = ys_of(tops)
+            d = _path(xs, upper)  # the top edge: the area's and the line's
             if xs:
                 lower = _path(xs[::-1], ys_of(base[::-1]))
-                area = _path(xs, upper) + "L" + lower[1:] + "Z"
-                out.append(f'<path d="{area}" fill="{color}" fill-opacity="{FILL_OPACITY}" '
-                           f'stroke="none"/>')  # fmt: skip
-            d = _path(xs, upper)
+                out.append(f'<path d="{d}L{lower[1:]}Z" fill="{color}" '
+                           f'fill-opacity="{FILL_OPACITY}" stroke="none"/>')  # fmt: skip
         else:
             d = _path(xs, ys_of(values[i]))
         out.append(f'<path d="{d}" fill="none" stroke="{color}" '
