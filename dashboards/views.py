@@ -1,5 +1,6 @@
 """The usage dashboards, the workload profile report and showback pages: thin views over
-``dashboards.selectors``; charts are JSON drawn by ``static/portal/charts.js``.
+``dashboards.selectors``; charts are JSON drawn by ``static/portal/charts.js``, but on the
+tenant usage page SVG drawn on the server (``dashboards.svg``).
 
 Tenant pages answer 404 to anyone who may not see the tenant (before anything else), admin
 pages 403 to everyone but platform admins. Bad input (start after end, a range the rollups
@@ -241,7 +242,7 @@ class TenantUsageView(_TenantPage):
         context |= {
             "period": period,
             "dashboard": dashboard,
-            "figures": charts.tenant_figures(dashboard),
+            "figures": charts.tenant_figures(dashboard, checked=False),  # drawn as SVG
             "series": [(f"flavor-{i}", s) for i, s in enumerate(dashboard.series)],
             "by_person": breakdown.table("person"),
             "by_namespace": breakdown.table("namespace"),

@@ -5,7 +5,7 @@ from decimal import Decimal
 from django import template
 from django.utils.safestring import SafeString
 
-from dashboards import charts
+from dashboards import charts, svg
 
 register = template.Library()
 
@@ -14,6 +14,14 @@ register = template.Library()
 def figures_json(figures: dict[str, charts.Figure], element_id: str) -> SafeString:
     """The page's figures for ``static/portal/charts.js`` (``charts.figures_json``)."""
     return charts.figures_json(figures, element_id)
+
+
+@register.filter
+def chart_svg(figures: dict[str, charts.Figure], key: str) -> SafeString:
+    """Figure ``key`` of the page drawn on the server (``dashboards.svg``); nothing without
+    it."""
+    figure = figures.get(key)
+    return svg.figure_svg(figure, key) if figure else SafeString("")
 
 
 @register.filter

@@ -27,6 +27,16 @@ def client_for(user) -> Client:  # type: ignore[no-untyped-def]
 
 
 def figures(response) -> dict:  # type: ignore[no-untyped-def]
+    """The page's figures: the JSON plotly.js draws from, or, on the tenant usage page, whose
+    charts come drawn as SVG, the figures it drew (each one on the page, named by its title)."""
+    if "dashboard-charts" not in response.content.decode():
+        drawn = response.context["figures"]
+        body = response.content.decode()
+        for key, figure in drawn.items():
+            title = unescape(figure["layout"]["title"]["text"])
+            assert f'<title id="chart-{key}-title">' in body, key
+            assert title in unescape(body), title
+        return drawn
     match = re.search(
         r'<script id="dashboard-charts" type="application/json">(.*?)</script>',
         response.content.decode(),

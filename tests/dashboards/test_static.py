@@ -27,8 +27,7 @@ from plotly.basedatatypes import BaseTraceType
 from dashboards import charts
 from dashboards.staticfiles import PLOTLY_FILE, PLOTLY_JS_VERSION, bundle_trace_types
 
-CHART_PAGES = (
-    "/tenants/team-a/usage/?range=7d",
+CHART_PAGES = (  # the pages plotly.js draws (the tenant usage page's come drawn: test_svg.py)
     "/tenants/team-a/profile/",
     "/usage/?range=7d",
     "/showback/",

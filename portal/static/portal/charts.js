@@ -1,6 +1,7 @@
 /* Draws the dashboards' Plotly charts from the JSON the page embeds
  * (<script type="application/json" id="dashboard-charts">, from json_script): every element
- * with data-chart="key" gets figure "key". No inline script, no eval: the
+ * with data-chart="key" gets figure "key" (those with data-drawn came drawn as SVG from the
+ * server, dashboards/svg.py, and are left alone). No inline script, no eval: the
  * Content-Security-Policy allows scripts from the portal itself only. */
 (function () {
   "use strict";
@@ -16,8 +17,11 @@
   }
 
   function drawAll() {
+    if (!document.getElementById("dashboard-charts")) {
+      return; // no figures to draw here: the page's charts came drawn (dashboards/svg.py)
+    }
     var all = figures();
-    var elements = document.querySelectorAll("[data-chart]");
+    var elements = document.querySelectorAll("[data-chart]:not([data-drawn])");
     if (typeof window.Plotly === "undefined") {
       elements.forEach(function (element) {
         element.textContent = "The chart library did not load.";
