@@ -44,6 +44,7 @@ import yaml
 
 from quotas.kube import compiler, portal_access
 from quotas.kube.diff import GENERATION_ONLY, differences, needs_write
+from quotas.kube.memo import ApplyMemo, object_digest
 from quotas.kube.resources import KINDS, Kind, key_of, kind_of
 from quotas.kube.spec import (
     FIELD_MANAGER,
@@ -234,11 +235,19 @@ def apply_objects(
     kinds: Sequence[Kind] = KINDS,
     dry_run: bool = False,
     guard: NamespaceGuard | None = None,
+    memo: ApplyMemo | None = None,
+    digests: Callable[[dict[str, Any]], bytes] | None = None,
 ) -> ApplyResult:
     """One pass: LIST per kind, apply what differs, prune what is no longer desired.
     Raises ``RetryableError`` at the first retryable failure (nothing is lost: the next pass
     starts over); a permanent failure of one object is recorded and the others go on.
-    With a ``guard``, namespaces it refuses are left alone (see ``NamespaceGuard``)."""
+    With a ``guard``, namespaces it refuses are left alone (see ``NamespaceGuard``).
+
+    With a ``memo`` (``quotas.kube.memo.ApplyMemo``, the cluster's full passes), a live object
+    whose uid and resourceVersion are those found to hold the same desired object (by digest,
+    from ``digests``) last pass is not compared field by field again; any edit in the cluster
+    changes its resourceVersion, any change in the portal the digest. The caller begins and
+    ends the memo's pass (``ApplyMemo.begin`` / ``end``) around every call of its pass."""
     result = ApplyResult()
     by_kind: dict[Kind, list[dict[str, Any]]] = {}
     for obj in sort_for_apply(desired):
@@ -272,14 +281,29 @@ def apply_objects(
 
     concurrency = max(1, int(getattr(backend, "concurrency", 1) or 1))
     pool = ThreadPoolExecutor(concurrency, "apply") if concurrency > 1 else None
+    same = _Same(memo, digests or object_digest) if memo is not None and not dry_run else None
     try:
-        _write_desired(backend, by_kind, live, served, kinds, result, dry_run, pool)
+        _write_desired(backend, by_kind, live, served, kinds, result, dry_run, pool, same)
         if scope.prune:
             _prune(backend, desired, live, served, kinds, scope, result, dry_run, pool)
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     return result
+
+
+@dataclass
+class _Same:
+    """The apply memo of a pass, with how to find a desired object's digest."""
+
+    memo: ApplyMemo
+    digest: Callable[[dict[str, Any]], bytes]
+
+    def unchanged(self, key: Key, obj: dict[str, Any], live: dict[str, Any]) -> bool:
+        return self.memo.unchanged(key, live, self.digest(obj))
+
+    def remember(self, key: Key, obj: dict[str, Any], live: dict[str, Any]) -> None:
+        self.memo.remember(key, live, self.digest(obj))
 
 
 def _namespace_of(obj: dict[str, Any]) -> str:
@@ -421,6 +445,7 @@ def _write_desired(
     result: ApplyResult,
     dry_run: bool,
     pool: ThreadPoolExecutor | None,
+    same: _Same | None = None,
 ) -> None:
     def write(item: _Write) -> str | None:
         try:
@@ -458,9 +483,14 @@ def _write_desired(
                     )
                     continue
                 current = live.get(key)
+                if same is not None and current is not None and same.unchanged(key, obj, current):
+                    result.unchanged += 1
+                    continue
                 reasons = needs_write(obj, current, FIELD_MANAGER)
                 if not reasons:
                     result.unchanged += 1
+                    if same is not None and current is not None:
+                        same.remember(key, obj, current)
                     continue
                 if dry_run and key[2] in unchecked:
                     result.skipped.append(
