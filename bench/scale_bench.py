@@ -256,13 +256,22 @@ def standin_start(tmp: Path, name: str, *, preloaded: bool) -> Any:
     from tests.cluster_access import hold_cluster_access
 
     extra = ["--log-level", "ERROR"] + ([] if preloaded else ["--ephemeral"])
-    # What every managed cluster holds for the portal: its push writes its RoleBinding of each
-    # namespace as the binder (docs/rbac.md).
-    return hold_cluster_access(
-        start_in_subprocess(
-            kubeconfig_path=tmp / f"{name}.kubeconfig", state_dir=tmp / name, extra_args=extra
-        )
+    handle = start_in_subprocess(
+        kubeconfig_path=tmp / f"{name}.kubeconfig", state_dir=tmp / name, extra_args=extra
     )
+    # What every managed cluster holds for the portal: its push writes its RoleBinding of each
+    # namespace as the binder (docs/rbac.md). A stand-in holding 200,000 objects on a busy
+    # machine can take longer than a request's 10 s to answer (it saves its state after each
+    # write): asked again, the writes are idempotent.
+    for attempt in range(5):
+        try:
+            return hold_cluster_access(handle)
+        except OSError:  # a timeout, or the connection dropped
+            if attempt == 4:
+                handle.stop()
+                raise
+            time.sleep(5)
+    return handle
 
 
 def standin_objects(handle: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
