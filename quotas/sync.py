@@ -51,6 +51,7 @@ from quotas.kube.applier import (
 )
 from quotas.kube.describe import GpuShares, describe_changes
 from quotas.kube.diff import differences
+from quotas.kube.memo import ApplyMemo, CompileMemo, Digests, ValidationMemo
 from quotas.kube.resources import (
     CLUSTER_QUEUE,
     CONFIG_MAP,
@@ -80,12 +81,30 @@ from tenants.services import audit_record, system_namespace_reason
 logger = logging.getLogger(__name__)
 
 
-def desired_objects(cluster: Cluster, *, tenant: Tenant | None = None) -> list[dict[str, Any]]:
+def desired_objects(
+    cluster: Cluster,
+    *,
+    tenant: Tenant | None = None,
+    memo: CompileMemo | None = None,
+    digests: Digests | None = None,
+) -> list[dict[str, Any]]:
     """What the portal owns on ``cluster`` (for one tenant: its objects and the cluster-wide
-    objects they need), compiled from the quotas in force."""
+    objects they need), compiled from the quotas in force. With a ``memo`` (the full pass's,
+    ``_PassMemo``), a tenant whose spec is as last pass is not compiled again; the objects'
+    digests go to ``digests``."""
     spec = cluster_spec(cluster)
     if tenant is None:
-        return compiler.compile_cluster(spec, tenant_specs(cluster))
+        if memo is None:
+            return compiler.compile_cluster(spec, tenant_specs(cluster))
+        found = digests if digests is not None else Digests()
+        memo.begin(spec)
+        objects = compiler.compile_cluster(
+            spec,
+            tenant_specs(cluster),
+            tenant_objects=lambda c, t: memo.tenant_objects(compiler.compile_tenant, c, t, found),
+        )
+        memo.end()
+        return objects
     # A department's Cohort (R14) depends on every tenant of its tree (its borrowingLimit
     # leaves room for their guarantees): compile the cluster-wide objects from the whole tree
     # the tenant is in, so that pushing one team never writes its department's Cohort short.
@@ -149,20 +168,25 @@ def _apply_gated(
     *,
     dry_run: bool = False,
     guard: NamespaceGuard | None = None,
+    memo: ApplyMemo | None = None,
+    digests: Digests | None = None,
 ) -> ApplyResult:
     """``apply_objects``, the admission policy first: under "Kueue manages everything" each
     namespace's quota holds the whole limit because the policy keeps other work out, so if the
     cluster refuses the policy nothing else is written (the namespaces keep what they had)."""
     gate_kinds = [kind for kind in KINDS if kind.group == "admissionregistration.k8s.io"]
     gate = [obj for obj in desired if kind_of(obj) in gate_kinds]
+    remembered: dict[str, Any] = {"memo": memo, "digests": digests}
     if not gate:
-        return apply_objects(backend, desired, scope, dry_run=dry_run, guard=guard)
-    first = apply_objects(backend, gate, scope, kinds=gate_kinds, dry_run=dry_run)
+        return apply_objects(backend, desired, scope, dry_run=dry_run, guard=guard, **remembered)
+    first = apply_objects(backend, gate, scope, kinds=gate_kinds, dry_run=dry_run, **remembered)
     if first.failed:
         return first
     rest = [obj for obj in desired if kind_of(obj) not in gate_kinds]
     kinds = [kind for kind in KINDS if kind not in gate_kinds]
-    result = apply_objects(backend, rest, scope, kinds=kinds, dry_run=dry_run, guard=guard)
+    result = apply_objects(
+        backend, rest, scope, kinds=kinds, dry_run=dry_run, guard=guard, **remembered
+    )
     result.created[:0] = first.created
     result.changed[:0] = first.changed
     result.restamped[:0] = first.restamped
@@ -440,20 +464,55 @@ def clusters_to_reconcile() -> list[int]:
     )
 
 
+@dataclass
+class _PassMemo:
+    """What this process's full passes of one cluster remember of the last one
+    (``quotas.kube.memo``): each tenant's compiled objects, and which live objects held what
+    was desired. With the process's ``_VALIDATED``, a pass where nothing changed compiles,
+    validates and compares only what did."""
+
+    compiled: CompileMemo = field(default_factory=CompileMemo)
+    applied: ApplyMemo = field(default_factory=ApplyMemo)
+
+
+_PASS_MEMOS: dict[int, _PassMemo] = {}
+_VALIDATED = ValidationMemo()
+
+
+def reconcile_memos_clear() -> None:
+    """Forget what the full passes remembered (the next pass does all the work again)."""
+    _PASS_MEMOS.clear()
+    _VALIDATED.clear()
+
+
 def _reconcile_locked(cluster: Cluster, outcome: PushOutcome) -> PushOutcome:
+    memo = _PASS_MEMOS.setdefault(cluster.pk, _PassMemo())
+    digests = Digests()
     try:
         with cluster_backend(cluster) as backend:
             kueue_config_refresh(cluster, backend)
             storage_classes_refresh(cluster, backend)
             hami_refresh(cluster, backend)
-            desired = desired_objects(cluster)
-            errors = validate_objects(desired, kubernetes_version=cluster.kubernetes_version)
+            desired = desired_objects(cluster, memo=memo.compiled, digests=digests)
+            errors = validate_objects(
+                desired,
+                kubernetes_version=cluster.kubernetes_version,
+                memo=_VALIDATED,
+                digests=digests,
+            )
             if errors:
                 outcome.error = "invalid objects: " + "; ".join(errors[:5])
                 return outcome
+            memo.applied.begin()
             outcome.result = _apply_gated(
-                backend, desired, Scope(cluster.name), guard=namespace_guard(cluster)
+                backend,
+                desired,
+                Scope(cluster.name),
+                guard=namespace_guard(cluster),
+                memo=memo.applied,
+                digests=digests,
             )
+            memo.applied.end()
     except RetryableError as exc:
         outcome.error, outcome.retryable = exc.message, True
         return outcome

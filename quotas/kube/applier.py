@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -44,6 +44,7 @@ import yaml
 
 from quotas.kube import compiler, portal_access
 from quotas.kube.diff import GENERATION_ONLY, differences, needs_write
+from quotas.kube.memo import ApplyMemo, object_digest
 from quotas.kube.resources import KINDS, Kind, key_of, kind_of
 from quotas.kube.spec import (
     FIELD_MANAGER,
@@ -61,6 +62,8 @@ ROLE_BINDING: Kind = next(kind for kind in KINDS if kind.kind == "RoleBinding")
 
 Key = tuple[str, str, str, str]
 LIST_PAGE = 500
+# Kinds a pass lists at once (at most the backend's concurrency).
+LIST_CONCURRENCY = 4
 TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
 RETRYABLE_STATUSES = {408, 409, 429, 500, 502, 503, 504}
 _T = TypeVar("_T")
@@ -234,11 +237,19 @@ def apply_objects(
     kinds: Sequence[Kind] = KINDS,
     dry_run: bool = False,
     guard: NamespaceGuard | None = None,
+    memo: ApplyMemo | None = None,
+    digests: Callable[[dict[str, Any]], bytes] | None = None,
 ) -> ApplyResult:
     """One pass: LIST per kind, apply what differs, prune what is no longer desired.
     Raises ``RetryableError`` at the first retryable failure (nothing is lost: the next pass
     starts over); a permanent failure of one object is recorded and the others go on.
-    With a ``guard``, namespaces it refuses are left alone (see ``NamespaceGuard``)."""
+    With a ``guard``, namespaces it refuses are left alone (see ``NamespaceGuard``).
+
+    With a ``memo`` (``quotas.kube.memo.ApplyMemo``, the cluster's full passes), a live object
+    whose uid and resourceVersion are those found to hold the same desired object (by digest,
+    from ``digests``) last pass is not compared field by field again; any edit in the cluster
+    changes its resourceVersion, any change in the portal the digest. The caller begins and
+    ends the memo's pass (``ApplyMemo.begin`` / ``end``) around every call of its pass."""
     result = ApplyResult()
     by_kind: dict[Kind, list[dict[str, Any]]] = {}
     for obj in sort_for_apply(desired):
@@ -246,19 +257,21 @@ def apply_objects(
 
     live: dict[Key, dict[str, Any]] = {}
     served: set[Kind] = set()
-    for kind in kinds:
+    # Nothing to write, nothing to prune: no LIST (a dry run reads less).
+    listed = [kind for kind in kinds if by_kind.get(kind) or scope.prune]
+    concurrency = max(1, int(getattr(backend, "concurrency", 1) or 1))
+    for kind, found in zip(
+        listed, _list_kinds(backend, listed, by_kind, scope, concurrency), strict=True
+    ):
         wanted = by_kind.get(kind, [])
-        if not wanted and not scope.prune:
-            continue  # nothing to write, nothing to prune: no LIST (a dry run reads less)
-        try:
-            for selector in scope.selectors(wanted):
-                for obj in backend.list_owned(kind, selector):
-                    live[key_of(obj)] = obj
-            served.add(kind)
-        except KindNotServed as exc:
+        if isinstance(found, KindNotServed):
             if wanted:
-                result.skipped.append(exc.message)
-                result.failed.extend((key_of(obj), exc.message) for obj in wanted)
+                result.skipped.append(found.message)
+                result.failed.extend((key_of(obj), found.message) for obj in wanted)
+            continue
+        for obj in found:
+            live[key_of(obj)] = obj
+        served.add(kind)
 
     refused: set[str] = set()
     if guard is not None:
@@ -270,16 +283,61 @@ def apply_objects(
             }
             live = {key: obj for key, obj in live.items() if not _guarded(obj, refused)}
 
-    concurrency = max(1, int(getattr(backend, "concurrency", 1) or 1))
     pool = ThreadPoolExecutor(concurrency, "apply") if concurrency > 1 else None
+    same = _Same(memo, digests or object_digest) if memo is not None and not dry_run else None
     try:
-        _write_desired(backend, by_kind, live, served, kinds, result, dry_run, pool)
+        _write_desired(backend, by_kind, live, served, kinds, result, dry_run, pool, same)
         if scope.prune:
             _prune(backend, desired, live, served, kinds, scope, result, dry_run, pool)
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     return result
+
+
+@dataclass
+class _Same:
+    """The apply memo of a pass, with how to find a desired object's digest."""
+
+    memo: ApplyMemo
+    digest: Callable[[dict[str, Any]], bytes]
+
+    def unchanged(self, key: Key, obj: dict[str, Any], live: dict[str, Any]) -> bool:
+        return self.memo.unchanged(key, live, self.digest(obj))
+
+    def remember(self, key: Key, obj: dict[str, Any], live: dict[str, Any]) -> None:
+        self.memo.remember(key, live, self.digest(obj))
+
+
+def _list_kinds(
+    backend: Backend,
+    kinds: Sequence[Kind],
+    by_kind: dict[Kind, list[dict[str, Any]]],
+    scope: Scope,
+    concurrency: int,
+) -> list[list[dict[str, Any]] | KindNotServed]:
+    """Each kind's owned objects (its selectors' LISTs one after another), or the
+    ``KindNotServed`` the cluster answered, in ``kinds`` order. Kinds are listed
+    ``concurrency`` at a time where the backend writes that many at once: the cluster pages
+    one kind while the portal reads another's. A ``RetryableError`` is raised once every LIST
+    under way has ended."""
+
+    def one(kind: Kind) -> list[dict[str, Any]] | KindNotServed:
+        found: list[dict[str, Any]] = []
+        try:
+            for selector in scope.selectors(by_kind.get(kind, [])):
+                found.extend(backend.list_owned(kind, selector))
+        except KindNotServed as exc:
+            return exc
+        return found
+
+    workers = min(concurrency, LIST_CONCURRENCY, len(kinds))
+    if workers < 2:
+        return [one(kind) for kind in kinds]
+    with ThreadPoolExecutor(workers, "list") as pool:
+        futures = [pool.submit(one, kind) for kind in kinds]
+        wait(futures)
+    return [future.result() for future in futures]
 
 
 def _namespace_of(obj: dict[str, Any]) -> str:
@@ -421,6 +479,7 @@ def _write_desired(
     result: ApplyResult,
     dry_run: bool,
     pool: ThreadPoolExecutor | None,
+    same: _Same | None = None,
 ) -> None:
     def write(item: _Write) -> str | None:
         try:
@@ -458,9 +517,14 @@ def _write_desired(
                     )
                     continue
                 current = live.get(key)
+                if same is not None and current is not None and same.unchanged(key, obj, current):
+                    result.unchanged += 1
+                    continue
                 reasons = needs_write(obj, current, FIELD_MANAGER)
                 if not reasons:
                     result.unchanged += 1
+                    if same is not None and current is not None:
+                        same.remember(key, obj, current)
                     continue
                 if dry_run and key[2] in unchecked:
                     result.skipped.append(

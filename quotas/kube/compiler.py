@@ -369,13 +369,22 @@ def compile_cluster_wide(cluster: ClusterSpec, tenants: Sequence[TenantSpec]) ->
     return sorted(objects, key=sort_key)
 
 
-def compile_cluster(cluster: ClusterSpec, tenants: Sequence[TenantSpec]) -> list[KubeObject]:
+def compile_cluster(
+    cluster: ClusterSpec,
+    tenants: Sequence[TenantSpec],
+    *,
+    tenant_objects: Callable[[ClusterSpec, TenantSpec], list[KubeObject]] | None = None,
+) -> list[KubeObject]:
     """Everything for one cluster, in apply order: the cluster-wide objects and every tenant's.
     Raises ValueError when two objects would have the same identity (for instance two tenants
-    claiming one namespace), which a plain apply would resolve by silently overwriting."""
+    claiming one namespace), which a plain apply would resolve by silently overwriting.
+
+    ``tenant_objects`` stands in for ``compile_tenant`` (the reconcile's memo of last pass's
+    objects, ``quotas.kube.memo.CompileMemo``): it must give what ``compile_tenant`` gives."""
     objects = compile_cluster_wide(cluster, tenants)
+    one = tenant_objects or compile_tenant
     for tenant in _sorted_tenants(tenants):
-        objects.extend(compile_tenant(cluster, tenant))
+        objects.extend(one(cluster, tenant))
     seen: dict[tuple[str, str, str, str], str] = {}
     for obj in objects:
         key = object_key(obj)

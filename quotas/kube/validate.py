@@ -85,9 +85,11 @@ from __future__ import annotations
 
 import difflib
 import functools
+import hashlib
+import importlib.metadata
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from importlib import resources
 from pathlib import Path
@@ -99,6 +101,7 @@ import yaml
 from referencing import Registry, Resource
 
 from quotas.kube.cel import MapKey, Violation, check_crd_rules
+from quotas.kube.memo import ValidationMemo, object_digest
 from quotas.quantity import QuantityError, parse_quantity
 
 __all__ = [
@@ -1328,14 +1331,63 @@ def transition_issues(obj: Mapping[str, Any], old: Mapping[str, Any]) -> list[st
     return _lines(_describe(obj), (_violation_issue(v) for v in violations))
 
 
+# The version of the portal's own rules here (webhook rules, quantities, names): part of the
+# validation memo's key beside the schemas and CRDs. Raise it when a rule changes.
+RULES_VERSION = "1"
+
+
+@functools.lru_cache(maxsize=64)
+def _file_digest(path: Path, mtime_ns: int, size: int) -> str:
+    return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+
+
+def rules_fingerprint(kubernetes_version: str) -> str:
+    """What an object's validation depends on besides the object: the Kubernetes schema
+    version used, the kubernetes-validate package, the CRD files (their content) and the
+    portal's rules' version. A memo of objects that passed keys on it, so a changed CRD or
+    schema validates everything again."""
+    parts = [RULES_VERSION, core_schema_version(kubernetes_version), _package_version()]
+    for (group, kind), path in sorted(_crd_index().items()):
+        stat = path.stat()
+        parts.append(f"{group}/{kind}={_file_digest(path, stat.st_mtime_ns, stat.st_size)}")
+    return "|".join(parts)
+
+
+@functools.cache
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("kubernetes-validate")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - it is a dependency
+        return str(_SCHEMA_ROOT)
+
+
 def validate_objects(
-    objs: Iterable[Mapping[str, Any]], *, kubernetes_version: str = "1.33"
+    objs: Iterable[Mapping[str, Any]],
+    *,
+    kubernetes_version: str = "1.33",
+    memo: ValidationMemo | None = None,
+    digests: Callable[[Any], bytes] | None = None,
 ) -> list[str]:
-    """``validate_object`` for each object, plus one error per object repeated in the batch."""
+    """``validate_object`` for each object, plus one error per object repeated in the batch.
+
+    With a ``memo`` (``quotas.kube.memo.ValidationMemo``), an object whose digest (from
+    ``digests``, else computed) passed before under the same ``rules_fingerprint`` is not
+    checked again; one that passes now is remembered. Failures are never remembered."""
     messages: list[str] = []
     seen: dict[tuple[str, str, str, str], int] = {}
+    context = rules_fingerprint(kubernetes_version) if memo is not None else ""
+    digest_of = digests or object_digest
     for position, obj in enumerate(objs):
-        messages.extend(validate_object(obj, kubernetes_version=kubernetes_version))
+        if memo is None or not isinstance(obj, Mapping):
+            messages.extend(validate_object(obj, kubernetes_version=kubernetes_version))
+        else:
+            digest = digest_of(obj)
+            if not memo.passed(context, digest):
+                problems = validate_object(obj, kubernetes_version=kubernetes_version)
+                if problems:
+                    messages.extend(problems)
+                else:
+                    memo.remember(context, digest)
         if not isinstance(obj, Mapping):
             continue
         metadata = _dict(obj.get("metadata"))

@@ -5,6 +5,7 @@ tenants, and the usage figures come from rows really stored."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,14 @@ def test_preload_is_what_a_real_first_sync_leaves(tiny: None, tmp_path: Path) ->
             "apply_objects",
             "rest",
         }
+        # The beat's next pass (what the first remembered is used): still nothing written,
+        # every object read and found as desired.
+        again = scale.reconcile_pass(
+            scale.cluster_point(scale.MID, preloaded), preloaded, len(desired)
+        )
+        assert again["error"] == "" and again["failed"] == []
+        assert again["writes"] == 0 and again["unchanged"] == len(desired)
+        assert again["lists"] == run["lists"]
     finally:
         for handle in handles:
             handle.stop()
@@ -91,3 +100,24 @@ def test_usage_figures_come_from_stored_rows(on_postgres: None) -> None:
     assert usage["bytes_per_row"] > 40  # 11 columns, a 23-byte row header
     assert usage["headroom"] > 0
     assert connection.vendor == "postgresql"
+
+
+def test_the_wall_figure_of_the_next_no_op_pass_is_named_and_judged() -> None:
+    def run(wall: float, cpu_per_object: float) -> dict[str, object]:
+        phases = {"desired_objects": 1.0, "validate_objects": 1.0, "apply_objects": 1.0}
+        one = {"objects": 10, "writes": 0, "lists": 2, "portal_cpu_per_object_us": cpu_per_object,
+               "portal_cpu_s": 1.0, "wall_s": wall, "standin_cpu_s": 1.0,
+               "phases_cpu_s": phases | {"rest": 0.1}}  # fmt: skip
+        return one | {"repeat": dict(one)}
+
+    args = argparse.Namespace(tenants=10_000, small=100, mid=1000)
+    report = {"reconcile": {"checks": [], "10000": run(12.0, 13.0), "1000": run(1.0, 10.0)}}
+    figures, failures = scale.figures_of(report, args)
+    by_name = {f["figure"]: f for f in figures}
+    wall = by_name["no-op reconcile at 10,000 tenants, wall"]
+    assert (wall["value"], wall["target"], wall["passed"]) == (12.0, 10, False)
+    per_object = by_name[
+        "no-op reconcile, next pass: portal CPU per object at 10000 vs 1000 tenants"
+    ]
+    assert (per_object["ratio"], per_object["passed"]) == (1.3, True)
+    assert failures == []
