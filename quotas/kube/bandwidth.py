@@ -17,8 +17,13 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any, Final
 
-from quotas.kube.enforcement import API_ADMISSION, POLICY_MIN_VERSION, kubernetes_minor
-from quotas.kube.spec import LABEL_CLUSTER, LABEL_MANAGED_BY, MANAGED_BY
+from quotas.kube.enforcement import (
+    POLICY_MIN_VERSION,
+    cel_quoted,
+    kubernetes_minor,
+    policy_pair,
+)
+from quotas.kube.spec import LABEL_MANAGED_BY, MANAGED_BY
 from quotas.quantity import QuantityError, canonical, parse_quantity
 
 __all__ = [
@@ -100,7 +105,7 @@ def admission_policy(*, cluster: str, kubernetes_version: str) -> list[dict[str,
     variables = [
         {
             "name": "cap",
-            "expression": f"namespaceObject.metadata.labels[{_cel(LABEL_POD_BANDWIDTH_MAX)}]",
+            "expression": f"namespaceObject.metadata.labels[{cel_quoted(LABEL_POD_BANDWIDTH_MAX)}]",
         },
         {
             "name": "annotations",
@@ -110,8 +115,8 @@ def admission_policy(*, cluster: str, kubernetes_version: str) -> list[dict[str,
     both = f"{ANNOTATION_INGRESS} and {ANNOTATION_EGRESS}"  # inside a CEL string
     validations: list[dict[str, Any]] = [
         {
-            "expression": f"{_cel(ANNOTATION_INGRESS)} in variables.annotations && "
-            f"{_cel(ANNOTATION_EGRESS)} in variables.annotations",
+            "expression": f"{cel_quoted(ANNOTATION_INGRESS)} in variables.annotations && "
+            f"{cel_quoted(ANNOTATION_EGRESS)} in variables.annotations",
             "messageExpression": f"'this namespace caps each pod at ' + variables.cap + ' bits "
             f"per second each way: set the annotations {both} (each at most ' + variables.cap "
             "+ ')'",
@@ -119,10 +124,10 @@ def admission_policy(*, cluster: str, kubernetes_version: str) -> list[dict[str,
         }
     ]
     for annotation in (ANNOTATION_INGRESS, ANNOTATION_EGRESS):
-        value = f"variables.annotations[{_cel(annotation)}]"
+        value = f"variables.annotations[{cel_quoted(annotation)}]"
         validations.append(
             {
-                "expression": f"!({_cel(annotation)} in variables.annotations) || "
+                "expression": f"!({cel_quoted(annotation)} in variables.annotations) || "
                 f"(isQuantity({value}) && "
                 f"!quantity({value}).isGreaterThan(quantity(variables.cap)))",
                 "messageExpression": f"'{annotation} ' + {value} + (isQuantity({value}) ? "
@@ -135,49 +140,26 @@ def admission_policy(*, cluster: str, kubernetes_version: str) -> list[dict[str,
         # refuses a pod's bandwidth under 1k only when it sets the pod's network up.
         validations.append(
             {
-                "expression": f"!({_cel(annotation)} in variables.annotations) || "
+                "expression": f"!({cel_quoted(annotation)} in variables.annotations) || "
                 f"!isQuantity({value}) || "
-                f"!quantity({value}).isLessThan(quantity({_cel(POD_BANDWIDTH_MIN_TEXT)}))",
+                f"!quantity({value}).isLessThan(quantity({cel_quoted(POD_BANDWIDTH_MIN_TEXT)}))",
                 "messageExpression": f"'{annotation} ' + {value} + ' is below "
                 f"{POD_BANDWIDTH_MIN_TEXT} (1,000 bits per second), the least a pod\\'s "
                 "bandwidth may be'",
                 "reason": "Forbidden",
             }
         )
-    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CLUSTER: cluster}
-    policy = {
-        "apiVersion": API_ADMISSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": labels},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "namespaceSelector": capped,
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["pods"],
-                    }
-                ],
-            },
-            "variables": variables,
-            "validations": validations,
-        },
+    pods = {
+        "apiGroups": [""],
+        "apiVersions": ["v1"],
+        "operations": ["CREATE"],
+        "resources": ["pods"],
     }
-    binding = {
-        "apiVersion": API_ADMISSION,
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": dict(labels)},
-        "spec": {
-            "policyName": POLICY_NAME,
-            "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": capped},
-        },
-    }
-    return [policy, binding]
-
-
-def _cel(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return policy_pair(
+        name=POLICY_NAME,
+        cluster=cluster,
+        resource_rules=[pods],
+        variables=variables,
+        validations=validations,
+        selector=capped,
+    )

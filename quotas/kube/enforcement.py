@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from copy import deepcopy
 from dataclasses import dataclass, field
 from decimal import ROUND_FLOOR, Decimal
 from fractions import Fraction
@@ -238,6 +239,11 @@ def _cel_list(values: Sequence[str]) -> str:
     return "[" + ", ".join(_cel_string(v) for v in values) + "]"
 
 
+def cel_quoted(text: str) -> str:
+    """``text`` as a single-quoted CEL string literal (the other policies' style)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def _selector_cel(selector: Mapping[str, Any], labels: str) -> str:
     """The selector as a CEL condition on the map expression ``labels``."""
     terms = [
@@ -429,29 +435,35 @@ def _tenant_namespaces() -> dict[str, Any]:
     }
 
 
-def _policy_pair(
+def policy_pair(
     *,
     name: str,
     cluster: str,
     resource_rules: list[dict[str, Any]],
     variables: list[dict[str, Any]],
     validations: list[dict[str, Any]],
+    selector: dict[str, Any] | None = None,
+    match_conditions: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """A ValidatingAdmissionPolicy for the tenants' namespaces and its Deny binding."""
+    """A ValidatingAdmissionPolicy and its Deny binding, both on the namespaces ``selector``
+    picks (default: every tenant namespace the portal manages)."""
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CLUSTER: cluster}
+    spec: dict[str, Any] = {
+        "failurePolicy": "Fail",
+        "matchConstraints": {
+            "namespaceSelector": deepcopy(selector) if selector else _tenant_namespaces(),
+            "resourceRules": resource_rules,
+        },
+    }
+    if match_conditions:
+        spec["matchConditions"] = match_conditions
+    spec["variables"] = variables
+    spec["validations"] = validations
     policy = {
         "apiVersion": API_ADMISSION,
         "kind": "ValidatingAdmissionPolicy",
         "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "namespaceSelector": _tenant_namespaces(),
-                "resourceRules": resource_rules,
-            },
-            "variables": variables,
-            "validations": validations,
-        },
+        "spec": spec,
     }
     binding = {
         "apiVersion": API_ADMISSION,
@@ -460,7 +472,9 @@ def _policy_pair(
         "spec": {
             "policyName": name,
             "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": _tenant_namespaces()},
+            "matchResources": {
+                "namespaceSelector": deepcopy(selector) if selector else _tenant_namespaces()
+            },
         },
     }
     return [policy, binding]
@@ -590,7 +604,7 @@ def admission_policy(
         f"{QUEUE_NAME_LABEL}: default (the namespace\\'s LocalQueue), on a kind Kueue "
         f"manages on this cluster ({managed_kinds}).'"
     )
-    return _policy_pair(
+    return policy_pair(
         name=POLICY_NAME,
         cluster=cluster,
         resource_rules=_workload_rules(),
@@ -699,7 +713,7 @@ def device_env_policies(
         "remove them; a pod gets GPUs by requesting them as a resource (nvidia.com/gpu: 1).'"
     )
     return [
-        *_policy_pair(
+        *policy_pair(
             name=DEVICE_ENV_POLICY,
             cluster=cluster,
             resource_rules=_workload_rules(extra=("pods/ephemeralcontainers",)),
@@ -712,7 +726,7 @@ def device_env_policies(
                 }
             ],
         ),
-        *_policy_pair(
+        *policy_pair(
             name=DEVICE_KEYS_POLICY,
             cluster=cluster,
             resource_rules=[

@@ -42,12 +42,8 @@ from decimal import Decimal
 from typing import Any, Final
 
 from quotas.kube import names, vgpu
-from quotas.kube.enforcement import API_ADMISSION, QUEUE_NAME_LABEL
+from quotas.kube.enforcement import QUEUE_NAME_LABEL, cel_quoted, policy_pair
 from quotas.kube.spec import (
-    LABEL_CLUSTER,
-    LABEL_MANAGED_BY,
-    LABEL_TENANT,
-    MANAGED_BY,
     PersonSpec,
     TenantSpec,
 )
@@ -258,12 +254,8 @@ def _quantity(amount: Decimal, resource: str) -> str:
 # --- the admission policy ---------------------------------------------------------------------
 
 
-def _cel_string(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def _cel_list(values: Sequence[str]) -> str:
-    return "[" + ", ".join(_cel_string(v) for v in values) + "]"
+    return "[" + ", ".join(cel_quoted(v) for v in values) + "]"
 
 
 # The kinds Kueue manages that a person submits (the pods of a Job, JobSet... are made by
@@ -304,8 +296,8 @@ def admission_policy(
             *(e[:-1] for e in trusted_controllers if e.endswith("*")),
         }
     )
-    label = _cel_string(QUEUE_NAME_LABEL)
-    prefix = _cel_string(ANNOTATION_PREFIX)
+    label = cel_quoted(QUEUE_NAME_LABEL)
+    prefix = cel_quoted(ANNOTATION_PREFIX)
     variables = [
         {
             "name": "user",
@@ -315,7 +307,7 @@ def admission_policy(
         {
             "name": "queue",
             "expression": f"{label} in variables.labels ? variables.labels[{label}] : "
-            f"{_cel_string(names.LOCAL_QUEUE)}",
+            f"{cel_quoted(names.LOCAL_QUEUE)}",
         },
         {
             "name": "owners",
@@ -370,13 +362,6 @@ def admission_policy(
             "reason": "Forbidden",
         },
     ]
-    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CLUSTER: cluster}
-    tenant_namespaces = {
-        "matchExpressions": [
-            {"key": LABEL_TENANT, "operator": "Exists"},
-            {"key": LABEL_MANAGED_BY, "operator": "In", "values": [MANAGED_BY]},
-        ]
-    }
     rules = [
         {
             "apiGroups": [group],
@@ -386,29 +371,14 @@ def admission_policy(
         }
         for group, version, resources in _RULES
     ]
-    policy = {
-        "apiVersion": API_ADMISSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": labels},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"namespaceSelector": tenant_namespaces, "resourceRules": rules},
-            "matchConditions": match_conditions,
-            "variables": variables,
-            "validations": validations,
-        },
-    }
-    binding = {
-        "apiVersion": API_ADMISSION,
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": dict(labels)},
-        "spec": {
-            "policyName": POLICY_NAME,
-            "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": deepcopy(tenant_namespaces)},
-        },
-    }
-    return [policy, binding]
+    return policy_pair(
+        name=POLICY_NAME,
+        cluster=cluster,
+        resource_rules=rules,
+        variables=variables,
+        validations=validations,
+        match_conditions=match_conditions,
+    )
 
 
 __all__ = [

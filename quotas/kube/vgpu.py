@@ -48,11 +48,11 @@ from typing import Any, Final
 import yaml
 
 from quotas.kube.enforcement import (
-    API_ADMISSION,
+    cel_quoted,
     has_admission_policies,
+    policy_pair,
 )
 from quotas.kube.spec import (
-    LABEL_CLUSTER,
     LABEL_MANAGED_BY,
     MANAGED_BY,
     ClusterSpec,
@@ -288,10 +288,6 @@ def hami_keys(hard: dict[str, Decimal]) -> dict[str, Decimal]:
 # --- the admission policy -----------------------------------------------------------------
 
 
-def _cel(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 _SPEC: Final = (
     "object.kind == 'Pod' ? object.spec : "
     "(object.kind == 'CronJob' ? object.spec.jobTemplate.spec.template.spec : "
@@ -309,12 +305,12 @@ def _has(c: str, field: str, resource: str) -> str:
     literal: cel-python cannot word an error raised beside one.)"""
     return (
         f"(has({c}.resources) && has({c}.resources.{field}) && "
-        f"{_cel(resource)} in {c}.resources.{field})"
+        f"{cel_quoted(resource)} in {c}.resources.{field})"
     )
 
 
 def _value(c: str, resource: str) -> str:
-    return f"string({c}.resources.limits[{_cel(resource)}])"
+    return f"string({c}.resources.limits[{cel_quoted(resource)}])"
 
 
 def _positive(c: str, resource: str) -> str:
@@ -364,7 +360,7 @@ def admission_policy(*, cluster: str, kubernetes_version: str) -> list[dict[str,
         {"name": "vgpu", "expression": asks_vgpu},
         {
             "name": "maxMemory",
-            "expression": f"namespaceObject.metadata.labels[{_cel(LABEL_GPU_MEMORY_MIB)}]",
+            "expression": f"namespaceObject.metadata.labels[{cel_quoted(LABEL_GPU_MEMORY_MIB)}]",
         },
         {
             "name": "percentage",
@@ -387,7 +383,7 @@ def admission_policy(*, cluster: str, kubernetes_version: str) -> list[dict[str,
         },
         {
             "name": "tooManyCores",
-            "expression": f"variables.containers.filter(c, {_above('c', GPUCORES, _cel('100'))})",
+            "expression": f"variables.containers.filter(c, {_above('c', GPUCORES, cel_quoted('100'))})",
         },
     ]
     validations = [
@@ -431,7 +427,7 @@ def admission_policy(*, cluster: str, kubernetes_version: str) -> list[dict[str,
             # Only a Pod: HAMi's webhook sets the scheduler on the pods, not on templates.
             "expression": "object.kind != 'Pod' || variables.vgpu.size() == 0 || "
             f"(has(object.spec.schedulerName) && object.spec.schedulerName == "
-            f"{_cel(HAMI_SCHEDULER)})",
+            f"{cel_quoted(HAMI_SCHEDULER)})",
             "messageExpression": "'this pod asks for vGPUs but is scheduled by ' + "
             "(has(object.spec.schedulerName) ? object.spec.schedulerName : 'default-scheduler') "
             f"+ ': in this namespace vGPUs are placed by {HAMI_SCHEDULER}, which holds the GPU "
@@ -440,7 +436,6 @@ def admission_policy(*, cluster: str, kubernetes_version: str) -> list[dict[str,
             "reason": "Forbidden",
         },
     ]
-    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_CLUSTER: cluster}
     rules = [
         {
             "apiGroups": [group],
@@ -450,25 +445,11 @@ def admission_policy(*, cluster: str, kubernetes_version: str) -> list[dict[str,
         }
         for group, version, resources in _WORKLOADS
     ]
-    policy = {
-        "apiVersion": API_ADMISSION,
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": POLICY_NAME, "labels": labels},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {"namespaceSelector": selector, "resourceRules": rules},
-            "variables": variables,
-            "validations": validations,
-        },
-    }
-    binding = {
-        "apiVersion": API_ADMISSION,
-        "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": POLICY_NAME, "labels": dict(labels)},
-        "spec": {
-            "policyName": POLICY_NAME,
-            "validationActions": ["Deny"],
-            "matchResources": {"namespaceSelector": selector},
-        },
-    }
-    return [policy, binding]
+    return policy_pair(
+        name=POLICY_NAME,
+        cluster=cluster,
+        resource_rules=rules,
+        variables=variables,
+        validations=validations,
+        selector=selector,
+    )
