@@ -73,6 +73,7 @@ def demo_month_fill(*, admit: Admission, now: datetime | None = None, seed: int 
             "quota_set__tenant", "quota_set__cluster", "flavor"
         ).order_by("quota_set__cluster__name", "quota_set__tenant__slug", "flavor__name")
         if is_gpu_resource(q.resource)
+        and q.flavor.kind != FlavorKind.VGPU  # their use is HAMi's figures (_vgpu_rows)
         and q.limit > 0
         and q.quota_set.tenant.namespaces.exists()  # a department runs nothing itself
     ]

@@ -5,6 +5,7 @@ the tenant's usage page and the fleet's usage dashboard."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import datetime
@@ -372,3 +373,38 @@ def test_team_a_holds_a_two_week_grant_of_extra_h100s(demo: datetime) -> None:
     admin = logged_in(User.objects.get(username="admin"))
     page = admin.get("/console/grants/").content.decode()
     assert "team-a" in page and "demo-h100" in page
+
+
+def test_the_labs_vgpu_month_shows_their_memory_and_bob_finds_a_memory_first_suggestion(
+    demo: datetime,
+) -> None:
+    """Issue 34 in the demo: the labs' shares of the HAMi T4 carry a month of GPU memory and
+    compute use, each within its share; lab-nlp's usage page shows what it held in GiB, and bob, its lead, finds a suggestion that raises its GPU memory and
+    keeps its compute low."""
+    from advice.models import Suggestion
+    from quotas.choices import GPUCORES_RESOURCE, GPUMEM_RESOURCE
+
+    for slug in ("lab-nlp", "lab-vision", "lab-speech"):
+        shares = {
+            q.resource: float(q.limit)
+            for q in Quota.objects.filter(
+                quota_set__tenant__slug=slug, resource__in=[GPUMEM_RESOURCE, GPUCORES_RESOURCE]
+            )
+        }
+        samples = Sample.objects.filter(tenant_id=Tenant.objects.get(slug=slug).pk)
+        memory = list(
+            samples.filter(metric=Metric.VGPU_MEMORY_USED).values_list("value", flat=True)
+        )
+        cores = list(samples.filter(metric=Metric.VGPU_CORES_USED).values_list("value", flat=True))
+        assert memory and cores, slug
+        assert max(memory) <= shares[GPUMEM_RESOURCE] / 1024**2  # MiB, within the share
+        assert max(cores) <= shares[GPUCORES_RESOURCE]
+    bob = logged_in(User.objects.get(username="bob"))
+    page = bob.get("/tenants/lab-nlp/usage/?range=7d").content.decode()
+    assert 'id="vgpu-shares"' in page
+    # The vGPU table: the GPU memory its containers held, in GiB and as a part of the share.
+    assert re.search(r"\d+(\.\d+)? GiB \(\d+% of the share\)", page)
+    (suggestion,) = Suggestion.objects.filter(tenant__slug="lab-nlp")
+    line = next(n for n in suggestion.numbers if n.get("vgpu"))
+    assert line["vgpu"]["memory_first"] is True
+    assert suggestion.request is not None and suggestion.request.requester.username == "bob"
