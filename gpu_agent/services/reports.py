@@ -50,7 +50,7 @@ from gpu_agent.models import (
 from gpu_agent.services.capacity import node_capacity_pushed
 from gpu_agent.services.common import iso, node_audit_id
 from gpu_agent.services.layouts import WHOLE_GPU, agent_desired_generation, waiting_message
-from gpu_spec.report import validate_report
+from gpu_spec.report import pod_memory, validate_report
 from tenants.services import audit_record
 
 # The report's shape and limits (at most 64 GPUs, 7 MIG instances each, 256 processes, ...) are
@@ -165,18 +165,12 @@ def _pod_uids(processes: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
 def _pod_memory(
     processes: Sequence[Mapping[str, Any]],
 ) -> tuple[tuple[str, int, int | None], ...]:
-    """GPU memory (MiB) and SM use (percent, None with no sample) per pod: its processes'
-    ``used_memory_mib`` and ``sm_util_pct`` summed (the agent's ``pod_memory`` of a change
-    report, built from a full report's processes)."""
-    used: dict[str, int] = {}
-    sm: dict[str, int] = {}
-    for p in processes:
-        uid, mib, util = p.get("pod_uid"), p.get("used_memory_mib"), p.get("sm_util_pct")
-        if uid and mib is not None:
-            used[uid] = used.get(uid, 0) + int(mib)
-            if util is not None:
-                sm[uid] = min(100, sm.get(uid, 0) + int(util))
-    return tuple((uid, mib, sm.get(uid)) for uid, mib in used.items())
+    """GPU memory (MiB) and SM use per pod, as tuples (``gpu_spec.report.pod_memory``: the
+    agent's ``pod_memory`` of a change report, built from a full report's processes)."""
+    return tuple(
+        (row["pod_uid"], row["used_memory_mib"], row["sm_util_pct"])
+        for row in pod_memory(processes)
+    )
 
 
 # --- validation: the schema, then what a schema cannot say ----------------------------------

@@ -480,21 +480,24 @@ def policy_pair(
     return [policy, binding]
 
 
+def resource_rules(
+    table: Sequence[tuple[str, str, Sequence[str]]], extra: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """A policy's resourceRules for creating and updating the kinds of ``table`` ((API group,
+    version, resources) rows), ``extra`` resources added to the core group's row."""
+    return [
+        {
+            "apiGroups": [group],
+            "apiVersions": [version],
+            "operations": ["CREATE", "UPDATE"],
+            "resources": [*resources, *(extra if group == "" else ())],
+        }
+        for group, version, resources in table
+    ]
+
+
 def _workload_rules(extra: Sequence[str] = ()) -> list[dict[str, Any]]:
-    rules = []
-    for group, version, resources in _WORKLOAD_RULES:
-        names = list(resources)
-        if group == "":
-            names.extend(extra)
-        rules.append(
-            {
-                "apiGroups": [group],
-                "apiVersions": [version],
-                "operations": ["CREATE", "UPDATE"],
-                "resources": names,
-            }
-        )
-    return rules
+    return resource_rules(_WORKLOAD_RULES, extra)
 
 
 def _controller_cel(config: KueueConfig | None, trusted: Sequence[str]) -> str:

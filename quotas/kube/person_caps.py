@@ -42,7 +42,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from quotas.kube import names, vgpu
-from quotas.kube.enforcement import QUEUE_NAME_LABEL, cel_quoted, policy_pair
+from quotas.kube.enforcement import QUEUE_NAME_LABEL, cel_quoted, policy_pair, resource_rules
 from quotas.kube.spec import (
     PersonSpec,
     TenantSpec,
@@ -362,19 +362,10 @@ def admission_policy(
             "reason": "Forbidden",
         },
     ]
-    rules = [
-        {
-            "apiGroups": [group],
-            "apiVersions": [version],
-            "operations": ["CREATE", "UPDATE"],
-            "resources": list(resources),
-        }
-        for group, version, resources in _RULES
-    ]
     return policy_pair(
         name=POLICY_NAME,
         cluster=cluster,
-        resource_rules=rules,
+        resource_rules=resource_rules(_RULES),
         variables=variables,
         validations=validations,
         match_conditions=match_conditions,

@@ -51,6 +51,7 @@ from quotas.kube.enforcement import (
     cel_quoted,
     has_admission_policies,
     policy_pair,
+    resource_rules,
 )
 from quotas.kube.spec import (
     LABEL_MANAGED_BY,
@@ -436,19 +437,10 @@ def admission_policy(*, cluster: str, kubernetes_version: str) -> list[dict[str,
             "reason": "Forbidden",
         },
     ]
-    rules = [
-        {
-            "apiGroups": [group],
-            "apiVersions": [version],
-            "operations": ["CREATE", "UPDATE"],
-            "resources": list(resources),
-        }
-        for group, version, resources in _WORKLOADS
-    ]
     return policy_pair(
         name=POLICY_NAME,
         cluster=cluster,
-        resource_rules=rules,
+        resource_rules=resource_rules(_WORKLOADS),
         variables=variables,
         validations=validations,
         selector=selector,

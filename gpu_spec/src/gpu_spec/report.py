@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -127,3 +127,23 @@ def node_name_problem(name: Any) -> str | None:
     if validator.is_valid(name):
         return None
     return next(_problem(error).message for error in validator.iter_errors(name))
+
+
+def pod_memory(processes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """GPU memory per pod (NVML's usedGpuMemory of its processes, summed, MiB) and its SM use
+    (their process utilisation, summed and held to 100; None with no sample): what each
+    container of a shared (vGPU) GPU holds and computes, as a change report's ``pod_memory``
+    says it. Pods whose processes NVML gives no memory figure for are left out. The agent
+    builds it; the portal builds the same from a full report's processes."""
+    used: dict[str, int] = {}
+    sm: dict[str, int] = {}
+    for p in processes:
+        uid, mib, util = p.get("pod_uid"), p.get("used_memory_mib"), p.get("sm_util_pct")
+        if uid and mib is not None:
+            used[uid] = used.get(uid, 0) + int(mib)
+            if util is not None:
+                sm[uid] = min(100, sm.get(uid, 0) + int(util))
+    return [
+        {"pod_uid": uid, "used_memory_mib": mib, "sm_util_pct": sm.get(uid)}
+        for uid, mib in used.items()
+    ]

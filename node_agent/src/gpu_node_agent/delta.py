@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpu_spec.report import pod_memory
+
 PROTOCOL = 2
 DEFAULT_FULL_EVERY_S = 600.0  # a full report at least this often
 DEFAULT_SAMPLE_EVERY_S = 60.0  # readings this often until the portal says otherwise
@@ -80,24 +82,6 @@ def readings(gpus: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
     def pods(processes: Sequence[Mapping[str, Any]]) -> list[str]:
         return [uid for p in processes if (uid := p.get("pod_uid"))]
-
-    def pod_memory(processes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """GPU memory per pod (NVML's usedGpuMemory of its processes, summed) and its SM use
-        (their process utilisation, summed; null with no sample): what each container of a
-        shared (vGPU) GPU holds and computes; pods whose processes NVML gives no memory
-        figure for are left out."""
-        used: dict[str, int] = {}
-        sm: dict[str, int] = {}
-        for p in processes:
-            uid, mib, util = p.get("pod_uid"), p.get("used_memory_mib"), p.get("sm_util_pct")
-            if uid and mib is not None:
-                used[uid] = used.get(uid, 0) + int(mib)
-                if util is not None:
-                    sm[uid] = min(100, sm.get(uid, 0) + int(util))
-        return [
-            {"pod_uid": uid, "used_memory_mib": mib, "sm_util_pct": sm.get(uid)}
-            for uid, mib in used.items()
-        ]
 
     for g in gpus:
         instances = g.get("instances") or []
