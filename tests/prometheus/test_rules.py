@@ -199,10 +199,16 @@ def test_every_rule_and_dashboard_query_parses_and_returns_data_from_the_portals
         # Every series a rule or panel names is served (a typo in a name finds nothing).
         named = {n for _, expr in [*rule_expressions(), *dashboard_expressions()]
                  for n in series_names(expr)}  # fmt: skip
-        missing = [
-            name for name in sorted(named)
-            if not prometheus_server.api("/api/v1/query", query=f"count({name})")["data"]["result"]
-        ]  # fmt: skip
+        # (asked again for up to 30 s too: a scrape that timed out since leaves them stale)
+        deadline = time.monotonic() + 30
+        while True:
+            missing = [
+                name for name in sorted(named)
+                if not prometheus_server.api("/api/v1/query", query=f"count({name})")["data"]["result"]
+            ]  # fmt: skip
+            if not missing or time.monotonic() > deadline:
+                break
+            time.sleep(2)
         assert not missing, f"series not served: {missing}"
         # The rules loaded into the running Prometheus evaluate without errors.
         groups = prometheus_server.api("/api/v1/rules")["data"]["groups"]
